@@ -1,0 +1,135 @@
+"""Emit stage: the rendered tree -> the output folder, all or nothing.
+
+The new tree is written to a temporary folder beside the output folder and swapped in at the
+end, so a compile that fails midway (or is killed) leaves the previous output as it was. On
+Linux the swap is one ``renameat2(RENAME_EXCHANGE)`` call; elsewhere two renames.
+
+fleetc owns only the files its record (:data:`RECORD`) lists: files someone else put in the
+output folder are carried over into the new tree, never deleted.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Where fleetc records the files it wrote, relative to the output folder.
+RECORD = ".fleetc/files"
+
+
+@dataclass(frozen=True)
+class Change:
+    path: str  # relative to the output folder
+    status: str  # added | changed | removed
+
+
+def write_tree(out_dir: Path, files: Mapping[str, str]) -> None:
+    """Replace fleetc's files in ``out_dir`` with ``files``, atomically."""
+    out_dir = out_dir.absolute()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        for rel, text in sorted(files.items()):
+            _write(staging / rel, text)
+        if out_dir.is_dir():
+            _carry_foreign_files(out_dir, staging, set(files))
+        _write(staging / RECORD, "".join(f"{rel}\n" for rel in sorted(files)))
+        _match_mode(staging, out_dir)
+        _swap(staging, out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def changes(out_dir: Path, files: Mapping[str, str]) -> list[Change]:
+    """What writing ``files`` would change in ``out_dir`` (for ``--check``), sorted by path."""
+    found = []
+    for rel, text in files.items():
+        target = out_dir / rel
+        if not target.is_file():
+            found.append(Change(rel, "added"))
+        elif target.read_bytes() != text.encode("utf-8"):
+            found.append(Change(rel, "changed"))
+    found += [Change(rel, "removed") for rel in owned_files(out_dir) - set(files)
+              if (out_dir / rel).exists()]
+    return sorted(found, key=lambda c: c.path)
+
+
+def owned_files(out_dir: Path) -> set[str]:
+    """The files fleetc wrote last time, from its record (empty when there is none)."""
+    try:
+        text = (out_dir / RECORD).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return set()
+    return {line for line in text.splitlines() if line and _is_safe_relative(line)}
+
+
+def _is_safe_relative(rel: str) -> bool:
+    parts = Path(rel).parts
+    return bool(parts) and not Path(rel).is_absolute() and ".." not in parts
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text.encode("utf-8"))
+
+
+def _carry_foreign_files(out_dir: Path, staging: Path, rendered: set[str]) -> None:
+    owned = owned_files(out_dir) | {RECORD}
+    for rel in _walk(out_dir):
+        if rel not in owned and rel not in rendered:
+            target = staging / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(out_dir / rel, target, follow_symlinks=False)
+
+
+def _walk(root: Path) -> Iterator[str]:
+    for folder, _dirs, names in os.walk(root):
+        for name in names:
+            yield (Path(folder) / name).relative_to(root).as_posix()
+
+
+def _match_mode(staging: Path, out_dir: Path) -> None:
+    """mkdtemp creates 0700; give the new tree the old folder's mode, or the umask default."""
+    if out_dir.is_dir():
+        mode = out_dir.stat().st_mode & 0o7777
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o777 & ~umask
+    staging.chmod(mode)
+
+
+def _swap(staging: Path, out_dir: Path) -> None:
+    """Put ``staging`` at ``out_dir``; afterwards ``staging`` holds the old tree (if any)."""
+    if not out_dir.exists():
+        os.rename(staging, out_dir)
+        return
+    if _exchange(staging, out_dir):
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
+    os.rename(out_dir, old / "tree")
+    os.rename(staging, out_dir)
+    os.rename(old, staging)  # so the caller's cleanup removes it
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths with Linux's renameat2; False where unavailable."""
+    libc_name = ctypes.util.find_library("c")
+    if not libc_name:
+        return False
+    libc = ctypes.CDLL(libc_name, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    result = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    return result == 0

@@ -1,0 +1,100 @@
+"""Diagnostics, the root exception and the exit codes: the one place they are defined.
+
+Every problem fleetc finds in its input becomes a :class:`Diagnostic` that carries its data
+(file, line, column, field, message, hint); the text a user reads is built from that data in
+one place, :meth:`Diagnostic.format`, so tests can assert exact messages.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit codes, documented in the README."""
+
+    OK = 0
+    #: Policy errors, an infeasible placement, or (with --check) stale output.
+    FAILED = 1
+    #: The command line itself was wrong: unknown option, missing path, bad git ref.
+    USAGE = 2
+
+
+@dataclass(frozen=True, order=True)
+class Diagnostic:
+    """One problem in the input, located as precisely as the input allows.
+
+    ``line`` and ``column`` are 1-based; 0 means "the whole file". ``field`` is the dotted
+    path inside the document (``spec.clusters[1].name``), empty when not about one field.
+    """
+
+    path: str
+    line: int
+    column: int
+    field: str
+    message: str
+    hint: str = ""
+    severity: str = "error"
+
+    def format(self) -> str:
+        where = self.path if self.line == 0 else f"{self.path}:{self.line}:{self.column}"
+        what = f"{self.field}: {self.message}" if self.field else self.message
+        text = f"{where}: {self.severity}: {what}"
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "line": self.line,
+            "column": self.column,
+            "field": self.field,
+            "severity": self.severity,
+            "message": self.message,
+            "hint": self.hint,
+        }
+
+
+class FleetcError(Exception):
+    """Root of every error fleetc reports to a user (never shown as a traceback)."""
+
+    exit_code: ExitCode = ExitCode.FAILED
+
+
+class PolicyError(FleetcError):
+    """The policies are invalid; carries every diagnostic found, not just the first."""
+
+    def __init__(self, diagnostics: Iterable[Diagnostic]):
+        self.diagnostics: tuple[Diagnostic, ...] = tuple(sorted(set(diagnostics)))
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        return "\n".join(d.format() for d in self.diagnostics)
+
+
+class PlacementError(FleetcError):
+    """No placement satisfies the hard constraints; ``reasons`` says why per stage."""
+
+    def __init__(self, reasons: Sequence[str]):
+        self.reasons = tuple(reasons)
+        super().__init__("\n".join(self.reasons))
+
+
+class UsageError(FleetcError):
+    """The command line asked for something impossible (a missing path, an unknown ref)."""
+
+    exit_code = ExitCode.USAGE
+
+
+class InternalError(FleetcError):
+    """fleetc broke one of its own guarantees; a bug to report, never silently output."""
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """A hint naming the closest known spelling, or '' when nothing is close."""
+    matches = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
+    return f"did you mean '{matches[0]}'?" if matches else ""

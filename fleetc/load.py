@@ -1,0 +1,271 @@
+"""Load stage: policy files -> plain data that remembers where every value came from.
+
+YAML is composed to nodes (not constructed), so fleetc converts the node graph itself and can
+keep a line and column for every value and key, refuse duplicate keys, and bound alias
+expansion (a "billion laughs" file stops at :data:`MAX_NODES`). Nothing here knows policy kinds.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.constructor import ConstructorError, SafeConstructor
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from .errors import Diagnostic, UsageError
+
+#: A policy file larger than this is refused: policies are small, and the limit keeps a
+#: runaway generated file from exhausting memory in CI.
+MAX_FILE_BYTES = 4 * 1024 * 1024
+#: Values one document may expand to, counting every alias expansion (bounds alias bombs).
+MAX_NODES = 200_000
+#: How deep mappings and lists may nest.
+MAX_DEPTH = 64
+
+POLICY_SUFFIXES = (".yaml", ".yml")
+
+FieldPath = tuple[str | int, ...]
+Position = tuple[int, int]  # 1-based line and column
+
+
+def format_field(path: FieldPath) -> str:
+    """``('spec', 'clusters', 1, 'name')`` -> ``spec.clusters[1].name``."""
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    return text
+
+
+@dataclass(frozen=True)
+class Document:
+    """One YAML document: its data and the position of every value and key in it."""
+
+    path: str  # as the user named it, for messages
+    index: int  # position of the document in its file (0-based)
+    data: Any
+    values: Mapping[FieldPath, Position]
+    keys: Mapping[FieldPath, Position]
+
+    def locate(self, path: FieldPath, *, key: bool = False) -> Position:
+        """Position of ``path`` (of its key when ``key``), else of its nearest known parent."""
+        table = self.keys if key else self.values
+        while path not in table and path:
+            path = path[:-1]
+        return table.get(path, self.values.get((), (1, 1)))
+
+    def diagnostic(
+        self, path: FieldPath, message: str, *, hint: str = "", key: bool = False
+    ) -> Diagnostic:
+        line, column = self.locate(path, key=key)
+        return Diagnostic(self.path, line, column, format_field(path), message, hint)
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    documents: tuple[Document, ...]
+    diagnostics: tuple[Diagnostic, ...]
+
+
+def discover(paths: Sequence[str]) -> list[Path]:
+    """Expand files and folders (recursively, ``*.yaml``/``*.yml``, hidden entries skipped).
+
+    Raises :class:`UsageError` for a path that does not exist: that is a command-line mistake,
+    not a policy error.
+    """
+    found: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        if not path.exists():
+            raise UsageError(f"{given}: no such file or directory")
+        if path.is_dir():
+            found.extend(_policy_files(path))
+        else:
+            found.append(path)
+    return sorted(set(found), key=lambda p: p.as_posix())
+
+
+def _policy_files(folder: Path) -> Iterator[Path]:
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if name.endswith(POLICY_SUFFIXES) and not name.startswith("."):
+                yield Path(root) / name
+
+
+def load_files(files: Iterable[Path], roots: Sequence[Path] = ()) -> LoadResult:
+    """Read and parse every file; problems become diagnostics, never exceptions.
+
+    ``roots`` are the folders the user named: a symlink that resolves outside all of them (and
+    outside the files named directly) is refused, so a policy cannot pull in arbitrary files.
+    """
+    allowed = [r.resolve() for r in roots]
+    documents: list[Document] = []
+    diagnostics: list[Diagnostic] = []
+    for path in files:
+        display = path.as_posix()
+        if allowed and path.is_symlink() and not _inside(path.resolve(), allowed):
+            diagnostics.append(
+                Diagnostic(display, 0, 0, "", "symbolic link points outside the policy folders",
+                           hint="copy the file into the policy folder instead")
+            )
+            continue
+        text, problem = _read_text(path, display)
+        if problem:
+            diagnostics.append(problem)
+            continue
+        docs, problems = parse(text, display)
+        documents.extend(docs)
+        diagnostics.extend(problems)
+    return LoadResult(tuple(documents), tuple(diagnostics))
+
+
+def _inside(target: Path, roots: Sequence[Path]) -> bool:
+    return any(target == r or r in target.parents for r in roots)
+
+
+def _read_text(path: Path, display: str) -> tuple[str, Diagnostic | None]:
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            return "", Diagnostic(
+                display, 0, 0, "", f"file is {size} bytes; the limit is {MAX_FILE_BYTES}",
+                hint="split it into several policy files",
+            )
+        raw = path.read_bytes()
+    except OSError as err:
+        return "", Diagnostic(display, 0, 0, "", f"cannot read file: {err.strerror}")
+    try:
+        return raw.decode("utf-8-sig"), None
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
+        return "", Diagnostic(
+            display, line, column, "", f"not valid UTF-8 (byte 0x{raw[err.start]:02x})",
+            hint="save the file as UTF-8",
+        )
+
+
+def parse(text: str, display: str) -> tuple[list[Document], list[Diagnostic]]:
+    """Parse every document in ``text``; empty documents (a trailing ``---``) are skipped."""
+    yaml = YAML(typ="safe", pure=True)
+    try:
+        nodes = list(yaml.compose_all(text))
+    except MarkedYAMLError as err:
+        return [], [_syntax_diagnostic(err, display)]
+    except YAMLError as err:
+        return [], [Diagnostic(display, 0, 0, "", f"invalid YAML: {err}")]
+    except RecursionError:
+        return [], [Diagnostic(display, 0, 0, "", f"nesting is deeper than {MAX_DEPTH} levels")]
+    documents, diagnostics = [], []
+    for index, node in enumerate(nodes):
+        if _is_null(node):
+            continue
+        converter = _Converter(display, yaml.constructor)
+        data = converter.convert(node, ())
+        if converter.diagnostics:
+            diagnostics.extend(converter.diagnostics)
+        else:
+            documents.append(Document(display, index, data, converter.values, converter.keys))
+    if not documents and not diagnostics:
+        diagnostics.append(
+            Diagnostic(display, 0, 0, "", "empty file: expected at least one policy document")
+        )
+    return documents, diagnostics
+
+
+def _is_null(node: Node) -> bool:
+    return isinstance(node, ScalarNode) and node.tag == "tag:yaml.org,2002:null"
+
+
+def _syntax_diagnostic(err: MarkedYAMLError, display: str) -> Diagnostic:
+    mark = err.problem_mark or err.context_mark
+    line, column = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+    problem = err.problem or err.context or "invalid YAML"
+    hint = ""
+    if "\\t" in problem or "'\\t'" in str(err) or "\t" in problem:
+        problem = "tab character: YAML indentation must use spaces"
+        hint = "replace the tab with spaces"
+    elif err.context and err.problem:
+        problem = f"{err.problem} ({err.context})"
+    return Diagnostic(display, line, column, "", f"invalid YAML: {problem}", hint)
+
+
+class _Converter:
+    """Turns a composed node graph into plain data, recording positions and problems."""
+
+    def __init__(self, display: str, scalars: SafeConstructor):
+        self.display = display
+        self.values: dict[FieldPath, Position] = {}
+        self.keys: dict[FieldPath, Position] = {}
+        self.diagnostics: list[Diagnostic] = []
+        self.budget = MAX_NODES
+        self.scalars = scalars
+
+    def convert(self, node: Node, path: FieldPath) -> Any:
+        self.budget -= 1
+        if self.budget < 0:
+            if self.budget == -1:
+                self._error(node, (), f"document expands to more than {MAX_NODES} values",
+                            "YAML aliases are expanded; reduce their use")
+            return None
+        if len(path) > MAX_DEPTH:
+            if not self.diagnostics:
+                self._error(node, (), f"nesting is deeper than {MAX_DEPTH} levels")
+            return None
+        self.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        if isinstance(node, MappingNode):
+            return self._mapping(node, path)
+        if isinstance(node, SequenceNode):
+            return [self.convert(item, path + (i,)) for i, item in enumerate(node.value)]
+        return self._scalar(node, path)
+
+    def _mapping(self, node: MappingNode, path: FieldPath) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                self._error(key_node, path, "merge keys ('<<') are not supported",
+                            "write the fields out in full")
+                continue
+            key = self._scalar(key_node, path) if isinstance(key_node, ScalarNode) else None
+            if not isinstance(key, str):
+                self._error(key_node, path, "mapping keys must be strings",
+                            "quote the key")
+                continue
+            child = path + (key,)
+            if key in result:
+                first = self.keys[child]
+                self._error(key_node, child, f"duplicate key '{key}' (first defined at line "
+                            f"{first[0]})", "remove one of the two")
+                continue
+            self.keys[child] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            result[key] = self.convert(value_node, child)
+        return result
+
+    def _scalar(self, node: ScalarNode, path: FieldPath) -> Any:
+        tag = node.tag
+        if tag == "tag:yaml.org,2002:str":
+            return node.value
+        if tag == "tag:yaml.org,2002:timestamp":
+            return node.value  # dates stay text: no policy field is a timestamp
+        try:
+            value = self.scalars.construct_object(node)
+        except (ConstructorError, ValueError):
+            self._error(node, path, f"unsupported YAML tag '{tag}'", "remove the tag")
+            return None
+        if isinstance(value, bytes | bytearray):
+            self._error(node, path, "binary values are not supported")
+            return None
+        return value
+
+    def _error(self, node: Node, path: FieldPath, message: str, hint: str = "") -> None:
+        mark = node.start_mark
+        self.diagnostics.append(
+            Diagnostic(self.display, mark.line + 1, mark.column + 1, format_field(path),
+                       message, hint)
+        )

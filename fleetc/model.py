@@ -1,0 +1,268 @@
+"""The typed, immutable model that the optimizer and the renderer work on.
+
+Policies say what users wrote; this model says what fleetc will act on: every default filled in,
+every quantity in base units, every reference resolved. It is built by :mod:`fleetc.resolve` and
+never changes afterwards, so the optimizer and the renderer are pure functions of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class StageType(StrEnum):
+    DATAPROC = "DataProc"
+    TRAINING = "Training"
+    FINETUNING = "Finetuning"
+    EVALUATION = "Evaluation"
+    DEPLOYMENT = "Deployment"
+
+
+class WorkloadClass(StrEnum):
+    """The three classes the Fleet's ``aigcConfig`` weighs against each other."""
+
+    TRAINING = "training"
+    INFERENCE = "inference"
+    FINETUNING = "finetuning"
+
+
+#: Which class a stage type competes in. DataProc and Evaluation belong to a training run.
+STAGE_CLASS: dict[StageType, WorkloadClass] = {
+    StageType.DATAPROC: WorkloadClass.TRAINING,
+    StageType.TRAINING: WorkloadClass.TRAINING,
+    StageType.EVALUATION: WorkloadClass.TRAINING,
+    StageType.FINETUNING: WorkloadClass.FINETUNING,
+    StageType.DEPLOYMENT: WorkloadClass.INFERENCE,
+}
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str  # NoSchedule | PreferNoSchedule | NoExecute
+
+
+@dataclass(frozen=True)
+class Toleration:
+    """A Kubernetes toleration; ``tolerates`` follows the kube-scheduler's rules."""
+
+    key: str = ""
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # empty matches every effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:  # an empty key with Exists tolerates everything
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+def untolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> tuple[Taint, ...]:
+    """The taints that repel a workload: hard ones (not PreferNoSchedule) no toleration covers."""
+    return tuple(
+        t
+        for t in taints
+        if t.effect != "PreferNoSchedule" and not any(tol.tolerates(t) for tol in tolerations)
+    )
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a fact came from: the policy file (as given on the command line) and field path."""
+
+    path: str
+    field: str
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    provider: str
+    region: str
+    jurisdiction: str
+    gpu_type: str | None  # lower case, e.g. "a100"; None when the cluster has no GPUs
+    gpus: int
+    cpu_millis: int
+    memory_bytes: int
+    taints: tuple[Taint, ...]
+    gpu_hour_cost: float  # currency units per GPU-hour
+    cpu_hour_cost: float  # per core-hour
+    memory_gib_hour_cost: float  # per GiB-hour
+    energy_efficiency: float  # 0..1, higher is better
+    network_tier: str  # high-performance | standard | low
+    low_latency: bool
+    edge: bool
+    utilization: float  # 0..1, the share of the cluster already in use by work fleetc does not place
+    source: Source
+
+
+@dataclass(frozen=True)
+class Input:
+    name: str
+    url: str | None  # a storage URL, for inputs with ``source:``
+    from_stage: str | None  # for inputs with ``from: <stage>.outputs.<name>``
+    from_output: str | None
+    location: str | None  # region where the data lives, when known
+
+
+@dataclass(frozen=True)
+class Output:
+    name: str
+    url: str
+    location: str | None
+
+
+@dataclass(frozen=True)
+class Stage:
+    pipeline: str
+    namespace: str
+    name: str
+    type: StageType
+    dependencies: tuple[str, ...]
+    inputs: tuple[Input, ...]
+    outputs: tuple[Output, ...]
+    cpu_millis: int  # per replica
+    memory_bytes: int  # per replica
+    gpus: int  # per replica
+    gpu_type: str | None  # None: any GPU type (or none needed when gpus == 0)
+    replicas: int  # Deployment: serving replicas; other types: pods in the gang
+    min_replicas_per_cluster: int  # Deployment only: a cluster that serves runs at least this many
+    tolerations: tuple[Toleration, ...]  # the stage's own plus the Fleet's clusterTolerations
+    image: str
+    command: tuple[str, ...]
+    source: Source
+
+    @property
+    def key(self) -> str:
+        return f"{self.pipeline}/{self.name}"
+
+    @property
+    def workload_class(self) -> WorkloadClass:
+        return STAGE_CLASS[self.type]
+
+    @property
+    def is_gang(self) -> bool:
+        """Gang stages run all their pods in one cluster; Deployments split replicas."""
+        return self.type is not StageType.DEPLOYMENT
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus * self.replicas
+
+
+@dataclass(frozen=True)
+class ScoreWeights:
+    """The seed's multi-objective weights; compute itself splits 0.5 / 0.3 / 0.2."""
+
+    compute: float = 0.35
+    cost: float = 0.25
+    network: float = 0.20
+    energy: float = 0.20
+
+
+@dataclass(frozen=True)
+class ClassWeights:
+    training: float = 0.6
+    inference: float = 0.3
+    finetuning: float = 0.1
+
+    def of(self, workload_class: WorkloadClass) -> float:
+        return float(getattr(self, workload_class.value))
+
+
+@dataclass(frozen=True)
+class Platform:
+    name: str
+    data_sovereignty: bool
+    audit_enabled: bool
+    encryption_at_rest: bool
+    inference_timeout_seconds: float
+    training_priority: str  # low | medium | high | critical
+    primary_cluster: str | None
+    secondary_clusters: tuple[str, ...]
+    pipelines: tuple[str, ...]  # pipelines it governs (all, when the policy names none)
+    source: Source
+
+
+@dataclass(frozen=True)
+class GPUPolicy:
+    name: str
+    time_slicing_replicas: int  # 1 when time-slicing is off
+    defragment_threshold: float | None  # 0..1
+    compaction_strategy: str | None
+    sharing_enabled: bool
+    max_sharers: int
+    source: Source
+
+
+@dataclass(frozen=True)
+class DataPolicy:
+    name: str
+    parallelization: int
+    compression: bool
+    caching_enabled: bool
+    caching_strategy: str
+    caching_size_bytes: int
+    prefetching_enabled: bool
+    prefetch_lookahead: int
+    source: Source
+
+
+@dataclass(frozen=True)
+class FleetModel:
+    """Everything one compile places and renders. Tuples are sorted by name for determinism."""
+
+    name: str
+    namespace: str
+    clusters: tuple[Cluster, ...]
+    stages: tuple[Stage, ...]
+    score_weights: ScoreWeights = field(default_factory=ScoreWeights)
+    class_weights: ClassWeights = field(default_factory=ClassWeights)
+    platforms: tuple[Platform, ...] = ()
+    gpu_policy: GPUPolicy | None = None
+    data_policies: tuple[DataPolicy, ...] = ()
+
+    def cluster(self, name: str) -> Cluster:
+        return next(c for c in self.clusters if c.name == name)
+
+    def stage(self, key: str) -> Stage:
+        return next(s for s in self.stages if s.key == key)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Part (or all) of a stage on one cluster."""
+
+    cluster: str
+    replicas: int
+    gpus: int  # total GPUs on this cluster (replicas x per-replica GPUs)
+
+
+@dataclass(frozen=True)
+class StagePlacement:
+    stage: str  # Stage.key
+    assignments: tuple[Assignment, ...]  # sorted by cluster name
+    score: float  # weighted score in [0, 1], replica-weighted over assignments
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The optimizer's answer. ``objective`` <= ``bound``; gap = 1 - objective / bound."""
+
+    stages: tuple[StagePlacement, ...]  # in FleetModel.stages order
+    objective: float
+    bound: float
+    method: str  # e.g. "milp", "lp-rounding"
+
+    @property
+    def gap(self) -> float:
+        return 0.0 if self.bound <= 0 else max(0.0, 1.0 - self.objective / self.bound)
+
+    def of(self, stage_key: str) -> StagePlacement:
+        return next(p for p in self.stages if p.stage == stage_key)

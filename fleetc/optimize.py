@@ -1,0 +1,376 @@
+"""Place every stage on the fleet with a mixed-integer linear program (cvxpy + HiGHS).
+
+Formulation. Variables exist only for (stage, cluster) pairs the filters allow
+(:func:`fleetc.scoring.score_matrix`); they form one vector ``v = [x | y | u | z]``:
+
+- ``x[p]`` binary, one per allowed pair of a gang stage: the whole gang runs on that cluster.
+- ``y[p]`` integer in [0, replicas], one per allowed pair of a Deployment: replicas served there;
+  ``u[p]`` binary says the cluster serves at all, with ``min * u <= y <= replicas * u``
+  (``min`` from :func:`fleetc.verify.min_replicas_per_cluster`).
+- ``z[s]`` binary, one per stage: placed. ``replicas * sum(x) = replicas * z`` for gangs (at
+  most one cluster), ``sum(y) = replicas * z`` for Deployments.
+- Capacity, per cluster and resource (GPUs, cores, GiB; floats in natural units keep the
+  matrix well conditioned): the sum of replicas x per-replica demand <= the cluster's total.
+  A cluster has one GPU type, so its GPU count is its capacity for that type.
+
+Objective: maximise ``sum value_s / replicas_s * (1 + total[s, c])`` per placed replica, where
+``value_s = class_weight * max(total_gpus, 1)`` (a zero class weight counts as ``EPSILON``), so
+big GPU jobs matter more and placing a stage always gains at least ``value_s``.
+
+Every stage must be placed, so the main solve fixes ``z = 1``. When that is infeasible, a second
+solve lets ``z`` go to 0 (same objective, proven optimal) and the stages it leaves out are
+reported kube-scheduler style against the capacity the placed stages leave free. ``bound`` is
+the LP relaxation of the main solve (a valid upper bound on ``objective`` in the same units).
+All constraints are ``scipy.sparse`` matrices times ``v``; HiGHS runs single-threaded with a
+fixed seed, so identical input gives an identical placement.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+import warnings
+from dataclasses import dataclass
+
+import cvxpy as cp
+import cvxpy.settings as cvxpy_status
+import numpy as np
+import scipy.sparse as sp
+
+from fleetc.errors import InternalError, PlacementError
+from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
+from fleetc.scoring import GIB, Scores, score_matrix
+from fleetc.verify import min_replicas_per_cluster, verify
+
+#: The value of a stage whose workload class has weight 0: it still must be placed.
+EPSILON = 1e-3
+
+_SOLVER_OPTIONS = {"threads": 1, "random_seed": 0, "output_flag": False}
+
+_SOLUTION_STATUSES = (cp.OPTIMAL, cp.OPTIMAL_INACCURATE)
+_INFEASIBLE_STATUSES = (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE, cvxpy_status.INFEASIBLE_OR_UNBOUNDED)
+
+
+@dataclass(frozen=True, eq=False)
+class _Program:
+    """The MILP over ``v = [x | y | u | z]`` in matrix form (see the module docstring).
+
+    ``unit_*`` describe the first ``x`` + ``y`` entries: which stage and cluster each belongs
+    to and how many replicas one unit of it is (the gang's replicas for ``x``, 1 for ``y``).
+    """
+
+    unit_stage: np.ndarray
+    unit_cluster: np.ndarray
+    unit_replicas: np.ndarray
+    objective: np.ndarray
+    placement: sp.csr_matrix  # placement @ v == 0, one row per stage
+    usage: sp.csr_matrix  # usage @ v <= capacity, rows resource-major: GPUs, cores, GiB
+    capacity: np.ndarray
+    linking: sp.csr_matrix  # linking @ v <= 0: min * u <= y <= replicas * u
+    upper: np.ndarray
+    stages: int
+
+    @property
+    def size(self) -> int:
+        return len(self.objective)
+
+
+def place(model: FleetModel, *, time_limit: float | None = None) -> Placement:
+    """Place every stage of ``model``, or raise :class:`PlacementError` saying why not.
+
+    ``time_limit`` bounds each HiGHS solve in seconds; a time-limited solve that found a
+    placement returns it (its ``gap`` shows how far from proven optimal it may be).
+    """
+    if not model.stages:
+        return Placement(stages=(), objective=0.0, bound=0.0, method="milp")
+    scores = score_matrix(model)
+    program = _build_program(model, scores)
+    result = _solve(program, require_all=True, integral=True, time_limit=time_limit)
+    if result.infeasible:
+        raise PlacementError(_diagnose(model, scores, program, time_limit))
+    if result.values is None:
+        raise _time_limit_error(time_limit)
+    values = result.values
+    objective = round(float(program.objective @ values), 6)
+    bound = round(_bound(program, scores, model, time_limit), 6)
+    placement = Placement(
+        stages=_stage_placements(model, scores, program, values),
+        objective=objective,
+        bound=max(bound, objective),
+        method="milp",
+    )
+    problems = verify(model, placement)
+    if problems:
+        raise InternalError("the solver's placement breaks hard constraints:\n" + "\n".join(problems))
+    return placement
+
+
+def stage_values(model: FleetModel) -> np.ndarray:
+    """Each stage's worth: its class weight (``EPSILON`` if 0) times its GPUs (at least 1)."""
+    return np.array(
+        [
+            (model.class_weights.of(s.workload_class) or EPSILON) * max(s.total_gpus, 1)
+            for s in model.stages
+        ],
+        dtype=float,
+    )
+
+
+def _demand(stages: tuple[Stage, ...]) -> np.ndarray:
+    """(3, S) per-replica demand: GPUs, cores, GiB."""
+    return np.array(
+        [[s.gpus, s.cpu_millis / 1000, s.memory_bytes / GIB] for s in stages], dtype=float
+    ).reshape(len(stages), 3).T
+
+
+def _capacity(clusters: tuple[Cluster, ...]) -> np.ndarray:
+    """(3, C) capacity: GPUs, cores, GiB."""
+    return np.array(
+        [[c.gpus, c.cpu_millis / 1000, c.memory_bytes / GIB] for c in clusters], dtype=float
+    ).reshape(len(clusters), 3).T
+
+
+def _build_program(model: FleetModel, scores: Scores) -> _Program:
+    n_stages, n_clusters = scores.allowed.shape
+    replicas = np.array([s.replicas for s in model.stages], dtype=float)
+    gang = np.array([s.is_gang for s in model.stages], dtype=bool)
+    pair_stage, pair_cluster = np.nonzero(scores.allowed)  # sorted by stage, then cluster
+    is_gang_pair = gang[pair_stage]
+    x_stage, x_cluster = pair_stage[is_gang_pair], pair_cluster[is_gang_pair]
+    y_stage, y_cluster = pair_stage[~is_gang_pair], pair_cluster[~is_gang_pair]
+    n_x, n_y = len(x_stage), len(y_stage)
+    n_units, size = n_x + n_y, n_x + 2 * n_y + n_stages
+    unit_stage = np.concatenate([x_stage, y_stage])
+    unit_cluster = np.concatenate([x_cluster, y_cluster])
+    unit_replicas = np.concatenate([replicas[x_stage], np.ones(n_y)])
+    units = np.arange(n_units)
+
+    per_replica = stage_values(model)[unit_stage] / replicas[unit_stage]
+    objective = np.zeros(size)
+    objective[:n_units] = per_replica * unit_replicas * (1.0 + scores.total[unit_stage, unit_cluster])
+
+    z_columns = n_units + n_y + np.arange(n_stages)
+    placement = sp.csr_matrix(
+        (
+            np.concatenate([unit_replicas, -replicas]),
+            (np.concatenate([unit_stage, np.arange(n_stages)]), np.concatenate([units, z_columns])),
+        ),
+        shape=(n_stages, size),
+    )
+
+    demand = _demand(model.stages)
+    usage = sp.vstack(
+        [
+            sp.csr_matrix(
+                (demand[r, unit_stage] * unit_replicas, (unit_cluster, units)), shape=(n_clusters, size)
+            )
+            for r in range(3)
+        ],
+        format="csr",
+    )
+
+    y_columns = n_x + np.arange(n_y)
+    u_columns = n_units + np.arange(n_y)
+    minimum = np.array([min_replicas_per_cluster(s) for s in model.stages], dtype=float)
+    rows = np.arange(n_y)
+    linking = sp.csr_matrix(
+        (
+            np.concatenate([np.ones(n_y), -replicas[y_stage], minimum[y_stage], -np.ones(n_y)]),
+            (
+                np.concatenate([rows, rows, n_y + rows, n_y + rows]),
+                np.concatenate([y_columns, u_columns, u_columns, y_columns]),
+            ),
+        ),
+        shape=(2 * n_y, size),
+    )
+
+    upper = np.concatenate([np.ones(n_x), replicas[y_stage], np.ones(n_y + n_stages)])
+    return _Program(
+        unit_stage=unit_stage,
+        unit_cluster=unit_cluster,
+        unit_replicas=unit_replicas,
+        objective=objective,
+        placement=placement,
+        usage=usage,
+        capacity=_capacity(model.clusters).ravel(),
+        linking=linking,
+        upper=upper,
+        stages=n_stages,
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class _Result:
+    """What one solve produced: ``values`` of ``v`` (None when there are none) and whether they
+    are proven optimal (as opposed to the best found before the time limit)."""
+
+    values: np.ndarray | None
+    optimal: bool
+    infeasible: bool = False
+
+
+def _solve(program: _Program, *, require_all: bool, integral: bool, time_limit: float | None) -> _Result:
+    """Solve the MILP (or its LP relaxation); ``require_all`` fixes every stage's ``z`` to 1.
+
+    Integral values are rounded to the integers HiGHS found them within tolerance of.
+    """
+    lower = np.zeros(program.size)
+    if require_all:
+        lower[program.size - program.stages :] = 1.0
+    v = cp.Variable(program.size, integer=integral, bounds=[lower, program.upper])
+    constraints = [program.placement @ v == 0, program.usage @ v <= program.capacity]
+    if program.linking.shape[0]:
+        constraints.append(program.linking @ v <= 0)
+    problem = cp.Problem(cp.Maximize(program.objective @ v), constraints)
+    options: dict[str, float | int | bool] = dict(_SOLVER_OPTIONS)
+    if time_limit is not None:
+        options["time_limit"] = float(time_limit)
+    if not require_all:
+        options["mip_rel_gap"] = 0.0  # a diagnosis must not leave out a stage that still fits
+    try:
+        with warnings.catch_warnings():  # the status is handled below, not by a warning
+            warnings.simplefilter("ignore", UserWarning)
+            problem.solve(solver=cp.HIGHS, **options)
+    except cp.error.SolverError as err:
+        raise InternalError(f"the HiGHS solver failed: {err}") from err
+    return _result(program, problem.status, v.value, lower, integral)
+
+
+def _result(
+    program: _Program, status: str, value: np.ndarray | None, lower: np.ndarray, integral: bool
+) -> _Result:
+    if status in _INFEASIBLE_STATUSES:
+        return _Result(values=None, optimal=False, infeasible=True)
+    if value is None:
+        if status == cp.USER_LIMIT:
+            return _Result(values=None, optimal=False)
+        raise InternalError(f"the HiGHS solver ended with status '{status}' and no placement")
+    values = np.rint(value) if integral else np.asarray(value, dtype=float)
+    if status in _SOLUTION_STATUSES:
+        return _Result(values=values, optimal=True)
+    if status == cp.USER_LIMIT:  # HiGHS reports its last iterate, feasible or not
+        return _Result(values=values if _feasible(program, values, lower) else None, optimal=False)
+    raise InternalError(f"the HiGHS solver ended with status '{status}'")
+
+
+def _feasible(program: _Program, values: np.ndarray, lower: np.ndarray, tolerance: float = 1e-6) -> bool:
+    return bool(
+        np.all(values >= lower - tolerance)
+        and np.all(values <= program.upper + tolerance)
+        and np.all(np.abs(program.placement @ values) <= tolerance)
+        and np.all(program.usage @ values <= program.capacity + tolerance)
+        and np.all(program.linking @ values <= tolerance)
+    )
+
+
+def _time_limit_error(time_limit: float | None) -> PlacementError:
+    return PlacementError([f"no placement found within the time limit of {time_limit:g}s"])
+
+
+def _bound(program: _Program, scores: Scores, model: FleetModel, time_limit: float | None) -> float:
+    """The LP relaxation's optimum, or the trivial bound (every stage at its best score) when
+    the relaxation did not finish."""
+    relaxed = _solve(program, require_all=True, integral=False, time_limit=time_limit)
+    if relaxed.optimal and relaxed.values is not None:
+        return float(program.objective @ relaxed.values)
+    best = np.max(np.where(scores.allowed, scores.total, 0.0), axis=1)
+    return float(np.sum(stage_values(model) * (1.0 + best)))
+
+
+def _stage_placements(
+    model: FleetModel, scores: Scores, program: _Program, values: np.ndarray
+) -> tuple[StagePlacement, ...]:
+    replicas_at = np.zeros(scores.allowed.shape, dtype=int)
+    units = values[: len(program.unit_stage)] * program.unit_replicas
+    np.add.at(replicas_at, (program.unit_stage, program.unit_cluster), np.rint(units).astype(int))
+    return tuple(
+        _stage_placement(stage, model.clusters, replicas_at[s], scores.total[s])
+        for s, stage in enumerate(model.stages)
+    )
+
+
+def _stage_placement(
+    stage: Stage, clusters: tuple[Cluster, ...], replicas: np.ndarray, total: np.ndarray
+) -> StagePlacement:
+    assignments = tuple(
+        sorted(
+            (
+                Assignment(clusters[c].name, int(replicas[c]), int(replicas[c]) * stage.gpus)
+                for c in np.flatnonzero(replicas)
+            ),
+            key=lambda a: a.cluster,
+        )
+    )
+    placed = int(replicas.sum())
+    score = float(replicas @ total) / placed if placed else 0.0
+    return StagePlacement(stage=stage.key, assignments=assignments, score=round(score, 6))
+
+
+def _diagnose(
+    model: FleetModel, scores: Scores, program: _Program, time_limit: float | None
+) -> list[str]:
+    """Why placing every stage is impossible: the stages a best partial placement leaves out."""
+    partial = _solve(program, require_all=False, integral=True, time_limit=time_limit).values
+    if partial is None:
+        raise _time_limit_error(time_limit)
+    free = (program.capacity - program.usage @ partial).reshape(3, len(model.clusters))
+    placed = partial[program.size - program.stages :]
+    reasons = [
+        unplaced_reason(stage, model.clusters, scores, s, free)
+        for s, stage in enumerate(model.stages)
+        if placed[s] < 0.5
+    ]
+    if not reasons:
+        raise InternalError("the solver found every stage placeable after calling it infeasible")
+    return reasons
+
+
+def unplaced_reason(
+    stage: Stage, clusters: tuple[Cluster, ...], scores: Scores, s: int, free: np.ndarray
+) -> str:
+    """``0/3 clusters fit p/s: 2 have no a100, 1 has 8 of 16 free a100`` for stage index ``s``.
+
+    ``free`` is the (3, C) capacity (GPUs, cores, GiB) the placed stages leave.
+    """
+    why = [
+        capacity_reason(stage, cluster, free[:, c], _capacity((cluster,))[:, 0])
+        if scores.allowed[s, c]
+        else scores.reasons[(s, c)]
+        for c, cluster in enumerate(clusters)
+    ]
+    groups = sorted(Counter(why).items(), key=lambda item: (-item[1], item[0]))
+    detail = ", ".join(_counted(count, reason) for reason, count in groups)
+    return f"0/{len(clusters)} clusters fit {stage.key}: {detail or 'the fleet has no clusters'}"
+
+
+def _counted(count: int, reason: str) -> str:
+    """``2 have no a100``, ``1 is too small: ...``: the verb agrees with the count."""
+    singular, plural = ("is", "are") if reason.startswith("too small") else ("has", "have")
+    return f"{count} {singular if count == 1 else plural} {reason}"
+
+
+def capacity_reason(stage: Stage, cluster: Cluster, free: np.ndarray, total: np.ndarray) -> str:
+    """What ``cluster`` lacks for ``stage`` given ``free`` of ``total`` (GPUs, cores, GiB).
+
+    A gang needs all its replicas at once; a Deployment needs its per-cluster minimum here and
+    is short overall when the clusters together have room for fewer replicas than it has.
+    """
+    need = stage.replicas if stage.is_gang else min_replicas_per_cluster(stage)
+    demand = _demand((stage,))[:, 0]
+    for r, (have, capacity) in enumerate(zip(free, total, strict=True)):
+        if have < need * demand[r] - 1e-9:
+            return _free_of(r, have, capacity, cluster)
+    return f"room for {_fitting_replicas(stage, demand, free)} of {stage.replicas} replicas"
+
+
+def _free_of(resource: int, free: float, total: float, cluster: Cluster) -> str:
+    if resource == 0:
+        return f"{free:g} of {total:g} free {cluster.gpu_type}"
+    if resource == 1:
+        return f"{round(free, 3):g} of {round(total, 3):g} free cores"
+    return f"{round(free, 2):g}Gi of {round(total, 2):g}Gi free memory"
+
+
+def _fitting_replicas(stage: Stage, demand: np.ndarray, free: np.ndarray) -> int:
+    needed = demand > 0
+    per_resource = np.floor(free[needed] / demand[needed] + 1e-9)
+    return int(min(stage.replicas, *per_resource)) if needed.any() else stage.replicas

@@ -1,0 +1,389 @@
+"""The policy kinds, as users write them: the single source of truth for ``schemas/*.json``.
+
+Field names are the YAML spellings (camelCase, as in Kubernetes). Every field has a description:
+it reaches the JSON Schema and from there the user's editor. Optional fields default to ``None``
+here; the documented defaults are applied by :mod:`fleetc.resolve`, which knows how to derive
+them from what the seed examples do say (``gpu-count``, ``low-power``, ``region``...).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E)?$"
+PERCENTAGE_PATTERN = r"^[0-9]+(\.[0-9]+)?%$"
+DURATION_PATTERN = r"^[0-9]+(\.[0-9]+)?(ms|s|m|h)$"
+URL_PATTERN = r"^[a-z][a-z0-9+.-]*://[^\s]+$"
+OUTPUT_REF_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.outputs\.[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+#: Custom schema keyword: what a value should look like, in words, for error messages.
+EXPECTED = "x-fleetc-expected"
+
+DNSLabel = Annotated[
+    str,
+    WithJsonSchema({
+        "type": "string", "pattern": DNS_LABEL_PATTERN, "maxLength": 63,
+        EXPECTED: "a DNS-1123 label (lower-case letters, digits and '-', starting and ending "
+                  "with a letter or digit, at most 63 characters)",
+    }),
+]
+Quantity = Annotated[
+    int | float | str,
+    WithJsonSchema({
+        "type": ["integer", "number", "string"], "pattern": QUANTITY_PATTERN, "minimum": 0,
+        EXPECTED: "a Kubernetes quantity such as 16, 500m or 64Gi",
+    }),
+]
+Percentage = Annotated[
+    str,
+    WithJsonSchema({
+        "type": "string", "pattern": PERCENTAGE_PATTERN,
+        EXPECTED: "a percentage such as 80%",
+    }),
+]
+Duration = Annotated[
+    str,
+    WithJsonSchema({
+        "type": "string", "pattern": DURATION_PATTERN,
+        EXPECTED: "a duration such as 500ms, 5s, 2m or 1h",
+    }),
+]
+StorageURL = Annotated[
+    str,
+    WithJsonSchema({
+        "type": "string", "pattern": URL_PATTERN,
+        EXPECTED: "a storage URL such as cos://bucket/path/ or nfs://server/export/",
+    }),
+]
+OutputRef = Annotated[
+    str,
+    WithJsonSchema({
+        "type": "string", "pattern": OUTPUT_REF_PATTERN,
+        EXPECTED: "a reference of the form <stage>.outputs.<output>",
+    }),
+]
+Weight = Annotated[float, Field(ge=0, le=1)]
+AttributeValue = Annotated[
+    str | int | float | bool,
+    WithJsonSchema({"type": ["string", "integer", "number", "boolean"]}),
+]
+
+
+class _Spec(BaseModel):
+    """Base of every policy object: unknown fields are errors, values never change."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def describe(text: str, **kwargs: Any) -> Any:
+    """``Field(None, description=...)``: the common shape of an optional, documented field."""
+    return Field(None, description=text, **kwargs)
+
+
+class ObjectMeta(_Spec):
+    name: DNSLabel = Field(description="Name of the object; unique per kind. Becomes part of "
+                                       "paths and Kubernetes object names.")
+    namespace: DNSLabel | None = describe(
+        "Namespace. For an AIGCPipeline, the namespace its workloads run in (default: default).")
+    labels: dict[str, str] | None = describe("Free-form labels; not interpreted by fleetc.")
+    annotations: dict[str, str] | None = describe("Free-form annotations; not interpreted.")
+
+
+# --- Fleet -------------------------------------------------------------------------------------
+
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class Toleration(_Spec):
+    key: str | None = describe("Taint key to tolerate; empty with operator Exists tolerates all.")
+    operator: Literal["Exists", "Equal"] | None = describe(
+        "Exists matches any value; Equal (the default) matches `value` exactly.")
+    value: str | None = describe("Taint value to match with operator Equal.")
+    effect: TaintEffect | None = describe("Taint effect to match; empty matches every effect.")
+
+
+class Taint(_Spec):
+    key: str = Field(description="Taint key.")
+    value: str | None = describe("Taint value (default: empty).")
+    effect: TaintEffect = Field(description="What the taint does to work that does not "
+                                            "tolerate it: NoSchedule and NoExecute repel it; "
+                                            "PreferNoSchedule only discourages it.")
+
+
+class ClusterCapacity(_Spec):
+    cpu: Quantity | None = describe(
+        "Allocatable CPU cores for fleetc's workloads. Default: 16 per GPU on GPU clusters, "
+        "64 on clusters without GPUs (16 with attribute low-power).")
+    memory: Quantity | None = describe(
+        "Allocatable memory. Default: 128Gi per GPU on GPU clusters, 256Gi without GPUs "
+        "(64Gi with attribute low-power).")
+
+
+class ClusterPricing(_Spec):
+    gpuHour: float | None = describe(
+        "Price of one GPU-hour. Default from the GPU type: a100 3.0, h100 5.0, l4 0.8, "
+        "a10 1.0, v100 2.0, t4 0.5, other types 2.0.", ge=0, le=1e6)
+    cpuHour: float | None = describe("Price of one core-hour (default 0.04).", ge=0, le=1e6)
+    memoryGiBHour: float | None = describe("Price of one GiB-hour of memory (default 0.005).",
+                                           ge=0, le=1e6)
+
+
+class FleetCluster(_Spec):
+    name: DNSLabel = Field(description="Cluster name, as registered with the GitOps tool.")
+    provider: str = Field(description="Infrastructure provider (huawei, aliyun, kubeedge...).")
+    region: str = Field(description="Region or site of the cluster, e.g. cn-north-1.")
+    attributes: dict[str, AttributeValue] | None = describe(
+        "Free-form attributes (Kurator's). fleetc reads: gpu-type (GPU model, e.g. a100), "
+        "gpu-count (number of GPUs), network-tier (high-performance | standard | low), "
+        "low-latency (\"true\" for clusters close to users), edge-node, low-power (\"true\" for "
+        "energy-efficient sites). Other keys are kept and ignored.")
+    jurisdiction: str | None = describe(
+        "Legal jurisdiction whose data-residency law applies (default: the first "
+        "'-'-separated part of region, e.g. cn for cn-north-1).")
+    capacity: ClusterCapacity | None = describe("CPU and memory available to fleetc.")
+    pricing: ClusterPricing | None = describe("Prices used by the cost score.")
+    energyEfficiency: Weight | None = describe(
+        "Energy efficiency in [0, 1], higher is better (default 0.9 with attribute low-power "
+        "\"true\", else 0.6).")
+    utilization: Weight | None = describe(
+        "Share of the cluster already used by work fleetc does not place, in [0, 1] "
+        "(default 0). Feeds the utilisation part of the compute score.")
+    taints: list[Taint] | None = describe(
+        "Cluster taints (Karmada style). Default: a cluster with attribute gpu-type carries "
+        "gpu-type=<type>:NoSchedule, so only work that tolerates it (for example through the "
+        "Fleet's clusterTolerations) lands there.")
+
+
+class FleetPlacement(_Spec):
+    clusterTolerations: list[Toleration] | None = describe(
+        "Tolerations every pipeline stage gets, in addition to its own.")
+
+
+class AIGCConfig(_Spec):
+    trainingWeight: Weight | None = describe(
+        "Weight of training work (Training, DataProc, Evaluation stages) when capacity is "
+        "short (default 0.6).")
+    inferenceWeight: Weight | None = describe("Weight of inference (Deployment stages), "
+                                              "default 0.3.")
+    finetuningWeight: Weight | None = describe("Weight of Finetuning stages, default 0.1.")
+
+
+class ScoreWeightsSpec(_Spec):
+    compute: float | None = describe("Weight of the compute score (default 0.35).", ge=0, le=1)
+    cost: float | None = describe("Weight of the cost score (default 0.25).", ge=0, le=1)
+    network: float | None = describe("Weight of the network score (default 0.20).", ge=0, le=1)
+    energy: float | None = describe("Weight of the energy score (default 0.20).", ge=0, le=1)
+
+
+class FleetSpec(_Spec):
+    clusters: list[FleetCluster] = Field(description="Member clusters.", min_length=1)
+    placement: FleetPlacement | None = describe("Fleet-wide placement rules.")
+    aigcConfig: AIGCConfig | None = describe("Relative weights of the AIGC workload classes.")
+    scoreWeights: ScoreWeightsSpec | None = describe(
+        "Weights of the four score terms; they need not sum to 1 (fleetc normalises them).")
+
+
+class Fleet(_Spec):
+    """A fleet of clusters (Kurator's Fleet, with the fields fleetc needs to place work)."""
+
+    apiVersion: Literal["fleet.kurator.dev/v1alpha1"] = Field(description="API version.")
+    kind: Literal["Fleet"] = Field(description="Kind.")
+    metadata: ObjectMeta = Field(description="Standard object metadata.")
+    spec: FleetSpec = Field(description="The fleet's clusters and placement rules.")
+
+
+# --- AIGCPipeline ------------------------------------------------------------------------------
+
+StageTypeName = Literal["DataProc", "Training", "Finetuning", "Evaluation", "Deployment"]
+
+
+class StageInput(_Spec):
+    name: DNSLabel = Field(description="Input name, unique within the stage.")
+    source: StorageURL | None = describe("Where the data is: a storage URL. Give this or from.")
+    from_: OutputRef | None = Field(
+        None, alias="from",
+        description="Another stage's output: <stage>.outputs.<output>. Give this or source.")
+    location: str | None = describe(
+        "Region where the data lives (for data locality and data sovereignty). For from: "
+        "inputs, the producing output's location applies.")
+
+
+class StageOutput(_Spec):
+    name: DNSLabel = Field(description="Output name, unique within the stage.")
+    storage: StorageURL = Field(description="Where the output is written: a storage URL.")
+    location: str | None = describe("Region where the storage lives.")
+
+
+class StageResources(_Spec):
+    cpu: Quantity | None = describe("CPU per replica (default: 4 for DataProc, 8 otherwise).")
+    memory: Quantity | None = describe("Memory per replica (default: 16Gi for DataProc and "
+                                       "Deployment, 32Gi otherwise).")
+    gpu: int | None = describe("GPUs per replica (default: 0 for DataProc, 1 otherwise).",
+                               ge=0, le=1024)
+    gpuType: str | None = describe("GPU model required, e.g. a100 (default: any).")
+
+
+class PipelineStage(_Spec):
+    name: DNSLabel = Field(description="Stage name, unique within the pipeline.")
+    type: StageTypeName = Field(description="What the stage does; decides how it is scheduled "
+                                            "(Deployment serves; the others run to completion "
+                                            "as a gang).")
+    dependencies: list[DNSLabel] | None = describe("Stages that must finish first.")
+    inputs: list[StageInput] | None = describe("Data the stage reads.")
+    outputs: list[StageOutput] | None = describe("Data the stage writes.")
+    resources: StageResources | None = describe("Resources per replica.")
+    replicas: int | None = describe(
+        "Deployment: serving replicas in total across clusters (default 2). Other types: pods "
+        "in the gang, all placed in one cluster (default 1).", ge=1, le=100_000)
+    minReplicasPerCluster: int | None = describe(
+        "Deployment only: a cluster that serves the stage runs at least this many replicas, "
+        "the warm minimum against cold starts (default 1).", ge=1, le=100_000)
+    tolerations: list[Toleration] | None = describe("Cluster taints this stage tolerates.")
+    image: str | None = describe(
+        "Container image (default by type: python:3.11-slim for DataProc, "
+        "nvcr.io/nvidia/pytorch:24.05-py3 for Training, Finetuning and Evaluation, "
+        "nvcr.io/nvidia/tritonserver:24.05-py3 for Deployment).")
+    command: list[str] | None = describe("Container command (default: the image's).")
+
+
+class PipelineSpec(_Spec):
+    stages: list[PipelineStage] = Field(description="The pipeline's stages.", min_length=1)
+
+
+class AIGCPipeline(_Spec):
+    """An end-to-end AIGC pipeline: data preparation, training, evaluation, serving."""
+
+    apiVersion: Literal["aigc.kurator.dev/v1alpha1"] = Field(description="API version.")
+    kind: Literal["AIGCPipeline"] = Field(description="Kind.")
+    metadata: ObjectMeta = Field(description="Standard object metadata.")
+    spec: PipelineSpec = Field(description="The pipeline's stages.")
+
+
+# --- AIGCPlatform ------------------------------------------------------------------------------
+
+
+class Security(_Spec):
+    dataSovereignty: bool | None = describe(
+        "Data never leaves its jurisdiction: a stage reading data located in a jurisdiction "
+        "runs only on clusters of that jurisdiction (default false).")
+    auditEnabled: bool | None = describe("Inference results are auditable (default false).")
+    encryptionAtRest: bool | None = describe("Data is encrypted at rest (default false).")
+
+
+class Performance(_Spec):
+    inferenceTimeout: Duration | None = describe("Timeout of one inference request "
+                                                 "(default 30s).")
+    trainingPriority: Literal["low", "medium", "high", "critical"] | None = describe(
+        "Scheduling priority of training work in the clusters (default medium).")
+
+
+class MultiCluster(_Spec):
+    primaryCluster: DNSLabel = Field(description="Cluster serving as the primary.")
+    secondaryClusters: list[DNSLabel] | None = describe(
+        "Clusters that also serve, active-active with the primary.")
+
+
+class PlatformSpec(_Spec):
+    security: Security | None = describe("Compliance settings.")
+    performance: Performance | None = describe("Serving and scheduling performance settings.")
+    multiCluster: MultiCluster | None = describe("High-availability layout of serving stages.")
+    pipelines: list[DNSLabel] | None = describe(
+        "Pipelines the platform governs (default: every pipeline compiled with it).")
+
+
+class AIGCPlatform(_Spec):
+    """Platform-wide rules for the pipelines it governs: compliance, performance, HA."""
+
+    apiVersion: Literal["aigc.kurator.dev/v1alpha1"] = Field(description="API version.")
+    kind: Literal["AIGCPlatform"] = Field(description="Kind.")
+    metadata: ObjectMeta = Field(description="Standard object metadata.")
+    spec: PlatformSpec = Field(description="The platform's rules.")
+
+
+# --- GPUOptimizationPolicy ---------------------------------------------------------------------
+
+
+class TimeSlicing(_Spec):
+    enabled: bool | None = describe("Advertise each GPU as several (default false).")
+    replicas: int | None = describe("How many slots each GPU is advertised as (default 1).",
+                                    ge=1, le=64)
+
+
+class MemoryManagement(_Spec):
+    defragmentThreshold: Percentage | None = describe(
+        "GPU memory use above which a node is defragmented; capacity above it is kept free.")
+    compactionStrategy: Literal["lazy", "eager"] | None = describe(
+        "When to compact GPU memory (default lazy).")
+
+
+class SharingStrategy(_Spec):
+    enabled: bool | None = describe("Let workloads share a GPU (default false).")
+    maxSharers: int | None = describe("Most workloads on one GPU (default 1).", ge=1, le=64)
+
+
+class GPUPolicySpec(_Spec):
+    timeSlicing: TimeSlicing | None = describe("NVIDIA device plugin time-slicing.")
+    memoryManagement: MemoryManagement | None = describe("GPU memory fragmentation control.")
+    sharingStrategy: SharingStrategy | None = describe("GPU sharing between workloads.")
+
+
+class GPUOptimizationPolicy(_Spec):
+    """How the fleet's GPUs are shared and kept unfragmented."""
+
+    apiVersion: Literal["scheduling.kurator.dev/v1alpha1"] = Field(description="API version.")
+    kind: Literal["GPUOptimizationPolicy"] = Field(description="Kind.")
+    metadata: ObjectMeta = Field(description="Standard object metadata.")
+    spec: GPUPolicySpec = Field(description="GPU sharing and memory rules.")
+
+
+# --- DataOptimizationPolicy --------------------------------------------------------------------
+
+
+class Preprocessing(_Spec):
+    parallelization: int | None = describe("Parallel workers of DataProc stages (default 1).",
+                                           ge=1, le=4096)
+    compression: bool | None = describe("Compress preprocessed data (default false).")
+
+
+class Caching(_Spec):
+    enabled: bool | None = describe("Cache input data near the compute (default false).")
+    strategy: Literal["LRU", "LFU"] | None = describe("Cache eviction strategy (default LRU).")
+    size: Quantity | None = describe("Cache size per cluster (default 100Gi).")
+
+
+class Prefetching(_Spec):
+    enabled: bool | None = describe("Load data before the stage asks for it (default false).")
+    lookahead: int | None = describe("How many files ahead to prefetch (default 0).", ge=0,
+                                     le=1_000_000)
+
+
+class DataPolicySpec(_Spec):
+    preprocessing: Preprocessing | None = describe("Data preparation settings.")
+    caching: Caching | None = describe("Data caching near the GPUs.")
+    prefetching: Prefetching | None = describe("Data prefetching.")
+
+
+class DataOptimizationPolicy(_Spec):
+    """How training data reaches the GPUs: preprocessing, caching, prefetching."""
+
+    apiVersion: Literal["aigc.kurator.dev/v1alpha1"] = Field(description="API version.")
+    kind: Literal["DataOptimizationPolicy"] = Field(description="Kind.")
+    metadata: ObjectMeta = Field(description="Standard object metadata.")
+    spec: DataPolicySpec = Field(description="Data path settings.")
+
+
+PolicyObject = Fleet | AIGCPipeline | AIGCPlatform | GPUOptimizationPolicy | DataOptimizationPolicy
+
+#: Every kind fleetc reads, by kind name.
+KINDS: dict[str, type[PolicyObject]] = {
+    model.model_fields["kind"].annotation.__args__[0]: model  # type: ignore[union-attr]
+    for model in (Fleet, AIGCPipeline, AIGCPlatform, GPUOptimizationPolicy,
+                  DataOptimizationPolicy)
+}
+
+
+def api_version(kind: str) -> str:
+    return KINDS[kind].model_fields["apiVersion"].annotation.__args__[0]  # type: ignore

@@ -1,0 +1,240 @@
+"""Model stage: valid policies -> the immutable :class:`~fleetc.model.FleetModel`.
+
+This is where every documented default lives, derived from what the seed's examples do say
+(``gpu-count``, ``gpu-type``, ``low-power``, ``low-latency``, ``network-tier``, ``region``).
+The functions are pure: the same policies give the same model, whatever their file order.
+"""
+
+from __future__ import annotations
+
+from . import model as m
+from . import policy as p
+from .errors import Diagnostic, PolicyError
+from .quantity import GIB, cpu_millis, memory_bytes, parse_percentage
+from .validate import Parsed, PolicySet, governed, stage_edges
+
+GPU_HOUR_PRICE = {"a100": 3.0, "h100": 5.0, "l4": 0.8, "a10": 1.0, "v100": 2.0, "t4": 0.5}
+DEFAULT_GPU_HOUR_PRICE = 2.0
+DEFAULT_CPU_HOUR_PRICE = 0.04
+DEFAULT_MEMORY_GIB_HOUR_PRICE = 0.005
+
+CORES_PER_GPU = 16
+MEMORY_PER_GPU = 128 * GIB
+
+DEFAULT_IMAGES = {
+    m.StageType.DATAPROC: "python:3.11-slim",
+    m.StageType.TRAINING: "nvcr.io/nvidia/pytorch:24.05-py3",
+    m.StageType.FINETUNING: "nvcr.io/nvidia/pytorch:24.05-py3",
+    m.StageType.EVALUATION: "nvcr.io/nvidia/pytorch:24.05-py3",
+    m.StageType.DEPLOYMENT: "nvcr.io/nvidia/tritonserver:24.05-py3",
+}
+DEFAULT_NAMESPACE = "default"
+
+
+def resolve(policies: PolicySet, where: str) -> m.FleetModel:
+    """Build the model of one compile; ``where`` names the input in the no-Fleet error."""
+    if not policies.fleets:
+        raise PolicyError([Diagnostic(where, 0, 0, "", "no Fleet found: fleetc needs one Fleet "
+                                      "to place pipelines on")])
+    fleet = policies.fleets[0]
+    spec = fleet.obj.spec
+    fleet_tolerations = tuple(_toleration(t) for t in
+                              (spec.placement.clusterTolerations or [] if spec.placement else []))
+    stages = tuple(
+        stage
+        for pipeline in sorted(policies.pipelines, key=lambda pl: pl.name)
+        for stage in _stages(pipeline, fleet_tolerations)
+    )
+    return m.FleetModel(
+        name=fleet.name,
+        namespace=fleet.obj.metadata.namespace or DEFAULT_NAMESPACE,
+        clusters=tuple(sorted((_cluster(fleet, i) for i in range(len(spec.clusters))),
+                              key=lambda c: c.name)),
+        stages=stages,
+        score_weights=_score_weights(spec.scoreWeights),
+        class_weights=_class_weights(spec.aigcConfig),
+        platforms=tuple(sorted((_platform(pf, policies) for pf in policies.platforms),
+                               key=lambda x: x.name)),
+        gpu_policy=_gpu_policy(policies.gpu_policies[0]) if policies.gpu_policies else None,
+        data_policies=tuple(_data_policy(d) for d in policies.data_policies),
+    )
+
+
+def _flag(attributes: dict[str, object], key: str) -> bool:
+    return str(attributes.get(key, "false")).lower() == "true"
+
+
+def _cluster(fleet: Parsed[p.Fleet], index: int) -> m.Cluster:
+    c = fleet.obj.spec.clusters[index]
+    attributes = c.attributes or {}
+    gpus = int(str(attributes.get("gpu-count", 0)))
+    gpu_type = str(attributes["gpu-type"]).lower() if gpus and "gpu-type" in attributes else None
+    low_power = _flag(attributes, "low-power")
+    capacity = c.capacity or p.ClusterCapacity()
+    pricing = c.pricing or p.ClusterPricing()
+    default_cores = CORES_PER_GPU * gpus if gpus else (16 if low_power else 64)
+    default_memory = MEMORY_PER_GPU * gpus if gpus else (64 if low_power else 256) * GIB
+    default_taints = (m.Taint("gpu-type", gpu_type, "NoSchedule"),) if gpu_type else ()
+    return m.Cluster(
+        name=c.name,
+        provider=c.provider,
+        region=c.region,
+        jurisdiction=c.jurisdiction or c.region.split("-", 1)[0],
+        gpu_type=gpu_type,
+        gpus=gpus,
+        cpu_millis=cpu_millis(capacity.cpu) if capacity.cpu is not None else default_cores * 1000,
+        memory_bytes=(memory_bytes(capacity.memory) if capacity.memory is not None
+                      else default_memory),
+        taints=(tuple(m.Taint(t.key, t.value or "", t.effect) for t in c.taints)
+                if c.taints is not None else default_taints),
+        gpu_hour_cost=_or(pricing.gpuHour,
+                          GPU_HOUR_PRICE.get(gpu_type or "", DEFAULT_GPU_HOUR_PRICE)),
+        cpu_hour_cost=_or(pricing.cpuHour, DEFAULT_CPU_HOUR_PRICE),
+        memory_gib_hour_cost=_or(pricing.memoryGiBHour, DEFAULT_MEMORY_GIB_HOUR_PRICE),
+        energy_efficiency=_or(c.energyEfficiency, 0.9 if low_power else 0.6),
+        network_tier=str(attributes.get("network-tier", "standard")),
+        low_latency=_flag(attributes, "low-latency"),
+        edge=_flag(attributes, "edge-node"),
+        utilization=_or(c.utilization, 0.0),
+        source=m.Source(fleet.doc.path, f"spec.clusters[{index}]"),
+    )
+
+
+def _or(value: float | None, default: float) -> float:
+    return float(default if value is None else value)
+
+
+def _toleration(t: p.Toleration) -> m.Toleration:
+    return m.Toleration(key=t.key or "", operator=t.operator or "Equal", value=t.value or "",
+                        effect=t.effect or "")
+
+
+def _stages(pipeline: Parsed[p.AIGCPipeline],
+            fleet_tolerations: tuple[m.Toleration, ...]) -> list[m.Stage]:
+    declared = pipeline.obj.spec.stages
+    outputs = {(s.name, o.name): o for s in declared for o in s.outputs or []}
+    return [
+        _stage(pipeline, i, stage, outputs, fleet_tolerations) for i, stage in enumerate(declared)
+    ]
+
+
+def _stage(pipeline: Parsed[p.AIGCPipeline], index: int, stage: p.PipelineStage,
+           outputs: dict[tuple[str, str], p.StageOutput],
+           fleet_tolerations: tuple[m.Toleration, ...]) -> m.Stage:
+    kind = m.StageType(stage.type)
+    res = stage.resources or p.StageResources()
+    deployment = kind is m.StageType.DEPLOYMENT
+    default_gpus = 1 if res.gpuType or kind is not m.StageType.DATAPROC else 0
+    return m.Stage(
+        pipeline=pipeline.name,
+        namespace=pipeline.obj.metadata.namespace or DEFAULT_NAMESPACE,
+        name=stage.name,
+        type=kind,
+        dependencies=tuple(stage_edges(stage)),
+        inputs=tuple(_input(i, outputs) for i in stage.inputs or []),
+        outputs=tuple(m.Output(o.name, o.storage, o.location) for o in stage.outputs or []),
+        cpu_millis=cpu_millis(res.cpu if res.cpu is not None
+                              else 4 if kind is m.StageType.DATAPROC else 8),
+        memory_bytes=memory_bytes(res.memory if res.memory is not None
+                                  else "16Gi" if kind in (m.StageType.DATAPROC,
+                                                          m.StageType.DEPLOYMENT) else "32Gi"),
+        gpus=res.gpu if res.gpu is not None else default_gpus,
+        gpu_type=res.gpuType.lower() if res.gpuType else None,
+        replicas=stage.replicas or (2 if deployment else 1),
+        min_replicas_per_cluster=stage.minReplicasPerCluster or 1,
+        tolerations=tuple(_toleration(t) for t in stage.tolerations or []) + fleet_tolerations,
+        image=stage.image or DEFAULT_IMAGES[kind],
+        command=tuple(stage.command or ()),
+        source=m.Source(pipeline.doc.path, f"spec.stages[{index}]"),
+    )
+
+
+def _input(item: p.StageInput, outputs: dict[tuple[str, str], p.StageOutput]) -> m.Input:
+    if item.from_ is None:
+        return m.Input(item.name, item.source, None, None, item.location)
+    stage_name, _, output_name = item.from_.split(".", 2)
+    produced = outputs[(stage_name, output_name)]
+    return m.Input(item.name, produced.storage, stage_name, output_name,
+                   item.location or produced.location)
+
+
+def _score_weights(spec: p.ScoreWeightsSpec | None) -> m.ScoreWeights:
+    default = m.ScoreWeights()
+    if spec is None:
+        return default
+    raw = {f: _or(getattr(spec, f), getattr(default, f))
+           for f in ("compute", "cost", "network", "energy")}
+    total = sum(raw.values())
+    return m.ScoreWeights(**{f: w / total for f, w in raw.items()})
+
+
+def _class_weights(spec: p.AIGCConfig | None) -> m.ClassWeights:
+    default = m.ClassWeights()
+    if spec is None:
+        return default
+    return m.ClassWeights(
+        training=_or(spec.trainingWeight, default.training),
+        inference=_or(spec.inferenceWeight, default.inference),
+        finetuning=_or(spec.finetuningWeight, default.finetuning),
+    )
+
+
+def _duration_seconds(text: str) -> float:
+    for suffix, scale in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * scale
+    raise ValueError(text)  # pragma: no cover - the schema's pattern excludes it
+
+
+def _platform(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> m.Platform:
+    spec = platform.obj.spec
+    security = spec.security or p.Security()
+    performance = spec.performance or p.Performance()
+    multi = spec.multiCluster
+    return m.Platform(
+        name=platform.name,
+        data_sovereignty=bool(security.dataSovereignty),
+        audit_enabled=bool(security.auditEnabled),
+        encryption_at_rest=bool(security.encryptionAtRest),
+        inference_timeout_seconds=_duration_seconds(performance.inferenceTimeout or "30s"),
+        training_priority=performance.trainingPriority or "medium",
+        primary_cluster=multi.primaryCluster if multi else None,
+        secondary_clusters=tuple(multi.secondaryClusters or []) if multi else (),
+        pipelines=tuple(sorted(governed(platform, policies))),
+        source=m.Source(platform.doc.path, "spec"),
+    )
+
+
+def _gpu_policy(gpu: Parsed[p.GPUOptimizationPolicy]) -> m.GPUPolicy:
+    spec = gpu.obj.spec
+    slicing = spec.timeSlicing or p.TimeSlicing()
+    memory = spec.memoryManagement or p.MemoryManagement()
+    sharing = spec.sharingStrategy or p.SharingStrategy()
+    return m.GPUPolicy(
+        name=gpu.name,
+        time_slicing_replicas=(slicing.replicas or 1) if slicing.enabled else 1,
+        defragment_threshold=(float(parse_percentage(memory.defragmentThreshold))
+                              if memory.defragmentThreshold else None),
+        compaction_strategy=memory.compactionStrategy,
+        sharing_enabled=bool(sharing.enabled),
+        max_sharers=(sharing.maxSharers or 1) if sharing.enabled else 1,
+        source=m.Source(gpu.doc.path, "spec"),
+    )
+
+
+def _data_policy(data: Parsed[p.DataOptimizationPolicy]) -> m.DataPolicy:
+    spec = data.obj.spec
+    pre = spec.preprocessing or p.Preprocessing()
+    caching = spec.caching or p.Caching()
+    prefetch = spec.prefetching or p.Prefetching()
+    return m.DataPolicy(
+        name=data.name,
+        parallelization=pre.parallelization or 1,
+        compression=bool(pre.compression),
+        caching_enabled=bool(caching.enabled),
+        caching_strategy=caching.strategy or "LRU",
+        caching_size_bytes=memory_bytes(caching.size if caching.size is not None else "100Gi"),
+        prefetching_enabled=bool(prefetch.enabled),
+        prefetch_lookahead=prefetch.lookahead or 0,
+        source=m.Source(data.doc.path, "spec"),
+    )

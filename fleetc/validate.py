@@ -1,0 +1,492 @@
+"""Validate stage: loaded documents -> typed policies, or every problem at once.
+
+Two passes. The schema pass checks each document alone against its kind's JSON Schema (the one
+committed under ``schemas/``) and turns each schema error into a compiler-style diagnostic. The
+semantic pass checks what a schema cannot: names unique across documents, references that
+resolve, dependency cycles, quantities and percentages in range, attributes that parse.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError as SchemaError
+from pydantic import ValidationError
+
+from . import policy as p
+from .errors import Diagnostic, did_you_mean
+from .load import Document, FieldPath
+from .quantity import cpu_millis, memory_bytes, parse_percentage
+from .schemas import schema_for
+
+T = TypeVar("T")
+
+#: Quantities beyond these are typos, not clusters (and would overflow the solver's numbers).
+MAX_CPU_MILLIS = 10**9  # one million cores
+MAX_MEMORY_BYTES = 2**60  # 1Ei
+MAX_GPU_COUNT = 1_000_000
+BOOLEAN_ATTRIBUTES = ("low-latency", "edge-node", "low-power")
+NETWORK_TIERS = ("high-performance", "standard", "low")
+
+
+@dataclass(frozen=True)
+class Parsed(Generic[T]):
+    """A typed policy object together with the document it came from (for messages)."""
+
+    obj: T
+    doc: Document
+
+    @property
+    def name(self) -> str:
+        return self.obj.metadata.name  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class PolicySet:
+    """Every valid policy object of one compile, by kind, in file order."""
+
+    fleets: tuple[Parsed[p.Fleet], ...] = ()
+    pipelines: tuple[Parsed[p.AIGCPipeline], ...] = ()
+    platforms: tuple[Parsed[p.AIGCPlatform], ...] = ()
+    gpu_policies: tuple[Parsed[p.GPUOptimizationPolicy], ...] = ()
+    data_policies: tuple[Parsed[p.DataOptimizationPolicy], ...] = ()
+
+
+def validate(documents: Sequence[Document]) -> tuple[PolicySet, list[Diagnostic]]:
+    """Check every document; return the policies that passed and every diagnostic found."""
+    parsed: list[Parsed[Any]] = []
+    diagnostics: list[Diagnostic] = []
+    for doc in documents:
+        obj, problems = _check_document(doc)
+        diagnostics.extend(problems)
+        if obj is not None:
+            parsed.append(Parsed(obj, doc))
+    policies = PolicySet(
+        fleets=_of_kind(parsed, p.Fleet),
+        pipelines=_of_kind(parsed, p.AIGCPipeline),
+        platforms=_of_kind(parsed, p.AIGCPlatform),
+        gpu_policies=_of_kind(parsed, p.GPUOptimizationPolicy),
+        data_policies=_of_kind(parsed, p.DataOptimizationPolicy),
+    )
+    diagnostics.extend(semantic_checks(policies))
+    return policies, diagnostics
+
+
+def _of_kind(parsed: Iterable[Parsed[Any]], kind: type[T]) -> tuple[Parsed[T], ...]:
+    return tuple(item for item in parsed if isinstance(item.obj, kind))
+
+
+# --- schema pass -------------------------------------------------------------------------------
+
+
+@functools.cache
+def _validator(kind: str) -> Draft202012Validator:
+    return Draft202012Validator(schema_for(kind))
+
+
+def _check_document(doc: Document) -> tuple[p.PolicyObject | None, list[Diagnostic]]:
+    data = doc.data
+    if not isinstance(data, dict):
+        return None, [doc.diagnostic((), f"expected a policy object (a mapping), got "
+                                         f"{_describe(data)}")]
+    kind_problem = _check_kind(doc, data)
+    if kind_problem:
+        return None, [kind_problem]
+    kind = data["kind"]
+    errors = list(_validator(kind).iter_errors(data))
+    if errors:
+        return None, [d for e in errors for d in _translate(doc, e)]
+    try:
+        return p.KINDS[kind].model_validate(data), []
+    except ValidationError as err:  # the schema and the models agree; this is a safety net
+        return None, [doc.diagnostic(tuple(e["loc"]), e["msg"]) for e in err.errors()]
+
+
+def _check_kind(doc: Document, data: dict[str, Any]) -> Diagnostic | None:
+    kind = data.get("kind")
+    if kind is None:
+        return doc.diagnostic(("kind",), "missing required field 'kind'",
+                              hint=f"one of: {', '.join(sorted(p.KINDS))}")
+    if kind not in p.KINDS:
+        hint = did_you_mean(str(kind), p.KINDS) or f"fleetc reads: {', '.join(sorted(p.KINDS))}"
+        return doc.diagnostic(("kind",), f"unknown kind {_describe(kind)}", hint=hint)
+    expected = p.api_version(kind)
+    version = data.get("apiVersion")
+    if version != expected:
+        got = "nothing" if version is None else _describe(version)
+        return doc.diagnostic(("apiVersion",), f"expected '{expected}' for kind {kind}, got {got}")
+    return None
+
+
+_TYPE_NAMES = {
+    "integer": "an integer", "number": "a number", "string": "a string",
+    "boolean": "a boolean (true or false)", "object": "a mapping", "array": "a list",
+    "null": "null",
+}
+
+
+def _describe(value: Any) -> str:
+    """How a value reads in a message: strings quoted, containers by their kind."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 60 else repr(value[:57] + "...")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
+
+def _expected(error: SchemaError) -> str:
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    if p.EXPECTED in schema:
+        return str(schema[p.EXPECTED])
+    types = schema.get("type")
+    if isinstance(types, list):
+        return " or ".join(_TYPE_NAMES.get(t, t) for t in types)
+    return _TYPE_NAMES.get(str(types), str(types))
+
+
+def _translate(doc: Document, error: SchemaError) -> Iterator[Diagnostic]:
+    """One jsonschema error -> the diagnostics a user should read."""
+    path: FieldPath = tuple(error.absolute_path)
+    value = error.instance
+    kind = error.validator
+    if kind == "additionalProperties":
+        known = error.schema.get("properties", {})
+        for key in sorted(set(value) - set(known)):
+            hint = did_you_mean(key, known) or f"known fields: {', '.join(known)}"
+            yield doc.diagnostic(path + (key,), f"unknown field '{key}'", hint=hint, key=True)
+    elif kind == "required":
+        for name in error.validator_value:
+            if name not in value:
+                yield doc.diagnostic(path + (name,), f"missing required field '{name}'")
+    elif kind in ("type", "pattern", "maxLength", "minLength"):
+        yield doc.diagnostic(path, f"expected {_expected(error)}, got {_describe(value)}")
+    elif kind == "enum":
+        choices = ", ".join(f"'{c}'" for c in error.validator_value)
+        yield doc.diagnostic(path, f"expected one of {choices}, got {_describe(value)}",
+                             hint=did_you_mean(str(value), map(str, error.validator_value)))
+    elif kind == "const":
+        yield doc.diagnostic(path, f"expected '{error.validator_value}', got {_describe(value)}")
+    elif kind in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        sign = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">",
+                "exclusiveMaximum": "<"}[kind]
+        noun = "an integer" if error.schema.get("type") == "integer" else "a number"
+        yield doc.diagnostic(path, f"expected {noun} {sign} {error.validator_value}, got "
+                                   f"{_describe(value)}")
+    elif kind == "minItems":
+        yield doc.diagnostic(path, f"expected at least {error.validator_value} item(s), got "
+                                   f"{len(value)}")
+    else:
+        yield doc.diagnostic(path, error.message)
+
+
+# --- semantic pass -----------------------------------------------------------------------------
+
+
+def semantic_checks(policies: PolicySet) -> list[Diagnostic]:
+    """Cross-document checks; each check is a generator of diagnostics."""
+    checks = [
+        _unique_names(policies),
+        _singletons(policies),
+        *(_fleet_checks(f) for f in policies.fleets),
+        *(_pipeline_checks(pl) for pl in policies.pipelines),
+        *(_platform_checks(pf, policies) for pf in policies.platforms),
+        *(_gpu_policy_checks(g) for g in policies.gpu_policies),
+        *(_data_policy_checks(d) for d in policies.data_policies),
+    ]
+    return [d for check in checks for d in check]
+
+
+def _unique_names(policies: PolicySet) -> Iterator[Diagnostic]:
+    for group in (policies.fleets, policies.pipelines, policies.platforms,
+                  policies.gpu_policies, policies.data_policies):
+        yield from _duplicates(group, lambda item: item.name, ("metadata", "name"),
+                               lambda item: item.obj.kind)
+
+
+def _duplicates(items: Iterable[Any], name_of: Any, field: FieldPath, what: Any) -> Iterator[
+        Diagnostic]:
+    """Diagnose every item whose name an earlier item already uses."""
+    first: dict[str, Any] = {}
+    for item in items:
+        name = name_of(item)
+        if name in first:
+            earlier = first[name]
+            line, _ = earlier.doc.locate(field) if hasattr(earlier, "doc") else (0, 0)
+            yield item.doc.diagnostic(
+                field, f"duplicate {what(item)} name '{name}' (first defined at "
+                       f"{earlier.doc.path}:{line})")
+        else:
+            first[name] = item
+
+
+def _singletons(policies: PolicySet) -> Iterator[Diagnostic]:
+    for group, kind in ((policies.fleets, "Fleet"), (policies.gpu_policies,
+                                                     "GPUOptimizationPolicy"),
+                        (policies.data_policies, "DataOptimizationPolicy")):
+        names = {item.name for item in group}
+        if len(names) > 1:
+            for extra in group[1:]:
+                if extra.name != group[0].name:
+                    yield extra.doc.diagnostic(
+                        ("metadata", "name"),
+                        f"a second {kind} ('{extra.name}'); fleetc compiles one {kind} at a "
+                        f"time (the first is '{group[0].name}' in {group[0].doc.path})",
+                        hint="compile each fleet from its own folder")
+
+
+def _fleet_checks(fleet: Parsed[p.Fleet]) -> Iterator[Diagnostic]:
+    doc, spec = fleet.doc, fleet.obj.spec
+    seen: dict[str, int] = {}
+    for i, cluster in enumerate(spec.clusters):
+        base: FieldPath = ("spec", "clusters", i)
+        if cluster.name in seen:
+            yield doc.diagnostic(base + ("name",), f"duplicate cluster name '{cluster.name}' "
+                                                   f"(also spec.clusters[{seen[cluster.name]}])")
+        seen.setdefault(cluster.name, i)
+        yield from _attribute_checks(doc, base + ("attributes",), cluster.attributes or {})
+        if cluster.capacity:
+            yield from _quantity_check(doc, base + ("capacity", "cpu"), cluster.capacity.cpu,
+                                       cpu_millis, MAX_CPU_MILLIS)
+            yield from _quantity_check(doc, base + ("capacity", "memory"),
+                                       cluster.capacity.memory, memory_bytes, MAX_MEMORY_BYTES)
+    weights = spec.aigcConfig
+    if weights and all(w == 0 for w in (weights.trainingWeight, weights.inferenceWeight,
+                                        weights.finetuningWeight)):
+        yield doc.diagnostic(("spec", "aigcConfig"), "all class weights are 0",
+                             hint="give at least one workload class a positive weight")
+    score = spec.scoreWeights
+    if score and all(getattr(score, f) == 0 for f in ("compute", "cost", "network", "energy")):
+        yield doc.diagnostic(("spec", "scoreWeights"), "all score weights are 0",
+                             hint="give at least one score term a positive weight")
+
+
+def _attribute_checks(doc: Document, base: FieldPath, attributes: dict[str, Any]) -> Iterator[
+        Diagnostic]:
+    count = attributes.get("gpu-count")
+    if count is not None:
+        text = str(count).strip()
+        if isinstance(count, bool) or not text.isdigit():
+            yield doc.diagnostic(base + ("gpu-count",),
+                                 f"expected an integer, got {_describe(count)}")
+        elif int(text) > MAX_GPU_COUNT:
+            yield doc.diagnostic(base + ("gpu-count",),
+                                 f"expected at most {MAX_GPU_COUNT} GPUs, got {text}")
+        elif int(text) > 0 and "gpu-type" not in attributes:
+            yield doc.diagnostic(base + ("gpu-count",), "gpu-count without gpu-type",
+                                 hint="add attribute gpu-type (for example a100)")
+    elif "gpu-type" in attributes:
+        yield doc.diagnostic(base + ("gpu-type",), "gpu-type without gpu-count",
+                             hint="add attribute gpu-count (the number of GPUs)")
+    for name in BOOLEAN_ATTRIBUTES:
+        value = attributes.get(name)
+        if value is not None and str(value).lower() not in ("true", "false"):
+            yield doc.diagnostic(base + (name,),
+                                 f"expected \"true\" or \"false\", got {_describe(value)}")
+    tier = attributes.get("network-tier")
+    if tier is not None and tier not in NETWORK_TIERS:
+        yield doc.diagnostic(base + ("network-tier",),
+                             f"expected one of {', '.join(NETWORK_TIERS)}, got {_describe(tier)}",
+                             hint=did_you_mean(str(tier), NETWORK_TIERS))
+
+
+def _quantity_check(doc: Document, path: FieldPath, value: Any, convert: Any,
+                    limit: int) -> Iterator[Diagnostic]:
+    if value is None:
+        return
+    amount = convert(value)
+    if amount > limit:
+        yield doc.diagnostic(path, f"quantity {_describe(value)} is out of range")
+    elif amount == 0:
+        yield doc.diagnostic(path, f"expected a positive quantity, got {_describe(value)}")
+
+
+def _pipeline_checks(pipeline: Parsed[p.AIGCPipeline]) -> Iterator[Diagnostic]:
+    doc, stages = pipeline.doc, pipeline.obj.spec.stages
+    index = {}
+    for i, stage in enumerate(stages):
+        if stage.name in index:
+            yield doc.diagnostic(("spec", "stages", i, "name"),
+                                 f"duplicate stage name '{stage.name}' "
+                                 f"(also spec.stages[{index[stage.name]}])")
+        else:
+            index[stage.name] = i
+    for i, stage in enumerate(stages):
+        yield from _stage_checks(doc, ("spec", "stages", i), stage, stages, index)
+    yield from _cycle_check(doc, stages, index)
+
+
+def _stage_checks(doc: Document, base: FieldPath, stage: p.PipelineStage,
+                  stages: Sequence[p.PipelineStage], index: dict[str, int]) -> Iterator[
+        Diagnostic]:
+    for j, dep in enumerate(stage.dependencies or []):
+        if dep == stage.name:
+            yield doc.diagnostic(base + ("dependencies", j), "a stage cannot depend on itself")
+        elif dep not in index:
+            yield doc.diagnostic(base + ("dependencies", j), f"no stage named '{dep}' in this "
+                                 "pipeline", hint=did_you_mean(dep, index))
+    yield from _names_unique(doc, base + ("inputs",), stage.inputs or [])
+    yield from _names_unique(doc, base + ("outputs",), stage.outputs or [])
+    for j, item in enumerate(stage.inputs or []):
+        yield from _input_checks(doc, base + ("inputs", j), item, stages, index)
+    resources = stage.resources
+    if resources:
+        yield from _quantity_check(doc, base + ("resources", "cpu"), resources.cpu,
+                                   cpu_millis, MAX_CPU_MILLIS)
+        yield from _quantity_check(doc, base + ("resources", "memory"), resources.memory,
+                                   memory_bytes, MAX_MEMORY_BYTES)
+        if resources.gpu == 0 and resources.gpuType:
+            yield doc.diagnostic(base + ("resources", "gpuType"), "gpuType set but gpu is 0",
+                                 hint="remove gpuType, or ask for at least one GPU")
+    deployment = stage.type == "Deployment"
+    if stage.minReplicasPerCluster is not None:
+        if not deployment:
+            yield doc.diagnostic(base + ("minReplicasPerCluster",),
+                                 "only Deployment stages split replicas across clusters",
+                                 key=True)
+        elif stage.minReplicasPerCluster > (stage.replicas or 2):
+            yield doc.diagnostic(base + ("minReplicasPerCluster",),
+                                 f"greater than replicas ({stage.replicas or 2})")
+
+
+def _names_unique(doc: Document, base: FieldPath, items: Sequence[Any]) -> Iterator[Diagnostic]:
+    seen: set[str] = set()
+    for j, item in enumerate(items):
+        if item.name in seen:
+            yield doc.diagnostic(base + (j, "name"), f"duplicate name '{item.name}'")
+        seen.add(item.name)
+
+
+def _input_checks(doc: Document, path: FieldPath, item: p.StageInput,
+                  stages: Sequence[p.PipelineStage], index: dict[str, int]) -> Iterator[
+        Diagnostic]:
+    if (item.source is None) == (item.from_ is None):
+        yield doc.diagnostic(path, "an input needs exactly one of 'source' or 'from'")
+        return
+    if item.from_ is None:
+        return
+    stage_name, _, output = item.from_.split(".", 2)
+    if stage_name not in index:
+        yield doc.diagnostic(path + ("from",), f"no stage named '{stage_name}' in this pipeline",
+                             hint=did_you_mean(stage_name, index))
+        return
+    outputs = [o.name for o in stages[index[stage_name]].outputs or []]
+    if output not in outputs:
+        hint = did_you_mean(output, outputs) or (
+            f"its outputs: {', '.join(outputs)}" if outputs else "it declares no outputs")
+        yield doc.diagnostic(path + ("from",), f"stage '{stage_name}' has no output '{output}'",
+                             hint=hint)
+
+
+def stage_edges(stage: p.PipelineStage) -> list[str]:
+    """The stages this stage waits for: its dependencies and the producers of its inputs."""
+    edges = list(stage.dependencies or [])
+    for item in stage.inputs or []:
+        if item.from_:
+            producer = item.from_.split(".", 1)[0]
+            if producer not in edges:
+                edges.append(producer)
+    return edges
+
+
+def _cycle_check(doc: Document, stages: Sequence[p.PipelineStage],
+                 index: dict[str, int]) -> Iterator[Diagnostic]:
+    graph = {s.name: [e for e in stage_edges(s) if e in index and e != s.name] for s in stages}
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    reported: set[frozenset[str]] = set()
+
+    def visit(name: str, trail: list[str]) -> Iterator[Diagnostic]:
+        state[name] = 1
+        for nxt in graph[name]:
+            if state.get(nxt) == 1:
+                cycle = trail[trail.index(nxt):] + [nxt]
+                if frozenset(cycle) not in reported:
+                    reported.add(frozenset(cycle))
+                    yield doc.diagnostic(("spec", "stages", index[nxt], "dependencies"),
+                                         f"dependency cycle: {' -> '.join(cycle)}")
+            elif nxt not in state:
+                yield from visit(nxt, trail + [nxt])
+        state[name] = 2
+
+    for stage in stages:
+        if stage.name not in state:
+            yield from visit(stage.name, [stage.name])
+
+
+def _platform_checks(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> Iterator[
+        Diagnostic]:
+    doc, spec = platform.doc, platform.obj.spec
+    multi = spec.multiCluster
+    if multi:
+        secondaries = multi.secondaryClusters or []
+        for j, name in enumerate(secondaries):
+            if name == multi.primaryCluster:
+                yield doc.diagnostic(("spec", "multiCluster", "secondaryClusters", j),
+                                     f"'{name}' is already the primary cluster")
+            elif name in secondaries[:j]:
+                yield doc.diagnostic(("spec", "multiCluster", "secondaryClusters", j),
+                                     f"'{name}' is listed twice")
+        if policies.fleets:
+            fleet = policies.fleets[0]
+            known = [c.name for c in fleet.obj.spec.clusters]
+            refs = [(("spec", "multiCluster", "primaryCluster"), multi.primaryCluster)]
+            refs += [(("spec", "multiCluster", "secondaryClusters", j), n)
+                     for j, n in enumerate(secondaries)]
+            for path, name in refs:
+                if name not in known:
+                    hint = did_you_mean(name, known) or f"its clusters: {', '.join(known)}"
+                    yield doc.diagnostic(path, f"cluster '{name}' is not in Fleet "
+                                               f"'{fleet.name}' ({fleet.doc.path})", hint=hint)
+    if spec.pipelines and policies.pipelines:
+        known = [pl.name for pl in policies.pipelines]
+        for j, name in enumerate(spec.pipelines):
+            if name not in known:
+                yield doc.diagnostic(("spec", "pipelines", j), f"no AIGCPipeline named '{name}'",
+                                     hint=did_you_mean(name, known))
+    yield from _governed_once(platform, policies)
+
+
+def _governed_once(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> Iterator[
+        Diagnostic]:
+    """A pipeline answers to one platform; two platforms claiming it is ambiguous."""
+    earlier = policies.platforms[: policies.platforms.index(platform)]
+    mine = set(governed(platform, policies))
+    for other in earlier:
+        shared = sorted(mine & set(governed(other, policies)))
+        if shared:
+            yield platform.doc.diagnostic(
+                ("spec", "pipelines"),
+                f"pipeline(s) {', '.join(shared)} are also governed by AIGCPlatform "
+                f"'{other.name}'", hint="list the pipelines each platform governs in "
+                                        "spec.pipelines")
+
+
+def governed(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> list[str]:
+    """Names of the pipelines a platform governs: those it lists, else all of them."""
+    listed = platform.obj.spec.pipelines
+    return list(listed) if listed is not None else [pl.name for pl in policies.pipelines]
+
+
+def _gpu_policy_checks(gpu: Parsed[p.GPUOptimizationPolicy]) -> Iterator[Diagnostic]:
+    memory = gpu.obj.spec.memoryManagement
+    if memory and memory.defragmentThreshold is not None:
+        if parse_percentage(memory.defragmentThreshold) > 1:
+            yield gpu.doc.diagnostic(("spec", "memoryManagement", "defragmentThreshold"),
+                                     f"expected a percentage from 0% to 100%, got "
+                                     f"'{memory.defragmentThreshold}'")
+
+
+def _data_policy_checks(data: Parsed[p.DataOptimizationPolicy]) -> Iterator[Diagnostic]:
+    caching = data.obj.spec.caching
+    if caching:
+        yield from _quantity_check(data.doc, ("spec", "caching", "size"), caching.size,
+                                   memory_bytes, MAX_MEMORY_BYTES)

@@ -1,0 +1,535 @@
+"""Tests for fleetc.render: valid, deterministic manifests that say what the placement says."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from fleetc.errors import InternalError
+from fleetc.model import (
+    Assignment,
+    ClassWeights,
+    Cluster,
+    FleetModel,
+    Input,
+    Output,
+    Placement,
+    Source,
+    Stage,
+    StagePlacement,
+    StageType,
+    Taint,
+    Toleration,
+)
+from fleetc.render import object_name, render
+from support.k8s import kustomize_build, require_upstream_schemas, validate_tree
+
+GI = 1024**3
+MI = 1024**2
+SAFE = YAML(typ="safe", pure=True)
+
+
+def cluster(name: str, gpu_type: str | None, gpus: int, **kw: Any) -> Cluster:
+    fields: dict[str, Any] = dict(
+        name=name, provider="aws", region="us-east-1", jurisdiction="us", gpu_type=gpu_type, gpus=gpus,
+        cpu_millis=256_000, memory_bytes=1024 * GI, taints=(), gpu_hour_cost=2.5, cpu_hour_cost=0.04,
+        memory_gib_hour_cost=0.005, energy_efficiency=0.8, network_tier="high-performance",
+        low_latency=False, edge=False, utilization=0.1, source=Source("fleet.yaml", f"spec.clusters.{name}"),
+    )
+    fields.update(kw)
+    return Cluster(**fields)
+
+
+def stage(pipeline: str, name: str, type_: StageType, **kw: Any) -> Stage:
+    fields: dict[str, Any] = dict(
+        pipeline=pipeline, namespace="ml", name=name, type=type_, dependencies=(), inputs=(), outputs=(),
+        cpu_millis=4000, memory_bytes=16 * GI, gpus=0, gpu_type=None, replicas=1, min_replicas_per_cluster=1,
+        tolerations=(), image=f"registry.example.com/{name}:1.0", command=(),
+        source=Source("pipelines/llm.yaml", f"spec.stages.{name}"),
+    )
+    fields.update(kw)
+    return Stage(**fields)
+
+
+def fleet() -> tuple[FleetModel, Placement]:
+    """Three clusters: two with A100s, one CPU-only cluster that runs nothing."""
+    clusters = (
+        cluster("cpu-only", None, 0),
+        cluster("gpu-east", "a100", 16, taints=(Taint("nvidia.com/gpu", "present", "NoSchedule"),)),
+        cluster("gpu-west", "a100", 8, memory_bytes=512 * GI + 512 * MI, cpu_millis=128_500),
+    )
+    gpu_tol = (Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),)
+    stages = (
+        stage(
+            "llm", "prep", StageType.DATAPROC, cpu_millis=500, memory_bytes=512 * MI, replicas=2,
+            inputs=(Input("raw-corpus", "s3://data/raw", None, None, "us-east-1"),),
+            outputs=(Output("tokens", "s3://data/tokens", "us-east-1"),),
+            command=("python", "-m", "prep", "--shards", "64"),
+        ),
+        stage(
+            "llm", "train", StageType.TRAINING, cpu_millis=32_000, memory_bytes=256 * GI, gpus=8,
+            gpu_type="a100", replicas=1, dependencies=("prep",), tolerations=gpu_tol,
+            inputs=(Input("tokens", None, "prep", "tokens", None),),
+            outputs=(Output("checkpoint", "s3://models/ckpt", None), Output("metrics", "s3://models/metrics", None)),
+            command=("torchrun", "--nproc-per-node", "8", "train.py"),
+        ),
+        stage(
+            "llm", "eval", StageType.EVALUATION, gpus=1, replicas=1, dependencies=("train",), tolerations=gpu_tol,
+            inputs=(Input("model", None, "train", "checkpoint", None),),
+        ),
+        stage(
+            "llm", "serve", StageType.DEPLOYMENT, namespace="serving", gpus=1, replicas=3,
+            tolerations=gpu_tol, inputs=(Input("model", None, "train", "checkpoint", None),),
+        ),
+    )
+    model = FleetModel(name="prod", namespace="fleetc-system", clusters=clusters, stages=stages)
+    placement = Placement(
+        stages=(
+            StagePlacement("llm/prep", (Assignment("gpu-east", 2, 0),), 0.8),
+            StagePlacement("llm/train", (Assignment("gpu-east", 1, 8),), 0.9),
+            StagePlacement("llm/eval", (Assignment("gpu-west", 1, 1),), 0.7),
+            StagePlacement("llm/serve", (Assignment("gpu-east", 2, 2), Assignment("gpu-west", 1, 1)), 0.75),
+        ),
+        objective=0.8123456789,
+        bound=0.85,
+        method="milp",
+    )
+    return model, placement
+
+
+def load(text: str) -> Any:
+    return SAFE.load(text)
+
+
+def objects(files: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Every rendered Kubernetes object keyed by path (not the kustomizations or the report)."""
+    return {
+        path: load(text)
+        for path, text in files.items()
+        if path.startswith("clusters/") and not path.endswith("/kustomization.yaml")
+    }
+
+
+def write(files: dict[str, str], out: Path) -> None:
+    for rel, text in files.items():
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+# --------------------------------------------------------------------------- validity
+def test_rendered_tree_is_valid_and_builds(tmp_path: Path) -> None:
+    require_upstream_schemas()
+    write(render(*fleet()), tmp_path)
+    assert validate_tree(tmp_path) == []
+    folders = sorted(p.name for p in (tmp_path / "clusters").iterdir())
+    assert folders == ["gpu-east", "gpu-west"]  # cpu-only runs nothing: no folder
+    for name in folders:
+        built = list(SAFE.load_all(kustomize_build(tmp_path / "clusters" / name)))
+        listed = load((tmp_path / "clusters" / name / "kustomization.yaml").read_text())["resources"]
+        assert len(built) == len(listed)
+
+
+def test_file_layout() -> None:
+    files = render(*fleet())
+    assert list(files) == sorted(files)
+    assert sorted(files) == [
+        "clusters/gpu-east/deployment-serving-llm-serve.yaml",
+        "clusters/gpu-east/job-ml-llm-prep.yaml",
+        "clusters/gpu-east/job-ml-llm-train.yaml",
+        "clusters/gpu-east/kustomization.yaml",
+        "clusters/gpu-east/namespace-ml.yaml",
+        "clusters/gpu-east/namespace-serving.yaml",
+        "clusters/gpu-east/queue-fleetc-inference.yaml",
+        "clusters/gpu-east/queue-fleetc-training.yaml",
+        "clusters/gpu-east/service-serving-llm-serve.yaml",
+        "clusters/gpu-west/deployment-serving-llm-serve.yaml",
+        "clusters/gpu-west/job-ml-llm-eval.yaml",
+        "clusters/gpu-west/kustomization.yaml",
+        "clusters/gpu-west/namespace-ml.yaml",
+        "clusters/gpu-west/namespace-serving.yaml",
+        "clusters/gpu-west/queue-fleetc-inference.yaml",
+        "clusters/gpu-west/queue-fleetc-training.yaml",
+        "clusters/gpu-west/service-serving-llm-serve.yaml",
+        "placement.yaml",
+    ]
+    assert files["clusters/gpu-west/kustomization.yaml"] == (
+        "apiVersion: kustomize.config.k8s.io/v1beta1\n"
+        "kind: Kustomization\n"
+        "resources:\n"
+        "  - deployment-serving-llm-serve.yaml\n"
+        "  - job-ml-llm-eval.yaml\n"
+        "  - namespace-ml.yaml\n"
+        "  - namespace-serving.yaml\n"
+        "  - queue-fleetc-inference.yaml\n"
+        "  - queue-fleetc-training.yaml\n"
+        "  - service-serving-llm-serve.yaml\n"
+    )
+
+
+def test_deterministic() -> None:
+    assert render(*fleet()) == render(*fleet())
+
+
+def test_no_secret_is_rendered() -> None:
+    files = render(*fleet())
+    assert all(obj["kind"] != "Secret" for obj in objects(files).values())
+    assert not any("kind: Secret" in text for text in files.values())
+
+
+# --------------------------------------------------------------------------- labels, names
+def test_every_object_is_labelled() -> None:
+    for path, obj in objects(render(*fleet())).items():
+        meta = obj["metadata"]
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "fleetc", path
+        if obj["kind"] in ("Namespace", "Queue"):
+            assert "fleetc.dev/stage" not in meta["labels"], path
+            continue
+        expected = {
+            "app.kubernetes.io/managed-by": "fleetc",
+            "app.kubernetes.io/name": meta["name"].removeprefix("llm-"),
+            "app.kubernetes.io/part-of": "llm",
+            "fleetc.dev/pipeline": "llm",
+            "fleetc.dev/stage": meta["name"].removeprefix("llm-"),
+        }
+        assert meta["labels"] == expected, path
+        assert meta["annotations"]["fleetc.dev/source"].startswith("pipelines/llm.yaml#spec.stages."), path
+        if obj["kind"] == "Job":
+            assert obj["spec"]["tasks"][0]["template"]["metadata"]["labels"] == expected
+        if obj["kind"] == "Deployment":
+            assert obj["spec"]["template"]["metadata"]["labels"] == expected
+
+
+def test_namespace_pipeline_label_only_when_single_pipeline() -> None:
+    model, placement = fleet()
+    other = stage("other", "serve", StageType.DEPLOYMENT, namespace="serving")
+    model = replace(model, stages=(*model.stages, other))
+    placement = replace(
+        placement, stages=(*placement.stages, StagePlacement("other/serve", (Assignment("gpu-east", 1, 0),), 0.5))
+    )
+    objs = objects(render(model, placement))
+    assert objs["clusters/gpu-east/namespace-ml.yaml"]["metadata"]["labels"] == {
+        "app.kubernetes.io/managed-by": "fleetc",
+        "fleetc.dev/pipeline": "llm",
+    }
+    # shared by two pipelines, on every cluster (even where only one of them runs)
+    for c in ("gpu-east", "gpu-west"):
+        assert objs[f"clusters/{c}/namespace-serving.yaml"]["metadata"]["labels"] == {
+            "app.kubernetes.io/managed-by": "fleetc"
+        }
+
+
+def test_long_names_are_truncated_with_a_hash(tmp_path: Path) -> None:
+    require_upstream_schemas()
+    long_pipeline = "a-very-long-pipeline-name-for-the-quarterly-retraining"
+    long_stage = "evaluation-on-the-holdout-set"
+    full = f"{long_pipeline}-{long_stage}"
+    assert len(full) > 63
+    model = FleetModel(
+        name="f", namespace="fleetc-system", clusters=(cluster("c1", "h100", 8),),
+        stages=(stage(long_pipeline, long_stage, StageType.EVALUATION, gpus=1),),
+    )
+    placement = Placement((StagePlacement(f"{long_pipeline}/{long_stage}", (Assignment("c1", 1, 1),), 1.0),), 1, 1, "milp")
+    expected = full[:54] + "-" + hashlib.sha256(full.encode()).hexdigest()[:8]
+    assert object_name(model.stages[0]) == expected
+    assert len(expected) == 63
+    files = render(model, placement)
+    job = load(files[f"clusters/c1/job-ml-{expected}.yaml"])
+    assert job["metadata"]["name"] == expected
+    assert job["spec"]["tasks"][0]["template"]["spec"]["nodeSelector"] == {
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"
+    }
+    write(files, tmp_path)
+    assert validate_tree(tmp_path) == []
+
+
+def test_short_names_are_kept() -> None:
+    assert object_name(stage("p", "s" * 61, StageType.TRAINING)) == "p-" + "s" * 61
+
+
+# --------------------------------------------------------------------------- workloads
+def test_gang_job() -> None:
+    job = objects(render(*fleet()))["clusters/gpu-east/job-ml-llm-train.yaml"]
+    spec = job["spec"]
+    assert (spec["schedulerName"], spec["queue"], spec["minAvailable"], spec["maxRetry"]) == (
+        "volcano", "fleetc-training", 1, 3,
+    )
+    assert spec["policies"] == [{"event": "PodEvicted", "action": "RestartJob"}]
+    (task,) = spec["tasks"]
+    assert (task["name"], task["replicas"]) == ("worker", 1)
+    pod = task["template"]["spec"]
+    assert pod["restartPolicy"] == "OnFailure"
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    (container,) = pod["containers"]
+    assert container["name"] == "training"
+    assert container["command"] == ["torchrun", "--nproc-per-node", "8", "train.py"]
+    amounts = {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"}
+    assert container["resources"] == {"requests": amounts, "limits": amounts}
+
+
+def test_whole_gang_and_small_quantities() -> None:
+    job = objects(render(*fleet()))["clusters/gpu-east/job-ml-llm-prep.yaml"]
+    assert job["spec"]["minAvailable"] == 2
+    assert job["spec"]["tasks"][0]["replicas"] == 2
+    pod = job["spec"]["tasks"][0]["template"]["spec"]
+    assert "nodeSelector" not in pod and "tolerations" not in pod  # no GPUs asked for
+    assert pod["containers"][0]["resources"]["limits"] == {"cpu": "500m", "memory": "512Mi"}
+
+
+def test_odd_memory_is_plain_bytes() -> None:
+    model, placement = fleet()
+    model = replace(model, stages=tuple(replace(s, memory_bytes=1_000_001) for s in model.stages))
+    job = objects(render(model, placement))["clusters/gpu-east/job-ml-llm-prep.yaml"]
+    assert job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] == "1000001"
+
+
+def test_deployment_split_across_clusters() -> None:
+    objs = objects(render(*fleet()))
+    east = objs["clusters/gpu-east/deployment-serving-llm-serve.yaml"]
+    west = objs["clusters/gpu-west/deployment-serving-llm-serve.yaml"]
+    assert (east["spec"]["replicas"], west["spec"]["replicas"]) == (2, 1)
+    selector = {"fleetc.dev/pipeline": "llm", "fleetc.dev/stage": "serve"}
+    assert east["spec"]["selector"] == {"matchLabels": selector}
+    (container,) = east["spec"]["template"]["spec"]["containers"]
+    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert container["readinessProbe"] == {"httpGet": {"path": "/healthz", "port": "http"}}
+    assert east["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    svc = objs["clusters/gpu-west/service-serving-llm-serve.yaml"]
+    assert svc["spec"] == {
+        "type": "ClusterIP",
+        "selector": selector,
+        "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+    }
+
+
+def test_unknown_gpu_type_gets_no_node_selector() -> None:
+    model, placement = fleet()
+    model = replace(model, clusters=tuple(replace(c, gpu_type="mi300x") if c.gpus else c for c in model.clusters))
+    job = objects(render(model, placement))["clusters/gpu-east/job-ml-llm-train.yaml"]
+    assert "nodeSelector" not in job["spec"]["tasks"][0]["template"]["spec"]
+
+
+def test_queues() -> None:
+    model, placement = fleet()
+    objs = objects(render(replace(model, class_weights=ClassWeights(0.96, 0.04, 0.0)), placement))
+    training = objs["clusters/gpu-west/queue-fleetc-training.yaml"]
+    assert training["metadata"] == {"name": "fleetc-training", "labels": {"app.kubernetes.io/managed-by": "fleetc"}}
+    assert training["spec"] == {
+        "weight": 10,
+        "reclaimable": True,
+        "capability": {"cpu": "128500m", "memory": "512Gi", "nvidia.com/gpu": "8"},
+    }
+    assert objs["clusters/gpu-west/queue-fleetc-inference.yaml"]["spec"]["weight"] == 1  # minimum 1
+    default = objects(render(*fleet()))
+    assert [default[f"clusters/gpu-east/queue-fleetc-{c}.yaml"]["spec"]["weight"] for c in ("training", "inference")] == [6, 3]
+
+
+def test_finetuning_queue_and_cpu_cluster() -> None:
+    model = FleetModel(
+        name="f", namespace="fleetc-system", clusters=(cluster("cpu", None, 0, cpu_millis=64_000, memory_bytes=128 * GI),),
+        stages=(stage("p", "tune", StageType.FINETUNING),),
+    )
+    placement = Placement((StagePlacement("p/tune", (Assignment("cpu", 1, 0),), 1.0),), 1, 1, "milp")
+    objs = objects(render(model, placement))
+    q = objs["clusters/cpu/queue-fleetc-finetuning.yaml"]
+    assert q["spec"] == {"weight": 1, "reclaimable": True, "capability": {"cpu": "64", "memory": "128Gi"}}
+    job = objs["clusters/cpu/job-ml-p-tune.yaml"]
+    assert job["spec"]["queue"] == "fleetc-finetuning"
+    assert job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["name"] == "finetuning"
+
+
+def test_env_var_wiring() -> None:
+    objs = objects(render(*fleet()))
+
+    def env(path: str) -> list[dict[str, str]]:
+        obj = objs[path]
+        template = obj["spec"]["tasks"][0]["template"] if obj["kind"] == "Job" else obj["spec"]["template"]
+        return template["spec"]["containers"][0].get("env", [])
+
+    assert env("clusters/gpu-east/job-ml-llm-prep.yaml") == [
+        {"name": "FLEETC_INPUT_RAW_CORPUS", "value": "s3://data/raw"},
+        {"name": "FLEETC_OUTPUT_TOKENS", "value": "s3://data/tokens"},
+    ]
+    assert env("clusters/gpu-east/job-ml-llm-train.yaml") == [
+        {"name": "FLEETC_INPUT_TOKENS", "value": "s3://data/tokens"},  # from: prep.outputs.tokens
+        {"name": "FLEETC_OUTPUT_CHECKPOINT", "value": "s3://models/ckpt"},
+        {"name": "FLEETC_OUTPUT_METRICS", "value": "s3://models/metrics"},
+    ]
+    assert env("clusters/gpu-west/deployment-serving-llm-serve.yaml") == [
+        {"name": "FLEETC_INPUT_MODEL", "value": "s3://models/ckpt"},
+    ]
+
+
+def test_dangling_input_reference_is_an_internal_error() -> None:
+    model, placement = fleet()
+    broken = replace(model.stages[2], inputs=(Input("model", None, "train", "nope", None),))
+    model = replace(model, stages=(*model.stages[:2], broken, model.stages[3]))
+    with pytest.raises(InternalError, match="llm/train.nope"):
+        render(model, placement)
+
+
+def test_missing_stage_placement_is_an_internal_error() -> None:
+    model, placement = fleet()
+    with pytest.raises(InternalError, match="llm/serve"):
+        render(model, replace(placement, stages=placement.stages[:3]))
+
+
+def test_file_name_clash_is_an_internal_error() -> None:
+    model, placement = fleet()
+    # namespace "ml" + "llm-x-prep" and namespace "ml-llm" + "x-prep" would share a file name
+    a = stage("llm-x", "prep", StageType.DATAPROC)
+    b = stage("x", "prep", StageType.DATAPROC, namespace="ml-llm")
+    model = replace(model, stages=(a, b))
+    placement = Placement(
+        (StagePlacement("llm-x/prep", (Assignment("gpu-east", 1, 0),), 1.0),
+         StagePlacement("x/prep", (Assignment("gpu-east", 1, 0),), 1.0)),
+        1, 1, "milp",
+    )
+    with pytest.raises(InternalError, match="job-ml-llm-x-prep.yaml"):
+        render(model, placement)
+
+
+# --------------------------------------------------------------------------- placement.yaml
+def test_placement_report_exact_text() -> None:
+    model = FleetModel(
+        name="small", namespace="fleetc-system", clusters=(cluster("c1", "a100", 8), cluster("c2", "t4", 4)),
+        stages=(
+            stage("p", "train", StageType.TRAINING, gpus=4, gpu_type="a100", replicas=2),
+            stage("p", "serve", StageType.DEPLOYMENT, gpus=1, replicas=3),
+            stage("p", "eval", StageType.EVALUATION),
+        ),
+    )
+    placement = Placement(
+        stages=(
+            StagePlacement("p/train", (Assignment("c1", 2, 8),), 0.91234567),
+            StagePlacement("p/serve", (Assignment("c1", 1, 1), Assignment("c2", 2, 2)), 2 / 3),
+            StagePlacement("p/eval", (), 0.0),
+        ),
+        objective=1.2345678901,
+        bound=1.5,
+        method="lp-rounding",
+    )
+    assert render(model, placement)["placement.yaml"] == """\
+apiVersion: fleetc.dev/v1alpha1
+kind: Placement
+fleet: small
+method: lp-rounding
+objective: 1.234568
+bound: 1.5
+gap: 0.176955
+stages:
+  - pipeline: p
+    stage: train
+    type: Training
+    class: training
+    gpuType: a100
+    gpusPerReplica: 4
+    replicas: 2
+    clusters:
+      - name: c1
+        replicas: 2
+        gpus: 8
+    score: 0.912346
+  - pipeline: p
+    stage: serve
+    type: Deployment
+    class: inference
+    gpuType: null
+    gpusPerReplica: 1
+    replicas: 3
+    clusters:
+      - name: c1
+        replicas: 1
+        gpus: 1
+      - name: c2
+        replicas: 2
+        gpus: 2
+    score: 0.666667
+  - pipeline: p
+    stage: eval
+    type: Evaluation
+    class: training
+    gpuType: null
+    gpusPerReplica: 0
+    replicas: 1
+    clusters: []
+    score: 0.0
+    unplaced: true
+"""
+
+
+def test_sample_job_exact_text() -> None:
+    """Pins the full shape of a rendered Volcano Job (the reference sample in the docs)."""
+    text = render(*fleet())["clusters/gpu-east/job-ml-llm-train.yaml"]
+    assert text == """\
+apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata:
+  name: llm-train
+  namespace: ml
+  labels:
+    app.kubernetes.io/managed-by: fleetc
+    app.kubernetes.io/name: train
+    app.kubernetes.io/part-of: llm
+    fleetc.dev/pipeline: llm
+    fleetc.dev/stage: train
+  annotations:
+    fleetc.dev/source: pipelines/llm.yaml#spec.stages.train
+spec:
+  schedulerName: volcano
+  queue: fleetc-training
+  minAvailable: 1
+  maxRetry: 3
+  policies:
+    - event: PodEvicted
+      action: RestartJob
+  tasks:
+    - name: worker
+      replicas: 1
+      template:
+        metadata:
+          labels:
+            app.kubernetes.io/managed-by: fleetc
+            app.kubernetes.io/name: train
+            app.kubernetes.io/part-of: llm
+            fleetc.dev/pipeline: llm
+            fleetc.dev/stage: train
+        spec:
+          restartPolicy: OnFailure
+          nodeSelector:
+            nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB
+          tolerations:
+            - key: nvidia.com/gpu
+              operator: Exists
+              effect: NoSchedule
+          containers:
+            - name: training
+              image: registry.example.com/train:1.0
+              command:
+                - torchrun
+                - --nproc-per-node
+                - "8"
+                - train.py
+              env:
+                - name: FLEETC_INPUT_TOKENS
+                  value: s3://data/tokens
+                - name: FLEETC_OUTPUT_CHECKPOINT
+                  value: s3://models/ckpt
+                - name: FLEETC_OUTPUT_METRICS
+                  value: s3://models/metrics
+              resources:
+                requests:
+                  cpu: "32"
+                  memory: 256Gi
+                  nvidia.com/gpu: "8"
+                limits:
+                  cpu: "32"
+                  memory: 256Gi
+                  nvidia.com/gpu: "8"
+"""

@@ -43,7 +43,7 @@ class Loaded:
 def load_policies(paths: Sequence[str]) -> Loaded:
     """Read and validate the policies; raise :class:`PolicyError` with every problem found."""
     files = discover(paths)
-    roots = [Path(p) for p in paths if Path(p).is_dir()] + files
+    roots = [Path(p) for p in paths]  # folders, and files named directly (which may be links)
     loaded = load_files(files, roots)
     policies, diagnostics = validate(loaded.documents)
     problems = [*loaded.diagnostics, *diagnostics]

@@ -108,7 +108,7 @@ def load_files(files: Iterable[Path], roots: Sequence[Path] = ()) -> LoadResult:
     documents: list[Document] = []
     diagnostics: list[Diagnostic] = []
     for path in files:
-        display = path.as_posix()
+        display = display_path(path)
         if allowed and path.is_symlink() and not _inside(path.resolve(), allowed):
             diagnostics.append(
                 Diagnostic(display, 0, 0, "", "symbolic link points outside the policy folders",
@@ -123,6 +123,16 @@ def load_files(files: Iterable[Path], roots: Sequence[Path] = ()) -> LoadResult:
         documents.extend(docs)
         diagnostics.extend(problems)
     return LoadResult(tuple(documents), tuple(diagnostics))
+
+
+def display_path(path: Path) -> str:
+    """How messages and provenance name a file: relative to the working folder when inside it,
+    so ``fleetc compile $PWD/policies`` and ``fleetc compile policies`` write the same bytes."""
+    absolute = Path(os.path.abspath(path))
+    cwd = Path.cwd()
+    if absolute == cwd or cwd in absolute.parents:
+        return absolute.relative_to(cwd).as_posix()
+    return absolute.as_posix()
 
 
 def _inside(target: Path, roots: Sequence[Path]) -> bool:
@@ -144,7 +154,8 @@ def _read_text(path: Path, display: str) -> tuple[str, Diagnostic | None]:
         return raw.decode("utf-8-sig"), None
     except UnicodeDecodeError as err:
         line = raw.count(b"\n", 0, err.start) + 1
-        column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
+        line_start = raw.rfind(b"\n", 0, err.start) + 1
+        column = len(raw[line_start:err.start].decode("utf-8-sig", "replace")) + 1
         return "", Diagnostic(
             display, line, column, "", f"not valid UTF-8 (byte 0x{raw[err.start]:02x})",
             hint="save the file as UTF-8",

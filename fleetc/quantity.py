@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
@@ -12,18 +13,19 @@ _SUFFIXES = {
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
 }
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|k|Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E)?$")
+_PERCENTAGE = re.compile(r"^[0-9]+(?:\.[0-9]+)?%$")
 
 GIB = 2**30
 
 
 def parse_quantity(value: int | float | str) -> Fraction:
     """The exact value of a quantity; raises ValueError for anything else."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
         raise ValueError(f"not a quantity: {value!r}")
-    if isinstance(value, int):
-        return Fraction(value)
-    if isinstance(value, float):
-        return Fraction(Decimal(repr(value)))
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError(f"not a quantity: {value!r}")
+        return Fraction(Decimal(repr(value))) if isinstance(value, float) else Fraction(value)
     match = _QUANTITY.match(value.strip())
     if not match:
         raise ValueError(f"not a quantity: {value!r}")
@@ -46,6 +48,6 @@ def memory_bytes(value: int | float | str) -> int:
 
 def parse_percentage(value: str) -> Fraction:
     """``80%`` -> 4/5. Raises ValueError for a value that is not ``<number>%``."""
-    if not value.endswith("%"):
+    if not _PERCENTAGE.match(value):
         raise ValueError(f"not a percentage: {value!r}")
     return Fraction(Decimal(value[:-1])) / 100

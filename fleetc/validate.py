@@ -111,7 +111,7 @@ def _check_kind(doc: Document, data: dict[str, Any]) -> Diagnostic | None:
     if kind is None:
         return doc.diagnostic(("kind",), "missing required field 'kind'",
                               hint=f"one of: {', '.join(sorted(p.KINDS))}")
-    if kind not in p.KINDS:
+    if not isinstance(kind, str) or kind not in p.KINDS:
         hint = did_you_mean(str(kind), p.KINDS) or f"fleetc reads: {', '.join(sorted(p.KINDS))}"
         return doc.diagnostic(("kind",), f"unknown kind {_describe(kind)}", hint=hint)
     expected = p.api_version(kind)
@@ -275,10 +275,10 @@ def _attribute_checks(doc: Document, base: FieldPath, attributes: dict[str, Any]
     count = attributes.get("gpu-count")
     if count is not None:
         text = str(count).strip()
-        if isinstance(count, bool) or not text.isdigit():
+        if isinstance(count, bool) or not (text.isascii() and text.isdigit()):
             yield doc.diagnostic(base + ("gpu-count",),
                                  f"expected an integer, got {_describe(count)}")
-        elif int(text) > MAX_GPU_COUNT:
+        elif len(text) > 7 or int(text) > MAX_GPU_COUNT:
             yield doc.diagnostic(base + ("gpu-count",),
                                  f"expected at most {MAX_GPU_COUNT} GPUs, got {text}")
         elif int(text) > 0 and "gpu-type" not in attributes:
@@ -303,7 +303,12 @@ def _quantity_check(doc: Document, path: FieldPath, value: Any, convert: Any,
                     limit: int) -> Iterator[Diagnostic]:
     if value is None:
         return
-    amount = convert(value)
+    try:
+        amount = convert(value)
+    except ValueError:
+        yield doc.diagnostic(path, f"expected a finite, non-negative quantity, got "
+                                   f"{_describe(value)}")
+        return
     if amount > limit:
         yield doc.diagnostic(path, f"quantity {_describe(value)} is out of range")
     elif amount == 0:
@@ -337,7 +342,7 @@ def _stage_checks(doc: Document, base: FieldPath, stage: p.PipelineStage,
     yield from _names_unique(doc, base + ("inputs",), stage.inputs or [])
     yield from _names_unique(doc, base + ("outputs",), stage.outputs or [])
     for j, item in enumerate(stage.inputs or []):
-        yield from _input_checks(doc, base + ("inputs", j), item, stages, index)
+        yield from _input_checks(doc, base + ("inputs", j), item, stage.name, stages, index)
     resources = stage.resources
     if resources:
         yield from _quantity_check(doc, base + ("resources", "cpu"), resources.cpu,
@@ -366,7 +371,7 @@ def _names_unique(doc: Document, base: FieldPath, items: Sequence[Any]) -> Itera
         seen.add(item.name)
 
 
-def _input_checks(doc: Document, path: FieldPath, item: p.StageInput,
+def _input_checks(doc: Document, path: FieldPath, item: p.StageInput, reader: str,
                   stages: Sequence[p.PipelineStage], index: dict[str, int]) -> Iterator[
         Diagnostic]:
     if (item.source is None) == (item.from_ is None):
@@ -375,6 +380,9 @@ def _input_checks(doc: Document, path: FieldPath, item: p.StageInput,
     if item.from_ is None:
         return
     stage_name, _, output = item.from_.split(".", 2)
+    if stage_name == reader:
+        yield doc.diagnostic(path + ("from",), "a stage cannot read its own output")
+        return
     if stage_name not in index:
         yield doc.diagnostic(path + ("from",), f"no stage named '{stage_name}' in this pipeline",
                              hint=did_you_mean(stage_name, index))

@@ -1,0 +1,5 @@
+"""``python -m fleetc``: the same as the ``fleetc`` command."""
+
+from .cli import main
+
+main()

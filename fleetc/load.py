@@ -105,17 +105,36 @@ def load_files(files: Iterable[Path], roots: Sequence[Path] = ()) -> LoadResult:
     outside the files named directly) is refused, so a policy cannot pull in arbitrary files.
     """
     allowed = [r.resolve() for r in roots]
-    documents: list[Document] = []
-    diagnostics: list[Diagnostic] = []
+    sources: list[tuple[str, bytes]] = []
+    refused: list[Diagnostic] = []
     for path in files:
         display = display_path(path)
         if allowed and path.is_symlink() and not _inside(path.resolve(), allowed):
-            diagnostics.append(
+            refused.append(
                 Diagnostic(display, 0, 0, "", "symbolic link points outside the policy folders",
                            hint="copy the file into the policy folder instead")
             )
             continue
-        text, problem = _read_text(path, display)
+        try:
+            if path.stat().st_size > MAX_FILE_BYTES:
+                refused.append(_too_large(display, path.stat().st_size))
+                continue
+            sources.append((display, path.read_bytes()))
+        except OSError as err:
+            refused.append(Diagnostic(display, 0, 0, "", f"cannot read file: {err.strerror}"))
+    loaded = load_sources(sources)
+    return LoadResult(loaded.documents, (*refused, *loaded.diagnostics))
+
+
+def load_sources(sources: Iterable[tuple[str, bytes]]) -> LoadResult:
+    """Parse policy files given as (display path, content) pairs, from disk or from git."""
+    documents: list[Document] = []
+    diagnostics: list[Diagnostic] = []
+    for display, raw in sources:
+        if len(raw) > MAX_FILE_BYTES:
+            diagnostics.append(_too_large(display, len(raw)))
+            continue
+        text, problem = _decode(raw, display)
         if problem:
             diagnostics.append(problem)
             continue
@@ -139,17 +158,12 @@ def _inside(target: Path, roots: Sequence[Path]) -> bool:
     return any(target == r or r in target.parents for r in roots)
 
 
-def _read_text(path: Path, display: str) -> tuple[str, Diagnostic | None]:
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            return "", Diagnostic(
-                display, 0, 0, "", f"file is {size} bytes; the limit is {MAX_FILE_BYTES}",
-                hint="split it into several policy files",
-            )
-        raw = path.read_bytes()
-    except OSError as err:
-        return "", Diagnostic(display, 0, 0, "", f"cannot read file: {err.strerror}")
+def _too_large(display: str, size: int) -> Diagnostic:
+    return Diagnostic(display, 0, 0, "", f"file is {size} bytes; the limit is {MAX_FILE_BYTES}",
+                      hint="split it into several policy files")
+
+
+def _decode(raw: bytes, display: str) -> tuple[str, Diagnostic | None]:
     try:
         return raw.decode("utf-8-sig"), None
     except UnicodeDecodeError as err:

@@ -18,8 +18,9 @@ Objective: maximise ``sum value_s / replicas_s * (1 + total[s, c])`` per placed 
 big GPU jobs matter more and placing a stage always gains at least ``value_s``.
 
 Every stage must be placed, so the main solve fixes ``z = 1``. When that is infeasible, a second
-solve lets ``z`` go to 0 (same objective, proven optimal) and the stages it leaves out are
-reported kube-scheduler style against the capacity the placed stages leave free. ``bound`` is
+solve lets ``z`` go to 0 (same objective, run until it is within half the smallest stage value
+of optimal, so no stage that still fits is left out) and the stages it leaves out are reported
+kube-scheduler style against the capacity the placed stages leave free. ``bound`` is
 the LP relaxation of the main solve (a valid upper bound on ``objective`` in the same units).
 All constraints are ``scipy.sparse`` matrices times ``v``; HiGHS runs single-threaded with a
 fixed seed, so identical input gives an identical placement.
@@ -27,12 +28,16 @@ fixed seed, so identical input gives an identical placement.
 
 from __future__ import annotations
 
-from collections import Counter
+import functools
+import os
+import sys
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 
 import cvxpy as cp
 import cvxpy.settings as cvxpy_status
+import highspy
 import numpy as np
 import scipy.sparse as sp
 
@@ -46,8 +51,12 @@ EPSILON = 1e-3
 
 _SOLVER_OPTIONS = {"threads": 1, "random_seed": 0, "output_flag": False}
 
-_SOLUTION_STATUSES = (cp.OPTIMAL, cp.OPTIMAL_INACCURATE)
-_INFEASIBLE_STATUSES = (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE, cvxpy_status.INFEASIBLE_OR_UNBOUNDED)
+_SOLUTION_STATUSES = (cvxpy_status.OPTIMAL, cvxpy_status.OPTIMAL_INACCURATE)
+_INFEASIBLE_STATUSES = (
+    cvxpy_status.INFEASIBLE,
+    cvxpy_status.INFEASIBLE_INACCURATE,
+    cvxpy_status.INFEASIBLE_OR_UNBOUNDED,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,6 +77,7 @@ class _Program:
     linking: sp.csr_matrix  # linking @ v <= 0: min * u <= y <= replicas * u
     upper: np.ndarray
     stages: int
+    smallest_value: float
 
     @property
     def size(self) -> int:
@@ -100,11 +110,13 @@ def place(model: FleetModel, *, time_limit: float | None = None) -> Placement:
     )
     problems = verify(model, placement)
     if problems:
-        raise InternalError("the solver's placement breaks hard constraints:\n" + "\n".join(problems))
+        raise InternalError(
+            "the solver's placement breaks hard constraints:\n" + "\n".join(problems)
+        )
     return placement
 
 
-def stage_values(model: FleetModel) -> np.ndarray:
+def _stage_values(model: FleetModel) -> np.ndarray:
     """Each stage's worth: its class weight (``EPSILON`` if 0) times its GPUs (at least 1)."""
     return np.array(
         [
@@ -117,84 +129,159 @@ def stage_values(model: FleetModel) -> np.ndarray:
 
 def _demand(stages: tuple[Stage, ...]) -> np.ndarray:
     """(3, S) per-replica demand: GPUs, cores, GiB."""
-    return np.array(
-        [[s.gpus, s.cpu_millis / 1000, s.memory_bytes / GIB] for s in stages], dtype=float
-    ).reshape(len(stages), 3).T
+    return (
+        np.array([[s.gpus, s.cpu_millis / 1000, s.memory_bytes / GIB] for s in stages], dtype=float)
+        .reshape(len(stages), 3)
+        .T
+    )
 
 
 def _capacity(clusters: tuple[Cluster, ...]) -> np.ndarray:
     """(3, C) capacity: GPUs, cores, GiB."""
-    return np.array(
-        [[c.gpus, c.cpu_millis / 1000, c.memory_bytes / GIB] for c in clusters], dtype=float
-    ).reshape(len(clusters), 3).T
+    return (
+        np.array(
+            [[c.gpus, c.cpu_millis / 1000, c.memory_bytes / GIB] for c in clusters], dtype=float
+        )
+        .reshape(len(clusters), 3)
+        .T
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class _Columns:
+    """Where each part of ``v = [x | y | u | z]`` lives; pairs are sorted by stage, then cluster."""
+
+    x_stage: np.ndarray
+    x_cluster: np.ndarray
+    y_stage: np.ndarray
+    y_cluster: np.ndarray
+    stages: int
+
+    @classmethod
+    def of(cls, model: FleetModel, allowed: np.ndarray) -> _Columns:
+        pair_stage, pair_cluster = np.nonzero(allowed)
+        gang = np.array([s.is_gang for s in model.stages], dtype=bool)[pair_stage]
+        return cls(
+            pair_stage[gang],
+            pair_cluster[gang],
+            pair_stage[~gang],
+            pair_cluster[~gang],
+            len(model.stages),
+        )
+
+    @property
+    def units(self) -> int:
+        """The ``x`` and ``y`` entries: the ones that carry replicas."""
+        return len(self.x_stage) + len(self.y_stage)
+
+    @property
+    def size(self) -> int:
+        return self.units + len(self.y_stage) + self.stages
+
+    @property
+    def y(self) -> np.ndarray:
+        return len(self.x_stage) + np.arange(len(self.y_stage))
+
+    @property
+    def u(self) -> np.ndarray:
+        return self.units + np.arange(len(self.y_stage))
+
+    @property
+    def z(self) -> np.ndarray:
+        return self.units + len(self.y_stage) + np.arange(self.stages)
 
 
 def _build_program(model: FleetModel, scores: Scores) -> _Program:
-    n_stages, n_clusters = scores.allowed.shape
+    columns = _Columns.of(model, scores.allowed)
     replicas = np.array([s.replicas for s in model.stages], dtype=float)
-    gang = np.array([s.is_gang for s in model.stages], dtype=bool)
-    pair_stage, pair_cluster = np.nonzero(scores.allowed)  # sorted by stage, then cluster
-    is_gang_pair = gang[pair_stage]
-    x_stage, x_cluster = pair_stage[is_gang_pair], pair_cluster[is_gang_pair]
-    y_stage, y_cluster = pair_stage[~is_gang_pair], pair_cluster[~is_gang_pair]
-    n_x, n_y = len(x_stage), len(y_stage)
-    n_units, size = n_x + n_y, n_x + 2 * n_y + n_stages
-    unit_stage = np.concatenate([x_stage, y_stage])
-    unit_cluster = np.concatenate([x_cluster, y_cluster])
-    unit_replicas = np.concatenate([replicas[x_stage], np.ones(n_y)])
-    units = np.arange(n_units)
+    unit_stage = np.concatenate([columns.x_stage, columns.y_stage])
+    unit_cluster = np.concatenate([columns.x_cluster, columns.y_cluster])
+    unit_replicas = np.concatenate([replicas[columns.x_stage], np.ones(len(columns.y_stage))])
+    values = _stage_values(model)
 
-    per_replica = stage_values(model)[unit_stage] / replicas[unit_stage]
-    objective = np.zeros(size)
-    objective[:n_units] = per_replica * unit_replicas * (1.0 + scores.total[unit_stage, unit_cluster])
-
-    z_columns = n_units + n_y + np.arange(n_stages)
-    placement = sp.csr_matrix(
-        (
-            np.concatenate([unit_replicas, -replicas]),
-            (np.concatenate([unit_stage, np.arange(n_stages)]), np.concatenate([units, z_columns])),
-        ),
-        shape=(n_stages, size),
+    objective = np.zeros(columns.size)
+    per_replica = (
+        values[unit_stage] / replicas[unit_stage] * (1.0 + scores.total[unit_stage, unit_cluster])
     )
+    objective[: columns.units] = per_replica * unit_replicas
 
-    demand = _demand(model.stages)
-    usage = sp.vstack(
-        [
-            sp.csr_matrix(
-                (demand[r, unit_stage] * unit_replicas, (unit_cluster, units)), shape=(n_clusters, size)
-            )
-            for r in range(3)
-        ],
-        format="csr",
-    )
-
-    y_columns = n_x + np.arange(n_y)
-    u_columns = n_units + np.arange(n_y)
-    minimum = np.array([min_replicas_per_cluster(s) for s in model.stages], dtype=float)
-    rows = np.arange(n_y)
-    linking = sp.csr_matrix(
-        (
-            np.concatenate([np.ones(n_y), -replicas[y_stage], minimum[y_stage], -np.ones(n_y)]),
-            (
-                np.concatenate([rows, rows, n_y + rows, n_y + rows]),
-                np.concatenate([y_columns, u_columns, u_columns, y_columns]),
-            ),
-        ),
-        shape=(2 * n_y, size),
-    )
-
-    upper = np.concatenate([np.ones(n_x), replicas[y_stage], np.ones(n_y + n_stages)])
+    upper = np.ones(columns.size)
+    upper[columns.y] = replicas[columns.y_stage]
     return _Program(
         unit_stage=unit_stage,
         unit_cluster=unit_cluster,
         unit_replicas=unit_replicas,
         objective=objective,
-        placement=placement,
-        usage=usage,
+        placement=_placement_rows(columns, unit_stage, unit_replicas, replicas),
+        usage=_usage_rows(
+            columns,
+            unit_stage,
+            unit_cluster,
+            unit_replicas,
+            _demand(model.stages),
+            len(model.clusters),
+        ),
         capacity=_capacity(model.clusters).ravel(),
-        linking=linking,
+        linking=_linking_rows(columns, model.stages, replicas),
         upper=upper,
-        stages=n_stages,
+        stages=columns.stages,
+        smallest_value=float(values.min()),
+    )
+
+
+def _sparse(
+    entries: list[tuple[np.ndarray, np.ndarray, np.ndarray]], shape: tuple[int, int]
+) -> sp.csr_matrix:
+    """A CSR matrix from (values, rows, columns) triplets."""
+    data, rows, cols = (np.concatenate(part) for part in zip(*entries, strict=True))
+    return sp.csr_matrix((data, (rows, cols)), shape=shape)
+
+
+def _placement_rows(
+    columns: _Columns, unit_stage: np.ndarray, unit_replicas: np.ndarray, replicas: np.ndarray
+) -> sp.csr_matrix:
+    """One row per stage: replicas placed - replicas * z == 0."""
+    stages = np.arange(columns.stages)
+    return _sparse(
+        [(unit_replicas, unit_stage, np.arange(columns.units)), (-replicas, stages, columns.z)],
+        (columns.stages, columns.size),
+    )
+
+
+def _usage_rows(
+    columns: _Columns,
+    unit_stage: np.ndarray,
+    unit_cluster: np.ndarray,
+    unit_replicas: np.ndarray,
+    demand: np.ndarray,
+    clusters: int,
+) -> sp.csr_matrix:
+    """Row ``r * C + c``: how much of resource ``r`` (GPUs, cores, GiB) cluster ``c`` runs."""
+    units = np.arange(columns.units)
+    return _sparse(
+        [
+            (demand[r, unit_stage] * unit_replicas, r * clusters + unit_cluster, units)
+            for r in range(3)
+        ],
+        (3 * clusters, columns.size),
+    )
+
+
+def _linking_rows(
+    columns: _Columns, stages: tuple[Stage, ...], replicas: np.ndarray
+) -> sp.csr_matrix:
+    """``y - replicas * u <= 0`` then ``min * u - y <= 0``, one row each per Deployment pair."""
+    n_y = len(columns.y_stage)
+    minimum = np.array([min_replicas_per_cluster(s) for s in stages], dtype=float)[columns.y_stage]
+    rows = np.arange(n_y)
+    return _sparse(
+        [
+            (np.ones(n_y), rows, columns.y),
+            (-replicas[columns.y_stage], rows, columns.u),
+            (minimum, n_y + rows, columns.u),
+            (-np.ones(n_y), n_y + rows, columns.y),
+        ],
+        (2 * n_y, columns.size),
     )
 
 
@@ -208,11 +295,14 @@ class _Result:
     infeasible: bool = False
 
 
-def _solve(program: _Program, *, require_all: bool, integral: bool, time_limit: float | None) -> _Result:
+def _solve(
+    program: _Program, *, require_all: bool, integral: bool, time_limit: float | None
+) -> _Result:
     """Solve the MILP (or its LP relaxation); ``require_all`` fixes every stage's ``z`` to 1.
 
     Integral values are rounded to the integers HiGHS found them within tolerance of.
     """
+    _silence_highs_banner()
     lower = np.zeros(program.size)
     if require_all:
         lower[program.size - program.stages :] = 1.0
@@ -225,7 +315,10 @@ def _solve(program: _Program, *, require_all: bool, integral: bool, time_limit: 
     if time_limit is not None:
         options["time_limit"] = float(time_limit)
     if not require_all:
-        options["mip_rel_gap"] = 0.0  # a diagnosis must not leave out a stage that still fits
+        # Stop only within half the smallest stage value of the optimum: then no stage that
+        # still fits the capacity left over is left out, and the diagnosis names real misfits.
+        options["mip_rel_gap"] = 0.0
+        options["mip_abs_gap"] = 0.5 * program.smallest_value
     try:
         with warnings.catch_warnings():  # the status is handled below, not by a warning
             warnings.simplefilter("ignore", UserWarning)
@@ -235,24 +328,47 @@ def _solve(program: _Program, *, require_all: bool, integral: bool, time_limit: 
     return _result(program, problem.status, v.value, lower, integral)
 
 
+@functools.cache
+def _silence_highs_banner() -> None:
+    """Create the process's first HiGHS object with file descriptor 1 on /dev/null.
+
+    HiGHS prints a banner straight to the process's stdout the first time a solver object is
+    created (cvxpy creates one per solve), and fleetc's output must hold only fleetc's text.
+    """
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no stdout at all: nothing to keep clean
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+            highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _result(
     program: _Program, status: str, value: np.ndarray | None, lower: np.ndarray, integral: bool
 ) -> _Result:
     if status in _INFEASIBLE_STATUSES:
         return _Result(values=None, optimal=False, infeasible=True)
     if value is None:
-        if status == cp.USER_LIMIT:
+        if status == cvxpy_status.USER_LIMIT:
             return _Result(values=None, optimal=False)
         raise InternalError(f"the HiGHS solver ended with status '{status}' and no placement")
     values = np.rint(value) if integral else np.asarray(value, dtype=float)
     if status in _SOLUTION_STATUSES:
         return _Result(values=values, optimal=True)
-    if status == cp.USER_LIMIT:  # HiGHS reports its last iterate, feasible or not
+    if status == cvxpy_status.USER_LIMIT:  # HiGHS reports its last iterate, feasible or not
         return _Result(values=values if _feasible(program, values, lower) else None, optimal=False)
     raise InternalError(f"the HiGHS solver ended with status '{status}'")
 
 
-def _feasible(program: _Program, values: np.ndarray, lower: np.ndarray, tolerance: float = 1e-6) -> bool:
+def _feasible(
+    program: _Program, values: np.ndarray, lower: np.ndarray, tolerance: float = 1e-6
+) -> bool:
     return bool(
         np.all(values >= lower - tolerance)
         and np.all(values <= program.upper + tolerance)
@@ -263,7 +379,8 @@ def _feasible(program: _Program, values: np.ndarray, lower: np.ndarray, toleranc
 
 
 def _time_limit_error(time_limit: float | None) -> PlacementError:
-    return PlacementError([f"no placement found within the time limit of {time_limit:g}s"])
+    limit = "its limits" if time_limit is None else f"the time limit of {time_limit:g}s"
+    return PlacementError([f"the solver found no placement within {limit}"])
 
 
 def _bound(program: _Program, scores: Scores, model: FleetModel, time_limit: float | None) -> float:
@@ -273,7 +390,7 @@ def _bound(program: _Program, scores: Scores, model: FleetModel, time_limit: flo
     if relaxed.optimal and relaxed.values is not None:
         return float(program.objective @ relaxed.values)
     best = np.max(np.where(scores.allowed, scores.total, 0.0), axis=1)
-    return float(np.sum(stage_values(model) * (1.0 + best)))
+    return float(np.sum(_stage_values(model) * (1.0 + best)))
 
 
 def _stage_placements(
@@ -315,7 +432,7 @@ def _diagnose(
     free = (program.capacity - program.usage @ partial).reshape(3, len(model.clusters))
     placed = partial[program.size - program.stages :]
     reasons = [
-        unplaced_reason(stage, model.clusters, scores, s, free)
+        _unplaced_reason(stage, model.clusters, scores, s, free)
         for s, stage in enumerate(model.stages)
         if placed[s] < 0.5
     ]
@@ -324,7 +441,7 @@ def _diagnose(
     return reasons
 
 
-def unplaced_reason(
+def _unplaced_reason(
     stage: Stage, clusters: tuple[Cluster, ...], scores: Scores, s: int, free: np.ndarray
 ) -> str:
     """``0/3 clusters fit p/s: 2 have no a100, 1 has 8 of 16 free a100`` for stage index ``s``.
@@ -332,7 +449,7 @@ def unplaced_reason(
     ``free`` is the (3, C) capacity (GPUs, cores, GiB) the placed stages leave.
     """
     why = [
-        capacity_reason(stage, cluster, free[:, c], _capacity((cluster,))[:, 0])
+        _capacity_reason(stage, cluster, free[:, c], _capacity((cluster,))[:, 0])
         if scores.allowed[s, c]
         else scores.reasons[(s, c)]
         for c, cluster in enumerate(clusters)
@@ -348,7 +465,7 @@ def _counted(count: int, reason: str) -> str:
     return f"{count} {singular if count == 1 else plural} {reason}"
 
 
-def capacity_reason(stage: Stage, cluster: Cluster, free: np.ndarray, total: np.ndarray) -> str:
+def _capacity_reason(stage: Stage, cluster: Cluster, free: np.ndarray, total: np.ndarray) -> str:
     """What ``cluster`` lacks for ``stage`` given ``free`` of ``total`` (GPUs, cores, GiB).
 
     A gang needs all its replicas at once; a Deployment needs its per-cluster minimum here and

@@ -102,15 +102,7 @@ class _Fleet:
 def score_matrix(model: FleetModel) -> Scores:
     """Filter every (stage, cluster) pair and score the allowed ones; see the module docstring."""
     fleet = _Fleet.of(model.clusters)
-    allowed = np.zeros((len(model.stages), len(model.clusters)), dtype=bool)
-    reasons: dict[tuple[int, int], str] = {}
-    for s, stage in enumerate(model.stages):
-        for c, cluster in enumerate(model.clusters):
-            reason = filter_reason(stage, cluster)
-            if reason:
-                reasons[(s, c)] = reason
-            else:
-                allowed[s, c] = True
+    allowed, reasons = _filter(model)
     compute = _per_stage(_compute_row, model.stages, fleet, allowed)
     network = _per_stage(_network_row, model.stages, fleet, allowed)
     cost = _cost_scores(model.stages, fleet, allowed)
@@ -125,6 +117,24 @@ def score_matrix(model: FleetModel) -> Scores:
     weight_sum = weights.compute + weights.cost + weights.network + weights.energy
     total = weighted / weight_sum if weight_sum > 0 else np.zeros_like(weighted)
     return Scores(allowed, reasons, compute, cost, network, energy, total)
+
+
+def _filter(model: FleetModel) -> tuple[np.ndarray, dict[tuple[int, int], str]]:
+    """The allowed mask and the reason for every pair that is not allowed.
+
+    One Python call per pair: taints and tolerations do not vectorise, and the reasons are
+    strings per pair anyway.
+    """
+    allowed = np.zeros((len(model.stages), len(model.clusters)), dtype=bool)
+    reasons: dict[tuple[int, int], str] = {}
+    for s, stage in enumerate(model.stages):
+        for c, cluster in enumerate(model.clusters):
+            reason = filter_reason(stage, cluster)
+            if reason:
+                reasons[(s, c)] = reason
+            else:
+                allowed[s, c] = True
+    return allowed, reasons
 
 
 def filter_reason(stage: Stage, cluster: Cluster) -> str:
@@ -169,7 +179,9 @@ def _gib(memory_bytes: int) -> str:
 
 def _compute_row(stage: Stage, fleet: _Fleet) -> np.ndarray:
     gpu_compat = np.ones_like(fleet.gpus) if stage.gpus > 0 else np.where(fleet.has_gpus, 0.5, 1.0)
-    stage_ratio = _gib_per_core(np.array(stage.memory_bytes / GIB), np.array(stage.cpu_millis / 1000))
+    stage_ratio = _gib_per_core(
+        np.array(stage.memory_bytes / GIB), np.array(stage.cpu_millis / 1000)
+    )
     cluster_ratio = _gib_per_core(fleet.memory_gib, fleet.cores)
     ratio_sum = stage_ratio + cluster_ratio
     safe_sum = np.where(ratio_sum > 0, ratio_sum, 1.0)

@@ -46,7 +46,9 @@ def _stage_order_problems(model: FleetModel, placement: Placement) -> list[str]:
     return problems or ["stages are not in the fleet's order"]
 
 
-def _stage_problems(stage: Stage, placement: StagePlacement, clusters: dict[str, Cluster]) -> list[str]:
+def _stage_problems(
+    stage: Stage, placement: StagePlacement, clusters: dict[str, Cluster]
+) -> list[str]:
     key = stage.key
     names = [a.cluster for a in placement.assignments]
     problems = []
@@ -62,7 +64,10 @@ def _stage_problems(stage: Stage, placement: StagePlacement, clusters: dict[str,
         if cluster is None:
             problems.append(f"{key}: unknown cluster {assignment.cluster}")
             continue
-        problems += [f"{key} on {cluster.name}: {p}" for p in _assignment_problems(stage, cluster, assignment.replicas, assignment.gpus)]
+        problems += [
+            f"{key} on {cluster.name}: {p}"
+            for p in _assignment_problems(stage, cluster, assignment.replicas, assignment.gpus)
+        ]
     return problems
 
 
@@ -73,13 +78,16 @@ def _assignment_problems(stage: Stage, cluster: Cluster, replicas: int, gpus: in
     if gpus != replicas * stage.gpus:
         problems.append(f"{gpus} GPUs for {replicas} replicas of {stage.gpus}")
     if not stage.is_gang and replicas < min_replicas_per_cluster(stage):
-        problems.append(f"{replicas} replicas, below the minimum of {min_replicas_per_cluster(stage)}")
+        problems.append(
+            f"{replicas} replicas, below the minimum of {min_replicas_per_cluster(stage)}"
+        )
     if stage.gpus > 0 and (cluster.gpu_type is None or cluster.gpus <= 0):
         problems.append("needs GPUs, the cluster has none")
     elif stage.gpus > 0 and stage.gpu_type and stage.gpu_type != cluster.gpu_type:
         problems.append(f"needs {stage.gpu_type}, the cluster has {cluster.gpu_type}")
     problems += [
-        f"untolerated taint {t.key}={t.value}:{t.effect}" for t in untolerated(cluster.taints, stage.tolerations)
+        f"untolerated taint {t.key}={t.value}:{t.effect}"
+        for t in untolerated(cluster.taints, stage.tolerations)
     ]
     return problems
 

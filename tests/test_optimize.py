@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import subprocess
+import sys
+from pathlib import Path
 
 import cvxpy as cp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_scoring import GPU_TAINT, make_cluster, make_fleet, make_stage
 
 from fleetc.errors import InternalError, PlacementError
 from fleetc.model import (
@@ -22,7 +27,6 @@ from fleetc.model import (
 )
 from fleetc.optimize import place
 from fleetc.verify import verify
-from test_scoring import GPU_TAINT, make_cluster, make_fleet, make_stage
 
 
 def clusters_of(placement: Placement, stage_key: str) -> dict[str, int]:
@@ -77,7 +81,9 @@ def test_taints_need_tolerations() -> None:
     model = make_fleet(
         (make_cluster("plain"), tainted),
         (
-            make_stage("tolerant", tolerations=(Toleration("gpu-type", "Equal", "a100", "NoSchedule"),)),
+            make_stage(
+                "tolerant", tolerations=(Toleration("gpu-type", "Equal", "a100", "NoSchedule"),)
+            ),
             make_stage("intolerant"),
         ),
     )
@@ -87,7 +93,9 @@ def test_taints_need_tolerations() -> None:
 
 
 def test_deployment_splits_with_min_replicas_per_cluster() -> None:
-    serve = make_stage("serve", type=StageType.DEPLOYMENT, gpus=2, replicas=6, min_replicas_per_cluster=3)
+    serve = make_stage(
+        "serve", type=StageType.DEPLOYMENT, gpus=2, replicas=6, min_replicas_per_cluster=3
+    )
     model = make_fleet((make_cluster("a"), make_cluster("b")), (serve,))
     placement = place(model)
     assert clusters_of(placement, "llm/serve") == {"a": 3, "b": 3}
@@ -95,7 +103,9 @@ def test_deployment_splits_with_min_replicas_per_cluster() -> None:
 
 
 def test_deployment_split_uses_uneven_shares_when_capacity_differs() -> None:
-    serve = make_stage("serve", type=StageType.DEPLOYMENT, gpus=2, replicas=6, min_replicas_per_cluster=2)
+    serve = make_stage(
+        "serve", type=StageType.DEPLOYMENT, gpus=2, replicas=6, min_replicas_per_cluster=2
+    )
     model = make_fleet((make_cluster("a"), make_cluster("b"), make_cluster("c", gpus=2)), (serve,))
     placement = place(model)
     replicas = clusters_of(placement, "llm/serve")
@@ -104,7 +114,9 @@ def test_deployment_split_uses_uneven_shares_when_capacity_differs() -> None:
 
 
 def test_min_replicas_per_cluster_can_make_a_deployment_infeasible() -> None:
-    serve = make_stage("serve", type=StageType.DEPLOYMENT, gpus=2, replicas=6, min_replicas_per_cluster=4)
+    serve = make_stage(
+        "serve", type=StageType.DEPLOYMENT, gpus=2, replicas=6, min_replicas_per_cluster=4
+    )
     model = make_fleet((make_cluster("a"), make_cluster("b")), (serve,))
     with pytest.raises(PlacementError) as raised:
         place(model)
@@ -114,7 +126,11 @@ def test_min_replicas_per_cluster_can_make_a_deployment_infeasible() -> None:
 def test_infeasible_names_each_cluster_like_the_kube_scheduler() -> None:
     # The finetune is worth more, so it keeps half the a100 cluster and the training is reported.
     model = make_fleet(
-        (make_cluster("a", gpu_type="h100"), make_cluster("b", gpus=16), make_cluster("c", gpu_type="h100")),
+        (
+            make_cluster("a", gpu_type="h100"),
+            make_cluster("b", gpus=16),
+            make_cluster("c", gpu_type="h100"),
+        ),
         (
             make_stage("model-training", gpus=16, gpu_type="a100"),
             make_stage("tune", type=StageType.FINETUNING, gpu_type="a100"),
@@ -131,7 +147,11 @@ def test_infeasible_names_each_cluster_like_the_kube_scheduler() -> None:
 def test_infeasible_reports_every_unplaced_stage_with_filter_reasons() -> None:
     model = make_fleet(
         (make_cluster("a", memory_gib=128), make_cluster("b", taints=(GPU_TAINT,))),
-        (make_stage("big", memory_gib=256), make_stage("fits"), make_stage("cpu", gpus=0, cores=128)),
+        (
+            make_stage("big", memory_gib=256),
+            make_stage("fits"),
+            make_stage("cpu", gpus=0, cores=128),
+        ),
     )
     with pytest.raises(PlacementError) as raised:
         place(model)
@@ -141,6 +161,43 @@ def test_infeasible_reports_every_unplaced_stage_with_filter_reasons() -> None:
         "0/2 clusters fit llm/cpu: 1 is too small: 128 cores per replica, cluster has 64,"
         " 1 has untolerated taint gpu-type=a100:NoSchedule"
     )
+
+
+@pytest.mark.parametrize(
+    ("cores", "memory_gib", "reason"),
+    [
+        ((40, 30), (8, 8), "1 has 24 of 64 free cores"),
+        ((4, 4), (300, 300), "1 has 212Gi of 512Gi free memory"),
+    ],
+)
+def test_cpu_and_memory_capacity_reasons(
+    cores: tuple[float, float], memory_gib: tuple[float, float], reason: str
+) -> None:
+    # Training outweighs finetuning, so the finetune is the one reported.
+    model = make_fleet(
+        (make_cluster(gpu_type=None, gpus=0),),
+        (
+            make_stage("train", gpus=0, cores=cores[0], memory_gib=memory_gib[0]),
+            make_stage(
+                "tune", type=StageType.FINETUNING, gpus=0, cores=cores[1], memory_gib=memory_gib[1]
+            ),
+        ),
+    )
+    with pytest.raises(PlacementError) as raised:
+        place(model)
+    assert raised.value.reasons == (f"0/1 clusters fit llm/tune: {reason}",)
+
+
+def test_time_limit_returns_a_sound_placement_or_says_so() -> None:
+    clusters = tuple(make_cluster(f"c{i}", gpus=16) for i in range(10))
+    model = make_fleet(clusters, tuple(make_stage(f"s{i}", gpus=i % 8 + 1) for i in range(30)))
+    try:
+        placement = place(model, time_limit=0.01)
+    except PlacementError as error:
+        assert error.reasons == ("the solver found no placement within the time limit of 0.01s",)
+    else:
+        assert verify(model, placement) == []
+        assert placement.objective <= placement.bound
 
 
 def test_zero_class_weight_still_places() -> None:
@@ -159,11 +216,14 @@ def test_empty_fleet_places_nothing() -> None:
 
 
 def test_placement_is_deterministic() -> None:
-    model = make_fleet(
-        tuple(make_cluster(f"c{i}", gpus=8 * (i % 3 + 1), energy_efficiency=0.1 * i) for i in range(5)),
-        tuple(make_stage(f"s{i}", gpus=i % 4, replicas=i % 3 + 1) for i in range(6))
-        + (make_stage("serve", type=StageType.DEPLOYMENT, gpus=1, replicas=5, min_replicas_per_cluster=2),),
+    clusters = tuple(
+        make_cluster(f"c{i}", gpus=8 * (i % 3 + 1), energy_efficiency=0.1 * i) for i in range(5)
     )
+    serve = make_stage(
+        "serve", type=StageType.DEPLOYMENT, gpus=1, replicas=5, min_replicas_per_cluster=2
+    )
+    trainings = [make_stage(f"s{i}", gpus=i % 4, replicas=i % 3 + 1) for i in range(6)]
+    model = make_fleet(clusters, (*trainings, serve))
     assert place(model) == place(model)
 
 
@@ -176,13 +236,33 @@ def test_solver_failure_is_an_internal_error(monkeypatch: pytest.MonkeyPatch) ->
         place(make_fleet((make_cluster(),), (make_stage(),)))
 
 
+def test_solving_prints_nothing_in_a_fresh_process() -> None:
+    """HiGHS prints a banner on first use in a process; place() must keep stdout clean."""
+    script = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_scoring import make_cluster, make_fleet, make_stage\n"
+        "from fleetc.optimize import place\n"
+        "place(make_fleet((make_cluster(),), (make_stage(),)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert (result.stdout, result.stderr) == ("", "")
+
+
 # --- verify -----------------------------------------------------------------------------------
 
 
 @pytest.fixture
 def sound() -> tuple[FleetModel, Placement]:
     serve = make_stage(
-        "serve", type=StageType.DEPLOYMENT, gpus=2, replicas=4, min_replicas_per_cluster=2, cores=1, memory_gib=8
+        "serve",
+        type=StageType.DEPLOYMENT,
+        gpus=2,
+        replicas=4,
+        min_replicas_per_cluster=2,
+        cores=1,
+        memory_gib=8,
     )
     model = make_fleet(
         (make_cluster("a", gpus=16), make_cluster("b", gpu_type="h100", taints=(GPU_TAINT,))),
@@ -238,7 +318,10 @@ def test_verify_accepts_a_sound_placement(sound: tuple[FleetModel, Placement]) -
     ],
 )
 def test_verify_catches_broken_placements(
-    sound: tuple[FleetModel, Placement], stage: int, assignments: tuple[Assignment, ...], problems: list[str]
+    sound: tuple[FleetModel, Placement],
+    stage: int,
+    assignments: tuple[Assignment, ...],
+    problems: list[str],
 ) -> None:
     model, placement = sound
     assert verify(model, broken(placement, stage, *assignments)) == problems
@@ -296,7 +379,9 @@ def test_every_placement_verifies_or_placement_error(model: FleetModel) -> None:
         placement = place(model)
     except PlacementError as error:
         assert len(error.reasons) >= 1
-        assert all(reason.startswith(f"0/{len(model.clusters)} clusters fit ") for reason in error.reasons)
+        assert all(
+            reason.startswith(f"0/{len(model.clusters)} clusters fit ") for reason in error.reasons
+        )
         return
     assert verify(model, placement) == []
     assert placement.objective <= placement.bound
@@ -305,3 +390,50 @@ def test_every_placement_verifies_or_placement_error(model: FleetModel) -> None:
 def test_taint_effect_prefer_no_schedule_is_soft() -> None:
     soft = make_cluster(taints=(Taint("spot", "true", "PreferNoSchedule"),))
     assert clusters_of(place(make_fleet((soft,), (make_stage(),))), "llm/train") == {"c1": 1}
+
+
+@st.composite
+def small_gang_fleets(draw: st.DrawFn) -> FleetModel:
+    clusters = tuple(
+        make_cluster(f"c{i}", gpus=draw(st.sampled_from([4, 8, 16])), cores=32, memory_gib=256)
+        for i in range(draw(st.integers(1, 3)))
+    )
+    stages = tuple(
+        make_stage(
+            f"s{i}",
+            gpus=draw(st.sampled_from([0, 2, 4, 8])),
+            replicas=draw(st.integers(1, 2)),
+            cores=draw(st.sampled_from([4, 16])),
+            memory_gib=32,
+        )
+        for i in range(draw(st.integers(1, 4)))
+    )
+    return make_fleet(clusters, stages)
+
+
+def brute_force_feasible(model: FleetModel) -> bool:
+    """Whether any choice of one cluster per gang stage passes the verifier."""
+    for choice in itertools.product(model.clusters, repeat=len(model.stages)):
+        candidate = Placement(
+            stages=tuple(
+                StagePlacement(s.key, (Assignment(c.name, s.replicas, s.total_gpus),), 0.0)
+                for s, c in zip(model.stages, choice, strict=True)
+            ),
+            objective=0.0,
+            bound=0.0,
+            method="brute-force",
+        )
+        if not verify(model, candidate):
+            return True
+    return False
+
+
+@settings(max_examples=30, deadline=None)
+@given(small_gang_fleets())
+def test_placement_error_only_when_brute_force_finds_nothing(model: FleetModel) -> None:
+    try:
+        place(model)
+    except PlacementError:
+        assert not brute_force_feasible(model)
+    else:
+        assert brute_force_feasible(model)

@@ -98,8 +98,12 @@ def make_stage(
     )
 
 
-def make_fleet(clusters: tuple[Cluster, ...], stages: tuple[Stage, ...], **fields: object) -> FleetModel:
-    return FleetModel(name="fleet", namespace="fleet-system", clusters=clusters, stages=stages, **fields)  # type: ignore[arg-type]
+def make_fleet(
+    clusters: tuple[Cluster, ...], stages: tuple[Stage, ...], **fields: object
+) -> FleetModel:
+    return FleetModel(
+        name="fleet", namespace="fleet-system", clusters=clusters, stages=stages, **fields
+    )  # type: ignore[arg-type]
 
 
 def make_input(location: str | None, from_stage: str | None = None) -> Input:
@@ -117,9 +121,21 @@ GPU_TAINT = Taint("gpu-type", "a100", "NoSchedule")
     [
         (make_stage(), make_cluster(gpu_type=None, gpus=0), "no GPUs"),
         (make_stage(gpu_type="a100"), make_cluster(gpu_type="h100"), "no a100"),
-        (make_stage(), make_cluster(taints=(GPU_TAINT,)), "untolerated taint gpu-type=a100:NoSchedule"),
-        (make_stage(gpus=16), make_cluster(gpus=8), "too small: 16 GPUs per replica, cluster has 8"),
-        (make_stage(cores=96), make_cluster(cores=64), "too small: 96 cores per replica, cluster has 64"),
+        (
+            make_stage(),
+            make_cluster(taints=(GPU_TAINT,)),
+            "untolerated taint gpu-type=a100:NoSchedule",
+        ),
+        (
+            make_stage(gpus=16),
+            make_cluster(gpus=8),
+            "too small: 16 GPUs per replica, cluster has 8",
+        ),
+        (
+            make_stage(cores=96),
+            make_cluster(cores=64),
+            "too small: 96 cores per replica, cluster has 64",
+        ),
         (
             make_stage(memory_gib=256),
             make_cluster(memory_gib=128),
@@ -137,8 +153,14 @@ def test_filter_reasons(stage: Stage, cluster: Cluster, reason: str) -> None:
         (make_stage(gpus=0), make_cluster(gpu_type=None, gpus=0)),
         (make_stage(gpus=0), make_cluster()),  # CPU work may use a GPU cluster
         (make_stage(gpu_type="a100"), make_cluster(gpu_type="a100")),
-        (make_stage(tolerations=(Toleration("gpu-type", "Equal", "a100"),)), make_cluster(taints=(GPU_TAINT,))),
-        (make_stage(tolerations=(Toleration("gpu-type", "Exists"),)), make_cluster(taints=(GPU_TAINT,))),
+        (
+            make_stage(tolerations=(Toleration("gpu-type", "Equal", "a100"),)),
+            make_cluster(taints=(GPU_TAINT,)),
+        ),
+        (
+            make_stage(tolerations=(Toleration("gpu-type", "Exists"),)),
+            make_cluster(taints=(GPU_TAINT,)),
+        ),
         (make_stage(), make_cluster(taints=(Taint("spot", "true", "PreferNoSchedule"),))),
         (make_stage(replicas=4), make_cluster(gpus=8)),  # only one replica must fit the total
     ],
@@ -149,7 +171,11 @@ def test_filter_allows(stage: Stage, cluster: Cluster) -> None:
 
 def test_score_matrix_allowed_and_reasons_follow_model_order() -> None:
     model = make_fleet(
-        (make_cluster("a100s"), make_cluster("cpus", gpu_type=None, gpus=0), make_cluster("h100s", gpu_type="h100")),
+        (
+            make_cluster("a100s"),
+            make_cluster("cpus", gpu_type=None, gpus=0),
+            make_cluster("h100s", gpu_type="h100"),
+        ),
         (make_stage("train", gpu_type="a100"), make_stage("prep", gpus=0)),
     )
     scores = score_matrix(model)
@@ -201,20 +227,33 @@ def test_free_cluster_costs_nothing() -> None:
 
 
 def test_network_locality_and_tier() -> None:
-    inputs = (make_input("eu-west"), make_input(None), make_input("us-east"), make_input(None, from_stage="prep"))
+    inputs = (
+        make_input("eu-west"),
+        make_input(None),
+        make_input("us-east"),
+        make_input(None, from_stage="prep"),
+    )
     model = make_fleet(
-        (make_cluster("fast", network_tier="high-performance"), make_cluster("slow", network_tier="low")),
+        (
+            make_cluster("fast", network_tier="high-performance"),
+            make_cluster("slow", network_tier="low"),
+        ),
         (make_stage(inputs=inputs), make_stage("bare")),
     )
     locality = (1.0 + 0.5 + 0.25 + 0.5) / 4
     network = score_matrix(model).network
-    assert network[0].tolist() == pytest.approx([0.6 * locality + 0.4 * 1.0, 0.6 * locality + 0.4 * 0.25])
+    assert network[0].tolist() == pytest.approx(
+        [0.6 * locality + 0.4 * 1.0, 0.6 * locality + 0.4 * 0.25]
+    )
     assert network[1].tolist() == pytest.approx([0.6 + 0.4, 0.6 + 0.4 * 0.25])
 
 
 def test_network_link_for_deployments_is_latency() -> None:
     model = make_fleet(
-        (make_cluster("edge", low_latency=True, network_tier="low"), make_cluster("core", network_tier="high-performance")),
+        (
+            make_cluster("edge", low_latency=True, network_tier="low"),
+            make_cluster("core", network_tier="high-performance"),
+        ),
         (make_stage(type=StageType.DEPLOYMENT),),
     )
     assert score_matrix(model).network[0].tolist() == pytest.approx([1.0, 0.6 + 0.4 * 0.5])
@@ -234,8 +273,14 @@ def test_energy_and_total() -> None:
 
 def test_terms_stay_in_unit_interval() -> None:
     model = make_fleet(
-        (make_cluster("a", utilization=0.9), make_cluster("b", gpu_type=None, gpus=0, cores=2, memory_gib=1)),
-        (make_stage(gpus=0, cores=0.5, memory_gib=200), make_stage(gpus=0, cores=1, memory_gib=0.5)),
+        (
+            make_cluster("a", utilization=0.9),
+            make_cluster("b", gpu_type=None, gpus=0, cores=2, memory_gib=1),
+        ),
+        (
+            make_stage(gpus=0, cores=0.5, memory_gib=200),
+            make_stage(gpus=0, cores=1, memory_gib=0.5),
+        ),
     )
     scores = score_matrix(model)
     for term in (scores.compute, scores.cost, scores.network, scores.energy, scores.total):

@@ -100,6 +100,7 @@ class Cluster:
     edge: bool
     utilization: float  # 0..1, the share of the cluster already in use by work fleetc does not place
     source: Source
+    cordoned: bool = False  # out of placement (a Fleet flag or --drain)
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,7 @@ class Stage:
     image: str
     command: tuple[str, ...]
     source: Source
+    shared_gpu: bool = False  # accepts time-sliced GPU slots (never for Training/Finetuning)
 
     @property
     def key(self) -> str:
@@ -215,6 +217,13 @@ class DataPolicy:
 
 
 @dataclass(frozen=True)
+class GitOps:
+    repo_url: str = "https://git.example.com/fleet.git"
+    branch: str = "main"
+    path: str = "out"
+
+
+@dataclass(frozen=True)
 class FleetModel:
     """Everything one compile places and renders. Tuples are sorted by name for determinism."""
 
@@ -227,6 +236,8 @@ class FleetModel:
     platforms: tuple[Platform, ...] = ()
     gpu_policy: GPUPolicy | None = None
     data_policies: tuple[DataPolicy, ...] = ()
+    move_cost: float = 0.05  # score a stage must gain before it leaves its previous cluster
+    gitops: GitOps = field(default_factory=GitOps)
 
     def cluster(self, name: str) -> Cluster:
         return next(c for c in self.clusters if c.name == name)

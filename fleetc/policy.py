@@ -155,11 +155,27 @@ class FleetCluster(_Spec):
         "Cluster taints (Karmada style). Default: a cluster with attribute gpu-type carries "
         "gpu-type=<type>:NoSchedule, so only work that tolerates it (for example through the "
         "Fleet's clusterTolerations) lands there.")
+    cordoned: bool | None = describe(
+        "Take the cluster out of placement, as if it were lost (default false): its work is "
+        "placed elsewhere, or the compile names the shortage. `fleetc compile --drain NAME` "
+        "does the same for one compile.")
 
 
 class FleetPlacement(_Spec):
     clusterTolerations: list[Toleration] | None = describe(
         "Tolerations every pipeline stage gets, in addition to its own.")
+    moveCost: Weight | None = describe(
+        "Stability: the score a stage must gain, in [0, 1], before fleetc moves it away from "
+        "the cluster(s) the previous out/placement.yaml gave it (default 0.05; 0 disables).")
+
+
+class GitOps(_Spec):
+    repoURL: str | None = describe(
+        "Git repository that holds the compiled output, as Argo CD and Flux fetch it "
+        "(default: https://git.example.com/fleet.git, a placeholder to replace).")
+    branch: str | None = describe("Branch Argo CD and Flux follow (default: main).")
+    path: str | None = describe(
+        "Folder of the compiled output inside the repository (default: out).")
 
 
 class AIGCConfig(_Spec):
@@ -184,6 +200,7 @@ class FleetSpec(_Spec):
     aigcConfig: AIGCConfig | None = describe("Relative weights of the AIGC workload classes.")
     scoreWeights: ScoreWeightsSpec | None = describe(
         "Weights of the four score terms; they need not sum to 1 (fleetc normalises them).")
+    gitops: GitOps | None = describe("Where Argo CD and Flux find the compiled output.")
 
 
 class Fleet(_Spec):
@@ -224,6 +241,10 @@ class StageResources(_Spec):
     gpu: int | None = describe("GPUs per replica (default: 0 for DataProc, 1 otherwise).",
                                ge=0, le=1024)
     gpuType: str | None = describe("GPU model required, e.g. a100 (default: any).")
+    sharedGPU: bool | None = describe(
+        "Accept time-sliced, shared GPU slots (GPUOptimizationPolicy) instead of whole GPUs "
+        "(default: true for Deployment stages, false otherwise; never for Training and "
+        "Finetuning, whose GPUs stay exclusive).")
 
 
 class PipelineStage(_Spec):

@@ -7,9 +7,11 @@ The functions are pure: the same policies give the same model, whatever their fi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from . import model as m
 from . import policy as p
-from .errors import Diagnostic, PolicyError
+from .errors import Diagnostic, PolicyError, UsageError
 from .quantity import GIB, cpu_millis, memory_bytes, parse_percentage
 from .validate import Parsed, PolicySet, governed, stage_edges
 
@@ -31,13 +33,21 @@ DEFAULT_IMAGES = {
 DEFAULT_NAMESPACE = "default"
 
 
-def resolve(policies: PolicySet, where: str) -> m.FleetModel:
-    """Build the model of one compile; ``where`` names the input in the no-Fleet error."""
+def resolve(policies: PolicySet, where: str, drained: Sequence[str] = ()) -> m.FleetModel:
+    """Build the model of one compile.
+
+    ``where`` names the input in the no-Fleet error; ``drained`` clusters are cordoned for this
+    compile only (``--drain``), as if they were lost.
+    """
     if not policies.fleets:
         raise PolicyError([Diagnostic(where, 0, 0, "", "no Fleet found: fleetc needs one Fleet "
                                       "to place pipelines on")])
     fleet = policies.fleets[0]
     spec = fleet.obj.spec
+    unknown = sorted(set(drained) - {c.name for c in spec.clusters})
+    if unknown:
+        raise UsageError(f"--drain {unknown[0]}: no cluster of that name in Fleet "
+                         f"'{fleet.name}' ({fleet.doc.path})")
     fleet_tolerations = tuple(_toleration(t) for t in
                               (spec.placement.clusterTolerations or [] if spec.placement else []))
     stages = tuple(
@@ -48,7 +58,7 @@ def resolve(policies: PolicySet, where: str) -> m.FleetModel:
     return m.FleetModel(
         name=fleet.name,
         namespace=fleet.obj.metadata.namespace or DEFAULT_NAMESPACE,
-        clusters=tuple(sorted((_cluster(fleet, i) for i in range(len(spec.clusters))),
+        clusters=tuple(sorted((_cluster(fleet, i, drained) for i in range(len(spec.clusters))),
                               key=lambda c: c.name)),
         stages=stages,
         score_weights=_score_weights(spec.scoreWeights),
@@ -57,14 +67,24 @@ def resolve(policies: PolicySet, where: str) -> m.FleetModel:
                                key=lambda x: x.name)),
         gpu_policy=_gpu_policy(policies.gpu_policies[0]) if policies.gpu_policies else None,
         data_policies=tuple(_data_policy(d) for d in policies.data_policies),
+        move_cost=_or(spec.placement.moveCost if spec.placement else None, 0.05),
+        gitops=_gitops(spec.gitops),
     )
+
+
+def _gitops(spec: p.GitOps | None) -> m.GitOps:
+    default = m.GitOps()
+    if spec is None:
+        return default
+    return m.GitOps(repo_url=spec.repoURL or default.repo_url,
+                    branch=spec.branch or default.branch, path=spec.path or default.path)
 
 
 def _flag(attributes: dict[str, object], key: str) -> bool:
     return str(attributes.get(key, "false")).lower() == "true"
 
 
-def _cluster(fleet: Parsed[p.Fleet], index: int) -> m.Cluster:
+def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str]) -> m.Cluster:
     c = fleet.obj.spec.clusters[index]
     attributes = c.attributes or {}
     gpus = int(str(attributes.get("gpu-count", 0)))
@@ -97,6 +117,7 @@ def _cluster(fleet: Parsed[p.Fleet], index: int) -> m.Cluster:
         edge=_flag(attributes, "edge-node"),
         utilization=_or(c.utilization, 0.0),
         source=m.Source(fleet.doc.path, f"spec.clusters[{index}]"),
+        cordoned=bool(c.cordoned) or c.name in drained,
     )
 
 
@@ -146,6 +167,7 @@ def _stage(pipeline: Parsed[p.AIGCPipeline], index: int, stage: p.PipelineStage,
         image=stage.image or DEFAULT_IMAGES[kind],
         command=tuple(stage.command or ()),
         source=m.Source(pipeline.doc.path, f"spec.stages[{index}]"),
+        shared_gpu=res.sharedGPU if res.sharedGPU is not None else deployment,
     )
 
 

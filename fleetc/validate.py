@@ -352,6 +352,11 @@ def _stage_checks(doc: Document, base: FieldPath, stage: p.PipelineStage,
         if resources.gpu == 0 and resources.gpuType:
             yield doc.diagnostic(base + ("resources", "gpuType"), "gpuType set but gpu is 0",
                                  hint="remove gpuType, or ask for at least one GPU")
+        if resources.sharedGPU and stage.type in ("Training", "Finetuning"):
+            yield doc.diagnostic(base + ("resources", "sharedGPU"),
+                                 f"{stage.type} stages get exclusive GPUs",
+                                 hint="remove sharedGPU; GPU sharing is for serving and "
+                                      "evaluation")
     deployment = stage.type == "Deployment"
     if stage.minReplicasPerCluster is not None:
         if not deployment:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from ruamel.yaml import YAML
+from support.k8s import kustomize_build, require_upstream_schemas, validate_tree
 
 from fleetc.errors import InternalError
 from fleetc.model import (
@@ -27,7 +28,6 @@ from fleetc.model import (
     Toleration,
 )
 from fleetc.render import object_name, render
-from support.k8s import kustomize_build, require_upstream_schemas, validate_tree
 
 GI = 1024**3
 MI = 1024**2

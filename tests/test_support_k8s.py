@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from support.k8s import (
     kustomize_build,
     require_upstream_schemas,

@@ -207,41 +207,31 @@ def semantic_checks(policies: PolicySet) -> list[Diagnostic]:
 
 
 def _unique_names(policies: PolicySet) -> Iterator[Diagnostic]:
+    """Names become paths and object names: two objects of one kind may not share one."""
     for group in (policies.fleets, policies.pipelines, policies.platforms,
                   policies.gpu_policies, policies.data_policies):
-        yield from _duplicates(group, lambda item: item.name, ("metadata", "name"),
-                               lambda item: item.obj.kind)
-
-
-def _duplicates(items: Iterable[Any], name_of: Any, field: FieldPath, what: Any) -> Iterator[
-        Diagnostic]:
-    """Diagnose every item whose name an earlier item already uses."""
-    first: dict[str, Any] = {}
-    for item in items:
-        name = name_of(item)
-        if name in first:
-            earlier = first[name]
-            line, _ = earlier.doc.locate(field) if hasattr(earlier, "doc") else (0, 0)
-            yield item.doc.diagnostic(
-                field, f"duplicate {what(item)} name '{name}' (first defined at "
-                       f"{earlier.doc.path}:{line})")
-        else:
-            first[name] = item
+        first: dict[str, Parsed[Any]] = {}
+        for item in group:
+            earlier = first.setdefault(item.name, item)
+            if earlier is not item:
+                line, _ = earlier.doc.locate(("metadata", "name"))
+                yield item.doc.diagnostic(
+                    ("metadata", "name"), f"duplicate {item.obj.kind} name '{item.name}' "
+                                          f"(first defined at {earlier.doc.path}:{line})")
 
 
 def _singletons(policies: PolicySet) -> Iterator[Diagnostic]:
-    for group, kind in ((policies.fleets, "Fleet"), (policies.gpu_policies,
-                                                     "GPUOptimizationPolicy"),
-                        (policies.data_policies, "DataOptimizationPolicy")):
-        names = {item.name for item in group}
-        if len(names) > 1:
-            for extra in group[1:]:
-                if extra.name != group[0].name:
-                    yield extra.doc.diagnostic(
-                        ("metadata", "name"),
-                        f"a second {kind} ('{extra.name}'); fleetc compiles one {kind} at a "
-                        f"time (the first is '{group[0].name}' in {group[0].doc.path})",
-                        hint="compile each fleet from its own folder")
+    """One compile reads one Fleet, one GPU policy and one data policy (differently named
+    duplicates; same-named ones are reported by :func:`_unique_names`)."""
+    for group in (policies.fleets, policies.gpu_policies, policies.data_policies):
+        for extra in group[1:]:
+            if extra.name != group[0].name:
+                kind = extra.obj.kind
+                yield extra.doc.diagnostic(
+                    ("metadata", "name"),
+                    f"a second {kind} ('{extra.name}'); fleetc compiles one {kind} at a "
+                    f"time (the first is '{group[0].name}' in {group[0].doc.path})",
+                    hint="compile each fleet from its own folder")
 
 
 def _fleet_checks(fleet: Parsed[p.Fleet]) -> Iterator[Diagnostic]:

@@ -5,6 +5,10 @@ S stages x C clusters, both in model order. It is pure: same model, same arrays.
 
 Filters (hard; a failing pair is not ``allowed`` and gets a short reason, the first that applies):
 
+- ``cordoned``: the cluster takes no work (the Fleet's ``cordoned`` or ``--drain``).
+- ``in eu, outside the data's jurisdiction cn``: data sovereignty; the stage reads
+  data of a jurisdiction (``Stage.jurisdiction``, set by :mod:`fleetc.resolve`) the cluster is
+  not in.
 - ``no GPUs``: the stage needs GPUs and the cluster has none.
 - ``no a100``: the stage names a GPU type the cluster does not have.
 - ``untolerated taint k=v:Effect``: a hard taint (not PreferNoSchedule) no toleration covers.
@@ -139,6 +143,10 @@ def _filter(model: FleetModel) -> tuple[np.ndarray, dict[tuple[int, int], str]]:
 
 def filter_reason(stage: Stage, cluster: Cluster) -> str:
     """Why ``stage`` may never run on ``cluster``, or '' when it may."""
+    if cluster.cordoned:
+        return "cordoned"
+    if stage.jurisdiction is not None and cluster.jurisdiction != stage.jurisdiction:
+        return f"in {cluster.jurisdiction}, outside the data's jurisdiction {stage.jurisdiction}"
     if stage.gpus > 0 and (cluster.gpu_type is None or cluster.gpus <= 0):
         return "no GPUs"
     if stage.gpus > 0 and stage.gpu_type and stage.gpu_type != cluster.gpu_type:

@@ -3,13 +3,36 @@
 The optimizer's answer is only trusted after this pass agrees: it works on the model's integer
 base units (millicores, bytes, GPUs) and shares no code with the MILP, so a modelling or
 numerical mistake there shows up here as a list of readable problems.
+
+The policy semantics both sides obey live here as small public functions (the optimizer reads
+them, never the other way round): :func:`usable_capacity` (utilisation and GPU headroom),
+:func:`slots_per_gpu` and :func:`uses_shared_slots` (time-slicing), :func:`ha_clusters`
+(``multiCluster``) and :func:`min_replicas_per_cluster`.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
-from fleetc.model import Cluster, FleetModel, Placement, Stage, StagePlacement, untolerated
+from fleetc.model import (
+    Cluster,
+    FleetModel,
+    Placement,
+    Stage,
+    StagePlacement,
+    StageType,
+    untolerated,
+)
+
+#: Stage types that never run on time-sliced GPU slots: they need whole GPUs.
+EXCLUSIVE_TYPES = (StageType.TRAINING, StageType.FINETUNING)
+
+_ROUNDING = 1e-9
+
+#: Free memory is counted in whole MiB: the optimizer's float GiB then never meets a capacity a
+#: few bytes below a demand, which its feasibility tolerance would let through.
+MIB = 2**20
 
 
 def min_replicas_per_cluster(stage: Stage) -> int:
@@ -21,15 +44,71 @@ def min_replicas_per_cluster(stage: Stage) -> int:
     return max(1, min(stage.min_replicas_per_cluster, stage.replicas))
 
 
-def verify(model: FleetModel, placement: Placement) -> list[str]:
-    """Every hard constraint ``placement`` breaks, as readable sentences; [] when it is sound."""
+def usable_capacity(model: FleetModel, cluster: Cluster) -> tuple[int, int, int]:
+    """GPUs, millicores and bytes fleetc may allocate on ``cluster``.
+
+    Work fleetc does not place already uses ``utilization`` of everything: free is
+    ``total * (1 - utilization)``, rounded down (memory to whole MiB). The GPU policy's ``defragmentThreshold`` keeps
+    ``(1 - threshold)`` of the GPUs free overall, so used GPUs (that outside work included) stay
+    at most ``threshold * gpus``: fleetc gets ``floor(gpus * (threshold - utilization))`` GPUs
+    (threshold 1 without a GPU policy), never below 0. Headroom is about GPUs only.
+    """
+    utilization = min(max(cluster.utilization, 0.0), 1.0)
+    threshold = 1.0
+    if model.gpu_policy is not None and model.gpu_policy.defragment_threshold is not None:
+        threshold = min(max(model.gpu_policy.defragment_threshold, 0.0), 1.0)
+    gpus = max(0, math.floor(cluster.gpus * (threshold - utilization) + _ROUNDING))
+    millis = max(0, math.floor(cluster.cpu_millis * (1.0 - utilization) + _ROUNDING))
+    memory = max(0, math.floor(cluster.memory_bytes * (1.0 - utilization) / MIB + _ROUNDING)) * MIB
+    return gpus, millis, memory
+
+
+def slots_per_gpu(model: FleetModel) -> int:
+    """How many sharers one time-sliced GPU serves: the time-slicing replicas, at most
+    ``maxSharers`` when the sharing strategy is on; 1 means no sharing."""
+    policy = model.gpu_policy
+    if policy is None:
+        return 1
+    slots = max(1, policy.time_slicing_replicas)
+    return min(slots, max(1, policy.max_sharers)) if policy.sharing_enabled else slots
+
+
+def uses_shared_slots(model: FleetModel, stage: Stage) -> bool:
+    """Whether ``stage``'s GPUs are time-sliced slots (``1 / slots_per_gpu`` of a GPU each)."""
+    return (
+        stage.shared_gpu
+        and stage.gpus > 0
+        and stage.type not in EXCLUSIVE_TYPES
+        and slots_per_gpu(model) > 1
+    )
+
+
+def ha_clusters(model: FleetModel, stage: Stage) -> tuple[str, ...]:
+    """The clusters a serving stage must run on, each with at least its per-cluster minimum:
+    the primary and every secondary of each platform governing its pipeline (first seen first)."""
+    if stage.type is not StageType.DEPLOYMENT:
+        return ()
+    names: list[str] = []
+    for platform in model.platforms:
+        if platform.primary_cluster and stage.pipeline in platform.pipelines:
+            names += [platform.primary_cluster, *platform.secondary_clusters]
+    return tuple(dict.fromkeys(names))
+
+
+def verify(model: FleetModel, placement: Placement, *, allow_unplaced: bool = False) -> list[str]:
+    """Every hard constraint ``placement`` breaks, as readable sentences; [] when it is sound.
+
+    ``allow_unplaced`` accepts stages with no assignments at all (``--allow-unplaced``).
+    """
     problems = _stage_order_problems(model, placement)
     known = {c.name: c for c in model.clusters}
     stages = {s.key: s for s in model.stages}
     for stage_placement in placement.stages:
         stage = stages.get(stage_placement.stage)
-        if stage is not None:
-            problems += _stage_problems(stage, stage_placement, known)
+        if stage is None or (allow_unplaced and not stage_placement.assignments):
+            continue
+        problems += _stage_problems(stage, stage_placement, known)
+        problems += _ha_problems(model, stage, stage_placement)
     problems += _capacity_problems(model, placement)
     return problems
 
@@ -81,6 +160,13 @@ def _assignment_problems(stage: Stage, cluster: Cluster, replicas: int, gpus: in
         problems.append(
             f"{replicas} replicas, below the minimum of {min_replicas_per_cluster(stage)}"
         )
+    if cluster.cordoned:
+        problems.append("the cluster is cordoned")
+    if stage.jurisdiction is not None and cluster.jurisdiction != stage.jurisdiction:
+        problems.append(
+            f"data sovereignty keeps it in jurisdiction {stage.jurisdiction}, "
+            f"the cluster is in {cluster.jurisdiction}"
+        )
     if stage.gpus > 0 and (cluster.gpu_type is None or cluster.gpus <= 0):
         problems.append("needs GPUs, the cluster has none")
     elif stage.gpus > 0 and stage.gpu_type and stage.gpu_type != cluster.gpu_type:
@@ -92,24 +178,40 @@ def _assignment_problems(stage: Stage, cluster: Cluster, replicas: int, gpus: in
     return problems
 
 
+def _ha_problems(model: FleetModel, stage: Stage, placement: StagePlacement) -> list[str]:
+    placed = {a.cluster: a.replicas for a in placement.assignments}
+    minimum = min_replicas_per_cluster(stage)
+    return [
+        f"{stage.key}: multiCluster needs at least {minimum} replicas on {name}, "
+        f"{placed.get(name, 0)} placed"
+        for name in ha_clusters(model, stage)
+        if placed.get(name, 0) < minimum
+    ]
+
+
 def _capacity_problems(model: FleetModel, placement: Placement) -> list[str]:
+    """Per cluster: exclusive GPUs + ceil(slots / slots_per_gpu) <= usable GPUs; cores and
+    memory <= usable."""
     stages = {s.key: s for s in model.stages}
-    used: dict[str, list[int]] = {c.name: [0, 0, 0] for c in model.clusters}
+    used: dict[str, list[int]] = {c.name: [0, 0, 0, 0] for c in model.clusters}
     for stage_placement in placement.stages:
         stage = stages.get(stage_placement.stage)
         for a in stage_placement.assignments:
             if stage is not None and a.cluster in used:
                 totals = used[a.cluster]
-                totals[0] += a.replicas * stage.gpus
+                totals[3 if uses_shared_slots(model, stage) else 0] += a.replicas * stage.gpus
                 totals[1] += a.replicas * stage.cpu_millis
                 totals[2] += a.replicas * stage.memory_bytes
+    slots = slots_per_gpu(model)
     problems = []
     for cluster in model.clusters:
-        gpus, millis, memory = used[cluster.name]
-        for what, use, capacity in (
-            ("GPUs", gpus, cluster.gpus),
-            ("CPU millicores", millis, cluster.cpu_millis),
-            ("memory bytes", memory, cluster.memory_bytes),
+        exclusive, millis, memory, shared_slots = used[cluster.name]
+        gpus = exclusive + -(-shared_slots // slots)
+        for what, use, capacity in zip(
+            ("GPUs", "CPU millicores", "memory bytes"),
+            (gpus, millis, memory),
+            usable_capacity(model, cluster),
+            strict=True,
         ):
             if use > capacity:
                 problems.append(f"{cluster.name}: {use} {what} placed, capacity {capacity}")

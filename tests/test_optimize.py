@@ -10,11 +10,23 @@ from pathlib import Path
 
 import cvxpy as cp
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_scoring import GPU_TAINT, make_cluster, make_fleet, make_stage
+from support.builders import (
+    GPU_TAINT,
+    make_cluster,
+    make_fleet,
+    make_gpu_policy,
+    make_platform,
+    make_serving,
+    make_stage,
+)
 
-from fleetc.errors import InternalError, PlacementError
+from fleetc import optimize
+from fleetc.cli import cli
+from fleetc.compiler import load_policies
+from fleetc.errors import InternalError, PlacementError, PolicyError
 from fleetc.model import (
     Assignment,
     ClassWeights,
@@ -26,6 +38,8 @@ from fleetc.model import (
     Toleration,
 )
 from fleetc.optimize import place
+from fleetc.previous import parse_previous
+from fleetc.resolve import region_jurisdiction, resolve
 from fleetc.verify import verify
 
 
@@ -250,92 +264,6 @@ def test_solving_prints_nothing_in_a_fresh_process() -> None:
     assert (result.stdout, result.stderr) == ("", "")
 
 
-# --- verify -----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def sound() -> tuple[FleetModel, Placement]:
-    serve = make_stage(
-        "serve",
-        type=StageType.DEPLOYMENT,
-        gpus=2,
-        replicas=4,
-        min_replicas_per_cluster=2,
-        cores=1,
-        memory_gib=8,
-    )
-    model = make_fleet(
-        (make_cluster("a", gpus=16), make_cluster("b", gpu_type="h100", taints=(GPU_TAINT,))),
-        (make_stage(gpus=4, gpu_type="a100"), serve),
-    )
-    placement = Placement(
-        stages=(
-            StagePlacement("llm/train", (Assignment("a", 1, 4),), 0.5),
-            StagePlacement("llm/serve", (Assignment("a", 4, 8),), 0.5),
-        ),
-        objective=1.0,
-        bound=1.0,
-        method="milp",
-    )
-    return model, placement
-
-
-def broken(placement: Placement, stage: int, *assignments: Assignment) -> Placement:
-    stages = list(placement.stages)
-    stages[stage] = dataclasses.replace(stages[stage], assignments=assignments)
-    return dataclasses.replace(placement, stages=tuple(stages))
-
-
-def test_verify_accepts_a_sound_placement(sound: tuple[FleetModel, Placement]) -> None:
-    assert verify(*sound) == []
-
-
-@pytest.mark.parametrize(
-    ("stage", "assignments", "problems"),
-    [
-        (
-            0,
-            (Assignment("a", 1, 4), Assignment("b", 1, 4)),
-            [
-                "llm/train: 2 replicas placed, the stage has 1",
-                "llm/train: gang split across 2 clusters",
-                "llm/train on b: needs a100, the cluster has h100",
-                "llm/train on b: untolerated taint gpu-type=a100:NoSchedule",
-            ],
-        ),
-        (
-            1,
-            (Assignment("a", 1, 2), Assignment("a", 7, 14)),
-            [
-                "llm/serve: assignments are not sorted by unique cluster name",
-                "llm/serve: 8 replicas placed, the stage has 4",
-                "llm/serve on a: 1 replicas, below the minimum of 2",
-                "a: 20 GPUs placed, capacity 16",
-            ],
-        ),
-        (1, (Assignment("a", 4, 4),), ["llm/serve on a: 4 GPUs for 4 replicas of 2"]),
-        (1, (Assignment("nowhere", 4, 8),), ["llm/serve: unknown cluster nowhere"]),
-    ],
-)
-def test_verify_catches_broken_placements(
-    sound: tuple[FleetModel, Placement],
-    stage: int,
-    assignments: tuple[Assignment, ...],
-    problems: list[str],
-) -> None:
-    model, placement = sound
-    assert verify(model, broken(placement, stage, *assignments)) == problems
-
-
-def test_verify_catches_missing_and_unknown_stages(sound: tuple[FleetModel, Placement]) -> None:
-    model, placement = sound
-    renamed = dataclasses.replace(placement.stages[1], stage="llm/ghost")
-    assert verify(model, dataclasses.replace(placement, stages=(placement.stages[0], renamed))) == [
-        "llm/serve: not placed",
-        "llm/ghost: not a stage of the fleet",
-    ]
-
-
 # --- property ---------------------------------------------------------------------------------
 
 
@@ -437,3 +365,314 @@ def test_placement_error_only_when_brute_force_finds_nothing(model: FleetModel) 
         assert not brute_force_feasible(model)
     else:
         assert brute_force_feasible(model)
+
+
+# --- cordon, sovereignty, utilisation, headroom ---------------------------------------------
+
+
+def test_cordoned_cluster_takes_no_work() -> None:
+    model = make_fleet((make_cluster("a", gpu_hour_cost=0.1, cordoned=True), make_cluster("b")), (make_stage(),))
+    assert clusters_of(place(model), "llm/train") == {"b": 1}
+    model = make_fleet((make_cluster("a", cordoned=True), make_cluster("b", cordoned=True)), (make_stage(),))
+    with pytest.raises(PlacementError) as raised:
+        place(model)
+    assert raised.value.reasons == ("0/2 clusters fit llm/train: 2 are cordoned",)
+
+
+def test_sovereign_stage_stays_in_its_jurisdiction() -> None:
+    model = make_fleet(
+        (make_cluster("cheap-eu", gpu_hour_cost=0.1), make_cluster("cn", jurisdiction="cn")),
+        (make_stage(jurisdiction="cn"), make_stage("free")),
+    )
+    placement = place(model)
+    assert clusters_of(placement, "llm/train") == {"cn": 1}
+    assert clusters_of(placement, "llm/free") == {"cheap-eu": 1}
+
+
+def test_sovereign_stage_without_a_cluster_of_its_jurisdiction_is_infeasible() -> None:
+    model = make_fleet((make_cluster("a"),), (make_stage(jurisdiction="cn"),))
+    with pytest.raises(PlacementError) as raised:
+        place(model)
+    assert raised.value.reasons == (
+        "0/1 clusters fit llm/train: 1 is in EU, outside the data's jurisdiction cn",
+    )
+
+
+@pytest.mark.parametrize(("gpus", "fits"), [(4, True), (5, False)])
+def test_utilization_reduces_free_gpus(gpus: int, fits: bool) -> None:
+    model = make_fleet((make_cluster(gpus=8, utilization=0.5),), (make_stage(gpus=gpus),))
+    if fits:
+        assert clusters_of(place(model), "llm/train") == {"c1": 1}
+        return
+    with pytest.raises(PlacementError) as raised:
+        place(model)
+    assert raised.value.reasons == ("0/1 clusters fit llm/train: 1 has 4 of 4 free a100",)
+
+
+@pytest.mark.parametrize(("gpus", "fits"), [(8, True), (9, False)])
+def test_defragment_threshold_keeps_headroom(gpus: int, fits: bool) -> None:
+    model = make_fleet(
+        (make_cluster(gpus=10),), (make_stage(gpus=gpus),),
+        gpu_policy=make_gpu_policy(defragment_threshold=0.8),
+    )
+    if fits:
+        assert clusters_of(place(model), "llm/train") == {"c1": 1}
+    else:
+        with pytest.raises(PlacementError):
+            place(model)
+
+
+# --- time-sliced GPUs ---------------------------------------------------------------------------
+
+SLICED = make_gpu_policy(time_slicing=4, sharing=True, max_sharers=2)
+
+
+@pytest.mark.parametrize(("replicas", "fits"), [(8, True), (9, False)])
+def test_shared_stages_use_slots(replicas: int, fits: bool) -> None:
+    serve = make_serving(replicas=replicas, shared_gpu=True, cores=1, memory_gib=1)
+    model = make_fleet((make_cluster(gpus=4),), (serve,), gpu_policy=SLICED)
+    if fits:
+        assert clusters_of(place(model), "llm/serve") == {"c1": replicas}
+    else:
+        with pytest.raises(PlacementError):
+            place(model)
+
+
+def test_slots_and_exclusive_gpus_share_the_cluster() -> None:
+    # 2 exclusive GPUs for the training leave 2 GPUs = 4 slots: 4 shared replicas fit, 5 do not.
+    train = make_stage(gpus=2, cores=1, memory_gib=1, shared_gpu=True)  # Training never shares
+    four = make_serving(replicas=4, shared_gpu=True, cores=1, memory_gib=1)
+    model = make_fleet((make_cluster(gpus=4),), (train, four), gpu_policy=SLICED)
+    assert verify(model, place(model)) == []
+    five = dataclasses.replace(four, replicas=5)
+    with pytest.raises(PlacementError):
+        place(make_fleet((make_cluster(gpus=4),), (train, five), gpu_policy=SLICED))
+
+
+def test_stages_without_shared_gpu_take_whole_gpus() -> None:
+    serve = make_serving(replicas=5, cores=1, memory_gib=1)
+    with pytest.raises(PlacementError):
+        place(make_fleet((make_cluster(gpus=4),), (serve,), gpu_policy=SLICED))
+
+
+# --- multiCluster ---------------------------------------------------------------------------------
+
+
+def test_multi_cluster_runs_serving_on_primary_and_every_secondary() -> None:
+    clusters = (
+        make_cluster("a", gpu_hour_cost=0.1),
+        make_cluster("b", gpu_hour_cost=9.0),
+        make_cluster("c", gpu_hour_cost=9.0),
+    )
+    serve = make_serving(replicas=6, min_replicas_per_cluster=2)
+    model = make_fleet(clusters, (serve,), platforms=(make_platform("b", ("c",)),))
+    assert clusters_of(place(model), "llm/serve") == {"a": 2, "b": 2, "c": 2}
+    other = make_fleet(clusters, (serve,), platforms=(make_platform("b", ("c",), pipelines=("x",)),))
+    assert clusters_of(place(other), "llm/serve") == {"a": 6}
+
+
+def test_multi_cluster_on_a_filtered_cluster_is_infeasible() -> None:
+    clusters = (make_cluster("a"), make_cluster("b", gpu_type="h100"))
+    serve = make_serving(gpu_type="a100")
+    model = make_fleet(clusters, (serve, make_stage()), platforms=(make_platform("a", ("b",)),))
+    with pytest.raises(PlacementError) as raised:
+        place(model)
+    assert raised.value.reasons == ("llm/serve: multiCluster runs it on a, b, but b is filtered out (no a100)",)
+    placement = place(model, allow_unplaced=True)
+    assert placement.of("llm/serve").assignments == ()
+    assert placement.of("llm/serve").reason == raised.value.reasons[0]
+    assert clusters_of(placement, "llm/train") == {"a": 1}
+
+
+def test_multi_cluster_needs_enough_replicas() -> None:
+    clusters = (make_cluster("a"), make_cluster("b"))
+    serve = make_serving(replicas=3, min_replicas_per_cluster=2)
+    with pytest.raises(PlacementError) as raised:
+        place(make_fleet(clusters, (serve,), platforms=(make_platform("a", ("b",)),)))
+    assert raised.value.reasons == (
+        "llm/serve: multiCluster runs it on 2 clusters (a, b) with at least 2 replicas each, the stage has 3",
+    )
+
+
+# --- unplaced work ---------------------------------------------------------------------------------
+
+
+def test_allow_unplaced_places_what_fits_and_says_why_not() -> None:
+    model = make_fleet((make_cluster(),), (make_stage("a"), make_stage("b", type=StageType.FINETUNING)))
+    with pytest.raises(PlacementError):
+        place(model)
+    placement = place(model, allow_unplaced=True)
+    assert clusters_of(placement, "llm/a") == {"c1": 1}
+    assert placement.of("llm/b") == StagePlacement("llm/b", (), 0.0, "0/1 clusters fit llm/b: 1 has 0 of 8 free a100")
+    assert verify(model, placement, allow_unplaced=True) == []
+    assert verify(model, placement) == ["llm/b: 0 replicas placed, the stage has 1"]
+    assert placement.objective <= placement.bound
+
+
+# --- stability ---------------------------------------------------------------------------------------
+
+
+def test_previous_cluster_is_kept_unless_moving_gains_more_than_the_move_cost() -> None:
+    clusters = (make_cluster("a", energy_efficiency=0.6), make_cluster("b", energy_efficiency=0.5))
+    model = make_fleet(clusters, (make_stage(),))
+    assert clusters_of(place(model), "llm/train") == {"a": 1}  # energy 0.2 * 0.1 = 0.02 better
+    assert clusters_of(place(model, previous={"llm/train": {"b": 1}}), "llm/train") == {"b": 1}
+    cheap = dataclasses.replace(model, move_cost=0.01)
+    assert clusters_of(place(cheap, previous={"llm/train": {"b": 1}}), "llm/train") == {"a": 1}
+
+
+def test_previous_replicas_of_a_deployment_stay_where_they_were() -> None:
+    clusters = (make_cluster("a", energy_efficiency=0.6), make_cluster("b", energy_efficiency=0.5))
+    model = make_fleet(clusters, (make_serving(replicas=4),))
+    assert clusters_of(place(model), "llm/serve") == {"a": 4}
+    moved = place(model, previous={"llm/serve": {"a": 1, "b": 3, "gone": 2}, "llm/gone": {"a": 1}})
+    assert clusters_of(moved, "llm/serve") == {"a": 1, "b": 3}
+
+
+def test_a_change_to_one_pipeline_moves_no_unrelated_stage() -> None:
+    clusters = tuple(make_cluster(f"c{i}", gpus=8, energy_efficiency=0.5 + i / 100) for i in range(3))
+    before = make_fleet(clusters, (make_stage("x", pipeline="p"), make_stage("y", pipeline="q")))
+    first = place(before, previous={"p/x": {"c0": 1}, "q/y": {"c1": 1}})
+    previous = {p.stage: {a.cluster: a.replicas for a in p.assignments} for p in first.stages}
+    after = dataclasses.replace(before, stages=(*before.stages, make_stage("z", pipeline="p")))
+    second = place(after, previous=previous)
+    assert {k: clusters_of(second, k) for k in previous} == previous
+
+
+# --- decomposition and the large path ----------------------------------------------------------------
+
+
+def test_independent_jurisdictions_are_solved_apart() -> None:
+    clusters = (make_cluster("cn", jurisdiction="cn"), make_cluster("eu"), make_cluster("us", jurisdiction="us"))
+    stages = (
+        make_stage("a", jurisdiction="cn"),
+        make_stage("b", jurisdiction="EU"),
+        make_stage("c", type=StageType.FINETUNING, jurisdiction="cn"),
+    )
+    scores = optimize.score_matrix(make_fleet(clusters, stages))
+    parts = optimize._parts(scores.allowed)
+    assert [(p.stages.tolist(), p.clusters.tolist()) for p in parts] == [([0, 2], [0]), ([1], [1])]
+    with pytest.raises(PlacementError) as raised:  # two 8-GPU gangs, one 8-GPU cn cluster
+        place(make_fleet(clusters, stages))
+    assert raised.value.reasons == (
+        "0/3 clusters fit llm/c: 1 has 0 of 8 free a100, 1 is in EU, outside the data's jurisdiction cn,"
+        " 1 is in us, outside the data's jurisdiction cn",
+    )
+
+
+def test_large_instances_take_the_lp_rounding_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    clusters = tuple(make_cluster(f"c{i}", gpus=16, energy_efficiency=i / 10) for i in range(6))
+    stages = tuple(make_stage(f"s{i}", gpus=(i % 4 + 1) * 2) for i in range(12))
+    stages += (make_serving(replicas=6, min_replicas_per_cluster=2),)
+    model = make_fleet(clusters, stages)
+    exact = place(model)
+    monkeypatch.setattr(optimize, "LARGE", 0)
+    rounded = place(model)
+    assert rounded.method == "lp-round-milp"
+    assert verify(model, rounded) == []
+    assert rounded.objective <= rounded.bound
+    assert rounded.bound == pytest.approx(exact.bound)
+    assert rounded.objective <= exact.objective + 1e-6
+
+
+# --- data sovereignty from the policies (resolve) ----------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bundled_with(tmp_path: Path, old: str, new: str) -> str:
+    """A copy of the bundled policies with one edit to the LLM pipeline; returns the folder."""
+    for source in (ROOT / "policies").glob("*.yaml"):
+        text = source.read_text(encoding="utf-8")
+        if source.name == "llm-training-pipeline.yaml":
+            assert old in text
+            text = text.replace(old, new)
+        (tmp_path / source.name).write_text(text, encoding="utf-8")
+    return str(tmp_path)
+
+
+def test_sovereign_stages_get_the_jurisdiction_of_their_data() -> None:
+    loaded = load_policies([str(ROOT / "policies")])
+    model = resolve(loaded.policies, loaded.where)
+    assert {s.key: s.jurisdiction for s in model.stages} == {
+        "customer-service-assistant/assistant-serving": "cn",
+        "customer-service-assistant/lora-finetuning": "cn",
+        "customer-service-assistant/ticket-cleaning": "cn",
+        "llm-chinese-training/data-preparation": "cn",
+        "llm-chinese-training/model-deployment": "cn",
+        "llm-chinese-training/model-evaluation": "cn",
+        "llm-chinese-training/model-training": "cn",
+    }
+    assert region_jurisdiction("cn-north-1", model.clusters) == "cn"
+    assert region_jurisdiction("factory-zone-1", model.clusters) == "cn"  # the edge cluster's
+    assert region_jurisdiction("eu-west-1", model.clusters) == "eu"
+
+
+def test_sovereignty_follows_from_chains_and_rejects_two_jurisdictions(tmp_path: Path) -> None:
+    folder = bundled_with(tmp_path, "location: cn-north-1\n    outputs:\n      - name: processed-data",
+                          "location: eu-west-1\n    outputs:\n      - name: processed-data")
+    with pytest.raises(PolicyError) as raised:
+        resolve(load_policies([folder]).policies, folder)
+    # model-training reads both directly; evaluation and deployment read its output.
+    assert [d.field for d in raised.value.diagnostics] == ["spec.stages[1]", "spec.stages[2]", "spec.stages[3]"]
+    assert raised.value.diagnostics[0].format() == (
+        f"{folder}/llm-training-pipeline.yaml:24:5: error: spec.stages[1]: data sovereignty: stage "
+        "'model-training' reads data of jurisdictions cn (cn-north-1) and eu (eu-west-1), and may run "
+        "in only one\n"
+        "  hint: keep the data a stage reads (and the data its from: inputs were made of) in one "
+        "jurisdiction, or turn security.dataSovereignty off"
+    )
+
+
+def test_without_sovereignty_stages_may_run_anywhere(tmp_path: Path) -> None:
+    folder = bundled_with(tmp_path, "location: cn-north-1\n    outputs:\n      - name: processed-data",
+                          "location: eu-west-1\n    outputs:\n      - name: processed-data")
+    platform = tmp_path / "aigc-platform.yaml"
+    platform.write_text(platform.read_text().replace("dataSovereignty: true", "dataSovereignty: false"))
+    model = resolve(load_policies([folder]).policies, folder)
+    assert {s.jurisdiction for s in model.stages} == {None}
+
+
+# --- the CLI: --allow-unplaced and the previous placement --------------------------------------
+
+
+def test_cli_allow_unplaced_renders_what_fits_and_warns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "policies").mkdir()
+    bundled_with(tmp_path / "policies", "gpu: 8\n", "gpu: 800\n")
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    failed = runner.invoke(cli, ["compile"])
+    assert failed.exit_code == 1
+    assert not (tmp_path / "out").exists()
+    result = runner.invoke(cli, ["compile", "--allow-unplaced"])
+    assert result.exit_code == 0, result.output
+    reason = (
+        "0/3 clusters fit llm-chinese-training/model-training: 1 has no GPUs, 1 has no a100,"
+        " 1 is too small: 800 GPUs per replica, cluster has 64"
+    )
+    assert f"warning: llm-chinese-training/model-training is not placed: {reason}\n" in result.stderr
+    assert result.stdout.startswith("placed 6 stages")
+    assert parse_previous((tmp_path / "out" / "placement.yaml").read_text()).keys() == {
+        "customer-service-assistant/assistant-serving",
+        "customer-service-assistant/lora-finetuning",
+        "customer-service-assistant/ticket-cleaning",
+        "llm-chinese-training/data-preparation",
+        "llm-chinese-training/model-deployment",
+        "llm-chinese-training/model-evaluation",
+    }
+
+
+def test_cli_ignores_a_malformed_previous_placement_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "policies").mkdir()
+    bundled_with(tmp_path / "policies", "gpu: 8\n", "gpu: 8\n")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "placement.yaml").write_text("kind: Fleet\n")
+    result = CliRunner().invoke(cli, ["compile"])
+    assert result.exit_code == 0, result.output
+    assert (
+        "warning: out/placement.yaml: ignored as the previous placement: "
+        "not a fleetc placement report (kind: Placement)\n"
+    ) in result.stderr

@@ -1,117 +1,23 @@
 """Filters, reasons and each score term of :mod:`fleetc.scoring` on hand-computed examples.
 
-The ``make_*`` helpers build models with defaults and are shared with ``test_optimize``.
+The ``make_*`` helpers live in ``tests/support/builders.py``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from support.builders import GPU_TAINT, make_cluster, make_fleet, make_input, make_stage
 
 from fleetc.model import (
     Cluster,
-    FleetModel,
-    Input,
     ScoreWeights,
-    Source,
     Stage,
     StageType,
     Taint,
     Toleration,
 )
-from fleetc.scoring import GIB, filter_reason, score_matrix
-
-SOURCE = Source("fleet.yaml", "spec")
-
-
-def make_cluster(
-    name: str = "c1",
-    *,
-    gpu_type: str | None = "a100",
-    gpus: int = 8,
-    cores: float = 64,
-    memory_gib: float = 512,
-    taints: tuple[Taint, ...] = (),
-    region: str = "eu-west",
-    gpu_hour_cost: float = 2.0,
-    cpu_hour_cost: float = 0.05,
-    memory_gib_hour_cost: float = 0.01,
-    energy_efficiency: float = 0.5,
-    network_tier: str = "standard",
-    low_latency: bool = False,
-    utilization: float = 0.0,
-) -> Cluster:
-    return Cluster(
-        name=name,
-        provider="aws",
-        region=region,
-        jurisdiction="EU",
-        gpu_type=gpu_type,
-        gpus=gpus,
-        cpu_millis=int(cores * 1000),
-        memory_bytes=int(memory_gib * GIB),
-        taints=taints,
-        gpu_hour_cost=gpu_hour_cost,
-        cpu_hour_cost=cpu_hour_cost,
-        memory_gib_hour_cost=memory_gib_hour_cost,
-        energy_efficiency=energy_efficiency,
-        network_tier=network_tier,
-        low_latency=low_latency,
-        edge=False,
-        utilization=utilization,
-        source=SOURCE,
-    )
-
-
-def make_stage(
-    name: str = "train",
-    *,
-    pipeline: str = "llm",
-    type: StageType = StageType.TRAINING,
-    gpus: int = 8,
-    gpu_type: str | None = None,
-    replicas: int = 1,
-    cores: float = 8,
-    memory_gib: float = 64,
-    min_replicas_per_cluster: int = 1,
-    tolerations: tuple[Toleration, ...] = (),
-    inputs: tuple[Input, ...] = (),
-) -> Stage:
-    return Stage(
-        pipeline=pipeline,
-        namespace="ml",
-        name=name,
-        type=type,
-        dependencies=(),
-        inputs=inputs,
-        outputs=(),
-        cpu_millis=int(cores * 1000),
-        memory_bytes=int(memory_gib * GIB),
-        gpus=gpus,
-        gpu_type=gpu_type,
-        replicas=replicas,
-        min_replicas_per_cluster=min_replicas_per_cluster,
-        tolerations=tolerations,
-        image="registry.example/ml:1",
-        command=(),
-        source=SOURCE,
-    )
-
-
-def make_fleet(
-    clusters: tuple[Cluster, ...], stages: tuple[Stage, ...], **fields: object
-) -> FleetModel:
-    return FleetModel(
-        name="fleet", namespace="fleet-system", clusters=clusters, stages=stages, **fields
-    )  # type: ignore[arg-type]
-
-
-def make_input(location: str | None, from_stage: str | None = None) -> Input:
-    return Input(name="data", url=None, from_stage=from_stage, from_output=None, location=location)
-
-
-GPU_TAINT = Taint("gpu-type", "a100", "NoSchedule")
-
+from fleetc.scoring import filter_reason, score_matrix
 
 # --- filters ----------------------------------------------------------------------------------
 

@@ -1,0 +1,119 @@
+"""Why a stage went where it went: every cluster's filter verdict or score terms, as data.
+
+:func:`explain` is pure: it reads the model, the placement and the score matrix and returns an
+:class:`Explanation`; the CLI formats it as text or JSON (:func:`as_dict`, :func:`format_text`).
+Each term is shown with its weight (normalised so the weights sum to 1) and the weighted value;
+the weighted values add up to the cluster's total score, the number the optimizer maximises
+(before class weights, capacity and the move cost decide between stages).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from fleetc.errors import UsageError, did_you_mean
+from fleetc.model import FleetModel, Placement
+from fleetc.scoring import score_matrix
+
+TERMS = ("compute", "cost", "network", "energy")
+
+
+@dataclass(frozen=True)
+class Term:
+    name: str
+    value: float  # in [0, 1]
+    weight: float  # normalised: the four weights sum to 1
+    weighted: float  # value * weight
+
+
+@dataclass(frozen=True)
+class ClusterVerdict:
+    cluster: str
+    allowed: bool
+    reason: str  # why not allowed ('' when allowed)
+    terms: tuple[Term, ...]  # empty when not allowed
+    total: float  # the weighted sum (0 when not allowed)
+    replicas: int  # replicas the placement put here
+
+
+@dataclass(frozen=True)
+class Explanation:
+    stage: str
+    clusters: tuple[ClusterVerdict, ...]  # in fleet order (by name)
+    chosen: tuple[str, ...]  # clusters with replicas, by name
+    runner_up: str | None  # the best-scoring allowed cluster not chosen
+    margin: float | None  # the placement's score minus the runner-up's total
+    unplaced: str  # why the stage is not placed ('' when it is)
+
+
+def find_stage(model: FleetModel, target: str) -> str:
+    """The key of the stage ``target`` (``PIPELINE/STAGE``) names; a usage error otherwise."""
+    keys = [s.key for s in model.stages]
+    if target in keys:
+        return target
+    hint = did_you_mean(target, keys)
+    raise UsageError(f"no stage '{target}' (expected PIPELINE/STAGE)" + (f"; {hint}" if hint else ""))
+
+
+def explain(model: FleetModel, placement: Placement, stage_key: str) -> Explanation:
+    """Every cluster's verdict for ``stage_key``, the chosen clusters and the margin."""
+    s = next(i for i, stage in enumerate(model.stages) if stage.key == stage_key)
+    scores = score_matrix(model)
+    weights = model.score_weights
+    raw = {name: float(getattr(weights, name)) for name in TERMS}
+    weight_sum = sum(raw.values()) or 1.0
+    chosen = placement.of(stage_key)
+    placed = {a.cluster: a.replicas for a in chosen.assignments}
+    verdicts = []
+    for c, cluster in enumerate(model.clusters):
+        allowed = bool(scores.allowed[s, c])
+        terms = tuple(
+            Term(name, _round(getattr(scores, name)[s, c]), _round(raw[name] / weight_sum),
+                 _round(getattr(scores, name)[s, c] * raw[name] / weight_sum))
+            for name in TERMS
+        ) if allowed else ()
+        verdicts.append(ClusterVerdict(
+            cluster.name, allowed, scores.reasons.get((s, c), ""), terms,
+            _round(scores.total[s, c]), placed.get(cluster.name, 0),
+        ))
+    others = [v for v in verdicts if v.allowed and v.cluster not in placed]
+    runner_up = max(others, key=lambda v: v.total) if others else None  # first of equals wins
+    margin = _round(chosen.score - runner_up.total) if runner_up and placed else None
+    return Explanation(
+        stage=stage_key,
+        clusters=tuple(verdicts),
+        chosen=tuple(sorted(placed)),
+        runner_up=runner_up.cluster if runner_up else None,
+        margin=margin,
+        unplaced="" if placed else chosen.reason,
+    )
+
+
+def _round(value: float) -> float:
+    return round(float(value), 6)
+
+
+def as_dict(explanation: Explanation) -> dict[str, object]:
+    """The explanation as JSON-ready data."""
+    return asdict(explanation)
+
+
+def format_text(explanation: Explanation) -> str:
+    """One block per cluster, then the choice: what ``fleetc explain`` prints."""
+    lines = [f"{explanation.stage}:"]
+    for v in explanation.clusters:
+        if not v.allowed:
+            lines.append(f"  {v.cluster}: filtered out: {v.reason}")
+            continue
+        here = f" <- {v.replicas} replica{'s' if v.replicas != 1 else ''}" if v.replicas else ""
+        lines.append(f"  {v.cluster}: total {v.total:.4f}{here}")
+        lines += [f"    {t.name:<8} {t.value:.4f} x {t.weight:.2f} = {t.weighted:.4f}" for t in v.terms]
+    if explanation.chosen:
+        lines.append(f"chosen: {', '.join(explanation.chosen)}")
+    else:
+        lines.append(f"not placed: {explanation.unplaced}")
+    if explanation.runner_up is not None and explanation.margin is not None:
+        lines.append(f"runner-up: {explanation.runner_up} (margin {explanation.margin:+.4f})")
+    elif explanation.chosen:
+        lines.append("runner-up: none (every allowed cluster runs it)")
+    return "\n".join(lines)

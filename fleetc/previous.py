@@ -1,0 +1,75 @@
+"""Read the previous compile's ``placement.yaml`` so the optimizer can keep stages where they were.
+
+:func:`parse_previous` is pure (text in, mapping out) and raises :class:`ValueError` on anything
+that is not a placement report; :func:`read_previous` is the I/O edge: a missing file means no
+previous placement, a malformed one is ignored with a warning, never a crash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+PLACEMENT_FILE = "placement.yaml"
+
+#: Stage key (``pipeline/stage``) -> cluster name -> replicas.
+PreviousPlacement = Mapping[str, Mapping[str, int]]
+
+
+def parse_previous(text: str) -> dict[str, dict[str, int]]:
+    """Stage key -> {cluster: replicas} from the text of a ``placement.yaml`` fleetc wrote.
+
+    Unplaced stages (no clusters) are left out. Raises :class:`ValueError` saying what is wrong.
+    """
+    try:
+        document = YAML(typ="safe", pure=True).load(StringIO(text))
+    except YAMLError as err:
+        raise ValueError(f"not YAML: {str(err).splitlines()[0]}") from err
+    if not isinstance(document, dict) or document.get("kind") != "Placement":
+        raise ValueError("not a fleetc placement report (kind: Placement)")
+    stages = document.get("stages")
+    if not isinstance(stages, list):
+        raise ValueError("'stages' is not a list")
+    previous: dict[str, dict[str, int]] = {}
+    for index, entry in enumerate(stages):
+        key, clusters = _stage_entry(entry, index)
+        if clusters:
+            previous[key] = clusters
+    return previous
+
+
+def _stage_entry(entry: Any, index: int) -> tuple[str, dict[str, int]]:
+    where = f"stages[{index}]"
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where} is not a mapping")
+    pipeline, stage = entry.get("pipeline"), entry.get("stage")
+    if not isinstance(pipeline, str) or not isinstance(stage, str):
+        raise ValueError(f"{where} has no pipeline and stage names")
+    clusters: dict[str, int] = {}
+    for item in entry.get("clusters") or []:
+        name = item.get("name") if isinstance(item, dict) else None
+        replicas = item.get("replicas") if isinstance(item, dict) else None
+        if not isinstance(name, str) or type(replicas) is not int or replicas < 0:
+            raise ValueError(f"{where}.clusters has an entry without a name and replicas")
+        clusters[name] = clusters.get(name, 0) + replicas
+    return f"{pipeline}/{stage}", clusters
+
+
+def read_previous(out_dir: Path) -> tuple[dict[str, dict[str, int]], str]:
+    """The previous placement under ``out_dir`` and a warning ('' when none is due).
+
+    No file: no previous placement and no warning. An unreadable or malformed file: no previous
+    placement and a warning naming the file and the problem.
+    """
+    path = out_dir / PLACEMENT_FILE
+    if not path.is_file():
+        return {}, ""
+    try:
+        return parse_previous(path.read_text(encoding="utf-8")), ""
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        return {}, f"{path}: ignored as the previous placement: {err}"

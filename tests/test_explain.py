@@ -1,0 +1,96 @@
+"""``fleetc explain``: the pure :func:`fleetc.explain.explain` and its text and JSON forms."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from support.builders import make_cluster, make_fleet, make_stage
+
+from fleetc.cli import cli
+from fleetc.errors import UsageError
+from fleetc.explain import explain, find_stage, format_text
+from fleetc.model import FleetModel
+from fleetc.optimize import place
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def model() -> FleetModel:
+    return make_fleet(
+        (
+            make_cluster("a", energy_efficiency=0.9),
+            make_cluster("b", gpu_type="h100"),
+            make_cluster("c", energy_efficiency=0.4),
+        ),
+        (make_stage(gpu_type="a100"),),
+    )
+
+
+def test_explain_gives_each_cluster_its_verdict_and_the_margin(model: FleetModel) -> None:
+    explanation = explain(model, place(model), "llm/train")
+    a, b, c = explanation.clusters
+    assert (b.allowed, b.reason, b.terms, b.total) == (False, "no a100", (), 0.0)
+    assert [t.name for t in a.terms] == ["compute", "cost", "network", "energy"]
+    assert [t.weight for t in a.terms] == [0.35, 0.25, 0.2, 0.2]
+    for verdict in (a, c):
+        assert sum(t.weighted for t in verdict.terms) == pytest.approx(verdict.total, abs=1e-5)
+    assert a.terms[3].value == 0.9 and c.terms[3].value == 0.4
+    assert (a.replicas, c.replicas) == (1, 0)
+    assert explanation.chosen == ("a",)
+    assert explanation.runner_up == "c"
+    assert explanation.margin == pytest.approx(0.2 * (0.9 - 0.4))
+    assert explanation.unplaced == ""
+
+
+def test_explain_text(model: FleetModel) -> None:
+    assert format_text(explain(model, place(model), "llm/train")) == "\n".join([
+        "llm/train:",
+        "  a: total 0.9400 <- 1 replica",
+        "    compute  1.0000 x 0.35 = 0.3500",
+        "    cost     1.0000 x 0.25 = 0.2500",
+        "    network  0.8000 x 0.20 = 0.1600",
+        "    energy   0.9000 x 0.20 = 0.1800",
+        "  b: filtered out: no a100",
+        "  c: total 0.8400",
+        "    compute  1.0000 x 0.35 = 0.3500",
+        "    cost     1.0000 x 0.25 = 0.2500",
+        "    network  0.8000 x 0.20 = 0.1600",
+        "    energy   0.4000 x 0.20 = 0.0800",
+        "chosen: a",
+        "runner-up: c (margin +0.1000)",
+    ])
+
+
+def test_explain_an_unplaced_stage() -> None:
+    model = make_fleet((make_cluster(cordoned=True),), (make_stage(),))
+    explanation = explain(model, place(model, allow_unplaced=True), "llm/train")
+    assert (explanation.chosen, explanation.runner_up, explanation.margin) == ((), None, None)
+    assert format_text(explanation).splitlines()[-1] == "not placed: 0/1 clusters fit llm/train: 1 is cordoned"
+
+
+def test_find_stage_suggests_the_closest_name(model: FleetModel) -> None:
+    assert find_stage(model, "llm/train") == "llm/train"
+    with pytest.raises(UsageError) as raised:
+        find_stage(model, "llm/trian")
+    assert str(raised.value) == "no stage 'llm/trian' (expected PIPELINE/STAGE); did you mean 'llm/train'?"
+
+
+def test_cli_explain_text_json_and_unknown_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    runner = CliRunner()
+    text = runner.invoke(cli, ["explain", "llm-chinese-training/model-training"])
+    assert text.exit_code == 0, text.output
+    assert "  edge-cluster-factory: filtered out: no GPUs" in text.output
+    assert "chosen: gpu-cluster-huawei" in text.output
+    data = json.loads(runner.invoke(cli, ["explain", "llm-chinese-training/model-training", "--format", "json"]).stdout)
+    assert data["chosen"] == ["gpu-cluster-huawei"]
+    assert [c["cluster"] for c in data["clusters"]] == [
+        "edge-cluster-factory", "gpu-cluster-huawei", "inference-cluster-aliyun"
+    ]
+    unknown = runner.invoke(cli, ["explain", "llm-chinese-training/model-trainin"])
+    assert unknown.exit_code == 2
+    assert "did you mean 'llm-chinese-training/model-training'?" in unknown.stderr

@@ -1,0 +1,70 @@
+"""Reading the previous ``placement.yaml``: what it keeps, and that bad files never crash."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleetc.previous import parse_previous, read_previous
+
+REPORT = """\
+apiVersion: fleetc.dev/v1alpha1
+kind: Placement
+fleet: f
+method: milp
+stages:
+  - pipeline: p
+    stage: train
+    clusters:
+      - name: a
+        replicas: 1
+        gpus: 8
+  - pipeline: p
+    stage: serve
+    clusters:
+      - name: a
+        replicas: 2
+        gpus: 2
+      - name: b
+        replicas: 3
+        gpus: 3
+  - pipeline: p
+    stage: left-out
+    clusters: []
+    unplaced: true
+"""
+
+
+def test_parse_previous_maps_stage_keys_to_cluster_replicas() -> None:
+    assert parse_previous(REPORT) == {"p/train": {"a": 1}, "p/serve": {"a": 2, "b": 3}}
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("kind: [", "not YAML: "),
+        ("kind: Fleet\n", "not a fleetc placement report (kind: Placement)"),
+        ("kind: Placement\nstages: 3\n", "'stages' is not a list"),
+        ("kind: Placement\nstages: [3]\n", "stages[0] is not a mapping"),
+        ("kind: Placement\nstages: [{stage: s}]\n", "stages[0] has no pipeline and stage names"),
+        (
+            "kind: Placement\nstages: [{pipeline: p, stage: s, clusters: [{name: a, replicas: x}]}]\n",
+            "stages[0].clusters has an entry without a name and replicas",
+        ),
+    ],
+)
+def test_parse_previous_says_what_is_wrong(text: str, problem: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        parse_previous(text)
+    assert str(raised.value).startswith(problem)
+
+
+def test_read_previous_ignores_a_missing_or_malformed_file(tmp_path: Path) -> None:
+    assert read_previous(tmp_path) == ({}, "")
+    (tmp_path / "placement.yaml").write_text(REPORT, encoding="utf-8")
+    assert read_previous(tmp_path) == ({"p/train": {"a": 1}, "p/serve": {"a": 2, "b": 3}}, "")
+    (tmp_path / "placement.yaml").write_bytes(b"\xff\xfe")
+    previous, warning = read_previous(tmp_path)
+    assert previous == {}
+    assert warning.startswith(f"{tmp_path / 'placement.yaml'}: ignored as the previous placement: ")

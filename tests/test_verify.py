@@ -1,0 +1,203 @@
+"""The independent re-check :func:`fleetc.verify.verify` and the policy semantics it defines."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from support.builders import (
+    GPU_TAINT,
+    make_cluster,
+    make_fleet,
+    make_gpu_policy,
+    make_platform,
+    make_serving,
+    make_stage,
+)
+
+from fleetc.model import Assignment, FleetModel, Placement, StagePlacement, StageType
+from fleetc.scoring import GIB
+from fleetc.verify import slots_per_gpu, usable_capacity, uses_shared_slots, verify
+
+
+@pytest.fixture
+def sound() -> tuple[FleetModel, Placement]:
+    serve = make_stage(
+        "serve",
+        type=StageType.DEPLOYMENT,
+        gpus=2,
+        replicas=4,
+        min_replicas_per_cluster=2,
+        cores=1,
+        memory_gib=8,
+    )
+    model = make_fleet(
+        (make_cluster("a", gpus=16), make_cluster("b", gpu_type="h100", taints=(GPU_TAINT,))),
+        (make_stage(gpus=4, gpu_type="a100"), serve),
+    )
+    placement = Placement(
+        stages=(
+            StagePlacement("llm/train", (Assignment("a", 1, 4),), 0.5),
+            StagePlacement("llm/serve", (Assignment("a", 4, 8),), 0.5),
+        ),
+        objective=1.0,
+        bound=1.0,
+        method="milp",
+    )
+    return model, placement
+
+
+def broken(placement: Placement, stage: int, *assignments: Assignment) -> Placement:
+    stages = list(placement.stages)
+    stages[stage] = dataclasses.replace(stages[stage], assignments=assignments)
+    return dataclasses.replace(placement, stages=tuple(stages))
+
+
+def test_verify_accepts_a_sound_placement(sound: tuple[FleetModel, Placement]) -> None:
+    assert verify(*sound) == []
+
+
+@pytest.mark.parametrize(
+    ("stage", "assignments", "problems"),
+    [
+        (
+            0,
+            (Assignment("a", 1, 4), Assignment("b", 1, 4)),
+            [
+                "llm/train: 2 replicas placed, the stage has 1",
+                "llm/train: gang split across 2 clusters",
+                "llm/train on b: needs a100, the cluster has h100",
+                "llm/train on b: untolerated taint gpu-type=a100:NoSchedule",
+            ],
+        ),
+        (
+            1,
+            (Assignment("a", 1, 2), Assignment("a", 7, 14)),
+            [
+                "llm/serve: assignments are not sorted by unique cluster name",
+                "llm/serve: 8 replicas placed, the stage has 4",
+                "llm/serve on a: 1 replicas, below the minimum of 2",
+                "a: 20 GPUs placed, capacity 16",
+            ],
+        ),
+        (1, (Assignment("a", 4, 4),), ["llm/serve on a: 4 GPUs for 4 replicas of 2"]),
+        (1, (Assignment("nowhere", 4, 8),), ["llm/serve: unknown cluster nowhere"]),
+    ],
+)
+def test_verify_catches_broken_placements(
+    sound: tuple[FleetModel, Placement],
+    stage: int,
+    assignments: tuple[Assignment, ...],
+    problems: list[str],
+) -> None:
+    model, placement = sound
+    assert verify(model, broken(placement, stage, *assignments)) == problems
+
+
+def test_verify_catches_missing_and_unknown_stages(sound: tuple[FleetModel, Placement]) -> None:
+    model, placement = sound
+    renamed = dataclasses.replace(placement.stages[1], stage="llm/ghost")
+    assert verify(model, dataclasses.replace(placement, stages=(placement.stages[0], renamed))) == [
+        "llm/serve: not placed",
+        "llm/ghost: not a stage of the fleet",
+    ]
+
+
+# --- capacity semantics -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("utilization", "threshold", "usable"),
+    [
+        (0.0, None, (8, 64_000, 512 * GIB)),
+        (0.25, None, (6, 48_000, 384 * GIB)),
+        (0.0, 0.8, (6, 64_000, 512 * GIB)),  # 80% of 8 GPUs is 6.4: rounded down
+        (0.25, 0.8, (4, 48_000, 384 * GIB)),  # outside work counts against the headroom
+        (0.9, 0.8, (0, 6_400, 51 * GIB + 204 * 2**20)),  # memory in whole MiB
+    ],
+)
+def test_usable_capacity(utilization: float, threshold: float | None, usable: tuple[int, int, int]) -> None:
+    model = make_fleet((), (), gpu_policy=make_gpu_policy(defragment_threshold=threshold))
+    assert usable_capacity(model, make_cluster(utilization=utilization)) == usable
+
+
+@pytest.mark.parametrize(
+    ("policy", "slots"),
+    [
+        (None, 1),
+        (make_gpu_policy(time_slicing=4), 4),
+        (make_gpu_policy(time_slicing=4, sharing=True, max_sharers=2), 2),
+        (make_gpu_policy(time_slicing=1, sharing=True, max_sharers=2), 1),
+    ],
+)
+def test_slots_per_gpu(policy: object, slots: int) -> None:
+    assert slots_per_gpu(make_fleet((), (), gpu_policy=policy)) == slots
+
+
+def test_only_serving_stages_that_accept_it_use_shared_slots() -> None:
+    model = make_fleet((), (), gpu_policy=make_gpu_policy(time_slicing=4))
+    assert uses_shared_slots(model, make_serving(shared_gpu=True))
+    assert not uses_shared_slots(model, make_serving())
+    assert not uses_shared_slots(model, make_stage(shared_gpu=True))
+    assert not uses_shared_slots(model, make_stage(type=StageType.FINETUNING, shared_gpu=True))
+    assert not uses_shared_slots(model, make_serving(gpus=0, shared_gpu=True))
+    assert not uses_shared_slots(make_fleet((), ()), make_serving(shared_gpu=True))
+
+
+# --- the constraints fleetc's policies add ------------------------------------------------------
+
+
+def one(stage_key: str, *assignments: Assignment) -> StagePlacement:
+    return StagePlacement(stage_key, assignments, 0.5)
+
+
+def placed(*stages: StagePlacement) -> Placement:
+    return Placement(stages=stages, objective=1.0, bound=1.0, method="test")
+
+
+def test_verify_catches_cordoned_clusters_and_sovereignty() -> None:
+    model = make_fleet((make_cluster("a", cordoned=True),), (make_stage(jurisdiction="cn"),))
+    assert verify(model, placed(one("llm/train", Assignment("a", 1, 8)))) == [
+        "llm/train on a: the cluster is cordoned",
+        "llm/train on a: data sovereignty keeps it in jurisdiction cn, the cluster is in EU",
+    ]
+
+
+def test_verify_catches_a_missing_multi_cluster_replica() -> None:
+    model = make_fleet(
+        (make_cluster("a"), make_cluster("b")),
+        (make_serving(replicas=4, min_replicas_per_cluster=2),),
+        platforms=(make_platform("a", ("b",)),),
+    )
+    assert verify(model, placed(one("llm/serve", Assignment("a", 2, 2), Assignment("b", 2, 2)))) == []
+    assert verify(model, placed(one("llm/serve", Assignment("a", 4, 4)))) == [
+        "llm/serve: multiCluster needs at least 2 replicas on b, 0 placed"
+    ]
+
+
+def test_verify_counts_shared_slots_per_started_gpu() -> None:
+    sliced = make_gpu_policy(time_slicing=4, sharing=True, max_sharers=2)
+    stages = (make_stage(gpus=5, cores=1, memory_gib=1), make_serving(replicas=5, shared_gpu=True))
+    model = make_fleet((make_cluster(gpus=8),), stages, gpu_policy=sliced)
+    sound = placed(one("llm/train", Assignment("c1", 1, 5)), one("llm/serve", Assignment("c1", 5, 5)))
+    assert verify(model, sound) == []  # 5 exclusive + ceil(5 / 2) = 8
+    model = dataclasses.replace(model, stages=(dataclasses.replace(stages[0], gpus=6), stages[1]))
+    too_many = placed(one("llm/train", Assignment("c1", 1, 6)), one("llm/serve", Assignment("c1", 5, 5)))
+    assert verify(model, too_many) == ["c1: 9 GPUs placed, capacity 8"]
+
+
+def test_verify_applies_headroom_and_utilization() -> None:
+    model = make_fleet(
+        (make_cluster(gpus=10, utilization=0.1),), (make_stage(),),
+        gpu_policy=make_gpu_policy(defragment_threshold=0.8),
+    )
+    assert verify(model, placed(one("llm/train", Assignment("c1", 1, 8)))) == [
+        "c1: 8 GPUs placed, capacity 7"
+    ]
+
+
+def test_verify_accepts_unplaced_stages_only_when_allowed() -> None:
+    model = make_fleet((make_cluster(),), (make_stage(),))
+    unplaced = placed(StagePlacement("llm/train", (), 0.0, "no room"))
+    assert verify(model, unplaced, allow_unplaced=True) == []
+    assert verify(model, unplaced) == ["llm/train: 0 replicas placed, the stage has 1"]

@@ -102,6 +102,11 @@ def fleet() -> tuple[FleetModel, Placement]:
     return model, placement
 
 
+def rendered(model: FleetModel, placement: Placement) -> dict[str, str]:
+    """The files of a render (the warnings have tests of their own)."""
+    return dict(render(model, placement).files)
+
+
 def load(text: str) -> Any:
     return SAFE.load(text)
 
@@ -125,7 +130,7 @@ def write(files: dict[str, str], out: Path) -> None:
 # --------------------------------------------------------------------------- validity
 def test_rendered_tree_is_valid_and_builds(tmp_path: Path) -> None:
     require_upstream_schemas()
-    write(render(*fleet()), tmp_path)
+    write(rendered(*fleet()), tmp_path)
     assert validate_tree(tmp_path) == []
     folders = sorted(p.name for p in (tmp_path / "clusters").iterdir())
     assert folders == ["gpu-east", "gpu-west"]  # cpu-only runs nothing: no folder
@@ -136,26 +141,38 @@ def test_rendered_tree_is_valid_and_builds(tmp_path: Path) -> None:
 
 
 def test_file_layout() -> None:
-    files = render(*fleet())
+    files = rendered(*fleet())
     assert list(files) == sorted(files)
     assert sorted(files) == [
+        "argocd/applicationset-argocd-fleetc.yaml",
+        "argocd/kustomization.yaml",
         "clusters/gpu-east/deployment-serving-llm-serve.yaml",
+        "clusters/gpu-east/horizontalpodautoscaler-serving-llm-serve.yaml",
         "clusters/gpu-east/job-ml-llm-prep.yaml",
         "clusters/gpu-east/job-ml-llm-train.yaml",
         "clusters/gpu-east/kustomization.yaml",
         "clusters/gpu-east/namespace-ml.yaml",
         "clusters/gpu-east/namespace-serving.yaml",
+        "clusters/gpu-east/poddisruptionbudget-serving-llm-serve.yaml",
         "clusters/gpu-east/queue-fleetc-inference.yaml",
         "clusters/gpu-east/queue-fleetc-training.yaml",
         "clusters/gpu-east/service-serving-llm-serve.yaml",
         "clusters/gpu-west/deployment-serving-llm-serve.yaml",
+        "clusters/gpu-west/horizontalpodautoscaler-serving-llm-serve.yaml",
         "clusters/gpu-west/job-ml-llm-eval.yaml",
         "clusters/gpu-west/kustomization.yaml",
         "clusters/gpu-west/namespace-ml.yaml",
         "clusters/gpu-west/namespace-serving.yaml",
+        "clusters/gpu-west/poddisruptionbudget-serving-llm-serve.yaml",
         "clusters/gpu-west/queue-fleetc-inference.yaml",
         "clusters/gpu-west/queue-fleetc-training.yaml",
         "clusters/gpu-west/service-serving-llm-serve.yaml",
+        "flux/gpu-east/gitrepository-flux-system-fleetc.yaml",
+        "flux/gpu-east/kustomization-flux-system-fleetc.yaml",
+        "flux/gpu-east/kustomization.yaml",
+        "flux/gpu-west/gitrepository-flux-system-fleetc.yaml",
+        "flux/gpu-west/kustomization-flux-system-fleetc.yaml",
+        "flux/gpu-west/kustomization.yaml",
         "placement.yaml",
     ]
     assert files["clusters/gpu-west/kustomization.yaml"] == (
@@ -163,9 +180,11 @@ def test_file_layout() -> None:
         "kind: Kustomization\n"
         "resources:\n"
         "  - deployment-serving-llm-serve.yaml\n"
+        "  - horizontalpodautoscaler-serving-llm-serve.yaml\n"
         "  - job-ml-llm-eval.yaml\n"
         "  - namespace-ml.yaml\n"
         "  - namespace-serving.yaml\n"
+        "  - poddisruptionbudget-serving-llm-serve.yaml\n"
         "  - queue-fleetc-inference.yaml\n"
         "  - queue-fleetc-training.yaml\n"
         "  - service-serving-llm-serve.yaml\n"
@@ -173,18 +192,18 @@ def test_file_layout() -> None:
 
 
 def test_deterministic() -> None:
-    assert render(*fleet()) == render(*fleet())
+    assert rendered(*fleet()) == rendered(*fleet())
 
 
 def test_no_secret_is_rendered() -> None:
-    files = render(*fleet())
+    files = rendered(*fleet())
     assert all(obj["kind"] != "Secret" for obj in objects(files).values())
     assert not any("kind: Secret" in text for text in files.values())
 
 
 # --------------------------------------------------------------------------- labels, names
 def test_every_object_is_labelled() -> None:
-    for path, obj in objects(render(*fleet())).items():
+    for path, obj in objects(rendered(*fleet())).items():
         meta = obj["metadata"]
         assert meta["labels"]["app.kubernetes.io/managed-by"] == "fleetc", path
         if obj["kind"] in ("Namespace", "Queue"):
@@ -212,7 +231,7 @@ def test_namespace_pipeline_label_only_when_single_pipeline() -> None:
     placement = replace(
         placement, stages=(*placement.stages, StagePlacement("other/serve", (Assignment("gpu-east", 1, 0),), 0.5))
     )
-    objs = objects(render(model, placement))
+    objs = objects(rendered(model, placement))
     assert objs["clusters/gpu-east/namespace-ml.yaml"]["metadata"]["labels"] == {
         "app.kubernetes.io/managed-by": "fleetc",
         "fleetc.dev/pipeline": "llm",
@@ -234,11 +253,12 @@ def test_long_names_are_truncated_with_a_hash(tmp_path: Path) -> None:
         name="f", namespace="fleetc-system", clusters=(cluster("c1", "h100", 8),),
         stages=(stage(long_pipeline, long_stage, StageType.EVALUATION, gpus=1),),
     )
-    placement = Placement((StagePlacement(f"{long_pipeline}/{long_stage}", (Assignment("c1", 1, 1),), 1.0),), 1, 1, "milp")
+    key = f"{long_pipeline}/{long_stage}"
+    placement = Placement((StagePlacement(key, (Assignment("c1", 1, 1),), 1.0),), 1, 1, "milp")
     expected = full[:54] + "-" + hashlib.sha256(full.encode()).hexdigest()[:8]
     assert object_name(model.stages[0]) == expected
     assert len(expected) == 63
-    files = render(model, placement)
+    files = rendered(model, placement)
     job = load(files[f"clusters/c1/job-ml-{expected}.yaml"])
     assert job["metadata"]["name"] == expected
     assert job["spec"]["tasks"][0]["template"]["spec"]["nodeSelector"] == {
@@ -254,7 +274,7 @@ def test_short_names_are_kept() -> None:
 
 # --------------------------------------------------------------------------- workloads
 def test_gang_job() -> None:
-    job = objects(render(*fleet()))["clusters/gpu-east/job-ml-llm-train.yaml"]
+    job = objects(rendered(*fleet()))["clusters/gpu-east/job-ml-llm-train.yaml"]
     spec = job["spec"]
     assert (spec["schedulerName"], spec["queue"], spec["minAvailable"], spec["maxRetry"]) == (
         "volcano", "fleetc-training", 1, 3,
@@ -274,7 +294,7 @@ def test_gang_job() -> None:
 
 
 def test_whole_gang_and_small_quantities() -> None:
-    job = objects(render(*fleet()))["clusters/gpu-east/job-ml-llm-prep.yaml"]
+    job = objects(rendered(*fleet()))["clusters/gpu-east/job-ml-llm-prep.yaml"]
     assert job["spec"]["minAvailable"] == 2
     assert job["spec"]["tasks"][0]["replicas"] == 2
     pod = job["spec"]["tasks"][0]["template"]["spec"]
@@ -285,12 +305,12 @@ def test_whole_gang_and_small_quantities() -> None:
 def test_odd_memory_is_plain_bytes() -> None:
     model, placement = fleet()
     model = replace(model, stages=tuple(replace(s, memory_bytes=1_000_001) for s in model.stages))
-    job = objects(render(model, placement))["clusters/gpu-east/job-ml-llm-prep.yaml"]
+    job = objects(rendered(model, placement))["clusters/gpu-east/job-ml-llm-prep.yaml"]
     assert job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] == "1000001"
 
 
 def test_deployment_split_across_clusters() -> None:
-    objs = objects(render(*fleet()))
+    objs = objects(rendered(*fleet()))
     east = objs["clusters/gpu-east/deployment-serving-llm-serve.yaml"]
     west = objs["clusters/gpu-west/deployment-serving-llm-serve.yaml"]
     assert (east["spec"]["replicas"], west["spec"]["replicas"]) == (2, 1)
@@ -311,32 +331,38 @@ def test_deployment_split_across_clusters() -> None:
 def test_unknown_gpu_type_gets_no_node_selector() -> None:
     model, placement = fleet()
     model = replace(model, clusters=tuple(replace(c, gpu_type="mi300x") if c.gpus else c for c in model.clusters))
-    job = objects(render(model, placement))["clusters/gpu-east/job-ml-llm-train.yaml"]
+    job = objects(rendered(model, placement))["clusters/gpu-east/job-ml-llm-train.yaml"]
     assert "nodeSelector" not in job["spec"]["tasks"][0]["template"]["spec"]
 
 
 def test_queues() -> None:
     model, placement = fleet()
-    objs = objects(render(replace(model, class_weights=ClassWeights(0.96, 0.04, 0.0)), placement))
+    objs = objects(rendered(replace(model, class_weights=ClassWeights(0.96, 0.04, 0.0)), placement))
     training = objs["clusters/gpu-west/queue-fleetc-training.yaml"]
-    assert training["metadata"] == {"name": "fleetc-training", "labels": {"app.kubernetes.io/managed-by": "fleetc"}}
+    assert training["metadata"] == {
+        "name": "fleetc-training",
+        "labels": {"app.kubernetes.io/managed-by": "fleetc"},
+        "annotations": {"fleetc.dev/source": "fleet.yaml#spec.aigcConfig"},
+    }
     assert training["spec"] == {
         "weight": 10,
         "reclaimable": True,
         "capability": {"cpu": "128500m", "memory": "512Gi", "nvidia.com/gpu": "8"},
     }
     assert objs["clusters/gpu-west/queue-fleetc-inference.yaml"]["spec"]["weight"] == 1  # minimum 1
-    default = objects(render(*fleet()))
-    assert [default[f"clusters/gpu-east/queue-fleetc-{c}.yaml"]["spec"]["weight"] for c in ("training", "inference")] == [6, 3]
+    default = objects(rendered(*fleet()))
+    weights = [default[f"clusters/gpu-east/queue-fleetc-{c}.yaml"]["spec"]["weight"] for c in ("training", "inference")]
+    assert weights == [6, 3]
 
 
 def test_finetuning_queue_and_cpu_cluster() -> None:
     model = FleetModel(
-        name="f", namespace="fleetc-system", clusters=(cluster("cpu", None, 0, cpu_millis=64_000, memory_bytes=128 * GI),),
+        name="f", namespace="fleetc-system",
+        clusters=(cluster("cpu", None, 0, cpu_millis=64_000, memory_bytes=128 * GI),),
         stages=(stage("p", "tune", StageType.FINETUNING),),
     )
     placement = Placement((StagePlacement("p/tune", (Assignment("cpu", 1, 0),), 1.0),), 1, 1, "milp")
-    objs = objects(render(model, placement))
+    objs = objects(rendered(model, placement))
     q = objs["clusters/cpu/queue-fleetc-finetuning.yaml"]
     assert q["spec"] == {"weight": 1, "reclaimable": True, "capability": {"cpu": "64", "memory": "128Gi"}}
     job = objs["clusters/cpu/job-ml-p-tune.yaml"]
@@ -345,7 +371,7 @@ def test_finetuning_queue_and_cpu_cluster() -> None:
 
 
 def test_env_var_wiring() -> None:
-    objs = objects(render(*fleet()))
+    objs = objects(rendered(*fleet()))
 
     def env(path: str) -> list[dict[str, str]]:
         obj = objs[path]
@@ -371,13 +397,13 @@ def test_dangling_input_reference_is_an_internal_error() -> None:
     broken = replace(model.stages[2], inputs=(Input("model", None, "train", "nope", None),))
     model = replace(model, stages=(*model.stages[:2], broken, model.stages[3]))
     with pytest.raises(InternalError, match="llm/train.nope"):
-        render(model, placement)
+        rendered(model, placement)
 
 
 def test_missing_stage_placement_is_an_internal_error() -> None:
     model, placement = fleet()
     with pytest.raises(InternalError, match="llm/serve"):
-        render(model, replace(placement, stages=placement.stages[:3]))
+        rendered(model, replace(placement, stages=placement.stages[:3]))
 
 
 def test_file_name_clash_is_an_internal_error() -> None:
@@ -392,7 +418,7 @@ def test_file_name_clash_is_an_internal_error() -> None:
         1, 1, "milp",
     )
     with pytest.raises(InternalError, match="job-ml-llm-x-prep.yaml"):
-        render(model, placement)
+        rendered(model, placement)
 
 
 # --------------------------------------------------------------------------- placement.yaml
@@ -415,7 +441,7 @@ def test_placement_report_exact_text() -> None:
         bound=1.5,
         method="lp-rounding",
     )
-    assert render(model, placement)["placement.yaml"] == """\
+    assert rendered(model, placement)["placement.yaml"] == """\
 apiVersion: fleetc.dev/v1alpha1
 kind: Placement
 fleet: small
@@ -466,7 +492,7 @@ stages:
 
 def test_sample_job_exact_text() -> None:
     """Pins the full shape of a rendered Volcano Job (the reference sample in the docs)."""
-    text = render(*fleet())["clusters/gpu-east/job-ml-llm-train.yaml"]
+    text = rendered(*fleet())["clusters/gpu-east/job-ml-llm-train.yaml"]
     assert text == """\
 apiVersion: batch.volcano.sh/v1alpha1
 kind: Job

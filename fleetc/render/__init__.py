@@ -1,0 +1,130 @@
+"""Render a placement as plain Kubernetes manifests: one folder per cluster, for Argo CD / Flux.
+
+:func:`render` is a pure function of the model and the placement: the same input gives the same
+bytes (everything is sorted; no timestamps, versions or environment are read). It returns
+:class:`Rendered`: the files, keyed by relative POSIX path, and the warnings (policy settings
+that have no Kubernetes form, named by file and field, never silently dropped).
+
+* ``placement.yaml``: fleetc's own report of the placement (not a Kubernetes object);
+* ``clusters/<cluster>/<kind>-<name>.yaml`` for cluster-scoped objects and
+  ``clusters/<cluster>/<kind>-<namespace>-<name>.yaml`` for namespaced ones (kind in lower case),
+  one object per file, for every cluster that runs at least one assignment, and
+  ``clusters/<cluster>/kustomization.yaml`` listing them, sorted;
+* ``argocd/`` and ``flux/<cluster>/``: the GitOps entrypoints (:mod:`.gitops`).
+
+Per cluster (one module per concern):
+
+* :mod:`.cluster`: a Namespace per pipeline namespace, a Volcano Queue ``fleetc-<class>`` per
+  workload class, and under ``dataSovereignty`` jurisdiction labels and an egress NetworkPolicy;
+* :mod:`.workloads`: a Volcano Job per gang stage (the whole gang, with the governing platform's
+  PriorityClass); per Deployment stage this cluster's share of the replicas with a Service, an
+  HPA and a PodDisruptionBudget;
+* :mod:`.gpu`: the NVIDIA device plugin's config (exclusive vs time-sliced nodes);
+* :mod:`.data`: Fluid Dataset, AlluxioRuntime and DataLoad for the data stages read.
+
+Every object carries ``app.kubernetes.io/managed-by: fleetc`` and, where one policy is its
+source, ``fleetc.dev/source: <policy file>#<field path>``. Secrets are never rendered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from fleetc.errors import Diagnostic
+from fleetc.model import Cluster, FleetModel, Placement
+from fleetc.yamlout import dump
+
+from .cluster import egress_policy, namespace, queue, security_warnings, sovereign_platform
+from .common import Obj, cpu_quantity, folder_files, memory_quantity, object_name, stage_labels
+from .context import Context, Work, placements, work_by_cluster
+from .data import data_warnings, fluid_objects
+from .gitops import gitops_files, gitops_warnings
+from .gpu import device_plugin_config, gpu_warnings
+from .report import placement_report
+from .workloads import (
+    GPU_PRODUCT_LABELS,
+    PRIORITY_VALUES,
+    autoscaler,
+    deployment,
+    disruption_budget,
+    priority_class,
+    service,
+    training_priority,
+    volcano_job,
+)
+
+__all__ = [
+    "GPU_PRODUCT_LABELS",
+    "PRIORITY_VALUES",
+    "Rendered",
+    "cpu_quantity",
+    "memory_quantity",
+    "object_name",
+    "placement_report",
+    "render",
+    "stage_labels",
+]
+
+
+@dataclass(frozen=True)
+class Rendered:
+    files: Mapping[str, str]  # relative POSIX path -> file text, sorted by path
+    warnings: tuple[Diagnostic, ...]  # severity "warning", sorted, no duplicates
+
+
+# --------------------------------------------------------------------------- entry point
+def render(model: FleetModel, placement: Placement) -> Rendered:
+    """Every output file and every warning about settings that could not be rendered."""
+    ctx = Context.of(model)
+    files = {"placement.yaml": dump(placement_report(model, placement))}
+    work = work_by_cluster(placements(model, placement))
+    folders = [c.name for c in model.clusters if c.name in work]
+    for cluster in model.clusters:
+        if cluster.name in work:
+            files |= folder_files(f"clusters/{cluster.name}", _cluster_objects(ctx, cluster, work[cluster.name]))
+    if folders:
+        files |= gitops_files(model.gitops, ctx.fleet_path, folders)
+    return Rendered(dict(sorted(files.items())), _warnings(ctx, work))
+
+
+def _warnings(ctx: Context, work: dict[str, Work]) -> tuple[Diagnostic, ...]:
+    model = ctx.model
+    found = [w for p in model.platforms for w in security_warnings(p)]
+    if model.gpu_policy is not None:
+        found += gpu_warnings(model.gpu_policy)
+    found += data_warnings(ctx, work)
+    if work:
+        found += gitops_warnings(model.gitops, ctx.fleet_path)
+    return tuple(sorted(set(found)))
+
+
+# --------------------------------------------------------------------------- per cluster
+def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> list[Obj]:
+    """All objects for one cluster: cluster-wide ones, then each stage's workload objects."""
+    names = sorted({stage.namespace for stage, _ in work})
+    objects = [namespace(ctx, cluster, name) for name in names]
+    objects += [egress_policy(cluster, name, p) for name in names if (p := sovereign_platform(ctx, name))]
+    objects += [queue(ctx, cluster, c) for c in sorted({stage.workload_class for stage, _ in work})]
+    objects += _priority_classes(ctx, work)
+    if ctx.model.gpu_policy is not None:
+        objects += device_plugin_config(ctx.model.gpu_policy, cluster, ctx.gpu_slots)
+    objects += fluid_objects(ctx, work)
+    for stage, assignment in work:
+        if stage.is_gang:
+            objects.append(volcano_job(ctx, cluster, stage))
+        else:
+            replicas = assignment.replicas
+            objects += [deployment(ctx, cluster, stage, replicas), service(stage),
+                        autoscaler(stage, replicas), disruption_budget(stage, replicas)]
+    return objects
+
+
+def _priority_classes(ctx: Context, work: Work) -> list[Obj]:
+    """One PriorityClass per training priority the gang stages on this cluster name."""
+    levels: dict[str, str] = {}  # level -> first pipeline asking for it
+    for stage, _ in work:
+        level = training_priority(ctx, stage) if stage.is_gang else None
+        if level is not None:
+            levels.setdefault(level, stage.pipeline)
+    return [priority_class(ctx, level, pipeline) for level, pipeline in sorted(levels.items())]

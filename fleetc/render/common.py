@@ -1,0 +1,139 @@
+"""What every renderer module shares: names, labels, provenance, quantities, file layout."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from fleetc.errors import Diagnostic, InternalError
+from fleetc.model import Source, Stage
+from fleetc.yamlout import dump
+
+Obj = dict[str, Any]
+
+MANAGED_BY = {"app.kubernetes.io/managed-by": "fleetc"}
+SOURCE_ANNOTATION = "fleetc.dev/source"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+_GI = 1024**3
+_MI = 1024**2
+_MAX_NAME = 63
+_NAME_HASH_LEN = 8
+_SLUG_UNSAFE = re.compile(r"[^a-z0-9]+")
+
+
+# --------------------------------------------------------------------------- names, labels
+def dns_label(name: str) -> str:
+    """``name`` when it fits in 63 characters, else cut to 54 plus ``-<8 hex of sha256>``."""
+    if len(name) <= _MAX_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:_NAME_HASH_LEN]
+    return f"{name[: _MAX_NAME - _NAME_HASH_LEN - 1]}-{digest}"
+
+
+def hashed_slug(prefix: str, text: str) -> str:
+    """A stable DNS label for free text (a URL): ``<prefix>-<slug>-<8 hex>``. The hash is
+    always there, so two texts that slug alike (``a/b``, ``a-b``) never share a name."""
+    digest = hashlib.sha256(text.encode()).hexdigest()[:_NAME_HASH_LEN]
+    slug = _SLUG_UNSAFE.sub("-", text.lower()).strip("-")
+    room = _MAX_NAME - len(prefix) - _NAME_HASH_LEN - 2
+    return "-".join(p for p in (prefix, slug[:room].strip("-"), digest) if p)
+
+
+def object_name(stage: Stage) -> str:
+    """``<pipeline>-<stage>``, cut to 54 characters plus ``-<8 hex of sha256>`` past 63."""
+    return dns_label(f"{stage.pipeline}-{stage.name}")
+
+
+def selector(stage: Stage) -> dict[str, str]:
+    """The labels that identify a stage's pods (stable: Deployment selectors are immutable)."""
+    return {"fleetc.dev/pipeline": dns_label(stage.pipeline), "fleetc.dev/stage": dns_label(stage.name)}
+
+
+def stage_labels(stage: Stage) -> dict[str, str]:
+    """Labels on every object (and pod template) that belongs to one stage."""
+    return {
+        **MANAGED_BY,
+        "app.kubernetes.io/name": dns_label(stage.name),
+        "app.kubernetes.io/part-of": dns_label(stage.pipeline),
+        **selector(stage),
+    }
+
+
+def provenance(source: Source, field: str | None = None) -> dict[str, str]:
+    """The ``fleetc.dev/source`` annotation: policy file and field path (never a line number,
+    so editing an unrelated line of a policy does not change every rendered object)."""
+    return {SOURCE_ANNOTATION: f"{source.path}#{field or source.field}"}
+
+
+def stage_metadata(stage: Stage) -> Obj:
+    return {
+        "name": object_name(stage),
+        "namespace": stage.namespace,
+        "labels": stage_labels(stage),
+        "annotations": provenance(stage.source),
+    }
+
+
+def metadata(name: str, namespace: str | None = None, source: Source | None = None,
+             field: str | None = None) -> Obj:
+    """Metadata of an object that is not a stage's: fleetc's label and, when one policy is its
+    source, the provenance annotation."""
+    meta: Obj = {"name": name}
+    if namespace:
+        meta["namespace"] = namespace
+    meta["labels"] = dict(MANAGED_BY)
+    if source is not None:
+        meta["annotations"] = provenance(source, field)
+    return meta
+
+
+def warning(source: Source, field: str, message: str) -> Diagnostic:
+    """A compile warning about one policy field (whole-file position: the model has no lines)."""
+    return Diagnostic(source.path, 0, 0, field, message, severity="warning")
+
+
+# --------------------------------------------------------------------------- quantities
+def cpu_quantity(millis: int) -> str:
+    """Whole cores as ``"16"``, anything else in millicores (``"500m"``)."""
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def memory_quantity(size: int) -> str:
+    """``"64Gi"`` when a whole number of GiB, else ``"<n>Mi"``, else plain bytes."""
+    if size % _GI == 0:
+        return f"{size // _GI}Gi"
+    if size % _MI == 0:
+        return f"{size // _MI}Mi"
+    return str(size)
+
+
+def whole_gib(size: int) -> str:
+    return f"{size // _GI}Gi"
+
+
+# --------------------------------------------------------------------------- files
+def file_name(obj: Obj) -> str:
+    """``<kind>-<name>.yaml`` (cluster-scoped) or ``<kind>-<namespace>-<name>.yaml``."""
+    meta = obj["metadata"]
+    parts = [obj["kind"].lower(), meta.get("namespace"), meta["name"]]
+    return "-".join(p for p in parts if p) + ".yaml"
+
+
+def folder_files(folder: str, objects: Iterable[Obj]) -> dict[str, str]:
+    """One file per object plus a kustomization.yaml listing them; name clashes are bugs."""
+    files: dict[str, str] = {}
+    for obj in objects:
+        name = file_name(obj)
+        if name in files:
+            raise InternalError(f"two objects would both be written to {folder}/{name}")
+        files[name] = dump(obj)
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": sorted(files),
+    }
+    files["kustomization.yaml"] = dump(kustomization)
+    return {f"{folder}/{name}": text for name, text in sorted(files.items())}

@@ -1,0 +1,97 @@
+"""Look-ups over the model, built once per render so rendering stays linear in its size."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from fleetc.errors import InternalError
+from fleetc.model import (
+    Assignment,
+    DataPolicy,
+    FleetModel,
+    Input,
+    Placement,
+    Platform,
+    Source,
+    Stage,
+    StagePlacement,
+)
+from fleetc.verify import slots_per_gpu, uses_shared_slots
+
+Work = list[tuple[Stage, Assignment]]
+
+
+@dataclass(frozen=True)
+class Context:
+    model: FleetModel
+    output_urls: Mapping[tuple[str, str], str]  # (stage key, output name) -> url
+    namespace_pipelines: Mapping[str, frozenset[str]]  # namespace -> pipelines using it
+    governing: Mapping[str, tuple[Platform, ...]]  # pipeline -> platforms governing it, by name
+    pipeline_sources: Mapping[str, Source]  # pipeline -> its policy file (field: metadata)
+    gpu_slots: int  # time-sliced slots per GPU; 1 when GPUs are not shared
+
+    @classmethod
+    def of(cls, model: FleetModel) -> Context:
+        pipelines: dict[str, set[str]] = defaultdict(set)
+        for s in model.stages:
+            pipelines[s.namespace].add(s.pipeline)
+        names = sorted({s.pipeline for s in model.stages})
+        return cls(
+            model=model,
+            output_urls={(s.key, o.name): o.url for s in model.stages for o in s.outputs},
+            namespace_pipelines={ns: frozenset(p) for ns, p in pipelines.items()},
+            governing={n: tuple(p for p in model.platforms if n in p.pipelines) for n in names},
+            pipeline_sources={s.pipeline: Source(s.source.path, "metadata") for s in model.stages},
+            gpu_slots=slots_per_gpu(model),
+        )
+
+    @property
+    def fleet_path(self) -> str:
+        """The Fleet policy file (every cluster comes from it)."""
+        return self.model.clusters[0].source.path
+
+    @property
+    def data_policy(self) -> DataPolicy | None:
+        """The data policy of this compile (fleetc reads at most one; it has no selector, so it
+        applies to every pipeline)."""
+        return self.model.data_policies[0] if self.model.data_policies else None
+
+    def platforms(self, pipeline: str) -> tuple[Platform, ...]:
+        return self.governing.get(pipeline, ())
+
+    def shares_gpus(self, stage: Stage) -> bool:
+        return uses_shared_slots(self.model, stage)
+
+    def input_url(self, stage: Stage, spec: Input) -> str:
+        """A ``source:`` input's URL, or the URL of the output a ``from:`` input names."""
+        if spec.from_stage is None and spec.url is not None:
+            return spec.url
+        ref = (f"{stage.pipeline}/{spec.from_stage}", str(spec.from_output))
+        if ref not in self.output_urls:
+            raise InternalError(f"{stage.key}: input {spec.name!r} refers to unknown output {ref[0]}.{ref[1]}")
+        return self.output_urls[ref]
+
+    def input_urls(self, stage: Stage) -> list[tuple[int, str]]:
+        """(input index, URL) of every input of the stage."""
+        return [(i, self.input_url(stage, spec)) for i, spec in enumerate(stage.inputs)]
+
+
+def placements(model: FleetModel, placement: Placement) -> list[tuple[Stage, StagePlacement]]:
+    """Each model stage with its placement, in model order."""
+    by_key = {p.stage: p for p in placement.stages}
+    missing = [s.key for s in model.stages if s.key not in by_key]
+    if missing:
+        raise InternalError(f"placement has no entry for stage(s): {', '.join(missing)}")
+    return [(s, by_key[s.key]) for s in model.stages]
+
+
+def work_by_cluster(placed: list[tuple[Stage, StagePlacement]]) -> dict[str, Work]:
+    """Cluster name -> the stages that run pods there with their assignment, in model order."""
+    work: dict[str, Work] = defaultdict(list)
+    for stage, p in placed:
+        for a in p.assignments:
+            if a.replicas > 0:
+                work[a.cluster].append((stage, a))
+    return dict(work)

@@ -1,0 +1,160 @@
+"""The data policy as Fluid objects: a cache near the stages that read the data.
+
+On a cluster that runs stages with inputs, for each (namespace, input URL) pair, when the
+policy's ``caching.enabled``:
+
+* a ``Dataset`` mounting the URL read-only, and an ``AlluxioRuntime`` of the same name (Fluid
+  binds them by name) whose one tiered-store level holds ``caching.size`` on the node's SSD and
+  evicts by ``caching.strategy`` (LRU: Alluxio's ``LRUAnnotator``; LFU: its ``LRFUAnnotator``
+  with step factor 0, which makes LRFU pure LFU);
+* the stage pods mount the Dataset's volume read-only at ``/fleetc/inputs/<input name>``
+  (``FLEETC_INPUT_<NAME>_PATH``; ``FLEETC_INPUT_<NAME>`` keeps the URL);
+* a ``DataLoad`` that warms the cache once when ``prefetching.enabled``. Fluid has no
+  "lookahead" (a DataLoad loads the dataset, not the next N files), so
+  ``prefetching.lookahead`` is reported, not rendered.
+
+Names are ``data-<url slug>-<8 hex of sha256(url)>``: stable, and different for different URLs.
+Only URL schemes Alluxio mounts as an under-store (:data:`CACHEABLE_SCHEMES`) are cached;
+others (``nfs://``, for example) are read directly and reported. No credentials are rendered:
+a mount that needs them gets them from the cluster (``encryptOptions`` added by its owner).
+"""
+
+from __future__ import annotations
+
+from fleetc.errors import Diagnostic
+from fleetc.model import DataPolicy, Source, Stage
+
+from .common import Obj, dns_label, hashed_slug, memory_quantity, metadata, warning
+from .context import Context, Work
+
+#: URL schemes Alluxio (and so Fluid's AlluxioRuntime) mounts as an under-file-system.
+CACHEABLE_SCHEMES = frozenset({"cos", "cosn", "gs", "hdfs", "obs", "oss", "s3", "s3a"})
+CACHE_PATH = "/var/lib/fleetc/cache"
+ANNOTATOR = "alluxio.worker.block.annotator.class"
+_ANNOTATORS = {
+    "LRU": {ANNOTATOR: "alluxio.worker.block.annotator.LRUAnnotator"},
+    "LFU": {ANNOTATOR: "alluxio.worker.block.annotator.LRFUAnnotator",
+            "alluxio.worker.block.annotator.lrfu.step.factor": "0.0"},
+}
+
+
+#: Where a stage's container finds a cached input: ``<MOUNT_ROOT>/<input name>``.
+MOUNT_ROOT = "/fleetc/inputs"
+
+
+def scheme(url: str) -> str:
+    return url.partition("://")[0].lower() if "://" in url else ""
+
+
+def dataset_name(url: str) -> str:
+    return hashed_slug("data", url)
+
+
+def is_cached(ctx: Context, url: str) -> bool:
+    """Whether stages read ``url`` through a Fluid cache (on every cluster that reads it)."""
+    policy = ctx.data_policy
+    return policy is not None and policy.caching_enabled and scheme(url) in CACHEABLE_SCHEMES
+
+
+def cached_urls(ctx: Context, work: Work) -> list[tuple[str, str]]:
+    """Sorted (namespace, url) pairs the stages on one cluster read through a cache."""
+    pairs = {(stage.namespace, url) for stage, _ in work for _, url in ctx.input_urls(stage) if is_cached(ctx, url)}
+    return sorted(pairs)
+
+
+def cache_mounts(ctx: Context, stage: Stage) -> tuple[list[Obj], list[Obj], dict[str, str]]:
+    """The stage's cached inputs as pod volumes (the PVC Fluid creates for a Dataset, named like
+    it), container volumeMounts (read-only) and ``FLEETC_INPUT_<NAME>_PATH`` env values."""
+    volumes, mounts, paths = [], [], {}
+    for index, url in ctx.input_urls(stage):
+        if not is_cached(ctx, url):
+            continue
+        name = stage.inputs[index].name
+        volume = dns_label(f"input-{name}")
+        volumes.append({"name": volume, "persistentVolumeClaim": {"claimName": dataset_name(url), "readOnly": True}})
+        mounts.append({"name": volume, "mountPath": f"{MOUNT_ROOT}/{name}", "readOnly": True})
+        paths[name] = f"{MOUNT_ROOT}/{name}"
+    return volumes, mounts, paths
+
+
+def _source(policy: DataPolicy, field: str) -> Source:
+    return Source(policy.source.path, field)
+
+
+def dataset(policy: DataPolicy, namespace: str, url: str) -> Obj:
+    return {
+        "apiVersion": "data.fluid.io/v1alpha1",
+        "kind": "Dataset",
+        "metadata": metadata(dataset_name(url), namespace, _source(policy, "spec.caching")),
+        "spec": {"mounts": [{"name": "data", "mountPoint": url, "readOnly": True}]},
+    }
+
+
+def alluxio_runtime(policy: DataPolicy, namespace: str, url: str) -> Obj:
+    level = {
+        "mediumtype": "SSD",
+        "volumeType": "hostPath",
+        "path": CACHE_PATH,
+        "quota": memory_quantity(policy.caching_size_bytes),
+        "high": "0.95",
+        "low": "0.7",
+    }
+    return {
+        "apiVersion": "data.fluid.io/v1alpha1",
+        "kind": "AlluxioRuntime",
+        "metadata": metadata(dataset_name(url), namespace, _source(policy, "spec.caching")),
+        "spec": {
+            "replicas": 1,
+            "properties": dict(_ANNOTATORS.get(policy.caching_strategy.upper(), _ANNOTATORS["LRU"])),
+            "tieredstore": {"levels": [level]},
+        },
+    }
+
+
+def data_load(policy: DataPolicy, namespace: str, url: str) -> Obj:
+    name = dataset_name(url)
+    return {
+        "apiVersion": "data.fluid.io/v1alpha1",
+        "kind": "DataLoad",
+        "metadata": metadata(dns_label(f"{name}-prefetch"), namespace, _source(policy, "spec.prefetching")),
+        "spec": {
+            "dataset": {"name": name, "namespace": namespace},
+            "loadMetadata": True,
+            "target": [{"path": "/", "replicas": 1}],
+        },
+    }
+
+
+def fluid_objects(ctx: Context, work: Work) -> list[Obj]:
+    """Dataset, AlluxioRuntime and (prefetching) DataLoad per cached URL of one cluster."""
+    policy = ctx.data_policy
+    if policy is None or not policy.caching_enabled:
+        return []
+    objects: list[Obj] = []
+    for namespace, url in cached_urls(ctx, work):
+        objects += [dataset(policy, namespace, url), alluxio_runtime(policy, namespace, url)]
+        if policy.prefetching_enabled:
+            objects.append(data_load(policy, namespace, url))
+    return objects
+
+
+def data_warnings(ctx: Context, work_by_cluster: dict[str, Work]) -> list[Diagnostic]:
+    """The data policy's fields with no Fluid form, and inputs whose URL Fluid cannot cache."""
+    policy = ctx.data_policy
+    if policy is None or not policy.caching_enabled:
+        return []
+    found = []
+    if policy.prefetching_enabled and policy.prefetch_lookahead > 0:
+        found.append(warning(policy.source, "spec.prefetching.lookahead",
+                             "has no Fluid form (a DataLoad warms the whole dataset once); not rendered"))
+    uncached: dict[tuple[str, str], str] = {}
+    for work in work_by_cluster.values():
+        for stage, _ in work:
+            for index, url in ctx.input_urls(stage):
+                if scheme(url) not in CACHEABLE_SCHEMES:
+                    uncached[(stage.source.path, f"{stage.source.field}.inputs[{index}]")] = url
+    for (path, field), url in sorted(uncached.items()):
+        kind = f"{scheme(url)}://" if scheme(url) else "a URL without a scheme"
+        found.append(warning(Source(path, field), field,
+                             f"{kind} cannot be cached by Fluid/Alluxio; the stage reads it directly"))
+    return found

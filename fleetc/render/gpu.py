@@ -1,0 +1,78 @@
+"""The GPU policy as the NVIDIA device plugin's configuration.
+
+One ConfigMap, :data:`CONFIG_NAME` in :data:`DEVICE_PLUGIN_NAMESPACE` (the NVIDIA GPU
+Operator's namespace; point the operator at it with ``ClusterPolicy.spec.devicePlugin.config:
+{name: fleetc-device-plugin-config, default: exclusive}``, or the device-plugin Helm chart with
+``config.name``), holds two device-plugin configs (``version: v1``), one per key:
+
+* ``exclusive``: no sharing; the default, for training nodes: a Training or Finetuning gang
+  keeps whole GPUs;
+* ``time-sliced``: ``sharing.timeSlicing`` advertising each GPU as N ``nvidia.com/gpu``
+  (N = ``timeSlicing.replicas``, at most ``sharingStrategy.maxSharers`` when sharing is on,
+  the same slot count the placement assumed), with ``failRequestsGreaterThanOne`` so a pod
+  cannot take several slices of one GPU believing it has several GPUs.
+
+A node picks its entry through its ``nvidia.com/device-plugin.config`` label
+(``exclusive`` or ``time-sliced``; unlabelled nodes get the default). GPU feature discovery then
+labels time-sliced nodes ``nvidia.com/gpu.product=<product>-SHARED``, which is what serving
+pods select (see :mod:`fleetc.render.workloads`), so shared slots never land on training nodes.
+
+``memoryManagement.defragmentThreshold`` shapes placement (the share of a cluster's GPUs fleetc
+fills); ``memoryManagement.compactionStrategy`` has no Kubernetes form and is reported.
+"""
+
+from __future__ import annotations
+
+from fleetc.errors import Diagnostic
+from fleetc.model import Cluster, GPUPolicy
+from fleetc.yamlout import dump
+
+from .common import GPU_RESOURCE, Obj, metadata, warning
+
+DEVICE_PLUGIN_NAMESPACE = "gpu-operator"
+CONFIG_NAME = "fleetc-device-plugin-config"
+CONFIG_LABEL = "nvidia.com/device-plugin.config"
+EXCLUSIVE = "exclusive"
+TIME_SLICED = "time-sliced"
+
+
+def _exclusive_config() -> Obj:
+    return {"version": "v1", "flags": {"migStrategy": "none"}}
+
+
+def _time_sliced_config(slots: int) -> Obj:
+    return {
+        "version": "v1",
+        "flags": {"migStrategy": "none"},
+        "sharing": {
+            "timeSlicing": {
+                "renameByDefault": False,
+                "failRequestsGreaterThanOne": True,
+                "resources": [{"name": GPU_RESOURCE, "replicas": slots}],
+            },
+        },
+    }
+
+
+def device_plugin_config(policy: GPUPolicy, cluster: Cluster, slots: int) -> list[Obj]:
+    """The ConfigMap for a GPU cluster when GPUs are shared (``slots`` > 1), else nothing."""
+    if cluster.gpus == 0 or slots <= 1:
+        return []
+    meta = metadata(CONFIG_NAME, DEVICE_PLUGIN_NAMESPACE, policy.source)
+    meta["annotations"]["fleetc.dev/node-selection"] = (
+        f"label a node {CONFIG_LABEL}={EXCLUSIVE} (training, the default) or "
+        f"{CONFIG_LABEL}={TIME_SLICED} (inference: each GPU shared {slots} ways)"
+    )
+    return [{
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta,
+        "data": {EXCLUSIVE: dump(_exclusive_config()), TIME_SLICED: dump(_time_sliced_config(slots))},
+    }]
+
+
+def gpu_warnings(policy: GPUPolicy) -> list[Diagnostic]:
+    if policy.compaction_strategy is None:
+        return []
+    return [warning(policy.source, "spec.memoryManagement.compactionStrategy",
+                    "has no Kubernetes form (the device plugin does not compact GPU memory); not rendered")]

@@ -1,0 +1,39 @@
+"""``placement.yaml``: fleetc's own report of the placement (not a Kubernetes object)."""
+
+from __future__ import annotations
+
+from fleetc.model import FleetModel, Placement, Stage, StagePlacement
+
+from .common import Obj
+from .context import placements
+
+
+def placement_report(model: FleetModel, placement: Placement) -> Obj:
+    """fleetc's report: the solver's figures and where each stage went."""
+    return {
+        "apiVersion": "fleetc.dev/v1alpha1",
+        "kind": "Placement",
+        "fleet": model.name,
+        "method": placement.method,
+        "objective": round(placement.objective, 6),
+        "bound": round(placement.bound, 6),
+        "gap": round(placement.gap, 6),
+        "stages": [_stage_report(s, p) for s, p in placements(model, placement)],
+    }
+
+
+def _stage_report(stage: Stage, placement: StagePlacement) -> Obj:
+    report: Obj = {
+        "pipeline": stage.pipeline,
+        "stage": stage.name,
+        "type": str(stage.type),
+        "class": str(stage.workload_class),
+        "gpuType": stage.gpu_type,
+        "gpusPerReplica": stage.gpus,
+        "replicas": stage.replicas,
+        "clusters": [{"name": a.cluster, "replicas": a.replicas, "gpus": a.gpus} for a in placement.assignments],
+        "score": round(placement.score, 6),
+    }
+    if not placement.assignments:
+        report["unplaced"] = True
+    return report

@@ -1,0 +1,183 @@
+"""Rendering of the data policy: Fluid Dataset, AlluxioRuntime and DataLoad where stages read
+data, preprocessing settings for DataProc stages, and what has no Fluid form."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from typing import Any
+
+from test_render import fleet, objects
+
+from fleetc.model import DataPolicy, FleetModel, Input, Placement, Source
+from fleetc.render import render
+from fleetc.render.data import dataset_name
+
+DATA_FILE = "policies/data.yaml"
+RAW = "s3://data/raw"
+RAW_NAME = "data-s3-data-raw-6f8c904b"  # pinned: names must not drift between releases
+
+
+def data_policy(**kw: Any) -> DataPolicy:
+    fields: dict[str, Any] = dict(
+        name="data", parallelization=16, compression=True, caching_enabled=True, caching_strategy="LFU",
+        caching_size_bytes=100 * 1024**3, prefetching_enabled=True, prefetch_lookahead=32,
+        source=Source(DATA_FILE, "spec"),
+    )
+    fields.update(kw)
+    return DataPolicy(**fields)
+
+
+def with_data(**kw: Any) -> tuple[FleetModel, Placement]:
+    model, placement = fleet()
+    return replace(model, data_policies=(data_policy(**kw),)), placement
+
+
+def data_objects(**kw: Any) -> dict[str, dict[str, Any]]:
+    return objects(dict(render(*with_data(**kw)).files))
+
+
+def meta(name: str, namespace: str, field: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": {"app.kubernetes.io/managed-by": "fleetc"},
+        "annotations": {"fleetc.dev/source": f"{DATA_FILE}#{field}"},
+    }
+
+
+def test_dataset_names_are_stable_and_distinct() -> None:
+    assert dataset_name(RAW) == RAW_NAME
+    assert RAW_NAME.endswith(hashlib.sha256(RAW.encode()).hexdigest()[:8])
+    assert dataset_name("s3://a/b") != dataset_name("s3://a-b")
+    long = dataset_name("s3://" + "x" * 200)
+    assert len(long) <= 63 and long.startswith("data-s3-xxx") and not long.endswith("--")
+
+
+def test_fluid_objects_exact() -> None:
+    objs = data_objects()
+    base = f"clusters/gpu-east/{{}}-ml-{RAW_NAME}"
+    assert objs[base.format("dataset") + ".yaml"] == {
+        "apiVersion": "data.fluid.io/v1alpha1",
+        "kind": "Dataset",
+        "metadata": meta(RAW_NAME, "ml", "spec.caching"),
+        "spec": {"mounts": [{"name": "data", "mountPoint": RAW, "readOnly": True}]},
+    }
+    assert objs[base.format("alluxioruntime") + ".yaml"] == {
+        "apiVersion": "data.fluid.io/v1alpha1",
+        "kind": "AlluxioRuntime",
+        "metadata": meta(RAW_NAME, "ml", "spec.caching"),
+        "spec": {
+            "replicas": 1,
+            "properties": {
+                "alluxio.worker.block.annotator.class": "alluxio.worker.block.annotator.LRFUAnnotator",
+                "alluxio.worker.block.annotator.lrfu.step.factor": "0.0",
+            },
+            "tieredstore": {"levels": [{
+                "mediumtype": "SSD", "volumeType": "hostPath", "path": "/var/lib/fleetc/cache",
+                "quota": "100Gi", "high": "0.95", "low": "0.7",
+            }]},
+        },
+    }
+    assert objs[base.format("dataload") + "-prefetch.yaml"] == {
+        "apiVersion": "data.fluid.io/v1alpha1",
+        "kind": "DataLoad",
+        "metadata": meta(f"{RAW_NAME}-prefetch", "ml", "spec.prefetching"),
+        "spec": {"dataset": {"name": RAW_NAME, "namespace": "ml"}, "loadMetadata": True,
+                 "target": [{"path": "/", "replicas": 1}]},
+    }
+
+
+def test_one_dataset_per_url_and_namespace_where_it_is_read() -> None:
+    datasets = sorted(p for p in data_objects() if "/dataset-" in p)
+    # gpu-east: prep reads s3://data/raw, train reads prep's tokens, serve reads the checkpoint;
+    # gpu-west: eval and serve both read the checkpoint (ml and serving: two namespaces).
+    assert datasets == sorted([
+        f"clusters/gpu-east/dataset-ml-{RAW_NAME}.yaml",
+        f"clusters/gpu-east/dataset-ml-{dataset_name('s3://data/tokens')}.yaml",
+        f"clusters/gpu-east/dataset-serving-{dataset_name('s3://models/ckpt')}.yaml",
+        f"clusters/gpu-west/dataset-ml-{dataset_name('s3://models/ckpt')}.yaml",
+        f"clusters/gpu-west/dataset-serving-{dataset_name('s3://models/ckpt')}.yaml",
+    ])
+
+
+def test_lru_cache_and_no_prefetch() -> None:
+    objs = data_objects(caching_strategy="LRU", prefetching_enabled=False, caching_size_bytes=512 * 1024**2)
+    runtime = objs[f"clusters/gpu-east/alluxioruntime-ml-{RAW_NAME}.yaml"]["spec"]
+    lru = "alluxio.worker.block.annotator.LRUAnnotator"
+    assert runtime["properties"] == {"alluxio.worker.block.annotator.class": lru}
+    assert runtime["tieredstore"]["levels"][0]["quota"] == "512Mi"
+    assert not any("/dataload-" in p for p in objs)
+
+
+def test_no_caching_no_fluid_objects_but_preprocessing_still_applies() -> None:
+    objs = data_objects(caching_enabled=False)
+    assert not any(obj["apiVersion"].startswith("data.fluid.io/") for obj in objs.values())
+    prep = objs["clusters/gpu-east/job-ml-llm-prep.yaml"]
+    assert prep["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"][:2] == [
+        {"name": "FLEETC_INPUT_RAW_CORPUS", "value": RAW},
+        {"name": "FLEETC_OUTPUT_TOKENS", "value": "s3://data/tokens"},
+    ]
+
+
+def env(obj: dict[str, Any]) -> list[dict[str, str]]:
+    result: list[dict[str, str]] = obj["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"]
+    return result
+
+
+def test_preprocessing_reaches_dataproc_stages_only() -> None:
+    objs = data_objects(parallelization=8, compression=False)
+    assert env(objs["clusters/gpu-east/job-ml-llm-prep.yaml"]) == [
+        {"name": "FLEETC_INPUT_RAW_CORPUS", "value": RAW},
+        {"name": "FLEETC_INPUT_RAW_CORPUS_PATH", "value": "/fleetc/inputs/raw-corpus"},
+        {"name": "FLEETC_OUTPUT_TOKENS", "value": "s3://data/tokens"},
+        {"name": "FLEETC_PREPROCESS_COMPRESSION", "value": "false"},
+        {"name": "FLEETC_PREPROCESS_PARALLELISM", "value": "8"},
+    ]
+    train = env(objs["clusters/gpu-east/job-ml-llm-train.yaml"])
+    assert all(not e["name"].startswith("FLEETC_PREPROCESS") for e in train)
+    assert objs["clusters/gpu-east/job-ml-llm-prep.yaml"]["spec"]["minAvailable"] == 2  # gang size unchanged
+
+
+def test_warnings_name_lookahead_and_uncacheable_inputs() -> None:
+    model, placement = with_data()
+    prep = replace(model.stages[0], inputs=(Input("raw", "nfs://filer/raw", None, None, None),
+                                            Input("local", "/mnt/raw", None, None, None)))
+    model = replace(model, stages=(prep, *model.stages[1:]))
+    warnings = [w.format() for w in render(model, placement).warnings if w.path != "fleet.yaml"]
+    assert warnings == [
+        "pipelines/llm.yaml: warning: spec.stages.prep.inputs[0]: nfs:// cannot be cached by Fluid/Alluxio; "
+        "the stage reads it directly",
+        "pipelines/llm.yaml: warning: spec.stages.prep.inputs[1]: a URL without a scheme cannot be cached by "
+        "Fluid/Alluxio; the stage reads it directly",
+        "policies/data.yaml: warning: spec.prefetching.lookahead: has no Fluid form (a DataLoad warms the whole "
+        "dataset once); not rendered",
+    ]
+    files = render(model, placement).files
+    assert not any("nfs-filer" in path for path in files)
+
+
+def test_no_lookahead_warning_without_prefetching() -> None:
+    assert [w.field for w in render(*with_data(prefetching_enabled=False)).warnings] == ["spec.gitops.repoURL"]
+
+
+def test_stages_mount_their_cached_inputs() -> None:
+    objs = data_objects()
+    pod = objs["clusters/gpu-west/deployment-serving-llm-serve.yaml"]["spec"]["template"]["spec"]
+    ckpt = dataset_name("s3://models/ckpt")
+    assert pod["volumes"] == [{"name": "input-model", "persistentVolumeClaim": {"claimName": ckpt, "readOnly": True}}]
+    (container,) = pod["containers"]
+    assert container["volumeMounts"] == [{"name": "input-model", "mountPath": "/fleetc/inputs/model", "readOnly": True}]
+    assert {"name": "FLEETC_INPUT_MODEL_PATH", "value": "/fleetc/inputs/model"} in container["env"]
+    # the claim is the PVC Fluid creates for the Dataset beside the pod
+    assert objs[f"clusters/gpu-west/dataset-serving-{ckpt}.yaml"]["metadata"]["namespace"] == "serving"
+
+
+def test_uncached_inputs_are_not_mounted() -> None:
+    model, placement = with_data()
+    prep = replace(model.stages[0], inputs=(Input("raw", "nfs://filer/raw", None, None, None),))
+    model = replace(model, stages=(prep, *model.stages[1:]))
+    job = objects(dict(render(model, placement).files))["clusters/gpu-east/job-ml-llm-prep.yaml"]
+    pod = job["spec"]["tasks"][0]["template"]["spec"]
+    assert "volumes" not in pod and "volumeMounts" not in pod["containers"][0]
+    assert all(not e["name"].endswith("_PATH") for e in pod["containers"][0]["env"])

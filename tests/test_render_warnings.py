@@ -1,0 +1,82 @@
+"""Warnings reach the user: on stderr after a compile (and with --check), and in --format json,
+without changing the exit code; Compiled carries them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from fleetc.cli import cli
+from fleetc.compiler import compile_policies, load_policies
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: The bundled example's warnings, in the order they are printed.
+BUNDLED_WARNINGS = [
+    "warning: policies/aigc-platform.yaml: spec.security.auditEnabled: has no portable Kubernetes object "
+    "(audit policy is API-server configuration); not rendered",
+    "warning: policies/aigc-platform.yaml: spec.security.dataSovereignty: egress is limited to DNS and "
+    "namespaces of the same jurisdiction; allow your in-jurisdiction storage endpoints with a NetworkPolicy "
+    "of your own (fleetc does not know their addresses)",
+    "warning: policies/aigc-platform.yaml: spec.security.encryptionAtRest: has no portable Kubernetes object "
+    "(encryption at rest is API-server or storage-class configuration); not rendered",
+    "warning: policies/data-optimization.yaml: spec.prefetching.lookahead: has no Fluid form (a DataLoad "
+    "warms the whole dataset once); not rendered",
+    "warning: policies/fleet.yaml: spec.gitops.repoURL: not set: Argo CD and Flux would read the placeholder "
+    "https://git.example.com/fleet.git",
+    "warning: policies/gpu-optimization.yaml: spec.memoryManagement.compactionStrategy: has no Kubernetes "
+    "form (the device plugin does not compact GPU memory); not rendered",
+    "warning: policies/llm-training-pipeline.yaml: spec.stages[1].inputs[0]: nfs:// cannot be cached by "
+    "Fluid/Alluxio; the stage reads it directly",
+]
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    shutil.copytree(ROOT / "policies", tmp_path / "policies")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args))
+
+
+def warning_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("warning: policies/")]
+
+
+def test_compiled_carries_the_warnings(project: Path) -> None:
+    compiled = compile_policies(load_policies(["policies"]))
+    assert [f"warning: {w.path}: {w.field}: {w.message}" for w in compiled.warnings] == BUNDLED_WARNINGS
+
+
+def test_compile_prints_warnings_after_writing(project: Path) -> None:
+    result = run("compile")
+    assert result.exit_code == 0, result.output
+    assert warning_lines(result.stderr) == BUNDLED_WARNINGS
+    assert result.stdout.startswith("placed ")
+    assert (project / "out" / "argocd" / "applicationset-argocd-fleetc.yaml").is_file()
+
+
+def test_check_prints_warnings_too(project: Path) -> None:
+    check = run("compile", "--check")  # nothing written yet: stale, and still warned
+    assert check.exit_code == 1, check.output
+    assert warning_lines(check.stderr) == BUNDLED_WARNINGS
+    lines = check.stderr.splitlines()
+    assert lines[-len(BUNDLED_WARNINGS) - 1:-1] == BUNDLED_WARNINGS  # after the file list, before the verdict
+    assert lines[-1].startswith("out/ is stale: ")
+    assert not (project / "out").exists()
+
+
+def test_json_output_carries_the_warnings(project: Path) -> None:
+    result = run("compile", "--format", "json")
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert [f"warning: {w['path']}: {w['field']}: {w['message']}" for w in payload["warnings"]] == BUNDLED_WARNINGS
+    assert {w["severity"] for w in payload["warnings"]} == {"warning"}
+    assert warning_lines(result.stderr) == []  # JSON readers get them once, in the payload

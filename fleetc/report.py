@@ -1,0 +1,416 @@
+"""The difference between two compiles, as a reviewer reads it: text, Markdown or JSON.
+
+Pure: everything here works on two :class:`Snapshot` values (rendered files plus what was placed
+where), built from compiles or from a committed ``placement.yaml``; git and the file system stay
+in :mod:`fleetc.gitrepo` and :mod:`fleetc.cli`. The Markdown is meant for a pull-request comment,
+so it is cut at whole objects to fit GitHub's comment limit, and says what it left out.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from .errors import Diagnostic
+from .model import FleetModel, Placement
+
+#: GitHub refuses issue and pull-request comments longer than this many characters.
+GITHUB_COMMENT_LIMIT = 65_536
+#: What the Markdown report may use by default: the limit less room for the hidden marker a
+#: sticky-comment action adds to find its comment again.
+MARKDOWN_BUDGET = GITHUB_COMMENT_LIMIT - 1_024
+#: GitHub shows at most 10 error annotations per step (50 per job); the rest would be dropped.
+GITHUB_MAX_ANNOTATIONS = 10
+#: The summary table lists at most this many clusters, so it alone never outgrows the comment.
+MAX_TABLE_ROWS = 150
+#: Output folders holding one subfolder per cluster (its manifests; its Flux bootstrap).
+PER_CLUSTER_FOLDERS = ("clusters", "flux")
+#: Files outside those (``placement.yaml``, ``argocd/``) are grouped under this heading.
+FLEET_WIDE = "(fleet-wide)"
+#: The Markdown names at most this many omitted objects; the rest are counted.
+MAX_OMITTED_NAMES = 40
+#: The chart shows at most this many clusters (those whose GPUs changed most); more is unreadable.
+MAX_CHART_CLUSTERS = 20
+
+_GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One side of a comparison: the rendered files and what was placed where."""
+
+    files: Mapping[str, str] = field(default_factory=dict)  # path under the output folder -> text
+    stages: Mapping[str, frozenset[str]] = field(default_factory=dict)  # stage key -> clusters
+    gpus: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # cluster -> type -> GPUs
+    cost: Mapping[str, float] | None = field(default_factory=dict)  # cluster -> per hour; None: unknown
+
+
+EMPTY = Snapshot()
+
+
+def snapshot(model: FleetModel, placement: Placement, files: Mapping[str, str]) -> Snapshot:
+    """A compile reduced to what the report compares.
+
+    Cost per hour of a cluster is its prices times the demand placed on it: GPUs x GPU-hour
+    cost + cores x core-hour cost + GiB x GiB-hour cost, over every replica assigned there.
+    """
+    clusters = {c.name: c for c in model.clusters}
+    stages = {s.key: s for s in model.stages}
+    gpus: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    cost: dict[str, float] = defaultdict(float)
+    where: dict[str, frozenset[str]] = {}
+    for p in placement.stages:
+        stage = stages[p.stage]
+        placed = [a for a in p.assignments if a.replicas > 0]
+        where[p.stage] = frozenset(a.cluster for a in placed)
+        for a in placed:
+            cluster = clusters[a.cluster]
+            if a.gpus:
+                gpus[a.cluster][cluster.gpu_type or stage.gpu_type or "gpu"] += a.gpus
+            cost[a.cluster] += (a.gpus * cluster.gpu_hour_cost
+                                + a.replicas * stage.cpu_millis / 1000 * cluster.cpu_hour_cost
+                                + a.replicas * stage.memory_bytes / _GIB * cluster.memory_gib_hour_cost)
+    return Snapshot(dict(files), where, {c: dict(t) for c, t in gpus.items()}, dict(cost))
+
+
+def snapshot_of_output(files: Mapping[str, str], gpu_types: Mapping[str, str | None]) -> Snapshot:
+    """A snapshot from a rendered tree alone (a committed out/), read from its placement.yaml.
+
+    The tree does not record prices, so cost is unknown (None); a cluster's GPU type comes from
+    ``gpu_types`` when known, else from the stage's requested type.
+    """
+    report = _parse_placement(files.get("placement.yaml", ""))
+    where: dict[str, frozenset[str]] = {}
+    gpus: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for entry in report:
+        key = f"{entry.get('pipeline')}/{entry.get('stage')}"
+        placed = [a for a in entry.get("clusters") or [] if isinstance(a, dict) and a.get("replicas")]
+        where[key] = frozenset(str(a.get("name")) for a in placed)
+        for a in placed:
+            name, count = str(a.get("name")), int(a.get("gpus") or 0)
+            if count:
+                gpus[name][gpu_types.get(name) or entry.get("gpuType") or "gpu"] += count
+    return Snapshot(dict(files), where, {c: dict(t) for c, t in gpus.items()}, None)
+
+
+def _parse_placement(text: str) -> list[dict[str, Any]]:
+    try:
+        data = YAML(typ="safe", pure=True).load(text) if text else None
+    except YAMLError:
+        return []
+    stages = data.get("stages") if isinstance(data, dict) else None
+    return [s for s in stages if isinstance(s, dict)] if isinstance(stages, list) else []
+
+
+# --------------------------------------------------------------------------- comparison
+@dataclass(frozen=True)
+class ObjectDiff:
+    """One output file that differs, with its unified diff."""
+
+    path: str  # under the output folder
+    group: str  # cluster name, or FLEET_WIDE
+    status: str  # added | changed | removed
+    diff: str
+
+
+@dataclass(frozen=True)
+class ClusterSummary:
+    name: str
+    added: int
+    changed: int
+    removed: int
+    gpus_before: Mapping[str, int]
+    gpus_after: Mapping[str, int]
+    cost_before: float | None
+    cost_after: float | None
+    moved_in: tuple[str, ...]  # stage keys now (also) here that were not before
+    moved_out: tuple[str, ...]  # stage keys here before, not any more
+
+
+@dataclass(frozen=True)
+class StageMove:
+    stage: str
+    before: tuple[str, ...]  # clusters; empty when the stage is new
+    after: tuple[str, ...]  # clusters; empty when the stage is gone or unplaced
+
+
+@dataclass(frozen=True)
+class Report:
+    base: str  # how to name each side, e.g. "origin/main" and "working tree"
+    head: str
+    out: str  # the output folder's name, for file headers
+    clusters: tuple[ClusterSummary, ...]  # clusters with any difference, by name
+    objects: tuple[ObjectDiff, ...]  # by group (fleet-wide first), then path
+    moves: tuple[StageMove, ...]  # by stage key
+    gpu_totals: Mapping[str, tuple[int, int]]  # GPU type -> (before, after), over all clusters
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.objects or self.moves or self.clusters)
+
+    @property
+    def moved(self) -> tuple[StageMove, ...]:
+        """Stages that exist on both sides and now run on other clusters."""
+        return tuple(m for m in self.moves if m.before and m.after)
+
+
+def compare(base: Snapshot, head: Snapshot, *, base_label: str, head_label: str, out: str = "out") -> Report:
+    objects = tuple(sorted(_object_diffs(base.files, head.files, out),
+                           key=lambda o: (o.group != FLEET_WIDE, o.group, o.path)))
+    moves = tuple(
+        StageMove(key, tuple(sorted(base.stages.get(key, ()))), tuple(sorted(head.stages.get(key, ()))))
+        for key in sorted(set(base.stages) | set(head.stages))
+        if base.stages.get(key, frozenset()) != head.stages.get(key, frozenset())
+    )
+    names = sorted({o.group for o in objects if o.group != FLEET_WIDE}
+                   | {c for m in moves for c in (*m.before, *m.after)}
+                   | _changed_keys(base.gpus, head.gpus) | _changed_keys(base.cost or {}, head.cost or {}))
+    clusters = tuple(_cluster_summary(name, base, head, objects, moves) for name in names)
+    types = sorted({t for side in (base, head) for per in side.gpus.values() for t in per})
+    totals = {t: (sum(per.get(t, 0) for per in base.gpus.values()),
+                  sum(per.get(t, 0) for per in head.gpus.values())) for t in types}
+    return Report(base_label, head_label, out, clusters, objects, moves, totals)
+
+
+def _changed_keys(before: Mapping[str, Any], after: Mapping[str, Any]) -> set[str]:
+    return {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+
+
+def _group(path: str) -> str:
+    parts = path.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] in PER_CLUSTER_FOLDERS else FLEET_WIDE
+
+
+def _object_diffs(before: Mapping[str, str], after: Mapping[str, str], out: str) -> Iterable[ObjectDiff]:
+    for path in set(before) | set(after):
+        old, new = before.get(path), after.get(path)
+        if old == new:
+            continue
+        status = "added" if old is None else "removed" if new is None else "changed"
+        lines = difflib.unified_diff(
+            (old or "").splitlines(keepends=True), (new or "").splitlines(keepends=True),
+            fromfile="/dev/null" if old is None else f"a/{out}/{path}",
+            tofile="/dev/null" if new is None else f"b/{out}/{path}",
+        )
+        text = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+                       for line in lines)
+        yield ObjectDiff(path, _group(path), status, text)
+
+
+def _cluster_summary(name: str, base: Snapshot, head: Snapshot, objects: tuple[ObjectDiff, ...],
+                     moves: tuple[StageMove, ...]) -> ClusterSummary:
+    mine = [o for o in objects if o.group == name and not o.path.endswith("/kustomization.yaml")]
+    return ClusterSummary(
+        name=name,
+        added=sum(o.status == "added" for o in mine),
+        changed=sum(o.status == "changed" for o in mine),
+        removed=sum(o.status == "removed" for o in mine),
+        gpus_before=dict(base.gpus.get(name, {})),
+        gpus_after=dict(head.gpus.get(name, {})),
+        cost_before=None if base.cost is None else base.cost.get(name, 0.0),
+        cost_after=None if head.cost is None else head.cost.get(name, 0.0),
+        moved_in=tuple(m.stage for m in moves if name in m.after and name not in m.before),
+        moved_out=tuple(m.stage for m in moves if name in m.before and name not in m.after),
+    )
+
+
+# --------------------------------------------------------------------------- text and JSON
+def format_text(report: Report) -> str:
+    """A terminal report: the summary, then every diff (like ``git diff``)."""
+    if not report.changed:
+        return f"no differences between {report.base} and {report.head}\n"
+    lines = [f"fleetc diff {report.base} -> {report.head}", ""]
+    for c in report.clusters:
+        lines.append(f"{c.name}: {_counts(c)}; GPUs {_gpus(c.gpus_before)} -> {_gpus(c.gpus_after)}; "
+                     f"cost/h {_money(c.cost_before)} -> {_money(c.cost_after)}")
+        lines += [f"  + {s}" for s in c.moved_in] + [f"  - {s}" for s in c.moved_out]
+    lines += ["", *(f"GPUs {t}: {b} -> {a} ({a - b:+d})" for t, (b, a) in report.gpu_totals.items() if a != b)]
+    body = "\n".join(lines).rstrip("\n") + "\n"
+    return body + "".join(f"\n{o.diff}" for o in report.objects)
+
+
+def as_json(report: Report) -> dict[str, Any]:
+    return {
+        "base": report.base,
+        "head": report.head,
+        "changed": report.changed,
+        "clusters": [{
+            "name": c.name, "added": c.added, "changed": c.changed, "removed": c.removed,
+            "gpus": {"before": dict(c.gpus_before), "after": dict(c.gpus_after)},
+            "costPerHour": {"before": _round(c.cost_before), "after": _round(c.cost_after)},
+            "stagesIn": list(c.moved_in), "stagesOut": list(c.moved_out),
+        } for c in report.clusters],
+        "stages": [{"stage": m.stage, "before": list(m.before), "after": list(m.after)} for m in report.moves],
+        "gpus": {t: {"before": b, "after": a} for t, (b, a) in report.gpu_totals.items()},
+        "objects": [{"path": o.path, "cluster": None if o.group == FLEET_WIDE else o.group,
+                     "status": o.status, "diff": o.diff} for o in report.objects],
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _counts(c: ClusterSummary) -> str:
+    return f"+{c.added} ~{c.changed} -{c.removed} objects"
+
+
+def _gpus(per_type: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} {t}" for t, n in sorted(per_type.items())) or "0"
+
+
+def _money(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.2f}"
+
+
+# --------------------------------------------------------------------------- Markdown
+def format_markdown(report: Report, limit: int = MARKDOWN_BUDGET) -> str:
+    """A pull-request comment: summary table, GPU chart, then one collapsible section per cluster.
+
+    When the whole comment would exceed ``limit`` characters, trailing per-object diffs are left
+    out whole (never cut mid-diff), and a note counts and names them.
+    """
+    head = _markdown_head(report)
+    if not report.changed:
+        return head
+    low, high = 0, len(report.objects)
+    while low < high:  # the largest number of objects that fits; length grows with it
+        middle = (low + high + 1) // 2
+        if len(_markdown(report, head, middle)) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    return _markdown(report, head, low)
+
+
+def _markdown_head(report: Report) -> str:
+    title = f"### fleetc: placement diff `{report.base}` → `{report.head}`\n\n"
+    if not report.changed:
+        return title + "No differences: the rendered manifests and the placement are the same.\n"
+    rows = ["| cluster | objects + / ~ / − | GPUs before → after | cost/h before → after | stages in | stages out |",
+            "|---|---|---|---|---|---|"]
+    for c in report.clusters[:MAX_TABLE_ROWS]:
+        rows.append(f"| `{c.name}` | {c.added} / {c.changed} / {c.removed} | {_gpus(c.gpus_before)} → "
+                    f"{_gpus(c.gpus_after)} | {_money(c.cost_before)} → {_money(c.cost_after)} | "
+                    f"{_stage_list(c.moved_in)} | {_stage_list(c.moved_out)} |")
+    if len(report.clusters) > MAX_TABLE_ROWS:
+        rows.append(f"| … and {len(report.clusters) - MAX_TABLE_ROWS} more clusters | | | | | |")
+    totals = [f"{t}: {b} → {a} ({a - b:+d})" for t, (b, a) in report.gpu_totals.items() if a != b]
+    moved = len(report.moved)
+    summary = (f"{_count(moved, 'stage')} moved; {_count(len(report.objects), 'file')} changed"
+               + (f"; GPUs {', '.join(totals)}" if totals else "") + ".\n\n")
+    return title + summary + "\n".join(rows) + "\n\n" + _chart(report)
+
+
+def _stage_list(keys: tuple[str, ...]) -> str:
+    return "<br>".join(f"`{k}`" for k in keys) or "–"
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _chart(report: Report) -> str:
+    """A Mermaid bar chart of GPUs per cluster before and after (GitHub renders it)."""
+    rows = [(c.name, sum(c.gpus_before.values()), sum(c.gpus_after.values())) for c in report.clusters]
+    rows = [r for r in rows if r[1] or r[2]]
+    if not rows:
+        return ""
+    rows = sorted(sorted(rows, key=lambda r: -abs(r[2] - r[1]))[:MAX_CHART_CLUSTERS])
+    names = ", ".join(f'"{name}"' for name, _, _ in rows)
+    top = max(max(b, a) for _, b, a in rows)
+    return ("```mermaid\nxychart-beta\n    title \"GPUs per cluster (before, after)\"\n"
+            f"    x-axis [{names}]\n    y-axis \"GPUs\" 0 --> {top}\n"
+            f"    bar \"before\" [{', '.join(str(b) for _, b, _ in rows)}]\n"
+            f"    bar \"after\" [{', '.join(str(a) for _, _, a in rows)}]\n```\n\n")
+
+
+def _markdown(report: Report, head: str, shown: int) -> str:
+    """The comment with the first ``shown`` object diffs, grouped in collapsible sections."""
+    kept, left = report.objects[:shown], report.objects[shown:]
+    parts = [head]
+    for group in dict.fromkeys(o.group for o in kept):
+        mine = [o for o in kept if o.group == group]
+        total = sum(o.group == group for o in report.objects)
+        label = group if group == FLEET_WIDE else f"cluster {group}"
+        parts.append(f"<details><summary>{label}: {_count(total, 'file')} changed</summary>\n\n")
+        parts += [f"`{report.out}/{o.path}` ({o.status})\n\n```diff\n{_fence_safe(o.diff)}```\n\n" for o in mine]
+        parts.append("</details>\n\n")
+    if left:
+        names = [f"`{report.out}/{o.path}`" for o in left[:MAX_OMITTED_NAMES]]
+        more = f" and {len(left) - MAX_OMITTED_NAMES} more" if len(left) > MAX_OMITTED_NAMES else ""
+        parts.append(f"> **Cut to fit GitHub's comment limit:** the diffs of {_count(len(left), 'file')} "
+                     f"were left out: {', '.join(names)}{more}. Run `fleetc diff --base {report.base}` "
+                     "to see them all.\n")
+    return "".join(parts).rstrip("\n") + "\n"
+
+
+def _fence_safe(diff: str) -> str:
+    """A diff line starting with ``` would end the code block early; indent it by a space."""
+    return "".join(f" {line}" if line.lstrip(" +-").startswith("```") else line
+                   for line in diff.splitlines(keepends=True))
+
+
+# --------------------------------------------------------------------------- commit message
+def commit_message(report: Report) -> str:
+    """``fleetc: compile policies (2 stages moved, +8 a100)`` plus a body with the details."""
+    facts = []
+    if report.moved:
+        facts.append(f"{_count(len(report.moved), 'stage')} moved")
+    added = [m for m in report.moves if not m.before and m.after]
+    removed = [m for m in report.moves if m.before and not m.after]
+    if added:
+        facts.append(f"{_count(len(added), 'stage')} added")
+    if removed:
+        facts.append(f"{_count(len(removed), 'stage')} removed")
+    facts += [f"{a - b:+d} {t}" for t, (b, a) in report.gpu_totals.items() if a != b]
+    if not facts:
+        facts.append(f"{_count(len(report.objects), 'file')} changed")
+    body = [f"{m.stage}: {', '.join(m.before) or '(none)'} -> {', '.join(m.after) or '(none)'}"
+            for m in report.moves]
+    body += [f"GPUs {t}: {b} -> {a}" for t, (b, a) in report.gpu_totals.items() if a != b]
+    counts = {s: sum(o.status == s for o in report.objects) for s in ("added", "changed", "removed")}
+    body.append(", ".join(f"{n} {s}" for s, n in counts.items()) + f" in {report.out}/")
+    return f"fleetc: compile policies ({', '.join(facts)})\n\n" + "\n".join(body) + "\n"
+
+
+# --------------------------------------------------------------------------- GitHub Actions
+def github_annotations(diagnostics: Sequence[Diagnostic], fallback: str) -> list[str]:
+    """``::error file=…,line=…,col=…,title=…::message`` workflow commands, at most
+    :data:`GITHUB_MAX_ANNOTATIONS` (GitHub drops the rest), then a notice counting them all.
+    An error without diagnostics (a usage error) becomes one annotation with ``fallback``."""
+    if not diagnostics:
+        return [f"::error title=fleetc::{_gh_data(fallback)}"]
+    lines = []
+    for d in diagnostics[:GITHUB_MAX_ANNOTATIONS]:
+        where = [f"file={_gh_property(d.path)}"]
+        if d.line:
+            where += [f"line={d.line}", f"col={d.column}"]
+        where.append(f"title={_gh_property('fleetc: ' + (d.field or d.severity))}")
+        text = d.message + (f"\nhint: {d.hint}" if d.hint else "")
+        command = d.severity if d.severity in ("error", "warning", "notice") else "error"
+        lines.append(f"::{command} {','.join(where)}::{_gh_data(text)}")
+    if len(diagnostics) > GITHUB_MAX_ANNOTATIONS:
+        lines.append(f"::notice title=fleetc::{len(diagnostics)} errors; the first {GITHUB_MAX_ANNOTATIONS} "
+                     "are annotated, all are in the step summary")
+    return lines
+
+
+def github_step_summary(diagnostics: Sequence[Diagnostic], fallback: str) -> str:
+    """Every diagnostic, for ``$GITHUB_STEP_SUMMARY`` (Markdown), uncapped."""
+    body = [d.format() for d in diagnostics] or [fallback]
+    return f"### fleetc: {_count(len(diagnostics) or 1, 'error')}\n\n```text\n" + "\n".join(body) + "\n```\n\n"
+
+
+def _gh_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _gh_property(text: str) -> str:
+    return _gh_data(text).replace(":", "%3A").replace(",", "%2C")

@@ -1,0 +1,340 @@
+"""fleetc living in git: compile --check, diff against a revision, compile --commit, and the
+GitHub annotations of validate, all in real temporary repositories."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from git import Repo
+
+from fleetc.cli import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAINING = "policies/llm-training-pipeline.yaml"
+MOVED = "llm-chinese-training/model-training"
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args))
+
+
+def init_repo(folder: Path) -> Repo:
+    repo = Repo.init(folder)
+    with repo.config_writer() as config:
+        config.set_value("user", "name", "Test")
+        config.set_value("user", "email", "test@example.com")
+        config.set_value("commit", "gpgsign", "false")
+    return repo
+
+
+def commit_all(repo: Repo, message: str) -> str:
+    repo.git.add("--all")
+    repo.git.commit("--quiet", "--message", message)
+    return repo.head.commit.hexsha
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Repo:
+    """A repository whose first commit holds the bundled policies; the working folder is its root."""
+    repo = init_repo(tmp_path)
+    shutil.copytree(ROOT / "policies", tmp_path / "policies")
+    commit_all(repo, "policies")
+    monkeypatch.chdir(tmp_path)
+    return repo
+
+
+def move_training_to_t4(folder: Path) -> None:
+    """The Training stage asks for T4s: it has to leave the A100 cluster for the T4 one."""
+    path = folder / TRAINING
+    text = path.read_text()
+    assert text.count("gpuType: a100") == 1
+    path.write_text(text.replace("gpuType: a100", "gpuType: t4"))
+
+
+def state(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file outside .git with its bytes and modification time in nanoseconds."""
+    return {p.relative_to(folder).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file() and ".git" not in p.relative_to(folder).parts}
+
+
+# --------------------------------------------------------------------------- compile --check
+def test_check_on_fresh_and_stale_output(repo: Repo) -> None:
+    assert run("compile").exit_code == 0
+    fresh = run("compile", "--check")
+    assert (fresh.exit_code, fresh.stdout) == (0, "out/ is up to date\n")
+    move_training_to_t4(Path(repo.working_tree_dir))
+    before = state(Path(repo.working_tree_dir))
+    stale = run("compile", "--check")
+    assert stale.exit_code == 1
+    assert ("would remove out/clusters/gpu-cluster-huawei/job-aigc-prod-llm-chinese-training-model-training.yaml"
+            in stale.stderr)
+    assert "would add out/clusters/inference-cluster-aliyun/job-aigc-prod-llm-chinese-training-model-training.yaml" \
+        in stale.stderr
+    assert state(Path(repo.working_tree_dir)) == before
+
+
+# --------------------------------------------------------------------------- diff
+def test_diff_between_two_commits_where_a_stage_moved(repo: Repo) -> None:
+    move_training_to_t4(Path(repo.working_tree_dir))
+    commit_all(repo, "train on t4")
+    result = run("diff", "--base", "HEAD~1")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("fleetc diff HEAD~1 -> working tree\n\n")
+    assert "gpu-cluster-huawei: +0 ~0 -2 objects; GPUs 16 a100 -> 8 a100; cost/h " in result.stdout
+    assert f"  - {MOVED}\n" in result.stdout and f"  + {MOVED}\n" in result.stdout
+    assert "GPUs a100: 16 -> 8 (-8)\nGPUs t4: 7 -> 15 (+8)\n" in result.stdout
+    assert "+++ b/out/clusters/inference-cluster-aliyun/job-aigc-prod-llm-chinese-training-model-training.yaml" \
+        in result.stdout
+    # provenance annotations name the policy files the same way on both sides: no spurious diffs
+    objects = json.loads(run("diff", "--base", "HEAD~1", "--format", "json").stdout)["objects"]
+    changed = [o["diff"] for o in objects if o["status"] == "changed"]
+    assert changed and not any("fleetc.dev/source" in line for d in changed for line in d.splitlines()
+                               if line.startswith(("+", "-")))
+
+
+def test_diff_exit_code_like_git_diff(repo: Repo) -> None:
+    same = run("diff", "--base", "HEAD", "--exit-code")
+    assert (same.exit_code, same.stdout) == (0, "no differences between HEAD and working tree\n")
+    move_training_to_t4(Path(repo.working_tree_dir))
+    assert run("diff", "--base", "HEAD").exit_code == 0
+    assert run("diff", "--base", "HEAD", "--exit-code").exit_code == 1
+
+
+def test_diff_json(repo: Repo) -> None:
+    move_training_to_t4(Path(repo.working_tree_dir))
+    result = run("diff", "--base", "HEAD", "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["changed"] is True
+    assert data["stages"] == [{"stage": MOVED, "before": ["gpu-cluster-huawei"], "after": ["inference-cluster-aliyun"]}]
+    assert data["gpus"] == {"a100": {"before": 16, "after": 8}, "t4": {"before": 7, "after": 15}}
+    clusters = {c["name"]: c for c in data["clusters"]}
+    assert clusters["gpu-cluster-huawei"]["stagesOut"] == [MOVED]
+    assert clusters["inference-cluster-aliyun"]["stagesIn"] == [MOVED]
+    cost = clusters["gpu-cluster-huawei"]["costPerHour"]
+    assert cost["after"] < cost["before"]
+
+
+def test_diff_markdown_structure(repo: Repo) -> None:
+    move_training_to_t4(Path(repo.working_tree_dir))
+    result = run("diff", "--base", "HEAD", "--format", "markdown")
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert text.startswith("### fleetc: placement diff `HEAD` → `working tree`\n\n1 stage moved;")
+    assert "| cluster | objects + / ~ / − | GPUs before → after | cost/h before → after | stages in | stages out |" \
+        in text
+    assert "| `gpu-cluster-huawei` | 0 / 0 / 2 | 16 a100 → 8 a100 |" in text
+    assert '```mermaid\nxychart-beta\n' in text and '    bar "before" [16, 7]\n    bar "after" [8, 15]\n' in text
+    assert "<details><summary>cluster gpu-cluster-huawei: 3 files changed</summary>" in text
+    assert text.count("<details>") == text.count("</details>") == 3
+    assert len(text) <= 65_536
+
+
+def test_diff_leaves_the_working_tree_untouched(repo: Repo) -> None:
+    folder = Path(repo.working_tree_dir)
+    assert run("compile").exit_code == 0
+    move_training_to_t4(folder)
+    status, files = repo.git.status("--porcelain"), state(folder)
+    index = (folder / ".git" / "index").read_bytes()
+    assert run("diff", "--base", "HEAD").exit_code == 0
+    assert (repo.git.status("--porcelain"), state(folder)) == (status, files)
+    assert (folder / ".git" / "index").read_bytes() == index
+
+
+def test_diff_base_without_policies_is_empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = init_repo(tmp_path)
+    (tmp_path / "README.md").write_text("fleet\n")
+    commit_all(repo, "readme")
+    shutil.copytree(ROOT / "policies", tmp_path / "policies")
+    monkeypatch.chdir(tmp_path)
+    data = json.loads(run("diff", "--base", "HEAD", "--format", "json").stdout)
+    assert data["objects"] and {o["status"] for o in data["objects"]} == {"added"}
+    assert {s["stage"] for s in data["stages"]} >= {MOVED} and all(s["before"] == [] for s in data["stages"])
+
+
+def test_diff_unknown_ref_is_a_usage_error(repo: Repo) -> None:
+    result = run("diff", "--base", "no-such-branch")
+    assert result.exit_code == 2
+    assert result.stderr == "error: no-such-branch: unknown revision (not a branch, tag or commit in this repository)\n"
+
+
+def test_diff_outside_a_repository_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shutil.copytree(ROOT / "policies", tmp_path / "policies")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    result = run("diff", "--base", "main")
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {tmp_path}: not inside a git repository\n"
+
+
+def test_diff_names_the_side_whose_policies_are_invalid(repo: Repo) -> None:
+    folder = Path(repo.working_tree_dir)
+    path = folder / "policies/fleet.yaml"
+    path.write_text(path.read_text().replace('gpu-count: "64"', 'gpu-count: "sixty"'))
+    commit_all(repo, "broken")
+    shutil.copy(ROOT / "policies/fleet.yaml", path)
+    result = run("diff", "--base", "HEAD")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: the policies at HEAD do not compile:\npolicies/fleet.yaml:")
+    assert "expected an integer, got 'sixty'" in result.stderr
+    both = run("diff", "--base", "HEAD~1", "--format", "json")
+    assert both.exit_code == 0
+    path.write_text(path.read_text().replace('gpu-count: "64"', 'gpu-count: "sixty"'))
+    now = run("diff", "--base", "HEAD~1", "--format", "json")
+    assert now.exit_code == 1
+    assert json.loads(now.stdout)["side"] == "in the working tree"
+
+
+# --------------------------------------------------------------------------- compile --commit
+def test_commit_commits_exactly_out_and_leaves_the_rest_alone(repo: Repo) -> None:
+    folder = Path(repo.working_tree_dir)
+    assert run("compile", "--commit").exit_code == 0
+    first = repo.head.commit
+    (folder / "notes.txt").write_text("staged by the user\n")
+    repo.git.add("notes.txt")
+    (folder / "policies/README").write_text("unstaged\n")
+    move_training_to_t4(folder)
+    repo.git.add(TRAINING)  # a staged policy change stays staged, not committed
+    result = run("compile", "--commit")
+    assert result.exit_code == 0, result.output
+    head = repo.head.commit
+    assert head.parents == (first,)
+    changed = sorted(head.stats.files)
+    assert changed and all(str(p).startswith("out/") for p in changed)
+    assert head.message.splitlines()[0] == "fleetc: compile policies (1 stage moved, -8 a100, +8 t4)"
+    assert f"{MOVED}: gpu-cluster-huawei -> inference-cluster-aliyun" in head.message
+    assert result.stdout == f"committed {head.hexsha[:12]}: {head.message.splitlines()[0]}\n"
+    staged = repo.git.diff("--cached", "--name-only").splitlines()
+    assert staged == ["notes.txt", TRAINING]
+    assert repo.git.status("--porcelain", "--", "out") == ""
+    assert "?? policies/README" in repo.git.status("--porcelain").splitlines()
+
+
+def test_commit_refuses_manual_edits_in_out(repo: Repo) -> None:
+    folder = Path(repo.working_tree_dir)
+    assert run("compile", "--commit").exit_code == 0
+    head = repo.head.commit.hexsha
+    edited = folder / "out/clusters/gpu-cluster-huawei/kustomization.yaml"
+    edited.write_text(edited.read_text() + "# hand edit\n")
+    (folder / "out/extra.yaml").write_text("kind: ConfigMap\n")
+    move_training_to_t4(folder)
+    before = state(folder)
+    result = run("compile", "--commit")
+    assert result.exit_code == 1
+    assert result.stderr == ("error: out/ has changes fleetc did not make; commit or discard them first "
+                             "(nothing was written):\n  out/clusters/gpu-cluster-huawei/kustomization.yaml\n"
+                             "  out/extra.yaml\n")
+    assert (repo.head.commit.hexsha, state(folder)) == (head, before)
+
+
+def test_commit_accepts_output_fleetc_already_wrote(repo: Repo) -> None:
+    assert run("compile", "--commit").exit_code == 0
+    move_training_to_t4(Path(repo.working_tree_dir))
+    assert run("compile").exit_code == 0  # the user looked at the output first
+    result = run("compile", "--commit")
+    assert result.exit_code == 0, result.output
+    assert repo.head.commit.message.startswith("fleetc: compile policies (1 stage moved, -8 a100, +8 t4)\n")
+
+
+def test_commit_without_changes_makes_no_commit(repo: Repo) -> None:
+    assert run("compile", "--commit").exit_code == 0
+    head = repo.head.commit.hexsha
+    result = run("compile", "--commit")
+    assert (result.exit_code, result.stdout) == (0, "out/ is unchanged: nothing to commit\n")
+    as_json = run("compile", "--commit", "--format", "json")
+    assert as_json.exit_code == 0 and json.loads(as_json.stdout)["commit"] is None
+    assert repo.head.commit.hexsha == head
+
+
+def test_commit_in_a_repository_without_commits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = init_repo(tmp_path)
+    shutil.copytree(ROOT / "policies", tmp_path / "policies")
+    monkeypatch.chdir(tmp_path)
+    result = run("compile", "--commit")
+    assert result.exit_code == 0, result.output
+    commit = repo.head.commit
+    assert commit.parents == ()
+    assert commit.message.startswith("fleetc: compile policies (7 stages added, +16 a100, +7 t4)\n")
+    files = sorted(b.path for b in commit.tree.traverse() if b.type == "blob")
+    assert files and all(p.startswith("out/") for p in files)
+    assert "out/.fleetc/files" in files and "out/placement.yaml" in files
+    assert repo.git.status("--porcelain").splitlines() == ["?? policies/"]
+
+
+def test_commit_and_check_cannot_be_combined(repo: Repo) -> None:
+    result = run("compile", "--commit", "--check")
+    assert (result.exit_code, result.stderr) == (2, "error: --check and --commit cannot be combined\n")
+
+
+# --------------------------------------------------------------------------- validate --format github
+def test_validate_github_annotations_are_capped_and_summarised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shutil.copytree(ROOT / "policies", tmp_path / "policies")
+    monkeypatch.chdir(tmp_path)
+    fleet = tmp_path / "policies/fleet.yaml"
+    text = fleet.read_text()
+    for n in range(12):  # twelve unknown fields, twelve errors
+        text = text.replace("spec:\n", f"spec:\n  unknown{n:02d}: 1\n", 1)
+    fleet.write_text(text)
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = run("validate", "--format", "github")
+    assert result.exit_code == 1
+    annotations = [line for line in result.stdout.splitlines() if line.startswith("::error ")]
+    assert len(annotations) == 10
+    assert annotations[0].startswith("::error file=policies/fleet.yaml,line=")
+    assert ",title=fleetc%3A spec.unknown" in annotations[0] and "::unknown field 'unknown" in annotations[0]
+    assert "::notice title=fleetc::12 errors; the first 10 are annotated" in result.stdout
+    written = summary.read_text()
+    assert written.startswith("### fleetc: 12 errors\n\n```text\n")
+    assert written.count("error: spec.unknown") == 12
+    assert "12 errors in 1 file" in result.stderr
+
+
+def test_validate_github_escapes_workflow_command_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    (tmp_path / "bad.yaml").write_text("a: [1\n")
+    result = run("validate", "--format", "github", "bad.yaml")
+    assert result.exit_code == 1
+    line = result.stdout.splitlines()[0]
+    assert line.startswith("::error file=bad.yaml,line=")
+    assert "\n" not in line and "%0A" not in line.split("::", 2)[1]
+
+
+# --------------------------------------------------------------------------- CI and hooks
+def load_yaml(path: Path) -> object:
+    from ruamel.yaml import YAML
+
+    return YAML(typ="safe", pure=True).load(path.read_text())
+
+
+def test_workflow_pins_actions_and_keeps_permissions_minimal() -> None:
+    workflow = load_yaml(ROOT / ".github/workflows/fleetc.yml")
+    assert isinstance(workflow, dict)
+    assert workflow["permissions"] == {"contents": "read"}
+    jobs = workflow["jobs"]
+    uses = [step["uses"] for job in jobs.values() for step in job["steps"] if "uses" in step]
+    assert all(re.fullmatch(r"[\w.-]+/[\w.-]+@v\d+\.\d+\.\d+", u) for u in uses), uses
+    assert "marocchino/sticky-pull-request-comment@v2.9.1" in uses
+    writers = {name for name, job in jobs.items() if "permissions" in job}
+    assert writers == {"comment"} and jobs["comment"]["permissions"] == {"pull-requests": "write"}
+    runs = [step.get("run", "") for job in jobs.values() for step in job["steps"]]
+    assert "fleetc validate --format github" in runs and "fleetc compile --check" in runs
+    assert any(r.startswith("fleetc diff --base \"origin/${BASE_REF}\" --format markdown") for r in runs)
+    assert jobs["diff"]["steps"][0]["with"]["fetch-depth"] == 0
+    assert jobs["test"]["steps"][3]["env"] == {"CI": "false"}
+
+
+def test_pre_commit_hooks_and_gitattributes() -> None:
+    hooks = load_yaml(ROOT / ".pre-commit-hooks.yaml")
+    assert isinstance(hooks, list)
+    assert {h["id"]: h["entry"] for h in hooks} == {"fleetc-validate": "fleetc validate",
+                                                     "fleetc-compile-check": "fleetc compile --check"}
+    assert all(h["language"] == "python" and h["pass_filenames"] is False and h["files"] == "^policies/"
+               for h in hooks)
+    assert "out/** linguist-generated=true" in (ROOT / ".gitattributes").read_text().splitlines()

@@ -1,0 +1,255 @@
+"""The diff report between two compiles, without git: snapshots in, text/Markdown/JSON out."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fleetc.errors import Diagnostic
+from fleetc.model import (
+    Assignment,
+    Cluster,
+    FleetModel,
+    Placement,
+    Source,
+    Stage,
+    StagePlacement,
+    StageType,
+)
+from fleetc.report import (
+    EMPTY,
+    FLEET_WIDE,
+    GITHUB_COMMENT_LIMIT,
+    Snapshot,
+    as_json,
+    commit_message,
+    compare,
+    format_markdown,
+    format_text,
+    github_annotations,
+    github_step_summary,
+    snapshot,
+    snapshot_of_output,
+)
+
+GI = 1024**3
+
+
+def cluster(name: str, gpu_type: str | None, **kw: Any) -> Cluster:
+    fields: dict[str, Any] = dict(
+        name=name, provider="aws", region="us-east-1", jurisdiction="us", gpu_type=gpu_type, gpus=64,
+        cpu_millis=256_000, memory_bytes=1024 * GI, taints=(), gpu_hour_cost=2.5, cpu_hour_cost=0.04,
+        memory_gib_hour_cost=0.005, energy_efficiency=0.8, network_tier="standard", low_latency=False,
+        edge=False, utilization=0.0, source=Source("fleet.yaml", "spec.clusters"),
+    )
+    fields.update(kw)
+    return Cluster(**fields)
+
+
+def stage(name: str, type_: StageType, **kw: Any) -> Stage:
+    fields: dict[str, Any] = dict(
+        pipeline="llm", namespace="ml", name=name, type=type_, dependencies=(), inputs=(), outputs=(),
+        cpu_millis=4000, memory_bytes=16 * GI, gpus=0, gpu_type=None, replicas=1, min_replicas_per_cluster=1,
+        tolerations=(), image="img:1", command=(), source=Source("p.yaml", "spec.stages"),
+    )
+    fields.update(kw)
+    return Stage(**fields)
+
+
+MODEL = FleetModel(
+    name="fleet", namespace="fleetc-system",
+    clusters=(cluster("east", "a100"), cluster("west", "t4", gpu_hour_cost=0.5)),
+    stages=(stage("train", StageType.TRAINING, gpus=8, gpu_type=None, cpu_millis=32_000, memory_bytes=256 * GI),
+            stage("serve", StageType.DEPLOYMENT, gpus=1, replicas=3)),
+)
+
+
+def placed(train: str, serve: dict[str, int]) -> Placement:
+    return Placement(
+        stages=(StagePlacement("llm/train", (Assignment(train, 1, 8),), 0.9),
+                StagePlacement("llm/serve", tuple(Assignment(c, n, n) for c, n in sorted(serve.items())), 0.8)),
+        objective=1.0, bound=1.0, method="milp",
+    )
+
+
+def job(cluster_name: str, gpus: int) -> str:
+    return f"kind: Job\nmetadata:\n  name: train\nspec:\n  cluster: {cluster_name}\n  gpus: {gpus}\n"
+
+
+BEFORE_FILES = {
+    "placement.yaml": "stages:\n- train: east\n",
+    "clusters/east/job-ml-train.yaml": job("east", 8),
+    "clusters/east/kustomization.yaml": "resources:\n- job-ml-train.yaml\n",
+    "clusters/west/deployment-ml-serve.yaml": "replicas: 3\n",
+}
+AFTER_FILES = {
+    "placement.yaml": "stages:\n- train: west\n",
+    "clusters/west/job-ml-train.yaml": job("west", 8),
+    "clusters/west/deployment-ml-serve.yaml": "replicas: 3\n",
+}
+BEFORE = snapshot(MODEL, placed("east", {"west": 3}), BEFORE_FILES)
+AFTER = snapshot(MODEL, placed("west", {"west": 3}), AFTER_FILES)
+
+
+def test_snapshot_cost_is_prices_times_placed_demand() -> None:
+    # east: 8 GPUs x 2.5 + 32 cores x 0.04 + 256 GiB x 0.005; west: 3 replicas x (1 x 0.5 + 4 x 0.04 + 16 x 0.005)
+    assert BEFORE.cost == {"east": 8 * 2.5 + 32 * 0.04 + 256 * 0.005, "west": 3 * (0.5 + 4 * 0.04 + 16 * 0.005)}
+    assert BEFORE.gpus == {"east": {"a100": 8}, "west": {"t4": 3}}
+    assert BEFORE.stages == {"llm/train": frozenset({"east"}), "llm/serve": frozenset({"west"})}
+
+
+def test_compare_counts_objects_moves_and_gpus_per_cluster() -> None:
+    report = compare(BEFORE, AFTER, base_label="main", head_label="working tree")
+    east, west = report.clusters
+    assert (east.name, east.added, east.changed, east.removed) == ("east", 0, 0, 1)  # kustomization not counted
+    assert (west.name, west.added, west.changed, west.removed) == ("west", 1, 0, 0)
+    assert (east.moved_out, east.moved_in, west.moved_in) == (("llm/train",), (), ("llm/train",))
+    assert (east.gpus_before, east.gpus_after) == ({"a100": 8}, {})
+    assert (west.gpus_before, west.gpus_after) == ({"t4": 3}, {"t4": 11})
+    assert east.cost_after == 0.0 and west.cost_after > west.cost_before  # type: ignore[operator]
+    assert [(m.stage, m.before, m.after) for m in report.moved] == [("llm/train", ("east",), ("west",))]
+    assert [(o.group, o.path, o.status) for o in report.objects] == [
+        (FLEET_WIDE, "placement.yaml", "changed"),
+        ("east", "clusters/east/job-ml-train.yaml", "removed"),
+        ("east", "clusters/east/kustomization.yaml", "removed"),
+        ("west", "clusters/west/job-ml-train.yaml", "added"),
+    ]
+    assert report.objects[0].diff == (
+        "--- a/out/placement.yaml\n+++ b/out/placement.yaml\n@@ -1,2 +1,2 @@\n stages:\n"
+        "-- train: east\n+- train: west\n")
+    assert report.objects[1].diff.startswith("--- a/out/clusters/east/job-ml-train.yaml\n+++ /dev/null\n")
+
+
+def test_identical_snapshots_have_no_differences() -> None:
+    report = compare(AFTER, AFTER, base_label="main", head_label="working tree")
+    assert not report.changed
+    assert format_text(report) == "no differences between main and working tree\n"
+    assert format_markdown(report).endswith("No differences: the rendered manifests and the placement are the same.\n")
+    assert as_json(report)["changed"] is False
+
+
+def test_empty_base_shows_everything_added() -> None:
+    report = compare(EMPTY, AFTER, base_label="main", head_label="working tree")
+    assert {o.status for o in report.objects} == {"added"}
+    assert report.moved == ()  # new stages are not moves
+    assert commit_message(report).splitlines()[0] == "fleetc: compile policies (2 stages added, +11 t4)"
+
+
+def test_text_format() -> None:
+    text = format_text(compare(BEFORE, AFTER, base_label="main", head_label="working tree"))
+    assert text.startswith(
+        "fleetc diff main -> working tree\n\n"
+        "east: +0 ~0 -1 objects; GPUs 8 a100 -> 0; cost/h 22.56 -> 0.00\n"
+        "  - llm/train\n"
+        "west: +1 ~0 -0 objects; GPUs 3 t4 -> 11 t4; cost/h 2.22 -> 8.78\n"
+        "  + llm/train\n\n"
+        "GPUs a100: 8 -> 0 (-8)\nGPUs t4: 3 -> 11 (+8)\n\n--- a/out/placement.yaml\n")
+    assert "+++ b/out/clusters/west/job-ml-train.yaml\n" in text
+
+
+def test_json_format_round_trips() -> None:
+    data = json.loads(json.dumps(as_json(compare(BEFORE, AFTER, base_label="main", head_label="wt"))))
+    assert data["changed"] is True
+    assert data["stages"] == [{"stage": "llm/train", "before": ["east"], "after": ["west"]}]
+    assert data["gpus"] == {"a100": {"before": 8, "after": 0}, "t4": {"before": 3, "after": 11}}
+    assert data["clusters"][0] == {
+        "name": "east", "added": 0, "changed": 0, "removed": 1,
+        "gpus": {"before": {"a100": 8}, "after": {}}, "costPerHour": {"before": 22.56, "after": 0.0},
+        "stagesIn": [], "stagesOut": ["llm/train"],
+    }
+    assert [(o["path"], o["cluster"], o["status"]) for o in data["objects"]][0] == ("placement.yaml", None, "changed")
+
+
+def test_markdown_has_table_chart_and_collapsible_sections() -> None:
+    text = format_markdown(compare(BEFORE, AFTER, base_label="origin/main", head_label="working tree"))
+    assert text.startswith("### fleetc: placement diff `origin/main` → `working tree`\n\n"
+                           "1 stage moved; 4 files changed; GPUs a100: 8 → 0 (-8), t4: 3 → 11 (+8).\n\n")
+    assert ("| `east` | 0 / 0 / 1 | 8 a100 → 0 | 22.56 → 0.00 | – | `llm/train` |\n"
+            "| `west` | 1 / 0 / 0 | 3 t4 → 11 t4 | 2.22 → 8.78 | `llm/train` | – |\n") in text
+    assert ('```mermaid\nxychart-beta\n    title "GPUs per cluster (before, after)"\n'
+            '    x-axis ["east", "west"]\n    y-axis "GPUs" 0 --> 11\n'
+            '    bar "before" [8, 3]\n    bar "after" [0, 11]\n```\n') in text
+    assert text.count("<details><summary>") == text.count("</details>") == 3
+    assert "<details><summary>cluster east: 2 files changed</summary>" in text
+    assert "```diff\n--- a/out/clusters/east/job-ml-train.yaml\n+++ /dev/null\n" in text
+    assert "Cut to fit" not in text
+
+
+def big_side(prefix: str, clusters: int, files: int) -> Snapshot:
+    body = "".join(f"  line{n}: {prefix}-{n}\n" for n in range(60))
+    return Snapshot(files={f"clusters/c{c:02d}/job-{f:03d}.yaml": body for c in range(clusters) for f in range(files)})
+
+
+def test_markdown_is_cut_at_whole_objects_to_fit_github() -> None:
+    report = compare(big_side("old", 6, 40), big_side("new", 6, 40), base_label="main", head_label="wt")
+    full = format_markdown(report, limit=10**9)
+    assert len(full) > 4 * GITHUB_COMMENT_LIMIT
+    text = format_markdown(report)
+    assert len(text) <= GITHUB_COMMENT_LIMIT
+    shown = [o for o in report.objects if f"+++ b/out/{o.path}\n" in text]
+    left = report.objects[len(shown):]
+    assert shown == list(report.objects[:len(shown)]) and shown and left  # a prefix, whole diffs only
+    assert all(o.diff in text for o in shown)
+    assert text.count("```diff\n") == text.count("```\n\n") == len(shown)  # every fence closed
+    note = text[text.index("> **Cut to fit GitHub's comment limit:**"):]
+    assert f"the diffs of {len(left)} files were left out: `out/{left[0].path}`" in note
+    assert note.endswith(f" and {len(left) - 40} more. Run `fleetc diff --base main` to see them all.\n")
+    assert text.count("<details>") == text.count("</details>")
+
+
+def test_markdown_cut_keeps_at_most_the_limit_for_small_limits() -> None:
+    report = compare(big_side("old", 2, 3), big_side("new", 2, 3), base_label="main", head_label="wt")
+    for limit in (3000, 5000, 8000):
+        assert len(format_markdown(report, limit=limit)) <= limit
+
+
+def test_snapshot_of_output_reads_placement_yaml() -> None:
+    text = ("kind: Placement\nstages:\n"
+            "  - {pipeline: llm, stage: train, gpuType: a100, clusters: [{name: east, replicas: 1, gpus: 8}]}\n"
+            "  - {pipeline: llm, stage: serve, gpuType: null, clusters: [{name: west, replicas: 2, gpus: 2},"
+            " {name: east, replicas: 0, gpus: 0}]}\n")
+    side = snapshot_of_output({"placement.yaml": text}, {"west": "t4"})
+    assert side.stages == {"llm/train": frozenset({"east"}), "llm/serve": frozenset({"west"})}
+    assert side.gpus == {"east": {"a100": 8}, "west": {"t4": 2}}
+    assert side.cost is None
+    assert snapshot_of_output({"placement.yaml": "{not: [valid"}, {}).stages == {}
+
+
+def test_commit_message_summarises_moves_and_gpu_deltas() -> None:
+    before = Snapshot(stages={"p/a": frozenset({"x"}), "p/b": frozenset({"x"})}, gpus={"x": {"a100": 8}})
+    after = Snapshot(stages={"p/a": frozenset({"y"}), "p/b": frozenset({"y"})}, gpus={"y": {"a100": 16}})
+    message = commit_message(compare(before, after, base_label="HEAD", head_label="compile"))
+    assert message == ("fleetc: compile policies (2 stages moved, +8 a100)\n\n"
+                       "p/a: x -> y\np/b: x -> y\nGPUs a100: 8 -> 16\n0 added, 0 changed, 0 removed in out/\n")
+
+
+def test_markdown_table_of_a_large_fleet_stays_within_the_budget() -> None:
+    before = Snapshot(gpus={f"cluster-{n:04d}": {"a100": 8} for n in range(400)})
+    after = Snapshot(gpus={f"cluster-{n:04d}": {"a100": 16} for n in range(400)})
+    text = format_markdown(compare(before, after, base_label="main", head_label="wt"))
+    assert len(text) <= GITHUB_COMMENT_LIMIT - 1024
+    assert text.count("| `cluster-") == 150
+    assert "| … and 250 more clusters | | | | | |\n" in text
+    assert text.count('", "') == 19  # the chart shows 20 clusters
+
+
+def test_github_annotations_escape_and_cap() -> None:
+    diagnostics = [Diagnostic("policies/a,b.yaml", n, 3, f"spec.x{n}", f"bad: 100% wrong {n}", hint="fix it")
+                   for n in range(1, 13)]
+    lines = github_annotations(diagnostics, "unused")
+    assert lines[0] == ("::error file=policies/a%2Cb.yaml,line=1,col=3,title=fleetc%3A spec.x1"
+                        "::bad: 100%25 wrong 1%0Ahint: fix it")
+    assert len(lines) == 11
+    assert lines[-1] == "::notice title=fleetc::12 errors; the first 10 are annotated, all are in the step summary"
+    whole_file = Diagnostic("p.yaml", 0, 0, "", "empty file")
+    assert github_annotations([whole_file], "") == ["::error file=p.yaml,title=fleetc%3A error::empty file"]
+    assert github_annotations([], "p: no such file\nor directory") == [
+        "::error title=fleetc::p: no such file%0Aor directory"]
+
+
+def test_github_step_summary_lists_every_diagnostic() -> None:
+    diagnostics = [Diagnostic("p.yaml", n, 1, "", f"problem {n}") for n in range(1, 13)]
+    summary = github_step_summary(diagnostics, "unused")
+    assert summary.startswith("### fleetc: 12 errors\n\n```text\np.yaml:1:1: error: problem 1\n")
+    assert summary.endswith("p.yaml:12:1: error: problem 12\n```\n\n")
+    assert github_step_summary([], "boom") == "### fleetc: 1 error\n\n```text\nboom\n```\n\n"

@@ -6,21 +6,37 @@ Linux the swap is one ``renameat2(RENAME_EXCHANGE)`` call; elsewhere two renames
 
 fleetc owns only the files its record (:data:`RECORD`) lists: files someone else put in the
 output folder are carried over into the new tree, never deleted.
+
+Two compiles writing the same output folder at once take turns: each holds an exclusive
+``flock`` on the output folder's parent while it stages and swaps (a lock on the folder itself
+would be swapped away with it; a lock file would be one more file beside it). Holding the lock
+also means any staging folder found beside the output folder belongs to a compile that was
+killed, so it is removed: a SIGKILL leaves garbage only until the next successful write.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import fcntl
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import FleetcError
+
 #: Where fleetc records the files it wrote, relative to the output folder.
 RECORD = ".fleetc/files"
+#: Seconds a compile waits for another compile writing the same output folder to finish.
+LOCK_TIMEOUT = 120.0
+_LOCK_POLL = 0.05
+#: What follows ``.<out name>.`` in the names of fleetc's temporary folders beside the output.
+_STAGING_MARK = "fleetc-"
 
 
 @dataclass(frozen=True)
@@ -29,11 +45,29 @@ class Change:
     status: str  # added | changed | removed
 
 
+class WriteError(FleetcError, OSError):
+    """The output folder could not be written (a full disk, no permission); it is unchanged.
+
+    An ``OSError`` too, so callers that catch those keep working."""
+
+
 def write_tree(out_dir: Path, files: Mapping[str, str]) -> None:
     """Replace fleetc's files in ``out_dir`` with ``files``, atomically."""
     out_dir = out_dir.absolute()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(out_dir):
+            _remove_stale_staging(out_dir)
+            _stage_and_swap(out_dir, files)
+    except FleetcError:
+        raise
+    except OSError as err:
+        raise WriteError(f"cannot write {out_dir}: {err.strerror or err}; it was left as it "
+                         "was") from err
+
+
+def _stage_and_swap(out_dir: Path, files: Mapping[str, str]) -> None:
+    staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(out_dir, "new"), dir=out_dir.parent))
     try:
         for rel, text in sorted(files.items()):
             _write(staging / rel, text)
@@ -44,6 +78,44 @@ def write_tree(out_dir: Path, files: Mapping[str, str]) -> None:
         _swap(staging, out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextmanager
+def _locked(out_dir: Path) -> Iterator[None]:
+    """Hold the write lock of ``out_dir`` (on its parent), waiting at most :data:`LOCK_TIMEOUT`."""
+    fd = os.open(out_dir.parent, os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + LOCK_TIMEOUT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise FleetcError(
+                        f"{out_dir}: another fleetc has been writing it for more than "
+                        f"{LOCK_TIMEOUT:g}s (it holds a lock on {out_dir.parent}); "
+                        "nothing was written") from None
+                time.sleep(_LOCK_POLL)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _staging_prefix(out_dir: Path, role: str) -> str:
+    return f".{out_dir.name}.{_STAGING_MARK}{role}-"
+
+
+def _remove_stale_staging(out_dir: Path) -> None:
+    """Remove temporary folders left beside ``out_dir`` by a killed compile (caller holds the
+    lock, so no live compile is using them)."""
+    prefix = f".{out_dir.name}.{_STAGING_MARK}"
+    stranded = sorted(out_dir.parent.glob(f"{_staging_prefix(out_dir, 'old')}*/tree"))
+    if stranded and not out_dir.exists():  # killed between the fallback swap's two renames
+        os.rename(stranded[0], out_dir)
+    for entry in sorted(out_dir.parent.iterdir()):
+        if entry.name.startswith(prefix) and entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def changes(out_dir: Path, files: Mapping[str, str]) -> list[Change]:
@@ -112,7 +184,7 @@ def _swap(staging: Path, out_dir: Path) -> None:
         return
     if _exchange(staging, out_dir):
         return
-    old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
+    old = Path(tempfile.mkdtemp(prefix=_staging_prefix(out_dir, "old"), dir=out_dir.parent))
     os.rename(out_dir, old / "tree")
     os.rename(staging, out_dir)
     os.rename(old, staging)  # so the caller's cleanup removes it

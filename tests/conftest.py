@@ -1,0 +1,35 @@
+"""Fixtures for the whole suite.
+
+fleetc must never reach the network at run time, so every test runs with outgoing connections
+refused: a connect attempt raises :class:`NetworkBlocked` (an ``OSError``, as a real network
+failure would be, so the code under test cannot tell the difference but the test fails loudly
+through the recorded attempt). Subprocesses are covered by ``tests/test_security.py``.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+
+class NetworkBlocked(OSError):
+    """Raised instead of connecting: tests run offline."""
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Refuse every outgoing connection; the list records what was attempted."""
+    attempts: list[str] = []
+
+    def refuse(*args: Any, **_kwargs: Any) -> Any:
+        attempts.append(repr(args[1:] if args and isinstance(args[0], socket.socket) else args))
+        raise NetworkBlocked(f"network access during tests: {attempts[-1]}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    yield attempts
+    assert not attempts, f"a test reached for the network: {attempts}"

@@ -1,0 +1,129 @@
+"""Failure simulation: ``--drain CLUSTER`` and ``cordoned: true`` compile as if a cluster were lost.
+
+Each cluster of the bundled example is drained in turn. Either every stage is placed again within
+the hard constraints (the independent verifier agrees, and the drained cluster gets no folder
+under out/), or the compile fails naming the exact shortage. The bundled platform pins serving
+to two clusters (``multiCluster``), so the same is done without it, where work can move.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from fleetc.cli import cli
+from fleetc.compiler import Options, compile_policies, load_policies
+from fleetc.verify import verify
+
+ROOT = Path(__file__).resolve().parents[1]
+CLUSTERS = ["edge-cluster-factory", "gpu-cluster-huawei", "inference-cluster-aliyun"]
+HEADER = "error: no placement satisfies every hard constraint:\n"
+
+
+NO_A100 = "1 is cordoned, 1 has no GPUs, 1 has no a100\n"
+
+
+def pinned(stage: str, lost: str) -> str:
+    """The multiCluster rule's complaint when ``lost``, one of its two clusters, is drained."""
+    return (f"  {stage}: multiCluster runs it on inference-cluster-aliyun, gpu-cluster-huawei, but "
+            f"{lost} is filtered out (cordoned)\n")
+
+
+SERVING = "customer-service-assistant/assistant-serving"
+DEPLOYMENT = "llm-chinese-training/model-deployment"
+FINETUNING = f"  0/3 clusters fit customer-service-assistant/lora-finetuning: {NO_A100}"
+TRAINING = f"  0/3 clusters fit llm-chinese-training/model-training: {NO_A100}"
+
+#: scenario -> drained cluster -> None (everything placed again) or the exact error output.
+EXPECTED: dict[str, dict[str, str | None]] = {
+    "bundled": {
+        "edge-cluster-factory": None,
+        "gpu-cluster-huawei": (HEADER + pinned(SERVING, "gpu-cluster-huawei") + FINETUNING
+                               + pinned(DEPLOYMENT, "gpu-cluster-huawei") + TRAINING),
+        "inference-cluster-aliyun": (HEADER + pinned(SERVING, "inference-cluster-aliyun")
+                                     + pinned(DEPLOYMENT, "inference-cluster-aliyun")),
+    },
+    "without-platform": {
+        "edge-cluster-factory": None,
+        "gpu-cluster-huawei": HEADER + FINETUNING + TRAINING,
+        "inference-cluster-aliyun": None,
+    },
+}
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    shutil.copytree(ROOT / "policies", tmp_path / "policies")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def compile_here(*args: str) -> Result:
+    return CliRunner().invoke(cli, ["compile", "policies", "--out", "out", *args])
+
+
+def errors_only(stderr: str) -> str:
+    """stderr without warnings (they describe the policies, not the drain)."""
+    return "".join(line for line in stderr.splitlines(keepends=True)
+                   if not line.startswith("warning: "))
+
+
+@pytest.mark.parametrize("scenario", sorted(EXPECTED))
+@pytest.mark.parametrize("drained", CLUSTERS)
+def test_draining_each_cluster_replaces_its_work_or_names_the_shortage(
+        project: Path, scenario: str, drained: str) -> None:
+    if scenario == "without-platform":
+        (project / "policies" / "aigc-platform.yaml").unlink()
+    result = compile_here("--drain", drained)
+    expected = EXPECTED[scenario][drained]
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    if expected is not None:
+        assert result.exit_code == 1, result.output
+        assert errors_only(result.stderr) == expected
+        assert not (project / "out").exists()
+        return
+    assert result.exit_code == 0, result.output
+    clusters = sorted(p.name for p in (project / "out" / "clusters").iterdir())
+    assert drained not in clusters and clusters
+    compiled = compile_policies(load_policies(["policies"]), Options(drain=(drained,)))
+    assert verify(compiled.model, compiled.placement) == []
+    assert len(compiled.placement.stages) == len(compiled.model.stages) == 7
+    assert all(a.cluster != drained for s in compiled.placement.stages for a in s.assignments)
+
+
+def test_a_cordoned_cluster_in_the_fleet_compiles_like_a_drained_one(project: Path) -> None:
+    drained = compile_here("--drain", "edge-cluster-factory", "--out", "drained")
+    fleet = project / "policies" / "fleet.yaml"
+    fleet.write_text(fleet.read_text().replace(
+        "  - name: edge-cluster-factory\n", "  - name: edge-cluster-factory\n    cordoned: true\n"))
+    cordoned = compile_here("--out", "cordoned")
+    assert drained.exit_code == cordoned.exit_code == 0, drained.output + cordoned.output
+    placement = (project / "cordoned" / "placement.yaml").read_text()
+    assert placement == (project / "drained" / "placement.yaml").read_text()
+    assert not (project / "cordoned" / "clusters" / "edge-cluster-factory").exists()
+
+
+def test_drain_is_repeatable(project: Path) -> None:
+    (project / "policies" / "aigc-platform.yaml").unlink()
+    result = compile_here("--drain", "edge-cluster-factory", "--drain", "inference-cluster-aliyun")
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (project / "out" / "clusters").iterdir()) == ["gpu-cluster-huawei"]
+
+
+def test_draining_an_unknown_cluster_is_a_usage_error(project: Path) -> None:
+    result = compile_here("--drain", "gpu-cluster-huawai")
+    assert result.exit_code == 2
+    assert result.stderr == ("error: --drain gpu-cluster-huawai: no cluster of that name in Fleet "
+                             "'aigc-platform' (policies/fleet.yaml)\n")
+    assert not (project / "out").exists()
+
+
+def test_a_drain_leaves_the_previous_out_alone_when_it_fails(project: Path) -> None:
+    assert compile_here().exit_code == 0
+    before = {p: p.read_bytes() for p in sorted((project / "out").rglob("*")) if p.is_file()}
+    result = compile_here("--drain", "gpu-cluster-huawei")
+    assert result.exit_code == 1
+    assert {p: p.read_bytes() for p in sorted((project / "out").rglob("*")) if p.is_file()} == before

@@ -1,0 +1,218 @@
+"""Security: no network at run time, no secrets in policies or output, no path escapes out/."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path, PurePosixPath
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from ruamel.yaml import YAML
+
+from fleetc.cli import cli
+from fleetc.compiler import compile_policies, load_policies
+from fleetc.policy import DNS_LABEL_PATTERN
+
+ROOT = Path(__file__).resolve().parents[1]
+HINT = "\n  hint: store it in a Kubernetes Secret and reference the Secret by name\n"
+
+PIPELINE = """\
+apiVersion: aigc.kurator.dev/v1alpha1
+kind: AIGCPipeline
+metadata:
+  name: p
+  annotations:
+    {key}: {value}
+spec:
+  stages:
+  - name: prep
+    type: DataProc
+    inputs:
+    - name: raw
+      source: {source}
+"""
+
+
+def validate_pipeline(tmp_path: Path, *, key: str = "team", value: str = "ml",
+                      source: str = "s3://bucket/raw/") -> tuple[int, str]:
+    policy = tmp_path / "p.yaml"
+    policy.write_text(PIPELINE.format(key=key, value=value, source=source))
+    result = CliRunner().invoke(cli, ["validate", str(policy)])
+    return result.exit_code, result.stderr.replace(policy.as_posix(), "p.yaml")
+
+
+# --- credentials are refused ---------------------------------------------------------------------
+
+AWS_KEY = "AKIA" + "IOSFODNN7EXAMPLE"  # split so scanners of this repo do not flag the test
+GITHUB_TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+
+
+@pytest.mark.parametrize(("key", "value", "what"), [
+    ("aws", AWS_KEY, "an AWS access key id"),
+    ("key", '"-----BEGIN OPENSSH PRIVATE KEY-----"', "a private key"),
+    ("key", '"-----BEGIN RSA PRIVATE KEY----- MIIEow"', "a private key"),
+    ("ci", GITHUB_TOKEN, "a GitHub token"),
+    ("apiKey", "9fA8b7C6d5E4f3G2h1J0", "a random-looking value under 'apiKey'"),
+    ("db-password", "Tr0ub4dor-and-3-more", "a random-looking value under 'db-password'"),
+    ("token", "a3f9c2e1b7d04f6a8c5e9d2b", "a random-looking value under 'token'"),
+])
+def test_a_credential_in_a_free_form_map_is_refused(tmp_path: Path, key: str, value: str,
+                                                    what: str) -> None:
+    code, stderr = validate_pipeline(tmp_path, key=key, value=value)
+    assert code == 1
+    assert stderr == (f"p.yaml:6:{7 + len(key)}: error: metadata.annotations.{key}: looks like a "
+                      f"credential ({what}); fleetc never renders secrets{HINT}"
+                      "1 error in 1 file\n")
+
+
+@pytest.mark.parametrize(("source", "what"), [
+    ("s3://admin:hunter2@bucket/raw/", "a URL with a password"),
+    ("https://data.example.com/raw?token=abc123", "a secret in a URL query"),
+    ("https://data.example.com/raw?x=1&password=abc", "a secret in a URL query"),
+    ("https://data.example.com/raw?X-Api-Key=abc", "a secret in a URL query"),
+])
+def test_a_credential_in_a_storage_url_is_refused(tmp_path: Path, source: str, what: str) -> None:
+    code, stderr = validate_pipeline(tmp_path, source=source)
+    assert code == 1
+    assert stderr == (f"p.yaml:13:15: error: spec.stages[0].inputs[0].source: looks like a "
+                      f"credential ({what}); fleetc never renders secrets{HINT}"
+                      "1 error in 1 file\n")
+
+
+@pytest.mark.parametrize(("key", "value", "source"), [
+    ("secretName", "registry-credentials-2024", "s3://bucket/raw/"),  # a reference by name
+    ("tokenSecretRef", "a3f9c2e1b7d04f6a8c5e9d2b", "s3://bucket/raw/"),  # also a reference
+    ("password-policy", "rotate every 90 days", "s3://bucket/raw/"),  # words, not a secret
+    ("token", "gpu-cluster-huawei", "s3://bucket/raw/"),  # a name: one character class
+    ("commit", "a3f9c2e1b7d04f6a8c5e9d2b", "s3://bucket/raw/"),  # random, but not a secret key
+    ("team", "ml", "https://user@data.example.com/raw?page=2"),  # a user but no password
+    ("team", "ml", "cos://my-bucket/raw-data/2024-01-01T00:00:00"),
+])
+def test_values_that_only_resemble_credentials_are_accepted(tmp_path: Path, key: str, value: str,
+                                                            source: str) -> None:
+    assert validate_pipeline(tmp_path, key=key, value=f'"{value}"', source=source) == (0, "")
+
+
+def test_the_bundled_example_and_the_seed_have_no_credentials() -> None:
+    result = CliRunner().invoke(cli, ["validate", str(ROOT / "policies"), str(ROOT / "tests/seed")])
+    assert "credential" not in result.output
+
+
+# --- no Secret is rendered -----------------------------------------------------------------------
+
+
+def test_no_secret_object_is_ever_rendered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    compiled = compile_policies(load_policies(["policies"]))
+    yaml = YAML(typ="safe", pure=True)
+    kinds = {doc.get("kind") for text in compiled.files.values() for doc in yaml.load_all(text)
+             if isinstance(doc, dict)}
+    assert "Deployment" in kinds  # the check reads real objects
+    assert "Secret" not in kinds
+
+
+# --- paths under out/ come only from validated names ------------------------------------------
+
+#: Valid names that YAML reads as strings when unquoted (the policies do not quote names).
+DNS_LABEL = st.from_regex(r"[a-z]([a-z0-9-]{0,14}[a-z0-9])?", fullmatch=True).filter(
+    lambda name: name not in {"true", "false", "null", "yes", "no", "on", "off", "y", "n"})
+RENAMED = ["gpu-cluster-huawei", "inference-cluster-aliyun", "edge-cluster-factory",
+           "llm-chinese-training", "aigc-prod", "model-training", "model-deployment"]
+
+
+@settings(max_examples=12, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(names=st.lists(DNS_LABEL, min_size=len(RENAMED), max_size=len(RENAMED), unique=True))
+def test_output_paths_stay_inside_out_for_any_valid_names(tmp_path: Path, names: list[str]) -> None:
+    policies = tmp_path / "policies"
+    shutil.rmtree(policies, ignore_errors=True)
+    policies.mkdir()
+    tokens = {old: f"\0{i}\0" for i, old in enumerate(RENAMED)}  # two steps: no chained renames
+    for source in sorted((ROOT / "policies").glob("*.yaml")):
+        text = source.read_text()
+        for old, token in tokens.items():
+            text = re.sub(rf"(?<![a-z0-9-]){re.escape(old)}(?![a-z0-9-])", token, text)
+        for (_old, token), new in zip(tokens.items(), names, strict=True):
+            text = text.replace(token, new)
+        (policies / source.name).write_text(text)
+    compiled = compile_policies(load_policies([str(policies)]))
+    clusters = set(names[:3])
+    for rel in compiled.files:
+        path = PurePosixPath(rel)
+        assert not path.is_absolute() and ".." not in path.parts, rel
+        assert all(re.fullmatch(r"[a-z0-9][a-z0-9.-]*", part) for part in path.parts), rel
+        if path.parts[0] == "clusters":
+            assert path.parts[1] in clusters, rel
+
+
+def test_names_that_could_escape_out_are_refused_before_rendering(tmp_path: Path) -> None:
+    assert re.fullmatch(DNS_LABEL_PATTERN.strip("^$"), "../etc") is None
+    policies = tmp_path / "policies"
+    shutil.copytree(ROOT / "policies", policies)
+    fleet = policies / "fleet.yaml"
+    fleet.write_text(fleet.read_text().replace("- name: edge-cluster-factory", "- name: ../../x"))
+    result = CliRunner().invoke(cli, ["compile", str(policies), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1
+    assert "spec.clusters[2].name: expected a DNS-1123 label" in result.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "x").exists()
+
+
+# --- nothing reaches the network -------------------------------------------------------------
+
+
+def test_the_suite_refuses_connections(no_network: list[str]) -> None:
+    with pytest.raises(OSError, match="network access during tests"):
+        socket.create_connection(("192.0.2.1", 443), timeout=1)
+    with socket.socket() as sock, pytest.raises(OSError, match="network access during tests"):
+        sock.connect(("192.0.2.1", 443))
+    assert len(no_network) == 2
+    no_network.clear()  # the attempts above were this test's own
+
+
+BLOCK_SOCKETS = """\
+import socket, sys
+
+def _refuse(*args, **kwargs):
+    sys.stderr.write("NETWORK ATTEMPT: %r\\n" % (args[1:],))
+    raise OSError("network disabled for this process")
+
+socket.socket.connect = _refuse
+socket.socket.connect_ex = _refuse
+socket.create_connection = _refuse
+"""
+
+
+def test_a_compile_process_never_connects(tmp_path: Path) -> None:
+    """``python -m fleetc compile`` with sockets refused by a ``sitecustomize`` module."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCK_SOCKETS)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+        str(site), os.environ.get("PYTHONPATH", "")]))}
+    check = subprocess.run([sys.executable, "-c", "import socket; socket.create_connection(('x', 1))"],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert "NETWORK ATTEMPT" in check.stderr  # the guard is active in child processes
+    result = subprocess.run(
+        [sys.executable, "-m", "fleetc", "compile", str(ROOT / "policies"), "--out",
+         str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "NETWORK ATTEMPT" not in result.stderr
+
+
+def test_a_compile_runs_without_any_network_namespace(tmp_path: Path) -> None:
+    """The same compile in a network namespace with no interfaces (``unshare -n``)."""
+    unshare = shutil.which("unshare")
+    if unshare is None or subprocess.run([unshare, "-n", "true"], capture_output=True).returncode:
+        pytest.skip("unshare -n is not available here (needs Linux and privileges)")
+    result = subprocess.run(
+        [unshare, "-n", sys.executable, "-m", "fleetc", "compile", str(ROOT / "policies"),
+         "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / "placement.yaml").is_file()

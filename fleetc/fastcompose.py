@@ -1,0 +1,158 @@
+"""A fast path for :mod:`fleetc.load`: libyaml's C parser, composed into ruamel.yaml nodes.
+
+ruamel.yaml's pure-Python scanner reads about 200 KB/s, which makes loading the slowest stage of
+a large compile. libyaml (through PyYAML's ``CParser``) scans and parses in C; this module
+turns its events into exactly the node graph ruamel's composer would build (ruamel's node
+classes, tags resolved by ruamel's own YAML 1.2 resolver, the same positions), so everything
+after composition, and therefore every Document and diagnostic, is unchanged. PyYAML's own
+composer is not used: it is YAML 1.1 and it recurses in C without a
+depth limit.
+
+The fast path declines (returns None) and :mod:`fleetc.load` parses with ruamel whenever the
+two could disagree or something is wrong: libyaml missing, a ``%`` directive (a ``%YAML 1.1``
+document changes the resolver), tabs and the line breaks YAML 1.1 and 1.2 treat differently
+(NEL, LS, PS), explicit tags, anchors and aliases, a block scalar at the top of a document, an
+empty value in a flow mapping, any parse error (ruamel then words the diagnostic), and nesting
+deeper than :data:`MAX_FAST_DEPTH`. ``tests/test_fastcompose.py`` compares both paths on every
+policy file of the tests, on corner cases and on fuzzed documents.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+try:  # PyYAML with libyaml; without it every file takes the ruamel path
+    from yaml import YAMLError as _CError
+    from yaml._yaml import CParser
+    from yaml.events import (
+        AliasEvent,
+        DocumentEndEvent,
+        MappingEndEvent,
+        MappingStartEvent,
+        ScalarEvent,
+        SequenceEndEvent,
+        SequenceStartEvent,
+    )
+except ImportError:  # pragma: no cover - PyYAML is a dependency; libyaml may be absent
+    CParser = None
+
+#: Deeper documents go to ruamel, whose recursion limit produces fleetc's nesting diagnostic.
+MAX_FAST_DEPTH = 200
+_DECLINE = re.compile(r"^%|[\t\x85\u2028\u2029]", re.MULTILINE)
+
+
+def available() -> bool:
+    return CParser is not None
+
+
+def compose_all(text: str, resolver: Any) -> list[Node] | None:
+    """Every document of ``text`` as ruamel nodes, or None to parse with ruamel instead.
+
+    ``resolver`` is the ruamel YAML object's resolver (YAML 1.2 core schema).
+    """
+    if CParser is None or _DECLINE.search(text):
+        return None
+    parser = CParser(text)
+    try:
+        return _Composer(resolver, text).run(parser)
+    except _CError:
+        return None
+    finally:
+        parser.dispose()
+
+
+def _empty_plain(event: Any) -> bool:
+    return event.value == "" and not event.style
+
+
+class _Composer:
+    """ruamel's ``Composer.compose_node`` as a loop over events with an explicit stack."""
+
+    def __init__(self, resolver: Any, text: str):
+        self.resolve = resolver.resolve
+        self.tags: dict[tuple[str, tuple[bool, bool]], Any] = {}  # plain scalars repeat a lot
+        self.text = text
+        self.lines: list[str] | None = None
+
+    def _lines(self) -> list[str]:
+        if self.lines is None:
+            self.lines = self.text.split("\n")
+        return self.lines
+
+    def _after_colon(self, mark: Any) -> bool:
+        """Whether libyaml put an empty value right after its ``:`` (ruamel does not)."""
+        lines = self._lines()
+        line = lines[mark.line] if mark.line < len(lines) else ""
+        return 0 < mark.column <= len(line) and line[mark.column - 1] == ":"
+
+    def _past_the_end(self, mark: Any) -> bool:
+        """A mark on the line libyaml adds after a file without a final newline."""
+        return mark.line >= len(self._lines())
+
+    def run(self, parser: Any) -> list[Node] | None:
+        documents: list[Node] = []
+        stack: list[list[Any]] = []  # [collection node, pending mapping key or None]
+        root: Node | None = None
+        empty: ScalarNode | None = None  # an empty plain scalar waiting for its position
+        while (event := parser.get_event()) is not None:
+            kind = type(event)
+            if empty is not None:
+                if self._past_the_end(event.start_mark):
+                    return None  # ruamel marks the end of the last line instead
+                empty.start_mark = empty.end_mark = event.start_mark
+                empty = None
+            if kind is AliasEvent or getattr(event, "anchor", None) is not None:
+                return None  # anchors: the two parsers allow different characters in names
+            if getattr(event, "tag", None) is not None:
+                return None  # explicit tags: the two parsers read odd ones differently
+            if kind is ScalarEvent:
+                node = self._scalar(event)
+                if not stack and event.style in ("|", ">"):
+                    return None  # ruamel reads a following '---' into a top-level block scalar
+                if _empty_plain(event) and self._past_the_end(event.start_mark):
+                    return None  # ruamel marks the end of the last line instead
+                if _empty_plain(event) and stack and stack[-1][1] is not None:
+                    if stack[-1][0].flow_style:
+                        return None  # ruamel marks the ':' itself; rare enough to leave to it
+                    if self._after_colon(event.start_mark):
+                        empty = node  # ruamel marks where the next token starts
+            elif kind is SequenceStartEvent or kind is MappingStartEvent:
+                node = self._collection(event, kind is SequenceStartEvent)
+            elif kind is SequenceEndEvent or kind is MappingEndEvent:
+                stack.pop()[0].end_mark = event.end_mark
+                continue
+            elif kind is DocumentEndEvent:
+                documents.append(root)
+                root = None
+                continue
+            else:  # stream and document start
+                continue
+            if not stack:
+                root = node
+            elif stack[-1][0].id == "sequence":
+                stack[-1][0].value.append(node)
+            elif stack[-1][1] is None:
+                stack[-1][1] = node
+            else:
+                stack[-1][0].value.append((stack[-1][1], node))
+                stack[-1][1] = None
+            if kind is not ScalarEvent:
+                stack.append([node, None])
+                if len(stack) > MAX_FAST_DEPTH:
+                    return None
+        return documents
+
+    def _scalar(self, event: Any) -> ScalarNode:
+        key = (event.value, event.implicit)
+        tag = self.tags.get(key)
+        if tag is None:
+            tag = self.tags[key] = self.resolve(ScalarNode, event.value, event.implicit)
+        return ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style)
+
+    def _collection(self, event: Any, sequence: bool) -> Node:
+        cls = SequenceNode if sequence else MappingNode
+        return cls(self.resolve(cls, None, event.implicit), [], event.start_mark, None,
+                   flow_style=event.flow_style)

@@ -1,0 +1,150 @@
+"""The benchmark code at a small size: the generator, the greedy baselines and the runner's
+measured path (the same one ``python -m bench.run`` takes at scale). No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleetc.load import load_sources
+from fleetc.resolve import resolve
+from fleetc.validate import validate
+from fleetc.verify import slots_per_gpu, usable_capacity, uses_shared_slots
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # bench/ is a folder of the repository, not an installed package
+    sys.path.insert(0, str(ROOT))
+
+from bench.generate import Spec, generate  # noqa: E402
+from bench.greedy import (  # noqa: E402
+    ORDERS,
+    gpus_demanded,
+    gpus_placed,
+    gpus_usable,
+    objective,
+    place_greedy,
+)
+from bench.run import fit_exponent, measure, verify_placed  # noqa: E402
+
+
+def model_of(spec: Spec):  # noqa: ANN201 - a FleetModel
+    instance = generate(spec)
+    loaded = load_sources((path, text.encode()) for path, text in sorted(instance.files.items()))
+    policies, problems = validate(loaded.documents)
+    assert not loaded.diagnostics and not problems, [*loaded.diagnostics, *problems]
+    return resolve(policies, "bench")
+
+
+def test_generator_is_deterministic_for_a_seed() -> None:
+    spec = Spec(clusters=6, stages=30, load=0.9, seed=7)
+    assert generate(spec).files == generate(spec).files
+    assert generate(spec).files != generate(Spec(clusters=6, stages=30, load=0.9, seed=8)).files
+
+
+@pytest.mark.parametrize("load", [0.7, 0.9, 1.0])
+def test_generated_instances_are_valid_and_ask_for_the_load(load: float) -> None:
+    spec = Spec(clusters=10, stages=80, load=load, seed=1, platform=True)
+    instance = generate(spec)
+    model = model_of(spec)
+    assert len(model.stages) == instance.stages == 80
+    assert len(model.clusters) == 10
+    slots = slots_per_gpu(model)
+    demand = sum(s.total_gpus / (slots if uses_shared_slots(model, s) else 1)
+                 for s in model.stages)
+    usable = sum(usable_capacity(model, c)[0] for c in model.clusters)
+    assert (gpus_demanded(model), gpus_usable(model)) == (pytest.approx(demand), usable)
+    assert (demand, usable) == (pytest.approx(instance.gpu_demand), instance.gpu_capacity)
+    assert abs(demand / usable - load) <= 0.02
+    kinds = {s.type.value for s in model.stages}
+    assert kinds == {"DataProc", "Training", "Finetuning", "Evaluation", "Deployment"}
+    assert {c.gpu_type for c in model.clusters} >= {"a100", "h100", "t4", "l4"}
+
+
+def test_perfect_instances_split_every_gpu_into_gangs() -> None:
+    spec = Spec(clusters=5, stages=25, seed=3, perfect=True)
+    model = model_of(spec)
+    assert sum(s.total_gpus for s in model.stages) == sum(c.gpus for c in model.clusters)
+    assert all(s.is_gang and s.gpu_type for s in model.stages)
+    assert all(s.total_gpus <= 16 for s in model.stages)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("load", [0.7, 1.0])
+def test_greedy_placements_keep_every_hard_constraint(order: str, load: float) -> None:
+    model = model_of(Spec(clusters=8, stages=60, load=load, seed=2))
+    placement = place_greedy(model, order)
+    assert verify_placed(model, placement) == []
+    assert [p.stage for p in placement.stages] == [s.key for s in model.stages]
+    assert all(p.reason for p in placement.stages if not p.assignments)
+    assert placement.objective == objective(model, placement) > 0
+    assert 0 < gpus_placed(model, placement) <= gpus_demanded(model)
+
+
+def test_greedy_splits_deployments_by_room_and_keeps_the_minimum() -> None:
+    model = model_of(Spec(clusters=20, stages=100, load=0.9, seed=5))
+    placement = place_greedy(model, "value-per-gpu")
+    stages = {s.key: s for s in model.stages}
+    split = [p for p in placement.stages if len(p.assignments) > 1]
+    assert split, "expected some Deployment divided over clusters"
+    for p in split:
+        stage = stages[p.stage]
+        assert not stage.is_gang
+        assert all(a.replicas >= min(stage.min_replicas_per_cluster, stage.replicas)
+                   for a in p.assignments)
+
+
+def test_measure_runs_the_real_pipeline_and_mirrors_fleetcs_objective(tmp_path: Path) -> None:
+    """The runner's child path at a small size; the objective helper must agree with fleetc's."""
+    instance = generate(Spec(clusters=5, stages=25, seed=3, perfect=True))
+    result = measure(instance.write(tmp_path / "p"), time_limit=60, baseline=True)
+    assert result["stages"] == instance.stages
+    assert set(result["timings"]) >= {"import", "load", "validate", "resolve", "scores", "place",
+                                      "render", "write"}
+    fleetc = result["methods"]["fleetc"]
+    assert fleetc["objective"] == pytest.approx(fleetc["reported_objective"], abs=1e-5)
+    assert fleetc["gpus"] == result["gpu_capacity"]  # the known perfect packing is found
+    assert fleetc["gap"] is not None and fleetc["gap"] >= 0
+    for order in ORDERS:
+        greedy = result["methods"][f"greedy-{order}"]
+        assert greedy["problems"] == 0
+        assert greedy["objective"] <= fleetc["bound"] + 1e-6
+    json.dumps(result)  # the child sends it to the parent as JSON
+
+
+def test_fit_exponent_recovers_a_power_law() -> None:
+    assert fit_exponent([100, 200, 400, 800], [3 * n**1.5 for n in (100, 200, 400, 800)]) == \
+        pytest.approx(1.5)
+
+
+def test_validate_never_imports_the_solver_stack() -> None:
+    """``fleetc validate`` must start fast: no cvxpy, numpy or scipy behind it."""
+    script = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from fleetc.cli import cli\n"
+        "result = CliRunner().invoke(cli, ['validate', 'policies'])\n"
+        "assert result.exit_code == 0, result.output\n"
+        "print(sorted(m for m in ('cvxpy', 'numpy', 'scipy', 'highspy') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_runner_measures_in_a_child_process_and_prints_the_table(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--clusters", "5", "--stages", "20", "--perfect",
+         "--baseline", "--json", str(tmp_path / "result.json"), "--write-to", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, check=True, timeout=300)
+    assert "5 clusters x" in out.stdout and "(perfect packing)" in out.stdout
+    for method in ("fleetc", "greedy-class-weight", "greedy-value-per-gpu"):
+        assert f"\n  {method} " in out.stdout
+    [record] = json.loads((tmp_path / "result.json").read_text())
+    result = record["result"]
+    assert result["rss_mib"] > 10 and result["wall"] > 0
+    assert set(result["methods"]) == {"fleetc", "greedy-class-weight", "greedy-value-per-gpu"}
+    assert not list(tmp_path.glob("fleetc-bench-out-*"))  # the child cleaned up its output

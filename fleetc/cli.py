@@ -11,14 +11,14 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
 from . import __version__
-from .errors import ExitCode, FleetcError, PlacementError, PolicyError
+from .errors import Diagnostic, ExitCode, FleetcError, PlacementError, PolicyError, UsageError
 
 DEFAULT_POLICIES = "policies"
 DEFAULT_OUT = "out"
@@ -37,7 +37,8 @@ def cli() -> None:
 
 @cli.command()
 @paths_argument
-@format_option
+@click.option("--format", "output_format", type=click.Choice(["text", "json", "github"]), default="text",
+              show_default=True, help="Output format (github: workflow-command annotations).")
 def validate(paths: Sequence[str], output_format: str) -> None:
     """Check policy files and folders (default: policies/) and report every error."""
     from .compiler import load_policies
@@ -57,20 +58,46 @@ def validate(paths: Sequence[str], output_format: str) -> None:
               help="Do not write; exit 1 when the output folder is not what compile would write.")
 @click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds the solver may use.")
+@click.option("--drain", "drain", metavar="CLUSTER", multiple=True,
+              help="Compile as if CLUSTER were lost: it takes no work (repeatable).")
+@click.option("--commit", "commit", is_flag=True,
+              help="Commit the output folder (and only it) with a message summarising the change.")
+@click.option("--allow-unplaced", is_flag=True,
+              help="Render what fits and list the stages that do not as unplaced (a warning each).")
 @format_option
 def compile(paths: Sequence[str], out_dir: str, check: bool, time_limit: float | None,
-            output_format: str) -> None:
+            drain: Sequence[str], commit: bool, allow_unplaced: bool, output_format: str) -> None:
     """Place every pipeline stage and write the manifests to the output folder."""
     from .compiler import Options, compile_policies, load_policies
     from .emit import changes, write_tree
+    from .previous import read_previous
+
+    if check and commit:
+        _run(lambda: _usage("--check and --commit cannot be combined"), output_format)
+
+    from .progress import NULL_REPORTER, TerminalReporter
+
+    terminal = TerminalReporter(sys.stderr) if sys.stderr.isatty() else None  # a status line
 
     def run() -> Any:
-        loaded = load_policies(paths or [DEFAULT_POLICIES])
-        return compile_policies(loaded, Options(time_limit=time_limit))
+        try:
+            loaded = load_policies(paths or [DEFAULT_POLICIES], terminal or NULL_REPORTER)
+            previous, warning = read_previous(Path(out_dir))
+            if warning:
+                click.echo(f"warning: {warning}", err=True)
+            return compile_policies(loaded, Options(time_limit=time_limit, drain=tuple(drain),
+                                                    previous=previous, allow_unplaced=allow_unplaced,
+                                                    reporter=terminal or NULL_REPORTER))
+        finally:
+            if terminal is not None:
+                terminal.close()  # before any message, so none shares the status line
 
     compiled = _run(run, output_format)
     out = Path(out_dir)
-    placed = len(compiled.placement.stages)
+    unplaced = [p for p in compiled.placement.stages if not p.assignments]
+    for stage in unplaced:
+        click.echo(f"warning: {stage.stage} is not placed: {stage.reason}", err=True)
+    placed = len(compiled.placement.stages) - len(unplaced)
     summary = {
         "out": out_dir,
         "files": len(compiled.files),
@@ -78,6 +105,7 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, time_limit: float |
         "objective": round(compiled.placement.objective, 6),
         "bound": round(compiled.placement.bound, 6),
         "gap": round(compiled.placement.gap, 6),
+        "warnings": [w.as_dict() for w in compiled.warnings],
     }
     if check:
         stale = _run(lambda: changes(out, compiled.files), output_format)
@@ -86,6 +114,7 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, time_limit: float |
                         "changes": [{"path": c.path, "status": c.status} for c in stale]})
         for change in stale if output_format == "text" else []:
             click.echo(f"would {_VERB[change.status]} {out / change.path}", err=True)
+        _print_warnings(compiled.warnings, output_format)
         if stale:
             if output_format == "text":
                 click.echo(f"{out_dir}/ is stale: {_plural(len(stale), 'file')} would change",
@@ -94,7 +123,12 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, time_limit: float |
         if output_format == "text":
             click.echo(f"{out_dir}/ is up to date")
         return
+    if commit:
+        _run(lambda: _write_and_commit(compiled, out, summary, output_format), output_format)
+        _print_warnings(compiled.warnings, output_format)
+        return
     _run(lambda: write_tree(out, compiled.files), output_format)
+    _print_warnings(compiled.warnings, output_format)
     if output_format == "json":
         _emit_json(summary)
     else:
@@ -103,25 +137,134 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, time_limit: float |
                    f" to {out_dir}/")
 
 
+@cli.command()
+@click.option("--base", "base_ref", required=True, metavar="REF",
+              help="Git revision to compare with: a branch, tag or commit.")
+@paths_argument
+@click.option("--out", "out_dir", default=DEFAULT_OUT, show_default=True,
+              help="Output folder: its placement.yaml (at REF, and now) is each side's previous placement.")
+@click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds the solver may use, per compile.")
+@click.option("--format", "output_format", type=click.Choice(["text", "markdown", "json"]),
+              default="text", show_default=True, help="Output format (markdown: a pull-request comment).")
+@click.option("--exit-code", "exit_code", is_flag=True, help="Exit 1 when there are differences, like git diff.")
+def diff(base_ref: str, paths: Sequence[str], out_dir: str, time_limit: float | None,
+         output_format: str, exit_code: bool) -> None:
+    """Compare the compile of the policies at REF with the compile of the working tree.
+
+    The policies at REF are read from git's objects: nothing is checked out or written. When
+    the PATHs did not exist at REF, that side is empty and everything shows as added. Each side
+    is compiled with its own out/placement.yaml as the previous placement, so each gives exactly
+    what "compile --check" verifies on that side.
+    """
+    from .compiler import Options, compile_policies, load_policies, load_policy_sources
+    from .previous import read_previous
+    from .report import EMPTY, as_json, compare, format_markdown, format_text, snapshot
+
+    given = list(paths) or [DEFAULT_POLICIES]
+    sources, base_previous = _run(lambda: _sources_at(base_ref, given, out_dir), output_format)
+    at_base = f"at {base_ref}"
+
+    def compile_base() -> Any:
+        loaded = load_policy_sources(sources, f"{', '.join(given)} {at_base}")
+        compiled = compile_policies(loaded, Options(time_limit=time_limit, previous=base_previous))
+        return snapshot(compiled.model, compiled.placement, compiled.files)
+
+    def compile_head() -> Any:
+        previous, _warning = read_previous(Path(out_dir))
+        compiled = compile_policies(load_policies(given), Options(time_limit=time_limit, previous=previous))
+        return snapshot(compiled.model, compiled.placement, compiled.files)
+
+    base = _run(compile_base, output_format, at_base) if sources else EMPTY
+    head = _run(compile_head, output_format, "in the working tree")
+    report = compare(base, head, base_label=base_ref, head_label="working tree", out=out_dir)
+    if output_format == "json":
+        _emit_json(as_json(report))
+    else:
+        click.echo(format_markdown(report) if output_format == "markdown" else format_text(report), nl=False)
+    if exit_code and report.changed:
+        sys.exit(ExitCode.FAILED)
+
+
+def _sources_at(ref: str, given: Sequence[str], out_dir: str) -> tuple[list[tuple[str, bytes]], dict[str, Any]]:
+    """The policy files under the PATHs at ``ref``, named as the working tree's would be (so
+    provenance annotations do not differ just because one side came from git), and the previous
+    placement in the output folder at ``ref`` (empty when missing or malformed)."""
+    from pathlib import PurePosixPath
+
+    from . import gitrepo
+    from .load import display_path
+    from .previous import PLACEMENT_FILE, parse_previous
+
+    root = gitrepo.repo_root(Path.cwd())
+    found: dict[str, bytes] = {}
+    for path in given:
+        folder = gitrepo.relative_to_root(root, Path(path))
+        for name, data in gitrepo.read_tree_files(root, ref, [folder]):
+            inner = PurePosixPath(name).relative_to(folder) if folder not in ("", ".") else PurePosixPath(name)
+            found.setdefault(display_path(Path(path) / inner), data)
+    placement = gitrepo.read_file(root, ref, f"{gitrepo.relative_to_root(root, Path(out_dir))}/{PLACEMENT_FILE}")
+    try:
+        previous: dict[str, Any] = parse_previous(placement.decode("utf-8")) if placement else {}
+    except (UnicodeDecodeError, ValueError):
+        previous = {}
+    return sorted(found.items()), previous
+
+
+@cli.command()
+@click.argument("target", metavar="PIPELINE/STAGE")
+@paths_argument
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=DEFAULT_OUT,
+              show_default=True, help="Output folder whose placement.yaml is the previous placement.")
+@format_option
+def explain(target: str, paths: Sequence[str], out_dir: str, output_format: str) -> None:
+    """Say why a stage runs where it does: each cluster's filter verdict or score terms."""
+    from . import explain as why
+    from .compiler import load_policies
+    from .optimize import place
+    from .previous import read_previous
+    from .resolve import resolve
+
+    def run() -> Any:
+        loaded = load_policies(paths or [DEFAULT_POLICIES])
+        model = resolve(loaded.policies, loaded.where)
+        key = why.find_stage(model, target)
+        previous, _ = read_previous(Path(out_dir))
+        return why.explain(model, place(model, previous=previous, allow_unplaced=True), key)
+
+    explanation = _run(run, output_format)
+    if output_format == "json":
+        _emit_json(why.as_dict(explanation))
+    else:
+        click.echo(why.format_text(explanation))
+
+
 _VERB = {"added": "add", "changed": "change", "removed": "remove"}
+
+
+def _print_warnings(warnings: Sequence[Diagnostic], output_format: str) -> None:
+    """``warning: <file>: <field>: <message>`` on stderr (JSON output carries them instead)."""
+    for w in warnings if output_format == "text" else []:
+        click.echo(f"warning: {w.path}: {w.field}: {w.message}", err=True)
 
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def _run(action: Callable[[], Any], output_format: str) -> Any:
+def _run(action: Callable[[], Any], output_format: str, side: str = "") -> Any:
     """Run one step; turn every failure into a report and an exit code."""
     try:
         return action()
     except FleetcError as err:
-        _report(err, output_format)
+        _report(err, output_format, side)
         sys.exit(err.exit_code)
     except Exception as err:  # noqa: BLE001 - the last line of defence against tracebacks
         _internal_error(err)
 
 
-def _report(err: FleetcError, output_format: str) -> None:
+def _report(err: FleetcError, output_format: str, side: str = "") -> None:
+    """``side`` says which compile failed when a command runs two (``diff``)."""
     if output_format == "json":
         diagnostics = err.diagnostics if isinstance(err, PolicyError) else ()
         _emit_json({
@@ -129,8 +272,13 @@ def _report(err: FleetcError, output_format: str) -> None:
             "error": type(err).__name__,
             "diagnostics": [d.as_dict() for d in diagnostics],
             "messages": [] if diagnostics else str(err).splitlines(),
+            **({"side": side} if side else {}),
         })
         return
+    if output_format == "github":
+        _github_annotations(err)
+    if side and not isinstance(err, UsageError):
+        click.echo(f"error: the policies {side} do not compile:", err=True)
     if isinstance(err, PolicyError):
         for diagnostic in err.diagnostics:
             click.echo(diagnostic.format(), err=True)
@@ -143,6 +291,68 @@ def _report(err: FleetcError, output_format: str) -> None:
             click.echo(f"  {reason}", err=True)
     else:
         click.echo(f"error: {err}", err=True)
+
+
+def _write_and_commit(compiled: Any, out: Path, summary: dict[str, Any], output_format: str) -> None:
+    """``compile --commit``: refuse when the output folder holds edits fleetc did not make, else
+    write it and commit exactly it (other staged or unstaged changes stay as they are)."""
+    from . import gitrepo
+    from .emit import RECORD, write_tree
+    from .report import commit_message, compare, snapshot, snapshot_of_output
+
+    root = gitrepo.repo_root(Path.cwd())
+    folder = gitrepo.relative_to_root(root, out)
+    if folder in ("", "."):
+        raise UsageError("--commit needs an output folder inside the repository, not its root")
+    committed = gitrepo.read_folder(root, "HEAD", folder)
+    owned = set(committed.get(RECORD, "").splitlines()) or set(committed) - {RECORD}
+    foreign = [p for p in gitrepo.uncommitted(root, folder)
+               if not _made_by_fleetc(root / p, p[len(folder) + 1:], compiled.files, owned, RECORD)]
+    if foreign:
+        raise FleetcError(f"{folder}/ has changes fleetc did not make; commit or discard them first "
+                          "(nothing was written):\n" + "\n".join(f"  {p}" for p in foreign))
+    before = snapshot_of_output({p: t for p, t in committed.items() if p in owned},
+                                {c.name: c.gpu_type for c in compiled.model.clusters})
+    report = compare(before, snapshot(compiled.model, compiled.placement, compiled.files),
+                     base_label="HEAD", head_label="compile", out=folder)
+    write_tree(out, compiled.files)
+    message = commit_message(report)
+    sha = gitrepo.commit_folder(root, folder, message)
+    if output_format == "json":
+        _emit_json({**summary, "commit": sha, "message": message if sha else None})
+    elif sha:
+        click.echo(f"committed {sha[:12]}: {message.splitlines()[0]}")
+    else:
+        click.echo(f"{folder}/ is unchanged: nothing to commit")
+
+
+def _made_by_fleetc(path: Path, rel: str, files: Mapping[str, str], owned: set[str], record: str) -> bool:
+    """Whether a file that differs from HEAD is already as this compile leaves it: holding what
+    it writes, or gone when it is a file fleetc wrote (per HEAD's record) and writes no more."""
+    if not path.exists():
+        return rel in owned and rel not in files
+    if not path.is_file():
+        return False
+    if rel == record:
+        return set(path.read_text(encoding="utf-8", errors="replace").splitlines()) == set(files)
+    return rel in files and path.read_bytes() == files[rel].encode("utf-8")
+
+
+def _usage(message: str) -> NoReturn:
+    raise UsageError(message)
+
+
+def _github_annotations(err: FleetcError) -> None:
+    """Workflow-command annotations on stdout (capped); all diagnostics in the step summary."""
+    from .report import github_annotations, github_step_summary
+
+    diagnostics = err.diagnostics if isinstance(err, PolicyError) else ()
+    for line in github_annotations(diagnostics, str(err)):
+        click.echo(line)
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_file:
+        with open(summary_file, "a", encoding="utf-8") as handle:
+            handle.write(github_step_summary(diagnostics, str(err)))
 
 
 def _internal_error(err: Exception) -> NoReturn:

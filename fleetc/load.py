@@ -17,7 +17,9 @@ from ruamel.yaml import YAML
 from ruamel.yaml.constructor import ConstructorError, SafeConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.reader import ReaderError
 
+from . import fastcompose
 from .errors import Diagnostic, UsageError
 
 #: A policy file larger than this is refused: policies are small, and the limit keeps a
@@ -179,10 +181,13 @@ def _decode(raw: bytes, display: str) -> tuple[str, Diagnostic | None]:
 def parse(text: str, display: str) -> tuple[list[Document], list[Diagnostic]]:
     """Parse every document in ``text``; empty documents (a trailing ``---``) are skipped."""
     yaml = YAML(typ="safe", pure=True)
+    fast = fastcompose.compose_all(text, yaml.resolver)  # libyaml: same nodes, ~6x faster
     try:
-        nodes = list(yaml.compose_all(text))
+        nodes = fast if fast is not None else list(yaml.compose_all(text))
     except MarkedYAMLError as err:
         return [], [_syntax_diagnostic(err, display)]
+    except ReaderError as err:
+        return [], [_character_diagnostic(err, text, display)]
     except YAMLError as err:
         return [], [Diagnostic(display, 0, 0, "", f"invalid YAML: {err}")]
     except RecursionError:
@@ -206,6 +211,17 @@ def parse(text: str, display: str) -> tuple[list[Document], list[Diagnostic]]:
 
 def _is_null(node: Node) -> bool:
     return isinstance(node, ScalarNode) and node.tag == "tag:yaml.org,2002:null"
+
+
+def _character_diagnostic(err: ReaderError, text: str, display: str) -> Diagnostic:
+    """A character YAML forbids (NUL and other control characters), located by line and column."""
+    at = min(max(err.position, 0), len(text))
+    line = text.count("\n", 0, at) + 1
+    column = at - (text.rfind("\n", 0, at) + 1) + 1
+    code = err.character if isinstance(err.character, int) else ord(str(err.character)[:1] or "?")
+    return Diagnostic(display, line, column, "",
+                      f"invalid YAML: control character U+{code:04X} is not allowed",
+                      hint="remove it; policy files are plain text")
 
 
 def _syntax_diagnostic(err: MarkedYAMLError, display: str) -> Diagnostic:

@@ -139,6 +139,8 @@ class Stage:
     command: tuple[str, ...]
     source: Source
     shared_gpu: bool = False  # accepts time-sliced GPU slots (never for Training/Finetuning)
+    #: Data sovereignty: the jurisdiction whose clusters alone may run the stage (None: any).
+    jurisdiction: str | None = None
 
     @property
     def key(self) -> str:
@@ -260,6 +262,7 @@ class StagePlacement:
     stage: str  # Stage.key
     assignments: tuple[Assignment, ...]  # sorted by cluster name
     score: float  # weighted score in [0, 1], replica-weighted over assignments
+    reason: str = ""  # why the stage is unplaced (empty assignments, --allow-unplaced)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ The functions are pure: the same policies give the same model, whatever their fi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from . import model as m
 from . import policy as p
@@ -50,16 +51,17 @@ def resolve(policies: PolicySet, where: str, drained: Sequence[str] = ()) -> m.F
                          f"'{fleet.name}' ({fleet.doc.path})")
     fleet_tolerations = tuple(_toleration(t) for t in
                               (spec.placement.clusterTolerations or [] if spec.placement else []))
-    stages = tuple(
+    clusters = tuple(sorted((_cluster(fleet, i, drained) for i in range(len(spec.clusters))),
+                            key=lambda c: c.name))
+    stages = _with_jurisdictions(policies, clusters, tuple(
         stage
         for pipeline in sorted(policies.pipelines, key=lambda pl: pl.name)
         for stage in _stages(pipeline, fleet_tolerations)
-    )
+    ))
     return m.FleetModel(
         name=fleet.name,
         namespace=fleet.obj.metadata.namespace or DEFAULT_NAMESPACE,
-        clusters=tuple(sorted((_cluster(fleet, i, drained) for i in range(len(spec.clusters))),
-                              key=lambda c: c.name)),
+        clusters=clusters,
         stages=stages,
         score_weights=_score_weights(spec.scoreWeights),
         class_weights=_class_weights(spec.aigcConfig),
@@ -70,6 +72,67 @@ def resolve(policies: PolicySet, where: str, drained: Sequence[str] = ()) -> m.F
         move_cost=_or(spec.placement.moveCost if spec.placement else None, 0.05),
         gitops=_gitops(spec.gitops),
     )
+
+
+def region_jurisdiction(region: str, clusters: Sequence[m.Cluster]) -> str:
+    """The jurisdiction of data in ``region``: that of the fleet's clusters there (the first by
+    name), else the region's first '-'-separated part (``cn`` for ``cn-north-1``)."""
+    here = sorted(c.name for c in clusters if c.region == region)
+    if here:
+        return next(c.jurisdiction for c in clusters if c.name == here[0])
+    return region.split("-", 1)[0]
+
+
+def _with_jurisdictions(policies: PolicySet, clusters: tuple[m.Cluster, ...],
+                        stages: tuple[m.Stage, ...]) -> tuple[m.Stage, ...]:
+    """Data sovereignty: a stage of a pipeline that a platform with ``dataSovereignty`` governs
+    runs only in the jurisdiction of the data it reads, directly (``inputs[].location``) or
+    through ``from:`` chains (the producing stage's data, transitively). Data of two
+    jurisdictions in one stage can never be placed, so it is a policy error."""
+    sovereign = {name for pf in policies.platforms
+                 if pf.obj.spec.security and pf.obj.spec.security.dataSovereignty
+                 for name in governed(pf, policies)}
+    by_key = {s.key: s for s in stages}
+    memo: dict[str, frozenset[str]] = {}
+    resolved, problems = [], []
+    for stage in stages:
+        if stage.pipeline not in sovereign:
+            resolved.append(stage)
+            continue
+        regions = _data_regions(stage, by_key, memo)
+        where = {region_jurisdiction(r, clusters): r for r in sorted(regions, reverse=True)}
+        if len(where) > 1:
+            problems.append(_two_jurisdictions(policies, stage, where))
+        resolved.append(replace(stage, jurisdiction=min(where)) if where else stage)
+    if problems:
+        raise PolicyError(problems)
+    return tuple(resolved)
+
+
+def _data_regions(stage: m.Stage, by_key: dict[str, m.Stage],
+                  memo: dict[str, frozenset[str]]) -> frozenset[str]:
+    """Regions of every piece of data ``stage`` reads, following ``from:`` to the producers."""
+    if stage.key not in memo:
+        memo[stage.key] = frozenset()  # a cycle (rejected by validation) ends here
+        regions = {i.location for i in stage.inputs if i.location}
+        for item in stage.inputs:
+            producer = by_key.get(f"{stage.pipeline}/{item.from_stage}") if item.from_stage else None
+            if producer is not None:
+                regions |= _data_regions(producer, by_key, memo)
+        memo[stage.key] = frozenset(regions)
+    return memo[stage.key]
+
+
+def _two_jurisdictions(policies: PolicySet, stage: m.Stage, where: dict[str, str]) -> Diagnostic:
+    pipeline = next(pl for pl in policies.pipelines if pl.name == stage.pipeline)
+    index = [s.name for s in pipeline.obj.spec.stages].index(stage.name)
+    found = " and ".join(f"{j} ({where[j]})" for j in sorted(where))
+    return pipeline.doc.diagnostic(
+        ("spec", "stages", index),
+        f"data sovereignty: stage '{stage.name}' reads data of jurisdictions {found}, "
+        "and may run in only one",
+        hint="keep the data a stage reads (and the data its from: inputs were made of) "
+             "in one jurisdiction, or turn security.dataSovereignty off")
 
 
 def _gitops(spec: p.GitOps | None) -> m.GitOps:

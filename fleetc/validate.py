@@ -9,6 +9,8 @@ resolve, dependency cycles, quantities and percentages in range, attributes that
 from __future__ import annotations
 
 import functools
+import math
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -63,6 +65,7 @@ def validate(documents: Sequence[Document]) -> tuple[PolicySet, list[Diagnostic]
     for doc in documents:
         obj, problems = _check_document(doc)
         diagnostics.extend(problems)
+        diagnostics.extend(credential_checks(doc))
         if obj is not None:
             parsed.append(Parsed(obj, doc))
     policies = PolicySet(
@@ -88,6 +91,29 @@ def _validator(kind: str) -> Draft202012Validator:
     return Draft202012Validator(schema_for(kind))
 
 
+@functools.cache
+def _fast_validator(kind: str) -> Any:
+    try:
+        import jsonschema_rs
+    except ImportError:  # pragma: no cover - a dependency; without it jsonschema does it all
+        return None
+    return jsonschema_rs.validator_for(schema_for(kind))
+
+
+def _schema_valid(kind: str, data: Any) -> bool:
+    """Whether ``data`` passes its kind's schema, by jsonschema-rs (about 40x faster than
+    jsonschema). Only a document it rejects, or cannot read (integers beyond 64 bits), goes
+    through jsonschema, whose errors the diagnostics are made of; where the two disagree on
+    validity (Python's ``$`` also matches before a final newline), jsonschema decides."""
+    validator = _fast_validator(kind)
+    if validator is None:
+        return False
+    try:
+        return bool(validator.is_valid(data))
+    except Exception:  # noqa: BLE001 - whatever it cannot read, jsonschema reads
+        return False
+
+
 def _check_document(doc: Document) -> tuple[p.PolicyObject | None, list[Diagnostic]]:
     data = doc.data
     if not isinstance(data, dict):
@@ -97,13 +123,30 @@ def _check_document(doc: Document) -> tuple[p.PolicyObject | None, list[Diagnost
     if kind_problem:
         return None, [kind_problem]
     kind = data["kind"]
-    errors = list(_validator(kind).iter_errors(data))
-    if errors:
-        return None, [d for e in errors for d in _translate(doc, e)]
+    # JSON Schema's range checks are false for NaN, so they let it through: find it here.
+    nan_paths = set(_nan_paths(data, ()))
+    valid = not nan_paths and _schema_valid(kind, data)  # the fast check; errors come below
+    errors = [] if valid else [e for e in _validator(kind).iter_errors(data)
+                               if tuple(e.absolute_path) not in nan_paths]
+    if errors or nan_paths:
+        return None, [*(doc.diagnostic(path, "expected a number, got .nan (not a number)")
+                        for path in sorted(nan_paths, key=str)),
+                      *(d for e in errors for d in _translate(doc, e))]
     try:
         return p.KINDS[kind].model_validate(data), []
     except ValidationError as err:  # the schema and the models agree; this is a safety net
         return None, [doc.diagnostic(tuple(e["loc"]), e["msg"]) for e in err.errors()]
+
+
+def _nan_paths(data: Any, path: FieldPath) -> Iterator[FieldPath]:
+    if isinstance(data, float) and math.isnan(data):
+        yield path
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            yield from _nan_paths(value, path + (key,))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            yield from _nan_paths(value, path + (i,))
 
 
 def _check_kind(doc: Document, data: dict[str, Any]) -> Diagnostic | None:
@@ -493,3 +536,74 @@ def _data_policy_checks(data: Parsed[p.DataOptimizationPolicy]) -> Iterator[Diag
     if caching:
         yield from _quantity_check(data.doc, ("spec", "caching", "size"), caching.size,
                                    memory_bytes, MAX_MEMORY_BYTES)
+
+
+# --- credentials -------------------------------------------------------------------------------
+
+#: What a credential looks like, checked in every string value of every document.
+CREDENTIAL_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("an AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("a private key", re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----")),
+    ("a URL with a password", re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]+:[^/\s@]+@")),
+    ("a secret in a URL query",
+     re.compile(r"[?&][\w-]*(?:password|passwd|pwd|token|secret|api[-_]?key)=[^&\s]+",
+                re.IGNORECASE)),
+    ("a GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})")),
+    ("a Slack token", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}")),
+)
+#: Keys whose value is a secret when it looks random (``secretName``-like keys are references).
+_SECRET_KEY = re.compile(r"password|passwd|secret|token|api[-_]?key|access[-_]?key|private[-_]?key|"
+                         r"credential", re.IGNORECASE)
+_REFERENCE_KEY = re.compile(r"(name|ref|reference)$", re.IGNORECASE)
+_MIN_SECRET_LENGTH = 16
+_MIN_SECRET_ENTROPY = 3.0  # bits per character; names and words score lower
+
+
+def credential_checks(doc: Document) -> Iterator[Diagnostic]:
+    """Refuse values that look like credentials: fleetc's output lives in git, so a secret in a
+    policy would be published; the policy must name a Kubernetes Secret instead."""
+    for path, key, value in _strings(doc.data, ()):
+        what = _credential_kind(key, value)
+        if what:
+            yield doc.diagnostic(path, f"looks like a credential ({what}); fleetc never renders "
+                                       "secrets",
+                                 hint="store it in a Kubernetes Secret and reference the Secret "
+                                      "by name")
+
+
+def _strings(data: Any, path: FieldPath) -> Iterator[tuple[FieldPath, str, str]]:
+    """Every string value under ``data`` with its path and the mapping key it sits under."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if isinstance(value, str):
+                yield path + (key,), str(key), value
+            else:
+                yield from _strings(value, path + (key,))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            if isinstance(value, str):
+                yield path + (i,), str(path[-1]) if path else "", value
+            else:
+                yield from _strings(value, path + (i,))
+
+
+def _credential_kind(key: str, value: str) -> str:
+    for what, pattern in CREDENTIAL_PATTERNS:
+        if pattern.search(value):
+            return what
+    if (_SECRET_KEY.search(key) and not _REFERENCE_KEY.search(key)
+            and _looks_random(value)):
+        return f"a random-looking value under '{key}'"
+    return ""
+
+
+def _looks_random(value: str) -> bool:
+    """Long, no spaces, mixed character classes and high Shannon entropy: a token, not a name."""
+    if len(value) < _MIN_SECRET_LENGTH or any(c.isspace() for c in value):
+        return False
+    classes = sum(any(test(c) for c in value) for test in (str.islower, str.isupper, str.isdigit))
+    if classes < 2:
+        return False
+    counts = [value.count(c) for c in set(value)]
+    entropy = -sum(n / len(value) * math.log2(n / len(value)) for n in counts)
+    return entropy >= _MIN_SECRET_ENTROPY

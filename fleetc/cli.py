@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -68,73 +68,96 @@ def validate(paths: Sequence[str], output_format: str) -> None:
 def compile(paths: Sequence[str], out_dir: str, check: bool, time_limit: float | None,
             drain: Sequence[str], commit: bool, allow_unplaced: bool, output_format: str) -> None:
     """Place every pipeline stage and write the manifests to the output folder."""
-    from .compiler import Options, compile_policies, load_policies
-    from .emit import changes, write_tree
-    from .previous import read_previous
-
     if check and commit:
         _run(lambda: _usage("--check and --commit cannot be combined"), output_format)
+    compiled = _run(lambda: _compile(paths, out_dir, time_limit=time_limit, drain=tuple(drain),
+                                     allow_unplaced=allow_unplaced), output_format)
+    for stage in compiled.placement.stages:
+        if not stage.assignments:
+            click.echo(f"warning: {stage.stage} is not placed: {stage.reason}", err=True)
+    # --check and --commit change only where the rendered files go, never how they are made.
+    sink = _check if check else _commit if commit else _write
+    sink(compiled, Path(out_dir), output_format)
 
+
+def _compile(paths: Sequence[str], out_dir: str, **options: Any) -> Any:
+    """Load, validate and compile, with a status line while stderr is a terminal."""
+    from .compiler import Options, compile_policies, load_policies
+    from .previous import read_previous
     from .progress import NULL_REPORTER, TerminalReporter
 
-    terminal = TerminalReporter(sys.stderr) if sys.stderr.isatty() else None  # a status line
+    terminal = TerminalReporter(sys.stderr) if sys.stderr.isatty() else None
+    try:
+        loaded = load_policies(paths or [DEFAULT_POLICIES], terminal or NULL_REPORTER)
+        previous, warning = read_previous(Path(out_dir))
+        if warning:
+            click.echo(f"warning: {warning}", err=True)
+        return compile_policies(loaded, Options(previous=previous, reporter=terminal or NULL_REPORTER,
+                                                **options))
+    finally:
+        if terminal is not None:
+            terminal.close()  # before any message, so none shares the status line
 
-    def run() -> Any:
-        try:
-            loaded = load_policies(paths or [DEFAULT_POLICIES], terminal or NULL_REPORTER)
-            previous, warning = read_previous(Path(out_dir))
-            if warning:
-                click.echo(f"warning: {warning}", err=True)
-            return compile_policies(loaded, Options(time_limit=time_limit, drain=tuple(drain),
-                                                    previous=previous, allow_unplaced=allow_unplaced,
-                                                    reporter=terminal or NULL_REPORTER))
-        finally:
-            if terminal is not None:
-                terminal.close()  # before any message, so none shares the status line
 
-    compiled = _run(run, output_format)
-    out = Path(out_dir)
-    unplaced = [p for p in compiled.placement.stages if not p.assignments]
-    for stage in unplaced:
-        click.echo(f"warning: {stage.stage} is not placed: {stage.reason}", err=True)
-    placed = len(compiled.placement.stages) - len(unplaced)
-    summary = {
-        "out": out_dir,
+def _summary(compiled: Any, out: Path) -> dict[str, Any]:
+    placement = compiled.placement
+    return {
+        "out": out.as_posix(),
         "files": len(compiled.files),
-        "stages": placed,
-        "objective": round(compiled.placement.objective, 6),
-        "bound": round(compiled.placement.bound, 6),
-        "gap": round(compiled.placement.gap, 6),
+        "stages": sum(1 for p in placement.stages if p.assignments),
+        "objective": round(placement.objective, 6),
+        "bound": round(placement.bound, 6),
+        "gap": round(placement.gap, 6),
         "warnings": [w.as_dict() for w in compiled.warnings],
     }
-    if check:
-        stale = _run(lambda: changes(out, compiled.files), output_format)
-        if output_format == "json":
-            _emit_json({**summary, "current": not stale,
-                        "changes": [{"path": c.path, "status": c.status} for c in stale]})
-        for change in stale if output_format == "text" else []:
+
+
+def _check(compiled: Any, out: Path, output_format: str) -> None:
+    """``--check``: list what writing would change, as ``black --check`` does; never write."""
+    from .emit import changes
+
+    stale = _run(lambda: changes(out, compiled.files), output_format)
+    if output_format == "json":
+        _emit_json({**_summary(compiled, out), "current": not stale,
+                    "changes": [{"path": c.path, "status": c.status} for c in stale]})
+    else:
+        for change in stale:
             click.echo(f"would {_VERB[change.status]} {out / change.path}", err=True)
-        _print_warnings(compiled.warnings, output_format)
-        if stale:
-            if output_format == "text":
-                click.echo(f"{out_dir}/ is stale: {_plural(len(stale), 'file')} would change",
-                           err=True)
-            sys.exit(ExitCode.FAILED)
+    _print_warnings(compiled.warnings, output_format)
+    if stale:
         if output_format == "text":
-            click.echo(f"{out_dir}/ is up to date")
-        return
-    if commit:
-        _run(lambda: _write_and_commit(compiled, out, summary, output_format), output_format)
-        _print_warnings(compiled.warnings, output_format)
-        return
+            click.echo(f"{out}/ is stale: {_plural(len(stale), 'file')} would change", err=True)
+        sys.exit(ExitCode.FAILED)
+    if output_format == "text":
+        click.echo(f"{out}/ is up to date")
+
+
+def _write(compiled: Any, out: Path, output_format: str) -> None:
+    from .emit import write_tree
+
     _run(lambda: write_tree(out, compiled.files), output_format)
     _print_warnings(compiled.warnings, output_format)
     if output_format == "json":
-        _emit_json(summary)
+        _emit_json(_summary(compiled, out))
     else:
+        placed = _summary(compiled, out)["stages"]
         click.echo(f"placed {_plural(placed, 'stage')} (gap to the LP bound "
                    f"{compiled.placement.gap:.2%}); wrote {_plural(len(compiled.files), 'file')}"
-                   f" to {out_dir}/")
+                   f" to {out}/")
+
+
+def _commit(compiled: Any, out: Path, output_format: str) -> None:
+    """``--commit``: write the output folder and commit exactly it."""
+    from .gitflow import commit_output
+
+    sha, message = _run(lambda: commit_output(compiled, out), output_format)
+    _print_warnings(compiled.warnings, output_format)
+    if output_format == "json":
+        _emit_json({**_summary(compiled, out), "commit": sha, "message": message if sha else None})
+    elif sha:
+        click.echo(f"committed {sha[:12]}: {message.splitlines()[0]}")
+    else:
+        click.echo(f"{out}/ is unchanged: nothing to commit")
 
 
 @cli.command()
@@ -158,11 +181,12 @@ def diff(base_ref: str, paths: Sequence[str], out_dir: str, time_limit: float | 
     what "compile --check" verifies on that side.
     """
     from .compiler import Options, compile_policies, load_policies, load_policy_sources
+    from .gitflow import policy_sources_at
     from .previous import read_previous
     from .report import EMPTY, as_json, compare, format_markdown, format_text, snapshot
 
     given = list(paths) or [DEFAULT_POLICIES]
-    sources, base_previous = _run(lambda: _sources_at(base_ref, given, out_dir), output_format)
+    sources, base_previous = _run(lambda: policy_sources_at(base_ref, given, out_dir), output_format)
     at_base = f"at {base_ref}"
 
     def compile_base() -> Any:
@@ -184,31 +208,6 @@ def diff(base_ref: str, paths: Sequence[str], out_dir: str, time_limit: float | 
         click.echo(format_markdown(report) if output_format == "markdown" else format_text(report), nl=False)
     if exit_code and report.changed:
         sys.exit(ExitCode.FAILED)
-
-
-def _sources_at(ref: str, given: Sequence[str], out_dir: str) -> tuple[list[tuple[str, bytes]], dict[str, Any]]:
-    """The policy files under the PATHs at ``ref``, named as the working tree's would be (so
-    provenance annotations do not differ just because one side came from git), and the previous
-    placement in the output folder at ``ref`` (empty when missing or malformed)."""
-    from pathlib import PurePosixPath
-
-    from . import gitrepo
-    from .load import display_path
-    from .previous import PLACEMENT_FILE, parse_previous
-
-    root = gitrepo.repo_root(Path.cwd())
-    found: dict[str, bytes] = {}
-    for path in given:
-        folder = gitrepo.relative_to_root(root, Path(path))
-        for name, data in gitrepo.read_tree_files(root, ref, [folder]):
-            inner = PurePosixPath(name).relative_to(folder) if folder not in ("", ".") else PurePosixPath(name)
-            found.setdefault(display_path(Path(path) / inner), data)
-    placement = gitrepo.read_file(root, ref, f"{gitrepo.relative_to_root(root, Path(out_dir))}/{PLACEMENT_FILE}")
-    try:
-        previous: dict[str, Any] = parse_previous(placement.decode("utf-8")) if placement else {}
-    except (UnicodeDecodeError, ValueError):
-        previous = {}
-    return sorted(found.items()), previous
 
 
 @cli.command()
@@ -291,51 +290,6 @@ def _report(err: FleetcError, output_format: str, side: str = "") -> None:
             click.echo(f"  {reason}", err=True)
     else:
         click.echo(f"error: {err}", err=True)
-
-
-def _write_and_commit(compiled: Any, out: Path, summary: dict[str, Any], output_format: str) -> None:
-    """``compile --commit``: refuse when the output folder holds edits fleetc did not make, else
-    write it and commit exactly it (other staged or unstaged changes stay as they are)."""
-    from . import gitrepo
-    from .emit import RECORD, write_tree
-    from .report import commit_message, compare, snapshot, snapshot_of_output
-
-    root = gitrepo.repo_root(Path.cwd())
-    folder = gitrepo.relative_to_root(root, out)
-    if folder in ("", "."):
-        raise UsageError("--commit needs an output folder inside the repository, not its root")
-    committed = gitrepo.read_folder(root, "HEAD", folder)
-    owned = set(committed.get(RECORD, "").splitlines()) or set(committed) - {RECORD}
-    foreign = [p for p in gitrepo.uncommitted(root, folder)
-               if not _made_by_fleetc(root / p, p[len(folder) + 1:], compiled.files, owned, RECORD)]
-    if foreign:
-        raise FleetcError(f"{folder}/ has changes fleetc did not make; commit or discard them first "
-                          "(nothing was written):\n" + "\n".join(f"  {p}" for p in foreign))
-    before = snapshot_of_output({p: t for p, t in committed.items() if p in owned},
-                                {c.name: c.gpu_type for c in compiled.model.clusters})
-    report = compare(before, snapshot(compiled.model, compiled.placement, compiled.files),
-                     base_label="HEAD", head_label="compile", out=folder)
-    write_tree(out, compiled.files)
-    message = commit_message(report)
-    sha = gitrepo.commit_folder(root, folder, message)
-    if output_format == "json":
-        _emit_json({**summary, "commit": sha, "message": message if sha else None})
-    elif sha:
-        click.echo(f"committed {sha[:12]}: {message.splitlines()[0]}")
-    else:
-        click.echo(f"{folder}/ is unchanged: nothing to commit")
-
-
-def _made_by_fleetc(path: Path, rel: str, files: Mapping[str, str], owned: set[str], record: str) -> bool:
-    """Whether a file that differs from HEAD is already as this compile leaves it: holding what
-    it writes, or gone when it is a file fleetc wrote (per HEAD's record) and writes no more."""
-    if not path.exists():
-        return rel in owned and rel not in files
-    if not path.is_file():
-        return False
-    if rel == record:
-        return set(path.read_text(encoding="utf-8", errors="replace").splitlines()) == set(files)
-    return rel in files and path.read_bytes() == files[rel].encode("utf-8")
 
 
 def _usage(message: str) -> NoReturn:

@@ -435,7 +435,7 @@ def test_placement_report_exact_text() -> None:
         stages=(
             StagePlacement("p/train", (Assignment("c1", 2, 8),), 0.91234567),
             StagePlacement("p/serve", (Assignment("c1", 1, 1), Assignment("c2", 2, 2)), 2 / 3),
-            StagePlacement("p/eval", (), 0.0),
+            StagePlacement("p/eval", (), 0.0, reason="0/2 clusters fit p/eval: 2 are cordoned"),
         ),
         objective=1.2345678901,
         bound=1.5,
@@ -487,6 +487,7 @@ stages:
     clusters: []
     score: 0.0
     unplaced: true
+    reason: "0/2 clusters fit p/eval: 2 are cordoned"
 """
 
 

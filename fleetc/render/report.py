@@ -36,4 +36,6 @@ def _stage_report(stage: Stage, placement: StagePlacement) -> Obj:
     }
     if not placement.assignments:
         report["unplaced"] = True
+        if placement.reason:
+            report["reason"] = placement.reason
     return report

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -20,6 +19,7 @@ from jsonschema.exceptions import ValidationError as SchemaError
 from pydantic import ValidationError
 
 from . import policy as p
+from .credentials import credential_checks
 from .errors import Diagnostic, did_you_mean
 from .load import Document, FieldPath
 from .quantity import cpu_millis, memory_bytes, parse_percentage
@@ -536,74 +536,3 @@ def _data_policy_checks(data: Parsed[p.DataOptimizationPolicy]) -> Iterator[Diag
     if caching:
         yield from _quantity_check(data.doc, ("spec", "caching", "size"), caching.size,
                                    memory_bytes, MAX_MEMORY_BYTES)
-
-
-# --- credentials -------------------------------------------------------------------------------
-
-#: What a credential looks like, checked in every string value of every document.
-CREDENTIAL_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("an AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("a private key", re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----")),
-    ("a URL with a password", re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]+:[^/\s@]+@")),
-    ("a secret in a URL query",
-     re.compile(r"[?&][\w-]*(?:password|passwd|pwd|token|secret|api[-_]?key)=[^&\s]+",
-                re.IGNORECASE)),
-    ("a GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})")),
-    ("a Slack token", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}")),
-)
-#: Keys whose value is a secret when it looks random (``secretName``-like keys are references).
-_SECRET_KEY = re.compile(r"password|passwd|secret|token|api[-_]?key|access[-_]?key|private[-_]?key|"
-                         r"credential", re.IGNORECASE)
-_REFERENCE_KEY = re.compile(r"(name|ref|reference)$", re.IGNORECASE)
-_MIN_SECRET_LENGTH = 16
-_MIN_SECRET_ENTROPY = 3.0  # bits per character; names and words score lower
-
-
-def credential_checks(doc: Document) -> Iterator[Diagnostic]:
-    """Refuse values that look like credentials: fleetc's output lives in git, so a secret in a
-    policy would be published; the policy must name a Kubernetes Secret instead."""
-    for path, key, value in _strings(doc.data, ()):
-        what = _credential_kind(key, value)
-        if what:
-            yield doc.diagnostic(path, f"looks like a credential ({what}); fleetc never renders "
-                                       "secrets",
-                                 hint="store it in a Kubernetes Secret and reference the Secret "
-                                      "by name")
-
-
-def _strings(data: Any, path: FieldPath) -> Iterator[tuple[FieldPath, str, str]]:
-    """Every string value under ``data`` with its path and the mapping key it sits under."""
-    if isinstance(data, dict):
-        for key, value in data.items():
-            if isinstance(value, str):
-                yield path + (key,), str(key), value
-            else:
-                yield from _strings(value, path + (key,))
-    elif isinstance(data, list):
-        for i, value in enumerate(data):
-            if isinstance(value, str):
-                yield path + (i,), str(path[-1]) if path else "", value
-            else:
-                yield from _strings(value, path + (i,))
-
-
-def _credential_kind(key: str, value: str) -> str:
-    for what, pattern in CREDENTIAL_PATTERNS:
-        if pattern.search(value):
-            return what
-    if (_SECRET_KEY.search(key) and not _REFERENCE_KEY.search(key)
-            and _looks_random(value)):
-        return f"a random-looking value under '{key}'"
-    return ""
-
-
-def _looks_random(value: str) -> bool:
-    """Long, no spaces, mixed character classes and high Shannon entropy: a token, not a name."""
-    if len(value) < _MIN_SECRET_LENGTH or any(c.isspace() for c in value):
-        return False
-    classes = sum(any(test(c) for c in value) for test in (str.islower, str.isupper, str.isdigit))
-    if classes < 2:
-        return False
-    counts = [value.count(c) for c in set(value)]
-    entropy = -sum(n / len(value) * math.log2(n / len(value)) for n in counts)
-    return entropy >= _MIN_SECRET_ENTROPY

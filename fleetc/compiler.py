@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import Diagnostic, PolicyError
-from .load import discover, load_files, load_sources
+from .load import LoadResult, discover, load_files, load_sources
 from .model import FleetModel, Placement
 from .progress import NULL_REPORTER, Reporter, phase
 from .resolve import resolve
@@ -57,18 +57,17 @@ def load_policies(paths: Sequence[str], reporter: Reporter = NULL_REPORTER) -> L
         files = discover(paths)
         roots = [Path(p) for p in paths]  # folders, and files named directly (may be links)
         loaded = load_files(files, roots)
-    with phase(reporter, "validate"):
-        policies, diagnostics = validate(loaded.documents)
-    problems = [*loaded.diagnostics, *diagnostics]
-    if problems:
-        raise PolicyError(problems)
-    return Loaded(policies, len(loaded.documents), ", ".join(paths))
+    return _validated(loaded, ", ".join(paths), reporter)
 
 
 def load_policy_sources(sources: Sequence[tuple[str, bytes]], where: str) -> Loaded:
     """Validate policies given as (display path, content) pairs, e.g. read from git at a revision."""
-    loaded = load_sources(sources)
-    policies, diagnostics = validate(loaded.documents)
+    return _validated(load_sources(sources), where, NULL_REPORTER)
+
+
+def _validated(loaded: LoadResult, where: str, reporter: Reporter) -> Loaded:
+    with phase(reporter, "validate"):
+        policies, diagnostics = validate(loaded.documents)
     problems = [*loaded.diagnostics, *diagnostics]
     if problems:
         raise PolicyError(problems)

@@ -2,7 +2,7 @@
 
 Pure: everything here works on two :class:`Snapshot` values (rendered files plus what was placed
 where), built from compiles or from a committed ``placement.yaml``; git and the file system stay
-in :mod:`fleetc.gitrepo` and :mod:`fleetc.cli`. The Markdown is meant for a pull-request comment,
+in :mod:`fleetc.gitrepo` and :mod:`fleetc.gitflow`. The Markdown is meant for a pull-request comment,
 so it is cut at whole objects to fit GitHub's comment limit, and says what it left out.
 """
 

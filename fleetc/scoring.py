@@ -27,21 +27,41 @@ Score terms, each in [0, 1] and 0 on pairs that are not allowed:
 - ``cost``: the hourly price of the stage's whole demand on the cluster (per replica GPUs x
   GPU-hour + cores x core-hour + GiB x GiB-hour, times replicas); the score is the cheapest
   allowed price for that stage divided by this one, 1.0 when this one is free.
-- ``network = 0.6*data_locality + 0.4*link``. ``data_locality`` averages over the stage's
-  inputs 1.0 (data in the cluster's region), 0.5 (location unknown, including outputs of
-  other stages) or 0.25 (another region); 1.0 when the stage has no inputs. ``link`` is 1.0 or
-  0.5 for Deployments on low-latency or other clusters, and 1.0 / 0.5 / 0.25 for other stages
-  on high-performance / standard / low network tiers.
+- ``network = 0.6*data_locality + 0.4*link``. ``data_locality`` averages, over the pieces of
+  data the stage reads, 1.0 when the data is in the cluster's region, 0.25 when it is only in
+  other regions and 0.5 when its location is unknown; 1.0 when the stage reads nothing. The
+  pieces are the stage's inputs plus one per *bare* dependency (a ``dependencies:`` entry it
+  takes no ``from:`` input of). Where a piece lives: an input's own ``location`` (for a
+  ``from:`` input, the producing output's); otherwise, for a ``from:`` input or a bare
+  dependency, where the stage it depends on keeps its data, ``D(d)`` = the regions of ``d``'s
+  located outputs or, when none is located, of its located inputs (one level, not
+  transitively). A bare dependency with an empty ``D(d)`` is no piece at all, so a stage
+  scores as before when nothing is known about its dependencies. A piece located in several
+  regions scores 1.0 in each of them. This co-locates a stage with its dependencies' data
+  and stays linear: it depends on where that data is, never on where the dependency is placed.
+  ``link`` is 1.0 or 0.5 for Deployments on low-latency or other clusters, and 1.0 / 0.5 /
+  0.25 for other stages on high-performance / standard / low network tiers.
 - ``energy = cluster.energy_efficiency``.
 
 ``total`` is the weighted sum with ``model.score_weights`` divided by the weights' sum, so it
 stays in [0, 1] even when the weights do not add up to one.
+
+At fleet scale (1,000 clusters x 20,000 stages, 20M pairs) nothing here loops over pairs in
+Python. Stages and clusters become columns of numbers (text such as GPU types, jurisdictions
+and taint sets becomes integer codes; the taint check runs once per distinct pair of toleration
+and taint sets, then is looked up), and every filter and term is an array operation over a
+block of rows, so the temporaries stay a few MB. Only ``allowed`` (bool) and ``total`` (the
+optimizer's input) are kept for every pair; the reasons and the four terms are computed when
+asked for. ``total`` stays float64 although float32 would hold a score in [0, 1] well enough:
+under numpy 2's promotion rules ``python_float + float32`` is float32, so float32 scores would
+silently turn the callers' sums (objectives over 20,000 stages) into float32 arithmetic.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -51,98 +71,110 @@ GIB = 2**30
 
 _TIER_LINK = {"high-performance": 1.0, "standard": 0.5, "low": 0.25}
 
+#: Pairs per block of rows: bounds each temporary array to about 8 MB whatever the fleet's size.
+_BLOCK_PAIRS = 1 << 20
+
+class Reasons(Mapping[tuple[int, int], str]):
+    """``(stage index, cluster index) -> why not allowed`` for every pair that is not allowed.
+
+    Reads like the dict it replaces (``[key]``, ``.get``, ``in``, iteration in row-major order,
+    ``==`` with a dict) but keeps no strings: a fleet of 20M pairs may reject ten million of
+    them and a compile reads a handful. Each text comes from :func:`filter_reason` when asked.
+    """
+
+    def __init__(self, model: FleetModel, allowed: np.ndarray):
+        self._stages = model.stages
+        self._clusters = model.clusters
+        self._allowed = allowed
+
+    def __getitem__(self, key: tuple[int, int]) -> str:
+        if key not in self:
+            raise KeyError(key)
+        s, c = key
+        return filter_reason(self._stages[s], self._clusters[c])
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, tuple) or len(key) != 2:
+            return False
+        s, c = key
+        if not isinstance(s, int | np.integer) or not isinstance(c, int | np.integer):
+            return False
+        n_stages, n_clusters = self._allowed.shape
+        return 0 <= s < n_stages and 0 <= c < n_clusters and not self._allowed[s, c]
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        for s, row in enumerate(self._allowed):
+            for c in np.flatnonzero(~row).tolist():
+                yield (s, c)
+
+    def __len__(self) -> int:
+        return int(self._allowed.size - np.count_nonzero(self._allowed))
+
 
 @dataclass(frozen=True, eq=False)
 class Scores:
-    """Filter result and score terms, each an (S, C) array in model order."""
+    """Filter result and score terms, each an (S, C) array in model order.
 
-    allowed: np.ndarray
-    reasons: dict[tuple[int, int], str]  # (stage index, cluster index) -> why not allowed
-    compute: np.ndarray
-    cost: np.ndarray
-    network: np.ndarray
-    energy: np.ndarray
+    ``allowed`` and ``total`` are computed up front; ``reasons`` and the terms ``compute``,
+    ``cost``, ``network`` and ``energy`` on first use (see the module docstring).
+    """
+
+    allowed: np.ndarray  # bool
+    reasons: Reasons  # (stage index, cluster index) -> why not allowed
     total: np.ndarray
+    _columns: _Columns = field(repr=False)
 
+    @cached_property
+    def compute(self) -> np.ndarray:
+        return self._term("compute")
 
-@dataclass(frozen=True, eq=False)
-class _Fleet:
-    """Per-cluster columns as arrays, so each stage is scored against all clusters at once."""
+    @cached_property
+    def cost(self) -> np.ndarray:
+        return self._term("cost")
 
-    gpus: np.ndarray
-    cores: np.ndarray
-    memory_gib: np.ndarray
-    has_gpus: np.ndarray
-    gpu_hour_cost: np.ndarray
-    cpu_hour_cost: np.ndarray
-    memory_gib_hour_cost: np.ndarray
-    idle: np.ndarray
-    energy: np.ndarray
-    regions: np.ndarray
-    low_latency: np.ndarray
-    tier_link: np.ndarray
+    @cached_property
+    def network(self) -> np.ndarray:
+        return self._term("network")
 
-    @classmethod
-    def of(cls, clusters: tuple[Cluster, ...]) -> _Fleet:
-        def column(getter: Callable[[Cluster], object], dtype: type = float) -> np.ndarray:
-            return np.array([getter(c) for c in clusters], dtype=dtype)
+    @cached_property
+    def energy(self) -> np.ndarray:
+        return self._term("energy")
 
-        return cls(
-            gpus=column(lambda c: c.gpus),
-            cores=column(lambda c: c.cpu_millis / 1000),
-            memory_gib=column(lambda c: c.memory_bytes / GIB),
-            has_gpus=column(lambda c: c.gpu_type is not None and c.gpus > 0, bool),
-            gpu_hour_cost=column(lambda c: c.gpu_hour_cost),
-            cpu_hour_cost=column(lambda c: c.cpu_hour_cost),
-            memory_gib_hour_cost=column(lambda c: c.memory_gib_hour_cost),
-            idle=np.clip(1.0 - column(lambda c: c.utilization), 0.0, 1.0),
-            energy=np.clip(column(lambda c: c.energy_efficiency), 0.0, 1.0),
-            regions=column(lambda c: c.region, object),
-            low_latency=column(lambda c: c.low_latency, bool),
-            tier_link=column(lambda c: _TIER_LINK[c.network_tier]),
-        )
+    def _term(self, name: str) -> np.ndarray:
+        matrix = np.empty(self.allowed.shape)
+        for rows in _blocks(self._columns):
+            matrix[rows] = getattr(_Block.of(self._columns, rows), name)
+        return matrix
 
 
 def score_matrix(model: FleetModel) -> Scores:
     """Filter every (stage, cluster) pair and score the allowed ones; see the module docstring."""
-    fleet = _Fleet.of(model.clusters)
-    allowed, reasons = _filter(model)
-    compute = _per_stage(_compute_row, model.stages, fleet, allowed)
-    network = _per_stage(_network_row, model.stages, fleet, allowed)
-    cost = _cost_scores(model.stages, fleet, allowed)
-    energy = np.where(allowed, fleet.energy[np.newaxis, :], 0.0)
+    columns = _Columns.of(model)
+    shape = (len(model.stages), len(model.clusters))
+    allowed = np.zeros(shape, dtype=bool)
+    total = np.zeros(shape)
     weights = model.score_weights
-    weighted = (
-        weights.compute * compute
-        + weights.cost * cost
-        + weights.network * network
-        + weights.energy * energy
-    )
     weight_sum = weights.compute + weights.cost + weights.network + weights.energy
-    total = weighted / weight_sum if weight_sum > 0 else np.zeros_like(weighted)
-    return Scores(allowed, reasons, compute, cost, network, energy, total)
-
-
-def _filter(model: FleetModel) -> tuple[np.ndarray, dict[tuple[int, int], str]]:
-    """The allowed mask and the reason for every pair that is not allowed.
-
-    One Python call per pair: taints and tolerations do not vectorise, and the reasons are
-    strings per pair anyway.
-    """
-    allowed = np.zeros((len(model.stages), len(model.clusters)), dtype=bool)
-    reasons: dict[tuple[int, int], str] = {}
-    for s, stage in enumerate(model.stages):
-        for c, cluster in enumerate(model.clusters):
-            reason = filter_reason(stage, cluster)
-            if reason:
-                reasons[(s, c)] = reason
-            else:
-                allowed[s, c] = True
-    return allowed, reasons
+    for rows in _blocks(columns):
+        block = _Block.of(columns, rows)
+        allowed[rows] = block.allowed
+        if weight_sum > 0:
+            weighted = (
+                weights.compute * block.compute
+                + weights.cost * block.cost
+                + weights.network * block.network
+                + weights.energy * block.energy
+            )
+            total[rows] = weighted / weight_sum
+    return Scores(allowed, Reasons(model, allowed), total, columns)
 
 
 def filter_reason(stage: Stage, cluster: Cluster) -> str:
-    """Why ``stage`` may never run on ``cluster``, or '' when it may."""
+    """Why ``stage`` may never run on ``cluster``, or '' when it may.
+
+    The readable statement of the filters: :class:`_Block` computes the same verdict on arrays
+    (a property test checks they agree) and :class:`Reasons` takes its texts from here.
+    """
     if cluster.cordoned:
         return "cordoned"
     if stage.jurisdiction is not None and cluster.jurisdiction != stage.jurisdiction:
@@ -166,17 +198,6 @@ def filter_reason(stage: Stage, cluster: Cluster) -> str:
     return ""
 
 
-def _per_stage(
-    row: Callable[[Stage, _Fleet], np.ndarray],
-    stages: tuple[Stage, ...],
-    fleet: _Fleet,
-    allowed: np.ndarray,
-) -> np.ndarray:
-    """Stack one row per stage into an (S, C) matrix that is 0 where the pair is not allowed."""
-    matrix = np.array([row(stage, fleet) for stage in stages]).reshape(allowed.shape)
-    return np.where(allowed, matrix, 0.0)
-
-
 def _cores(millis: int) -> str:
     return f"{millis / 1000:g}"
 
@@ -185,16 +206,120 @@ def _gib(memory_bytes: int) -> str:
     return f"{round(memory_bytes / GIB, 2):g}"
 
 
-def _compute_row(stage: Stage, fleet: _Fleet) -> np.ndarray:
-    gpu_compat = np.ones_like(fleet.gpus) if stage.gpus > 0 else np.where(fleet.has_gpus, 0.5, 1.0)
-    stage_ratio = _gib_per_core(
-        np.array(stage.memory_bytes / GIB), np.array(stage.cpu_millis / 1000)
-    )
-    cluster_ratio = _gib_per_core(fleet.memory_gib, fleet.cores)
-    ratio_sum = stage_ratio + cluster_ratio
-    safe_sum = np.where(ratio_sum > 0, ratio_sum, 1.0)
-    balance = np.where(ratio_sum > 0, 1.0 - np.abs(stage_ratio - cluster_ratio) / safe_sum, 1.0)
-    return 0.5 * gpu_compat + 0.3 * balance + 0.2 * fleet.idle
+# --- columns: the model as arrays --------------------------------------------------------------
+
+
+def _encode(values: Iterable[Hashable], table: dict[Hashable, int]) -> np.ndarray:
+    """Integer codes of ``values``, adding unseen ones to ``table``; equal values, equal codes."""
+    return np.array([table.setdefault(v, len(table)) for v in values], dtype=np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class _Columns:
+    """Per-cluster (``c_*``, shape (C,)) and per-stage (``s_*``, shape (S,)) columns, so that a
+    block of stages is filtered and scored against all clusters at once."""
+
+    c_usable: np.ndarray  # not cordoned
+    c_jurisdiction: np.ndarray  # code
+    c_has_gpus: np.ndarray
+    c_gpu_type: np.ndarray  # code (None has one too)
+    c_taints: np.ndarray  # code of the cluster's taint tuple
+    c_gpus: np.ndarray
+    c_cpu_millis: np.ndarray
+    c_memory_bytes: np.ndarray
+    c_ratio: np.ndarray  # GiB per core
+    c_gpu_hour_cost: np.ndarray
+    c_cpu_hour_cost: np.ndarray
+    c_memory_gib_hour_cost: np.ndarray
+    c_idle: np.ndarray
+    c_energy: np.ndarray
+    c_region: np.ndarray  # code, an index into s_locality's columns
+    c_latency_link: np.ndarray  # link score for Deployments
+    c_tier_link: np.ndarray  # link score for the other stages
+    s_jurisdiction: np.ndarray  # code; -1 when the stage may run anywhere
+    s_needs_gpus: np.ndarray
+    s_gpu_type: np.ndarray  # code of the required type; -1 when any will do
+    s_tolerations: np.ndarray  # code of the stage's toleration tuple
+    s_gpus: np.ndarray
+    s_cpu_millis: np.ndarray
+    s_memory_bytes: np.ndarray
+    s_ratio: np.ndarray
+    s_replicas: np.ndarray
+    s_cores: np.ndarray
+    s_memory_gib: np.ndarray
+    s_deployment: np.ndarray
+    s_locality: np.ndarray  # (S, regions): data_locality of the stage in each cluster region
+    tolerated: np.ndarray  # (toleration tuples, taint tuples): no hard taint left uncovered
+
+    @classmethod
+    def of(cls, model: FleetModel) -> _Columns:
+        clusters, stages = model.clusters, model.stages
+
+        def c_col(values: Iterable[object], dtype: type = float) -> np.ndarray:
+            return np.fromiter(values, dtype=dtype, count=len(clusters))
+
+        def s_col(values: Iterable[object], dtype: type = float) -> np.ndarray:
+            return np.fromiter(values, dtype=dtype, count=len(stages))
+
+        jurisdictions: dict[Hashable, int] = {}
+        gpu_types: dict[Hashable, int] = {}
+        taint_sets: dict[Hashable, int] = {}
+        toleration_sets: dict[Hashable, int] = {}
+        regions: dict[Hashable, int] = {}
+        c_jurisdiction = _encode((c.jurisdiction for c in clusters), jurisdictions)
+        c_gpu_type = _encode((c.gpu_type for c in clusters), gpu_types)
+        c_taints = _encode((c.taints for c in clusters), taint_sets)
+        c_region = _encode((c.region for c in clusters), regions)
+        s_tolerations = _encode((s.tolerations for s in stages), toleration_sets)
+        c_memory_gib = c_col(c.memory_bytes / GIB for c in clusters)
+        c_cores = c_col(c.cpu_millis / 1000 for c in clusters)
+        s_memory_gib = s_col(s.memory_bytes / GIB for s in stages)
+        s_cores = s_col(s.cpu_millis / 1000 for s in stages)
+        return cls(
+            c_usable=c_col((not c.cordoned for c in clusters), bool),
+            c_jurisdiction=c_jurisdiction,
+            c_has_gpus=c_col((c.gpu_type is not None and c.gpus > 0 for c in clusters), bool),
+            c_gpu_type=c_gpu_type,
+            c_taints=c_taints,
+            c_gpus=c_col((c.gpus for c in clusters), np.int64),
+            c_cpu_millis=c_col((c.cpu_millis for c in clusters), np.int64),
+            c_memory_bytes=c_col((c.memory_bytes for c in clusters), np.int64),
+            c_ratio=_gib_per_core(c_memory_gib, c_cores),
+            c_gpu_hour_cost=c_col(c.gpu_hour_cost for c in clusters),
+            c_cpu_hour_cost=c_col(c.cpu_hour_cost for c in clusters),
+            c_memory_gib_hour_cost=c_col(c.memory_gib_hour_cost for c in clusters),
+            c_idle=np.clip(1.0 - c_col(c.utilization for c in clusters), 0.0, 1.0),
+            c_energy=np.clip(c_col(c.energy_efficiency for c in clusters), 0.0, 1.0),
+            c_region=c_region,
+            c_latency_link=np.where(c_col((c.low_latency for c in clusters), bool), 1.0, 0.5),
+            c_tier_link=c_col(_TIER_LINK[c.network_tier] for c in clusters),
+            s_jurisdiction=s_col(
+                (-1 if s.jurisdiction is None else jurisdictions.setdefault(s.jurisdiction, len(jurisdictions))
+                 for s in stages),
+                np.int64,
+            ),
+            s_needs_gpus=s_col((s.gpus > 0 for s in stages), bool),
+            s_gpu_type=s_col(
+                (gpu_types.setdefault(s.gpu_type, len(gpu_types)) if s.gpus > 0 and s.gpu_type else -1
+                 for s in stages),
+                np.int64,
+            ),
+            s_tolerations=s_tolerations,
+            s_gpus=s_col((s.gpus for s in stages), np.int64),
+            s_cpu_millis=s_col((s.cpu_millis for s in stages), np.int64),
+            s_memory_bytes=s_col((s.memory_bytes for s in stages), np.int64),
+            s_ratio=_gib_per_core(s_memory_gib, s_cores),
+            s_replicas=s_col((s.replicas for s in stages), np.int64),
+            s_cores=s_cores,
+            s_memory_gib=s_memory_gib,
+            s_deployment=s_col((s.type is StageType.DEPLOYMENT for s in stages), bool),
+            s_locality=_locality(stages, regions),
+            tolerated=np.array(
+                [[not untolerated(taints, tolerations) for taints in taint_sets]  # type: ignore[arg-type]
+                 for tolerations in toleration_sets],
+                dtype=bool,
+            ).reshape(len(toleration_sets), len(taint_sets)),
+        )
 
 
 def _gib_per_core(memory_gib: np.ndarray, cores: np.ndarray) -> np.ndarray:
@@ -202,34 +327,111 @@ def _gib_per_core(memory_gib: np.ndarray, cores: np.ndarray) -> np.ndarray:
     return np.where(cores > 0, memory_gib / np.where(cores > 0, cores, 1.0), 0.0)
 
 
-def _network_row(stage: Stage, fleet: _Fleet) -> np.ndarray:
-    locality = np.ones_like(fleet.gpus)
-    if stage.inputs:
-        per_input = [
-            np.full_like(fleet.gpus, 0.5)
-            if item.location is None
-            else np.where(fleet.regions == item.location, 1.0, 0.25)
-            for item in stage.inputs
-        ]
-        locality = np.mean(per_input, axis=0)
-    if stage.type is StageType.DEPLOYMENT:
-        link = np.where(fleet.low_latency, 1.0, 0.5)
-    else:
-        link = fleet.tier_link
-    return 0.6 * locality + 0.4 * link
+def _locality(stages: tuple[Stage, ...], regions: dict[Hashable, int]) -> np.ndarray:
+    """(S, R) ``data_locality`` of each stage in each of the R cluster regions (module docstring).
+
+    Every piece scores 0.25 + 0.75 in its regions, or 0.5 when unlocated; sums of quarters are
+    exact, so equal data gives bit-equal scores.
+    """
+    by_key = {stage.key: stage for stage in stages}
+    locality = np.ones((len(stages), len(regions)))
+    for s, stage in enumerate(stages):
+        pieces = _data_pieces(stage, by_key)
+        if not pieces:
+            continue
+        row = np.full(len(regions), sum(0.25 if where else 0.5 for where in pieces))
+        for where in pieces:
+            for region in where:
+                if region in regions:
+                    row[regions[region]] += 0.75
+        locality[s] = row / len(pieces)
+    return locality
 
 
-def _cost_row(stage: Stage, fleet: _Fleet) -> np.ndarray:
-    per_replica = (
-        stage.gpus * fleet.gpu_hour_cost
-        + stage.cpu_millis / 1000 * fleet.cpu_hour_cost
-        + stage.memory_bytes / GIB * fleet.memory_gib_hour_cost
-    )
-    return stage.replicas * per_replica
+def _data_pieces(stage: Stage, by_key: dict[str, Stage]) -> list[frozenset[str]]:
+    """The regions of each piece of data ``stage`` reads; empty for an unlocated piece."""
+    def kept_by(name: str | None) -> frozenset[str]:
+        dependency = by_key.get(f"{stage.pipeline}/{name}") if name else None
+        return _kept_data(dependency) if dependency is not None else frozenset()
+
+    pieces = [frozenset((item.location,)) if item.location else kept_by(item.from_stage) for item in stage.inputs]
+    read_from = {item.from_stage for item in stage.inputs}
+    bare = (kept_by(name) for name in stage.dependencies if name not in read_from)
+    return pieces + [where for where in bare if where]
 
 
-def _cost_scores(stages: tuple[Stage, ...], fleet: _Fleet, allowed: np.ndarray) -> np.ndarray:
-    cost = np.array([_cost_row(stage, fleet) for stage in stages]).reshape(allowed.shape)
-    cheapest = np.min(np.where(allowed, cost, np.inf), axis=1, keepdims=True)
-    ratio = np.divide(cheapest, cost, out=np.ones_like(cost), where=cost > 0)
-    return np.where(allowed, np.clip(ratio, 0.0, 1.0), 0.0)
+def _kept_data(stage: Stage) -> frozenset[str]:
+    """``D(d)``: the regions of the stage's located outputs, or else of its located inputs."""
+    outputs = frozenset(item.location for item in stage.outputs if item.location)
+    return outputs or frozenset(item.location for item in stage.inputs if item.location)
+
+
+# --- blocks: filters and terms over a block of rows -------------------------------------------
+
+
+def _blocks(columns: _Columns) -> Iterator[slice]:
+    """Row slices of at most ``_BLOCK_PAIRS`` pairs (one row at least)."""
+    n_stages, n_clusters = len(columns.s_gpus), len(columns.c_gpus)
+    step = max(1, _BLOCK_PAIRS // max(n_clusters, 1))
+    for start in range(0, n_stages, step):
+        yield slice(start, min(start + step, n_stages))
+
+
+@dataclass(frozen=True, eq=False)
+class _Block:
+    """Filters and terms of the stages in ``rows`` against every cluster, in float64."""
+
+    columns: _Columns
+    rows: slice
+    allowed: np.ndarray
+
+    @classmethod
+    def of(cls, columns: _Columns, rows: slice) -> _Block:
+        k = columns
+        column = np.s_[rows, np.newaxis]
+        jurisdiction, gpu_type = k.s_jurisdiction[column], k.s_gpu_type[column]
+        allowed = (
+            k.c_usable
+            & ((jurisdiction < 0) | (jurisdiction == k.c_jurisdiction))
+            & (~k.s_needs_gpus[column] | k.c_has_gpus)
+            & ((gpu_type < 0) | (gpu_type == k.c_gpu_type))
+            & k.tolerated[k.s_tolerations[column], k.c_taints]
+            & (k.s_gpus[column] <= k.c_gpus)
+            & (k.s_cpu_millis[column] <= k.c_cpu_millis)
+            & (k.s_memory_bytes[column] <= k.c_memory_bytes)
+        )
+        return cls(columns, rows, allowed)
+
+    @property
+    def compute(self) -> np.ndarray:
+        k, column = self.columns, np.s_[self.rows, np.newaxis]
+        gpu_compat = np.where(k.s_needs_gpus[column], 1.0, np.where(k.c_has_gpus, 0.5, 1.0))
+        stage_ratio = k.s_ratio[column]
+        ratio_sum = stage_ratio + k.c_ratio
+        safe_sum = np.where(ratio_sum > 0, ratio_sum, 1.0)
+        balance = np.where(ratio_sum > 0, 1.0 - np.abs(stage_ratio - k.c_ratio) / safe_sum, 1.0)
+        return np.where(self.allowed, 0.5 * gpu_compat + 0.3 * balance + 0.2 * k.c_idle, 0.0)
+
+    @property
+    def cost(self) -> np.ndarray:
+        k, column = self.columns, np.s_[self.rows, np.newaxis]
+        per_replica = (
+            k.s_gpus[column] * k.c_gpu_hour_cost
+            + k.s_cores[column] * k.c_cpu_hour_cost
+            + k.s_memory_gib[column] * k.c_memory_gib_hour_cost
+        )
+        cost = k.s_replicas[column] * per_replica
+        cheapest = np.min(np.where(self.allowed, cost, np.inf), axis=1, keepdims=True, initial=np.inf)
+        ratio = np.divide(cheapest, cost, out=np.ones_like(cost), where=cost > 0)
+        return np.where(self.allowed, np.clip(ratio, 0.0, 1.0), 0.0)
+
+    @property
+    def network(self) -> np.ndarray:
+        k, column = self.columns, np.s_[self.rows, np.newaxis]
+        locality = k.s_locality[self.rows][:, k.c_region]
+        link = np.where(k.s_deployment[column], k.c_latency_link, k.c_tier_link)
+        return np.where(self.allowed, 0.6 * locality + 0.4 * link, 0.0)
+
+    @property
+    def energy(self) -> np.ndarray:
+        return np.where(self.allowed, self.columns.c_energy, 0.0)

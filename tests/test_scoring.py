@@ -1,16 +1,23 @@
-"""Filters, reasons and each score term of :mod:`fleetc.scoring` on hand-computed examples.
+"""Filters, reasons and each score term of :mod:`fleetc.scoring` on hand-computed examples, and
+the vectorised filters against :func:`~fleetc.scoring.filter_reason` on generated fleets.
 
 The ``make_*`` helpers live in ``tests/support/builders.py``.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.builders import GPU_TAINT, make_cluster, make_fleet, make_input, make_stage
 
+from fleetc import scoring
 from fleetc.model import (
     Cluster,
+    Output,
     ScoreWeights,
     Stage,
     StageType,
@@ -191,3 +198,131 @@ def test_terms_stay_in_unit_interval() -> None:
     scores = score_matrix(model)
     for term in (scores.compute, scores.cost, scores.network, scores.energy, scores.total):
         assert np.all((term >= 0) & (term <= 1))
+
+
+def test_network_co_locates_with_the_data_of_dependencies() -> None:
+    # D(prep) = {eu-west}: its located output wins over its us-east input.
+    # train: bare dependency on prep -> one piece in eu-west.
+    # tune: a from: input of train, whose D is empty (no located data) -> unknown (0.5); its own
+    #       eu-west input; bare prep -> eu-west. eu: (0.5 + 1 + 1) / 3, us: (0.5 + 0.25 + 0.25) / 3.
+    # serve: bare tune; D(tune) = tune's located inputs (no outputs) = {eu-west}.
+    # lost: its dependency is no stage of its pipeline -> no piece, scores as with no inputs.
+    prep = replace(
+        make_stage("prep", inputs=(make_input("us-east"),)),
+        outputs=(Output("data", "s3://bucket/prep/", "eu-west"),),
+    )
+    train = replace(make_stage("train"), dependencies=("prep",))
+    tune = replace(
+        make_stage("tune", inputs=(make_input(None, from_stage="train"), make_input("eu-west"))),
+        dependencies=("train", "prep"),
+    )
+    serve = replace(make_stage("serve"), dependencies=("tune",))
+    lost = replace(make_stage("lost", pipeline="other"), dependencies=("prep",))
+    model = make_fleet(
+        (make_cluster("eu", region="eu-west"), make_cluster("us", region="us-east")),
+        (prep, train, tune, serve, lost),
+    )
+    link = 0.4 * 0.5  # standard tier
+    expected = [
+        [0.6 * 0.25 + link, 0.6 * 1.0 + link],
+        [0.6 * 1.0 + link, 0.6 * 0.25 + link],
+        [0.6 * 2.5 / 3 + link, 0.6 * 1.0 / 3 + link],
+        [0.6 * 1.0 + link, 0.6 * 0.25 + link],
+        [0.6 * 1.0 + link, 0.6 * 1.0 + link],
+    ]
+    assert score_matrix(model).network == pytest.approx(np.array(expected))
+
+
+# --- fleet-scale representation ---------------------------------------------------------------
+
+
+def test_reasons_read_like_a_dict_without_storing_strings() -> None:
+    model = make_fleet(
+        (make_cluster("a100s"), make_cluster("cpus", gpu_type=None, gpus=0), make_cluster("off", cordoned=True)),
+        (make_stage("train"), make_stage("prep", gpus=0)),
+    )
+    reasons = score_matrix(model).reasons
+    assert list(reasons) == [(0, 1), (0, 2), (1, 2)]
+    assert len(reasons) == 3
+    assert reasons[(0, 2)] == "cordoned"
+    assert reasons.get((0, 1), "") == "no GPUs"
+    assert reasons.get((0, 0), "fits") == "fits"
+    assert (1, 2) in reasons
+    assert (np.int64(1), np.int64(2)) in reasons  # indices straight from numpy
+    for absent in ((1, 0), (2, 0), (0, 3), (-1, 1), "0,1", (0,)):
+        assert absent not in reasons
+    with pytest.raises(KeyError):
+        reasons[(1, 1)]
+
+
+def test_blocks_of_rows_do_not_change_the_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    clusters = (
+        make_cluster("a", gpu_hour_cost=1.0),
+        make_cluster("b", gpu_type="h100", gpus=16),
+        make_cluster("c", gpu_type=None, gpus=0, cores=16),
+    )
+    stages = tuple(make_stage(f"s{i}", gpus=i % 3, cores=2 + i, replicas=1 + i % 2) for i in range(7))
+    model = make_fleet(clusters, stages)
+    whole = score_matrix(model)
+    monkeypatch.setattr(scoring, "_BLOCK_PAIRS", 4)  # one row per block
+    rows = score_matrix(model)
+    for term in ("allowed", "total", "compute", "cost", "network", "energy"):
+        assert np.array_equal(getattr(whole, term), getattr(rows, term)), term
+
+
+def test_total_is_the_weighted_sum_of_the_terms_in_float64() -> None:
+    model = make_fleet(
+        (make_cluster("a", utilization=0.3), make_cluster("b", gpu_type=None, gpus=0)),
+        (make_stage(gpus=0, inputs=(make_input("us-east"),)), make_stage("t")),
+        score_weights=ScoreWeights(compute=0.5, cost=0.2, network=0.2, energy=0.3),
+    )
+    scores = score_matrix(model)
+    weighted = 0.5 * scores.compute + 0.2 * scores.cost + 0.2 * scores.network + 0.3 * scores.energy
+    assert scores.total.dtype == np.float64  # float32 would leak into callers' sums (numpy 2)
+    assert scores.allowed.dtype == bool
+    assert np.array_equal(scores.total, weighted / 1.2)
+
+
+_TAINTS = (GPU_TAINT, Taint("spot", "true", "NoExecute"), Taint("spot", "true", "PreferNoSchedule"))
+_TOLERATIONS = (
+    Toleration("gpu-type", "Equal", "a100"),
+    Toleration("gpu-type", "Equal", "h100"),
+    Toleration("spot", "Exists", effect="NoExecute"),
+    Toleration("", "Exists"),
+)
+_GPU_TYPES = (None, "a100", "h100")
+
+_clusters = st.builds(
+    make_cluster,
+    gpu_type=st.sampled_from(_GPU_TYPES),
+    gpus=st.integers(0, 16),
+    cores=st.sampled_from((0, 4, 64)),
+    memory_gib=st.sampled_from((0, 16, 512)),
+    taints=st.lists(st.sampled_from(_TAINTS), max_size=2, unique=True).map(tuple),
+    jurisdiction=st.sampled_from(("EU", "US")),
+    cordoned=st.booleans(),
+)
+_stages = st.builds(
+    make_stage,
+    gpus=st.integers(0, 12),
+    gpu_type=st.sampled_from(_GPU_TYPES),
+    cores=st.sampled_from((0, 4, 32, 96)),
+    memory_gib=st.sampled_from((0, 16, 256, 600)),
+    tolerations=st.lists(st.sampled_from(_TOLERATIONS), max_size=2, unique=True).map(tuple),
+    jurisdiction=st.sampled_from((None, "EU", "US", "CN")),
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(clusters=st.lists(_clusters, max_size=6).map(tuple), stages=st.lists(_stages, max_size=6).map(tuple))
+def test_vectorised_filters_agree_with_filter_reason(
+    clusters: tuple[Cluster, ...], stages: tuple[Stage, ...]
+) -> None:
+    scores = score_matrix(make_fleet(clusters, stages))
+    assert scores.allowed.shape == (len(stages), len(clusters))
+    for s, stage in enumerate(stages):
+        for c, cluster in enumerate(clusters):
+            reason = filter_reason(stage, cluster)
+            assert bool(scores.allowed[s, c]) == (reason == "")
+            assert scores.reasons.get((s, c), "") == reason
+    assert len(scores.reasons) == int((~scores.allowed).sum())

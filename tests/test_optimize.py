@@ -560,7 +560,7 @@ def test_independent_jurisdictions_are_solved_apart() -> None:
     )
 
 
-def test_large_instances_take_the_lp_rounding_path(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_large_instances_take_the_column_generation_path(monkeypatch: pytest.MonkeyPatch) -> None:
     clusters = tuple(make_cluster(f"c{i}", gpus=16, energy_efficiency=i / 10) for i in range(6))
     stages = tuple(make_stage(f"s{i}", gpus=(i % 4 + 1) * 2) for i in range(12))
     stages += (make_serving(replicas=6, min_replicas_per_cluster=2),)
@@ -568,7 +568,7 @@ def test_large_instances_take_the_lp_rounding_path(monkeypatch: pytest.MonkeyPat
     exact = place(model)
     monkeypatch.setattr(optimize, "LARGE", 0)
     rounded = place(model)
-    assert rounded.method == "lp-round-milp"
+    assert rounded.method == "colgen-lp-round"
     assert verify(model, rounded) == []
     assert rounded.objective <= rounded.bound
     assert rounded.bound == pytest.approx(exact.bound)

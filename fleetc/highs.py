@@ -1,0 +1,140 @@
+"""A thin direct HiGHS backend for the large-instance path of :mod:`fleetc.optimize`.
+
+cvxpy compiles a problem afresh on every solve (about 20 s at millions of variables) and cannot
+warm-start, which column generation needs: the restricted master LP grows by a few thousand
+columns per round and HiGHS re-optimises from the previous basis in a fraction of the first
+solve. So the large path talks to ``highspy`` directly, over the same ``scipy.sparse`` matrices.
+
+Every model is a minimisation (callers negate a maximisation), runs single-threaded with a fixed
+seed and no output, so identical input gives identical answers.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import highspy
+import numpy as np
+import scipy.sparse as sp
+
+from fleetc.errors import InternalError
+
+INF = highspy.kHighsInf
+
+_OPTIONS: dict[str, object] = {
+    "threads": 1,
+    "random_seed": 0,
+    "output_flag": False,
+    "log_to_console": False,
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Solution:
+    """Column values, row duals (``reduced cost = cost - A^T row_dual``) and the objective.
+
+    ``values`` is None when HiGHS found nothing; ``optimal`` says it proved optimality.
+    """
+
+    values: np.ndarray | None
+    row_dual: np.ndarray | None
+    objective: float
+    optimal: bool
+    infeasible: bool
+
+
+def _new(options: dict[str, object]) -> highspy.Highs:
+    solver = highspy.Highs()
+    for name, value in {**_OPTIONS, **options}.items():
+        solver.setOptionValue(name, value)
+    return solver
+
+
+def _pass(solver: highspy.Highs, cost: np.ndarray, lower: np.ndarray, upper: np.ndarray,
+          matrix: sp.csc_matrix, row_lower: np.ndarray, row_upper: np.ndarray,
+          integrality: np.ndarray | None = None) -> None:
+    lp = highspy.HighsLp()
+    lp.num_col_ = len(cost)
+    lp.num_row_ = len(row_lower)
+    lp.col_cost_ = np.asarray(cost, dtype=float)
+    lp.col_lower_ = np.asarray(lower, dtype=float)
+    lp.col_upper_ = np.asarray(upper, dtype=float)
+    lp.row_lower_ = np.asarray(row_lower, dtype=float)
+    lp.row_upper_ = np.asarray(row_upper, dtype=float)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = matrix.indptr.astype(np.int32)
+    lp.a_matrix_.index_ = matrix.indices.astype(np.int32)
+    lp.a_matrix_.value_ = matrix.data.astype(float)
+    lp.a_matrix_.num_col_ = len(cost)
+    lp.a_matrix_.num_row_ = len(row_lower)
+    if integrality is not None:
+        lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
+                           for i in integrality]
+    status = solver.passModel(lp)
+    if status == highspy.HighsStatus.kError:
+        raise InternalError("HiGHS rejected the model")
+
+
+def _solution(solver: highspy.Highs, duals: bool) -> Solution:
+    status = solver.getModelStatus()
+    if status in (highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kUnboundedOrInfeasible):
+        return Solution(None, None, 0.0, optimal=False, infeasible=True)
+    info = solver.getInfo()
+    optimal = status == highspy.HighsModelStatus.kOptimal
+    if info.primal_solution_status != 2:  # 2 = feasible
+        return Solution(None, None, 0.0, optimal=False, infeasible=False)
+    solution = solver.getSolution()
+    values = np.array(solution.col_value)
+    row_dual = np.array(solution.row_dual) if duals else None
+    return Solution(values, row_dual, float(info.objective_function_value), optimal, False)
+
+
+class MasterLP:
+    """A restricted master LP that keeps its basis while columns are added (column generation).
+
+    Rows are fixed at construction; :meth:`add_columns` appends columns (given as a CSC block
+    over the same rows) and :meth:`solve` re-optimises from the last basis with dual simplex.
+    """
+
+    def __init__(self, cost: np.ndarray, lower: np.ndarray, upper: np.ndarray, matrix: sp.csc_matrix,
+                 row_lower: np.ndarray, row_upper: np.ndarray) -> None:
+        self._solver = _new({"solver": "simplex", "presolve": "off"})
+        _pass(self._solver, cost, lower, upper, matrix, row_lower, row_upper)
+        self.columns = len(cost)
+
+    def add_columns(self, cost: np.ndarray, lower: np.ndarray, upper: np.ndarray,
+                    matrix: sp.csc_matrix) -> None:
+        self._solver.addCols(len(cost), np.asarray(cost, dtype=float), np.asarray(lower, dtype=float),
+                             np.asarray(upper, dtype=float), matrix.nnz, matrix.indptr[:-1].astype(np.int32),
+                             matrix.indices.astype(np.int32), matrix.data.astype(float))
+        self.columns += len(cost)
+
+    def change_costs(self, columns: np.ndarray, cost: np.ndarray) -> None:
+        self._solver.changeColsCost(len(columns), columns.astype(np.int32), np.asarray(cost, dtype=float))
+
+    def solve(self, deadline: float | None) -> Solution:
+        if deadline is not None:  # HiGHS counts its limit on the object's clock, over every run
+            left = max(0.01, deadline - time.monotonic())
+            self._solver.setOptionValue("time_limit", self._solver.getRunTime() + left)
+        self._solver.run()
+        return _solution(self._solver, duals=True)
+
+
+def solve_milp(cost: np.ndarray, lower: np.ndarray, upper: np.ndarray, matrix: sp.spmatrix,
+               row_lower: np.ndarray, row_upper: np.ndarray, integrality: np.ndarray,
+               seconds: float, absolute_gap: float | None = None) -> Solution:
+    """Minimise ``cost @ v`` over ``row_lower <= matrix @ v <= row_upper``, bounds and
+    integrality, within ``seconds`` (HiGHS's own limit; a solve interrupted by it returns its
+    best feasible point, with ``optimal`` False). Integral values come back rounded."""
+    options: dict[str, object] = {"time_limit": max(0.01, seconds), "mip_rel_gap": 1e-4}
+    if absolute_gap is not None:
+        options.update(mip_rel_gap=0.0, mip_abs_gap=absolute_gap)
+    solver = _new(options)
+    _pass(solver, cost, lower, upper, sp.csc_matrix(matrix), row_lower, row_upper, integrality)
+    solver.run()
+    solution = _solution(solver, duals=False)
+    if solution.values is None:
+        return solution
+    values = np.where(integrality, np.rint(solution.values), solution.values)
+    return Solution(values, None, solution.objective, solution.optimal, False)

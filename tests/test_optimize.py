@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -318,53 +317,6 @@ def test_every_placement_verifies_or_placement_error(model: FleetModel) -> None:
 def test_taint_effect_prefer_no_schedule_is_soft() -> None:
     soft = make_cluster(taints=(Taint("spot", "true", "PreferNoSchedule"),))
     assert clusters_of(place(make_fleet((soft,), (make_stage(),))), "llm/train") == {"c1": 1}
-
-
-@st.composite
-def small_gang_fleets(draw: st.DrawFn) -> FleetModel:
-    clusters = tuple(
-        make_cluster(f"c{i}", gpus=draw(st.sampled_from([4, 8, 16])), cores=32, memory_gib=256)
-        for i in range(draw(st.integers(1, 3)))
-    )
-    stages = tuple(
-        make_stage(
-            f"s{i}",
-            gpus=draw(st.sampled_from([0, 2, 4, 8])),
-            replicas=draw(st.integers(1, 2)),
-            cores=draw(st.sampled_from([4, 16])),
-            memory_gib=32,
-        )
-        for i in range(draw(st.integers(1, 4)))
-    )
-    return make_fleet(clusters, stages)
-
-
-def brute_force_feasible(model: FleetModel) -> bool:
-    """Whether any choice of one cluster per gang stage passes the verifier."""
-    for choice in itertools.product(model.clusters, repeat=len(model.stages)):
-        candidate = Placement(
-            stages=tuple(
-                StagePlacement(s.key, (Assignment(c.name, s.replicas, s.total_gpus),), 0.0)
-                for s, c in zip(model.stages, choice, strict=True)
-            ),
-            objective=0.0,
-            bound=0.0,
-            method="brute-force",
-        )
-        if not verify(model, candidate):
-            return True
-    return False
-
-
-@settings(max_examples=30, deadline=None)
-@given(small_gang_fleets())
-def test_placement_error_only_when_brute_force_finds_nothing(model: FleetModel) -> None:
-    try:
-        place(model)
-    except PlacementError:
-        assert not brute_force_feasible(model)
-    else:
-        assert brute_force_feasible(model)
 
 
 # --- cordon, sovereignty, utilisation, headroom ---------------------------------------------

@@ -64,12 +64,13 @@ def explain(model: FleetModel, placement: Placement, stage_key: str) -> Explanat
     weight_sum = sum(raw.values()) or 1.0
     chosen = placement.of(stage_key)
     placed = {a.cluster: a.replicas for a in chosen.assignments}
+    row = scores.terms_of(s)
     verdicts = []
     for c, cluster in enumerate(model.clusters):
         allowed = bool(scores.allowed[s, c])
         terms = tuple(
-            Term(name, _round(getattr(scores, name)[s, c]), _round(raw[name] / weight_sum),
-                 _round(getattr(scores, name)[s, c] * raw[name] / weight_sum))
+            Term(name, _round(row[name][c]), _round(raw[name] / weight_sum),
+                 _round(row[name][c] * raw[name] / weight_sum))
             for name in TERMS
         ) if allowed else ()
         verdicts.append(ClusterVerdict(

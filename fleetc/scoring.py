@@ -140,6 +140,12 @@ class Scores:
     def energy(self) -> np.ndarray:
         return self._term("energy")
 
+    def terms_of(self, stage: int) -> dict[str, np.ndarray]:
+        """One stage's four terms over all clusters, without building the full matrices (what
+        ``explain`` needs: a row, not 4 x S x C floats)."""
+        block = _Block.of(self._columns, slice(stage, stage + 1))
+        return {name: getattr(block, name)[0] for name in ("compute", "cost", "network", "energy")}
+
     def _term(self, name: str) -> np.ndarray:
         matrix = np.empty(self.allowed.shape)
         for rows in _blocks(self._columns):

@@ -326,3 +326,15 @@ def test_vectorised_filters_agree_with_filter_reason(
             assert bool(scores.allowed[s, c]) == (reason == "")
             assert scores.reasons.get((s, c), "") == reason
     assert len(scores.reasons) == int((~scores.allowed).sum())
+
+
+def test_terms_of_one_stage_equal_that_row_of_the_full_matrices() -> None:
+    model = make_fleet(
+        (make_cluster("a", utilization=0.3), make_cluster("b", gpu_type=None, gpus=0)),
+        (make_stage(gpus=0, inputs=(make_input("us-east"),)), make_stage("t")),
+    )
+    for stage in range(len(model.stages)):
+        row = score_matrix(model).terms_of(stage)
+        full = score_matrix(model)
+        for name in ("compute", "cost", "network", "energy"):
+            assert np.array_equal(row[name], getattr(full, name)[stage]), name

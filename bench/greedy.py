@@ -31,6 +31,7 @@ from collections.abc import Callable
 import numpy as np
 
 from fleetc.model import Assignment, FleetModel, Placement, Stage, StagePlacement
+from fleetc.program import EPSILON
 from fleetc.scoring import Scores, score_matrix
 from fleetc.verify import (
     ha_clusters,
@@ -40,8 +41,6 @@ from fleetc.verify import (
     uses_shared_slots,
 )
 
-#: The value of a stage whose class weight is 0 (as :data:`fleetc.optimize.EPSILON`).
-EPSILON = 1e-3
 ORDERS = ("class-weight", "value-per-gpu")
 
 

@@ -1,0 +1,690 @@
+"""The large-instance path of :func:`fleetc.optimize.place` (method ``colgen-lp-round``).
+
+Column generation solves the LP over every allowed pair while the HiGHS master holds only a few
+per stage (:mod:`fleetc.highs`, warm-started between rounds); the stages the LP places in whole
+units keep that, a MILP under a deadline rounds the rest (growing once into the fixed stages
+around it when it cannot), and a greedy repair with one-level eviction places what is still
+out. ``docs/optimizer.md`` describes the algorithm, its budgets and its measured gaps.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from fleetc import highs
+from fleetc.model import FleetModel, Stage
+from fleetc.program import (
+    OutOfTime,
+    Part,
+    Program,
+    Solved,
+    build_program,
+    capacity_of,
+    demand_of,
+    is_feasible,
+    replicas_of,
+    silence_highs_banner,
+    stage_values,
+)
+from fleetc.scoring import Scores
+from fleetc.verify import (
+    ha_clusters,
+    min_replicas_per_cluster,
+    slots_per_gpu,
+    uses_shared_slots,
+)
+
+#: Seconds the rounded MILP may use on a large component (less when the time limit leaves less).
+ROUNDED_MILP_SECONDS = 10.0
+#: How close to an integer an LP share must be to count as placed in whole units.
+_WHOLE = 1e-6
+
+
+@dataclass(frozen=True, eq=False)
+class _Large:
+    """A large part in the column generation's terms (see ``docs/optimizer.md``).
+
+    One column per allowed pair, in stage units: ``t[p]`` is the share of stage ``pair_stage``'s
+    replicas on ``pair_cluster`` (a gang: 0 or 1; a Deployment: replicas there / replicas).
+    Rows: one per stage (``sum t + unplaced = 1``), GPUs / cores / GiB per cluster, shared slots
+    per cluster (time-slicing only), one per kept Deployment pair (``k - t <= 0``). Further
+    columns: ``unplaced`` per stage (penalised), ``w`` per cluster (GPUs given to slots), ``k``
+    per kept Deployment pair (the move-cost reward).
+    """
+
+    pair_stage: np.ndarray  # sorted, int32
+    pair_cluster: np.ndarray  # int32
+    gain: np.ndarray  # value_s * (1 + total): what placing the whole stage there scores
+    move: np.ndarray  # the move-cost reward of a gang pair on its previous cluster (else 0)
+    pair_lower: np.ndarray  # min / replicas on a multiCluster cluster, else 0
+    coefficients: np.ndarray  # (4, S): per stage unit, exclusive GPUs, cores, GiB, shared slots
+    replicas: np.ndarray  # (S,) float
+    stages: int
+    clusters: int
+    shared: bool  # slot rows and w columns exist
+    slots: int
+    capacity: np.ndarray  # (3, C) usable
+    keep_pair: np.ndarray  # kept Deployment pairs (indices into the pairs)
+    keep_upper: np.ndarray  # their previous share (previous replicas / replicas)
+    keep_reward: np.ndarray  # move_cost * value_s per unit of k
+    penalty: np.ndarray  # per stage and unit left unplaced
+
+    @property
+    def rows(self) -> int:
+        return self.stages + (4 if self.shared else 3) * self.clusters + len(self.keep_pair)
+
+    def block(self, pairs: np.ndarray) -> sp.csc_matrix:
+        """The matrix columns of ``pairs``."""
+        stage, cluster = self.pair_stage[pairs], self.pair_cluster[pairs]
+        n, c = len(pairs), self.clusters
+        cols = np.arange(n)
+        rows = [stage]
+        data = [np.ones(n)]
+        index = [cols]
+        for r in range(4 if self.shared else 3):
+            coefficient = self.coefficients[r, stage]
+            nonzero = coefficient != 0
+            rows.append(self.stages + r * c + cluster[nonzero])
+            data.append(coefficient[nonzero])
+            index.append(cols[nonzero])
+        kept = np.searchsorted(self.keep_pair, pairs)
+        is_kept = np.isin(pairs, self.keep_pair)
+        if is_kept.any():
+            base = self.stages + (4 if self.shared else 3) * c
+            rows.append(base + kept[is_kept])
+            data.append(-np.ones(int(is_kept.sum())))
+            index.append(cols[is_kept])
+        return sp.csc_matrix(
+            (np.concatenate(data), (np.concatenate(rows), np.concatenate(index))), shape=(self.rows, n)
+        )
+
+    def fixed_block(self) -> tuple[sp.csc_matrix, np.ndarray, np.ndarray]:
+        """The columns that are always there: unplaced per stage, w per cluster, k per kept pair;
+        with their upper bounds and their (maximised) objective without penalties."""
+        s, c, q = self.stages, self.clusters, len(self.keep_pair)
+        rows, data, index = [np.arange(s)], [np.ones(s)], [np.arange(s)]
+        upper = [np.ones(s)]
+        gain = [np.zeros(s)]
+        if self.shared:
+            w = s + np.arange(c)
+            rows += [self.stages + np.arange(c), self.stages + 3 * c + np.arange(c)]
+            data += [np.ones(c), np.full(c, -float(self.slots))]
+            index += [w, w]
+            upper.append(self.capacity[0])
+            gain.append(np.zeros(c))
+        first_k = s + (c if self.shared else 0)
+        base = self.stages + (4 if self.shared else 3) * c
+        rows.append(base + np.arange(q))
+        data.append(np.ones(q))
+        index.append(first_k + np.arange(q))
+        upper.append(self.keep_upper)
+        gain.append(self.keep_reward)
+        size = first_k + q
+        matrix = sp.csc_matrix(
+            (np.concatenate(data), (np.concatenate(rows), np.concatenate(index))), shape=(self.rows, size)
+        )
+        return matrix, np.concatenate(upper), np.concatenate(gain)
+
+    def row_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        c = self.clusters
+        upper = [np.ones(self.stages), self.capacity.ravel()]
+        if self.shared:
+            upper.append(np.zeros(c))
+        upper.append(np.zeros(len(self.keep_pair)))
+        lower = np.full(self.rows, -highs.INF)
+        lower[: self.stages] = 1.0
+        return lower, np.concatenate(upper)
+
+    def reduced_costs(self, row_dual: np.ndarray, objective: np.ndarray) -> np.ndarray:
+        """``-objective - A^T row_dual`` of every pair column (the master minimises)."""
+        c = self.clusters
+        reduced = -objective - row_dual[self.pair_stage]
+        for r in range(4 if self.shared else 3):
+            dual = row_dual[self.stages + r * c: self.stages + (r + 1) * c]
+            reduced -= self.coefficients[r, self.pair_stage] * dual[self.pair_cluster]
+        return reduced
+
+
+#: Relative objective a later cluster (by name) gives up against an equal earlier one.
+TIE_BREAK = 1e-6
+#: What leaving a unit of a stage out costs in the master, in stage values. Any penalty keeps
+#: the bound valid (the master's gain at its optimum is at least the LP optimum with every stage
+#: placed); a large one makes the master place whatever fits, but inflates the duals.
+UNPLACED_PENALTY = 10.0
+#: Candidate clusters per stage in the first restricted master (best gain first).
+START_CANDIDATES = 3
+#: Column generation stops when the Lagrangian bound is this close (relative) to the master.
+COLUMN_GAP = 1e-4
+#: Seconds column generation may take (then the Lagrangian bound is the bound).
+COLUMN_SECONDS = 30.0
+#: Improving pair columns each stage may add to the master per round (most improving first).
+COLUMNS_PER_ROUND = 3
+#: Reduced cost below which a column improves the master, relative to the largest gain.
+PRICING_TOLERANCE = 1e-7
+
+
+def _large(model: FleetModel, scores: Scores, blocked: dict[int, str], kept: np.ndarray, part: Part) -> _Large:
+    stages = tuple(model.stages[s] for s in part.stages)
+    clusters = tuple(model.clusters[c] for c in part.clusters)
+    allowed = scores.allowed[np.ix_(part.stages, part.clusters)]
+    is_blocked = np.array([int(s) in blocked for s in part.stages], dtype=bool)
+    allowed[is_blocked] = False
+    pair_stage, pair_cluster = (a.astype(np.int32) for a in np.nonzero(allowed))
+    del allowed
+    total = scores.total[part.stages[pair_stage], part.clusters[pair_cluster]]
+    values = stage_values(model, stages)
+    replicas = np.array([s.replicas for s in stages], dtype=float)
+    gang = np.array([s.is_gang for s in stages], dtype=bool)
+    shared_stage = np.array([uses_shared_slots(model, s) for s in stages], dtype=bool)
+    demand = demand_of(stages) * replicas
+    coefficients = np.stack([np.where(shared_stage, 0.0, demand[0]), demand[1], demand[2],
+                             np.where(shared_stage, demand[0], 0.0)])
+    previous = kept[part.stages[pair_stage], part.clusters[pair_cluster]]
+    move = np.where(gang[pair_stage], model.move_cost * values[pair_stage] * previous / replicas[pair_stage], 0.0)
+    keep_pair = np.flatnonzero((previous > 0) & ~gang[pair_stage])
+    minimum = np.array([min_replicas_per_cluster(s) for s in stages], dtype=float)
+    pair_lower = np.zeros(len(pair_stage))
+    names = {c.name: i for i, c in enumerate(clusters)}
+    key = pair_stage.astype(np.int64) * len(clusters) + pair_cluster
+    for s, stage in enumerate(stages):
+        for name in ha_clusters(model, stage) if not is_blocked[s] else ():
+            hit = np.searchsorted(key, s * len(clusters) + names[name])  # not blocked: allowed here
+            pair_lower[hit] = minimum[s] / replicas[s]
+    # Ties go to the first cluster by name: a later cluster gives up a relative TIE_BREAK at most
+    # (the objective is computed from the scores, the bound divides by 1 - TIE_BREAK).
+    gain = values[pair_stage] * (1.0 + total) * (1.0 - TIE_BREAK * pair_cluster / len(clusters))
+    return _Large(
+        pair_stage=pair_stage,
+        pair_cluster=pair_cluster,
+        gain=gain,
+        move=move,
+        pair_lower=pair_lower,
+        coefficients=coefficients,
+        replicas=replicas,
+        stages=len(stages),
+        clusters=len(clusters),
+        shared=bool(shared_stage.any()),
+        slots=slots_per_gpu(model),
+        capacity=capacity_of(model, clusters),
+        keep_pair=keep_pair,
+        keep_upper=previous[keep_pair] / replicas[pair_stage[keep_pair]],
+        keep_reward=model.move_cost * values[pair_stage[keep_pair]],
+        penalty=UNPLACED_PENALTY * values,
+    )
+
+
+@dataclass
+class _Master:
+    """The restricted master LP and which pairs it holds (its columns after the fixed ones)."""
+
+    lp: highs.MasterLP
+    pairs: np.ndarray
+    holds: np.ndarray  # per pair: in the master
+    fixed: int  # columns before the first pair
+    fixed_matrix: sp.csc_matrix
+    fixed_cost: np.ndarray  # as the master has them now
+    fixed_upper: np.ndarray
+
+
+def _start_master(large: _Large) -> _Master:
+    order = np.lexsort((-large.gain, large.pair_stage))
+    starts = np.searchsorted(large.pair_stage[order], np.arange(large.stages))
+    rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.append(starts, len(order))))
+    holds = np.zeros(len(large.pair_stage), dtype=bool)
+    holds[order[rank < START_CANDIDATES]] = True
+    holds[_greedy_start(large)] = True
+    holds[large.pair_lower > 0] = True
+    holds[large.keep_pair] = True
+    holds[large.move > 0] = True
+    pairs = np.flatnonzero(holds)
+    fixed, fixed_upper, fixed_gain = large.fixed_block()
+    cost = -fixed_gain
+    cost[: large.stages] = large.penalty
+    row_lower, row_upper = large.row_bounds()
+    block = large.block(pairs)
+    lp = highs.MasterLP(
+        np.concatenate([cost, -(large.gain[pairs] + large.move[pairs])]),
+        np.concatenate([np.zeros(fixed.shape[1]), large.pair_lower[pairs]]),
+        np.concatenate([fixed_upper, np.ones(len(pairs))]),
+        sp.hstack([fixed, block], format="csc"),
+        row_lower,
+        row_upper,
+    )
+    return _Master(lp, pairs, holds, fixed.shape[1], fixed, cost, fixed_upper)
+
+
+def _greedy_start(large: _Large) -> np.ndarray:
+    """Pairs of a rough greedy placement, so the first master is (nearly) feasible and its duals
+    price capacity from the start: each stage (largest gain first) goes whole to its best
+    cluster with room, counting shared slots as fractions of a GPU; a stage that fits nowhere
+    adds nothing (its unplaced column covers it until pricing finds room)."""
+    demand = np.stack([large.coefficients[0] + large.coefficients[3] / large.slots, *large.coefficients[1:3]])
+    free = large.capacity.copy()
+    starts = np.searchsorted(large.pair_stage, np.arange(large.stages + 1))
+    best = np.maximum.reduceat(large.gain, starts[:-1]) if len(large.gain) else np.zeros(0)
+    chosen = []
+    for s in np.argsort(-best, kind="stable").tolist():
+        pairs = np.arange(starts[s], starts[s + 1])
+        if not len(pairs):
+            continue
+        clusters = large.pair_cluster[pairs]
+        room = np.all(free[:, clusters] >= demand[:, s, None] - 1e-9, axis=0)
+        if room.any():
+            pick = int(np.argmax(np.where(room, large.gain[pairs], -np.inf)))
+            free[:, clusters[pick]] -= demand[:, s]
+            chosen.append(pairs[pick])
+    return np.array(chosen, dtype=np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class _Relaxed:
+    """The master's final solution: values of its fixed and pair columns, and its objective."""
+
+    fixed: np.ndarray
+    pairs: np.ndarray  # pair indices
+    shares: np.ndarray  # their t
+    objective: float  # maximised, penalties included
+    reduced: np.ndarray  # reduced costs of every pair at the end
+    upper: float  # bound on the LP over every pair (maximised, penalties included)
+    row_dual: np.ndarray
+    converged: bool  # within COLUMN_GAP of the bound, not stopped by a budget
+
+
+def _generate_columns(large: _Large, master: _Master, objective: np.ndarray, deadline: float | None) -> _Relaxed:
+    """Solve the master, add each stage's most improving pair columns, repeat until no pair
+    column improves it (then the master's optimum is the LP optimum over all pairs), or until
+    the Lagrangian bound is within :data:`COLUMN_GAP` of it, or :data:`COLUMN_SECONDS` or the
+    deadline run out."""
+    tolerance = PRICING_TOLERANCE * max(1.0, float(objective.max(initial=1.0)))
+    starts = np.flatnonzero(np.diff(large.pair_stage, prepend=-1))
+    budget = time.monotonic() + COLUMN_SECONDS
+    deadline = budget if deadline is None else min(deadline, budget)
+    last: _Relaxed | None = None
+    while True:
+        solution = master.lp.solve(deadline)
+        if solution.values is None:  # out of time mid-solve: the last round's answer stands
+            if last is None:
+                raise OutOfTime
+            return last
+        value = -solution.objective
+        upper = _upper_bound(large, master, solution.row_dual, objective)
+        reduced = large.reduced_costs(solution.row_dual, objective)
+        pricing = np.where(master.holds, 0.0, reduced)
+        best = np.minimum.reduceat(pricing, starts)
+        values = solution.values
+        converged = best.min(initial=0.0) >= -tolerance or upper - value <= COLUMN_GAP * abs(upper)
+        last = _Relaxed(values[: master.fixed], master.pairs, values[master.fixed:], value, reduced, upper,
+                        solution.row_dual, converged)
+        if converged or time.monotonic() >= deadline:
+            return last
+        hit = np.flatnonzero(pricing < -tolerance)
+        order = hit[np.lexsort((pricing[hit], large.pair_stage[hit]))]
+        first = np.flatnonzero(np.diff(large.pair_stage[order], prepend=-1))
+        rank = np.arange(len(order)) - np.repeat(first, np.diff(np.append(first, len(order))))
+        new = np.sort(order[rank < COLUMNS_PER_ROUND])
+        master.lp.add_columns(-objective[new], large.pair_lower[new], np.ones(len(new)), large.block(new))
+        master.holds[new] = True
+        master.pairs = np.concatenate([master.pairs, new])
+
+
+def _upper_bound(large: _Large, master: _Master, row_dual: np.ndarray, objective: np.ndarray) -> float:
+    """A bound on the master's LP over every pair from any capacity duals (Lagrangian: relax the
+    capacity rows, keep each stage's ``sum t + unplaced = 1``); equal to the master's optimum
+    once no column improves it, valid before."""
+    s = large.stages
+    mu = np.minimum(row_dual[s:], 0.0)  # <= rows of a minimisation
+    link = mu[len(mu) - len(large.keep_pair):] if len(large.keep_pair) else np.zeros(0)
+    cost = large.reduced_costs(np.concatenate([np.zeros(s), mu]), objective)  # cost - mu . column
+    cost[large.keep_pair] += link
+    starts = np.flatnonzero(np.diff(large.pair_stage, prepend=-1))
+    stages = large.pair_stage[starts]
+    best = np.minimum(np.minimum.reduceat(cost, starts), master.fixed_cost[stages])
+    lower = np.bincount(large.pair_stage, weights=large.pair_lower, minlength=s)[stages]
+    lower_cost = np.bincount(large.pair_stage, weights=large.pair_lower * cost, minlength=s)[stages]
+    others = master.fixed_cost[s:] - master.fixed_matrix[s:, s:].T @ mu
+    _, row_upper = large.row_bounds()
+    lagrangian = mu @ row_upper[s:] + float(np.sum(lower_cost + (1.0 - lower) * best))
+    return -(lagrangian + float(np.minimum(others, 0.0) @ master.fixed_upper[s:]))
+
+
+def solve_large(
+    model: FleetModel, scores: Scores, blocked: dict[int, str], kept: np.ndarray, part: Part, deadline: float | None
+) -> Solved:
+    """Column generation for the LP, fix what it places whole, a small MILP over the rest (with a
+    deadline), then a greedy repair; see ``docs/optimizer.md``."""
+    silence_highs_banner()
+    large = _large(model, scores, blocked, kept, part)
+    master = _start_master(large)
+    relaxed = _generate_columns(large, master, large.gain + large.move, deadline)
+    replicas_at = _round(model, large, part, relaxed, scores, blocked, kept, deadline)
+    objective = _score_of(model, part, scores, replicas_at)
+    in_lp = np.bincount(large.pair_stage, minlength=large.stages) > 0  # multiCluster conflicts are not
+    left_out = bool(np.any(in_lp & ~replicas_at.any(axis=1)))
+    bound = _bound(large, master, relaxed, left_out, deadline)
+    return Solved(replicas_at, objective, max(bound, objective), "colgen-lp-round")
+
+
+def _bound(large: _Large, master: _Master, relaxed: _Relaxed, left_out: bool, deadline: float | None) -> float:
+    """A bound on the LP optimum without move rewards, every stage placed (unless the placement
+    leaves one out: then stages may be left out in the LP too, as in the exact path)."""
+    if large.move.any() or len(large.keep_pair) or left_out:
+        master.fixed_cost = np.zeros(master.fixed)
+        master.fixed_cost[: large.stages] = 0.0 if left_out else large.penalty
+        if not relaxed.converged:  # no time to solve again: any scaling of the duals bounds it too
+            scaled = [relaxed.row_dual * (0.5 ** k) for k in range(6)] + [np.zeros_like(relaxed.row_dual)]
+            return min(_upper_bound(large, master, dual, large.gain) for dual in scaled) / (1.0 - TIE_BREAK)
+        master.lp.change_costs(np.arange(master.fixed), master.fixed_cost)
+        master.lp.change_costs(master.fixed + np.arange(len(master.pairs)), -large.gain[master.pairs])
+        relaxed = _generate_columns(large, master, large.gain, deadline)
+    return relaxed.upper / (1.0 - TIE_BREAK)
+
+
+#: Extra clusters per left-over stage in the rounding MILP, by the LP's reduced cost.
+ALTERNATIVES = 3
+#: Times the rounding MILP may take in the fixed stages around it when it cannot place the rest.
+EXPANSIONS = 1
+#: Candidate pairs above which the rounding MILP grows no further.
+ROUNDING_PAIRS = 50_000
+
+
+def _round(
+    model: FleetModel,
+    large: _Large,
+    part: Part,
+    relaxed: _Relaxed,
+    scores: Scores,
+    blocked: dict[int, str],
+    kept: np.ndarray,
+    deadline: float | None,
+) -> np.ndarray:
+    """(S, C) replicas of the part: the stages the LP places in whole units as it places them,
+    a MILP over the rest on their LP clusters plus a few alternatives, a greedy repair last."""
+    stages = [model.stages[s] for s in part.stages]
+    replicas = np.array([s.replicas for s in stages])
+    gang = np.array([s.is_gang for s in stages], dtype=bool)
+    minimum = np.array([min_replicas_per_cluster(s) for s in stages])
+    is_blocked = np.array([int(s) in blocked for s in part.stages], dtype=bool)
+    stage, cluster = large.pair_stage[relaxed.pairs], large.pair_cluster[relaxed.pairs]
+    units = relaxed.shares * np.where(gang[stage], 1, replicas[stage])
+    whole = np.rint(units)
+    ok = (np.abs(units - whole) <= _WHOLE) & ((whole == 0) | gang[stage] | (whole >= minimum[stage]))
+    placed = (whole * np.where(gang[stage], replicas[stage], 1)).astype(np.int32)
+    per_stage = np.bincount(stage, weights=placed, minlength=large.stages)
+    broken = np.bincount(stage, weights=~ok, minlength=large.stages) > 0
+    fixed = ~broken & (per_stage == replicas) & ~is_blocked
+    replicas_at = np.zeros((large.stages, large.clusters), dtype=np.int32)
+    keep = fixed[stage] & (placed > 0)
+    replicas_at[stage[keep], cluster[keep]] = placed[keep]
+    rest = np.flatnonzero(~fixed & ~is_blocked)
+    if len(rest):
+        _round_rest(model, large, part, relaxed, scores, blocked, kept, deadline, rest, replicas_at)
+    _repair(model, large, part, replicas_at, is_blocked)
+    return replicas_at
+
+
+def _round_rest(
+    model: FleetModel,
+    large: _Large,
+    part: Part,
+    relaxed: _Relaxed,
+    scores: Scores,
+    blocked: dict[int, str],
+    kept: np.ndarray,
+    deadline: float | None,
+    rest: np.ndarray,
+    replicas_at: np.ndarray,
+) -> None:
+    """The MILP over the ``rest`` stages in the capacity the fixed ones leave (in place).
+
+    When it cannot place them all, the fixed stages on its clusters join it (their capacity was
+    what was missing) and it runs again, up to :data:`EXPANSIONS` times while it stays below
+    :data:`ROUNDING_PAIRS` pairs; the last attempt places what it can.
+    """
+    start = time.monotonic()
+    first = None
+    for _attempt in range(EXPANSIONS + 1):
+        candidates, columns = _candidates(large, relaxed, rest)
+        sub = Part(part.stages[rest], part.clusters[columns])
+        saved = replicas_at[rest].copy()
+        replicas_at[rest] = 0
+        taken = _taken(large, replicas_at)[:, columns]
+        program = build_program(model, scores, blocked, kept, sub, allowed=candidates[:, columns], taken=taken)
+        first = first or (rest, columns, program)
+        values = _solve_direct(program, require_all=True, seconds=_budget(start, deadline))
+        if values is not None:
+            replicas_at[np.ix_(rest, columns)] = replicas_of(program, values)
+            return
+        replicas_at[rest] = saved
+        released = np.flatnonzero(replicas_at[:, columns].any(axis=1))
+        rest = np.union1d(rest, released)
+        if len(released) == 0 or _candidates(large, relaxed, rest)[0].sum() > ROUNDING_PAIRS:
+            break
+    # Place what fits of the first (smallest) rest; the repair takes the others.
+    rest, columns, program = first
+    values = _solve_direct(program, require_all=False, seconds=_budget(start, deadline), exact=False)
+    replicas_at[rest] = 0
+    if values is not None:
+        replicas_at[np.ix_(rest, columns)] = replicas_of(program, values)
+
+
+def _budget(start: float, deadline: float | None) -> float:
+    """Seconds the rounding MILPs have left: :data:`ROUNDED_MILP_SECONDS` in all, within the deadline."""
+    seconds = ROUNDED_MILP_SECONDS - (time.monotonic() - start)
+    if deadline is not None:
+        seconds = min(seconds, deadline - time.monotonic())
+    return max(0.0, seconds)
+
+
+def _candidates(large: _Large, relaxed: _Relaxed, rest: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(len(rest), C) candidate pairs of the ``rest`` stages: their LP support, multiCluster and
+    kept clusters, and the :data:`ALTERNATIVES` best by reduced cost; and the clusters used."""
+    position = np.full(large.stages, -1)
+    position[rest] = np.arange(len(rest))
+    in_rest = np.flatnonzero(position[large.pair_stage] >= 0)
+    candidates = np.zeros((len(rest), large.clusters), dtype=bool)
+    support = relaxed.pairs[(relaxed.shares > 1e-9) & (position[large.pair_stage[relaxed.pairs]] >= 0)]
+    order = in_rest[np.lexsort((relaxed.reduced[in_rest], large.pair_stage[in_rest]))]
+    starts = np.flatnonzero(np.diff(large.pair_stage[order], prepend=-1))
+    rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.append(starts, len(order))))
+    wanted = np.concatenate([
+        support,
+        order[rank < ALTERNATIVES],
+        in_rest[large.pair_lower[in_rest] > 0],
+        large.keep_pair[position[large.pair_stage[large.keep_pair]] >= 0],
+    ]).astype(np.int64)
+    candidates[position[large.pair_stage[wanted]], large.pair_cluster[wanted]] = True
+    return candidates, np.flatnonzero(candidates.any(axis=0))
+
+
+def _solve_direct(program: Program, *, require_all: bool, seconds: float, exact: bool = True) -> np.ndarray | None:
+    """The MILP through :mod:`fleetc.highs` (no cvxpy compile), or None when it found nothing."""
+    lower = program.lower.copy()
+    if require_all:
+        lower[program.z] = 1.0
+    matrix = sp.vstack([program.placement, program.usage, program.linking], format="csc")
+    rows = (program.placement.shape[0], program.usage.shape[0], program.linking.shape[0])
+    row_lower = np.concatenate([np.zeros(rows[0]), np.full(rows[1] + rows[2], -highs.INF)])
+    row_upper = np.concatenate([np.zeros(rows[0]), program.capacity, np.zeros(rows[2])])
+    solution = highs.solve_milp(
+        -program.objective, lower, program.upper, matrix, row_lower, row_upper,
+        np.ones(program.size, dtype=bool), seconds,
+        absolute_gap=None if require_all or not exact else 0.5 * program.smallest_value,
+    )
+    if solution.values is None or not is_feasible(program, solution.values, lower):
+        return None
+    return solution.values
+
+
+def _taken(large: _Large, replicas_at: np.ndarray) -> np.ndarray:
+    """(4, C) what ``replicas_at`` uses per cluster: exclusive GPUs, cores, GiB, shared slots."""
+    stage, cluster = np.nonzero(replicas_at)
+    count = replicas_at[stage, cluster]
+    per_replica = large.coefficients / large.replicas
+    return np.stack([
+        np.bincount(cluster, weights=per_replica[r, stage] * count, minlength=large.clusters) for r in range(4)
+    ]).astype(float)
+
+
+def _repair(model: FleetModel, large: _Large, part: Part, replicas_at: np.ndarray, is_blocked: np.ndarray) -> None:
+    """Place each stage still left out greedily (in place): most valuable per GPU first, on its
+    best-scoring clusters with room left; a stage that fits nowhere stays out."""
+    stages = [model.stages[s] for s in part.stages]
+    taken = _taken(large, replicas_at)
+    left = [s for s in range(large.stages) if not is_blocked[s] and not replicas_at[s].any()]
+    if not left:
+        return
+    values = stage_values(model, tuple(stages))
+    left.sort(key=lambda s: (-values[s] / max(stages[s].total_gpus, 1), s))
+    starts = np.searchsorted(large.pair_stage, np.arange(large.stages + 1))
+    names = {model.clusters[c].name: i for i, c in enumerate(part.clusters)}
+    per_replica = large.coefficients / large.replicas
+    room = _Room(large.capacity, taken, large.slots)
+
+    def plan_of(s: int, avoid: int = -1) -> dict[int, int]:
+        pairs = np.arange(starts[s], starts[s + 1])
+        by_score = [c for c in large.pair_cluster[pairs[np.argsort(-large.gain[pairs], kind="stable")]].tolist()
+                    if c != avoid]
+        ha = [names[name] for name in ha_clusters(model, stages[s])]
+        return _greedy_plan(stages[s], per_replica[:, s], by_score, ha, room)
+
+    def apply(s: int, plan: dict[int, int], sign: int) -> None:
+        for c, count in plan.items():
+            replicas_at[s, c] += sign * count
+
+    until = time.monotonic() + EVICTION_SECONDS
+    for s in left:
+        plan = plan_of(s)
+        if not plan and time.monotonic() < until:
+            plan = _evict(s, plan_of, apply, replicas_at, room, per_replica, large, starts)
+        apply(s, plan, 1)
+
+
+#: Clusters the eviction repair tries per left-out stage, and stages it may move off one cluster.
+EVICTION_CLUSTERS = 20
+EVICTION_STAGES = 8
+#: Seconds the eviction repair may take in all (the plain greedy pass always runs to the end).
+EVICTION_SECONDS = 10.0
+
+
+def _evict(s: int, plan_of: Callable[..., dict[int, int]], apply: Callable[[int, dict[int, int], int], None],
+           replicas_at: np.ndarray, room: _Room, per_replica: np.ndarray, large: _Large,
+           starts: np.ndarray) -> dict[int, int]:
+    """Make room for stage ``s`` on one of its best clusters by moving stages there elsewhere
+    (a one-level ejection chain: each resident alone, then the first 2, 3, ... together, the
+    most movable first); the plan for ``s``, or {} (nothing changed)."""
+    pairs = np.arange(starts[s], starts[s + 1])
+    clusters = large.pair_cluster[pairs[np.argsort(-large.gain[pairs], kind="stable")]][:EVICTION_CLUSTERS]
+    for c in clusters.tolist():
+        residents = np.flatnonzero(replicas_at[:, c])
+        choices = starts[residents + 1] - starts[residents]
+        size = large.coefficients[0, residents] + large.coefficients[3, residents]
+        residents = residents[np.lexsort((size, -choices))][:EVICTION_STAGES].tolist()
+        groups = [[r] for r in residents] + [residents[:n] for n in range(2, len(residents) + 1)]
+        for group in groups:
+            plan = _move_away(s, c, group, plan_of, apply, replicas_at, room, per_replica)
+            if plan:
+                return plan
+    return {}
+
+
+def _move_away(s: int, c: int, group: list[int], plan_of: Callable[..., dict[int, int]],
+               apply: Callable[[int, dict[int, int], int], None], replicas_at: np.ndarray, room: _Room,
+               per_replica: np.ndarray) -> dict[int, int]:
+    """Take the ``group`` of stages off (all their clusters), place ``s``, re-place the group
+    avoiding ``c``; the plan for ``s`` when all of that works, else {} with nothing changed."""
+    saved_taken = room.taken.copy()
+    moved = []
+    for resident in group:
+        old = {int(k): int(replicas_at[resident, k]) for k in np.flatnonzero(replicas_at[resident])}
+        for k, count in old.items():
+            room.take(k, per_replica[:, resident], -count)
+        apply(resident, old, -1)
+        moved.append((resident, old))
+    plan = plan_of(s)
+    replaced = [(resident, plan_of(resident, avoid=c)) for resident, _ in moved] if plan else []
+    if plan and all(new for _, new in replaced):
+        for resident, new in replaced:
+            apply(resident, new, 1)
+        return plan
+    room.taken = saved_taken
+    for resident, old in moved:
+        apply(resident, old, 1)
+    return {}
+
+
+class _Room:
+    """Residual capacity per cluster while the greedy repair places stages."""
+
+    def __init__(self, capacity: np.ndarray, taken: np.ndarray, slots: int) -> None:
+        self.capacity = capacity
+        self.taken = taken.copy()
+        self.slots = slots
+
+    def fits(self, c: int, demand: np.ndarray) -> int:
+        """Replicas of per-replica ``demand`` (exclusive GPUs, cores, GiB, slots) that fit ``c``."""
+        excl, cores, gib, slots = self.taken[:, c]
+        limits = []
+        if demand[0] > 0:
+            free = self.capacity[0, c] - excl - math.ceil(slots / self.slots - 1e-9)
+            limits.append(math.floor(free / demand[0] + 1e-9))
+        if demand[3] > 0:
+            free_slots = (self.capacity[0, c] - excl) * self.slots - slots
+            limits.append(math.floor(free_slots / demand[3] + 1e-9))
+        for r, used in ((1, cores), (2, gib)):
+            if demand[r] > 0:
+                limits.append(math.floor((self.capacity[r, c] - used) / demand[r] + 1e-9))
+        return max(0, min(limits, default=1 << 30))
+
+    def take(self, c: int, demand: np.ndarray, count: int) -> None:
+        self.taken[:, c] += demand * count
+
+
+def _greedy_plan(stage: Stage, demand: np.ndarray, by_score: list[int], ha: list[int], room: _Room) -> dict[int, int]:
+    """Clusters and replicas for ``stage`` in ``room`` (taken from it), or {} when it does not fit."""
+    if stage.is_gang:
+        for c in by_score:
+            if room.fits(c, demand) >= stage.replicas:
+                room.take(c, demand, stage.replicas)
+                return {c: stage.replicas}
+        return {}
+    minimum = min_replicas_per_cluster(stage)
+    plan: dict[int, int] = {}
+    remaining = stage.replicas
+    for c in ha:
+        if room.fits(c, demand) < minimum:
+            break
+        room.take(c, demand, minimum)
+        plan[c] = minimum
+        remaining -= minimum
+    else:
+        for c in by_score:
+            if not remaining:
+                break
+            count = min(room.fits(c, demand), remaining)
+            if count and (c in plan or count >= minimum):
+                room.take(c, demand, count)
+                plan[c] = plan.get(c, 0) + count
+                remaining -= count
+    if remaining or len(plan) < len(ha):
+        for c, count in plan.items():
+            room.take(c, demand, -count)
+        return {}
+    return plan
+
+
+def _score_of(model: FleetModel, part: Part, scores: Scores, replicas_at: np.ndarray) -> float:
+    """The reported objective of ``replicas_at`` (no move-cost terms)."""
+    stage, cluster = np.nonzero(replicas_at)
+    stages = tuple(model.stages[s] for s in part.stages)
+    values = stage_values(model, stages)
+    replicas = np.array([s.replicas for s in stages], dtype=float)
+    total = scores.total[part.stages[stage], part.clusters[cluster]]
+    return float(np.sum(values[stage] / replicas[stage] * (1.0 + total) * replicas_at[stage, cluster]))
+
+

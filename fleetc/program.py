@@ -1,0 +1,451 @@
+"""The placement MILP in matrix form, and its exact solve with cvxpy + HiGHS.
+
+One vector ``v = [x | y | u | z | w | k]`` over the allowed (stage, cluster) pairs of one
+component (see :mod:`fleetc.optimize` and ``docs/optimizer.md`` for what each part means); every
+constraint is a ``scipy.sparse`` matrix times ``v``. :mod:`fleetc.optimize` solves small
+components exactly with :func:`solve_program`; :mod:`fleetc.colgen` reuses the same matrices for
+the rounding MILP of large ones.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import cvxpy as cp
+import cvxpy.settings as cvxpy_status
+import highspy
+import numpy as np
+import scipy.sparse as sp
+
+from fleetc.errors import InternalError
+from fleetc.model import Cluster, FleetModel, Stage
+from fleetc.scoring import GIB, Scores
+from fleetc.verify import (
+    ha_clusters,
+    min_replicas_per_cluster,
+    slots_per_gpu,
+    usable_capacity,
+    uses_shared_slots,
+)
+
+#: A previous placement: stage key -> cluster name -> replicas (see :mod:`fleetc.previous`).
+Previous = Mapping[str, Mapping[str, int]]
+
+#: The value of a stage whose workload class has weight 0: it still must be placed.
+EPSILON = 1e-3
+
+_SOLVER_OPTIONS = {"threads": 1, "random_seed": 0, "output_flag": False}
+
+_SOLUTION_STATUSES = (cvxpy_status.OPTIMAL, cvxpy_status.OPTIMAL_INACCURATE)
+_INFEASIBLE_STATUSES = (
+    cvxpy_status.INFEASIBLE,
+    cvxpy_status.INFEASIBLE_INACCURATE,
+    cvxpy_status.INFEASIBLE_OR_UNBOUNDED,
+)
+
+
+@dataclass(frozen=True, eq=False)
+class Part:
+    """One independent subproblem: stage and cluster indices into the full model."""
+
+    stages: np.ndarray
+    clusters: np.ndarray
+
+
+
+@dataclass(frozen=True, eq=False)
+class Solved:
+    replicas_at: np.ndarray  # (stages, clusters) of the part
+    objective: float
+    bound: float
+    method: str
+
+
+
+class OutOfTime(Exception):
+    """A solve ended at its limits without a placement."""
+
+
+
+def replicas_of(program: Program, values: np.ndarray) -> np.ndarray:
+    replicas_at = np.zeros((len(program.blocked), program.clusters), dtype=int)
+    units = values[: len(program.unit_stage)] * program.unit_replicas
+    np.add.at(replicas_at, (program.unit_stage, program.unit_cluster), np.rint(units).astype(int))
+    return replicas_at
+
+
+
+@dataclass(frozen=True, eq=False)
+class _Columns:
+    """Where each part of ``v = [x | y | u | z | w | k]`` lives; pairs sorted by stage, cluster."""
+
+    x_stage: np.ndarray
+    x_cluster: np.ndarray
+    y_stage: np.ndarray
+    y_cluster: np.ndarray
+    stages: int
+    shared: int  # w entries: one per cluster when GPUs are time-sliced, else none
+    keep: np.ndarray  # y pairs (indices) that held replicas in the previous placement
+
+    @classmethod
+    def of(cls, stages: tuple[Stage, ...], allowed: np.ndarray, shared: int, kept: np.ndarray) -> _Columns:
+        pair_stage, pair_cluster = np.nonzero(allowed)
+        gang = np.array([s.is_gang for s in stages], dtype=bool)[pair_stage]
+        y_stage, y_cluster = pair_stage[~gang], pair_cluster[~gang]
+        keep = np.flatnonzero(kept[y_stage, y_cluster] > 0)
+        return cls(pair_stage[gang], pair_cluster[gang], y_stage, y_cluster, len(stages), shared, keep)
+
+    @property
+    def units(self) -> int:
+        """The ``x`` and ``y`` entries: the ones that carry replicas."""
+        return len(self.x_stage) + len(self.y_stage)
+
+    @property
+    def y(self) -> np.ndarray:
+        return len(self.x_stage) + np.arange(len(self.y_stage))
+
+    @property
+    def u(self) -> np.ndarray:
+        return self.units + np.arange(len(self.y_stage))
+
+    @property
+    def z(self) -> np.ndarray:
+        return self.units + len(self.y_stage) + np.arange(self.stages)
+
+    @property
+    def w(self) -> np.ndarray:
+        return self.units + len(self.y_stage) + self.stages + np.arange(self.shared)
+
+    @property
+    def k(self) -> np.ndarray:
+        return self.units + len(self.y_stage) + self.stages + self.shared + np.arange(len(self.keep))
+
+    @property
+    def size(self) -> int:
+        return self.units + len(self.y_stage) + self.stages + self.shared + len(self.keep)
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    """The MILP of one part in matrix form (see the module docstring).
+
+    ``unit_*`` describe the first ``x`` + ``y`` entries: which stage and cluster (indices in the
+    part) each belongs to and how many replicas one unit of it is (the gang's replicas for
+    ``x``, 1 for ``y``).
+    """
+
+    unit_stage: np.ndarray
+    unit_cluster: np.ndarray
+    unit_replicas: np.ndarray
+    objective: np.ndarray
+    placement: sp.csr_matrix  # placement @ v == 0, one row per stage
+    usage: sp.csr_matrix  # usage @ v <= capacity
+    capacity: np.ndarray
+    linking: sp.csr_matrix  # linking @ v <= 0
+    lower: np.ndarray
+    upper: np.ndarray
+    z: np.ndarray  # the z columns
+    blocked: np.ndarray  # per stage of the part: multiCluster makes it unplaceable
+    clusters: int
+    gangs: int  # the x columns come first
+    smallest_value: float
+    #: ``objective`` without the move-cost terms: what the placement reports, so the report
+    #: depends on where stages are, never on where they were.
+    score: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return len(self.objective)
+
+    @property
+    def binaries(self) -> int:
+        """Binary pairs: one ``x`` per gang pair, one ``u`` per Deployment pair."""
+        return len(self.unit_stage)
+
+
+def stage_values(model: FleetModel, stages: tuple[Stage, ...]) -> np.ndarray:
+    """Each stage's worth: its class weight (``EPSILON`` if 0) times its GPUs (at least 1)."""
+    return np.array(
+        [(model.class_weights.of(s.workload_class) or EPSILON) * max(s.total_gpus, 1) for s in stages],
+        dtype=float,
+    )
+
+
+def demand_of(stages: tuple[Stage, ...]) -> np.ndarray:
+    """(3, S) per-replica demand: GPUs, cores, GiB."""
+    return (
+        np.array([[s.gpus, s.cpu_millis / 1000, s.memory_bytes / GIB] for s in stages], dtype=float)
+        .reshape(len(stages), 3)
+        .T
+    )
+
+
+def capacity_of(model: FleetModel, clusters: tuple[Cluster, ...]) -> np.ndarray:
+    """(3, C) usable capacity: GPUs, cores, GiB."""
+    usable = [usable_capacity(model, c) for c in clusters]
+    return (
+        np.array([[g, millis / 1000, memory / GIB] for g, millis, memory in usable], dtype=float)
+        .reshape(len(clusters), 3)
+        .T
+    )
+
+
+def build_program(
+    model: FleetModel,
+    scores: Scores,
+    blocked: dict[int, str],
+    kept: np.ndarray,
+    part: Part,
+    allowed: np.ndarray | None = None,
+    taken: np.ndarray | None = None,
+) -> Program:
+    """The program of ``part``; ``allowed`` narrows its pairs (the large path's candidates) and
+    ``taken`` (4, C) is what fixed stages already use of each cluster: GPUs, cores, GiB, and
+    shared slots."""
+    stages = tuple(model.stages[s] for s in part.stages)
+    clusters = tuple(model.clusters[c] for c in part.clusters)
+    if allowed is None:
+        allowed = scores.allowed[np.ix_(part.stages, part.clusters)]
+    total = scores.total[np.ix_(part.stages, part.clusters)]
+    part_kept = kept[np.ix_(part.stages, part.clusters)]
+    slots = slots_per_gpu(model)
+    shared_stage = np.array([uses_shared_slots(model, s) for s in stages], dtype=bool)
+    taken = np.zeros((4, len(clusters))) if taken is None else taken
+    any_shared = bool(shared_stage.any() or taken[3].any())
+    columns = _Columns.of(stages, allowed, len(clusters) if any_shared else 0, part_kept)
+    replicas = np.array([s.replicas for s in stages], dtype=float)
+    unit_stage = np.concatenate([columns.x_stage, columns.y_stage])
+    unit_cluster = np.concatenate([columns.x_cluster, columns.y_cluster])
+    unit_replicas = np.concatenate([replicas[columns.x_stage], np.ones(len(columns.y_stage))])
+    values = stage_values(model, stages)
+    capacity = capacity_of(model, clusters) - taken[:3]
+
+    score = np.zeros(columns.size)
+    per_replica = values[unit_stage] / replicas[unit_stage]
+    score[: columns.units] = per_replica * (1.0 + total[unit_stage, unit_cluster]) * unit_replicas
+    objective = score.copy()
+    gang_kept = part_kept[columns.x_stage, columns.x_cluster] / replicas[columns.x_stage]
+    objective[: len(columns.x_stage)] += model.move_cost * values[columns.x_stage] * gang_kept
+    objective[columns.k] = model.move_cost * per_replica[len(columns.x_stage) + columns.keep]
+
+    lower = np.zeros(columns.size)
+    upper = np.ones(columns.size)
+    upper[columns.y] = replicas[columns.y_stage]
+    is_blocked = np.array([int(s) in blocked for s in part.stages], dtype=bool)
+    upper[columns.z[is_blocked]] = 0.0
+    if columns.shared:
+        upper[columns.w] = capacity[0]
+    upper[columns.k] = part_kept[columns.y_stage[columns.keep], columns.y_cluster[columns.keep]]
+    usage, usable = _usage_rows(columns, unit_stage, unit_cluster, unit_replicas, demand_of(stages),
+                                shared_stage, capacity, slots, taken[3])
+    return Program(
+        unit_stage=unit_stage,
+        unit_cluster=unit_cluster,
+        unit_replicas=unit_replicas,
+        objective=objective,
+        placement=_placement_rows(columns, unit_stage, unit_replicas, replicas),
+        usage=usage,
+        capacity=usable,
+        linking=_linking_rows(model, columns, stages, clusters, replicas),
+        lower=lower,
+        upper=upper,
+        z=columns.z,
+        blocked=is_blocked,
+        clusters=len(clusters),
+        gangs=len(columns.x_stage),
+        smallest_value=float(values.min()),
+        score=score,
+    )
+
+
+def _sparse(
+    entries: list[tuple[np.ndarray, np.ndarray, np.ndarray]], shape: tuple[int, int]
+) -> sp.csr_matrix:
+    """A CSR matrix from (values, rows, columns) triplets."""
+    data, rows, cols = (np.concatenate(part) for part in zip(*entries, strict=True))
+    return sp.csr_matrix((data, (rows, cols)), shape=shape)
+
+
+def _placement_rows(
+    columns: _Columns, unit_stage: np.ndarray, unit_replicas: np.ndarray, replicas: np.ndarray
+) -> sp.csr_matrix:
+    """One row per stage: replicas placed - replicas * z == 0."""
+    stages = np.arange(columns.stages)
+    return _sparse(
+        [(unit_replicas, unit_stage, np.arange(columns.units)), (-replicas, stages, columns.z)],
+        (columns.stages, columns.size),
+    )
+
+
+def _usage_rows(
+    columns: _Columns,
+    unit_stage: np.ndarray,
+    unit_cluster: np.ndarray,
+    unit_replicas: np.ndarray,
+    demand: np.ndarray,
+    shared_stage: np.ndarray,
+    capacity: np.ndarray,
+    slots: int,
+    taken_slots: np.ndarray,
+) -> tuple[sp.csr_matrix, np.ndarray]:
+    """Rows ``r * C + c`` for resource ``r`` (GPUs, cores, GiB) of cluster ``c``, then (with
+    time-slicing) one slot row per cluster: ``slots used - slots_per_gpu * w <= 0``. A shared
+    stage's GPUs count as slots, and the GPU row counts ``w`` instead."""
+    clusters = capacity.shape[1]
+    units = np.arange(columns.units)
+    shared_unit = shared_stage[unit_stage]
+    gpus = demand[0, unit_stage] * unit_replicas
+    entries = [
+        (np.where(shared_unit, 0.0, gpus), unit_cluster, units),
+        *((demand[r, unit_stage] * unit_replicas, r * clusters + unit_cluster, units) for r in (1, 2)),
+    ]
+    rows = 3 * clusters
+    usable = capacity.ravel()
+    if columns.shared:
+        cluster_ids = np.arange(clusters)
+        entries += [
+            (np.ones(clusters), cluster_ids, columns.w),
+            (np.where(shared_unit, gpus, 0.0), rows + unit_cluster, units),
+            (np.full(clusters, -float(slots)), rows + cluster_ids, columns.w),
+        ]
+        rows += clusters
+        usable = np.concatenate([usable, -taken_slots])
+    return _sparse(entries, (rows, columns.size)), usable
+
+
+def _linking_rows(
+    model: FleetModel,
+    columns: _Columns,
+    stages: tuple[Stage, ...],
+    clusters: tuple[Cluster, ...],
+    replicas: np.ndarray,
+) -> sp.csr_matrix:
+    """Rows ``<= 0``: ``y - replicas * u`` and ``min * u - y`` per Deployment pair, ``z - u`` per
+    pair on a ``multiCluster`` cluster, ``k - y`` per kept pair."""
+    n_y = len(columns.y_stage)
+    minimum = np.array([min_replicas_per_cluster(s) for s in stages], dtype=float)[columns.y_stage]
+    rows = np.arange(n_y)
+    ha_of = [set(ha_clusters(model, stage)) for stage in stages]
+    ha = np.array(
+        [clusters[c].name in ha_of[s] for s, c in zip(columns.y_stage, columns.y_cluster, strict=True)],
+        dtype=bool,
+    )
+    ha_pairs = np.flatnonzero(ha)
+    ha_rows = 2 * n_y + np.arange(len(ha_pairs))
+    keep_rows = 2 * n_y + len(ha_pairs) + np.arange(len(columns.keep))
+    return _sparse(
+        [
+            (np.ones(n_y), rows, columns.y),
+            (-replicas[columns.y_stage], rows, columns.u),
+            (minimum, n_y + rows, columns.u),
+            (-np.ones(n_y), n_y + rows, columns.y),
+            (np.ones(len(ha_pairs)), ha_rows, columns.z[columns.y_stage[ha_pairs]]),
+            (-np.ones(len(ha_pairs)), ha_rows, columns.u[ha_pairs]),
+            (np.ones(len(columns.keep)), keep_rows, columns.k),
+            (-np.ones(len(columns.keep)), keep_rows, columns.y[columns.keep]),
+        ],
+        (2 * n_y + len(ha_pairs) + len(columns.keep), columns.size),
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class Result:
+    """What one solve produced: ``values`` of ``v`` (None when there are none) and whether they
+    are proven optimal (as opposed to the best found before the time limit)."""
+
+    values: np.ndarray | None
+    optimal: bool
+    infeasible: bool = False
+
+
+def solve_program(
+    program: Program, *, require_all: bool, integral: bool, deadline: float | None
+) -> Result:
+    """Solve the MILP (or its LP relaxation); ``require_all`` fixes every stage's ``z`` to 1.
+
+    Integral values are rounded to the integers HiGHS found them within tolerance of.
+    """
+    silence_highs_banner()
+    lower = program.lower.copy()
+    if require_all:
+        if program.blocked.any():
+            return Result(values=None, optimal=False, infeasible=True)
+        lower[program.z] = 1.0
+    v = cp.Variable(program.size, integer=integral, bounds=[lower, program.upper])
+    constraints = [program.placement @ v == 0, program.usage @ v <= program.capacity]
+    if program.linking.shape[0]:
+        constraints.append(program.linking @ v <= 0)
+    problem = cp.Problem(cp.Maximize(program.objective @ v), constraints)
+    options: dict[str, float | int | bool] = dict(_SOLVER_OPTIONS)
+    if deadline is not None:
+        options["time_limit"] = max(0.01, deadline - time.monotonic())
+    if not require_all:
+        # Stop only within half the smallest stage value of the optimum: then no stage that
+        # still fits the capacity left over is left out, and the diagnosis names real misfits.
+        options["mip_rel_gap"] = 0.0
+        options["mip_abs_gap"] = 0.5 * program.smallest_value
+    try:
+        with warnings.catch_warnings():  # the status is handled below, not by a warning
+            warnings.simplefilter("ignore", UserWarning)
+            problem.solve(solver=cp.HIGHS, **options)
+    except cp.error.SolverError as err:
+        raise InternalError(f"the HiGHS solver failed: {err}") from err
+    return _result(program, problem.status, v.value, lower, integral)
+
+
+@functools.cache
+def silence_highs_banner() -> None:
+    """Create the process's first HiGHS object with file descriptor 1 on /dev/null.
+
+    HiGHS prints a banner straight to the process's stdout the first time a solver object is
+    created (cvxpy creates one per solve), and fleetc's output must hold only fleetc's text.
+    """
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no stdout at all: nothing to keep clean
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+            highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _result(
+    program: Program, status: str, value: np.ndarray | None, lower: np.ndarray, integral: bool
+) -> Result:
+    if status in _INFEASIBLE_STATUSES:
+        return Result(values=None, optimal=False, infeasible=True)
+    if value is None:
+        if status == cvxpy_status.USER_LIMIT:
+            return Result(values=None, optimal=False)
+        raise InternalError(f"the HiGHS solver ended with status '{status}' and no placement")
+    values = np.rint(value) if integral else np.asarray(value, dtype=float)
+    if status in _SOLUTION_STATUSES:
+        return Result(values=values, optimal=True)
+    if status == cvxpy_status.USER_LIMIT:  # HiGHS reports its last iterate, feasible or not
+        return Result(values=values if is_feasible(program, values, lower) else None, optimal=False)
+    raise InternalError(f"the HiGHS solver ended with status '{status}'")
+
+
+def is_feasible(
+    program: Program, values: np.ndarray, lower: np.ndarray, tolerance: float = 1e-6
+) -> bool:
+    return bool(
+        np.all(values >= lower - tolerance)
+        and np.all(values <= program.upper + tolerance)
+        and np.all(np.abs(program.placement @ values) <= tolerance)
+        and np.all(program.usage @ values <= program.capacity + tolerance)
+        and np.all(program.linking @ values <= tolerance)
+    )
+
+

@@ -362,7 +362,7 @@ def solve_large(
     large = _large(model, scores, blocked, kept, part)
     master = _start_master(large)
     relaxed = _generate_columns(large, master, large.gain + large.move, deadline)
-    replicas_at = _round(model, large, part, relaxed, scores, blocked, kept, deadline)
+    replicas_at = _round(_Rounding(model, large, part, relaxed, scores, blocked, kept, deadline))
     objective = _score_of(model, part, scores, replicas_at)
     in_lp = np.bincount(large.pair_stage, minlength=large.stages) > 0  # multiCluster conflicts are not
     left_out = bool(np.any(in_lp & ~replicas_at.any(axis=1)))
@@ -393,18 +393,25 @@ EXPANSIONS = 1
 ROUNDING_PAIRS = 50_000
 
 
-def _round(
-    model: FleetModel,
-    large: _Large,
-    part: Part,
-    relaxed: _Relaxed,
-    scores: Scores,
-    blocked: dict[int, str],
-    kept: np.ndarray,
-    deadline: float | None,
-) -> np.ndarray:
+@dataclass(frozen=True, eq=False)
+class _Rounding:
+    """What every rounding step reads: the component, its LP solution, and the inputs of the
+    program the rounding MILPs are built from."""
+
+    model: FleetModel
+    large: _Large
+    part: Part
+    relaxed: _Relaxed
+    scores: Scores
+    blocked: dict[int, str]
+    kept: np.ndarray
+    deadline: float | None
+
+
+def _round(r: _Rounding) -> np.ndarray:
     """(S, C) replicas of the part: the stages the LP places in whole units as it places them,
     a MILP over the rest on their LP clusters plus a few alternatives, a greedy repair last."""
+    model, large, part, relaxed, blocked = r.model, r.large, r.part, r.relaxed, r.blocked
     stages = [model.stages[s] for s in part.stages]
     replicas = np.array([s.replicas for s in stages])
     gang = np.array([s.is_gang for s in stages], dtype=bool)
@@ -423,38 +430,29 @@ def _round(
     replicas_at[stage[keep], cluster[keep]] = placed[keep]
     rest = np.flatnonzero(~fixed & ~is_blocked)
     if len(rest):
-        _round_rest(model, large, part, relaxed, scores, blocked, kept, deadline, rest, replicas_at)
+        _round_rest(r, rest, replicas_at)
     _repair(model, large, part, replicas_at, is_blocked)
     return replicas_at
 
 
-def _round_rest(
-    model: FleetModel,
-    large: _Large,
-    part: Part,
-    relaxed: _Relaxed,
-    scores: Scores,
-    blocked: dict[int, str],
-    kept: np.ndarray,
-    deadline: float | None,
-    rest: np.ndarray,
-    replicas_at: np.ndarray,
-) -> None:
+def _round_rest(r: _Rounding, rest: np.ndarray, replicas_at: np.ndarray) -> None:
     """The MILP over the ``rest`` stages in the capacity the fixed ones leave (in place).
 
     When it cannot place them all, the fixed stages on its clusters join it (their capacity was
     what was missing) and it runs again, up to :data:`EXPANSIONS` times while it stays below
     :data:`ROUNDING_PAIRS` pairs; the last attempt places what it can.
     """
+    large, relaxed, deadline = r.large, r.relaxed, r.deadline
     start = time.monotonic()
     first = None
     for _attempt in range(EXPANSIONS + 1):
         candidates, columns = _candidates(large, relaxed, rest)
-        sub = Part(part.stages[rest], part.clusters[columns])
+        sub = Part(r.part.stages[rest], r.part.clusters[columns])
         saved = replicas_at[rest].copy()
         replicas_at[rest] = 0
         taken = _taken(large, replicas_at)[:, columns]
-        program = build_program(model, scores, blocked, kept, sub, allowed=candidates[:, columns], taken=taken)
+        program = build_program(r.model, r.scores, r.blocked, r.kept, sub, allowed=candidates[:, columns],
+                                taken=taken)
         first = first or (rest, columns, program)
         values = _solve_direct(program, require_all=True, seconds=_budget(start, deadline))
         if values is not None:

@@ -13,6 +13,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -74,6 +75,31 @@ class _Large:
     keep_upper: np.ndarray  # their previous share (previous replicas / replicas)
     keep_reward: np.ndarray  # move_cost * value_s per unit of k
     penalty: np.ndarray  # per stage and unit left unplaced
+
+    @cached_property
+    def segments(self) -> tuple[np.ndarray, np.ndarray]:
+        """Where each stage's pairs start, for the stages that have any; and those stages."""
+        starts = np.flatnonzero(np.diff(self.pair_stage, prepend=-1))
+        return starts, self.pair_stage[starts]
+
+    @cached_property
+    def pair_range(self) -> np.ndarray:
+        """(S + 1,) stage ``s``'s pairs are ``pair_range[s]:pair_range[s + 1]``."""
+        return np.searchsorted(self.pair_stage, np.arange(self.stages + 1))
+
+    @cached_property
+    def best_gain(self) -> np.ndarray:
+        """(S,) each stage's largest gain over its pairs (-inf without pairs)."""
+        best = np.full(self.stages, -np.inf)
+        starts, stages = self.segments
+        if len(starts):
+            best[stages] = np.maximum.reduceat(self.gain, starts)
+        return best
+
+    @cached_property
+    def floored(self) -> np.ndarray:
+        """The pairs with a lower bound (multiCluster minimums)."""
+        return np.flatnonzero(self.pair_lower > 0)
 
     @property
     def rows(self) -> int:
@@ -147,7 +173,8 @@ class _Large:
         reduced = -objective - row_dual[self.pair_stage]
         for r in range(4 if self.shared else 3):
             dual = row_dual[self.stages + r * c: self.stages + (r + 1) * c]
-            reduced -= self.coefficients[r, self.pair_stage] * dual[self.pair_cluster]
+            if dual.any():  # a resource no cluster is short of costs nothing: skip 10M products
+                reduced -= self.coefficients[r, self.pair_stage] * dual[self.pair_cluster]
         return reduced
 
 
@@ -159,12 +186,16 @@ TIE_BREAK = 1e-6
 UNPLACED_PENALTY = 10.0
 #: Candidate clusters per stage in the first restricted master (best gain first).
 START_CANDIDATES = 3
+#: Demand, in multiples of each cluster's capacity, of the contenders the first master holds for it.
+CONTENTION = 2.0
 #: Column generation stops when the Lagrangian bound is this close (relative) to the master.
 COLUMN_GAP = 1e-4
 #: Seconds column generation may take (then the Lagrangian bound is the bound).
 COLUMN_SECONDS = 30.0
+#: A stage's extra columns in a round improve the master at least this share of its best one.
+SHORTLIST = 0.5
 #: Improving pair columns each stage may add to the master per round (most improving first).
-COLUMNS_PER_ROUND = 3
+COLUMNS_PER_ROUND = 10
 #: Reduced cost below which a column improves the master, relative to the largest gain.
 PRICING_TOLERANCE = 1e-7
 
@@ -233,12 +264,9 @@ class _Master:
 
 
 def _start_master(large: _Large) -> _Master:
-    order = np.lexsort((-large.gain, large.pair_stage))
-    starts = np.searchsorted(large.pair_stage[order], np.arange(large.stages))
-    rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.append(starts, len(order))))
     holds = np.zeros(len(large.pair_stage), dtype=bool)
-    holds[order[rank < START_CANDIDATES]] = True
-    holds[_greedy_start(large)] = True
+    holds[_start_pairs(large)] = True
+    holds[_contenders(large)] = True
     holds[large.pair_lower > 0] = True
     holds[large.keep_pair] = True
     holds[large.move > 0] = True
@@ -259,27 +287,81 @@ def _start_master(large: _Large) -> _Master:
     return _Master(lp, pairs, holds, fixed.shape[1], fixed, cost, fixed_upper)
 
 
-def _greedy_start(large: _Large) -> np.ndarray:
-    """Pairs of a rough greedy placement, so the first master is (nearly) feasible and its duals
-    price capacity from the start: each stage (largest gain first) goes whole to its best
-    cluster with room, counting shared slots as fractions of a GPU; a stage that fits nowhere
-    adds nothing (its unplaced column covers it until pricing finds room)."""
+def _start_pairs(large: _Large) -> np.ndarray:
+    """Each stage's :data:`START_CANDIDATES` best pairs by gain, and the pairs of a rough
+    fractional placement, so that the first master places every stage the fleet has room for
+    and its duals price capacity from the start (a master that leaves stages out prices with
+    the unplaced penalty instead, and its duals swing for many rounds).
+
+    The most constrained stage first (the least room, in stage units, on the clusters it may
+    use), each fills its best clusters by gain with the share of it that still fits each one
+    (a gang may be split: this is the LP's start, not a placement), counting shared slots as
+    fractions of a GPU. A stage that does not fit whole brings every pair it has: the first
+    master then has what it needs to place all it can.
+    """
     demand = np.stack([large.coefficients[0] + large.coefficients[3] / large.slots, *large.coefficients[1:3]])
     free = large.capacity.copy()
-    starts = np.searchsorted(large.pair_stage, np.arange(large.stages + 1))
-    best = np.maximum.reduceat(large.gain, starts[:-1]) if len(large.gain) else np.zeros(0)
+    starts = large.pair_range
+    room = np.bincount(large.pair_stage, weights=large.capacity[0, large.pair_cluster], minlength=large.stages)
+    room = np.where(demand[0] > 0, room / np.maximum(demand[0], 1e-9), np.inf)
+    best = large.best_gain
     chosen = []
-    for s in np.argsort(-best, kind="stable").tolist():
+    for s in np.lexsort((np.arange(large.stages), -best, room)).tolist():
         pairs = np.arange(starts[s], starts[s + 1])
         if not len(pairs):
             continue
-        clusters = large.pair_cluster[pairs]
-        room = np.all(free[:, clusters] >= demand[:, s, None] - 1e-9, axis=0)
-        if room.any():
-            pick = int(np.argmax(np.where(room, large.gain[pairs], -np.inf)))
-            free[:, clusters[pick]] -= demand[:, s]
-            chosen.append(pairs[pick])
-    return np.array(chosen, dtype=np.int64)
+        pairs = pairs[np.argsort(-large.gain[pairs], kind="stable")]
+        chosen.append(pairs[:START_CANDIDATES])
+        chosen.append(_fill(pairs, large.pair_cluster[pairs], demand[:, s], free))
+    return np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
+
+
+def _fill(pairs: np.ndarray, clusters: np.ndarray, need: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """Put one stage unit on ``clusters`` in order, the share that fits each, taking it from
+    ``free`` (in place); the pairs used, or all of them when the unit does not fit whole."""
+    positive = need > 0
+    fits = np.clip(np.min(free[positive][:, clusters] / need[positive, None], axis=0, initial=np.inf), 0.0, 1.0)
+    filled = np.cumsum(fits)
+    if filled[-1] < 1.0 - 1e-9:
+        free[:, clusters] -= need[:, None] * fits
+        return pairs
+    last = int(np.searchsorted(filled, 1.0 - 1e-9))
+    take = fits[: last + 1]
+    take[last] -= filled[last] - 1.0
+    used = take > 1e-12
+    free[:, clusters[: last + 1][used]] -= need[:, None] * take[used]
+    return pairs[: last + 1][used]
+
+
+def _contenders(large: _Large) -> np.ndarray:
+    """Per cluster, the stages that lose least by running there rather than on their best
+    cluster (per unit of its scarce resource, :func:`_size`), until they ask for
+    :data:`CONTENTION` times what it has: the competition for each cluster that its capacity
+    dual must price. Without them a cluster the master holds no columns for looks free, every
+    stage prices it as its best, and the bound stays loose for many rounds."""
+    best = large.best_gain
+    size = _size(large, np.arange(len(large.pair_stage)))
+    asks = np.flatnonzero(size > 0)  # a stage without GPUs does not contend for a GPU cluster
+    loss = (best[large.pair_stage[asks]] - large.gain[asks]) / size[asks]
+    order = asks[np.lexsort((loss, large.pair_cluster[asks]))]
+    cluster = large.pair_cluster[order]
+    asked = np.cumsum(size[order])
+    asked -= np.concatenate([[0.0], asked])[np.searchsorted(cluster, np.arange(large.clusters))][cluster]
+    return order[asked - size[order] < CONTENTION * _scarce_capacity(large)[cluster]]
+
+
+def _scarce_capacity(large: _Large) -> np.ndarray:
+    """(C,) what each cluster has of the resource its contenders are counted in: GPUs, or
+    cores on a cluster without GPUs."""
+    return np.where(large.capacity[0] > 0, large.capacity[0], large.capacity[1])
+
+
+def _size(large: _Large, pairs: np.ndarray) -> np.ndarray:
+    """What each pair's stage asks of its cluster's scarce resource: GPUs (shared slots as
+    fractions of a GPU), or cores on a cluster without GPUs."""
+    stage, cluster = large.pair_stage[pairs], large.pair_cluster[pairs]
+    gpus = large.coefficients[0, stage] + large.coefficients[3, stage] / large.slots
+    return np.where(large.capacity[0, cluster] > 0, gpus, large.coefficients[1, stage])
 
 
 @dataclass(frozen=True, eq=False)
@@ -292,17 +374,17 @@ class _Relaxed:
     objective: float  # maximised, penalties included
     reduced: np.ndarray  # reduced costs of every pair at the end
     upper: float  # bound on the LP over every pair (maximised, penalties included)
-    row_dual: np.ndarray
+    bound_dual: np.ndarray  # the row duals it was found at
     converged: bool  # within COLUMN_GAP of the bound, not stopped by a budget
 
 
 def _generate_columns(large: _Large, master: _Master, objective: np.ndarray, deadline: float | None) -> _Relaxed:
-    """Solve the master, add each stage's most improving pair columns, repeat until no pair
-    column improves it (then the master's optimum is the LP optimum over all pairs), or until
-    the Lagrangian bound is within :data:`COLUMN_GAP` of it, or :data:`COLUMN_SECONDS` or the
-    deadline run out."""
+    """Solve the master, add the most improving pair columns (:func:`_new_columns`), repeat until
+    no pair column improves it (then the master's optimum is the LP optimum over all pairs), or
+    until the best Lagrangian bound so far is within :data:`COLUMN_GAP` of it, or
+    :data:`COLUMN_SECONDS` or the deadline run out."""
     tolerance = PRICING_TOLERANCE * max(1.0, float(objective.max(initial=1.0)))
-    starts = np.flatnonzero(np.diff(large.pair_stage, prepend=-1))
+    starts = large.segments[0]
     budget = time.monotonic() + COLUMN_SECONDS
     deadline = budget if deadline is None else min(deadline, budget)
     last: _Relaxed | None = None
@@ -313,44 +395,71 @@ def _generate_columns(large: _Large, master: _Master, objective: np.ndarray, dea
                 raise OutOfTime
             return last
         value = -solution.objective
-        upper = _upper_bound(large, master, solution.row_dual, objective)
-        reduced = large.reduced_costs(solution.row_dual, objective)
+        upper, reduced = _lagrangian(large, master, solution.row_dual, objective)
         pricing = np.where(master.holds, 0.0, reduced)
-        best = np.minimum.reduceat(pricing, starts)
+        improving = pricing < -tolerance
         values = solution.values
-        converged = best.min(initial=0.0) >= -tolerance or upper - value <= COLUMN_GAP * abs(upper)
-        last = _Relaxed(values[: master.fixed], master.pairs, values[master.fixed:], value, reduced, upper,
-                        solution.row_dual, converged)
+        if last is None or upper < last.upper:
+            bound, bound_dual = upper, solution.row_dual
+        else:
+            bound, bound_dual = last.upper, last.bound_dual
+        converged = not improving.any() or bound - value <= COLUMN_GAP * abs(bound)
+        last = _Relaxed(values[: master.fixed], master.pairs, values[master.fixed:], value, reduced, bound,
+                        bound_dual, converged)
         if converged or time.monotonic() >= deadline:
             return last
-        hit = np.flatnonzero(pricing < -tolerance)
-        order = hit[np.lexsort((pricing[hit], large.pair_stage[hit]))]
-        first = np.flatnonzero(np.diff(large.pair_stage[order], prepend=-1))
-        rank = np.arange(len(order)) - np.repeat(first, np.diff(np.append(first, len(order))))
-        new = np.sort(order[rank < COLUMNS_PER_ROUND])
+        new = _new_columns(large, pricing, improving, starts)
         master.lp.add_columns(-objective[new], large.pair_lower[new], np.ones(len(new)), large.block(new))
         master.holds[new] = True
         master.pairs = np.concatenate([master.pairs, new])
 
 
-def _upper_bound(large: _Large, master: _Master, row_dual: np.ndarray, objective: np.ndarray) -> float:
-    """A bound on the master's LP over every pair from any capacity duals (Lagrangian: relax the
-    capacity rows, keep each stage's ``sum t + unplaced = 1``); equal to the master's optimum
-    once no column improves it, valid before."""
+def _new_columns(large: _Large, pricing: np.ndarray, improving: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The pair columns to add to the master this round (sorted).
+
+    Each improving stage brings its best column, and up to :data:`COLUMNS_PER_ROUND` more among
+    those that improve at least :data:`SHORTLIST` times as much; but a cluster takes these extra
+    columns only up to :data:`CONTENTION` times its capacity (best per unit of demand first):
+    many stages price the same few clusters best, and columns beyond what a cluster can hold
+    only make the master slower.
+    """
+    best = np.minimum.reduceat(pricing, starts)
+    shortlist = np.flatnonzero(improving & (pricing <= SHORTLIST * best[large.pair_stage]))
+    order = shortlist[np.lexsort((pricing[shortlist], large.pair_stage[shortlist]))]
+    first = np.flatnonzero(np.diff(large.pair_stage[order], prepend=-1))
+    rank = np.arange(len(order)) - np.repeat(first, np.diff(np.append(first, len(order))))
+    head, extra = order[rank == 0], order[(rank > 0) & (rank < COLUMNS_PER_ROUND)]
+    extra = extra[np.lexsort((pricing[extra] / np.maximum(_size(large, extra), 1e-9), large.pair_cluster[extra]))]
+    cluster = large.pair_cluster[extra]
+    asked = np.cumsum(_size(large, extra))
+    before = np.concatenate([[0.0], asked])[np.searchsorted(cluster, np.arange(large.clusters))]
+    asked -= before[cluster]
+    return np.sort(np.concatenate([head, extra[asked <= CONTENTION * _scarce_capacity(large)[cluster]]]))
+
+
+def _lagrangian(large: _Large, master: _Master, row_dual: np.ndarray, objective: np.ndarray
+                ) -> tuple[float, np.ndarray]:
+    """The Lagrangian bound at the capacity part of ``row_dual`` (relax the capacity rows, keep
+    each stage's ``sum t + unplaced = 1``), and every pair's reduced cost at ``row_dual``.
+
+    The bound holds for the master's LP over every pair whatever the duals, and equals the
+    master's optimum at its own duals once no column improves it.
+    """
     s = large.stages
     mu = np.minimum(row_dual[s:], 0.0)  # <= rows of a minimisation
-    link = mu[len(mu) - len(large.keep_pair):] if len(large.keep_pair) else np.zeros(0)
     cost = large.reduced_costs(np.concatenate([np.zeros(s), mu]), objective)  # cost - mu . column
-    cost[large.keep_pair] += link
-    starts = np.flatnonzero(np.diff(large.pair_stage, prepend=-1))
-    stages = large.pair_stage[starts]
+    reduced = cost - row_dual[large.pair_stage]
+    if len(large.keep_pair):
+        cost[large.keep_pair] += mu[len(mu) - len(large.keep_pair):]
+    starts, stages = large.segments
     best = np.minimum(np.minimum.reduceat(cost, starts), master.fixed_cost[stages])
-    lower = np.bincount(large.pair_stage, weights=large.pair_lower, minlength=s)[stages]
-    lower_cost = np.bincount(large.pair_stage, weights=large.pair_lower * cost, minlength=s)[stages]
+    floor, floor_stage = large.floored, large.pair_stage[large.floored]
+    lower = np.bincount(floor_stage, weights=large.pair_lower[floor], minlength=s)[stages]
+    lower_cost = np.bincount(floor_stage, weights=large.pair_lower[floor] * cost[floor], minlength=s)[stages]
     others = master.fixed_cost[s:] - master.fixed_matrix[s:, s:].T @ mu
     _, row_upper = large.row_bounds()
     lagrangian = mu @ row_upper[s:] + float(np.sum(lower_cost + (1.0 - lower) * best))
-    return -(lagrangian + float(np.minimum(others, 0.0) @ master.fixed_upper[s:]))
+    return -(lagrangian + float(np.minimum(others, 0.0) @ master.fixed_upper[s:])), reduced
 
 
 def solve_large(
@@ -377,8 +486,8 @@ def _bound(large: _Large, master: _Master, relaxed: _Relaxed, left_out: bool, de
         master.fixed_cost = np.zeros(master.fixed)
         master.fixed_cost[: large.stages] = 0.0 if left_out else large.penalty
         if not relaxed.converged:  # no time to solve again: any scaling of the duals bounds it too
-            scaled = [relaxed.row_dual * (0.5 ** k) for k in range(6)] + [np.zeros_like(relaxed.row_dual)]
-            return min(_upper_bound(large, master, dual, large.gain) for dual in scaled) / (1.0 - TIE_BREAK)
+            scaled = [relaxed.bound_dual, relaxed.bound_dual * 0.5, np.zeros_like(relaxed.bound_dual)]
+            return min(_lagrangian(large, master, dual, large.gain)[0] for dual in scaled) / (1.0 - TIE_BREAK)
         master.lp.change_costs(np.arange(master.fixed), master.fixed_cost)
         master.lp.change_costs(master.fixed + np.arange(len(master.pairs)), -large.gain[master.pairs])
         relaxed = _generate_columns(large, master, large.gain, deadline)
@@ -387,8 +496,6 @@ def _bound(large: _Large, master: _Master, relaxed: _Relaxed, left_out: bool, de
 
 #: Extra clusters per left-over stage in the rounding MILP, by the LP's reduced cost.
 ALTERNATIVES = 3
-#: Times the rounding MILP may take in the fixed stages around it when it cannot place the rest.
-EXPANSIONS = 1
 #: Candidate pairs above which the rounding MILP grows no further.
 ROUNDING_PAIRS = 50_000
 
@@ -436,39 +543,41 @@ def _round(r: _Rounding) -> np.ndarray:
 
 
 def _round_rest(r: _Rounding, rest: np.ndarray, replicas_at: np.ndarray) -> None:
-    """The MILP over the ``rest`` stages in the capacity the fixed ones leave (in place).
-
-    When it cannot place them all, the fixed stages on its clusters join it (their capacity was
-    what was missing) and it runs again, up to :data:`EXPANSIONS` times while it stays below
-    :data:`ROUNDING_PAIRS` pairs; the last attempt places what it can.
+    """Place the ``rest`` stages in the capacity the fixed ones leave (in place): a MILP that
+    places what fits of them; then, for the stages it leaves out, a second one over them and the
+    stages on the clusters the LP put them on (whose capacity was what was missing), kept when
+    it places at least the value they had.
     """
-    large, relaxed, deadline = r.large, r.relaxed, r.deadline
     start = time.monotonic()
-    first = None
-    for _attempt in range(EXPANSIONS + 1):
-        candidates, columns = _candidates(large, relaxed, rest)
-        sub = Part(r.part.stages[rest], r.part.clusters[columns])
-        saved = replicas_at[rest].copy()
-        replicas_at[rest] = 0
-        taken = _taken(large, replicas_at)[:, columns]
+    left = _place_what_fits(r, rest, replicas_at, start)
+    if len(left):
+        large, relaxed = r.large, r.relaxed
+        support = relaxed.pairs[(relaxed.shares > 1e-9) & np.isin(large.pair_stage[relaxed.pairs], left)]
+        around = np.flatnonzero(replicas_at[:, np.unique(large.pair_cluster[support])].any(axis=1))
+        _place_what_fits(r, np.union1d(left, around), replicas_at, start)
+
+
+def _place_what_fits(r: _Rounding, stages: np.ndarray, replicas_at: np.ndarray, start: float) -> np.ndarray:
+    """Re-place ``stages`` (in place) by a MILP over their candidate pairs in the capacity the
+    others leave, if it finds at least the value they have now; the stages left out after."""
+    large = r.large
+    before = replicas_at[stages].copy()
+    replicas_at[stages] = 0
+    taken = _taken(large, replicas_at)
+    candidates, columns = _candidates(large, r.relaxed, stages, _free(large, taken))
+    if candidates.sum() <= ROUNDING_PAIRS:
+        sub = Part(r.part.stages[stages], r.part.clusters[columns])
         program = build_program(r.model, r.scores, r.blocked, r.kept, sub, allowed=candidates[:, columns],
-                                taken=taken)
-        first = first or (rest, columns, program)
-        values = _solve_direct(program, require_all=True, seconds=_budget(start, deadline))
+                                taken=taken[:, columns])
+        values = _solve_direct(program, require_all=False, seconds=_budget(start, r.deadline), exact=False)
         if values is not None:
-            replicas_at[np.ix_(rest, columns)] = replicas_of(program, values)
-            return
-        replicas_at[rest] = saved
-        released = np.flatnonzero(replicas_at[:, columns].any(axis=1))
-        rest = np.union1d(rest, released)
-        if len(released) == 0 or _candidates(large, relaxed, rest)[0].sum() > ROUNDING_PAIRS:
-            break
-    # Place what fits of the first (smallest) rest; the repair takes the others.
-    rest, columns, program = first
-    values = _solve_direct(program, require_all=False, seconds=_budget(start, deadline), exact=False)
-    replicas_at[rest] = 0
-    if values is not None:
-        replicas_at[np.ix_(rest, columns)] = replicas_of(program, values)
+            after = np.zeros_like(before)
+            after[:, columns] = replicas_of(program, values)
+            sub = Part(r.part.stages[stages], r.part.clusters)
+            if _score_of(r.model, sub, r.scores, after) >= _score_of(r.model, sub, r.scores, before) - 1e-9:
+                before = after
+    replicas_at[stages] = before
+    return stages[~before.any(axis=1)]
 
 
 def _budget(start: float, deadline: float | None) -> float:
@@ -479,25 +588,42 @@ def _budget(start: float, deadline: float | None) -> float:
     return max(0.0, seconds)
 
 
-def _candidates(large: _Large, relaxed: _Relaxed, rest: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _candidates(large: _Large, relaxed: _Relaxed, rest: np.ndarray, free: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
     """(len(rest), C) candidate pairs of the ``rest`` stages: their LP support, multiCluster and
-    kept clusters, and the :data:`ALTERNATIVES` best by reduced cost; and the clusters used."""
+    kept clusters, the :data:`ALTERNATIVES` best by reduced cost and as many by gain among the
+    clusters with ``free`` (4, C) room for the whole stage; and the clusters used."""
     position = np.full(large.stages, -1)
     position[rest] = np.arange(len(rest))
-    in_rest = np.flatnonzero(position[large.pair_stage] >= 0)
     candidates = np.zeros((len(rest), large.clusters), dtype=bool)
     support = relaxed.pairs[(relaxed.shares > 1e-9) & (position[large.pair_stage[relaxed.pairs]] >= 0)]
-    order = in_rest[np.lexsort((relaxed.reduced[in_rest], large.pair_stage[in_rest]))]
-    starts = np.flatnonzero(np.diff(large.pair_stage[order], prepend=-1))
-    rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.append(starts, len(order))))
+    starts = large.pair_range
+    alternatives = [_smallest(relaxed.reduced, starts[s], starts[s + 1], ALTERNATIVES) for s in rest.tolist()]
+    alternatives += [_roomy(large, s, free, ALTERNATIVES) for s in rest.tolist()]
+    floor, kept = large.floored, large.keep_pair
     wanted = np.concatenate([
         support,
-        order[rank < ALTERNATIVES],
-        in_rest[large.pair_lower[in_rest] > 0],
-        large.keep_pair[position[large.pair_stage[large.keep_pair]] >= 0],
+        *alternatives,
+        floor[position[large.pair_stage[floor]] >= 0],
+        kept[position[large.pair_stage[kept]] >= 0],
     ]).astype(np.int64)
     candidates[position[large.pair_stage[wanted]], large.pair_cluster[wanted]] = True
     return candidates, np.flatnonzero(candidates.any(axis=0))
+
+
+def _roomy(large: _Large, s: int, free: np.ndarray, k: int) -> np.ndarray:
+    """Stage ``s``'s ``k`` best pairs by gain on clusters with ``free`` room for all of it."""
+    pairs = np.arange(large.pair_range[s], large.pair_range[s + 1])
+    need = large.coefficients[:, s]
+    roomy = pairs[np.all(free[:, large.pair_cluster[pairs]] >= need[:, None] - 1e-9, axis=0)]
+    return roomy[np.argsort(-large.gain[roomy], kind="stable")[:k]]
+
+
+def _smallest(values: np.ndarray, start: int, stop: int, k: int) -> np.ndarray:
+    """Indices of the ``k`` smallest of ``values[start:stop]`` (all when there are fewer)."""
+    if stop - start <= k:
+        return np.arange(start, stop)
+    return start + np.argpartition(values[start:stop], k)[:k]
 
 
 def _solve_direct(program: Program, *, require_all: bool, seconds: float, exact: bool = True) -> np.ndarray | None:
@@ -517,6 +643,14 @@ def _solve_direct(program: Program, *, require_all: bool, seconds: float, exact:
     if solution.values is None or not is_feasible(program, solution.values, lower):
         return None
     return solution.values
+
+
+def _free(large: _Large, taken: np.ndarray) -> np.ndarray:
+    """(4, C) room left per cluster in the master's rows (exclusive GPUs, cores, GiB, shared
+    slots), counting shared slots against GPUs as the MILP does when they take whole GPUs."""
+    unshared = large.capacity[0] - taken[0]
+    return np.stack([unshared - np.ceil(taken[3] / large.slots - 1e-9), large.capacity[1] - taken[1],
+                     large.capacity[2] - taken[2], unshared * large.slots - taken[3]])
 
 
 def _taken(large: _Large, replicas_at: np.ndarray) -> np.ndarray:
@@ -539,7 +673,7 @@ def _repair(model: FleetModel, large: _Large, part: Part, replicas_at: np.ndarra
         return
     values = stage_values(model, tuple(stages))
     left.sort(key=lambda s: (-values[s] / max(stages[s].total_gpus, 1), s))
-    starts = np.searchsorted(large.pair_stage, np.arange(large.stages + 1))
+    starts = large.pair_range
     names = {model.clusters[c].name: i for i, c in enumerate(part.clusters)}
     per_replica = large.coefficients / large.replicas
     room = _Room(large.capacity, taken, large.slots)

@@ -23,14 +23,12 @@ from fleetc.model import FleetModel, Stage
 from fleetc.program import (
     OutOfTime,
     Part,
-    Program,
     Solved,
     build_program,
     capacity_of,
     demand_of,
-    is_feasible,
     replicas_of,
-    silence_highs_banner,
+    solve_program,
     stage_values,
 )
 from fleetc.scoring import Scores
@@ -467,7 +465,6 @@ def solve_large(
 ) -> Solved:
     """Column generation for the LP, fix what it places whole, a small MILP over the rest (with a
     deadline), then a greedy repair; see ``docs/optimizer.md``."""
-    silence_highs_banner()
     large = _large(model, scores, blocked, kept, part)
     master = _start_master(large)
     relaxed = _generate_columns(large, master, large.gain + large.move, deadline)
@@ -569,10 +566,11 @@ def _place_what_fits(r: _Rounding, stages: np.ndarray, replicas_at: np.ndarray, 
         sub = Part(r.part.stages[stages], r.part.clusters[columns])
         program = build_program(r.model, r.scores, r.blocked, r.kept, sub, allowed=candidates[:, columns],
                                 taken=taken[:, columns])
-        values = _solve_direct(program, require_all=False, seconds=_budget(start, r.deadline), exact=False)
-        if values is not None:
+        result = solve_program(program, require_all=False, integral=True,
+                               deadline=time.monotonic() + _budget(start, r.deadline))
+        if result.values is not None:
             after = np.zeros_like(before)
-            after[:, columns] = replicas_of(program, values)
+            after[:, columns] = replicas_of(program, result.values)
             sub = Part(r.part.stages[stages], r.part.clusters)
             if _score_of(r.model, sub, r.scores, after) >= _score_of(r.model, sub, r.scores, before) - 1e-9:
                 before = after
@@ -624,25 +622,6 @@ def _smallest(values: np.ndarray, start: int, stop: int, k: int) -> np.ndarray:
     if stop - start <= k:
         return np.arange(start, stop)
     return start + np.argpartition(values[start:stop], k)[:k]
-
-
-def _solve_direct(program: Program, *, require_all: bool, seconds: float, exact: bool = True) -> np.ndarray | None:
-    """The MILP through :mod:`fleetc.highs` (no cvxpy compile), or None when it found nothing."""
-    lower = program.lower.copy()
-    if require_all:
-        lower[program.z] = 1.0
-    matrix = sp.vstack([program.placement, program.usage, program.linking], format="csc")
-    rows = (program.placement.shape[0], program.usage.shape[0], program.linking.shape[0])
-    row_lower = np.concatenate([np.zeros(rows[0]), np.full(rows[1] + rows[2], -highs.INF)])
-    row_upper = np.concatenate([np.zeros(rows[0]), program.capacity, np.zeros(rows[2])])
-    solution = highs.solve_milp(
-        -program.objective, lower, program.upper, matrix, row_lower, row_upper,
-        np.ones(program.size, dtype=bool), seconds,
-        absolute_gap=None if require_all or not exact else 0.5 * program.smallest_value,
-    )
-    if solution.values is None or not is_feasible(program, solution.values, lower):
-        return None
-    return solution.values
 
 
 def _free(large: _Large, taken: np.ndarray) -> np.ndarray:

@@ -1,8 +1,8 @@
 """The front door: paths -> validated policies -> model -> placement -> rendered files.
 
 ``load_policies`` is the only function here that reads files; ``compile_policies`` is pure
-(its result depends on the policies and options alone). The optimizer, and with it cvxpy, is
-imported only when something is compiled, so ``fleetc validate`` starts fast.
+(its result depends on the policies and options alone). The optimizer, and with it numpy, scipy
+and HiGHS, is imported only when something is compiled, so ``fleetc validate`` starts fast.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _validated(loaded: LoadResult, where: str, reporter: Reporter) -> Loaded:
 
 def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
     """Place every stage and render the output tree. Pure: no I/O."""
-    from .optimize import place  # imports cvxpy: only when compiling
+    from .optimize import place  # imports numpy, scipy, HiGHS: only when compiling
     from .render import render
 
     report = options.reporter

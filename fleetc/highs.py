@@ -1,9 +1,11 @@
-"""A thin direct HiGHS backend for the large-instance path of :mod:`fleetc.optimize`.
+"""A thin HiGHS backend for :mod:`fleetc.optimize`: the placement program's matrices go to
+``highspy`` as they are.
 
-cvxpy compiles a problem afresh on every solve (about 20 s at millions of variables) and cannot
-warm-start, which column generation needs: the restricted master LP grows by a few thousand
-columns per round and HiGHS re-optimises from the previous basis in a fraction of the first
-solve. So the large path talks to ``highspy`` directly, over the same ``scipy.sparse`` matrices.
+fleetc used to solve through cvxpy, which added nothing the matrices do not already say and
+cost what issue 6 could not afford: ``import cvxpy`` took 0.9-1.4 s of the bundled compile's
+1.5 s budget (it imports ``scipy.stats``), it compiles every problem afresh (about 20 s at
+millions of variables), and it cannot warm-start, which column generation needs (the master LP
+grows by thousands of columns per round and HiGHS re-optimises from the previous basis).
 
 Every model is a minimisation (callers negate a maximisation), runs single-threaded with a fixed
 seed and no output, so identical input gives identical answers.
@@ -11,6 +13,9 @@ seed and no output, so identical input gives identical answers.
 
 from __future__ import annotations
 
+import functools
+import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -21,6 +26,14 @@ import scipy.sparse as sp
 from fleetc.errors import InternalError
 
 INF = highspy.kHighsInf
+
+#: Statuses of a solve stopped by a limit: no answer yet, which is not an error.
+_LIMITS = (
+    highspy.HighsModelStatus.kTimeLimit,
+    highspy.HighsModelStatus.kIterationLimit,
+    highspy.HighsModelStatus.kSolutionLimit,
+    highspy.HighsModelStatus.kInterrupt,
+)
 
 _OPTIONS: dict[str, object] = {
     "threads": 1,
@@ -44,7 +57,29 @@ class Solution:
     infeasible: bool
 
 
+@functools.cache
+def _silence_banner() -> None:
+    """Create the process's first HiGHS object with file descriptor 1 on /dev/null.
+
+    HiGHS prints a banner straight to the process's stdout the first time a solver object is
+    created, and fleetc's output must hold only fleetc's text.
+    """
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no stdout at all: nothing to keep clean
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+            highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _new(options: dict[str, object]) -> highspy.Highs:
+    _silence_banner()
     solver = highspy.Highs()
     for name, value in {**_OPTIONS, **options}.items():
         solver.setOptionValue(name, value)
@@ -76,6 +111,11 @@ def _pass(solver: highspy.Highs, cost: np.ndarray, lower: np.ndarray, upper: np.
         raise InternalError("HiGHS rejected the model")
 
 
+def _run(solver: highspy.Highs) -> None:
+    if solver.run() == highspy.HighsStatus.kError:
+        raise InternalError(f"the HiGHS solver failed: {solver.modelStatusToString(solver.getModelStatus())}")
+
+
 def _solution(solver: highspy.Highs, duals: bool) -> Solution:
     status = solver.getModelStatus()
     if status in (highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kUnboundedOrInfeasible):
@@ -83,6 +123,9 @@ def _solution(solver: highspy.Highs, duals: bool) -> Solution:
     info = solver.getInfo()
     optimal = status == highspy.HighsModelStatus.kOptimal
     if info.primal_solution_status != 2:  # 2 = feasible
+        if status not in _LIMITS:
+            raise InternalError(f"the HiGHS solver ended with status '{solver.modelStatusToString(status)}' "
+                                "and no placement")
         return Solution(None, None, 0.0, optimal=False, infeasible=False)
     solution = solver.getSolution()
     values = np.array(solution.col_value)
@@ -117,22 +160,27 @@ class MasterLP:
         if deadline is not None:  # HiGHS counts its limit on the object's clock, over every run
             left = max(0.01, deadline - time.monotonic())
             self._solver.setOptionValue("time_limit", self._solver.getRunTime() + left)
-        self._solver.run()
+        _run(self._solver)
         return _solution(self._solver, duals=True)
 
 
-def solve_milp(cost: np.ndarray, lower: np.ndarray, upper: np.ndarray, matrix: sp.spmatrix,
-               row_lower: np.ndarray, row_upper: np.ndarray, integrality: np.ndarray,
-               seconds: float, absolute_gap: float | None = None) -> Solution:
+def solve(cost: np.ndarray, lower: np.ndarray, upper: np.ndarray, matrix: sp.spmatrix,
+          row_lower: np.ndarray, row_upper: np.ndarray, integrality: np.ndarray,
+          seconds: float | None, absolute_gap: float | None = None) -> Solution:
     """Minimise ``cost @ v`` over ``row_lower <= matrix @ v <= row_upper``, bounds and
-    integrality, within ``seconds`` (HiGHS's own limit; a solve interrupted by it returns its
-    best feasible point, with ``optimal`` False). Integral values come back rounded."""
-    options: dict[str, object] = {"time_limit": max(0.01, seconds), "mip_rel_gap": 1e-4}
+    integrality (an LP when none is integral), within ``seconds`` (HiGHS's own limit; a solve
+    interrupted by it returns its best feasible point, with ``optimal`` False). A MILP stops
+    within a relative 1e-4 of optimal, or within ``absolute_gap``. Integral values come back
+    rounded."""
+    options: dict[str, object] = {"mip_rel_gap": 1e-4}
+    if seconds is not None:
+        options["time_limit"] = max(0.01, seconds)
     if absolute_gap is not None:
         options.update(mip_rel_gap=0.0, mip_abs_gap=absolute_gap)
     solver = _new(options)
-    _pass(solver, cost, lower, upper, sp.csc_matrix(matrix), row_lower, row_upper, integrality)
-    solver.run()
+    _pass(solver, cost, lower, upper, sp.csc_matrix(matrix), row_lower, row_upper,
+          integrality if integrality.any() else None)
+    _run(solver)
     solution = _solution(solver, duals=False)
     if solution.values is None:
         return solution

@@ -1,4 +1,4 @@
-"""Place every stage on the fleet with a mixed-integer linear program (cvxpy + HiGHS).
+"""Place every stage on the fleet with a mixed-integer linear program (HiGHS).
 
 This module is the front door: it splits the fleet into independent components, solves each
 (the matrices in :mod:`fleetc.program`, the large-instance path in :mod:`fleetc.colgen`),
@@ -226,7 +226,10 @@ def _solve_part(
         result = solve_program(program, require_all=True, integral=True, deadline=deadline)
     require_all = not result.infeasible
     if result.infeasible:
-        result = solve_program(program, require_all=False, integral=True, deadline=deadline)
+        # Stop only within half the smallest stage value of the optimum: then no stage that
+        # still fits the capacity left over is left out, and the diagnosis names real misfits.
+        result = solve_program(program, require_all=False, integral=True, deadline=deadline,
+                               absolute_gap=0.5 * program.smallest_value)
     if result.values is None:
         raise OutOfTime
     scored = replace(program, objective=program.score)

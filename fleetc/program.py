@@ -1,4 +1,4 @@
-"""The placement MILP in matrix form, and its exact solve with cvxpy + HiGHS.
+"""The placement MILP in matrix form, and its solve with HiGHS (:mod:`fleetc.highs`).
 
 One vector ``v = [x | y | u | z | w | k]`` over the allowed (stage, cluster) pairs of one
 component (see :mod:`fleetc.optimize` and ``docs/optimizer.md`` for what each part means); every
@@ -9,21 +9,14 @@ the rounding MILP of large ones.
 
 from __future__ import annotations
 
-import functools
-import os
-import sys
 import time
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import cvxpy as cp
-import cvxpy.settings as cvxpy_status
-import highspy
 import numpy as np
 import scipy.sparse as sp
 
-from fleetc.errors import InternalError
+from fleetc import highs
 from fleetc.model import Cluster, FleetModel, Stage
 from fleetc.scoring import GIB, Scores
 from fleetc.verify import (
@@ -39,15 +32,6 @@ Previous = Mapping[str, Mapping[str, int]]
 
 #: The value of a stage whose workload class has weight 0: it still must be placed.
 EPSILON = 1e-3
-
-_SOLVER_OPTIONS = {"threads": 1, "random_seed": 0, "output_flag": False}
-
-_SOLUTION_STATUSES = (cvxpy_status.OPTIMAL, cvxpy_status.OPTIMAL_INACCURATE)
-_INFEASIBLE_STATUSES = (
-    cvxpy_status.INFEASIBLE,
-    cvxpy_status.INFEASIBLE_INACCURATE,
-    cvxpy_status.INFEASIBLE_OR_UNBOUNDED,
-)
 
 
 @dataclass(frozen=True, eq=False)
@@ -365,76 +349,33 @@ class Result:
 
 
 def solve_program(
-    program: Program, *, require_all: bool, integral: bool, deadline: float | None
+    program: Program, *, require_all: bool, integral: bool, deadline: float | None,
+    absolute_gap: float | None = None,
 ) -> Result:
     """Solve the MILP (or its LP relaxation); ``require_all`` fixes every stage's ``z`` to 1.
 
-    Integral values are rounded to the integers HiGHS found them within tolerance of.
+    A MILP stops within a relative 1e-4 of optimal, or within ``absolute_gap``. Integral values
+    are rounded to the integers HiGHS found them within tolerance of.
     """
-    silence_highs_banner()
     lower = program.lower.copy()
     if require_all:
         if program.blocked.any():
             return Result(values=None, optimal=False, infeasible=True)
         lower[program.z] = 1.0
-    v = cp.Variable(program.size, integer=integral, bounds=[lower, program.upper])
-    constraints = [program.placement @ v == 0, program.usage @ v <= program.capacity]
-    if program.linking.shape[0]:
-        constraints.append(program.linking @ v <= 0)
-    problem = cp.Problem(cp.Maximize(program.objective @ v), constraints)
-    options: dict[str, float | int | bool] = dict(_SOLVER_OPTIONS)
-    if deadline is not None:
-        options["time_limit"] = max(0.01, deadline - time.monotonic())
-    if not require_all:
-        # Stop only within half the smallest stage value of the optimum: then no stage that
-        # still fits the capacity left over is left out, and the diagnosis names real misfits.
-        options["mip_rel_gap"] = 0.0
-        options["mip_abs_gap"] = 0.5 * program.smallest_value
-    try:
-        with warnings.catch_warnings():  # the status is handled below, not by a warning
-            warnings.simplefilter("ignore", UserWarning)
-            problem.solve(solver=cp.HIGHS, **options)
-    except cp.error.SolverError as err:
-        raise InternalError(f"the HiGHS solver failed: {err}") from err
-    return _result(program, problem.status, v.value, lower, integral)
-
-
-@functools.cache
-def silence_highs_banner() -> None:
-    """Create the process's first HiGHS object with file descriptor 1 on /dev/null.
-
-    HiGHS prints a banner straight to the process's stdout the first time a solver object is
-    created (cvxpy creates one per solve), and fleetc's output must hold only fleetc's text.
-    """
-    sys.stdout.flush()
-    try:
-        saved = os.dup(1)
-    except OSError:  # no stdout at all: nothing to keep clean
-        return
-    try:
-        with open(os.devnull, "wb") as null:
-            os.dup2(null.fileno(), 1)
-            highspy.Highs()
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
-def _result(
-    program: Program, status: str, value: np.ndarray | None, lower: np.ndarray, integral: bool
-) -> Result:
-    if status in _INFEASIBLE_STATUSES:
+    matrix = sp.vstack([program.placement, program.usage, program.linking], format="csc")
+    rows = (program.placement.shape[0], program.usage.shape[0], program.linking.shape[0])
+    row_lower = np.concatenate([np.zeros(rows[0]), np.full(rows[1] + rows[2], -highs.INF)])
+    row_upper = np.concatenate([np.zeros(rows[0]), program.capacity, np.zeros(rows[2])])
+    solution = highs.solve(
+        -program.objective, lower, program.upper, matrix, row_lower, row_upper,
+        np.full(program.size, integral), None if deadline is None else deadline - time.monotonic(),
+        absolute_gap=absolute_gap if integral else None,
+    )
+    if solution.infeasible:
         return Result(values=None, optimal=False, infeasible=True)
-    if value is None:
-        if status == cvxpy_status.USER_LIMIT:
-            return Result(values=None, optimal=False)
-        raise InternalError(f"the HiGHS solver ended with status '{status}' and no placement")
-    values = np.rint(value) if integral else np.asarray(value, dtype=float)
-    if status in _SOLUTION_STATUSES:
-        return Result(values=values, optimal=True)
-    if status == cvxpy_status.USER_LIMIT:  # HiGHS reports its last iterate, feasible or not
-        return Result(values=values if is_feasible(program, values, lower) else None, optimal=False)
-    raise InternalError(f"the HiGHS solver ended with status '{status}'")
+    if solution.values is None or not is_feasible(program, solution.values, lower):
+        return Result(values=None, optimal=False)
+    return Result(values=solution.values, optimal=solution.optimal)
 
 
 def is_feasible(

@@ -15,11 +15,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import cvxpy as cp
+import highspy
 import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
+from fleetc import highs
 from fleetc.cli import cli
 from fleetc.compiler import Options, compile_policies, load_policies
 from fleetc.load import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES
@@ -342,13 +343,11 @@ def test_the_matrix_exceeds_the_documented_limits() -> None:
 def test_a_failing_solver_is_a_clear_error(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     before = snapshot(project / "out")
 
-    def fail(self: cp.Problem, *args: object, **kwargs: object) -> float:
-        raise cp.error.SolverError("HiGHS crashed")
-
-    monkeypatch.setattr(cp.Problem, "solve", fail)
+    monkeypatch.setattr(highspy.Highs, "run", lambda self: highspy.HighsStatus.kError)
     result = compile_here()
     assert result.exit_code == 1, result.output
-    assert result.stderr == "error: the HiGHS solver failed: HiGHS crashed\n"
+    assert result.stderr.startswith("error: the HiGHS solver failed: "), result.stderr
+    assert result.stderr.count("\n") == 1
     assert_untouched(project, result, before)
 
 
@@ -356,10 +355,10 @@ def test_an_unexpected_solver_exception_is_an_internal_error_without_traceback(
         project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     before = snapshot(project / "out")
 
-    def explode(self: cp.Problem, *args: object, **kwargs: object) -> float:
+    def explode(self: highspy.Highs) -> highspy.HighsStatus:
         raise MemoryError("out of memory in the solver")
 
-    monkeypatch.setattr(cp.Problem, "solve", explode)
+    monkeypatch.setattr(highspy.Highs, "run", explode)
     result = compile_here()
     assert result.exit_code == 3, result.output
     assert result.stderr.startswith(
@@ -374,13 +373,10 @@ def test_a_solver_that_returns_garbage_is_caught_by_the_verifier(
     """A solver claiming optimality for values that break the constraints never reaches out/."""
     before = snapshot(project / "out")
 
-    def lie(self: cp.Problem, *args: object, **kwargs: object) -> float:
-        for variable in self.variables():
-            variable.save_value(np.full(variable.shape, garbage))  # bypasses bound checks
-        self._status = "optimal"
-        return 0.0
+    def lie(cost: np.ndarray, *args: object, **kwargs: object) -> highs.Solution:
+        return highs.Solution(np.full(len(cost), garbage), None, 0.0, optimal=True, infeasible=False)
 
-    monkeypatch.setattr(cp.Problem, "solve", lie)
+    monkeypatch.setattr(highs, "solve", lie)
     result = compile_here()
     assert result.exit_code == 1, result.output
     # Depending on where the lie lands, the verifier rejects the placement or the optimizer's
@@ -394,15 +390,10 @@ def test_a_solver_with_an_unknown_status_is_a_clear_error(
         project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     before = snapshot(project / "out")
 
-    def confused(self: cp.Problem, *args: object, **kwargs: object) -> float:
-        self._status = "solver_error"
-        return 0.0
-
-    monkeypatch.setattr(cp.Problem, "solve", confused)
+    monkeypatch.setattr(highspy.Highs, "run", lambda self: highspy.HighsStatus.kOk)  # never solves
     result = compile_here()
     assert result.exit_code == 1, result.output
-    assert result.stderr == ("error: the HiGHS solver ended with status 'solver_error' and no "
-                             "placement\n")
+    assert result.stderr == "error: the HiGHS solver ended with status 'Not Set' and no placement\n"
     assert_untouched(project, result, before)
 
 

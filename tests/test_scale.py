@@ -68,7 +68,7 @@ def test_column_generation_finds_the_bound_of_the_lp_over_every_pair(
     model = model_of(Spec(clusters=20, stages=300, load=0.9, seed=3))
     rounded = optimize.place(model)
     monkeypatch.setattr(optimize, "LARGE", 10**9)
-    exact = optimize.place(model)  # its bound is the LP relaxation over all pairs, from cvxpy
+    exact = optimize.place(model)  # its bound is the LP relaxation over all pairs, solved whole
     assert exact.method == "milp"
     assert rounded.bound == pytest.approx(exact.bound, rel=1e-5)
     assert rounded.objective <= exact.objective + 1e-6
@@ -135,13 +135,12 @@ def test_a_deadline_gives_a_sound_placement_or_says_so(large: None) -> None:
 
 
 #: The semantic tests of the exact path that take no arguments (hypothesis draws its own) and
-#: must hold on the large path too: all but those about cvxpy itself or the method's name.
+#: must hold on the large path too: all but those about the exact path itself or the method's name.
 SHARED_SEMANTICS = [
     name for name, test in vars(test_optimize).items()
     if name.startswith("test_") and callable(test) and not inspect.signature(test).parameters
     and name not in {
         "test_capacity_places_both_trainings",  # asserts method == "milp"
-        "test_solver_failure_is_an_internal_error",  # breaks cvxpy, which the large path skips
         "test_solving_prints_nothing_in_a_fresh_process",  # a fresh interpreter: the exact path
     }
 ]

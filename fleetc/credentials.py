@@ -68,6 +68,22 @@ _ANY_CREDENTIAL = re.compile("|".join(
     f"(?{'i' if p.flags & re.IGNORECASE else ''}:{p.pattern})" for _, p in CREDENTIAL_PATTERNS))
 
 
+#: Every match of a credential pattern holds one of these (case matters in those patterns)...
+_MATCH_FRAGMENTS = ("AKIA", "ASIA", "PRIVATE KEY", "@", "=", "gh", "github_pat_", "xox")
+#: ...and every secret-like key one of these, lower-cased.
+_SECRET_KEY_WORDS = ("passw", "secret", "token", "key", "credential")
+
+
+def may_hold_credentials(text: str) -> bool:
+    """False when no value in ``text`` (a document as JSON or any text holding every key and
+    value verbatim but for escaped quotes, backslashes and control characters) can be refused,
+    which spares :func:`credential_checks` the scan of every value on most documents."""
+    if any(fragment in text for fragment in _MATCH_FRAGMENTS) or not text.isascii():
+        return True  # beyond ASCII, case-insensitive matching is more than lower()
+    lowered = text.lower()
+    return any(word in lowered for word in _SECRET_KEY_WORDS)
+
+
 def _credential_kind(key: str, value: str) -> str:
     if _ANY_CREDENTIAL.search(value):
         return next(what for what, pattern in CREDENTIAL_PATTERNS if pattern.search(value))

@@ -1,4 +1,5 @@
-"""A fast path for :mod:`fleetc.load`: libyaml's C parser, composed into ruamel.yaml nodes.
+"""A fast path for :mod:`fleetc.load`: libyaml's C parser, composed into ruamel.yaml nodes, or
+straight into plain data.
 
 ruamel.yaml's pure-Python scanner reads about 200 KB/s, which makes loading the slowest stage of
 a large compile. libyaml (through PyYAML's ``CParser``) scans and parses in C; this module
@@ -15,11 +16,19 @@ document changes the resolver), tabs and the line breaks YAML 1.1 and 1.2 treat 
 empty value in a flow mapping, any parse error (ruamel then words the diagnostic), and nesting
 deeper than :data:`MAX_FAST_DEPTH`. ``tests/test_fastcompose.py`` compares both paths on every
 policy file of the tests, on corner cases and on fuzzed documents.
+
+:func:`load_all` is faster still: it builds the data without nodes and keeps no positions
+(fleetc works them out by :func:`compose_all` only for a file that gets a message). It declines
+all that :func:`compose_all` declines (so the node path that works out positions never falls
+back to ruamel, which could read the file differently), and everything :mod:`fleetc.load` would
+report (duplicate keys, keys that are not strings, scalars it refuses, documents too deep or too
+large), so that the node path words the diagnostic.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -41,7 +50,19 @@ except ImportError:  # pragma: no cover - PyYAML is a dependency; libyaml may be
 
 #: Deeper documents go to ruamel, whose recursion limit produces fleetc's nesting diagnostic.
 MAX_FAST_DEPTH = 200
-_DECLINE = re.compile(r"^%|[\t\x85\u2028\u2029]", re.MULTILINE)
+_DECLINE = re.compile(r"[\t\x85\u2028\u2029]")
+
+
+def _declined(text: str) -> bool:
+    """A ``%`` directive (a line starting with ``%``), a tab, NEL, LS or PS anywhere."""
+    if text.startswith("%") or "\n%" in text or "\t" in text:
+        return True
+    return not text.isascii() and _DECLINE.search(text) is not None
+
+
+def _marked(text: str) -> bool:
+    """Whether an anchor, alias or tag may be in ``text``: without these characters none is."""
+    return "&" in text or "*" in text or "!" in text
 
 
 def available() -> bool:
@@ -53,7 +74,7 @@ def compose_all(text: str, resolver: Any) -> list[Node] | None:
 
     ``resolver`` is the ruamel YAML object's resolver (YAML 1.2 core schema).
     """
-    if CParser is None or _DECLINE.search(text):
+    if CParser is None or _declined(text):
         return None
     parser = CParser(text)
     try:
@@ -62,6 +83,124 @@ def compose_all(text: str, resolver: Any) -> list[Node] | None:
         return None
     finally:
         parser.dispose()
+
+
+#: What a ``scalar`` callback of :func:`load_all` returns for a value it leaves to the node path.
+DECLINE = object()
+
+
+def load_all(text: str, resolver: Any, scalar: Callable[[Any], Any], *, max_depth: int,
+             max_values: int, cache: dict[str, Any] | None = None) -> list[Any] | None:
+    """Every document of ``text`` as plain data, or None to take the node path instead.
+
+    ``scalar`` turns a plain ruamel :class:`ScalarNode` (tag resolved, no position) into its
+    value, or :data:`DECLINE`. A document nesting deeper than ``max_depth`` or holding more
+    than ``max_values`` values and keys is declined. ``cache`` (plain scalar -> value) may be
+    shared by calls with the same ``resolver`` and ``scalar`` rules.
+    """
+    if CParser is None or _declined(text):
+        return None
+    parser = CParser(text)
+    builder = _Builder(resolver, scalar, max_depth, max_values, marked=_marked(text),
+                       cache={} if cache is None else cache)
+    try:
+        documents = builder.run(parser.get_event)
+    except _CError:
+        return None
+    finally:
+        parser.dispose()
+    if documents is not None and builder.empty_values and compose_all(text, resolver) is None:
+        return None  # where an empty value is, the node path may read the file with ruamel
+    return documents
+
+
+class _Builder:
+    """:func:`load_all`'s loop over events, with an explicit stack (no recursion).
+
+    Each open collection is a list of its items, a mapping's keys and values alternating; a
+    mapping becomes a dict when it closes, so that every item is a single ``append``.
+    """
+
+    def __init__(self, resolver: Any, scalar: Callable[[Any], Any], max_depth: int,
+                 max_values: int, *, marked: bool, cache: dict[str, Any]):
+        self.resolve, self.scalar = resolver.resolve, scalar
+        self.max_depth, self.max_values, self.marked = max_depth, max_values, marked
+        self.plain = cache  # plain scalar -> value; they repeat a lot
+        self.empty_values = False  # whether an empty plain scalar was read
+        # The first characters the resolver has patterns for (anything else is a string), or
+        # None when it has patterns for every character.
+        table = resolver.versioned_resolver
+        self.resolvable = None if None in table else frozenset(k for k in table if k)
+
+    def run(self, next_event: Callable[[], Any]) -> list[Any] | None:
+        documents: list[Any] = []  # the bottom of the stack: each document's root lands here
+        stack = [documents]
+        top = documents
+        values = 0  # in the current document, counted as collections close (the file size
+        # limit bounds them until the document ends: without aliases, values take room)
+        marked, plain = self.marked, self.plain  # the loop runs once per event: locals only
+        while (event := next_event()) is not None:
+            kind = type(event)
+            if marked and (getattr(event, "anchor", None) is not None
+                           or getattr(event, "tag", None) is not None):
+                return None  # anchors: the parsers allow different names; tags: odd ones differ
+            if kind is ScalarEvent:
+                value = event.value
+                if event.implicit[0]:
+                    value = plain.get(value, DECLINE)
+                    if value is DECLINE:
+                        value = self._plain(event.value)
+                        if value is DECLINE:
+                            return None
+                elif top is documents and event.style in ("|", ">"):
+                    return None  # ruamel reads a following '---' into a top-level block scalar
+                top.append(value)
+            elif kind is MappingStartEvent or kind is SequenceStartEvent:
+                top = []
+                stack.append(top)
+                if len(stack) > self.max_depth + 1:
+                    return None
+            elif kind is SequenceEndEvent or kind is MappingEndEvent:
+                items = stack.pop()
+                values += len(items) + 1
+                value = items if kind is SequenceEndEvent else _mapping(items)
+                if value is None:
+                    return None
+                top = stack[-1]
+                top.append(value)
+            elif kind is DocumentEndEvent:
+                if values > self.max_values:
+                    return None
+                values = 0
+            elif kind is AliasEvent:
+                return None
+        return documents
+
+    def _plain(self, text: str) -> Any:
+        """A plain scalar's value, resolved and constructed by ruamel's rules; cached but for
+        the empty one, which must pass here each time to be noted."""
+        if text and self.resolvable is not None and text[0] not in self.resolvable:
+            value = self.plain[text] = text  # the resolver would say str: names, URLs...
+            return value
+        value = self.scalar(ScalarNode(self.resolve(ScalarNode, text, (True, False)), text,
+                                       None, None))
+        if text:
+            self.plain[text] = value
+        else:
+            self.empty_values = True
+        return value
+
+
+def _mapping(items: list[Any]) -> dict[str, Any] | None:
+    """Alternating keys and values -> a dict; None where a key is not a string or repeats (the
+    node path reports those)."""
+    keys = items[::2]
+    try:
+        "".join(keys)  # the quickest check that every key is a string
+    except TypeError:
+        return None
+    mapping = dict(zip(keys, items[1::2], strict=True))
+    return mapping if len(mapping) == len(keys) else None
 
 
 def _empty_plain(event: Any) -> bool:

@@ -3,10 +3,16 @@
 YAML is composed to nodes (not constructed), so fleetc converts the node graph itself and can
 keep a line and column for every value and key, refuse duplicate keys, and bound alias
 expansion (a "billion laughs" file stops at :data:`MAX_NODES`). Nothing here knows policy kinds.
+
+Positions cost more than the data, and only a file with a message needs them: a file that
+:func:`fastcompose.load_all` reads without a problem becomes data at once, and its positions are
+worked out by the node path when something first asks for one (:class:`_Positions`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -128,8 +134,39 @@ def load_files(files: Iterable[Path], roots: Sequence[Path] = ()) -> LoadResult:
     return LoadResult(loaded.documents, (*refused, *loaded.diagnostics))
 
 
+#: A stage that leaves more new objects than this freezes them (see :func:`gc_paused`).
+FREEZE_OBJECTS = 50_000
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Keep Python's cycle collector out of a stage that builds many objects and frees few.
+
+    Every few hundred allocations it scans the young objects, and now and then all of them: on
+    a large fleet that rescanning, not the work, took most of loading and validating. When the
+    stage leaves more than :data:`FREEZE_OBJECTS` new objects (a large fleet's data and models,
+    which live as long as the compile), they are frozen too, or the first collection after the
+    stage would scan them all once more; a small stage leaves the collector as it was, so that
+    a process running many small compiles (the tests) still collects all its garbage.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if gc.get_count()[0] > FREEZE_OBJECTS:
+            gc.freeze()
+        if enabled:
+            gc.enable()
+
+
 def load_sources(sources: Iterable[tuple[str, bytes]]) -> LoadResult:
     """Parse policy files given as (display path, content) pairs, from disk or from git."""
+    with gc_paused():
+        return _load_sources(sources)
+
+
+def _load_sources(sources: Iterable[tuple[str, bytes]]) -> LoadResult:
     documents: list[Document] = []
     diagnostics: list[Diagnostic] = []
     for display, raw in sources:
@@ -181,9 +218,18 @@ def _decode(raw: bytes, display: str) -> tuple[str, Diagnostic | None]:
 def parse(text: str, display: str) -> tuple[list[Document], list[Diagnostic]]:
     """Parse every document in ``text``; empty documents (a trailing ``---``) are skipped."""
     yaml = YAML(typ="safe", pure=True)
-    fast = fastcompose.compose_all(text, yaml.resolver)  # libyaml: same nodes, ~6x faster
+    if len(_PLAIN_VALUES) > _MAX_PLAIN_VALUES:
+        _PLAIN_VALUES.clear()
+    fast = fastcompose.load_all(text, yaml.resolver, _ScalarValues(yaml.constructor),
+                                max_depth=MAX_DEPTH, max_values=MAX_NODES, cache=_PLAIN_VALUES)
+    if fast is not None:
+        positions = _Positions(text)
+        documents = [Document(display, index, data, positions.table(index, key=False),
+                              positions.table(index, key=True))
+                     for index, data in enumerate(fast) if data is not None]
+        return documents, [] if documents else [_empty_file(display)]
     try:
-        nodes = fast if fast is not None else list(yaml.compose_all(text))
+        nodes = _compose(text, yaml)
     except MarkedYAMLError as err:
         return [], [_syntax_diagnostic(err, display)]
     except ReaderError as err:
@@ -193,20 +239,108 @@ def parse(text: str, display: str) -> tuple[list[Document], list[Diagnostic]]:
     except RecursionError:
         return [], [Diagnostic(display, 0, 0, "", f"nesting is deeper than {MAX_DEPTH} levels")]
     documents, diagnostics = [], []
-    for index, node in enumerate(nodes):
-        if _is_null(node):
-            continue
-        converter = _Converter(display, yaml.constructor)
-        data = converter.convert(node, ())
+    for index, converter in _converted(nodes, display, yaml.constructor):
         if converter.diagnostics:
             diagnostics.extend(converter.diagnostics)
         else:
-            documents.append(Document(display, index, data, converter.values, converter.keys))
+            documents.append(Document(display, index, converter.data, converter.values,
+                                      converter.keys))
     if not documents and not diagnostics:
-        diagnostics.append(
-            Diagnostic(display, 0, 0, "", "empty file: expected at least one policy document")
-        )
+        diagnostics.append(_empty_file(display))
     return documents, diagnostics
+
+
+#: Plain scalar -> its value (or ``fastcompose.DECLINE``), across files: the same names,
+#: numbers and quantities recur, and resolving one by ruamel's patterns is slow. It starts
+#: over when it holds more than :data:`_MAX_PLAIN_VALUES`.
+_PLAIN_VALUES: dict[str, Any] = {}
+_MAX_PLAIN_VALUES = 100_000
+
+
+def _compose(text: str, yaml: YAML) -> list[Node]:
+    """The node graph of every document: libyaml's (same nodes, ~6x faster), else ruamel's."""
+    fast = fastcompose.compose_all(text, yaml.resolver)
+    return fast if fast is not None else list(yaml.compose_all(text))
+
+
+def _converted(nodes: list[Node], display: str,
+               scalars: SafeConstructor) -> Iterator[tuple[int, _Converter]]:
+    """Each document that is not null, by its index in the file, converted."""
+    for index, node in enumerate(nodes):
+        if not _is_null(node):
+            converter = _Converter(display, scalars)
+            converter.data = converter.convert(node, ())
+            yield index, converter
+
+
+def _empty_file(display: str) -> Diagnostic:
+    return Diagnostic(display, 0, 0, "", "empty file: expected at least one policy document")
+
+
+class _Positions:
+    """Where every value and key of one file's documents is, worked out on first use.
+
+    The fast path read the file without positions and found nothing to report, so composing it
+    again by the node path cannot fail and converts every document to the same data.
+    """
+
+    def __init__(self, text: str):
+        self.text = text
+        self.tables: dict[int, tuple[dict[FieldPath, Position], dict[FieldPath, Position]]] = {}
+
+    def table(self, index: int, *, key: bool) -> Mapping[FieldPath, Position]:
+        return _LazyTable(self, index, key)
+
+    def of(self, index: int, *, key: bool) -> dict[FieldPath, Position]:
+        if not self.tables:
+            yaml = YAML(typ="safe", pure=True)
+            self.tables = {index: (converter.values, converter.keys) for index, converter
+                           in _converted(_compose(self.text, yaml), "", yaml.constructor)}
+        return self.tables[index][key]
+
+
+class _LazyTable(Mapping[FieldPath, Position]):
+    """One document's positions of values (or of keys), computed when first read."""
+
+    def __init__(self, positions: _Positions, index: int, key: bool):
+        self.positions, self.index, self.key = positions, index, key
+
+    def _table(self) -> dict[FieldPath, Position]:
+        return self.positions.of(self.index, key=self.key)
+
+    def __getitem__(self, path: FieldPath) -> Position:
+        return self._table()[path]
+
+    def __iter__(self) -> Iterator[FieldPath]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+class _ScalarValues:
+    """A scalar node -> its value as :class:`_Converter` makes it, or ``fastcompose.DECLINE``
+    where the converter reports it (tags it cannot construct, merge keys, binary values)."""
+
+    def __init__(self, scalars: SafeConstructor):
+        self.scalars = scalars
+
+    def __call__(self, node: ScalarNode) -> Any:
+        try:
+            value = _scalar_value(node, self.scalars)
+        except (ConstructorError, ValueError):
+            return fastcompose.DECLINE
+        return fastcompose.DECLINE if isinstance(value, bytes | bytearray) else value
+
+
+#: Strings, and dates kept as text: no policy field is a timestamp.
+_TEXT_TAGS = ("tag:yaml.org,2002:str", "tag:yaml.org,2002:timestamp")
+
+
+def _scalar_value(node: ScalarNode, scalars: SafeConstructor) -> Any:
+    """The value of a scalar node; raises ConstructorError or ValueError for a tag (merge keys
+    included) that fleetc does not read."""
+    return node.value if node.tag in _TEXT_TAGS else scalars.construct_object(node)
 
 
 def _is_null(node: Node) -> bool:
@@ -247,6 +381,7 @@ class _Converter:
         self.diagnostics: list[Diagnostic] = []
         self.budget = MAX_NODES
         self.scalars = scalars
+        self.data: Any = None
 
     def convert(self, node: Node, path: FieldPath) -> Any:
         self.budget -= 1
@@ -289,15 +424,10 @@ class _Converter:
         return result
 
     def _scalar(self, node: ScalarNode, path: FieldPath) -> Any:
-        tag = node.tag
-        if tag == "tag:yaml.org,2002:str":
-            return node.value
-        if tag == "tag:yaml.org,2002:timestamp":
-            return node.value  # dates stay text: no policy field is a timestamp
         try:
-            value = self.scalars.construct_object(node)
+            value = _scalar_value(node, self.scalars)
         except (ConstructorError, ValueError):
-            self._error(node, path, f"unsupported YAML tag '{tag}'", "remove the tag")
+            self._error(node, path, f"unsupported YAML tag '{node.tag}'", "remove the tag")
             return None
         if isinstance(value, bytes | bytearray):
             self._error(node, path, "binary values are not supported")

@@ -9,6 +9,7 @@ resolve, dependency cycles, quantities and percentages in range, attributes that
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -19,9 +20,9 @@ from jsonschema.exceptions import ValidationError as SchemaError
 from pydantic import ValidationError
 
 from . import policy as p
-from .credentials import credential_checks
+from .credentials import credential_checks, may_hold_credentials
 from .errors import Diagnostic, did_you_mean
-from .load import Document, FieldPath
+from .load import Document, FieldPath, gc_paused
 from .quantity import cpu_millis, memory_bytes, parse_percentage
 from .schemas import schema_for
 
@@ -60,12 +61,19 @@ class PolicySet:
 
 def validate(documents: Sequence[Document]) -> tuple[PolicySet, list[Diagnostic]]:
     """Check every document; return the policies that passed and every diagnostic found."""
+    with gc_paused():
+        return _validate(documents)
+
+
+def _validate(documents: Sequence[Document]) -> tuple[PolicySet, list[Diagnostic]]:
     parsed: list[Parsed[Any]] = []
     diagnostics: list[Diagnostic] = []
     for doc in documents:
-        obj, problems = _check_document(doc)
+        text = _json_text(doc.data)
+        obj, problems = _check_document(doc, finite=text is not None)
         diagnostics.extend(problems)
-        diagnostics.extend(credential_checks(doc))
+        if text is None or may_hold_credentials(text):
+            diagnostics.extend(credential_checks(doc))
         if obj is not None:
             parsed.append(Parsed(obj, doc))
     policies = PolicySet(
@@ -114,7 +122,22 @@ def _schema_valid(kind: str, data: Any) -> bool:
         return False
 
 
-def _check_document(doc: Document) -> tuple[p.PolicyObject | None, list[Diagnostic]]:
+_ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False, allow_nan=False)
+
+
+def _json_text(data: Any) -> str | None:
+    """``data`` as JSON text, or None when it holds NaN, infinity or what JSON cannot hold. One
+    pass in C that tells for most documents that they have no NaN to report and no credential
+    (see :func:`may_hold_credentials`)."""
+    try:
+        return _ENCODER.encode(data)
+    except (ValueError, TypeError):
+        return None
+
+
+def _check_document(doc: Document, *, finite: bool) -> tuple[p.PolicyObject | None,
+                                                             list[Diagnostic]]:
+    """Schema and model check of one document; ``finite``: it holds no NaN nor infinity."""
     data = doc.data
     if not isinstance(data, dict):
         return None, [doc.diagnostic((), f"expected a policy object (a mapping), got "
@@ -124,7 +147,7 @@ def _check_document(doc: Document) -> tuple[p.PolicyObject | None, list[Diagnost
         return None, [kind_problem]
     kind = data["kind"]
     # JSON Schema's range checks are false for NaN, so they let it through: find it here.
-    nan_paths = set(_nan_paths(data, ()))
+    nan_paths = set() if finite else set(_nan_paths(data, ()))
     valid = not nan_paths and _schema_valid(kind, data)  # the fast check; errors come below
     errors = [] if valid else [e for e in _validator(kind).iter_errors(data)
                                if tuple(e.absolute_path) not in nan_paths]
@@ -337,7 +360,7 @@ def _quantity_check(doc: Document, path: FieldPath, value: Any, convert: Any,
     if value is None:
         return
     try:
-        amount = convert(value)
+        amount = _amount(convert, value)
     except ValueError:
         yield doc.diagnostic(path, f"expected a finite, non-negative quantity, got "
                                    f"{_describe(value)}")
@@ -346,6 +369,12 @@ def _quantity_check(doc: Document, path: FieldPath, value: Any, convert: Any,
         yield doc.diagnostic(path, f"quantity {_describe(value)} is out of range")
     elif amount == 0:
         yield doc.diagnostic(path, f"expected a positive quantity, got {_describe(value)}")
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _amount(convert: Any, value: Any) -> int:
+    """``convert(value)``, remembered: a large fleet repeats the same few quantities."""
+    return convert(value)
 
 
 def _pipeline_checks(pipeline: Parsed[p.AIGCPipeline]) -> Iterator[Diagnostic]:

@@ -120,6 +120,7 @@ def test_policy_files_parse_identically(path: Path, monkeypatch: pytest.MonkeyPa
 def test_corner_cases_parse_identically(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
     fast, slow = both(text, monkeypatch)
     assert fast == slow
+    assert _load_all(text) is None or fastcompose.compose_all(text, _resolver()) is not None
 
 
 @pytest.mark.parametrize("spec", [Spec(clusters=12, stages=60, load=0.9, seed=4, platform=True),
@@ -146,6 +147,34 @@ def test_the_fast_path_runs_on_real_policies() -> None:
                                   "a: !!str 1\n", "|\n  x\n", "{a: , b: 1}\n"])
 def test_the_fast_path_declines_what_it_cannot_match(text: str) -> None:
     assert fastcompose.compose_all(text, _resolver()) is None
+
+
+def test_the_data_fast_path_runs_on_real_policies() -> None:
+    """:func:`fastcompose.load_all` reads the bundled and seed policies and generated ones."""
+    texts = [p.read_text("utf-8") for p in CORPUS if p.is_relative_to(ROOT / "policies")
+             or p.is_relative_to(ROOT / "tests" / "seed")]
+    texts += generate(Spec(clusters=12, stages=60, load=0.9, seed=4, platform=True)).files.values()
+    for text in texts:
+        assert _load_all(text) is not None, text[:200]
+
+
+@pytest.mark.parametrize("text", [
+    "%YAML 1.2\n---\na: 1\n", "a:\tb\n", "a: &x 1\nb: *x\n", "a: !!str 1\n", "|\n  x\n",
+    "a: b: c\n", "a: 1\na: 2\n", "1: a\n", "? [1]\n: a\n", "<<: {a: 1}\n", "a: <<\n",
+    "a: !!binary aGVsbG8=\n", "[" * 66 + "]" * 66 + "\n", "[" + "1, " * 200_000 + "]\n",
+])
+def test_the_data_fast_path_declines_what_the_node_path_reports(text: str) -> None:
+    assert _load_all(text) is None
+
+
+def _load_all(text: str) -> list | None:
+    from ruamel.yaml import YAML
+
+    from fleetc.load import MAX_DEPTH, MAX_NODES, _ScalarValues
+
+    yaml = YAML(typ="safe", pure=True)
+    return fastcompose.load_all(text, yaml.resolver, _ScalarValues(yaml.constructor),
+                                max_depth=MAX_DEPTH, max_values=MAX_NODES)
 
 
 def _resolver():  # noqa: ANN202 - ruamel's resolver
@@ -227,3 +256,5 @@ def test_random_and_edited_documents_parse_identically(data: object, edits: list
         m.setattr(fastcompose, "CParser", None)
         slow = parse(text, "policy.yaml")
     assert fast == slow, text
+    # positions of what the data path read come from libyaml's nodes, never from ruamel
+    assert _load_all(text) is None or fastcompose.compose_all(text, _resolver()) is not None

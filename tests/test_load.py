@@ -55,6 +55,19 @@ def test_key_positions(path: tuple, position: tuple[int, int]) -> None:
     assert one_doc(NESTED).keys[path] == position
 
 
+def test_positions_are_worked_out_once_per_file_and_only_when_asked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    composed = []
+    compose = load._compose
+    monkeypatch.setattr(load, "_compose", lambda *args: composed.append(1) or compose(*args))
+    docs, diags = parse("a: 1\n---\nb: [2]\n", "f.yaml")
+    assert diags == [] and [d.data for d in docs] == [{"a": 1}, {"b": [2]}]
+    assert composed == []  # a file without a message is never composed to nodes
+    assert docs[1].locate(("b", 0)) == (3, 5)
+    assert docs[0].keys[("a",)] == (1, 1)
+    assert composed == [1]
+
+
 def test_locate_falls_back_to_nearest_parent() -> None:
     doc = one_doc(NESTED)
     assert doc.locate(("a", "d", 0, "missing", 3)) == (4, 7)
@@ -411,6 +424,21 @@ def test_symlinks_are_not_checked_without_roots(tmp_path: Path) -> None:
     link = tmp_path / "link.yaml"
     link.symlink_to(outside)
     assert load_files([link]).diagnostics == ()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_loading_leaves_the_garbage_collector_as_it_was(tmp_path: Path, enabled: bool) -> None:
+    import gc
+
+    policy = write(tmp_path / "p.yaml", "a: [1, 2]\nb: {c: d}\n")
+    was, frozen = gc.isenabled(), gc.get_freeze_count()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        assert load_files([policy]).documents[0].data == {"a": [1, 2], "b": {"c": "d"}}
+        assert gc.isenabled() is enabled
+        assert gc.get_freeze_count() == frozen  # only a large stage freezes what it made
+    finally:
+        (gc.enable if was else gc.disable)()
 
 
 def test_load_policies_refuses_symlink_outside_folder(tmp_path: Path) -> None:

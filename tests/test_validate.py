@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from fleetc.credentials import credential_checks, may_hold_credentials
 from fleetc.errors import PolicyError
 from fleetc.load import Document, parse
 from fleetc.validate import validate
@@ -592,3 +596,43 @@ def test_document_order_does_not_change_the_diagnostics() -> None:
     _, backward = validate(list(reversed(docs)))
     assert len(forward) == 5
     assert sorted(set(forward)) == sorted(set(backward))
+
+
+# --- the credential probe: most documents skip the scan of every value -------------------------
+
+_CREDENTIAL_PIECES = [
+    "AKIA" + "IOSFODNN7EXAMPLE", "ASIA" + "0123456789ABCDEF", "-----BEGIN RSA PRIVATE KEY-----",
+    "s3://admin:hunter2@bucket/", "?token=abc", "&X-Api-Key=1", "ghp_" + "A1b2C3d4" * 5,
+    "github_pat_" + "x" * 22, "xoxb-" + "1234567890", "9fA8b7C6d5E4f3G2h1J0", "\n", "\t", '"',
+    "\\", "\x01", "é", "ſ", "K", "plain words", "cos://bucket/raw/",
+]
+_KEYS = st.sampled_from(["name", "apiKey", "db-password", "TOKEN", "ſecret", "Kredential",
+                         "credential", "privateKey", "tokenSecretRef", "source", "a\"b"])
+_VALUES = st.lists(st.sampled_from(_CREDENTIAL_PIECES), max_size=3).map("".join)
+_DOCUMENTS = st.recursive(_VALUES, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(_KEYS, inner, max_size=3)), max_leaves=6)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(_KEYS, _DOCUMENTS, max_size=4))
+def test_the_credential_probe_never_skips_a_refused_value(data: dict) -> None:
+    doc = Document("p.yaml", 0, data, {}, {})
+    if list(credential_checks(doc)):
+        assert may_hold_credentials(json.dumps(data, ensure_ascii=False))
+
+
+@pytest.mark.parametrize("data", [
+    {"ſecret": "9fA8b7C6d5E4f3G2h1J0"}, {"apı_key": "9fA8b7C6d5E4f3G2h1J0"},  # case-folded keys
+    {"Token": "9fA8b7C6d5E4f3G2h1J0"}, {"a": ["x", "é\nAKIA" + "IOSFODNN7EXAMPLE"]},
+    {"a": {"b": 'http://u:"p@h'}},
+])
+def test_the_credential_probe_keeps_what_the_checks_refuse(data: dict) -> None:
+    assert list(credential_checks(Document("p.yaml", 0, data, {}, {})))
+    assert may_hold_credentials(json.dumps(data, ensure_ascii=False))
+
+
+def test_the_credential_probe_passes_ordinary_policies() -> None:
+    texts = [(SEED / name).read_text("utf-8") for name in SEED_FILES]
+    data = [doc.data for text in texts for doc in parse(text, "p.yaml")[0]]
+    assert data
+    assert sum(may_hold_credentials(json.dumps(d, ensure_ascii=False)) for d in data) < len(data)

@@ -376,7 +376,8 @@ class _Relaxed:
     converged: bool  # within COLUMN_GAP of the bound, not stopped by a budget
 
 
-def _generate_columns(large: _Large, master: _Master, objective: np.ndarray, deadline: float | None) -> _Relaxed:
+def _generate_columns(large: _Large, master: _Master, objective: np.ndarray, deadline: float | None,
+                      on_gap: Callable[[float], None] = lambda gap: None) -> _Relaxed:
     """Solve the master, add the most improving pair columns (:func:`_new_columns`), repeat until
     no pair column improves it (then the master's optimum is the LP optimum over all pairs), or
     until the best Lagrangian bound so far is within :data:`COLUMN_GAP` of it, or
@@ -404,6 +405,7 @@ def _generate_columns(large: _Large, master: _Master, objective: np.ndarray, dea
         converged = not improving.any() or bound - value <= COLUMN_GAP * abs(bound)
         last = _Relaxed(values[: master.fixed], master.pairs, values[master.fixed:], value, reduced, bound,
                         bound_dual, converged)
+        on_gap(max(0.0, 1.0 - value / bound) if bound > 0 else 0.0)
         if converged or time.monotonic() >= deadline:
             return last
         new = _new_columns(large, pricing, improving, starts)
@@ -461,13 +463,15 @@ def _lagrangian(large: _Large, master: _Master, row_dual: np.ndarray, objective:
 
 
 def solve_large(
-    model: FleetModel, scores: Scores, blocked: dict[int, str], kept: np.ndarray, part: Part, deadline: float | None
+    model: FleetModel, scores: Scores, blocked: dict[int, str], kept: np.ndarray, part: Part, deadline: float | None,
+    on_gap: Callable[[float], None] = lambda gap: None,
 ) -> Solved:
     """Column generation for the LP, fix what it places whole, a small MILP over the rest (with a
-    deadline), then a greedy repair; see ``docs/optimizer.md``."""
+    deadline), then a greedy repair; see ``docs/optimizer.md``. ``on_gap`` hears the LP's gap
+    to its bound after each round."""
     large = _large(model, scores, blocked, kept, part)
     master = _start_master(large)
-    relaxed = _generate_columns(large, master, large.gain + large.move, deadline)
+    relaxed = _generate_columns(large, master, large.gain + large.move, deadline, on_gap)
     replicas_at = _round(_Rounding(model, large, part, relaxed, scores, blocked, kept, deadline))
     objective = _score_of(model, part, scores, replicas_at)
     in_lp = np.bincount(large.pair_stage, minlength=large.stages) > 0  # multiCluster conflicts are not

@@ -83,7 +83,7 @@ def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
     with phase(report, "resolve"):
         model = resolve(loaded.policies, loaded.where, drained=options.drain)
     with phase(report, "place"):
-        placement = place(model, time_limit=options.time_limit, previous=options.previous,
+        placement = place(model, time_limit=options.time_limit, previous=options.previous, on_gap=report.gap,
                           allow_unplaced=options.allow_unplaced)
     report.gap(placement.gap)
     with phase(report, "render"):

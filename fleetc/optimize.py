@@ -52,6 +52,7 @@ import math
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -93,19 +94,22 @@ def place(
     time_limit: float | None = None,
     previous: Previous | None = None,
     allow_unplaced: bool = False,
+    on_gap: Callable[[float], None] = lambda gap: None,
 ) -> Placement:
     """Place every stage of ``model``, or raise :class:`PlacementError` saying why not.
 
     ``time_limit`` bounds the solving in seconds; a time-limited solve that found a placement
     returns it (its ``gap`` shows how far from proven optimal it may be). ``previous`` makes
     moving a stage away from where it was cost ``model.move_cost``. With ``allow_unplaced`` the
-    stages that do not fit come back with no assignments and a ``reason``.
+    stages that do not fit come back with no assignments and a ``reason``. ``on_gap`` hears the
+    LP's gap to its bound after each round of the large path's column generation (progress).
     """
     if not model.stages:
         return Placement(stages=(), objective=0.0, bound=0.0, method="milp")
     canonical = _canonical(model)
     if canonical != model:
-        solved = place(canonical, time_limit=time_limit, previous=previous, allow_unplaced=allow_unplaced)
+        solved = place(canonical, time_limit=time_limit, previous=previous, allow_unplaced=allow_unplaced,
+                       on_gap=on_gap)
         by_key = {p.stage: p for p in solved.stages}
         return replace(solved, stages=tuple(by_key[stage.key] for stage in model.stages))
     deadline = None if time_limit is None else time.monotonic() + time_limit
@@ -117,7 +121,7 @@ def place(
     methods = set()
     for part in _parts(scores.allowed):
         try:
-            solved = _solve_part(model, scores, blocked, kept, part, deadline)
+            solved = _solve_part(model, scores, blocked, kept, part, deadline, on_gap)
         except OutOfTime:
             raise _time_limit_error(time_limit) from None
         replicas_at[np.ix_(part.stages, part.clusters)] = solved.replicas_at
@@ -216,10 +220,11 @@ def _solve_part(
     kept: np.ndarray,
     part: Part,
     deadline: float | None,
+    on_gap: Callable[[float], None],
 ) -> Solved:
     """Solve one component: all stages placed if possible, else the best partial placement."""
     if int(scores.allowed[np.ix_(part.stages, part.clusters)].sum()) > LARGE:
-        return solve_large(model, scores, blocked, kept, part, deadline)
+        return solve_large(model, scores, blocked, kept, part, deadline, on_gap)
     program = build_program(model, scores, blocked, kept, part)
     result = Result(values=None, optimal=False, infeasible=bool(program.blocked.any()))
     if not result.infeasible:

@@ -26,7 +26,8 @@ class Reporter(Protocol):
         """``phase`` is over."""
 
     def gap(self, gap: float) -> None:
-        """The placement's gap to the LP bound (0.0 is proven optimal)."""
+        """The solver's gap to the LP bound (0.0 is proven optimal): the LP's after each round
+        of column generation on a large fleet, then the placement's."""
 
 
 class NullReporter:

@@ -62,6 +62,15 @@ def test_a_generated_fleet_is_placed_whole_within_a_percent_of_the_lp_bound(larg
     assert placement.gap <= 0.01
 
 
+def test_column_generation_reports_a_narrowing_gap_each_round(large: None) -> None:
+    gaps: list[float] = []
+    placement = optimize.place(model_of(Spec(clusters=30, stages=600, load=0.9)), on_gap=gaps.append)
+    assert len(gaps) >= 2  # one report per round: this instance takes more than one
+    assert all(0.0 <= gap <= 1.0 for gap in gaps)
+    assert gaps == sorted(gaps, reverse=True)  # the best bound only falls, the master only rises
+    assert gaps[-1] <= 1e-4 and placement.gap <= 0.01
+
+
 def test_column_generation_finds_the_bound_of_the_lp_over_every_pair(
     large: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

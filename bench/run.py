@@ -155,6 +155,31 @@ def run_child(folder: Path, *, time_limit: float | None, baseline: bool,
         command += ["--time-limit", str(time_limit)]
     if baseline:
         command.append("--baseline")
+    run = _run_measured(command, timeout)
+    if "error" in run:
+        return run
+    result = json.loads(run.pop("stdout").strip().splitlines()[-1])
+    result.update(run)
+    return result
+
+
+def run_compile(folder: Path, *, time_limit: float | None, timeout: float | None,
+                write_to: Path | None = None) -> dict[str, Any]:
+    """Time the real ``fleetc compile`` of ``folder`` in a fresh process (``--allow-unplaced``,
+    so an over-full instance still compiles): its wall time and peak memory (MiB)."""
+    with tempfile.TemporaryDirectory(prefix="fleetc-bench-cli-", dir=write_to) as out:
+        command = [sys.executable, "-m", "fleetc", "compile", str(folder), "--out", f"{out}/out",
+                   "--allow-unplaced"]
+        if time_limit is not None:
+            command += ["--time-limit", str(time_limit)]
+        run = _run_measured(command, timeout)
+    run.pop("stdout", None)
+    return run
+
+
+def _run_measured(command: list[str], timeout: float | None) -> dict[str, Any]:
+    """Run ``command`` from the repository root: its wall time, peak resident memory (MiB) and
+    standard output, or an error."""
     start = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=err)
@@ -169,19 +194,16 @@ def run_child(folder: Path, *, time_limit: float | None, baseline: bool,
                 return {"error": f"timed out after {timeout:g}s",
                         "wall": time.perf_counter() - start, "rss_mib": usage.ru_maxrss / 1024}
             time.sleep(0.02)
-        process.returncode = os.waitstatus_to_exitcode(status)
         wall = time.perf_counter() - start
+        rss_mib = usage.ru_maxrss / 1024  # Linux reports KiB
+        code = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        lines = out.read().decode().strip().splitlines()
-        if process.returncode or not lines:
+        stdout = out.read().decode()
+        if code or not stdout.strip():
             tail = err.read().decode().strip().splitlines()[-3:]
-            return {"error": f"exit {process.returncode}: {' | '.join(tail)}", "wall": wall,
-                    "rss_mib": usage.ru_maxrss / 1024}
-    result = json.loads(lines[-1])
-    result["wall"] = wall
-    result["rss_mib"] = usage.ru_maxrss / 1024  # Linux reports KiB
-    return result
+            return {"error": f"exit {code}: {' | '.join(tail)}", "wall": wall, "rss_mib": rss_mib}
+    return {"wall": wall, "rss_mib": rss_mib, "stdout": stdout}
 
 
 def best_of(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -241,6 +263,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=1, help="runs per instance; best is shown")
     parser.add_argument("--baseline", action="store_true", help="also run the greedy baselines")
+    parser.add_argument("--cli", action="store_true",
+                        help="also time the real `fleetc compile` of each instance (wall, peak RSS)")
     parser.add_argument("--time-limit", type=float, default=None, help="fleetc solver limit (s)")
     parser.add_argument("--timeout", type=float, default=None, help="kill a run after this (s)")
     parser.add_argument("--fit", type=int, nargs="+", metavar="STAGES",
@@ -278,6 +302,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"  error: {result['error']}")
             for line in [*_format_phases(result), *_format_methods(result)]:
                 print(line)
+            if args.cli:
+                result["cli"] = run_compile(folder, time_limit=args.time_limit, timeout=args.timeout,
+                                            write_to=args.write_to)
+                cli = result["cli"]
+                print(f"  fleetc compile (the CLI, fresh process): {cli['wall']:.2f}s wall, "
+                      f"peak RSS {cli['rss_mib']:,.0f} MiB" + (f", {cli['error']}" if "error" in cli else ""))
             records.append({"spec": vars(spec), "result": result})
     if args.fit:
         _report_fit(records)

@@ -138,7 +138,7 @@ def test_validate_never_imports_the_solver_stack() -> None:
 def test_the_runner_measures_in_a_child_process_and_prints_the_table(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "bench.run", "--clusters", "5", "--stages", "20", "--perfect",
-         "--baseline", "--json", str(tmp_path / "result.json"), "--write-to", str(tmp_path)],
+         "--baseline", "--cli", "--json", str(tmp_path / "result.json"), "--write-to", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, check=True, timeout=300)
     assert "5 clusters x" in out.stdout and "(perfect packing)" in out.stdout
     for method in ("fleetc", "greedy-class-weight", "greedy-value-per-gpu"):
@@ -148,3 +148,6 @@ def test_the_runner_measures_in_a_child_process_and_prints_the_table(tmp_path: P
     assert result["rss_mib"] > 10 and result["wall"] > 0
     assert set(result["methods"]) == {"fleetc", "greedy-class-weight", "greedy-value-per-gpu"}
     assert not list(tmp_path.glob("fleetc-bench-out-*"))  # the child cleaned up its output
+    assert "error" not in result["cli"] and result["cli"]["rss_mib"] > 10  # the real CLI compiled it
+    assert "\n  fleetc compile (the CLI, fresh process): " in out.stdout
+    assert not list(tmp_path.glob("fleetc-bench-cli-*"))

@@ -12,6 +12,15 @@ Two compiles writing the same output folder at once take turns: each holds an ex
 would be swapped away with it; a lock file would be one more file beside it). Holding the lock
 also means any staging folder found beside the output folder belongs to a compile that was
 killed, so it is removed: a SIGKILL leaves garbage only until the next successful write.
+
+Speed (a compile writes ~100,000 small files): files are written folder by folder with
+``os.open``/``os.write`` relative to an open folder descriptor (no per-file path parsing or
+``mkdir``), and a file whose bytes are the same as in the previous tree is hard-linked from it
+instead of written (:func:`_link_unchanged`). Creating an inode is the dominant cost of a write
+on ext4 (0.03-1 ms each, far more than the link and the read that proves the bytes equal), and
+removing the old tree after the swap then only drops a link instead of freeing an inode (an
+unchanged file keeps its inode and modification time, as with ``rsync``). Files
+are not fsynced: the guarantee is against a killed or failed compile, not a power cut.
 """
 
 from __future__ import annotations
@@ -21,8 +30,10 @@ import ctypes.util
 import fcntl
 import os
 import shutil
+import stat
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,6 +48,11 @@ LOCK_TIMEOUT = 120.0
 _LOCK_POLL = 0.05
 #: What follows ``.<out name>.`` in the names of fleetc's temporary folders beside the output.
 _STAGING_MARK = "fleetc-"
+#: How a file of the new tree is created (what ``open(path, "wb")`` does).
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+#: How a file of the previous tree is read: never through a symlink, never blocking on a FIFO.
+_READ_PREVIOUS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_OPEN_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -69,11 +85,11 @@ def write_tree(out_dir: Path, files: Mapping[str, str]) -> None:
 def _stage_and_swap(out_dir: Path, files: Mapping[str, str]) -> None:
     staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(out_dir, "new"), dir=out_dir.parent))
     try:
-        for rel, text in sorted(files.items()):
-            _write(staging / rel, text)
-        if out_dir.is_dir():
+        previous = out_dir if out_dir.is_dir() else None
+        _write_files(staging, files, previous)
+        if previous is not None:
             _carry_foreign_files(out_dir, staging, set(files))
-        _write(staging / RECORD, "".join(f"{rel}\n" for rel in sorted(files)))
+        _write_files(staging, {RECORD: "".join(f"{rel}\n" for rel in sorted(files))}, None)
         _match_mode(staging, out_dir)
         _swap(staging, out_dir)
     finally:
@@ -142,13 +158,95 @@ def owned_files(out_dir: Path) -> set[str]:
 
 
 def _is_safe_relative(rel: str) -> bool:
-    parts = Path(rel).parts
-    return bool(parts) and not Path(rel).is_absolute() and ".." not in parts
+    """A relative POSIX path that stays inside the folder (string work: the record is long)."""
+    parts = [part for part in rel.split("/") if part not in ("", ".")]
+    return bool(parts) and not rel.startswith("/") and ".." not in parts
 
 
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(text.encode("utf-8"))
+def _write_files(staging: Path, files: Mapping[str, str], previous: Path | None) -> None:
+    """Write ``files`` (relative POSIX paths) under ``staging``, one folder at a time; with
+    ``previous`` (the old output folder), link the files it already holds byte for byte."""
+    by_folder: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for rel, text in files.items():
+        folder, _, name = rel.rpartition("/")
+        by_folder[folder].append((name, text))
+    umask = _umask()
+    for folder in sorted(by_folder):
+        target = os.path.join(staging, folder)
+        os.makedirs(target, exist_ok=True)
+        folder_fd = os.open(target, _OPEN_FOLDER)
+        previous_fd = _open_previous_folder(previous, folder)
+        try:
+            for name, text in sorted(by_folder[folder]):
+                data = text.encode("utf-8")
+                if previous_fd is None or not _link_unchanged(previous_fd, folder_fd, name, data, umask):
+                    _write(folder_fd, name, data)
+        finally:
+            os.close(folder_fd)
+            if previous_fd is not None:
+                os.close(previous_fd)
+
+
+def _write(folder_fd: int, name: str, data: bytes) -> None:
+    """Create (or truncate) ``name`` in the open folder and write ``data`` to it."""
+    fd = os.open(name, _CREATE, 0o666, dir_fd=folder_fd)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def _open_previous_folder(previous: Path | None, folder: str) -> int | None:
+    """A descriptor of ``previous/folder``, opened one component at a time without following
+    symlinks (a linked file must come from inside the old tree); None when there is none."""
+    if previous is None:
+        return None
+    try:
+        fd = os.open(previous, _OPEN_FOLDER)
+    except OSError:
+        return None
+    for part in folder.split("/") if folder else ():
+        try:
+            child = os.open(part, _OPEN_FOLDER | os.O_NOFOLLOW, dir_fd=fd)
+        except OSError:
+            child = None
+        os.close(fd)
+        if child is None:
+            return None
+        fd = child
+    return fd
+
+
+def _link_unchanged(previous_fd: int, folder_fd: int, name: str, data: bytes, umask: int) -> bool:
+    """Hard-link ``name`` from the previous tree into the new one when that leaves exactly what
+    writing ``data`` would: a regular file of ours with those bytes and the mode a new file
+    gets. Its only link must be the old tree's, or the new tree would share an inode with a
+    file elsewhere (an edit there would change out/). False (nothing done) otherwise."""
+    try:
+        fd = os.open(name, _READ_PREVIOUS, dir_fd=previous_fd)
+    except OSError:
+        return False
+    try:
+        info = os.fstat(fd)
+        if not (stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and info.st_size == len(data)
+                and stat.S_IMODE(info.st_mode) == 0o666 & ~umask and info.st_uid == os.geteuid()
+                and os.read(fd, len(data) + 1) == data):  # a short read only means no link
+            return False
+    finally:
+        os.close(fd)
+    try:
+        os.link(name, name, src_dir_fd=previous_fd, dst_dir_fd=folder_fd, follow_symlinks=False)
+    except OSError:  # no hard links on this filesystem, or the file just went away
+        return False
+    return True
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 def _carry_foreign_files(out_dir: Path, staging: Path, rendered: set[str]) -> None:
@@ -161,9 +259,12 @@ def _carry_foreign_files(out_dir: Path, staging: Path, rendered: set[str]) -> No
 
 
 def _walk(root: Path) -> Iterator[str]:
+    """Every file under ``root`` as a relative POSIX path (string work only: out/ is big)."""
     for folder, _dirs, names in os.walk(root):
+        rel = os.path.relpath(folder, root)
+        prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
         for name in names:
-            yield (Path(folder) / name).relative_to(root).as_posix()
+            yield prefix + name
 
 
 def _match_mode(staging: Path, out_dir: Path) -> None:
@@ -171,9 +272,7 @@ def _match_mode(staging: Path, out_dir: Path) -> None:
     if out_dir.is_dir():
         mode = out_dir.stat().st_mode & 0o7777
     else:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o777 & ~umask
+        mode = 0o777 & ~_umask()
     staging.chmod(mode)
 
 

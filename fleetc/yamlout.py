@@ -60,6 +60,9 @@ _NUMBER_LIKE = re.compile(
 _DATE_PREFIX = re.compile(r"[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}")
 #: Characters a plain scalar may hold here: printable ASCII (space included).
 _PLAIN_CHARS = re.compile(r"[\x20-\x7e]*")
+#: Names, paths and URLs without spaces or colons: plain unless a keyword. Starting with a
+#: letter, they are neither number-like nor dates, and they hold no indicator sequence.
+_WORDLIKE = re.compile(r"[A-Za-z][A-Za-z0-9._/-]*")
 #: Characters that may not start a plain scalar (YAML indicators and space).
 _BAD_FIRST = frozenset("-?:,[]{}#&*!|>'\"%@` ")
 
@@ -76,7 +79,11 @@ _NEEDS_ESCAPE = re.compile(
 
 
 def _needs_quotes(text: str) -> bool:
-    if text in _KEYWORDS or not _PLAIN_CHARS.fullmatch(text):
+    if text in _KEYWORDS:
+        return True
+    if _WORDLIKE.fullmatch(text):  # the common case, and none of the checks below can hit it
+        return False
+    if not _PLAIN_CHARS.fullmatch(text):
         return True
     first = text[0]
     if first in _BAD_FIRST and not (first == "-" and len(text) > 1 and text[1] != " "):
@@ -158,38 +165,72 @@ def _is_block(value: object) -> bool:
     return isinstance(value, (dict, list)) and bool(value)
 
 
+@functools.lru_cache(maxsize=1 << 12)
+def _key_head(key: object) -> str | None:
+    """``<key>:`` for a key written inline; None for one too long to be an implicit key."""
+    if not isinstance(key, str):
+        raise TypeError(f"mapping keys must be str, got {type(key).__name__}: {key!r}")
+    text = _string(key)
+    return None if len(text) > _MAX_IMPLICIT_KEY else text + ":"
+
+
 def _mapping(node: dict[object, object], indent: str, out: list[str], first_prefix: str) -> None:
-    """Emit a non-empty mapping; the first line starts with ``first_prefix`` (e.g. ``- ``)."""
+    """Emit a non-empty mapping; the first line starts with ``first_prefix`` (e.g. ``- ``).
+
+    The hot loop of every dump: values of the exact built-in types are dispatched inline (a
+    ``type() is`` test is much cheaper than the generic path's ``isinstance`` chain); anything
+    else, subclasses included, takes :func:`_mapping_value`."""
     prefix = first_prefix
+    inner = indent + _INDENT
+    extend = out.extend  # pieces, not concatenated lines: dump joins them once at the end
     for key, value in node.items():
-        if not isinstance(key, str):
-            raise TypeError(f"mapping keys must be str, got {type(key).__name__}: {key!r}")
-        key_text = _string(key)
-        if len(key_text) > _MAX_IMPLICIT_KEY:
-            out.append(f"{prefix}? {key_text}\n")
-            prefix = indent + ":"
+        head = _key_head(key)
+        if head is None:
+            out.append(f"{prefix}? {_string(key)}\n")
+            prefix, head = indent, ":"
+        kind = type(value)
+        if kind is str and "\n" not in value:
+            extend((prefix, head, " ", _string(value), "\n"))
+        elif kind is dict and value:
+            extend((prefix, head, "\n"))
+            _mapping(value, inner, out, inner)
+        elif kind is list and value:
+            extend((prefix, head, "\n"))
+            _sequence(value, inner, out, inner)
+        elif kind is int:
+            extend((prefix, head, " ", str(value), "\n"))
         else:
-            prefix += key_text + ":"
-        if _is_block(value):
-            out.append(prefix + "\n")
-            _node(value, indent + _INDENT, out)
-        elif isinstance(value, str) and _is_literal(value):
-            out.append(prefix + " |\n")
-            out.extend(f"{indent}{_INDENT}{line}\n" if line else "\n" for line in value[:-1].split("\n"))
-        else:
-            out.append(f"{prefix} {_scalar(value)}\n")
+            _mapping_value(prefix + head, value, inner, out)
         prefix = indent
+
+
+def _mapping_value(line: str, value: object, inner: str, out: list[str]) -> None:
+    """The value of one mapping entry whose line (indentation and key) is ``line``."""
+    if _is_block(value):
+        out.append(line + "\n")
+        _node(value, inner, out)
+    elif isinstance(value, str) and _is_literal(value):
+        out.append(line + " |\n")
+        out.extend(f"{inner}{text}\n" if text else "\n" for text in value[:-1].split("\n"))
+    else:
+        out.append(f"{line} {_scalar(value)}\n")
 
 
 def _sequence(node: list[object], indent: str, out: list[str], first_prefix: str) -> None:
     """Emit a non-empty sequence; nested collections start on the item's own line."""
     prefix = first_prefix
+    inner = indent + _INDENT
     for item in node:
         item_prefix = prefix + "- "
-        if isinstance(item, dict) and item:
-            _mapping(item, indent + _INDENT, out, item_prefix)
+        kind = type(item)
+        if kind is dict and item:
+            _mapping(item, inner, out, item_prefix)
+        elif kind is str:
+            out.append(f"{item_prefix}{_string(item)}\n")
+        elif isinstance(item, dict) and item:
+            _mapping(item, inner, out, item_prefix)
         elif isinstance(item, list) and item:
-            _sequence(item, indent + _INDENT, out, item_prefix)
+            _sequence(item, inner, out, item_prefix)
         else:
             out.append(f"{item_prefix}{_scalar(item)}\n")
         prefix = indent

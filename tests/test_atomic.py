@@ -245,10 +245,10 @@ def test_a_full_disk_is_a_clear_error_and_out_is_unchanged(
     write_tree(tmp_path / "out", OLD)
     real_write = emit._write
 
-    def fill_up(path: Path, text: str) -> None:
-        if path.name == "kustomization.yaml":
+    def fill_up(folder_fd: int, name: str, data: bytes) -> None:
+        if name == "kustomization.yaml":
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real_write(path, text)
+        real_write(folder_fd, name, data)
 
     monkeypatch.setattr(emit, "_write", fill_up)
     result = CliRunner().invoke(cli, ["compile", "policies", "--out", "out"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,46 @@ def test_a_tampered_record_cannot_reach_outside_the_folder(tmp_path: Path) -> No
     assert owned_files(out) == {"a.yaml"}
     write_tree(out, {})
     assert (tmp_path / "precious.txt").read_text() == "keep\n"
+
+
+def test_unchanged_files_are_linked_from_the_previous_tree_and_changed_ones_written(
+        tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    write_tree(out, {"same.yaml": "s\n", "clusters/c1/edit.yaml": "e\n"})
+    same, edited = (out / "same.yaml").stat(), (out / "clusters/c1/edit.yaml").stat()
+    write_tree(out, {"same.yaml": "s\n", "clusters/c1/edit.yaml": "E\n"})
+    assert (out / "same.yaml").stat().st_ino == same.st_ino
+    assert (out / "same.yaml").stat().st_nlink == 1  # the old tree's link is gone
+    assert (out / "clusters/c1/edit.yaml").stat().st_ino != edited.st_ino
+    assert tree(out) == {"same.yaml": "s\n", "clusters/c1/edit.yaml": "E\n",
+                         RECORD: "clusters/c1/edit.yaml\nsame.yaml\n"}
+
+
+def test_a_file_also_linked_elsewhere_is_written_afresh(tmp_path: Path) -> None:
+    """Linking it would make out/ share an inode with a file outside: editing that one in place
+    would change out/."""
+    out = tmp_path / "out"
+    write_tree(out, {"a.yaml": "a\n"})
+    (tmp_path / "elsewhere.yaml").hardlink_to(out / "a.yaml")
+    write_tree(out, {"a.yaml": "a\n"})
+    assert (out / "a.yaml").stat().st_ino != (tmp_path / "elsewhere.yaml").stat().st_ino
+    (tmp_path / "elsewhere.yaml").write_text("edited\n")
+    assert (out / "a.yaml").read_text() == "a\n"
+
+
+def test_a_symlink_in_the_previous_tree_is_never_linked_through(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    write_tree(out, {"a.yaml": "a\n", "sub/b.yaml": "b\n"})
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "a.yaml").write_text("a\n")
+    (outside / "b.yaml").write_text("b\n")
+    (out / "a.yaml").unlink()
+    (out / "a.yaml").symlink_to(outside / "a.yaml")
+    shutil.rmtree(out / "sub")
+    (out / "sub").symlink_to(outside)
+    write_tree(out, {"a.yaml": "a\n", "sub/b.yaml": "b\n"})
+    for rel, target in (("a.yaml", "a.yaml"), ("sub/b.yaml", "b.yaml")):
+        assert not (out / rel).is_symlink()
+        assert (out / rel).stat().st_ino != (outside / target).stat().st_ino
+    assert tree(out)["sub/b.yaml"] == "b\n"

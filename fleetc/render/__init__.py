@@ -28,7 +28,9 @@ source, ``fleetc.dev/source: <policy file>#<field path>``. Secrets are never ren
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import gc
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from fleetc.errors import Diagnostic
@@ -76,6 +78,26 @@ class Rendered:
 # --------------------------------------------------------------------------- entry point
 def render(model: FleetModel, placement: Placement) -> Rendered:
     """Every output file and every warning about settings that could not be rendered."""
+    with _cyclic_gc_paused():
+        return _render(model, placement)
+
+
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Rendering allocates millions of small dicts and strings, none in a reference cycle, so
+    the cyclic collector frees nothing here; yet each time its young generation fills it runs,
+    and the older generations it sweeps now and then hold the whole model. Pausing it makes a
+    large render about a fifth faster; reference counting still frees everything as usual."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _render(model: FleetModel, placement: Placement) -> Rendered:
     ctx = Context.of(model)
     files = {"placement.yaml": dump(placement_report(model, placement))}
     work = work_by_cluster(placements(model, placement))

@@ -21,6 +21,9 @@ a mount that needs them gets them from the cluster (``encryptOptions`` added by 
 
 from __future__ import annotations
 
+import functools
+from typing import NamedTuple
+
 from fleetc.errors import Diagnostic
 from fleetc.model import DataPolicy, Source, Stage
 
@@ -46,6 +49,7 @@ def scheme(url: str) -> str:
     return url.partition("://")[0].lower() if "://" in url else ""
 
 
+@functools.lru_cache(maxsize=1 << 14)  # every stage reading a URL names its dataset
 def dataset_name(url: str) -> str:
     return hashed_slug("data", url)
 
@@ -62,19 +66,27 @@ def cached_urls(ctx: Context, work: Work) -> list[tuple[str, str]]:
     return sorted(pairs)
 
 
-def cache_mounts(ctx: Context, stage: Stage) -> tuple[list[Obj], list[Obj], dict[str, str]]:
-    """The stage's cached inputs as pod volumes (the PVC Fluid creates for a Dataset, named like
-    it), container volumeMounts (read-only) and ``FLEETC_INPUT_<NAME>_PATH`` env values."""
-    volumes, mounts, paths = [], [], {}
+class CacheMounts(NamedTuple):
+    """A stage's cached inputs, as its pod needs them."""
+
+    volumes: list[Obj]  # pod volumes: the PVC Fluid creates for a Dataset, named like it
+    mounts: list[Obj]  # container volumeMounts, read-only
+    paths: dict[str, str]  # input name -> mount path, for FLEETC_INPUT_<NAME>_PATH
+
+
+def cache_mounts(ctx: Context, stage: Stage) -> CacheMounts:
+    """The stage's cached inputs as pod volumes, container volumeMounts and env values."""
+    found = CacheMounts([], [], {})
     for index, url in ctx.input_urls(stage):
         if not is_cached(ctx, url):
             continue
         name = stage.inputs[index].name
         volume = dns_label(f"input-{name}")
-        volumes.append({"name": volume, "persistentVolumeClaim": {"claimName": dataset_name(url), "readOnly": True}})
-        mounts.append({"name": volume, "mountPath": f"{MOUNT_ROOT}/{name}", "readOnly": True})
-        paths[name] = f"{MOUNT_ROOT}/{name}"
-    return volumes, mounts, paths
+        found.volumes.append({"name": volume, "persistentVolumeClaim": {"claimName": dataset_name(url),
+                                                                        "readOnly": True}})
+        found.mounts.append({"name": volume, "mountPath": f"{MOUNT_ROOT}/{name}", "readOnly": True})
+        found.paths[name] = f"{MOUNT_ROOT}/{name}"
+    return found
 
 
 def _source(policy: DataPolicy, field: str) -> Source:

@@ -37,7 +37,7 @@ from .common import (
     stage_metadata,
 )
 from .context import Context
-from .data import cache_mounts
+from .data import CacheMounts, cache_mounts
 
 #: fleetc's GPU type names -> the ``nvidia.com/gpu.product`` node label GPU feature discovery sets.
 GPU_PRODUCT_LABELS: dict[str, str] = {
@@ -107,18 +107,19 @@ def _seconds(value: float) -> str:
     return str(int(value)) if value == int(value) else repr(value)
 
 
-def env_vars(ctx: Context, stage: Stage) -> list[Obj]:
+def env_vars(ctx: Context, stage: Stage, cached_paths: dict[str, str]) -> list[Obj]:
     """The container's environment, sorted by name:
 
     * ``FLEETC_INPUT_<NAME>`` / ``FLEETC_OUTPUT_<NAME>``: the data URLs;
-    * ``FLEETC_INPUT_<NAME>_PATH``: where a cached input is mounted (:mod:`.data`);
+    * ``FLEETC_INPUT_<NAME>_PATH``: where a cached input is mounted (``cached_paths``, from
+      :func:`.data.cache_mounts`);
     * DataProc stages, with a data policy: ``FLEETC_PREPROCESS_PARALLELISM`` and
       ``FLEETC_PREPROCESS_COMPRESSION`` (``preprocessing``; env vars rather than more task
       replicas, because the gang's size and resources are what the placement reserved);
     * Deployment stages of a governed pipeline: :data:`TIMEOUT_ENV`.
     """
     env = {_env_name("FLEETC_INPUT_", i.name): ctx.input_url(stage, i) for i in stage.inputs}
-    env |= {_env_name("FLEETC_INPUT_", name) + "_PATH": path for name, path in cache_mounts(ctx, stage)[2].items()}
+    env |= {_env_name("FLEETC_INPUT_", name) + "_PATH": path for name, path in cached_paths.items()}
     env |= {_env_name("FLEETC_OUTPUT_", o.name): o.url for o in stage.outputs}
     data = ctx.data_policy
     if data is not None and stage.type is StageType.DATAPROC:
@@ -137,17 +138,16 @@ def _resources(stage: Stage) -> Obj:
     return {"requests": amounts, "limits": dict(amounts)}
 
 
-def _container(ctx: Context, stage: Stage) -> Obj:
+def _container(ctx: Context, stage: Stage, cache: CacheMounts) -> Obj:
     container: Obj = {"name": stage.type.value.lower(), "image": stage.image}
     if stage.command:
         container["command"] = list(stage.command)
-    env = env_vars(ctx, stage)
+    env = env_vars(ctx, stage, cache.paths)
     if env:
         container["env"] = env
     container["resources"] = _resources(stage)
-    mounts = cache_mounts(ctx, stage)[1]
-    if mounts:
-        container["volumeMounts"] = mounts
+    if cache.mounts:
+        container["volumeMounts"] = cache.mounts
     return container
 
 
@@ -156,7 +156,8 @@ def _toleration(t: Toleration) -> Obj:
     return {k: v for k, v in fields.items() if v}
 
 
-def _pod_spec(ctx: Context, cluster: Cluster, stage: Stage, container: Obj, **extra: str) -> Obj:
+def _pod_spec(ctx: Context, cluster: Cluster, stage: Stage, container: Obj, cache: CacheMounts,
+              **extra: str) -> Obj:
     """Pod spec: ``extra`` fields (restart policy, priority class), the GPU node selector (known
     GPU types only; the ``-SHARED`` product on time-sliced nodes), tolerations."""
     spec: Obj = dict(extra)
@@ -167,9 +168,8 @@ def _pod_spec(ctx: Context, cluster: Cluster, stage: Stage, container: Obj, **ex
     if stage.tolerations:
         spec["tolerations"] = [_toleration(t) for t in stage.tolerations]
     spec["containers"] = [container]
-    volumes = cache_mounts(ctx, stage)[0]
-    if volumes:
-        spec["volumes"] = volumes
+    if cache.volumes:
+        spec["volumes"] = cache.volumes
     return spec
 
 
@@ -178,7 +178,9 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
     """A gang stage as a Volcano Job: all ``stage.replicas`` pods start together or not at all."""
     level = training_priority(ctx, stage)
     priority = {"priorityClassName": priority_class_name(level)} if level else {}
-    pod = _pod_spec(ctx, cluster, stage, _container(ctx, stage), restartPolicy="OnFailure", **priority)
+    cache = cache_mounts(ctx, stage)
+    pod = _pod_spec(ctx, cluster, stage, _container(ctx, stage, cache), cache, restartPolicy="OnFailure",
+                    **priority)
     template = {"metadata": {"labels": stage_labels(stage)}, "spec": pod}
     return {
         "apiVersion": "batch.volcano.sh/v1alpha1",
@@ -206,7 +208,8 @@ def _readiness_probe(ctx: Context, stage: Stage) -> Obj:
 
 def deployment(ctx: Context, cluster: Cluster, stage: Stage, replicas: int) -> Obj:
     """A serving stage's share on this cluster: ``replicas`` pods behind a readiness probe."""
-    container = _container(ctx, stage)
+    cache = cache_mounts(ctx, stage)
+    container = _container(ctx, stage, cache)
     container["ports"] = [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}]
     container["readinessProbe"] = _readiness_probe(ctx, stage)
     return {
@@ -218,7 +221,7 @@ def deployment(ctx: Context, cluster: Cluster, stage: Stage, replicas: int) -> O
             "selector": {"matchLabels": selector(stage)},
             "template": {
                 "metadata": {"labels": stage_labels(stage)},
-                "spec": _pod_spec(ctx, cluster, stage, container),
+                "spec": _pod_spec(ctx, cluster, stage, container, cache),
             },
         },
     }

@@ -86,6 +86,10 @@ from fleetc.verify import (
 #: Allowed pairs in one component above which the exact MILP gives way to column generation;
 #: ``FLEETC_LARGE`` overrides it (``FLEETC_LARGE=0`` sends every instance down the large path).
 LARGE = int(os.environ.get("FLEETC_LARGE", "2000"))
+#: Up to this many allowed pairs, a component the large path leaves a stage out of is solved
+#: again by the exact MILP, for at most :data:`RESCUE_SECONDS` (see :func:`_solve_part`).
+RESCUE_PAIRS = 20_000
+RESCUE_SECONDS = 10.0
 
 
 def place(
@@ -223,8 +227,38 @@ def _solve_part(
     on_gap: Callable[[float], None],
 ) -> Solved:
     """Solve one component: all stages placed if possible, else the best partial placement."""
-    if int(scores.allowed[np.ix_(part.stages, part.clusters)].sum()) > LARGE:
-        return solve_large(model, scores, blocked, kept, part, deadline, on_gap)
+    pairs = int(scores.allowed[np.ix_(part.stages, part.clusters)].sum())
+    if pairs <= LARGE:
+        return _solve_exact(model, scores, blocked, kept, part, deadline)
+    solved = solve_large(model, scores, blocked, kept, part, deadline, on_gap)
+    placeable = sum(1 for s in part.stages.tolist() if s not in blocked)
+    if pairs > RESCUE_PAIRS or _placed(solved) == placeable:
+        return solved
+    # The large path left a stage out that the exact MILP may still place by moving several
+    # others (its rounding and repair move one level deep); on a component this small the
+    # MILP is affordable, under its own budget.
+    rescue = time.monotonic() + RESCUE_SECONDS
+    try:
+        exact = _solve_exact(model, scores, blocked, kept, part, rescue if deadline is None else min(deadline, rescue))
+    except OutOfTime:
+        return solved
+    return exact if (_placed(exact), exact.objective) > (_placed(solved), solved.objective) else solved
+
+
+def _placed(solved: Solved) -> int:
+    return int(np.count_nonzero(solved.replicas_at.any(axis=1)))
+
+
+def _solve_exact(
+    model: FleetModel,
+    scores: Scores,
+    blocked: dict[int, str],
+    kept: np.ndarray,
+    part: Part,
+    deadline: float | None,
+) -> Solved:
+    """The whole MILP of one component: every stage placed if possible (else the most valuable
+    placement), and its LP relaxation as the bound."""
     program = build_program(model, scores, blocked, kept, part)
     result = Result(values=None, optimal=False, infeasible=bool(program.blocked.any()))
     if not result.infeasible:

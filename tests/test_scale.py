@@ -44,8 +44,10 @@ def model_of(spec: Spec) -> FleetModel:
 
 @pytest.fixture
 def large(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every component takes the large path, whatever its size."""
+    """Every component takes the large path, whatever its size, and keeps its answer (no
+    exact rescue of a stage it leaves out)."""
     monkeypatch.setattr(optimize, "LARGE", 0)
+    monkeypatch.setattr(optimize, "RESCUE_PAIRS", 0)
 
 
 def unplaced(placement: Placement) -> list[str]:
@@ -60,6 +62,26 @@ def test_a_generated_fleet_is_placed_whole_within_a_percent_of_the_lp_bound(larg
     assert unplaced(placement) == []
     assert placement.objective <= placement.bound
     assert placement.gap <= 0.01
+
+
+def test_a_small_component_the_large_path_leaves_a_stage_of_is_solved_exactly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = model_of(Spec(clusters=20, stages=200, load=1.0))  # full: every GPU is asked for
+    monkeypatch.setattr(optimize, "LARGE", 0)
+    exact = optimize.place(model, allow_unplaced=True)
+    monkeypatch.setattr(optimize, "RESCUE_PAIRS", 0)
+    large = optimize.place(model, allow_unplaced=True)
+    assert verify(model, exact) == []
+    assert len(unplaced(exact)) <= len(unplaced(large))
+    assert exact.method == ("milp" if len(unplaced(exact)) < len(unplaced(large)) else "colgen-lp-round")
+    assert unplaced(exact) == []  # a full placement exists: the exact MILP finds one
+
+
+def test_the_rescue_is_skipped_when_the_large_path_places_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(optimize, "LARGE", 0)
+    placement = optimize.place(model_of(Spec(clusters=20, stages=300, load=0.9)))
+    assert placement.method == "colgen-lp-round" and unplaced(placement) == []
 
 
 def test_column_generation_reports_a_narrowing_gap_each_round(large: None) -> None:

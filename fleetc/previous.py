@@ -8,12 +8,12 @@ previous placement, a malformed one is ignored with a warning, never a crash.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from io import StringIO
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
+
+from fleetc.load import yaml_documents
 
 PLACEMENT_FILE = "placement.yaml"
 
@@ -27,9 +27,10 @@ def parse_previous(text: str) -> dict[str, dict[str, int]]:
     Unplaced stages (no clusters) are left out. Raises :class:`ValueError` saying what is wrong.
     """
     try:
-        document = YAML(typ="safe", pure=True).load(StringIO(text))
+        documents = yaml_documents(text)
     except YAMLError as err:
         raise ValueError(f"not YAML: {str(err).splitlines()[0]}") from err
+    document = documents[0] if len(documents) == 1 else None
     if not isinstance(document, dict) or document.get("kind") != "Placement":
         raise ValueError("not a fleetc placement report (kind: Placement)")
     stages = document.get("stages")

@@ -14,10 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from .errors import Diagnostic
+from .load import yaml_documents
 from .model import FleetModel, Placement
 
 #: GitHub refuses issue and pull-request comments longer than this many characters.
@@ -101,9 +101,10 @@ def snapshot_of_output(files: Mapping[str, str], gpu_types: Mapping[str, str | N
 
 def _parse_placement(text: str) -> list[dict[str, Any]]:
     try:
-        data = YAML(typ="safe", pure=True).load(text) if text else None
+        documents = yaml_documents(text)
     except YAMLError:
         return []
+    data = documents[0] if len(documents) == 1 else None
     stages = data.get("stages") if isinstance(data, dict) else None
     return [s for s in stages if isinstance(s, dict)] if isinstance(stages, list) else []
 

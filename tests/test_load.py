@@ -457,3 +457,16 @@ def test_load_policies_refuses_symlink_outside_folder(tmp_path: Path) -> None:
     (root / "fleet.yaml").symlink_to(outside)
     with pytest.raises(PolicyError, match="symbolic link points outside"):
         load_policies([str(root)])
+
+
+@pytest.mark.parametrize("text", [
+    (Path(__file__).parent / "cases" / "seed-scenario" / "expected" / "placement.yaml").read_text(),
+    "kind: Placement\nstages:\n  - {pipeline: p, stage: 'on', clusters: [{name: 'no', replicas: 2}]}\n",
+    "a: &x [1, 2]\nb: *x\n",  # an alias: ruamel reads it
+    "---\na: 1\n---\nb: [yes, no, ~, 0o17, 1e3, .inf, '1', 2001-12-14]\n",
+    "",
+])
+def test_yaml_documents_reads_what_ruamel_reads(text: str) -> None:
+    from ruamel.yaml import YAML
+
+    assert load.yaml_documents(text) == list(YAML(typ="safe", pure=True).load_all(text))

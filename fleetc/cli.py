@@ -219,8 +219,7 @@ def diff(base_ref: str, paths: Sequence[str], out_dir: str, time_limit: float | 
 def explain(target: str, paths: Sequence[str], out_dir: str, output_format: str) -> None:
     """Say why a stage runs where it does: each cluster's filter verdict or score terms."""
     from . import explain as why
-    from .compiler import load_policies
-    from .optimize import place
+    from .compiler import Options, inputs_digest, load_policies, place_model
     from .previous import read_previous
     from .resolve import resolve
 
@@ -229,7 +228,8 @@ def explain(target: str, paths: Sequence[str], out_dir: str, output_format: str)
         model = resolve(loaded.policies, loaded.where)
         key = why.find_stage(model, target)
         previous, _ = read_previous(Path(out_dir))
-        return why.explain(model, place(model, previous=previous, allow_unplaced=True), key)
+        options = Options(previous=previous, allow_unplaced=True)
+        return why.explain(model, place_model(model, inputs_digest(loaded.policies, options), options), key)
 
     explanation = _run(run, output_format)
     if output_format == "json":

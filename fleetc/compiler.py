@@ -7,13 +7,18 @@ and HiGHS, is imported only when something is compiled, so ``fleetc validate`` s
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import __version__
 from .errors import Diagnostic, PolicyError
 from .load import LoadResult, discover, load_files, load_sources
-from .model import FleetModel, Placement
+from .model import Assignment, FleetModel, Placement, StagePlacement
+from .previous import Previous
 from .progress import NULL_REPORTER, Reporter, phase
 from .resolve import resolve
 from .validate import PolicySet, validate
@@ -27,8 +32,9 @@ class Options:
     time_limit: float | None = None
     #: Clusters to compile as if they were lost (``--drain``): they take no work.
     drain: tuple[str, ...] = ()
-    #: The previous placement (stage key -> cluster -> replicas): moving away costs moveCost.
-    previous: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: The previous placement (its ``placement.yaml``): moving a stage away costs moveCost, and
+    #: when it was compiled from these very inputs it is given back as it is.
+    previous: Previous = field(default_factory=Previous)
     #: Render what fits and list the rest as unplaced instead of failing (``--allow-unplaced``).
     allow_unplaced: bool = False
     #: Told when each stage starts and ends (a status line on terminals); silent by default.
@@ -76,16 +82,59 @@ def _validated(loaded: LoadResult, where: str, reporter: Reporter) -> Loaded:
 
 def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
     """Place every stage and render the output tree. Pure: no I/O."""
-    from .optimize import place  # imports numpy, scipy, HiGHS: only when compiling
     from .render import render
 
     report = options.reporter
     with phase(report, "resolve"):
         model = resolve(loaded.policies, loaded.where, drained=options.drain)
     with phase(report, "place"):
-        placement = place(model, time_limit=options.time_limit, previous=options.previous, on_gap=report.gap,
-                          allow_unplaced=options.allow_unplaced)
+        placement = place_model(model, inputs_digest(loaded.policies, options), options)
     report.gap(placement.gap)
     with phase(report, "render"):
         rendered = render(model, placement)
     return Compiled(model, placement, rendered.files, rendered.warnings)
+
+
+def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
+    """The placement of ``model``, tagged with its ``inputs`` digest: the previous one when it
+    was compiled from the same inputs and still holds (see :func:`_given_back`), else the
+    optimizer's."""
+    from .optimize import place  # imports numpy, scipy, HiGHS: only when compiling
+
+    placement = _given_back(model, inputs, options.previous) or place(
+        model, time_limit=options.time_limit, previous=options.previous.clusters, on_gap=options.reporter.gap,
+        allow_unplaced=options.allow_unplaced)
+    return dataclasses.replace(placement, inputs=inputs)
+
+
+def inputs_digest(policies: PolicySet, options: Options) -> str:
+    """What the placement depends on, hashed: fleetc's version, the drained clusters and every
+    policy document's data (not its file: moving a policy between files changes nothing)."""
+    documents = sorted(json.dumps(parsed.doc.data, sort_keys=True, ensure_ascii=False)
+                       for kind in dataclasses.fields(policies) for parsed in getattr(policies, kind.name))
+    payload = json.dumps({"fleetc": __version__, "drain": sorted(options.drain), "policies": documents})
+    return "sha256:" + hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def _given_back(model: FleetModel, inputs: str, previous: Previous) -> Placement | None:
+    """The previous placement, when it was compiled from these same ``inputs``, lists exactly
+    the model's stages and places every one, and the independent verifier still accepts it.
+
+    A compile is then a fixed point: compiling again gives the same bytes, so ``--check`` right
+    after a compile passes on a large fleet too (the large path's answer depends on where the
+    stages were before, through the move cost, and re-solving moved a few each time); and the
+    solver does not run at all.
+    """
+    from .verify import verify
+
+    keys = [stage.key for stage in model.stages]
+    if (not inputs or previous.inputs != inputs or previous.stages != frozenset(keys)
+            or previous.clusters.keys() != previous.stages):
+        return None
+    placement = Placement(
+        stages=tuple(StagePlacement(stage.key, tuple(
+            Assignment(cluster, replicas, replicas * stage.gpus)
+            for cluster, replicas in sorted(previous.clusters[stage.key].items())), previous.scores[stage.key])
+            for stage in model.stages),
+        objective=previous.objective, bound=previous.bound, method=previous.method)
+    return placement if not verify(model, placement) else None

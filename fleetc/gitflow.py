@@ -6,20 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from . import gitrepo
 from .compiler import Compiled
 from .emit import RECORD, write_tree
 from .errors import FleetcError, UsageError
 from .load import display_path
-from .previous import PLACEMENT_FILE, parse_previous
+from .previous import PLACEMENT_FILE, Previous, parse_previous
 from .report import commit_message, compare, snapshot, snapshot_of_output
 
 Sources = list[tuple[str, bytes]]
 
 
-def policy_sources_at(ref: str, paths: Sequence[str], out_dir: str) -> tuple[Sources, dict[str, Any]]:
+def policy_sources_at(ref: str, paths: Sequence[str], out_dir: str) -> tuple[Sources, Previous]:
     """The policy files under ``paths`` at ``ref``, and the previous placement in ``out_dir``
     at ``ref`` (empty when missing or malformed).
 
@@ -35,9 +34,9 @@ def policy_sources_at(ref: str, paths: Sequence[str], out_dir: str) -> tuple[Sou
             found.setdefault(display_path(Path(path) / inner), data)
     placement = gitrepo.read_file(root, ref, f"{gitrepo.relative_to_root(root, Path(out_dir))}/{PLACEMENT_FILE}")
     try:
-        previous: dict[str, Any] = parse_previous(placement.decode("utf-8")) if placement else {}
+        previous = parse_previous(placement.decode("utf-8")) if placement else Previous()
     except (UnicodeDecodeError, ValueError):
-        previous = {}
+        previous = Previous()
     return sorted(found.items()), previous
 
 

@@ -273,6 +273,8 @@ class Placement:
     objective: float
     bound: float
     method: str  # e.g. "milp", "lp-rounding"
+    #: Digest of the inputs it was compiled from (set by :mod:`fleetc.compiler`; '' if unknown).
+    inputs: str = ""
 
     @property
     def gap(self) -> float:

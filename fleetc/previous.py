@@ -1,13 +1,16 @@
-"""Read the previous compile's ``placement.yaml`` so the optimizer can keep stages where they were.
+"""Read the previous compile's ``placement.yaml``: where each stage was, so the optimizer can keep
+it there, and the figures and inputs digest it reported, so a compile of the same inputs can
+give the same placement back (:mod:`fleetc.compiler`).
 
-:func:`parse_previous` is pure (text in, mapping out) and raises :class:`ValueError` on anything
-that is not a placement report; :func:`read_previous` is the I/O edge: a missing file means no
-previous placement, a malformed one is ignored with a warning, never a crash.
+:func:`parse_previous` is pure (text in, :class:`Previous` out) and raises :class:`ValueError`
+on anything that is not a placement report; :func:`read_previous` is the I/O edge: a missing
+file means no previous placement, a malformed one is ignored with a warning, never a crash.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +24,27 @@ PLACEMENT_FILE = "placement.yaml"
 PreviousPlacement = Mapping[str, Mapping[str, int]]
 
 
-def parse_previous(text: str) -> dict[str, dict[str, int]]:
-    """Stage key -> {cluster: replicas} from the text of a ``placement.yaml`` fleetc wrote.
+@dataclass(frozen=True)
+class Previous:
+    """What the last compile's ``placement.yaml`` says (empty when there is none)."""
 
-    Unplaced stages (no clusters) are left out. Raises :class:`ValueError` saying what is wrong.
+    #: Stage key -> {cluster: replicas}, placed stages only.
+    clusters: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: The digest of the inputs it was compiled from ('' when it does not say).
+    inputs: str = ""
+    method: str = ""
+    objective: float = 0.0
+    bound: float = 0.0
+    #: Stage key -> the score it reported.
+    scores: dict[str, float] = field(default_factory=dict)
+    #: Every stage it lists, placed or not.
+    stages: frozenset[str] = frozenset()
+
+
+def parse_previous(text: str) -> Previous:
+    """What the text of a ``placement.yaml`` fleetc wrote says.
+
+    Raises :class:`ValueError` saying what is wrong.
     """
     try:
         documents = yaml_documents(text)
@@ -36,12 +56,32 @@ def parse_previous(text: str) -> dict[str, dict[str, int]]:
     stages = document.get("stages")
     if not isinstance(stages, list):
         raise ValueError("'stages' is not a list")
-    previous: dict[str, dict[str, int]] = {}
+    placed: dict[str, dict[str, int]] = {}
+    scores: dict[str, float] = {}
+    listed: list[str] = []
     for index, entry in enumerate(stages):
         key, clusters = _stage_entry(entry, index)
+        listed.append(key)
         if clusters:
-            previous[key] = clusters
-    return previous
+            placed[key] = clusters
+        scores[key] = _number(entry.get("score"))
+    return Previous(
+        clusters=placed,
+        inputs=_text(document.get("inputs")),
+        method=_text(document.get("method")),
+        objective=_number(document.get("objective")),
+        bound=_number(document.get("bound")),
+        scores=scores,
+        stages=frozenset(listed),
+    )
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
 def _stage_entry(entry: Any, index: int) -> tuple[str, dict[str, int]]:
@@ -61,7 +101,7 @@ def _stage_entry(entry: Any, index: int) -> tuple[str, dict[str, int]]:
     return f"{pipeline}/{stage}", clusters
 
 
-def read_previous(out_dir: Path) -> tuple[dict[str, dict[str, int]], str]:
+def read_previous(out_dir: Path) -> tuple[Previous, str]:
     """The previous placement under ``out_dir`` and a warning ('' when none is due).
 
     No file: no previous placement and no warning. An unreadable or malformed file: no previous
@@ -69,8 +109,8 @@ def read_previous(out_dir: Path) -> tuple[dict[str, dict[str, int]], str]:
     """
     path = out_dir / PLACEMENT_FILE
     if not path.is_file():
-        return {}, ""
+        return Previous(), ""
     try:
         return parse_previous(path.read_text(encoding="utf-8")), ""
     except (OSError, UnicodeDecodeError, ValueError) as err:
-        return {}, f"{path}: ignored as the previous placement: {err}"
+        return Previous(), f"{path}: ignored as the previous placement: {err}"

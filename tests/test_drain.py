@@ -101,8 +101,11 @@ def test_a_cordoned_cluster_in_the_fleet_compiles_like_a_drained_one(project: Pa
         "  - name: edge-cluster-factory\n", "  - name: edge-cluster-factory\n    cordoned: true\n"))
     cordoned = compile_here("--out", "cordoned")
     assert drained.exit_code == cordoned.exit_code == 0, drained.output + cordoned.output
-    placement = (project / "cordoned" / "placement.yaml").read_text()
-    assert placement == (project / "drained" / "placement.yaml").read_text()
+    def report(out: str) -> list[str]:  # the inputs differ (a flag, a policy field): their digest too
+        return [line for line in (project / out / "placement.yaml").read_text().splitlines()
+                if not line.startswith("inputs: ")]
+
+    assert report("cordoned") == report("drained")
     assert not (project / "cordoned" / "clusters" / "edge-cluster-factory").exists()
 
 

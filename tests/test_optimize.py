@@ -601,7 +601,7 @@ def test_cli_allow_unplaced_renders_what_fits_and_warns(tmp_path: Path, monkeypa
     )
     assert f"warning: llm-chinese-training/model-training is not placed: {reason}\n" in result.stderr
     assert result.stdout.startswith("placed 6 stages")
-    assert parse_previous((tmp_path / "out" / "placement.yaml").read_text()).keys() == {
+    assert parse_previous((tmp_path / "out" / "placement.yaml").read_text()).clusters.keys() == {
         "customer-service-assistant/assistant-serving",
         "customer-service-assistant/lora-finetuning",
         "customer-service-assistant/ticket-cleaning",

@@ -6,13 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from fleetc.previous import parse_previous, read_previous
+from fleetc.previous import Previous, parse_previous, read_previous
 
 REPORT = """\
 apiVersion: fleetc.dev/v1alpha1
 kind: Placement
 fleet: f
+inputs: sha256:abc
 method: milp
+objective: 3.5
+bound: 4
+gap: 0.125
 stages:
   - pipeline: p
     stage: train
@@ -37,7 +41,13 @@ stages:
 
 
 def test_parse_previous_maps_stage_keys_to_cluster_replicas() -> None:
-    assert parse_previous(REPORT) == {"p/train": {"a": 1}, "p/serve": {"a": 2, "b": 3}}
+    assert parse_previous(REPORT).clusters == {"p/train": {"a": 1}, "p/serve": {"a": 2, "b": 3}}
+
+
+def test_parse_previous_keeps_the_reported_figures_and_inputs() -> None:
+    previous = parse_previous(REPORT)
+    assert (previous.inputs, previous.method, previous.objective, previous.bound) == ("sha256:abc", "milp", 3.5, 4.0)
+    assert previous.stages == {"p/train", "p/serve", "p/left-out"}
 
 
 @pytest.mark.parametrize(
@@ -61,10 +71,10 @@ def test_parse_previous_says_what_is_wrong(text: str, problem: str) -> None:
 
 
 def test_read_previous_ignores_a_missing_or_malformed_file(tmp_path: Path) -> None:
-    assert read_previous(tmp_path) == ({}, "")
+    assert read_previous(tmp_path) == (Previous(), "")
     (tmp_path / "placement.yaml").write_text(REPORT, encoding="utf-8")
-    assert read_previous(tmp_path) == ({"p/train": {"a": 1}, "p/serve": {"a": 2, "b": 3}}, "")
+    assert read_previous(tmp_path) == (parse_previous(REPORT), "")
     (tmp_path / "placement.yaml").write_bytes(b"\xff\xfe")
     previous, warning = read_previous(tmp_path)
-    assert previous == {}
+    assert previous == Previous()
     assert warning.startswith(f"{tmp_path / 'placement.yaml'}: ignored as the previous placement: ")

@@ -9,15 +9,24 @@ from .context import placements
 
 
 def placement_report(model: FleetModel, placement: Placement) -> Obj:
-    """fleetc's report: the solver's figures and where each stage went."""
-    return {
+    """fleetc's report: the inputs' digest, the solver's figures and where each stage went.
+
+    The gap is worked out from the objective and bound as printed, so a compile that gives a
+    report's placement back (:mod:`fleetc.compiler`) prints the same gap from its figures.
+    """
+    figures = Placement((), round(placement.objective, 6), round(placement.bound, 6), placement.method)
+    report: Obj = {
         "apiVersion": "fleetc.dev/v1alpha1",
         "kind": "Placement",
         "fleet": model.name,
+    }
+    if placement.inputs:
+        report["inputs"] = placement.inputs
+    return report | {
         "method": placement.method,
-        "objective": round(placement.objective, 6),
-        "bound": round(placement.bound, 6),
-        "gap": round(placement.gap, 6),
+        "objective": figures.objective,
+        "bound": figures.bound,
+        "gap": round(figures.gap, 6),
         "stages": [_stage_report(s, p) for s, p in placements(model, placement)],
     }
 

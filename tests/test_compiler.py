@@ -1,0 +1,108 @@
+"""The compiler's front door: the inputs digest, and giving a previous placement back when it
+was compiled from the same inputs (a compile is a fixed point, so ``--check`` passes after it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fleetc import optimize
+from fleetc.cli import cli
+from fleetc.compiler import Loaded, Options, compile_policies, inputs_digest, load_policy_sources
+from fleetc.previous import parse_previous
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # bench/ is a folder of the repository, not an installed package
+    sys.path.insert(0, str(ROOT))
+
+from bench.generate import Spec, generate  # noqa: E402
+
+#: A fleet the large path places (more pairs than the exact MILP takes), small enough for CI.
+SPEC = Spec(clusters=30, stages=600, load=0.95, seed=4)
+
+
+def loaded_of(files: dict[str, str]) -> Loaded:
+    return load_policy_sources([(path, text.encode()) for path, text in sorted(files.items())], "bench")
+
+
+@pytest.fixture(scope="module")
+def files() -> dict[str, str]:
+    return generate(SPEC).files
+
+
+def recompile(loaded: Loaded, before: dict[str, str]) -> dict[str, str]:
+    return dict(compile_policies(loaded, Options(previous=parse_previous(before["placement.yaml"]))).files)
+
+
+def test_the_digest_depends_on_the_policies_and_the_drain_not_on_file_names(files: dict[str, str]) -> None:
+    loaded = loaded_of(files)
+    renamed = loaded_of({f"elsewhere/{i}-{path.rsplit('/', 1)[-1]}": text
+                         for i, (path, text) in enumerate(reversed(sorted(files.items())))})
+    digest = inputs_digest(loaded.policies, Options())
+    assert digest.startswith("sha256:") and len(digest) == len("sha256:") + 64
+    assert inputs_digest(renamed.policies, Options()) == digest
+    assert inputs_digest(loaded.policies, Options(drain=("cluster-000",))) != digest
+    fleet = next(path for path in files if "fleet" in path)
+    changed = loaded_of({**files, fleet: files[fleet].replace("utilization: 0.", "utilization: 0.0", 1)})
+    assert inputs_digest(changed.policies, Options()) != digest
+
+
+def test_compiling_again_from_the_same_inputs_gives_the_same_bytes_without_solving(
+    files: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loaded = loaded_of(files)
+    first = dict(compile_policies(loaded).files)
+    assert parse_previous(first["placement.yaml"]).method == "colgen-lp-round"
+
+    def no_solver(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the solver ran")
+
+    monkeypatch.setattr(optimize, "place", no_solver)
+    assert recompile(loaded, first) == first
+
+
+def test_a_previous_placement_from_other_inputs_is_only_a_starting_point(files: dict[str, str]) -> None:
+    loaded = loaded_of(files)
+    first = dict(compile_policies(loaded).files)
+    other = {**first, "placement.yaml": first["placement.yaml"].replace("inputs: sha256:", "inputs: sha256:0", 1)}
+    again = recompile(loaded, other)
+    assert parse_previous(again["placement.yaml"]).inputs == parse_previous(first["placement.yaml"]).inputs
+    assert recompile(loaded, again) == again  # and what that solve gives is a fixed point
+
+
+def test_a_previous_placement_that_breaks_a_rule_is_solved_again(
+    files: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loaded = loaded_of(files)
+    first = dict(compile_policies(loaded).files)
+    previous = parse_previous(first["placement.yaml"])
+    stage, clusters = next(iter(previous.clusters.items()))
+    tampered = dataclasses.replace(previous, clusters={**previous.clusters,
+                                                       stage: {name: n + 1000 for name, n in clusters.items()}})
+    solved, place = [], optimize.place
+
+    def counted(*args: object, **kwargs: object) -> object:
+        solved.append(True)
+        return place(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(optimize, "place", counted)
+    compiled = compile_policies(loaded, Options(previous=tampered))
+    assert solved  # the solver ran (place may call itself once on a reordered model)
+    assert sum(a.replicas for a in compiled.placement.of(stage).assignments) < 1000
+
+
+def test_check_passes_right_after_a_compile_of_a_large_fleet(
+    files: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    generate(SPEC).write(tmp_path / "policies")
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    compiled = runner.invoke(cli, ["compile", "policies"])
+    assert compiled.exit_code == 0, compiled.output
+    for _ in range(2):
+        checked = runner.invoke(cli, ["compile", "policies", "--check"])
+        assert checked.exit_code == 0, checked.output

@@ -75,15 +75,16 @@ class _Large:
     penalty: np.ndarray  # per stage and unit left unplaced
 
     @cached_property
-    def segments(self) -> tuple[np.ndarray, np.ndarray]:
-        """Where each stage's pairs start, for the stages that have any; and those stages."""
-        starts = np.flatnonzero(np.diff(self.pair_stage, prepend=-1))
-        return starts, self.pair_stage[starts]
-
-    @cached_property
     def pair_range(self) -> np.ndarray:
         """(S + 1,) stage ``s``'s pairs are ``pair_range[s]:pair_range[s + 1]``."""
         return np.searchsorted(self.pair_stage, np.arange(self.stages + 1))
+
+    @cached_property
+    def segments(self) -> tuple[np.ndarray, np.ndarray]:
+        """Where each stage's pairs start, for the stages that have any (what ``reduceat``
+        takes); and those stages."""
+        stages = np.flatnonzero(np.diff(self.pair_range))
+        return self.pair_range[stages], stages
 
     @cached_property
     def best_gain(self) -> np.ndarray:

@@ -389,7 +389,6 @@ def _generate_columns(large: _Large, master: _Master, objective: np.ndarray, dea
     until the best Lagrangian bound so far is within ``stop_gap`` of it, or
     :data:`COLUMN_SECONDS` or the deadline run out."""
     tolerance = PRICING_TOLERANCE * max(1.0, float(objective.max(initial=1.0)))
-    starts = large.segments[0]
     budget = time.monotonic() + COLUMN_SECONDS
     deadline = budget if deadline is None else min(deadline, budget)
     last: _Relaxed | None = None
@@ -414,13 +413,13 @@ def _generate_columns(large: _Large, master: _Master, objective: np.ndarray, dea
         on_gap(max(0.0, 1.0 - value / bound) if bound > 0 else 0.0)
         if converged or time.monotonic() >= deadline:
             return last
-        new = _new_columns(large, pricing, improving, starts)
+        new = _new_columns(large, pricing, improving)
         master.lp.add_columns(-objective[new], large.pair_lower[new], np.ones(len(new)), large.block(new))
         master.holds[new] = True
         master.pairs = np.concatenate([master.pairs, new])
 
 
-def _new_columns(large: _Large, pricing: np.ndarray, improving: np.ndarray, starts: np.ndarray) -> np.ndarray:
+def _new_columns(large: _Large, pricing: np.ndarray, improving: np.ndarray) -> np.ndarray:
     """The pair columns to add to the master this round (sorted).
 
     Each improving stage brings its best column, and up to :data:`COLUMNS_PER_ROUND` more among
@@ -429,7 +428,9 @@ def _new_columns(large: _Large, pricing: np.ndarray, improving: np.ndarray, star
     many stages price the same few clusters best, and columns beyond what a cluster can hold
     only make the master slower.
     """
-    best = np.minimum.reduceat(pricing, starts)
+    best = np.full(large.stages, np.inf)
+    starts, stages = large.segments
+    best[stages] = np.minimum.reduceat(pricing, starts)
     shortlist = np.flatnonzero(improving & (pricing <= SHORTLIST * best[large.pair_stage]))
     order = shortlist[np.lexsort((pricing[shortlist], large.pair_stage[shortlist]))]
     first = np.flatnonzero(np.diff(large.pair_stage[order], prepend=-1))

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import test_optimize
 from support.builders import make_cluster, make_fleet, make_gpu_policy, make_platform, make_serving, make_stage
@@ -191,3 +192,22 @@ def test_a_larger_generated_fleet(large: None) -> None:
     assert verify(model, placement) == []
     assert unplaced(placement) == []
     assert placement.gap <= 0.01
+
+
+def test_each_improving_stage_gets_its_best_column_when_a_stage_has_no_pairs() -> None:
+    from fleetc import colgen
+    from fleetc.optimize import _parts, _previous_matrix
+    from fleetc.scoring import score_matrix
+
+    model = model_of(Spec(clusters=10, stages=60, load=0.9))
+    scores = score_matrix(model)
+    [part] = [p for p in _parts(scores.allowed) if len(p.stages) > 1]
+    blocked = {int(part.stages[1]): "blocked for this test"}  # the second stage: no pairs
+    large = colgen._large(model, scores, blocked, _previous_matrix(model, {}), part)
+    assert large.pair_range[1] == large.pair_range[2]
+    pricing = -np.linspace(1.0, 2.0, len(large.pair_stage))[::-1]  # every pair improves
+    new = colgen._new_columns(large, pricing, pricing < 0)
+    for s in range(large.stages):
+        pairs = np.arange(large.pair_range[s], large.pair_range[s + 1])
+        if len(pairs):
+            assert pairs[np.argmin(pricing[pairs])] in new

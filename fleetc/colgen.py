@@ -193,8 +193,14 @@ COLUMN_GAP = 1e-4
 #: (after a previous placement): each round there re-prices most columns and costs ~5 s at
 #: 1,000 x 20,000, and a bound 0.1% looser only shows in the reported gap.
 BOUND_GAP = 1e-3
-#: Seconds column generation may take (then the Lagrangian bound is the bound).
-COLUMN_SECONDS = 30.0
+#: Column generation stops once its rounds have priced this many pairs in all (then the
+#: Lagrangian bound is the bound): a measure of work, not of time, so that the same fleet gets
+#: the same placement on every machine. At 1,000 x 20,000 (10.4 million pairs) that is 5
+#: rounds, ~30 s here; a fleet of a few hundred thousand pairs converges long before.
+COLUMN_WORK = 60_000_000
+#: Seconds column generation may take at most, a safety net far beyond :data:`COLUMN_WORK` on
+#: this machine (when it is what stops a run, the placement depends on the machine's speed).
+COLUMN_SECONDS = 120.0
 #: A stage's extra columns in a round improve the master at least this share of its best one.
 SHORTLIST = 0.5
 #: Improving pair columns each stage may add to the master per round (most improving first).
@@ -386,12 +392,13 @@ def _generate_columns(large: _Large, master: _Master, objective: np.ndarray, dea
                       ) -> _Relaxed:
     """Solve the master, add the most improving pair columns (:func:`_new_columns`), repeat until
     no pair column improves it (then the master's optimum is the LP optimum over all pairs), or
-    until the best Lagrangian bound so far is within ``stop_gap`` of it, or
-    :data:`COLUMN_SECONDS` or the deadline run out."""
+    until the best Lagrangian bound so far is within ``stop_gap`` of it, or its rounds have
+    priced :data:`COLUMN_WORK` pairs, or :data:`COLUMN_SECONDS` or the deadline run out."""
     tolerance = PRICING_TOLERANCE * max(1.0, float(objective.max(initial=1.0)))
     budget = time.monotonic() + COLUMN_SECONDS
     deadline = budget if deadline is None else min(deadline, budget)
     last: _Relaxed | None = None
+    rounds = 0
     while True:
         solution = master.lp.solve(deadline)
         if solution.values is None:  # out of time mid-solve: the last round's answer stands
@@ -411,7 +418,8 @@ def _generate_columns(large: _Large, master: _Master, objective: np.ndarray, dea
         last = _Relaxed(values[: master.fixed], master.pairs, values[master.fixed:], value, reduced, bound,
                         bound_dual, converged)
         on_gap(max(0.0, 1.0 - value / bound) if bound > 0 else 0.0)
-        if converged or time.monotonic() >= deadline:
+        rounds += 1
+        if converged or (rounds + 1) * len(large.pair_stage) > COLUMN_WORK or time.monotonic() >= deadline:
             return last
         new = _new_columns(large, pricing, improving)
         master.lp.add_columns(-objective[new], large.pair_lower[new], np.ones(len(new)), large.block(new))
@@ -679,29 +687,34 @@ def _repair(model: FleetModel, large: _Large, part: Part, replicas_at: np.ndarra
         for c, count in plan.items():
             replicas_at[s, c] += sign * count
 
-    until = time.monotonic() + EVICTION_SECONDS
+    moves = EVICTION_MOVES
     for s in left:
         plan = plan_of(s)
-        if not plan and time.monotonic() < until:
-            plan = _evict(s, plan_of, apply, replicas_at, room, per_replica, large, starts)
+        if not plan and moves > 0:
+            plan, tried = _evict(s, plan_of, apply, replicas_at, room, per_replica, large, moves)
+            moves -= tried
         apply(s, plan, 1)
 
 
 #: Clusters the eviction repair tries per left-out stage, and stages it may move off one cluster.
 EVICTION_CLUSTERS = 20
 EVICTION_STAGES = 8
-#: Seconds the eviction repair may take in all (the plain greedy pass always runs to the end).
-EVICTION_SECONDS = 10.0
+#: Groups of stages the eviction repair may try to move in all (a count, not seconds, so the
+#: repair ends the same way on every machine; the plain greedy pass always runs to the end).
+EVICTION_MOVES = 5_000
 
 
 def _evict(s: int, plan_of: Callable[..., dict[int, int]], apply: Callable[[int, dict[int, int], int], None],
            replicas_at: np.ndarray, room: _Room, per_replica: np.ndarray, large: _Large,
-           starts: np.ndarray) -> dict[int, int]:
+           budget: int) -> tuple[dict[int, int], int]:
     """Make room for stage ``s`` on one of its best clusters by moving stages there elsewhere
     (a one-level ejection chain: each resident alone, then the first 2, 3, ... together, the
-    most movable first); the plan for ``s``, or {} (nothing changed)."""
+    most movable first), trying at most ``budget`` groups; the plan for ``s`` ({} when nothing
+    changed) and the groups tried."""
+    starts = large.pair_range
     pairs = np.arange(starts[s], starts[s + 1])
     clusters = large.pair_cluster[pairs[np.argsort(-large.gain[pairs], kind="stable")]][:EVICTION_CLUSTERS]
+    tried = 0
     for c in clusters.tolist():
         residents = np.flatnonzero(replicas_at[:, c])
         choices = starts[residents + 1] - starts[residents]
@@ -709,10 +722,13 @@ def _evict(s: int, plan_of: Callable[..., dict[int, int]], apply: Callable[[int,
         residents = residents[np.lexsort((size, -choices))][:EVICTION_STAGES].tolist()
         groups = [[r] for r in residents] + [residents[:n] for n in range(2, len(residents) + 1)]
         for group in groups:
+            if tried == budget:
+                return {}, tried
+            tried += 1
             plan = _move_away(s, c, group, plan_of, apply, replicas_at, room, per_replica)
             if plan:
-                return plan
-    return {}
+                return plan, tried
+    return {}, tried
 
 
 def _move_away(s: int, c: int, group: list[int], plan_of: Callable[..., dict[int, int]],

@@ -101,7 +101,7 @@ def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
     optimizer's."""
     from .optimize import place  # imports numpy, scipy, HiGHS: only when compiling
 
-    placement = _given_back(model, inputs, options.previous) or place(
+    placement = _given_back(model, inputs, options.previous, options.allow_unplaced) or place(
         model, time_limit=options.time_limit, previous=options.previous.clusters, on_gap=options.reporter.gap,
         allow_unplaced=options.allow_unplaced)
     return dataclasses.replace(placement, inputs=inputs)
@@ -116,9 +116,10 @@ def inputs_digest(policies: PolicySet, options: Options) -> str:
     return "sha256:" + hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
-def _given_back(model: FleetModel, inputs: str, previous: Previous) -> Placement | None:
+def _given_back(model: FleetModel, inputs: str, previous: Previous, allow_unplaced: bool) -> Placement | None:
     """The previous placement, when it was compiled from these same ``inputs``, lists exactly
-    the model's stages and places every one, and the independent verifier still accepts it.
+    the model's stages, places every one (or ``allow_unplaced``: leaves some out, with the
+    reasons it gave), and the independent verifier still accepts it.
 
     A compile is then a fixed point: compiling again gives the same bytes, so ``--check`` right
     after a compile passes on a large fleet too (the large path's answer depends on where the
@@ -127,14 +128,14 @@ def _given_back(model: FleetModel, inputs: str, previous: Previous) -> Placement
     """
     from .verify import verify
 
-    keys = [stage.key for stage in model.stages]
-    if (not inputs or previous.inputs != inputs or previous.stages != frozenset(keys)
-            or previous.clusters.keys() != previous.stages):
+    if (not inputs or previous.inputs != inputs or previous.stages != {stage.key for stage in model.stages}
+            or (previous.reasons and not allow_unplaced)):
         return None
     placement = Placement(
         stages=tuple(StagePlacement(stage.key, tuple(
             Assignment(cluster, replicas, replicas * stage.gpus)
-            for cluster, replicas in sorted(previous.clusters[stage.key].items())), previous.scores[stage.key])
+            for cluster, replicas in sorted(previous.clusters.get(stage.key, {}).items())),
+            previous.scores[stage.key], previous.reasons.get(stage.key, ""))
             for stage in model.stages),
         objective=previous.objective, bound=previous.bound, method=previous.method)
-    return placement if not verify(model, placement) else None
+    return None if verify(model, placement, allow_unplaced=allow_unplaced) else placement

@@ -37,6 +37,8 @@ class Previous:
     bound: float = 0.0
     #: Stage key -> the score it reported.
     scores: dict[str, float] = field(default_factory=dict)
+    #: Stage key -> why it was left out (``--allow-unplaced``), for the stages it left out.
+    reasons: dict[str, str] = field(default_factory=dict)
     #: Every stage it lists, placed or not.
     stages: frozenset[str] = frozenset()
 
@@ -58,12 +60,15 @@ def parse_previous(text: str) -> Previous:
         raise ValueError("'stages' is not a list")
     placed: dict[str, dict[str, int]] = {}
     scores: dict[str, float] = {}
+    reasons: dict[str, str] = {}
     listed: list[str] = []
     for index, entry in enumerate(stages):
         key, clusters = _stage_entry(entry, index)
         listed.append(key)
         if clusters:
             placed[key] = clusters
+        else:
+            reasons[key] = _text(entry.get("reason"))
         scores[key] = _number(entry.get("score"))
     return Previous(
         clusters=placed,
@@ -72,6 +77,7 @@ def parse_previous(text: str) -> Previous:
         objective=_number(document.get("objective")),
         bound=_number(document.get("bound")),
         scores=scores,
+        reasons=reasons,
         stages=frozenset(listed),
     )
 

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from fleetc import optimize
 from fleetc.cli import cli
 from fleetc.compiler import Loaded, Options, compile_policies, inputs_digest, load_policy_sources
+from fleetc.errors import PlacementError
 from fleetc.previous import parse_previous
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,3 +107,26 @@ def test_check_passes_right_after_a_compile_of_a_large_fleet(
     for _ in range(2):
         checked = runner.invoke(cli, ["compile", "policies", "--check"])
         assert checked.exit_code == 0, checked.output
+
+
+def test_a_placement_that_leaves_stages_out_is_given_back_only_with_allow_unplaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loaded = loaded_of(generate(Spec(clusters=5, stages=60, load=1.4)).files)  # over-full
+    first = compile_policies(loaded, Options(allow_unplaced=True))
+    left_out = [p for p in first.placement.stages if not p.assignments]
+    assert left_out and all(p.reason for p in left_out)
+    previous = parse_previous(first.files["placement.yaml"])
+    solved, place = [], optimize.place
+
+    def counted(*args: object, **kwargs: object) -> object:
+        solved.append(True)
+        return place(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(optimize, "place", counted)
+    again = compile_policies(loaded, Options(previous=previous, allow_unplaced=True))
+    assert not solved and dict(again.files) == dict(first.files)
+    assert [p.reason for p in again.placement.stages] == [p.reason for p in first.placement.stages]
+    with pytest.raises(PlacementError):  # without --allow-unplaced the solver runs, and says why
+        compile_policies(loaded, Options(previous=previous))
+    assert solved

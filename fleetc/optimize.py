@@ -65,7 +65,7 @@ from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, Stag
 from fleetc.program import (
     OutOfTime,
     Part,
-    Previous,
+    PreviousClusters,
     Result,
     Solved,
     build_program,
@@ -96,7 +96,7 @@ def place(
     model: FleetModel,
     *,
     time_limit: float | None = None,
-    previous: Previous | None = None,
+    previous: PreviousClusters | None = None,
     allow_unplaced: bool = False,
     on_gap: Callable[[float], None] = lambda gap: None,
 ) -> Placement:
@@ -205,7 +205,7 @@ def _blocked(model: FleetModel, scores: Scores) -> dict[int, str]:
     return blocked
 
 
-def _previous_matrix(model: FleetModel, previous: Previous) -> np.ndarray:
+def _previous_matrix(model: FleetModel, previous: PreviousClusters) -> np.ndarray:
     """(S, C) replicas each stage had on each cluster (capped at its replicas); unknown stages
     and clusters are ignored."""
     kept = np.zeros((len(model.stages), len(model.clusters)), dtype=np.int32)

@@ -9,7 +9,6 @@ file means no previous placement, a malformed one is ignored with a warning, nev
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,6 @@ from ruamel.yaml.error import YAMLError
 from fleetc.load import yaml_documents
 
 PLACEMENT_FILE = "placement.yaml"
-
-#: Stage key (``pipeline/stage``) -> cluster name -> replicas.
-PreviousPlacement = Mapping[str, Mapping[str, int]]
-
 
 @dataclass(frozen=True)
 class Previous:

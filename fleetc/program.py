@@ -28,7 +28,7 @@ from fleetc.verify import (
 )
 
 #: A previous placement: stage key -> cluster name -> replicas (see :mod:`fleetc.previous`).
-Previous = Mapping[str, Mapping[str, int]]
+PreviousClusters = Mapping[str, Mapping[str, int]]
 
 #: The value of a stage whose workload class has weight 0: it still must be placed.
 EPSILON = 1e-3

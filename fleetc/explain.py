@@ -114,7 +114,9 @@ def format_text(explanation: Explanation) -> str:
     else:
         lines.append(f"not placed: {explanation.unplaced}")
     if explanation.runner_up is not None and explanation.margin is not None:
-        lines.append(f"runner-up: {explanation.runner_up} (margin {explanation.margin:+.4f})")
+        why = (": it scores higher, but its capacity went to stages worth more there, or moving"
+               " there gains less than the move cost" if explanation.margin < 0 else "")
+        lines.append(f"runner-up: {explanation.runner_up} (margin {explanation.margin:+.4f}{why})")
     elif explanation.chosen:
         lines.append("runner-up: none (every allowed cluster runs it)")
     return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -63,6 +64,18 @@ def test_explain_text(model: FleetModel) -> None:
         "chosen: a",
         "runner-up: c (margin +0.1000)",
     ])
+
+
+def test_explain_says_why_a_better_scoring_cluster_did_not_get_the_stage(model: FleetModel) -> None:
+    # The previous placement keeps it on c although a scores higher: moving gains less than the
+    # move cost.
+    sticky = dataclasses.replace(model, move_cost=0.5)
+    explanation = explain(sticky, place(sticky, previous={"llm/train": {"c": 1}}), "llm/train")
+    assert (explanation.chosen, explanation.runner_up) == (("c",), "a")
+    assert explanation.margin == pytest.approx(-0.1)
+    assert format_text(explanation).splitlines()[-1] == (
+        "runner-up: a (margin -0.1000: it scores higher, but its capacity went to stages worth more "
+        "there, or moving there gains less than the move cost)")
 
 
 def test_explain_an_unplaced_stage() -> None:

@@ -8,6 +8,7 @@ and HiGHS, is imported only when something is compiled, so ``fleetc validate`` s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -108,12 +109,33 @@ def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
 
 
 def inputs_digest(policies: PolicySet, options: Options) -> str:
-    """What the placement depends on, hashed: fleetc's version, the drained clusters and every
-    policy document's data (not its file: moving a policy between files changes nothing)."""
+    """What the placement depends on, hashed: fleetc's version and the code that places (see
+    :func:`_placement_code`), the drained clusters and every policy document's data (not its
+    file: moving a policy between files changes nothing)."""
     documents = sorted(json.dumps(parsed.doc.data, sort_keys=True, ensure_ascii=False)
                        for kind in dataclasses.fields(policies) for parsed in getattr(policies, kind.name))
-    payload = json.dumps({"fleetc": __version__, "drain": sorted(options.drain), "policies": documents})
+    payload = json.dumps({"fleetc": __version__, "code": _placement_code(), "drain": sorted(options.drain),
+                          "policies": documents})
     return "sha256:" + hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+#: The modules whose code decides where stages go (policy data -> model -> scores -> placement).
+PLACEMENT_MODULES = ("model", "quantity", "resolve", "scoring", "verify", "optimize", "program", "colgen",
+                     "highs")
+
+
+@functools.cache
+def _placement_code() -> str:
+    """A digest of the placement modules' source (line endings normalised), so that a change to
+    how fleetc places makes the next compile solve again instead of giving the old placement
+    back; '' where the sources cannot be read (then the version alone stands for them)."""
+    digest = hashlib.sha256()
+    try:
+        for name in PLACEMENT_MODULES:
+            digest.update(Path(__file__).with_name(f"{name}.py").read_bytes().replace(b"\r\n", b"\n"))
+    except OSError:
+        return ""
+    return digest.hexdigest()
 
 
 def _given_back(model: FleetModel, inputs: str, previous: Previous, allow_unplaced: bool) -> Placement | None:

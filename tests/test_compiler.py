@@ -52,6 +52,16 @@ def test_the_digest_depends_on_the_policies_and_the_drain_not_on_file_names(file
     assert inputs_digest(changed.policies, Options()) != digest
 
 
+def test_the_digest_changes_with_the_code_that_places(files: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleetc import compiler
+
+    policies = loaded_of(files).policies
+    assert len(compiler._placement_code()) == 64  # every placement module was read
+    before = inputs_digest(policies, Options())
+    monkeypatch.setattr(compiler, "_placement_code", lambda: "a new optimizer")
+    assert inputs_digest(policies, Options()) != before
+
+
 def test_compiling_again_from_the_same_inputs_gives_the_same_bytes_without_solving(
     files: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -353,10 +353,18 @@ def _contenders(large: _Large) -> np.ndarray:
     asks = np.flatnonzero(size > 0)  # a stage without GPUs does not contend for a GPU cluster
     loss = (best[large.pair_stage[asks]] - large.gain[asks]) / size[asks]
     order = asks[np.lexsort((loss, large.pair_cluster[asks]))]
-    cluster = large.pair_cluster[order]
-    asked = np.cumsum(size[order])
+    asked, limit = _asked_of_clusters(large, order, size[order])
+    return order[asked - size[order] < limit]
+
+
+def _asked_of_clusters(large: _Large, pairs: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For ``pairs`` sorted by cluster, each asking ``size`` of its cluster's scarce resource:
+    what the pairs up to and including each one ask of that cluster, and the cluster's limit
+    (:data:`CONTENTION` times its scarce capacity)."""
+    cluster = large.pair_cluster[pairs]
+    asked = np.cumsum(size)
     asked -= np.concatenate([[0.0], asked])[np.searchsorted(cluster, np.arange(large.clusters))][cluster]
-    return order[asked - size[order] < CONTENTION * _scarce_capacity(large)[cluster]]
+    return asked, CONTENTION * _scarce_capacity(large)[cluster]
 
 
 def _scarce_capacity(large: _Large) -> np.ndarray:
@@ -444,12 +452,11 @@ def _new_columns(large: _Large, pricing: np.ndarray, improving: np.ndarray) -> n
     first = np.flatnonzero(np.diff(large.pair_stage[order], prepend=-1))
     rank = np.arange(len(order)) - np.repeat(first, np.diff(np.append(first, len(order))))
     head, extra = order[rank == 0], order[(rank > 0) & (rank < COLUMNS_PER_ROUND)]
-    extra = extra[np.lexsort((pricing[extra] / np.maximum(_size(large, extra), 1e-9), large.pair_cluster[extra]))]
-    cluster = large.pair_cluster[extra]
-    asked = np.cumsum(_size(large, extra))
-    before = np.concatenate([[0.0], asked])[np.searchsorted(cluster, np.arange(large.clusters))]
-    asked -= before[cluster]
-    return np.sort(np.concatenate([head, extra[asked <= CONTENTION * _scarce_capacity(large)[cluster]]]))
+    size = _size(large, extra)
+    by_cluster = np.lexsort((pricing[extra] / np.maximum(size, 1e-9), large.pair_cluster[extra]))
+    extra, size = extra[by_cluster], size[by_cluster]
+    asked, limit = _asked_of_clusters(large, extra, size)
+    return np.sort(np.concatenate([head, extra[asked <= limit]]))
 
 
 def _lagrangian(large: _Large, master: _Master, row_dual: np.ndarray, objective: np.ndarray

@@ -6,7 +6,8 @@ expansion (a "billion laughs" file stops at :data:`MAX_NODES`). Nothing here kno
 
 Positions cost more than the data, and only a file with a message needs them: a file that
 :func:`fastcompose.load_all` reads without a problem becomes data at once, and its positions are
-worked out by the node path when something first asks for one (:class:`_Positions`).
+worked out by the node path when something first asks for one (:class:`_Positions`). On a
+large input, files are read by that fast path on every core (:mod:`fleetc.forkmap`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ruamel.yaml.reader import ReaderError
 
 from . import fastcompose
 from .errors import Diagnostic, UsageError
+from .forkmap import fork_map
 
 #: A policy file larger than this is refused: policies are small, and the limit keeps a
 #: runaway generated file from exhausting memory in CI.
@@ -168,7 +170,7 @@ def load_sources(sources: Iterable[tuple[str, bytes]]) -> LoadResult:
 
 
 def _load_sources(sources: Iterable[tuple[str, bytes]]) -> LoadResult:
-    documents: list[Document] = []
+    texts: list[tuple[str, str]] = []
     diagnostics: list[Diagnostic] = []
     for display, raw in sources:
         if len(raw) > MAX_FILE_BYTES:
@@ -177,8 +179,12 @@ def _load_sources(sources: Iterable[tuple[str, bytes]]) -> LoadResult:
         text, problem = _decode(raw, display)
         if problem:
             diagnostics.append(problem)
-            continue
-        docs, problems = parse(text, display)
+        else:
+            texts.append((display, text))
+    fast = fork_map(read_fast, [text for _, text in texts], [len(text) for _, text in texts])
+    documents: list[Document] = []
+    for (display, text), data in zip(texts, fast, strict=True):
+        docs, problems = _parse(text, display, data)
         documents.extend(docs)
         diagnostics.extend(problems)
     return LoadResult(tuple(documents), tuple(diagnostics))
@@ -218,17 +224,29 @@ def _decode(raw: bytes, display: str) -> tuple[str, Diagnostic | None]:
 
 def parse(text: str, display: str) -> tuple[list[Document], list[Diagnostic]]:
     """Parse every document in ``text``; empty documents (a trailing ``---``) are skipped."""
+    return _parse(text, display, read_fast(text))
+
+
+def read_fast(text: str) -> list[Any] | None:
+    """Every document of ``text`` as data by :func:`fastcompose.load_all`, or None where the
+    node path must read it (something to report, or something only ruamel reads right)."""
     yaml = YAML(typ="safe", pure=True)
     if len(_PLAIN_VALUES) > _MAX_PLAIN_VALUES:
         _PLAIN_VALUES.clear()
-    fast = fastcompose.load_all(text, yaml.resolver, _ScalarValues(yaml.constructor),
+    return fastcompose.load_all(text, yaml.resolver, _ScalarValues(yaml.constructor),
                                 max_depth=MAX_DEPTH, max_values=MAX_NODES, cache=_PLAIN_VALUES)
+
+
+def _parse(text: str, display: str, fast: list[Any] | None) -> tuple[list[Document],
+                                                                    list[Diagnostic]]:
+    """:func:`parse`, given what :func:`read_fast` made of ``text``."""
     if fast is not None:
         positions = _Positions(text)
         documents = [Document(display, index, data, positions.table(index, key=False),
                               positions.table(index, key=True))
                      for index, data in enumerate(fast) if data is not None]
         return documents, [] if documents else [_empty_file(display)]
+    yaml = YAML(typ="safe", pure=True)
     try:
         nodes = _compose(text, yaml)
     except MarkedYAMLError as err:

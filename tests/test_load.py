@@ -470,3 +470,28 @@ def test_yaml_documents_reads_what_ruamel_reads(text: str) -> None:
     from ruamel.yaml import YAML
 
     assert load.yaml_documents(text) == list(YAML(typ="safe", pure=True).load_all(text))
+
+
+def test_forked_loading_reads_what_one_process_reads(monkeypatch) -> None:
+    """Every policy file of the tests, broken ones included, loaded once in this process and
+    once split across forked processes: the same documents, positions and diagnostics."""
+    from fleetc import forkmap
+
+    root = Path(__file__).parent
+    files = sorted(root.rglob("*.yaml"))
+    sources = [(f.relative_to(root).as_posix(), f.read_bytes()) for f in files]
+
+    def summary(result: load.LoadResult) -> tuple:
+        documents = [(d.path, d.index, d.data, d.locate(("metadata", "name"))) for d in result.documents]
+        return documents, result.diagnostics
+
+    alone = summary(load.load_sources(sources))
+    spawned = []
+    spawn = forkmap._spawn
+    monkeypatch.setattr(forkmap, "_spawn", lambda *args: spawned.append(1) or spawn(*args))
+    monkeypatch.setattr(forkmap, "MIN_PARALLEL_SIZE", 0)
+    forked = summary(load.load_sources(sources))
+    if forkmap._usable_cores() >= 2 and forkmap._can_fork():
+        assert spawned, "nothing was read in a child"
+    assert len(alone[0]) > 50 and alone[1]  # documents to compare, and diagnostics too
+    assert forked == alone

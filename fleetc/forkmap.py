@@ -1,0 +1,110 @@
+"""``[func(item) for item in items]`` on every usable core, by forking: the load stage's hot loop.
+
+Most of loading a large fleet is libyaml handing Python one event object at a time (see
+:mod:`fleetc.fastcompose`); files are independent, so on two cores two processes read them in
+about 60% of the time (0.79 s -> 0.49 s for the 8 MB of a 1,000-cluster, 20,000-stage fleet).
+
+Forked children compute their share, pickle it into a pipe and exit; the parent computes its
+own share meanwhile, then reads theirs. The result is the same list in the same order as the
+plain loop gives, and the plain loop is what runs when forking would not pay or is not safe:
+a small input, one usable core, no ``os.fork`` (Windows), or another thread running (a child
+forked from a multi-threaded process may deadlock on a lock some other thread held). A share
+whose child fails in any way (it raised, was killed, sent something unreadable) is computed
+again by the parent, so a failing child costs time, never a different result.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Below this total size (in whatever unit ``sizes`` gives, bytes for files) the loop runs
+#: here: forking and pickling cost a few milliseconds, parsing 1 MB of YAML ~0.1 s.
+MIN_PARALLEL_SIZE = 1024 * 1024
+
+
+def fork_map(func: Callable[[T], R], items: Sequence[T], sizes: Sequence[int]) -> list[R]:
+    """``[func(item) for item in items]``, computed in up to one process per usable core.
+
+    ``func`` must be pure and its results picklable; ``sizes`` (one per item) balance the work.
+    """
+    workers = min(_usable_cores(), len(items))
+    if workers < 2 or sum(sizes) < MIN_PARALLEL_SIZE or not _can_fork():
+        return [func(item) for item in items]
+    shares = _shares(sizes, workers)
+    children = [_spawn(func, [items[i] for i in share]) for share in shares[1:]]
+    try:
+        mine = [func(items[i]) for i in shares[0]]
+    finally:  # even when this share raised: no child is left behind
+        theirs = [_collect(child) for child in children]
+    results: list[R | None] = [None] * len(items)
+    for share, values in zip(shares, [mine, *theirs], strict=True):
+        if values is None or len(values) != len(share):
+            values = [func(items[i]) for i in share]
+        for i, value in zip(share, values, strict=True):
+            results[i] = value
+    return results  # type: ignore[return-value]  # every slot is filled above
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS has no affinity
+        return os.cpu_count() or 1
+
+
+def _can_fork() -> bool:
+    return hasattr(os, "fork") and threading.active_count() == 1
+
+
+def _shares(sizes: Sequence[int], count: int) -> list[list[int]]:
+    """Item indexes in ``count`` shares of about equal total size (largest first, each to the
+    lightest share), each in ascending order."""
+    shares: list[list[int]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        lightest = loads.index(min(loads))
+        shares[lightest].append(i)
+        loads[lightest] += sizes[i]
+    return [sorted(share) for share in shares]
+
+
+def _spawn(func: Callable[[T], R], items: list[T]) -> tuple[int, int]:
+    """Fork a child that writes ``pickle([func(item) for item in items])`` to a pipe; the
+    child's process id and the pipe's read end."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns, never runs the parent's cleanup
+        status = 1
+        try:
+            os.close(read_end)
+            with os.fdopen(write_end, "wb") as pipe:
+                pickle.dump([func(item) for item in items], pipe, protocol=pickle.HIGHEST_PROTOCOL)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    return pid, read_end
+
+
+def _collect(child: tuple[int, int]) -> list[R] | None:
+    """What the child sent, or None when it failed."""
+    pid, read_end = child
+    try:
+        with os.fdopen(read_end, "rb") as pipe:
+            data = pipe.read()
+    finally:
+        _, status = os.waitpid(pid, 0)
+    if status != 0:
+        return None
+    try:
+        values = pickle.loads(data)
+    except Exception:  # noqa: BLE001 - a child that died mid-write sends a truncated pickle
+        return None
+    return values if isinstance(values, list) else None

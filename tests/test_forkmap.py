@@ -1,0 +1,104 @@
+"""fork_map: the plain loop's result, whatever the children do."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fleetc import forkmap
+from fleetc.forkmap import _shares, fork_map
+
+PARENT = os.getpid()
+
+
+@pytest.fixture(autouse=True)
+def any_size_forks(monkeypatch):
+    monkeypatch.setattr(forkmap, "MIN_PARALLEL_SIZE", 0)
+
+
+def _needs_fork() -> None:
+    if forkmap._usable_cores() < 2 or not forkmap._can_fork():
+        pytest.skip("forking needs two usable cores, os.fork and no other thread running")
+
+
+def _pid_and_square(n: int) -> tuple[int, int]:
+    return os.getpid(), n * n
+
+
+def test_the_plain_loops_result_in_its_order_computed_in_children_too():
+    _needs_fork()
+    items = list(range(40))
+    results = fork_map(_pid_and_square, items, [1] * len(items))
+    assert [square for _, square in results] == [n * n for n in items]
+    assert {pid for pid, _ in results} - {PARENT}, "no item was computed in a child"
+
+
+def test_small_inputs_stay_in_this_process(monkeypatch):
+    monkeypatch.setattr(forkmap, "MIN_PARALLEL_SIZE", 101)
+    results = fork_map(_pid_and_square, list(range(10)), [10] * 10)
+    assert {pid for pid, _ in results} == {PARENT}
+
+
+def test_no_fork_while_another_thread_runs():
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        results = fork_map(_pid_and_square, list(range(10)), [1] * 10)
+    finally:
+        stop.set()
+        other.join()
+    assert {pid for pid, _ in results} == {PARENT}
+
+
+def _fails_in_children(n: int) -> int:
+    if os.getpid() != PARENT:
+        raise RuntimeError("a child's failure")
+    return n + 1
+
+
+def _killed_in_children(n: int) -> int:
+    if os.getpid() != PARENT:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return n + 1
+
+
+@pytest.mark.parametrize("func", [_fails_in_children, _killed_in_children])
+def test_a_failing_child_costs_time_not_a_different_result(func):
+    _needs_fork()
+    items = list(range(20))
+    assert fork_map(func, items, [1] * len(items)) == [n + 1 for n in items]
+
+
+def _fails_in_the_parent(n: int) -> int:
+    if os.getpid() == PARENT:
+        raise ValueError("the parent's failure")
+    return n
+
+
+def test_the_parents_failure_is_raised_and_its_children_are_reaped(monkeypatch):
+    _needs_fork()
+    collected = []
+    collect = forkmap._collect
+    monkeypatch.setattr(forkmap, "_collect", lambda child: collected.append(child) or collect(child))
+    with pytest.raises(ValueError, match="the parent's failure"):
+        fork_map(_fails_in_the_parent, list(range(20)), [1] * 20)
+    assert collected
+    for pid, _ in collected:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # already reaped
+
+
+@given(st.lists(st.integers(0, 1000), max_size=30), st.integers(1, 4))
+def test_shares_hold_every_item_once_and_are_balanced(sizes, count):
+    shares = _shares(sizes, count)
+    assert len(shares) == count
+    assert sorted(i for share in shares for i in share) == list(range(len(sizes)))
+    assert all(share == sorted(share) for share in shares)
+    loads = [sum(sizes[i] for i in share) for share in shares]
+    assert max(loads) - min(loads) <= max(sizes, default=0)

@@ -97,8 +97,13 @@ def test_greedy_splits_deployments_by_room_and_keeps_the_minimum() -> None:
                    for a in p.assignments)
 
 
-def test_measure_runs_the_real_pipeline_and_mirrors_fleetcs_objective(tmp_path: Path) -> None:
-    """The runner's child path at a small size; the objective helper must agree with fleetc's."""
+def test_measure_runs_the_real_pipeline_and_mirrors_fleetcs_objective(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner's child path at a small size; the objective helper must agree with fleetc's.
+    Files are read in forked processes, as at scale, whatever their size."""
+    from fleetc import forkmap
+
+    monkeypatch.setattr(forkmap, "MIN_PARALLEL_SIZE", 0)
     instance = generate(Spec(clusters=5, stages=25, seed=3, perfect=True))
     result = measure(instance.write(tmp_path / "p"), time_limit=60, baseline=True)
     assert result["stages"] == instance.stages

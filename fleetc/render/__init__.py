@@ -137,7 +137,7 @@ def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> list[Obj]:
             objects.append(volcano_job(ctx, cluster, stage))
         else:
             replicas = assignment.replicas
-            objects += [deployment(ctx, cluster, stage, replicas), service(stage),
+            objects += [deployment(ctx, cluster, stage), service(stage),
                         autoscaler(stage, replicas), disruption_budget(stage, replicas)]
     return objects
 

@@ -7,8 +7,9 @@
   (a cluster that no longer runs anything, or a bad commit) never deletes its Application and
   with it every workload on the cluster; ``preserveResourcesOnDeletion`` keeps the workloads
   even when someone deletes an Application by hand. Inside an Application, automated sync
-  prunes objects fleetc no longer renders. The HPA owns ``spec.replicas`` of Deployments once
-  running, so Argo CD ignores that field instead of resetting it to the warm minimum.
+  prunes objects fleetc no longer renders. The HPA owns ``spec.replicas`` of Deployments, which
+  fleetc renders without it; Argo CD still ignores that field, so that a sync never removes the
+  count the HPA set (as a sync of an output that still named replicas would have left it).
 * ``flux/<cluster>/``: a GitRepository and a Kustomization (in :data:`FLUX_NAMESPACE`) to apply
   on that cluster; the Kustomization prunes what fleetc no longer renders.
 

@@ -14,8 +14,11 @@ Where the platform's ``performance`` settings go:
   request budget cannot answer requests either, so it must not receive traffic.
 
 The warm minimum (the seed's answer to cold starts) is the replicas the placement put on the
-cluster: the Deployment starts with them, the HPA never scales below them (``minReplicas``) and
-the PodDisruptionBudget keeps all but one of them ready through voluntary disruptions.
+cluster: the HPA scales the Deployment up to them and never below (``minReplicas``; it does
+so without metrics, within its sync period) and the PodDisruptionBudget keeps all but one of
+them ready through voluntary disruptions. The Deployment itself names no replica count, as
+Kubernetes advises for a Deployment under an HPA: Flux applies every field of a manifest on
+each reconcile and would reset what the HPA scaled to, back to the warm minimum.
 """
 
 from __future__ import annotations
@@ -206,8 +209,9 @@ def _readiness_probe(ctx: Context, stage: Stage) -> Obj:
     return probe
 
 
-def deployment(ctx: Context, cluster: Cluster, stage: Stage, replicas: int) -> Obj:
-    """A serving stage's share on this cluster: ``replicas`` pods behind a readiness probe."""
+def deployment(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
+    """A serving stage's share on this cluster: pods behind a readiness probe, as many as its
+    HPA says (see the module docstring)."""
     cache = cache_mounts(ctx, stage)
     container = _container(ctx, stage, cache)
     container["ports"] = [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}]
@@ -217,7 +221,6 @@ def deployment(ctx: Context, cluster: Cluster, stage: Stage, replicas: int) -> O
         "kind": "Deployment",
         "metadata": stage_metadata(stage),
         "spec": {
-            "replicas": replicas,
             "selector": {"matchLabels": selector(stage)},
             "template": {
                 "metadata": {"labels": stage_labels(stage)},

@@ -13,10 +13,8 @@ import json
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError as SchemaError
 from pydantic import ValidationError
 
 from . import policy as p
@@ -25,6 +23,10 @@ from .errors import Diagnostic, did_you_mean
 from .load import Document, FieldPath, gc_paused
 from .quantity import cpu_millis, memory_bytes, parse_percentage
 from .schemas import schema_for
+
+if TYPE_CHECKING:  # jsonschema words the diagnostics of invalid documents: imported for those only
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError as SchemaError
 
 T = TypeVar("T")
 
@@ -96,6 +98,8 @@ def _of_kind(parsed: Iterable[Parsed[Any]], kind: type[T]) -> tuple[Parsed[T], .
 
 @functools.cache
 def _validator(kind: str) -> Draft202012Validator:
+    from jsonschema import Draft202012Validator  # ~35 ms of import that valid documents never need
+
     return Draft202012Validator(schema_for(kind))
 
 

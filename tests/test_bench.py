@@ -126,14 +126,15 @@ def test_fit_exponent_recovers_a_power_law() -> None:
 
 
 def test_validate_never_imports_the_solver_stack() -> None:
-    """``fleetc validate`` must start fast: no numpy, scipy or HiGHS behind it."""
+    """``fleetc validate`` must start fast: no numpy, scipy or HiGHS behind it, and no
+    jsonschema while every document is valid (jsonschema-rs decides; jsonschema words errors)."""
     script = (
         "import sys\n"
         "from click.testing import CliRunner\n"
         "from fleetc.cli import cli\n"
         "result = CliRunner().invoke(cli, ['validate', 'policies'])\n"
         "assert result.exit_code == 0, result.output\n"
-        "print(sorted(m for m in ('numpy', 'scipy', 'highspy') if m in sys.modules))\n"
+        "print(sorted(m for m in ('numpy', 'scipy', 'highspy', 'jsonschema') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                          text=True, check=True)

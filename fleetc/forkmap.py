@@ -10,7 +10,8 @@ plain loop gives, and the plain loop is what runs when forking would not pay or 
 a small input, one usable core, no ``os.fork`` (Windows), or another thread running (a child
 forked from a multi-threaded process may deadlock on a lock some other thread held). A share
 whose child fails in any way (it raised, was killed, sent something unreadable) is computed
-again by the parent, so a failing child costs time, never a different result.
+again by the parent, and so is one that could not be forked (out of processes or memory): a
+failing child costs time, never a different result.
 """
 
 from __future__ import annotations
@@ -75,11 +76,19 @@ def _shares(sizes: Sequence[int], count: int) -> list[list[int]]:
     return [sorted(share) for share in shares]
 
 
-def _spawn(func: Callable[[T], R], items: list[T]) -> tuple[int, int]:
+def _spawn(func: Callable[[T], R], items: list[T]) -> tuple[int, int] | None:
     """Fork a child that writes ``pickle([func(item) for item in items])`` to a pipe; the
-    child's process id and the pipe's read end."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
+    child's process id and the pipe's read end, or None when no child could be forked."""
+    try:
+        read_end, write_end = os.pipe()
+    except OSError:
+        return None
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        return None
     if pid == 0:  # the child: never returns, never runs the parent's cleanup
         status = 1
         try:
@@ -93,8 +102,10 @@ def _spawn(func: Callable[[T], R], items: list[T]) -> tuple[int, int]:
     return pid, read_end
 
 
-def _collect(child: tuple[int, int]) -> list[R] | None:
-    """What the child sent, or None when it failed."""
+def _collect(child: tuple[int, int] | None) -> list[R] | None:
+    """What the child sent, or None when it failed (or was never forked)."""
+    if child is None:
+        return None
     pid, read_end = child
     try:
         with os.fdopen(read_end, "rb") as pipe:

@@ -181,7 +181,7 @@ def _load_sources(sources: Iterable[tuple[str, bytes]]) -> LoadResult:
             diagnostics.append(problem)
         else:
             texts.append((display, text))
-    fast = fork_map(read_fast, [text for _, text in texts], [len(text) for _, text in texts])
+    fast = fork_map(_read_fast, [text for _, text in texts], [len(text) for _, text in texts])
     documents: list[Document] = []
     for (display, text), data in zip(texts, fast, strict=True):
         docs, problems = _parse(text, display, data)
@@ -224,10 +224,10 @@ def _decode(raw: bytes, display: str) -> tuple[str, Diagnostic | None]:
 
 def parse(text: str, display: str) -> tuple[list[Document], list[Diagnostic]]:
     """Parse every document in ``text``; empty documents (a trailing ``---``) are skipped."""
-    return _parse(text, display, read_fast(text))
+    return _parse(text, display, _read_fast(text))
 
 
-def read_fast(text: str) -> list[Any] | None:
+def _read_fast(text: str) -> list[Any] | None:
     """Every document of ``text`` as data by :func:`fastcompose.load_all`, or None where the
     node path must read it (something to report, or something only ruamel reads right)."""
     yaml = YAML(typ="safe", pure=True)
@@ -239,7 +239,7 @@ def read_fast(text: str) -> list[Any] | None:
 
 def _parse(text: str, display: str, fast: list[Any] | None) -> tuple[list[Document],
                                                                     list[Diagnostic]]:
-    """:func:`parse`, given what :func:`read_fast` made of ``text``."""
+    """:func:`parse`, given what :func:`_read_fast` made of ``text``."""
     if fast is not None:
         positions = _Positions(text)
         documents = [Document(display, index, data, positions.table(index, key=False),

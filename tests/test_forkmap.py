@@ -75,6 +75,17 @@ def test_a_failing_child_costs_time_not_a_different_result(func):
     assert fork_map(func, items, [1] * len(items)) == [n + 1 for n in items]
 
 
+def test_when_no_child_can_be_forked_the_parent_computes_everything(monkeypatch):
+    _needs_fork()
+
+    def no_more_processes() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_more_processes)
+    results = fork_map(_pid_and_square, list(range(10)), [1] * 10)
+    assert results == [(PARENT, n * n) for n in range(10)]
+
+
 def _fails_in_the_parent(n: int) -> int:
     if os.getpid() == PARENT:
         raise ValueError("the parent's failure")

@@ -8,8 +8,8 @@
   with it every workload on the cluster; ``preserveResourcesOnDeletion`` keeps the workloads
   even when someone deletes an Application by hand. Inside an Application, automated sync
   prunes objects fleetc no longer renders. The HPA owns ``spec.replicas`` of Deployments, which
-  fleetc renders without it; Argo CD still ignores that field, so that a sync never removes the
-  count the HPA set (as a sync of an output that still named replicas would have left it).
+  fleetc renders without it. Argo CD still ignores that field: an Application last synced from
+  an output that named a replica count would otherwise remove the count the HPA set.
 * ``flux/<cluster>/``: a GitRepository and a Kustomization (in :data:`FLUX_NAMESPACE`) to apply
   on that cluster; the Kustomization prunes what fleetc no longer renders.
 

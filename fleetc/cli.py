@@ -108,6 +108,7 @@ def _summary(compiled: Any, out: Path) -> dict[str, Any]:
         "objective": round(placement.objective, 6),
         "bound": round(placement.bound, 6),
         "gap": round(placement.gap, 6),
+        "timeLimitReached": placement.time_limit,
         "warnings": [w.as_dict() for w in compiled.warnings],
     }
 
@@ -141,8 +142,10 @@ def _write(compiled: Any, out: Path, output_format: str) -> None:
         _emit_json(_summary(compiled, out))
     else:
         placed = _summary(compiled, out)["stages"]
+        limit = compiled.placement.time_limit
+        ran_out = "" if limit is None else f", the time limit of {limit:g}s ran out"
         click.echo(f"placed {_plural(placed, 'stage')} (gap to the LP bound "
-                   f"{compiled.placement.gap:.2%}); wrote {_plural(len(compiled.files), 'file')}"
+                   f"{compiled.placement.gap:.2%}{ran_out}); wrote {_plural(len(compiled.files), 'file')}"
                    f" to {out}/")
 
 
@@ -285,9 +288,11 @@ def _report(err: FleetcError, output_format: str, side: str = "") -> None:
         click.echo(f"{_plural(len(err.diagnostics), 'error')} in {_plural(files, 'file')}",
                    err=True)
     elif isinstance(err, PlacementError):
-        click.echo("error: no placement satisfies every hard constraint:", err=True)
+        click.echo(f"error: {err.headline}:", err=True)
         for reason in err.reasons:
             click.echo(f"  {reason}", err=True)
+        if err.hint:
+            click.echo(f"  hint: {err.hint}", err=True)
     else:
         click.echo(f"error: {err}", err=True)
 

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,13 +100,19 @@ def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
 def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
     """The placement of ``model``, tagged with its ``inputs`` digest: the previous one when it
     was compiled from the same inputs and still holds (see :func:`_given_back`), else the
-    optimizer's."""
+    optimizer's, tagged with the time limit when that ran out while solving."""
     from .optimize import place  # imports numpy, scipy, HiGHS: only when compiling
 
-    placement = _given_back(model, inputs, options.previous, options.allow_unplaced) or place(
-        model, time_limit=options.time_limit, previous=options.previous.clusters, on_gap=options.reporter.gap,
-        allow_unplaced=options.allow_unplaced)
-    return dataclasses.replace(placement, inputs=inputs)
+    given_back = _given_back(model, inputs, options)
+    if given_back is not None:
+        return given_back
+    started = time.monotonic()
+    placement = place(model, time_limit=options.time_limit, previous=options.previous.clusters,
+                      on_gap=options.reporter.gap, allow_unplaced=options.allow_unplaced)
+    # A solve the deadline cut short ends past it; one that ends past it may just have finished
+    # late, and is then only solved again by a later compile without that limit.
+    ran_out = options.time_limit is not None and time.monotonic() - started >= options.time_limit
+    return dataclasses.replace(placement, inputs=inputs, time_limit=options.time_limit if ran_out else None)
 
 
 def inputs_digest(policies: PolicySet, options: Options) -> str:
@@ -138,10 +145,11 @@ def _placement_code() -> str:
     return digest.hexdigest()
 
 
-def _given_back(model: FleetModel, inputs: str, previous: Previous, allow_unplaced: bool) -> Placement | None:
+def _given_back(model: FleetModel, inputs: str, options: Options) -> Placement | None:
     """The previous placement, when it was compiled from these same ``inputs``, lists exactly
-    the model's stages, places every one (or ``allow_unplaced``: leaves some out, with the
-    reasons it gave), and the independent verifier still accepts it.
+    the model's stages, places every one (or ``--allow-unplaced``: leaves some out, with the
+    reasons it gave), was not cut short by a time limit other than this compile's (so dropping
+    or raising ``--time-limit`` searches again), and the independent verifier still accepts it.
 
     A compile is then a fixed point: compiling again gives the same bytes, so ``--check`` right
     after a compile passes on a large fleet too (the large path's answer depends on where the
@@ -150,8 +158,10 @@ def _given_back(model: FleetModel, inputs: str, previous: Previous, allow_unplac
     """
     from .verify import verify
 
+    previous, allow_unplaced = options.previous, options.allow_unplaced
     if (not inputs or previous.inputs != inputs or previous.stages != {stage.key for stage in model.stages}
-            or (previous.reasons and not allow_unplaced)):
+            or (previous.reasons and not allow_unplaced)
+            or previous.time_limit not in (None, options.time_limit)):
         return None
     placement = Placement(
         stages=tuple(StagePlacement(stage.key, tuple(
@@ -159,5 +169,6 @@ def _given_back(model: FleetModel, inputs: str, previous: Previous, allow_unplac
             for cluster, replicas in sorted(previous.clusters.get(stage.key, {}).items())),
             previous.scores[stage.key], previous.reasons.get(stage.key, ""))
             for stage in model.stages),
-        objective=previous.objective, bound=previous.bound, method=previous.method)
+        objective=previous.objective, bound=previous.bound, method=previous.method, inputs=inputs,
+        time_limit=previous.time_limit)
     return None if verify(model, placement, allow_unplaced=allow_unplaced) else placement

@@ -79,9 +79,24 @@ class PolicyError(FleetcError):
 class PlacementError(FleetcError):
     """No placement satisfies the hard constraints; ``reasons`` says why per stage."""
 
+    #: What the CLI prints above the reasons.
+    headline = "no placement satisfies every hard constraint"
+    hint = ""
+
     def __init__(self, reasons: Sequence[str]):
         self.reasons = tuple(reasons)
         super().__init__("\n".join(self.reasons))
+
+
+class TimeLimitError(PlacementError):
+    """The time limit ran out before every stage was placed, which proves nothing about whether a
+    placement exists; ``reasons``: the stages left out and why they did not fit where the
+    solver had put the others, or that it had found no placement yet."""
+
+    def __init__(self, time_limit: float, reasons: Sequence[str], hint: str):
+        super().__init__(reasons)
+        self.headline = f"the time limit of {time_limit:g}s ran out before every stage was placed"
+        self.hint = hint
 
 
 class UsageError(FleetcError):

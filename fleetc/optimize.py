@@ -60,7 +60,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from fleetc.colgen import solve_large
-from fleetc.errors import InternalError, PlacementError
+from fleetc.errors import InternalError, PlacementError, TimeLimitError
 from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
 from fleetc.program import (
     OutOfTime,
@@ -127,13 +127,16 @@ def place(
         try:
             solved = _solve_part(model, scores, blocked, kept, part, deadline, on_gap)
         except OutOfTime:
-            raise _time_limit_error(time_limit) from None
+            raise _no_placement(time_limit, deadline) from None
         replicas_at[np.ix_(part.stages, part.clusters)] = solved.replicas_at
         objective += solved.objective
         bound += solved.bound
         methods.add(solved.method)
     unplaced = _unplaced(model, scores, blocked, replicas_at)
     if unplaced and not allow_unplaced:
+        if time_limit is not None and _ran_out(deadline):  # then nothing is proven
+            raise TimeLimitError(time_limit, list(unplaced.values()),
+                                 hint="raise --time-limit, or pass --allow-unplaced to render what was placed")
         raise PlacementError(list(unplaced.values()))
     placement = Placement(
         stages=tuple(
@@ -281,9 +284,16 @@ def _solve_exact(
     return Solved(replicas_of(program, result.values), objective, max(bound, objective), "milp")
 
 
-def _time_limit_error(time_limit: float | None) -> PlacementError:
-    limit = "its limits" if time_limit is None else f"the time limit of {time_limit:g}s"
-    return PlacementError([f"the solver found no placement within {limit}"])
+def _no_placement(time_limit: float | None, deadline: float | None) -> PlacementError:
+    """The error of a solve that ended without a placement: the user's time limit ran out, or the
+    solver stopped at its own limits (or gave values that break the constraints)."""
+    if time_limit is not None and _ran_out(deadline):
+        return TimeLimitError(time_limit, ["no placement found yet"], hint="raise --time-limit")
+    return PlacementError(["the solver found no placement within its limits"])
+
+
+def _ran_out(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
 
 
 def _stage_placement(

@@ -28,6 +28,8 @@ class Previous:
     #: The digest of the inputs it was compiled from ('' when it does not say).
     inputs: str = ""
     method: str = ""
+    #: The ``--time-limit`` (seconds) that ran out while it was solved, if one did.
+    time_limit: float | None = None
     objective: float = 0.0
     bound: float = 0.0
     #: Stage key -> the score it reported.
@@ -69,6 +71,7 @@ def parse_previous(text: str) -> Previous:
         clusters=placed,
         inputs=_text(document.get("inputs")),
         method=_text(document.get("method")),
+        time_limit=_seconds(document.get("timeLimitReached")),
         objective=_number(document.get("objective")),
         bound=_number(document.get("bound")),
         scores=scores,
@@ -79,6 +82,10 @@ def parse_previous(text: str) -> Previous:
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
+
+
+def _seconds(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
 
 
 def _number(value: Any) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,39 @@ def test_a_placement_that_leaves_stages_out_is_given_back_only_with_allow_unplac
     with pytest.raises(PlacementError):  # without --allow-unplaced the solver runs, and says why
         compile_policies(loaded, Options(previous=previous))
     assert solved
+
+
+def test_a_placement_the_time_limit_cut_short_is_searched_again_unless_the_limit_is_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loaded = loaded_of(generate(Spec(clusters=5, stages=25, seed=2)).files)
+    solves, place = [], optimize.place
+
+    def slow(model: object, *, time_limit: float | None, **kwargs: object) -> object:
+        """The real placement, but only after ``time_limit`` has run out (as if the deadline had
+        cut the solve short). ``place`` may call itself on a reordered model: calls, not solves,
+        are counted."""
+        solves.append(time_limit)
+        placement = place(model, time_limit=None, **kwargs)  # type: ignore[arg-type]
+        time.sleep(time_limit or 0)
+        return placement
+
+    monkeypatch.setattr(optimize, "place", slow)
+    limited = compile_policies(loaded, Options(time_limit=0.05))
+    assert limited.placement.time_limit == 0.05
+    previous = parse_previous(limited.files["placement.yaml"])
+    assert previous.time_limit == 0.05  # placement.yaml says so: timeLimitReached
+
+    solved = len(solves)
+    same = compile_policies(loaded, Options(previous=previous, time_limit=0.05))
+    assert len(solves) == solved and dict(same.files) == dict(limited.files)  # given back, not solved
+
+    unlimited = compile_policies(loaded, Options(previous=previous))
+    assert len(solves) > solved  # searched again: more time may place better
+    solved = len(solves)
+    assert unlimited.placement.time_limit is None
+    assert "timeLimitReached" not in unlimited.files["placement.yaml"]
+    again = compile_policies(loaded, Options(previous=parse_previous(unlimited.files["placement.yaml"]),
+                                             time_limit=60))
+    assert len(solves) == solved  # a limit that never ran out gives a fixed point to every compile
+    assert dict(again.files) == dict(unlimited.files)

@@ -420,9 +420,9 @@ def test_a_tiny_time_limit_gives_a_verified_placement_or_a_clear_error(project: 
         assert compiled.placement.gap >= 0
     else:
         assert result.exit_code == 1, result.output
-        assert result.stderr == ("error: no placement satisfies every hard constraint:\n"
-                                 "  the solver found no placement within the time limit of "
-                                 "1e-06s\n")
+        assert result.stderr == ("error: the time limit of 1e-06s ran out before every stage was placed:\n"
+                                 "  no placement found yet\n"
+                                 "  hint: raise --time-limit\n")
         assert_untouched(project, result, before)
 
 

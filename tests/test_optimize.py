@@ -25,7 +25,7 @@ from support.builders import (
 from fleetc import optimize
 from fleetc.cli import cli
 from fleetc.compiler import load_policies
-from fleetc.errors import InternalError, PlacementError, PolicyError
+from fleetc.errors import InternalError, PlacementError, PolicyError, TimeLimitError
 from fleetc.model import (
     Assignment,
     ClassWeights,
@@ -201,13 +201,28 @@ def test_cpu_and_memory_capacity_reasons(
     assert raised.value.reasons == (f"0/1 clusters fit llm/tune: {reason}",)
 
 
+def test_stages_left_out_when_the_time_limit_ran_out_are_not_called_infeasible(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    model = make_fleet((make_cluster("c0", gpus=8),), (make_stage("a", gpus=8), make_stage("b", gpus=8)))
+    with pytest.raises(PlacementError) as proven:  # one 8-GPU cluster cannot run two 8-GPU gangs
+        place(model)
+    assert type(proven.value) is PlacementError and len(proven.value.reasons) == 1
+    monkeypatch.setattr(optimize, "_ran_out", lambda deadline: deadline is not None)
+    with pytest.raises(TimeLimitError) as cut:
+        place(model, time_limit=60)
+    assert cut.value.headline == "the time limit of 60s ran out before every stage was placed"
+    assert cut.value.reasons == proven.value.reasons
+    assert "--allow-unplaced" in cut.value.hint
+
+
 def test_time_limit_returns_a_sound_placement_or_says_so() -> None:
     clusters = tuple(make_cluster(f"c{i}", gpus=16) for i in range(10))
     model = make_fleet(clusters, tuple(make_stage(f"s{i}", gpus=i % 8 + 1) for i in range(30)))
     try:
         placement = place(model, time_limit=0.01)
-    except PlacementError as error:
-        assert error.reasons == ("the solver found no placement within the time limit of 0.01s",)
+    except TimeLimitError as error:  # no placement yet, or one that leaves stages out
+        assert error.headline == "the time limit of 0.01s ran out before every stage was placed"
+        assert error.reasons
     else:
         assert verify(model, placement) == []
         assert placement.objective <= placement.bound

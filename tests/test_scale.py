@@ -20,7 +20,7 @@ import test_optimize
 from support.builders import make_cluster, make_fleet, make_gpu_policy, make_platform, make_serving, make_stage
 
 from fleetc import optimize
-from fleetc.errors import PlacementError
+from fleetc.errors import PlacementError, TimeLimitError
 from fleetc.load import load_sources
 from fleetc.model import FleetModel, Placement
 from fleetc.resolve import resolve
@@ -159,8 +159,8 @@ def test_a_deadline_gives_a_sound_placement_or_says_so(large: None) -> None:
     model = model_of(Spec(clusters=20, stages=300, load=0.9))
     try:
         placement = optimize.place(model, time_limit=0.001)
-    except PlacementError as error:
-        assert error.reasons == ("the solver found no placement within the time limit of 0.001s",)
+    except TimeLimitError as error:
+        assert error.headline == "the time limit of 0.001s ran out before every stage was placed"
     else:
         assert verify(model, placement) == []
         assert placement.objective <= placement.bound

@@ -22,8 +22,10 @@ def placement_report(model: FleetModel, placement: Placement) -> Obj:
     }
     if placement.inputs:
         report["inputs"] = placement.inputs
+    report["method"] = placement.method
+    if placement.time_limit is not None:
+        report["timeLimitReached"] = placement.time_limit  # seconds; more time may place better
     return report | {
-        "method": placement.method,
         "objective": figures.objective,
         "bound": figures.bound,
         "gap": round(figures.gap, 6),

@@ -232,7 +232,8 @@ def explain(target: str, paths: Sequence[str], out_dir: str, output_format: str)
         key = why.find_stage(model, target)
         previous, _ = read_previous(Path(out_dir))
         options = Options(previous=previous, allow_unplaced=True)
-        return why.explain(model, place_model(model, inputs_digest(loaded.policies, options), options), key)
+        placement = place_model(model, inputs_digest(loaded.policies, options), options)
+        return why.explain(model, placement, key, previous.clusters)
 
     explanation = _run(run, output_format)
     if output_format == "json":

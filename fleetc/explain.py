@@ -9,11 +9,13 @@ the weighted values add up to the cluster's total score, the number the optimize
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
 
 from fleetc.errors import UsageError, did_you_mean
-from fleetc.model import FleetModel, Placement
+from fleetc.model import Assignment, FleetModel, Placement
 from fleetc.scoring import score_matrix
+from fleetc.verify import verify
 
 TERMS = ("compute", "cost", "network", "energy")
 
@@ -44,6 +46,8 @@ class Explanation:
     runner_up: str | None  # the best-scoring allowed cluster not chosen
     margin: float | None  # the placement's score minus the runner-up's total
     unplaced: str  # why the stage is not placed ('' when it is)
+    #: When the runner-up scores higher (a negative margin), why it did not get the stage.
+    runner_up_lost: str = ""
 
 
 def find_stage(model: FleetModel, target: str) -> str:
@@ -55,8 +59,10 @@ def find_stage(model: FleetModel, target: str) -> str:
     raise UsageError(f"no stage '{target}' (expected PIPELINE/STAGE)" + (f"; {hint}" if hint else ""))
 
 
-def explain(model: FleetModel, placement: Placement, stage_key: str) -> Explanation:
-    """Every cluster's verdict for ``stage_key``, the chosen clusters and the margin."""
+def explain(model: FleetModel, placement: Placement, stage_key: str,
+            previous: Mapping[str, Mapping[str, int]] | None = None) -> Explanation:
+    """Every cluster's verdict for ``stage_key``, the chosen clusters and the margin, and when a
+    better-scoring cluster lost, why (``previous``: the placement compiled before this one)."""
     s = next(i for i, stage in enumerate(model.stages) if stage.key == stage_key)
     scores = score_matrix(model)
     weights = model.score_weights
@@ -80,6 +86,10 @@ def explain(model: FleetModel, placement: Placement, stage_key: str) -> Explanat
     others = [v for v in verdicts if v.allowed and v.cluster not in placed]
     runner_up = max(others, key=lambda v: v.total) if others else None  # first of equals wins
     margin = _round(chosen.score - runner_up.total) if runner_up and placed else None
+    lost = ""
+    if runner_up is not None and margin is not None and margin < 0:
+        weakest = min(placed, key=lambda name: (next(v.total for v in verdicts if v.cluster == name), name))
+        lost = _why_lost(model, placement, stage_key, weakest, runner_up.cluster, previous or {})
     return Explanation(
         stage=stage_key,
         clusters=tuple(verdicts),
@@ -87,7 +97,29 @@ def explain(model: FleetModel, placement: Placement, stage_key: str) -> Explanat
         runner_up=runner_up.cluster if runner_up else None,
         margin=margin,
         unplaced="" if placed else chosen.reason,
+        runner_up_lost=lost,
     )
+
+
+def _why_lost(model: FleetModel, placement: Placement, stage_key: str, weakest: str, runner_up: str,
+              previous: Mapping[str, Mapping[str, int]]) -> str:
+    """Why the stage's replicas on ``weakest`` (its lowest-scoring chosen cluster) are not on the
+    better-scoring ``runner_up``: the verifier judges the placement with them moved there."""
+    stage = next(s for s in model.stages if s.key == stage_key)
+    assignments = {a.cluster: a.replicas for a in placement.of(stage_key).assignments}
+    assignments[runner_up] = assignments.pop(weakest)
+    moved = replace(placement, stages=tuple(
+        replace(p, assignments=tuple(Assignment(name, n, n * stage.gpus) for name, n in sorted(assignments.items())))
+        if p.stage == stage_key else p
+        for p in placement.stages))
+    problems = verify(model, moved, allow_unplaced=True)
+    if problems:
+        return f"moving the stage there breaks a hard constraint ({problems[0]})"
+    if model.move_cost > 0 and previous.get(stage_key, {}).get(weakest):
+        return ("it has room, but the stage was here in the previous placement and moving gains less than the "
+                "move cost")
+    gap = f"{placement.gap:.2%}" if placement.gap >= 0.00005 else "under 0.01%"
+    return f"it has room, but the placement stops {gap} short of the proven bound and this stage is part of that"
 
 
 def _round(value: float) -> float:
@@ -114,8 +146,7 @@ def format_text(explanation: Explanation) -> str:
     else:
         lines.append(f"not placed: {explanation.unplaced}")
     if explanation.runner_up is not None and explanation.margin is not None:
-        why = (": it scores higher, but its capacity went to stages worth more there, or moving"
-               " there gains less than the move cost" if explanation.margin < 0 else "")
+        why = f": it scores higher; {explanation.runner_up_lost}" if explanation.runner_up_lost else ""
         lines.append(f"runner-up: {explanation.runner_up} (margin {explanation.margin:+.4f}{why})")
     elif explanation.chosen:
         lines.append("runner-up: none (every allowed cluster runs it)")

@@ -70,12 +70,37 @@ def test_explain_says_why_a_better_scoring_cluster_did_not_get_the_stage(model: 
     # The previous placement keeps it on c although a scores higher: moving gains less than the
     # move cost.
     sticky = dataclasses.replace(model, move_cost=0.5)
-    explanation = explain(sticky, place(sticky, previous={"llm/train": {"c": 1}}), "llm/train")
+    previous = {"llm/train": {"c": 1}}
+    explanation = explain(sticky, place(sticky, previous=previous), "llm/train", previous)
     assert (explanation.chosen, explanation.runner_up) == (("c",), "a")
     assert explanation.margin == pytest.approx(-0.1)
     assert format_text(explanation).splitlines()[-1] == (
-        "runner-up: a (margin -0.1000: it scores higher, but its capacity went to stages worth more "
-        "there, or moving there gains less than the move cost)")
+        "runner-up: a (margin -0.1000: it scores higher; it has room, but the stage was here in the "
+        "previous placement and moving gains less than the move cost)")
+
+
+def test_explain_says_when_a_better_scoring_cluster_is_full(model: FleetModel) -> None:
+    # Two 8-GPU gangs on a's and c's 8 a100 each: the second-best stage gets c, and a is full.
+    two = dataclasses.replace(model, stages=(make_stage("big", gpu_type="a100"), make_stage("small", gpus=8,
+                                                                                          gpu_type="a100")))
+    placement = place(two)
+    loser = next(p.stage for p in placement.stages if p.assignments[0].cluster == "c")
+    explanation = explain(two, placement, loser)
+    assert (explanation.chosen, explanation.runner_up) == (("c",), "a")
+    assert explanation.runner_up_lost == ("moving the stage there breaks a hard constraint "
+                                          "(a: 16 GPUs placed, capacity 8)")
+
+
+def test_explain_says_when_a_better_scoring_cluster_had_room(model: FleetModel) -> None:
+    # A placement on c, with a free: a solver stopping short of the optimum could leave that.
+    optimal = place(model)
+    on_c = dataclasses.replace(optimal, stages=tuple(
+        dataclasses.replace(p, assignments=(dataclasses.replace(p.assignments[0], cluster="c"),), score=0.84)
+        for p in optimal.stages), objective=optimal.objective - 0.01)
+    assert on_c.gap > 0
+    explanation = explain(model, on_c, "llm/train")
+    assert explanation.runner_up_lost == (f"it has room, but the placement stops {on_c.gap:.2%} short of the "
+                                          "proven bound and this stage is part of that")
 
 
 def test_explain_an_unplaced_stage() -> None:

@@ -88,8 +88,8 @@ def explain(model: FleetModel, placement: Placement, stage_key: str,
     margin = _round(chosen.score - runner_up.total) if runner_up and placed else None
     lost = ""
     if runner_up is not None and margin is not None and margin < 0:
-        weakest = min(placed, key=lambda name: (next(v.total for v in verdicts if v.cluster == name), name))
-        lost = _why_lost(model, placement, stage_key, weakest, runner_up.cluster, previous or {})
+        weakest = min((v for v in verdicts if v.cluster in placed), key=lambda v: (v.total, v.cluster))
+        lost = _why_lost(model, placement, stage_key, weakest, runner_up, previous or {})
     return Explanation(
         stage=stage_key,
         clusters=tuple(verdicts),
@@ -101,13 +101,18 @@ def explain(model: FleetModel, placement: Placement, stage_key: str,
     )
 
 
-def _why_lost(model: FleetModel, placement: Placement, stage_key: str, weakest: str, runner_up: str,
-              previous: Mapping[str, Mapping[str, int]]) -> str:
+def _why_lost(model: FleetModel, placement: Placement, stage_key: str, weakest: ClusterVerdict,
+              runner_up: ClusterVerdict, previous: Mapping[str, Mapping[str, int]]) -> str:
     """Why the stage's replicas on ``weakest`` (its lowest-scoring chosen cluster) are not on the
-    better-scoring ``runner_up``: the verifier judges the placement with them moved there."""
+    better-scoring ``runner_up``: the verifier judges the placement with them moved there.
+
+    With room there, a replica kept where the previous placement had it earns ``move_cost``
+    times the same value per replica that scores multiply (``docs/optimizer.md``): so moving
+    gains nothing exactly when the score difference is at most ``move_cost``.
+    """
     stage = next(s for s in model.stages if s.key == stage_key)
     assignments = {a.cluster: a.replicas for a in placement.of(stage_key).assignments}
-    assignments[runner_up] = assignments.pop(weakest)
+    assignments[runner_up.cluster] = assignments.pop(weakest.cluster)
     moved = replace(placement, stages=tuple(
         replace(p, assignments=tuple(Assignment(name, n, n * stage.gpus) for name, n in sorted(assignments.items())))
         if p.stage == stage_key else p
@@ -115,9 +120,10 @@ def _why_lost(model: FleetModel, placement: Placement, stage_key: str, weakest: 
     problems = verify(model, moved, allow_unplaced=True)
     if problems:
         return f"moving the stage there breaks a hard constraint ({problems[0]})"
-    if model.move_cost > 0 and previous.get(stage_key, {}).get(weakest):
-        return ("it has room, but the stage was here in the previous placement and moving gains less than the "
-                "move cost")
+    kept = previous.get(stage_key, {}).get(weakest.cluster, 0) > 0
+    if kept and runner_up.total - weakest.total <= model.move_cost:
+        return (f"it has room, but the stage was on {weakest.cluster} in the previous placement, and moving "
+                f"gains {runner_up.total - weakest.total:.4f}, no more than the move cost ({model.move_cost:g})")
     gap = f"{placement.gap:.2%}" if placement.gap >= 0.00005 else "under 0.01%"
     return f"it has room, but the placement stops {gap} short of the proven bound and this stage is part of that"
 

@@ -75,8 +75,8 @@ def test_explain_says_why_a_better_scoring_cluster_did_not_get_the_stage(model: 
     assert (explanation.chosen, explanation.runner_up) == (("c",), "a")
     assert explanation.margin == pytest.approx(-0.1)
     assert format_text(explanation).splitlines()[-1] == (
-        "runner-up: a (margin -0.1000: it scores higher; it has room, but the stage was here in the "
-        "previous placement and moving gains less than the move cost)")
+        "runner-up: a (margin -0.1000: it scores higher; it has room, but the stage was on c in the "
+        "previous placement, and moving gains 0.1000, no more than the move cost (0.5))")
 
 
 def test_explain_says_when_a_better_scoring_cluster_is_full(model: FleetModel) -> None:
@@ -101,6 +101,10 @@ def test_explain_says_when_a_better_scoring_cluster_had_room(model: FleetModel) 
     explanation = explain(model, on_c, "llm/train")
     assert explanation.runner_up_lost == (f"it has room, but the placement stops {on_c.gap:.2%} short of the "
                                           "proven bound and this stage is part of that")
+    # Had the previous placement put it on c too, a move cost below what moving gains (0.1)
+    # would not have kept it there either.
+    cheap = dataclasses.replace(model, move_cost=0.05)
+    assert explain(cheap, on_c, "llm/train", {"llm/train": {"c": 1}}).runner_up_lost == explanation.runner_up_lost
 
 
 def test_explain_an_unplaced_stage() -> None:

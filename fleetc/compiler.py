@@ -11,7 +11,6 @@ import dataclasses
 import functools
 import hashlib
 import json
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,19 +99,15 @@ def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
 def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
     """The placement of ``model``, tagged with its ``inputs`` digest: the previous one when it
     was compiled from the same inputs and still holds (see :func:`_given_back`), else the
-    optimizer's, tagged with the time limit when that ran out while solving."""
+    optimizer's."""
     from .optimize import place  # imports numpy, scipy, HiGHS: only when compiling
 
     given_back = _given_back(model, inputs, options)
     if given_back is not None:
         return given_back
-    started = time.monotonic()
     placement = place(model, time_limit=options.time_limit, previous=options.previous.clusters,
                       on_gap=options.reporter.gap, allow_unplaced=options.allow_unplaced)
-    # A solve the deadline cut short ends past it; one that ends past it may just have finished
-    # late, and is then only solved again by a later compile without that limit.
-    ran_out = options.time_limit is not None and time.monotonic() - started >= options.time_limit
-    return dataclasses.replace(placement, inputs=inputs, time_limit=options.time_limit if ran_out else None)
+    return dataclasses.replace(placement, inputs=inputs)
 
 
 def inputs_digest(policies: PolicySet, options: Options) -> str:

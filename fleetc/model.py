@@ -275,7 +275,8 @@ class Placement:
     method: str  # e.g. "milp", "lp-rounding"
     #: Digest of the inputs it was compiled from (set by :mod:`fleetc.compiler`; '' if unknown).
     inputs: str = ""
-    #: The ``--time-limit`` (seconds) that ran out while it was solved: more time may find better.
+    #: The time limit (seconds) that ran out while it was solved (set by :mod:`fleetc.optimize`):
+    #: more time may find better.
     time_limit: float | None = None
 
     @property

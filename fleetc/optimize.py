@@ -103,7 +103,8 @@ def place(
     """Place every stage of ``model``, or raise :class:`PlacementError` saying why not.
 
     ``time_limit`` bounds the solving in seconds; a time-limited solve that found a placement
-    returns it (its ``gap`` shows how far from proven optimal it may be). ``previous`` makes
+    returns it (its ``gap`` shows how far from proven optimal it may be, its ``time_limit`` that
+    the limit ran out). ``previous`` makes
     moving a stage away from where it was cost ``model.move_cost``. With ``allow_unplaced`` the
     stages that do not fit come back with no assignments and a ``reason``. ``on_gap`` hears the
     LP's gap to its bound after each round of the large path's column generation (progress).
@@ -133,8 +134,11 @@ def place(
         bound += solved.bound
         methods.add(solved.method)
     unplaced = _unplaced(model, scores, blocked, replicas_at)
+    # A solve the deadline cut short ends past it; one that ends past it may just have finished
+    # late, and is then only solved again by a later compile without that limit.
+    ran_out = time_limit is not None and _ran_out(deadline)
     if unplaced and not allow_unplaced:
-        if time_limit is not None and _ran_out(deadline):  # then nothing is proven
+        if ran_out:  # then nothing is proven
             raise TimeLimitError(time_limit, list(unplaced.values()),
                                  hint="raise --time-limit, or pass --allow-unplaced to render what was placed")
         raise PlacementError(list(unplaced.values()))
@@ -146,6 +150,7 @@ def place(
         objective=round(objective, 6),
         bound=round(max(bound, objective), 6),
         method="colgen-lp-round" if "colgen-lp-round" in methods else "milp",
+        time_limit=time_limit if ran_out else None,
     )
     problems = verify(model, placement, allow_unplaced=allow_unplaced)
     if problems:

@@ -15,17 +15,15 @@ def placement_report(model: FleetModel, placement: Placement) -> Obj:
     report's placement back (:mod:`fleetc.compiler`) prints the same gap from its figures.
     """
     figures = Placement((), round(placement.objective, 6), round(placement.bound, 6), placement.method)
-    report: Obj = {
+    return {
         "apiVersion": "fleetc.dev/v1alpha1",
         "kind": "Placement",
         "fleet": model.name,
-    }
-    if placement.inputs:
-        report["inputs"] = placement.inputs
-    report["method"] = placement.method
-    if placement.time_limit is not None:
-        report["timeLimitReached"] = placement.time_limit  # seconds; more time may place better
-    return report | {
+        **({"inputs": placement.inputs} if placement.inputs else {}),
+        "method": placement.method,
+        # seconds, as a float whatever the caller gave, so a given-back placement writes the same
+        # bytes; more time may place better
+        **({"timeLimitReached": float(placement.time_limit)} if placement.time_limit is not None else {}),
         "objective": figures.objective,
         "bound": figures.bound,
         "gap": round(figures.gap, 6),

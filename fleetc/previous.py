@@ -19,6 +19,7 @@ from fleetc.load import yaml_documents
 
 PLACEMENT_FILE = "placement.yaml"
 
+
 @dataclass(frozen=True)
 class Previous:
     """What the last compile's ``placement.yaml`` says (empty when there is none)."""
@@ -85,7 +86,8 @@ def _text(value: Any) -> str:
 
 
 def _seconds(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
+    seconds = _number(value)
+    return seconds if seconds > 0 else None
 
 
 def _number(value: Any) -> float:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleetc.yamlout import dump
+from fleetc.render.yamlout import dump
 
 GPU_TYPES = ("a100", "h100", "t4", "l4")
 #: Share of GPU clusters of each type, and the GPU counts such a cluster may have.
@@ -175,7 +175,7 @@ def _cluster(rng: random.Random, index: int, gpu_type: str | None, realistic: bo
     if realistic and rng.random() < 0.3:
         utilization = rng.choice((0.1, 0.25, 0.5))
         document["utilization"] = utilization
-        gpus = math.floor(gpus * (1 - utilization) + 1e-9)  # fleetc.verify.usable_capacity
+        gpus = math.floor(gpus * (1 - utilization) + 1e-9)  # fleetc.placement.verify.usable_capacity
     return _Cluster(name, region, gpu_type, gpus, document)
 
 

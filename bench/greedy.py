@@ -1,6 +1,6 @@
 """Karmada-style greedy baselines to measure fleetc's optimizer against.
 
-Same hard filters and the same score matrix as fleetc (:func:`fleetc.scoring.score_matrix`),
+Same hard filters and the same score matrix as fleetc (:func:`fleetc.placement.scoring.score_matrix`),
 then one pass over the stages, best first, each placed where it scores best among the clusters
 that still have room, never moved again:
 
@@ -18,9 +18,9 @@ A stage that fits nowhere stays unplaced (empty assignments, a reason). Two orde
   its best score), ties broken by size, biggest first (first-fit decreasing): the strong
   baseline.
 
-:func:`objective` mirrors :mod:`fleetc.optimize`'s objective exactly (without a previous
+:func:`objective` mirrors :mod:`fleetc.placement.optimize`'s objective exactly (without a previous
 placement, whose move-cost term is then 0), so greedy and fleetc placements compare in the same
-units. Capacity is what :func:`fleetc.verify.usable_capacity` allows, with time-sliced GPU slots
+units. Capacity is what :func:`fleetc.placement.verify.usable_capacity` allows, with time-sliced GPU slots
 for shared stages, and ``multiCluster`` serving clusters get their minimum first.
 """
 
@@ -31,9 +31,9 @@ from collections.abc import Callable
 import numpy as np
 
 from fleetc.model import Assignment, FleetModel, Placement, Stage, StagePlacement
-from fleetc.program import EPSILON
-from fleetc.scoring import Scores, score_matrix
-from fleetc.verify import (
+from fleetc.placement.program import EPSILON
+from fleetc.placement.scoring import Scores, score_matrix
+from fleetc.placement.verify import (
     ha_clusters,
     min_replicas_per_cluster,
     slots_per_gpu,
@@ -117,7 +117,7 @@ def _demand_and_capacity(model: FleetModel) -> tuple[np.ndarray, np.ndarray]:
     """(S, 3) per-replica demand and (3, C) usable capacity, in GPU slots, millicores, bytes.
 
     Counting GPUs in time-slicing slots (a whole GPU is ``slots_per_gpu`` slots, a shared
-    replica's GPU one slot) is exactly :func:`fleetc.verify.verify`'s rule ``exclusive +
+    replica's GPU one slot) is exactly :func:`fleetc.placement.verify.verify`'s rule ``exclusive +
     ceil(shared slots / slots) <= usable GPUs``, since exclusive GPUs are whole numbers.
     """
     slots = slots_per_gpu(model)

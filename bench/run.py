@@ -53,19 +53,20 @@ def measure(folder: Path, *, time_limit: float | None, baseline: bool,
         return value
 
     def imports() -> Any:
-        from fleetc import compiler, emit, optimize, scoring  # noqa: F401 - the cost measured
+        from fleetc import compiler, emit  # noqa: F401 - the cost measured
+        from fleetc.placement import optimize, scoring  # noqa: F401
         from fleetc import render as render_module  # noqa: F401
         return compiler
 
     timed("import", imports)
     from fleetc.emit import write_tree
     from fleetc.errors import FleetcError
-    from fleetc.load import discover, load_files
-    from fleetc.optimize import place
+    from fleetc.placement.optimize import place
+    from fleetc.placement.scoring import score_matrix
+    from fleetc.policy.load import discover, load_files
+    from fleetc.policy.validate import validate
     from fleetc.render import render
     from fleetc.resolve import resolve
-    from fleetc.scoring import score_matrix
-    from fleetc.validate import validate
 
     files = discover([str(folder)])
     loaded = timed("load", lambda: load_files(files, [folder]))
@@ -113,8 +114,8 @@ def measure(folder: Path, *, time_limit: float | None, baseline: bool,
 
 
 def verify_placed(model: Any, placement: Any) -> list[str]:
-    """:func:`fleetc.verify.verify` accepting unplaced stages (greedy may leave some out)."""
-    from fleetc.verify import verify
+    """:func:`fleetc.placement.verify.verify` accepting unplaced stages (greedy may leave some out)."""
+    from fleetc.placement.verify import verify
 
     return verify(model, placement, allow_unplaced=True)
 

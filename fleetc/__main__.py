@@ -1,5 +1,5 @@
 """``python -m fleetc``: the same as the ``fleetc`` command."""
 
-from .cli import main
+from fleetc.cli import main
 
 main()

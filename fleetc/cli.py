@@ -17,8 +17,8 @@ from typing import Any, NoReturn
 
 import click
 
-from . import __version__
-from .errors import Diagnostic, ExitCode, FleetcError, PlacementError, PolicyError, UsageError
+from fleetc import __version__
+from fleetc.errors import Diagnostic, ExitCode, FleetcError, PlacementError, PolicyError, UsageError
 
 DEFAULT_POLICIES = "policies"
 DEFAULT_OUT = "out"
@@ -41,7 +41,7 @@ def cli() -> None:
               show_default=True, help="Output format (github: workflow-command annotations).")
 def validate(paths: Sequence[str], output_format: str) -> None:
     """Check policy files and folders (default: policies/) and report every error."""
-    from .compiler import load_policies
+    from fleetc.compiler import load_policies
 
     loaded = _run(lambda: load_policies(paths or [DEFAULT_POLICIES]), output_format)
     if output_format == "json":
@@ -82,9 +82,9 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, time_limit: float |
 
 def _compile(paths: Sequence[str], out_dir: str, **options: Any) -> Any:
     """Load, validate and compile, with a status line while stderr is a terminal."""
-    from .compiler import Options, compile_policies, load_policies
-    from .previous import read_previous
-    from .progress import NULL_REPORTER, TerminalReporter
+    from fleetc.compiler import Options, compile_policies, load_policies
+    from fleetc.placement.previous import read_previous
+    from fleetc.progress import NULL_REPORTER, TerminalReporter
 
     terminal = TerminalReporter(sys.stderr) if sys.stderr.isatty() else None
     try:
@@ -115,7 +115,7 @@ def _summary(compiled: Any, out: Path) -> dict[str, Any]:
 
 def _check(compiled: Any, out: Path, output_format: str) -> None:
     """``--check``: list what writing would change, as ``black --check`` does; never write."""
-    from .emit import changes
+    from fleetc.emit import changes
 
     stale = _run(lambda: changes(out, compiled.files), output_format)
     if output_format == "json":
@@ -134,7 +134,7 @@ def _check(compiled: Any, out: Path, output_format: str) -> None:
 
 
 def _write(compiled: Any, out: Path, output_format: str) -> None:
-    from .emit import write_tree
+    from fleetc.emit import write_tree
 
     _run(lambda: write_tree(out, compiled.files), output_format)
     _print_warnings(compiled.warnings, output_format)
@@ -151,7 +151,7 @@ def _write(compiled: Any, out: Path, output_format: str) -> None:
 
 def _commit(compiled: Any, out: Path, output_format: str) -> None:
     """``--commit``: write the output folder and commit exactly it."""
-    from .gitflow import commit_output
+    from fleetc.git.flow import commit_output
 
     sha, message = _run(lambda: commit_output(compiled, out), output_format)
     _print_warnings(compiled.warnings, output_format)
@@ -183,10 +183,10 @@ def diff(base_ref: str, paths: Sequence[str], out_dir: str, time_limit: float | 
     is compiled with its own out/placement.yaml as the previous placement, so each gives exactly
     what "compile --check" verifies on that side.
     """
-    from .compiler import Options, compile_policies, load_policies, load_policy_sources
-    from .gitflow import policy_sources_at
-    from .previous import read_previous
-    from .report import EMPTY, as_json, compare, format_markdown, format_text, snapshot
+    from fleetc.compiler import Options, compile_policies, load_policies, load_policy_sources
+    from fleetc.git.flow import policy_sources_at
+    from fleetc.git.report import EMPTY, as_json, compare, format_markdown, format_text, snapshot
+    from fleetc.placement.previous import read_previous
 
     given = list(paths) or [DEFAULT_POLICIES]
     sources, base_previous = _run(lambda: policy_sources_at(base_ref, given, out_dir), output_format)
@@ -221,10 +221,10 @@ def diff(base_ref: str, paths: Sequence[str], out_dir: str, time_limit: float | 
 @format_option
 def explain(target: str, paths: Sequence[str], out_dir: str, output_format: str) -> None:
     """Say why a stage runs where it does: each cluster's filter verdict or score terms."""
-    from . import explain as why
-    from .compiler import Options, inputs_digest, load_policies, place_model
-    from .previous import read_previous
-    from .resolve import resolve
+    from fleetc.compiler import Options, inputs_digest, load_policies, place_model
+    from fleetc.placement import explain as why
+    from fleetc.placement.previous import read_previous
+    from fleetc.resolve import resolve
 
     def run() -> Any:
         loaded = load_policies(paths or [DEFAULT_POLICIES])
@@ -304,7 +304,7 @@ def _usage(message: str) -> NoReturn:
 
 def _github_annotations(err: FleetcError) -> None:
     """Workflow-command annotations on stdout (capped); all diagnostics in the step summary."""
-    from .report import github_annotations, github_step_summary
+    from fleetc.git.report import github_annotations, github_step_summary
 
     diagnostics = err.diagnostics if isinstance(err, PolicyError) else ()
     for line in github_annotations(diagnostics, str(err)):

@@ -8,21 +8,20 @@ and HiGHS, is imported only when something is compiled, so ``fleetc validate`` s
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__
-from .errors import Diagnostic, PolicyError
-from .load import LoadResult, discover, load_files, load_sources
-from .model import Assignment, FleetModel, Placement, StagePlacement
-from .previous import Previous
-from .progress import NULL_REPORTER, Reporter, phase
-from .resolve import resolve
-from .validate import PolicySet, validate
+from fleetc.errors import Diagnostic, PolicyError
+from fleetc.model import Assignment, FleetModel, Placement, StagePlacement
+from fleetc.placement import PLACEMENT_VERSION
+from fleetc.placement.previous import Previous
+from fleetc.policy.load import LoadResult, discover, load_files, load_sources
+from fleetc.policy.validate import PolicySet, validate
+from fleetc.progress import NULL_REPORTER, Reporter, phase
+from fleetc.resolve import resolve
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,7 @@ def _validated(loaded: LoadResult, where: str, reporter: Reporter) -> Loaded:
 
 def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
     """Place every stage and render the output tree. Pure: no I/O."""
-    from .render import render
+    from fleetc.render import render
 
     report = options.reporter
     with phase(report, "resolve"):
@@ -100,7 +99,7 @@ def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
     """The placement of ``model``, tagged with its ``inputs`` digest: the previous one when it
     was compiled from the same inputs and still holds (see :func:`_given_back`), else the
     optimizer's."""
-    from .optimize import place  # imports numpy, scipy, HiGHS: only when compiling
+    from fleetc.placement.optimize import place  # imports numpy, scipy, HiGHS: only when compiling
 
     given_back = _given_back(model, inputs, options)
     if given_back is not None:
@@ -111,33 +110,16 @@ def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
 
 
 def inputs_digest(policies: PolicySet, options: Options) -> str:
-    """What the placement depends on, hashed: fleetc's version and the code that places (see
-    :func:`_placement_code`), the drained clusters and every policy document's data (not its
-    file: moving a policy between files changes nothing)."""
+    """What the placement depends on, hashed: the placement version (bumped on purpose when how
+    fleetc places changes, see :data:`fleetc.placement.PLACEMENT_VERSION`), the drained clusters
+    and every policy document's data (not its file: moving a policy between files changes
+    nothing). fleetc's release and its source bytes are left out on purpose: an upgrade or a
+    comment edit that places the same must not make every committed ``out/`` stale."""
     documents = sorted(json.dumps(parsed.doc.data, sort_keys=True, ensure_ascii=False)
                        for kind in dataclasses.fields(policies) for parsed in getattr(policies, kind.name))
-    payload = json.dumps({"fleetc": __version__, "code": _placement_code(), "drain": sorted(options.drain),
+    payload = json.dumps({"placement": PLACEMENT_VERSION, "drain": sorted(options.drain),
                           "policies": documents})
     return "sha256:" + hashlib.sha256(payload.encode("utf-8")).hexdigest()
-
-
-#: The modules whose code decides where stages go (policy data -> model -> scores -> placement).
-PLACEMENT_MODULES = ("model", "quantity", "resolve", "scoring", "verify", "optimize", "program", "colgen",
-                     "highs")
-
-
-@functools.cache
-def _placement_code() -> str:
-    """A digest of the placement modules' source (line endings normalised), so that a change to
-    how fleetc places makes the next compile solve again instead of giving the old placement
-    back; '' where the sources cannot be read (then the version alone stands for them)."""
-    digest = hashlib.sha256()
-    try:
-        for name in PLACEMENT_MODULES:
-            digest.update(Path(__file__).with_name(f"{name}.py").read_bytes().replace(b"\r\n", b"\n"))
-    except OSError:
-        return ""
-    return digest.hexdigest()
 
 
 def _given_back(model: FleetModel, inputs: str, options: Options) -> Placement | None:
@@ -151,7 +133,7 @@ def _given_back(model: FleetModel, inputs: str, options: Options) -> Placement |
     stages were before, through the move cost, and re-solving moved a few each time); and the
     solver does not run at all.
     """
-    from .verify import verify
+    from fleetc.placement.verify import verify
 
     previous, allow_unplaced = options.previous, options.allow_unplaced
     if (not inputs or previous.inputs != inputs or previous.stages != {stage.key for stage in model.stages}

@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import FleetcError
+from fleetc.errors import FleetcError
 
 #: Where fleetc records the files it wrote, relative to the output folder.
 RECORD = ".fleetc/files"

@@ -275,7 +275,7 @@ class Placement:
     method: str  # e.g. "milp", "lp-rounding"
     #: Digest of the inputs it was compiled from (set by :mod:`fleetc.compiler`; '' if unknown).
     inputs: str = ""
-    #: The time limit (seconds) that ran out while it was solved (set by :mod:`fleetc.optimize`):
+    #: The time limit (seconds) that ran out while it was solved (set by :mod:`fleetc.placement.optimize`):
     #: more time may find better.
     time_limit: float | None = None
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from . import model as m
-from . import policy as p
-from .errors import Diagnostic, PolicyError, UsageError
-from .quantity import GIB, cpu_millis, memory_bytes, parse_percentage
-from .validate import Parsed, PolicySet, governed, stage_edges
+from fleetc import model as m
+from fleetc.errors import Diagnostic, PolicyError, UsageError
+from fleetc.policy import kinds as p
+from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage
+from fleetc.policy.validate import Parsed, PolicySet, governed, stage_edges
 
 GPU_HOUR_PRICE = {"a100": 3.0, "h100": 5.0, "l4": 0.8, "a10": 1.0, "v100": 2.0, "t4": 0.5}
 DEFAULT_GPU_HOUR_PRICE = 2.0

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from fleetc.load import load_sources
+from fleetc.placement.verify import slots_per_gpu, usable_capacity, uses_shared_slots
+from fleetc.policy.load import load_sources
+from fleetc.policy.validate import validate
 from fleetc.resolve import resolve
-from fleetc.validate import validate
-from fleetc.verify import slots_per_gpu, usable_capacity, uses_shared_slots
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # bench/ is a folder of the repository, not an installed package
@@ -101,7 +101,7 @@ def test_measure_runs_the_real_pipeline_and_mirrors_fleetcs_objective(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The runner's child path at a small size; the objective helper must agree with fleetc's.
     Files are read in forked processes, as at scale, whatever their size."""
-    from fleetc import forkmap
+    from fleetc.policy import forkmap
 
     monkeypatch.setattr(forkmap, "MIN_PARALLEL_SIZE", 0)
     instance = generate(Spec(clusters=5, stages=25, seed=3, perfect=True))

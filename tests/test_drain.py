@@ -16,7 +16,7 @@ from click.testing import CliRunner, Result
 
 from fleetc.cli import cli
 from fleetc.compiler import Options, compile_policies, load_policies
-from fleetc.verify import verify
+from fleetc.placement.verify import verify
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTERS = ["edge-cluster-factory", "gpu-cluster-huawei", "inference-cluster-aliyun"]

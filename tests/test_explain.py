@@ -1,4 +1,4 @@
-"""``fleetc explain``: the pure :func:`fleetc.explain.explain` and its text and JSON forms."""
+"""``fleetc explain``: the pure :func:`fleetc.placement.explain.explain` and its text and JSON forms."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from support.builders import make_cluster, make_fleet, make_stage
 
 from fleetc.cli import cli
 from fleetc.errors import UsageError
-from fleetc.explain import explain, find_stage, format_text
 from fleetc.model import FleetModel
-from fleetc.optimize import place
+from fleetc.placement.explain import explain, find_stage, format_text
+from fleetc.placement.optimize import place
 
 ROOT = Path(__file__).resolve().parents[1]
 

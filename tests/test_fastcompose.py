@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import fleetc.fastcompose as fastcompose
-from fleetc.load import parse
-from fleetc.yamlout import dump
+import fleetc.policy.fastcompose as fastcompose
+from fleetc.policy.load import parse
+from fleetc.render.yamlout import dump
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -170,7 +170,7 @@ def test_the_data_fast_path_declines_what_the_node_path_reports(text: str) -> No
 def _load_all(text: str) -> list | None:
     from ruamel.yaml import YAML
 
-    from fleetc.load import MAX_DEPTH, MAX_NODES, _ScalarValues
+    from fleetc.policy.load import MAX_DEPTH, MAX_NODES, _ScalarValues
 
     yaml = YAML(typ="safe", pure=True)
     return fastcompose.load_all(text, yaml.resolver, _ScalarValues(yaml.constructor),
@@ -183,7 +183,7 @@ def _resolver():  # noqa: ANN202 - ruamel's resolver
     return YAML(typ="safe", pure=True).resolver
 
 
-# --- the fast schema check (fleetc.validate._schema_valid) -------------------------------------
+# --- the fast schema check (fleetc.policy.validate._schema_valid) -------------------------------------
 
 
 def _documents() -> list[dict]:
@@ -198,8 +198,8 @@ def _documents() -> list[dict]:
 
 
 def test_the_fast_schema_check_never_passes_what_jsonschema_rejects() -> None:
-    from fleetc.policy import KINDS
-    from fleetc.validate import _schema_valid, _validator
+    from fleetc.policy.kinds import KINDS
+    from fleetc.policy.validate import _schema_valid, _validator
 
     checked = rejected = 0
     mutations = [{}, {"extra": 1}, {"metadata": {"name": "Bad_Name"}}, {"spec": {"clusters": []}},
@@ -220,7 +220,7 @@ def test_the_fast_schema_check_never_passes_what_jsonschema_rejects() -> None:
 
 
 def test_the_fast_schema_check_accepts_valid_policies() -> None:
-    from fleetc.validate import _schema_valid
+    from fleetc.policy.validate import _schema_valid
 
     generated = [d for d in _documents() if str(d.get("metadata", {}).get("name", "")).startswith(
         ("bench-", "pipeline-", "gpu-optimization", "data-optimization"))]

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleetc import forkmap
-from fleetc.forkmap import _shares, fork_map
+from fleetc.policy.forkmap import _shares, fork_map
+from fleetc.policy import forkmap
 
 PARENT = os.getpid()
 

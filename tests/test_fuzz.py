@@ -70,7 +70,7 @@ STRINGS = ["", "x", "a100", "t4", "0", "-1", "64Gi", "1e3", "100%", "0.5", "true
 
 
 def _load_bundled() -> dict[str, list[object]]:
-    from fleetc.load import load_files
+    from fleetc.policy.load import load_files
 
     loaded = load_files(POLICIES)
     assert not loaded.diagnostics
@@ -147,7 +147,7 @@ def test_compile_never_crashes_and_every_placement_verifies(
 
     from fleetc.compiler import Options, compile_policies, load_policies
     from fleetc.errors import FleetcError, InternalError
-    from fleetc.verify import verify
+    from fleetc.placement.verify import verify
 
     policies = workdir / "compile-policies"
     shutil.rmtree(policies, ignore_errors=True)

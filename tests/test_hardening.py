@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
-from fleetc import highs
 from fleetc.cli import cli
 from fleetc.compiler import Options, compile_policies, load_policies
-from fleetc.load import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES
-from fleetc.verify import verify
+from fleetc.placement import highs
+from fleetc.placement.verify import verify
+from fleetc.policy.load import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES
 
 ROOT = Path(__file__).resolve().parents[1]
 

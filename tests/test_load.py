@@ -1,4 +1,4 @@
-"""Unit tests of fleetc.load: YAML -> documents with positions, discovery, file reading."""
+"""Unit tests of fleetc.policy.load: YAML -> documents with positions, discovery, file reading."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fleetc import load
 from fleetc.errors import UsageError
-from fleetc.load import Document, discover, format_field, load_files, parse
+from fleetc.policy import load
+from fleetc.policy.load import Document, discover, format_field, load_files, parse
 
 
 def one_doc(text: str) -> Document:
@@ -475,7 +475,7 @@ def test_yaml_documents_reads_what_ruamel_reads(text: str) -> None:
 def test_forked_loading_reads_what_one_process_reads(monkeypatch) -> None:
     """Every policy file of the tests, broken ones included, loaded once in this process and
     once split across forked processes: the same documents, positions and diagnostics."""
-    from fleetc import forkmap
+    from fleetc.policy import forkmap
 
     root = Path(__file__).parent
     files = sorted(root.rglob("*.yaml"))

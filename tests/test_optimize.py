@@ -1,4 +1,4 @@
-"""Placement by :func:`fleetc.optimize.place` and the independent :func:`fleetc.verify.verify`."""
+"""Placement by :func:`fleetc.placement.optimize.place` and the independent :func:`fleetc.placement.verify.verify`."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from support.builders import (
     make_stage,
 )
 
-from fleetc import optimize
 from fleetc.cli import cli
 from fleetc.compiler import load_policies
 from fleetc.errors import InternalError, PlacementError, PolicyError, TimeLimitError
@@ -36,10 +35,11 @@ from fleetc.model import (
     Taint,
     Toleration,
 )
-from fleetc.optimize import place
-from fleetc.previous import parse_previous
+from fleetc.placement import optimize
+from fleetc.placement.optimize import place
+from fleetc.placement.previous import parse_previous
+from fleetc.placement.verify import verify
 from fleetc.resolve import region_jurisdiction, resolve
-from fleetc.verify import verify
 
 
 def clusters_of(placement: Placement, stage_key: str) -> dict[str, int]:
@@ -266,7 +266,7 @@ def test_solving_prints_nothing_in_a_fresh_process() -> None:
     script = (
         f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
         "from test_scoring import make_cluster, make_fleet, make_stage\n"
-        "from fleetc.optimize import place\n"
+        "from fleetc.placement.optimize import place\n"
         "place(make_fleet((make_cluster(),), (make_stage(),)))\n"
     )
     result = subprocess.run(

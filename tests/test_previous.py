@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetc.previous import Previous, parse_previous, read_previous
+from fleetc.placement.previous import Previous, parse_previous, read_previous
 
 REPORT = """\
 apiVersion: fleetc.dev/v1alpha1

@@ -19,8 +19,8 @@ from support.builders import make_cluster, make_fleet, make_gpu_policy, make_pla
 
 from fleetc.errors import PlacementError
 from fleetc.model import Assignment, FleetModel, Placement, StagePlacement, StageType
-from fleetc.optimize import place
-from fleetc.verify import verify
+from fleetc.placement.optimize import place
+from fleetc.placement.verify import verify
 
 JURISDICTIONS = ("cn", "EU")
 

@@ -1,4 +1,4 @@
-"""Unit tests of fleetc.quantity: Kubernetes quantities and percentages as exact numbers."""
+"""Unit tests of fleetc.policy.quantity: Kubernetes quantities and percentages as exact numbers."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from fleetc.quantity import GIB, cpu_millis, memory_bytes, parse_percentage, parse_quantity
+from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage, parse_quantity
 
 
 @pytest.mark.parametrize(

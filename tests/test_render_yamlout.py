@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_yamlout import ruamel_load
 
-from fleetc.yamlout import dump
+from fleetc.render.yamlout import dump
 
 
 def test_literal_block_layout() -> None:

@@ -6,17 +6,7 @@ import json
 from typing import Any
 
 from fleetc.errors import Diagnostic
-from fleetc.model import (
-    Assignment,
-    Cluster,
-    FleetModel,
-    Placement,
-    Source,
-    Stage,
-    StagePlacement,
-    StageType,
-)
-from fleetc.report import (
+from fleetc.git.report import (
     EMPTY,
     FLEET_WIDE,
     GITHUB_COMMENT_LIMIT,
@@ -30,6 +20,16 @@ from fleetc.report import (
     github_step_summary,
     snapshot,
     snapshot_of_output,
+)
+from fleetc.model import (
+    Assignment,
+    Cluster,
+    FleetModel,
+    Placement,
+    Source,
+    Stage,
+    StagePlacement,
+    StageType,
 )
 
 GI = 1024**3

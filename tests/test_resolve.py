@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from fleetc.errors import PolicyError, UsageError
-from fleetc.load import load_files
 from fleetc.model import StageType, Taint, Toleration
-from fleetc.quantity import GIB
+from fleetc.policy.load import load_files
+from fleetc.policy.quantity import GIB
+from fleetc.policy.validate import validate
 from fleetc.resolve import resolve
-from fleetc.validate import validate
 
 SEED = Path(__file__).parent / "seed"
 SCENARIO = ["aigc-fleet", "llm-training-pipeline", "gpu-optimization", "data-optimization"]

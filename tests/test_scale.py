@@ -1,4 +1,4 @@
-"""The large-instance path of :func:`fleetc.optimize.place` (column generation, rounding, repair)
+"""The large-instance path of :func:`fleetc.placement.optimize.place` (column generation, rounding, repair)
 at a size CI affords: the same code a 1,000-cluster fleet takes, forced by ``LARGE = 0``.
 
 Timing is measured by ``bench/``, never here. ``FLEETC_SCALE`` (clusters; stages are 20 times
@@ -19,13 +19,13 @@ import pytest
 import test_optimize
 from support.builders import make_cluster, make_fleet, make_gpu_policy, make_platform, make_serving, make_stage
 
-from fleetc import optimize
 from fleetc.errors import PlacementError, TimeLimitError
-from fleetc.load import load_sources
 from fleetc.model import FleetModel, Placement
+from fleetc.placement import optimize
+from fleetc.placement.verify import verify
+from fleetc.policy.load import load_sources
+from fleetc.policy.validate import validate
 from fleetc.resolve import resolve
-from fleetc.validate import validate
-from fleetc.verify import verify
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # bench/ is a folder of the repository, not an installed package
@@ -195,9 +195,9 @@ def test_a_larger_generated_fleet(large: None) -> None:
 
 
 def test_each_improving_stage_gets_its_best_column_when_a_stage_has_no_pairs() -> None:
-    from fleetc import colgen
-    from fleetc.optimize import _parts, _previous_matrix
-    from fleetc.scoring import score_matrix
+    from fleetc.placement import colgen
+    from fleetc.placement.optimize import _parts, _previous_matrix
+    from fleetc.placement.scoring import score_matrix
 
     model = model_of(Spec(clusters=10, stages=60, load=0.9))
     scores = score_matrix(model)

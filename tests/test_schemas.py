@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from fleetc.policy import KINDS
-from fleetc.schemas import render_schemas, schema_filename
+from fleetc.policy.kinds import KINDS
+from fleetc.policy.schemas import render_schemas, schema_filename
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "schemas"
@@ -22,7 +22,7 @@ def test_committed_schemas_are_current() -> None:
     committed = {p.name: p.read_text(encoding="utf-8") for p in SCHEMAS.glob("*.json")}
     stale = sorted(name for name in generated.keys() | committed.keys()
                    if generated.get(name) != committed.get(name))
-    assert not stale, f"schemas/ is stale ({', '.join(stale)}): run `python -m fleetc.schemas`"
+    assert not stale, f"schemas/ is stale ({', '.join(stale)}): run `python -m fleetc.policy.schemas`"
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

@@ -1,5 +1,5 @@
-"""Filters, reasons and each score term of :mod:`fleetc.scoring` on hand-computed examples, and
-the vectorised filters against :func:`~fleetc.scoring.filter_reason` on generated fleets.
+"""Filters, reasons and each score term of :mod:`fleetc.placement.scoring` on hand-computed examples, and
+the vectorised filters against :func:`~fleetc.placement.scoring.filter_reason` on generated fleets.
 
 The ``make_*`` helpers live in ``tests/support/builders.py``.
 """
@@ -14,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.builders import GPU_TAINT, make_cluster, make_fleet, make_input, make_stage
 
-from fleetc import scoring
 from fleetc.model import (
     Cluster,
     Output,
@@ -24,7 +23,8 @@ from fleetc.model import (
     Taint,
     Toleration,
 )
-from fleetc.scoring import filter_reason, score_matrix
+from fleetc.placement import scoring
+from fleetc.placement.scoring import filter_reason, score_matrix
 
 # --- filters ----------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from ruamel.yaml import YAML
 
 from fleetc.cli import cli
 from fleetc.compiler import compile_policies, load_policies
-from fleetc.policy import DNS_LABEL_PATTERN
+from fleetc.policy.kinds import DNS_LABEL_PATTERN
 
 ROOT = Path(__file__).resolve().parents[1]
 HINT = "\n  hint: store it in a Kubernetes Secret and reference the Secret by name\n"

@@ -1,4 +1,4 @@
-"""Unit tests of fleetc.validate: schema errors translated, then cross-document checks."""
+"""Unit tests of fleetc.policy.validate: schema errors translated, then cross-document checks."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleetc.credentials import credential_checks, may_hold_credentials
 from fleetc.errors import PolicyError
-from fleetc.load import Document, parse
-from fleetc.validate import validate
+from fleetc.policy.credentials import credential_checks, may_hold_credentials
+from fleetc.policy.load import Document, parse
+from fleetc.policy.validate import validate
 
 SEED = Path(__file__).parent / "seed"
 SEED_FILES = sorted(p.name for p in SEED.glob("*.yaml"))

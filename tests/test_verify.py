@@ -1,4 +1,4 @@
-"""The independent re-check :func:`fleetc.verify.verify` and the policy semantics it defines."""
+"""The independent re-check :func:`fleetc.placement.verify.verify` and the policy semantics it defines."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from support.builders import (
 )
 
 from fleetc.model import Assignment, FleetModel, Placement, StagePlacement, StageType
-from fleetc.scoring import GIB
-from fleetc.verify import slots_per_gpu, usable_capacity, uses_shared_slots, verify
+from fleetc.placement.scoring import GIB
+from fleetc.placement.verify import slots_per_gpu, usable_capacity, uses_shared_slots, verify
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Tests for fleetc.yamlout: exact bytes, and round trips through YAML 1.1 and 1.2 readers."""
+"""Tests for fleetc.render.yamlout: exact bytes, and round trips through YAML 1.1 and 1.2 readers."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
-from fleetc.yamlout import dump, dump_all
+from fleetc.render.yamlout import dump, dump_all
 
 
 def ruamel_load(text: str, version: tuple[int, int] | None = None) -> Any:

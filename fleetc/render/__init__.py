@@ -35,16 +35,14 @@ from dataclasses import dataclass
 
 from fleetc.errors import Diagnostic
 from fleetc.model import Cluster, FleetModel, Placement
-from fleetc.yamlout import dump
-
-from .cluster import egress_policy, namespace, queue, security_warnings, sovereign_platform
-from .common import Obj, cpu_quantity, folder_files, memory_quantity, object_name, stage_labels
-from .context import Context, Work, placements, work_by_cluster
-from .data import data_warnings, fluid_objects
-from .gitops import gitops_files, gitops_warnings
-from .gpu import device_plugin_config, gpu_warnings
-from .report import placement_report
-from .workloads import (
+from fleetc.render.cluster import egress_policy, namespace, queue, security_warnings, sovereign_platform
+from fleetc.render.common import Obj, cpu_quantity, folder_files, memory_quantity, object_name, stage_labels
+from fleetc.render.context import Context, Work, placements, work_by_cluster
+from fleetc.render.data import data_warnings, fluid_objects
+from fleetc.render.gitops import gitops_files, gitops_warnings
+from fleetc.render.gpu import device_plugin_config, gpu_warnings
+from fleetc.render.report import placement_report
+from fleetc.render.workloads import (
     GPU_PRODUCT_LABELS,
     PRIORITY_VALUES,
     autoscaler,
@@ -55,6 +53,7 @@ from .workloads import (
     training_priority,
     volcano_job,
 )
+from fleetc.render.yamlout import dump
 
 __all__ = [
     "GPU_PRODUCT_LABELS",

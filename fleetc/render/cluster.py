@@ -20,9 +20,18 @@ from __future__ import annotations
 
 from fleetc.errors import Diagnostic
 from fleetc.model import ClassWeights, Cluster, Platform, Source, WorkloadClass
-
-from .common import GPU_RESOURCE, MANAGED_BY, Obj, cpu_quantity, dns_label, metadata, provenance, warning, whole_gib
-from .context import Context
+from fleetc.render.common import (
+    GPU_RESOURCE,
+    MANAGED_BY,
+    Obj,
+    cpu_quantity,
+    dns_label,
+    metadata,
+    provenance,
+    warning,
+    whole_gib,
+)
+from fleetc.render.context import Context
 
 JURISDICTION_LABEL = "fleetc.dev/jurisdiction"
 EGRESS_POLICY_NAME = "fleetc-jurisdiction-egress"

@@ -9,7 +9,7 @@ from typing import Any
 
 from fleetc.errors import Diagnostic, InternalError
 from fleetc.model import Source, Stage
-from fleetc.yamlout import dump
+from fleetc.render.yamlout import dump
 
 Obj = dict[str, Any]
 

@@ -26,9 +26,8 @@ from typing import NamedTuple
 
 from fleetc.errors import Diagnostic
 from fleetc.model import DataPolicy, Source, Stage
-
-from .common import Obj, dns_label, hashed_slug, memory_quantity, metadata, warning
-from .context import Context, Work
+from fleetc.render.common import Obj, dns_label, hashed_slug, memory_quantity, metadata, warning
+from fleetc.render.context import Context, Work
 
 #: URL schemes Alluxio (and so Fluid's AlluxioRuntime) mounts as an under-file-system.
 CACHEABLE_SCHEMES = frozenset({"cos", "cosn", "gs", "hdfs", "obs", "oss", "s3", "s3a"})

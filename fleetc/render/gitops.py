@@ -23,8 +23,7 @@ from pathlib import PurePosixPath
 
 from fleetc.errors import Diagnostic
 from fleetc.model import GitOps, Source
-
-from .common import Obj, folder_files, metadata, warning
+from fleetc.render.common import Obj, folder_files, metadata, warning
 
 ARGOCD_NAMESPACE = "argocd"
 FLUX_NAMESPACE = "flux-system"

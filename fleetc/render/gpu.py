@@ -25,9 +25,8 @@ from __future__ import annotations
 
 from fleetc.errors import Diagnostic
 from fleetc.model import Cluster, GPUPolicy
-from fleetc.yamlout import dump
-
-from .common import GPU_RESOURCE, Obj, metadata, warning
+from fleetc.render.common import GPU_RESOURCE, Obj, metadata, warning
+from fleetc.render.yamlout import dump
 
 DEVICE_PLUGIN_NAMESPACE = "gpu-operator"
 CONFIG_NAME = "fleetc-device-plugin-config"

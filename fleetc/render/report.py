@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from fleetc.model import FleetModel, Placement, Stage, StagePlacement
-
-from .common import Obj
-from .context import placements
+from fleetc.render.common import Obj
+from fleetc.render.context import placements
 
 
 def placement_report(model: FleetModel, placement: Placement) -> Obj:

@@ -27,8 +27,7 @@ import math
 import re
 
 from fleetc.model import Cluster, Stage, StageType, Toleration
-
-from .common import (
+from fleetc.render.common import (
     GPU_RESOURCE,
     Obj,
     cpu_quantity,
@@ -39,8 +38,8 @@ from .common import (
     stage_labels,
     stage_metadata,
 )
-from .context import Context
-from .data import CacheMounts, cache_mounts
+from fleetc.render.context import Context
+from fleetc.render.data import CacheMounts, cache_mounts
 
 #: fleetc's GPU type names -> the ``nvidia.com/gpu.product`` node label GPU feature discovery sets.
 GPU_PRODUCT_LABELS: dict[str, str] = {

@@ -16,7 +16,7 @@ from fleetc.model import (
     Taint,
     Toleration,
 )
-from fleetc.scoring import GIB
+from fleetc.placement.scoring import GIB
 
 SOURCE = Source("fleet.yaml", "spec")
 

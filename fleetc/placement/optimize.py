@@ -1,12 +1,12 @@
 """Place every stage on the fleet with a mixed-integer linear program (HiGHS).
 
 This module is the front door: it splits the fleet into independent components, solves each
-(the matrices in :mod:`fleetc.program`, the large-instance path in :mod:`fleetc.colgen`),
-merges them, re-checks the result with :mod:`fleetc.verify` and explains what cannot be placed.
+(the matrices in :mod:`fleetc.placement.program`, the large-instance path in :mod:`fleetc.placement.colgen`),
+merges them, re-checks the result with :mod:`fleetc.placement.verify` and explains what cannot be placed.
 
 The formulation, the policy fields it reads and the large-instance path are documented in
 ``docs/optimizer.md``; in short, variables exist only for (stage, cluster) pairs the filters
-allow (:func:`fleetc.scoring.score_matrix`) and form one vector ``v = [x | y | u | z | w | k]``:
+allow (:func:`fleetc.placement.scoring.score_matrix`) and form one vector ``v = [x | y | u | z | w | k]``:
 
 - ``x[p]`` binary per allowed pair of a gang stage: the whole gang runs on that cluster.
 - ``y[p]`` integer in [0, replicas] per allowed pair of a Deployment: replicas served there;
@@ -17,7 +17,7 @@ allow (:func:`fleetc.scoring.score_matrix`) and form one vector ``v = [x | y | u
   kept there (``k <= y``, ``k <= previous``), rewarded by the move cost.
 
 Constraints (all ``scipy.sparse`` matrices times ``v``): per cluster, exclusive GPUs + ``w`` <=
-usable GPUs (:func:`fleetc.verify.usable_capacity`: utilisation and defragmentation headroom),
+usable GPUs (:func:`fleetc.placement.verify.usable_capacity`: utilisation and defragmentation headroom),
 shared slots <= ``slots_per_gpu * w``, cores and GiB <= usable; ``multiCluster`` forces
 ``u >= z`` on every HA cluster of a serving stage.
 
@@ -35,8 +35,8 @@ are reported, or returned unplaced with ``allow_unplaced``. ``bound`` is the LP 
 (without move costs), a valid upper bound on ``objective``.
 
 Components with more than :data:`LARGE` allowed pairs take the large path (method
-``colgen-lp-round``, :func:`fleetc.colgen.solve_large`): column generation solves the LP over every pair
-while the master holds only a few per stage (HiGHS directly through :mod:`fleetc.highs`,
+``colgen-lp-round``, :func:`fleetc.placement.colgen.solve_large`): column generation solves the LP over every pair
+while the master holds only a few per stage (HiGHS directly through :mod:`fleetc.placement.highs`,
 warm-started), the stages it places in whole units keep that, a MILP under a deadline places
 the rest (growing once into the fixed stages around it when it cannot), a greedy repair with
 one-level eviction places what is still out, and what fits nowhere is diagnosed as above. Its
@@ -59,10 +59,10 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from fleetc.colgen import solve_large
 from fleetc.errors import InternalError, PlacementError, TimeLimitError
 from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
-from fleetc.program import (
+from fleetc.placement.colgen import solve_large
+from fleetc.placement.program import (
     OutOfTime,
     Part,
     PreviousClusters,
@@ -74,8 +74,8 @@ from fleetc.program import (
     replicas_of,
     solve_program,
 )
-from fleetc.scoring import Scores, score_matrix
-from fleetc.verify import (
+from fleetc.placement.scoring import Scores, score_matrix
+from fleetc.placement.verify import (
     ha_clusters,
     min_replicas_per_cluster,
     slots_per_gpu,

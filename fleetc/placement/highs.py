@@ -1,4 +1,4 @@
-"""A thin HiGHS backend for :mod:`fleetc.optimize`: the placement program's matrices go to
+"""A thin HiGHS backend for :mod:`fleetc.placement.optimize`: the placement program's matrices go to
 ``highspy`` as they are.
 
 fleetc used to solve through cvxpy, which added nothing the matrices do not already say and

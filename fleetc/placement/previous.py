@@ -15,7 +15,7 @@ from typing import Any
 
 from ruamel.yaml.error import YAMLError
 
-from fleetc.load import yaml_documents
+from fleetc.policy.load import yaml_documents
 
 PLACEMENT_FILE = "placement.yaml"
 

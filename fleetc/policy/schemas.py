@@ -1,7 +1,7 @@
-"""JSON Schemas of the policy kinds, generated from :mod:`fleetc.policy`.
+"""JSON Schemas of the policy kinds, generated from :mod:`fleetc.policy.kinds`.
 
 The pydantic models are the source of truth; ``schemas/*.json`` in the repository is the copy
-editors and other tools read. Regenerate it with ``python -m fleetc.schemas`` (a test fails
+editors and other tools read. Regenerate it with ``python -m fleetc.policy.schemas`` (a test fails
 when the committed copy is stale).
 
 Generation post-processes pydantic's output so the schema says what a user may write: an
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .policy import KINDS
+from fleetc.policy.kinds import KINDS
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_BASE_URI = "https://fleetc.dev/schemas/"

@@ -1,4 +1,4 @@
-"""A fast path for :mod:`fleetc.load`: libyaml's C parser, composed into ruamel.yaml nodes, or
+"""A fast path for :mod:`fleetc.policy.load`: libyaml's C parser, composed into ruamel.yaml nodes, or
 straight into plain data.
 
 ruamel.yaml's pure-Python scanner reads about 200 KB/s, which makes loading the slowest stage of
@@ -9,7 +9,7 @@ after composition, and therefore every Document and diagnostic, is unchanged. Py
 composer is not used: it is YAML 1.1 and it recurses in C without a
 depth limit.
 
-The fast path declines (returns None) and :mod:`fleetc.load` parses with ruamel whenever the
+The fast path declines (returns None) and :mod:`fleetc.policy.load` parses with ruamel whenever the
 two could disagree or something is wrong: libyaml missing, a ``%`` directive (a ``%YAML 1.1``
 document changes the resolver), tabs and the line breaks YAML 1.1 and 1.2 treat differently
 (NEL, LS, PS), explicit tags, anchors and aliases, a block scalar at the top of a document, an
@@ -20,7 +20,7 @@ policy file of the tests, on corner cases and on fuzzed documents.
 :func:`load_all` is faster still: it builds the data without nodes and keeps no positions
 (fleetc works them out by :func:`compose_all` only for a file that gets a message). It declines
 all that :func:`compose_all` declines (so the node path that works out positions never falls
-back to ruamel, which could read the file differently), and everything :mod:`fleetc.load` would
+back to ruamel, which could read the file differently), and everything :mod:`fleetc.policy.load` would
 report (duplicate keys, keys that are not strings, scalars it refuses, documents too deep or too
 large), so that the node path words the diagnostic.
 """

@@ -1,9 +1,9 @@
-"""The placement MILP in matrix form, and its solve with HiGHS (:mod:`fleetc.highs`).
+"""The placement MILP in matrix form, and its solve with HiGHS (:mod:`fleetc.placement.highs`).
 
 One vector ``v = [x | y | u | z | w | k]`` over the allowed (stage, cluster) pairs of one
-component (see :mod:`fleetc.optimize` and ``docs/optimizer.md`` for what each part means); every
-constraint is a ``scipy.sparse`` matrix times ``v``. :mod:`fleetc.optimize` solves small
-components exactly with :func:`solve_program`; :mod:`fleetc.colgen` reuses the same matrices for
+component (see :mod:`fleetc.placement.optimize` and ``docs/optimizer.md`` for what each part means); every
+constraint is a ``scipy.sparse`` matrix times ``v``. :mod:`fleetc.placement.optimize` solves small
+components exactly with :func:`solve_program`; :mod:`fleetc.placement.colgen` reuses the same matrices for
 the rounding MILP of large ones.
 """
 
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from fleetc import highs
 from fleetc.model import Cluster, FleetModel, Stage
-from fleetc.scoring import GIB, Scores
-from fleetc.verify import (
+from fleetc.placement import highs
+from fleetc.placement.scoring import GIB, Scores
+from fleetc.placement.verify import (
     ha_clusters,
     min_replicas_per_cluster,
     slots_per_gpu,
@@ -27,7 +27,7 @@ from fleetc.verify import (
     uses_shared_slots,
 )
 
-#: A previous placement: stage key -> cluster name -> replicas (see :mod:`fleetc.previous`).
+#: A previous placement: stage key -> cluster name -> replicas (see :mod:`fleetc.placement.previous`).
 PreviousClusters = Mapping[str, Mapping[str, int]]
 
 #: The value of a stage whose workload class has weight 0: it still must be placed.

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, replace
 
 from fleetc.errors import UsageError, did_you_mean
 from fleetc.model import Assignment, FleetModel, Placement
-from fleetc.scoring import score_matrix
-from fleetc.verify import verify
+from fleetc.placement.scoring import score_matrix
+from fleetc.placement.verify import verify
 
 TERMS = ("compute", "cost", "network", "energy")
 

@@ -1,7 +1,7 @@
 """``[func(item) for item in items]`` on every usable core, by forking: the load stage's hot loop.
 
 Most of loading a large fleet is libyaml handing Python one event object at a time (see
-:mod:`fleetc.fastcompose`); files are independent, so on two cores two processes read them in
+:mod:`fleetc.policy.fastcompose`); files are independent, so on two cores two processes read them in
 about 60% of the time (0.79 s -> 0.49 s for the 8 MB of a 1,000-cluster, 20,000-stage fleet).
 
 Forked children compute their share, pickle it into a pipe and exit; the parent computes its

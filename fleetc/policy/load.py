@@ -7,7 +7,7 @@ expansion (a "billion laughs" file stops at :data:`MAX_NODES`). Nothing here kno
 Positions cost more than the data, and only a file with a message needs them: a file that
 :func:`fastcompose.load_all` reads without a problem becomes data at once, and its positions are
 worked out by the node path when something first asks for one (:class:`_Positions`). On a
-large input, files are read by that fast path on every core (:mod:`fleetc.forkmap`).
+large input, files are read by that fast path on every core (:mod:`fleetc.policy.forkmap`).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 
-from . import fastcompose
-from .errors import Diagnostic, UsageError
-from .forkmap import fork_map
+from fleetc.errors import Diagnostic, UsageError
+from fleetc.policy.forkmap import fork_map
+from fleetc.policy import fastcompose
 
 #: A policy file larger than this is refused: policies are small, and the limit keeps a
 #: runaway generated file from exhausting memory in CI.

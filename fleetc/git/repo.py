@@ -15,8 +15,8 @@ from pathlib import Path, PurePosixPath
 from git import Blob, GitCommandError, InvalidGitRepositoryError, NoSuchPathError, Repo, Tree
 from gitdb.exc import BadName, BadObject
 
-from .errors import FleetcError, UsageError
-from .load import POLICY_SUFFIXES
+from fleetc.errors import FleetcError, UsageError
+from fleetc.policy.load import POLICY_SUFFIXES
 
 _SYMLINK_MODE = 0o120000
 
@@ -52,7 +52,7 @@ def relative_to_root(root: Path, path: Path) -> str:
 def read_tree_files(root: Path, ref: str, paths: Sequence[str]) -> list[tuple[str, bytes]]:
     """Policy files (``*.yaml``/``*.yml``, hidden entries skipped) under ``paths`` at ``ref``.
 
-    Follows :func:`fleetc.load.discover`: a folder is searched recursively, a file named directly
+    Follows :func:`fleetc.policy.load.discover`: a folder is searched recursively, a file named directly
     is read whatever its name. A path that does not exist at ``ref`` contributes nothing (the
     caller decides what an empty side means). Symbolic links are skipped: at a revision they are
     just text naming a target.

@@ -1,4 +1,4 @@
-"""What fleetc does with git, above the plumbing of :mod:`fleetc.gitrepo`: read the policies
+"""What fleetc does with git, above the plumbing of :mod:`fleetc.git.repo`: read the policies
 as they were at a revision (for ``diff``), and commit exactly the output folder (``--commit``).
 """
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
-from . import gitrepo
-from .compiler import Compiled
-from .emit import RECORD, write_tree
-from .errors import FleetcError, UsageError
-from .load import display_path
-from .previous import PLACEMENT_FILE, Previous, parse_previous
-from .report import commit_message, compare, snapshot, snapshot_of_output
+from fleetc.compiler import Compiled
+from fleetc.emit import RECORD, write_tree
+from fleetc.errors import FleetcError, UsageError
+from fleetc.git import repo as gitrepo
+from fleetc.git.report import commit_message, compare, snapshot, snapshot_of_output
+from fleetc.placement.previous import PLACEMENT_FILE, Previous, parse_previous
+from fleetc.policy.load import display_path
 
 Sources = list[tuple[str, bytes]]
 

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from . import policy as p
-from .credentials import credential_checks, may_hold_credentials
-from .errors import Diagnostic, did_you_mean
-from .load import Document, FieldPath, gc_paused
-from .quantity import cpu_millis, memory_bytes, parse_percentage
-from .schemas import schema_for
+from fleetc.errors import Diagnostic, did_you_mean
+from fleetc.policy.credentials import credential_checks, may_hold_credentials
+from fleetc.policy import kinds as p
+from fleetc.policy.load import Document, FieldPath, gc_paused
+from fleetc.policy.quantity import cpu_millis, memory_bytes, parse_percentage
+from fleetc.policy.schemas import schema_for
 
 if TYPE_CHECKING:  # jsonschema words the diagnostics of invalid documents: imported for those only
     from jsonschema import Draft202012Validator

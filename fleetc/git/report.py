@@ -2,7 +2,7 @@
 
 Pure: everything here works on two :class:`Snapshot` values (rendered files plus what was placed
 where), built from compiles or from a committed ``placement.yaml``; git and the file system stay
-in :mod:`fleetc.gitrepo` and :mod:`fleetc.gitflow`. The Markdown is meant for a pull-request comment,
+in :mod:`fleetc.git.repo` and :mod:`fleetc.git.flow`. The Markdown is meant for a pull-request comment,
 so it is cut at whole objects to fit GitHub's comment limit, and says what it left out.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 
 from ruamel.yaml.error import YAMLError
 
-from .errors import Diagnostic
-from .load import yaml_documents
-from .model import FleetModel, Placement
+from fleetc.errors import Diagnostic
+from fleetc.model import FleetModel, Placement
+from fleetc.policy.load import yaml_documents
 
 #: GitHub refuses issue and pull-request comments longer than this many characters.
 GITHUB_COMMENT_LIMIT = 65_536

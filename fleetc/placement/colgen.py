@@ -1,7 +1,7 @@
-"""The large-instance path of :func:`fleetc.optimize.place` (method ``colgen-lp-round``).
+"""The large-instance path of :func:`fleetc.placement.optimize.place` (method ``colgen-lp-round``).
 
 Column generation solves the LP over every allowed pair while the HiGHS master holds only a few
-per stage (:mod:`fleetc.highs`, warm-started between rounds); the stages the LP places in whole
+per stage (:mod:`fleetc.placement.highs`, warm-started between rounds); the stages the LP places in whole
 units keep that, a MILP under a deadline rounds the rest (growing once into the fixed stages
 around it when it cannot), and a greedy repair with one-level eviction places what is still
 out. ``docs/optimizer.md`` describes the algorithm, its budgets and its measured gaps.
@@ -18,9 +18,9 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
-from fleetc import highs
 from fleetc.model import FleetModel, Stage
-from fleetc.program import (
+from fleetc.placement import highs
+from fleetc.placement.program import (
     OutOfTime,
     Part,
     Solved,
@@ -31,8 +31,8 @@ from fleetc.program import (
     solve_program,
     stage_values,
 )
-from fleetc.scoring import Scores
-from fleetc.verify import (
+from fleetc.placement.scoring import Scores
+from fleetc.placement.verify import (
     ha_clusters,
     min_replicas_per_cluster,
     slots_per_gpu,

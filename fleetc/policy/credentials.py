@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from .errors import Diagnostic
-from .load import Document, FieldPath
+from fleetc.errors import Diagnostic
+from fleetc.policy.load import Document, FieldPath
 
 #: What a credential looks like, checked in every string value of every document.
 CREDENTIAL_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (

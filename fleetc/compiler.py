@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleetc.errors import Diagnostic, PolicyError
+from fleetc.errors import Diagnostic, PlacementError, PolicyError
 from fleetc.model import Assignment, FleetModel, Placement, StagePlacement
 from fleetc.placement import PLACEMENT_VERSION
 from fleetc.placement.previous import Previous
@@ -99,13 +99,19 @@ def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
     """The placement of ``model``, tagged with its ``inputs`` digest: the previous one when it
     was compiled from the same inputs and still holds (see :func:`_given_back`), else the
     optimizer's."""
+    from fleetc.placement.hints import refused_stages, taint_hints
     from fleetc.placement.optimize import place  # imports numpy, scipy, HiGHS: only when compiling
 
     given_back = _given_back(model, inputs, options)
     if given_back is not None:
         return given_back
-    placement = place(model, time_limit=options.time_limit, previous=options.previous.clusters,
-                      on_gap=options.reporter.gap, allow_unplaced=options.allow_unplaced)
+    try:
+        placement = place(model, time_limit=options.time_limit, previous=options.previous.clusters,
+                          on_gap=options.reporter.gap, allow_unplaced=options.allow_unplaced)
+    except PlacementError as err:
+        hints = [err.hint] if err.hint else []
+        err.hint = "\n  hint: ".join(hints + taint_hints(model, refused_stages(model, err.reasons)))
+        raise
     return dataclasses.replace(placement, inputs=inputs)
 
 

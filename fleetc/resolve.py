@@ -32,6 +32,8 @@ DEFAULT_IMAGES = {
     m.StageType.DEPLOYMENT: "nvcr.io/nvidia/tritonserver:24.05-py3",
 }
 DEFAULT_NAMESPACE = "default"
+#: The key of the taint fleetc gives GPU clusters (``gpu-type=<type>:NoSchedule``).
+GPU_TAINT_KEY = "gpu-type"
 
 
 def resolve(policies: PolicySet, where: str, drained: Sequence[str] = ()) -> m.FleetModel:
@@ -53,8 +55,9 @@ def resolve(policies: PolicySet, where: str, drained: Sequence[str] = ()) -> m.F
                               (spec.placement.clusterTolerations or [] if spec.placement else []))
     clusters = tuple(sorted((_cluster(fleet, i, drained) for i in range(len(spec.clusters))),
                             key=lambda c: c.name))
+    gpu_taints = _derived_gpu_taints(fleet)
     stages = _with_jurisdictions(policies, clusters, tuple(
-        stage
+        _with_gpu_tolerations(stage, gpu_taints)
         for pipeline in sorted(policies.pipelines, key=lambda pl: pl.name)
         for stage in _stages(pipeline, fleet_tolerations)
     ))
@@ -135,6 +138,36 @@ def _two_jurisdictions(policies: PolicySet, stage: m.Stage, where: dict[str, str
              "in one jurisdiction, or turn security.dataSovereignty off")
 
 
+def gpu_taint(gpu_type: str) -> m.Taint:
+    """The taint fleetc gives a GPU cluster that states no ``taints`` of its own."""
+    return m.Taint(GPU_TAINT_KEY, gpu_type, "NoSchedule")
+
+
+def _derived_gpu_taints(fleet: Parsed[p.Fleet]) -> tuple[m.Taint, ...]:
+    """The GPU taints fleetc derived (not those a cluster's ``taints`` states), one per type."""
+    types = {_gpu_type(c.attributes or {}) for c in fleet.obj.spec.clusters if c.taints is None}
+    return tuple(gpu_taint(t) for t in sorted(t for t in types if t))
+
+
+def _with_gpu_tolerations(stage: m.Stage, gpu_taints: tuple[m.Taint, ...]) -> m.Stage:
+    """What Kubernetes' ExtendedResourceToleration admission plugin does for device resources:
+    a stage that asks for GPUs of type T tolerates the taint fleetc derives for T, and a stage
+    that asks for any GPU every derived GPU taint. CPU-only stages get nothing: the taint keeps
+    them off GPU clusters unless they tolerate it themselves. Tolerations a stage already has
+    that cover the taint are left as they are (no duplicates in the rendered pods)."""
+    if stage.gpus <= 0:
+        return stage
+    wanted = [t for t in gpu_taints if stage.gpu_type in (None, t.value)]
+    added = tuple(m.Toleration(t.key, "Equal", t.value, t.effect) for t in wanted
+                  if m.untolerated((t,), stage.tolerations))
+    return replace(stage, tolerations=stage.tolerations + added) if added else stage
+
+
+def _gpu_type(attributes: dict[str, object]) -> str | None:
+    gpus = int(str(attributes.get("gpu-count", 0)))
+    return str(attributes["gpu-type"]).lower() if gpus and "gpu-type" in attributes else None
+
+
 def _gitops(spec: p.GitOps | None) -> m.GitOps:
     default = m.GitOps()
     if spec is None:
@@ -151,13 +184,13 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str]) -> m.Cl
     c = fleet.obj.spec.clusters[index]
     attributes = c.attributes or {}
     gpus = int(str(attributes.get("gpu-count", 0)))
-    gpu_type = str(attributes["gpu-type"]).lower() if gpus and "gpu-type" in attributes else None
+    gpu_type = _gpu_type(attributes)
     low_power = _flag(attributes, "low-power")
     capacity = c.capacity or p.ClusterCapacity()
     pricing = c.pricing or p.ClusterPricing()
     default_cores = CORES_PER_GPU * gpus if gpus else (16 if low_power else 64)
     default_memory = MEMORY_PER_GPU * gpus if gpus else (64 if low_power else 256) * GIB
-    default_taints = (m.Taint("gpu-type", gpu_type, "NoSchedule"),) if gpu_type else ()
+    default_taints = (gpu_taint(gpu_type),) if gpu_type else ()
     return m.Cluster(
         name=c.name,
         provider=c.provider,

@@ -153,8 +153,10 @@ class FleetCluster(_Spec):
         "(default 0). Feeds the utilisation part of the compute score.")
     taints: list[Taint] | None = describe(
         "Cluster taints (Karmada style). Default: a cluster with attribute gpu-type carries "
-        "gpu-type=<type>:NoSchedule, so only work that tolerates it (for example through the "
-        "Fleet's clusterTolerations) lands there.")
+        "gpu-type=<type>:NoSchedule. A stage that asks for GPUs of that type (or of any type) "
+        "tolerates it by itself, as Kubernetes' ExtendedResourceToleration does; other work "
+        "lands there only when it tolerates the taint (its tolerations, or the Fleet's "
+        "clusterTolerations).")
     cordoned: bool | None = describe(
         "Take the cluster out of placement, as if it were lost (default false): its work is "
         "placed elsewhere, or the compile names the shortage. `fleetc compile --drain NAME` "

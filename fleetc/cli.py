@@ -18,11 +18,19 @@ from typing import Any, NoReturn
 import click
 
 from fleetc import __version__
-from fleetc.errors import Diagnostic, ExitCode, FleetcError, PlacementError, PolicyError, UsageError
+from fleetc.errors import (
+    BUG_REPORT,
+    Diagnostic,
+    ExitCode,
+    FleetcError,
+    InternalError,
+    PlacementError,
+    PolicyError,
+    UsageError,
+)
 
 DEFAULT_POLICIES = "policies"
 DEFAULT_OUT = "out"
-INTERNAL_ERROR_EXIT = 3
 
 paths_argument = click.argument("paths", nargs=-1, type=click.Path())
 format_option = click.option("--format", "output_format", type=click.Choice(["text", "json"]),
@@ -294,6 +302,8 @@ def _report(err: FleetcError, output_format: str, side: str = "") -> None:
             click.echo(f"  {reason}", err=True)
         if err.hint:
             click.echo(f"  hint: {err.hint}", err=True)
+    elif isinstance(err, InternalError):
+        click.echo(f"fleetc: internal error: {err}\n{BUG_REPORT}", err=True)
     else:
         click.echo(f"error: {err}", err=True)
 
@@ -318,10 +328,8 @@ def _github_annotations(err: FleetcError) -> None:
 def _internal_error(err: Exception) -> NoReturn:
     if os.environ.get("FLEETC_DEBUG"):
         traceback.print_exc()
-    click.echo(f"fleetc: internal error: {type(err).__name__}: {err}\n"
-               "This is a bug in fleetc; please report it with the policies that caused it "
-               "(FLEETC_DEBUG=1 shows the traceback).", err=True)
-    sys.exit(INTERNAL_ERROR_EXIT)
+    click.echo(f"fleetc: internal error: {type(err).__name__}: {err}\n{BUG_REPORT}", err=True)
+    sys.exit(ExitCode.INTERNAL)
 
 
 def _emit_json(payload: dict[str, Any]) -> None:

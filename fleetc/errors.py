@@ -21,6 +21,15 @@ class ExitCode(IntEnum):
     FAILED = 1
     #: The command line itself was wrong: unknown option, missing path, bad git ref.
     USAGE = 2
+    #: A bug in fleetc: it broke one of its own guarantees (the verifier rejected the solver's
+    #: placement, the solver failed) or raised an exception nobody expected.
+    INTERNAL = 3
+
+
+#: What every internal error says after what went wrong: that it is a bug, and how to report it.
+BUG_REPORT = ("This is a bug in fleetc; please report it to the fleetc "
+              "maintainers with the policies that caused it, the command line and `fleetc --version` "
+              "(FLEETC_DEBUG=1 shows the traceback).")
 
 
 @dataclass(frozen=True, order=True)
@@ -107,6 +116,8 @@ class UsageError(FleetcError):
 
 class InternalError(FleetcError):
     """fleetc broke one of its own guarantees; a bug to report, never silently output."""
+
+    exit_code = ExitCode.INTERNAL
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -101,6 +101,7 @@ class Cluster:
     utilization: float  # 0..1, the share of the cluster already in use by work fleetc does not place
     source: Source
     cordoned: bool = False  # out of placement (a Fleet flag or --drain)
+    gpus_per_node: int = 8  # GPUs one node carries (attribute gpus-per-node; see fleetc.nodefit)
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ class Stage:
     outputs: tuple[Output, ...]
     cpu_millis: int  # per replica
     memory_bytes: int  # per replica
-    gpus: int  # per replica
+    gpus: int  # per replica, as reserved: rounded up so pods pack onto nodes (fleetc.nodefit)
     gpu_type: str | None  # None: any GPU type (or none needed when gpus == 0)
     replicas: int  # Deployment: serving replicas; other types: pods in the gang
     min_replicas_per_cluster: int  # Deployment only: a cluster that serves runs at least this many
@@ -141,6 +142,10 @@ class Stage:
     shared_gpu: bool = False  # accepts time-sliced GPU slots (never for Training/Finetuning)
     #: Data sovereignty: the jurisdiction whose clusters alone may run the stage (None: any).
     jurisdiction: str | None = None
+    #: Node fit (:mod:`fleetc.nodefit`): the pods one replica is split into, and the GPUs per
+    #: replica the policy asked for when ``gpus`` reserves more (None: ``gpus`` as asked).
+    pods_per_replica: int = 1
+    gpu_request: int | None = None
 
     @property
     def key(self) -> str:
@@ -158,6 +163,16 @@ class Stage:
     @property
     def total_gpus(self) -> int:
         return self.gpus * self.replicas
+
+    @property
+    def pod_gpus(self) -> int:
+        """The GPUs each of the stage's pods requests."""
+        return (self.gpus if self.gpu_request is None else self.gpu_request) // self.pods_per_replica
+
+    @property
+    def pods(self) -> int:
+        """Pods of the whole stage (a gang's size; a Deployment's replicas)."""
+        return self.replicas * self.pods_per_replica
 
 
 @dataclass(frozen=True)

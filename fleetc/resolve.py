@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from fleetc import model as m
+from fleetc import nodefit
 from fleetc.errors import Diagnostic, PolicyError, UsageError
 from fleetc.policy import kinds as p
 from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage
@@ -57,7 +58,7 @@ def resolve(policies: PolicySet, where: str, drained: Sequence[str] = ()) -> m.F
                             key=lambda c: c.name))
     gpu_taints = _derived_gpu_taints(fleet)
     stages = _with_jurisdictions(policies, clusters, tuple(
-        _with_gpu_tolerations(stage, gpu_taints)
+        _fitted(_with_gpu_tolerations(stage, gpu_taints), clusters)
         for pipeline in sorted(policies.pipelines, key=lambda pl: pl.name)
         for stage in _stages(pipeline, fleet_tolerations)
     ))
@@ -75,6 +76,21 @@ def resolve(policies: PolicySet, where: str, drained: Sequence[str] = ()) -> m.F
         move_cost=_or(spec.placement.moveCost if spec.placement else None, 0.05),
         gitops=_gitops(spec.gitops),
     )
+
+
+def _fitted(stage: m.Stage, clusters: Sequence[m.Cluster]) -> m.Stage:
+    """Node fit (:mod:`fleetc.nodefit`): a gang replica larger than a node is split into pods,
+    and ``gpus`` becomes what the replica reserves, so any placement packs onto nodes."""
+    nodes = [c.gpus_per_node for c in clusters
+             if c.gpus > 0 and c.gpu_type and stage.gpu_type in (None, c.gpu_type)]
+    if stage.is_gang:
+        pods, reserved = nodefit.reserved_per_replica(stage.gpus, nodes)
+    else:  # a serving replica is one pod; validation refused one larger than a node
+        pods, reserved = 1, max((nodefit.rounded(stage.gpus, n) for n in nodes if n >= stage.gpus),
+                                default=stage.gpus)
+    if reserved == stage.gpus and pods == 1:
+        return stage
+    return replace(stage, gpus=reserved, pods_per_replica=pods, gpu_request=stage.gpus)
 
 
 def region_jurisdiction(region: str, clusters: Sequence[m.Cluster]) -> str:
@@ -185,6 +201,7 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str]) -> m.Cl
     attributes = c.attributes or {}
     gpus = int(str(attributes.get("gpu-count", 0)))
     gpu_type = _gpu_type(attributes)
+    per_node = attributes.get("gpus-per-node")
     low_power = _flag(attributes, "low-power")
     capacity = c.capacity or p.ClusterCapacity()
     pricing = c.pricing or p.ClusterPricing()
@@ -214,6 +231,8 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str]) -> m.Cl
         utilization=_or(c.utilization, 0.0),
         source=m.Source(fleet.doc.path, f"spec.clusters[{index}]"),
         cordoned=bool(c.cordoned) or c.name in drained,
+        gpus_per_node=(int(str(per_node)) if per_node is not None
+                       else nodefit.default_gpus_per_node(gpus)),
     )
 
 

@@ -137,7 +137,9 @@ class FleetCluster(_Spec):
     region: str = Field(description="Region or site of the cluster, e.g. cn-north-1.")
     attributes: dict[str, AttributeValue] | None = describe(
         "Free-form attributes (Kurator's). fleetc reads: gpu-type (GPU model, e.g. a100), "
-        "gpu-count (number of GPUs), network-tier (high-performance | standard | low), "
+        "gpu-count (number of GPUs), gpus-per-node (GPUs one node carries; default 8, or the "
+        "largest divisor of gpu-count below 8; a gang replica asking for more is split into "
+        "pods that fit a node), network-tier (high-performance | standard | low), "
         "low-latency (\"true\" for clusters close to users), edge-node, low-power (\"true\" for "
         "energy-efficient sites). Other keys are kept and ignored.")
     jurisdiction: str | None = describe(

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from pydantic import ValidationError
 
 from fleetc.errors import Diagnostic, did_you_mean
-from fleetc.policy.credentials import credential_checks, may_hold_credentials
+from fleetc.nodefit import default_gpus_per_node
 from fleetc.policy import kinds as p
+from fleetc.policy.credentials import credential_checks, may_hold_credentials
 from fleetc.policy.load import Document, FieldPath, gc_paused
 from fleetc.policy.quantity import cpu_millis, memory_bytes, parse_percentage
 from fleetc.policy.schemas import schema_for
@@ -272,6 +273,7 @@ def semantic_checks(policies: PolicySet) -> list[Diagnostic]:
         *(_platform_checks(pf, policies) for pf in policies.platforms),
         *(_gpu_policy_checks(g) for g in policies.gpu_policies),
         *(_data_policy_checks(d) for d in policies.data_policies),
+        _serving_fit_checks(policies),
     ]
     return [d for check in checks for d in check]
 
@@ -347,6 +349,7 @@ def _attribute_checks(doc: Document, base: FieldPath, attributes: dict[str, Any]
     elif "gpu-type" in attributes:
         yield doc.diagnostic(base + ("gpu-type",), "gpu-type without gpu-count",
                              hint="add attribute gpu-count (the number of GPUs)")
+    yield from _gpus_per_node_check(doc, base, attributes)
     for name in BOOLEAN_ATTRIBUTES:
         value = attributes.get(name)
         if value is not None and str(value).lower() not in ("true", "false"):
@@ -357,6 +360,67 @@ def _attribute_checks(doc: Document, base: FieldPath, attributes: dict[str, Any]
         yield doc.diagnostic(base + ("network-tier",),
                              f"expected one of {', '.join(NETWORK_TIERS)}, got {_describe(tier)}",
                              hint=did_you_mean(str(tier), NETWORK_TIERS))
+
+
+def _whole(value: Any) -> int | None:
+    """An attribute's value as a non-negative integer, or None when it is not one."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not (text.isascii() and text.isdigit()) or len(text) > 7:
+        return None
+    return int(text)
+
+
+def _gpus_per_node_check(doc: Document, base: FieldPath, attributes: dict[str, Any]) -> Iterator[
+        Diagnostic]:
+    """``gpus-per-node``: a positive integer that divides ``gpu-count`` (whole nodes)."""
+    value = attributes.get("gpus-per-node")
+    if value is None:
+        return
+    per_node, count = _whole(value), _whole(attributes.get("gpu-count", 0))
+    if not per_node:
+        yield doc.diagnostic(base + ("gpus-per-node",),
+                             f"expected a positive integer, got {_describe(value)}")
+    elif count is not None and count % per_node:
+        yield doc.diagnostic(base + ("gpus-per-node",),
+                             f"gpu-count {count} is not a whole number of nodes of {per_node} GPUs",
+                             hint="state the GPUs one node carries; gpu-count must be a multiple of it")
+
+
+def node_sizes(fleet: p.Fleet) -> list[tuple[str, str, int]]:
+    """(cluster, gpu type, GPUs per node) of every GPU cluster whose attributes parse."""
+    found = []
+    for cluster in fleet.spec.clusters:
+        attributes = cluster.attributes or {}
+        count = _whole(attributes.get("gpu-count", 0))
+        if not count or "gpu-type" not in attributes:
+            continue
+        per_node = _whole(attributes.get("gpus-per-node", default_gpus_per_node(count)))
+        if per_node:
+            found.append((cluster.name, str(attributes["gpu-type"]).lower(), per_node))
+    return found
+
+
+def _serving_fit_checks(policies: PolicySet) -> Iterator[Diagnostic]:
+    """A serving replica is one pod: it may not ask for more GPUs than a node of every cluster
+    it may run on carries (a gang replica is split instead; see :mod:`fleetc.nodefit`)."""
+    if not policies.fleets:
+        return
+    sizes = node_sizes(policies.fleets[0].obj)
+    for pipeline in policies.pipelines:
+        for i, stage in enumerate(pipeline.obj.spec.stages):
+            res = stage.resources
+            if stage.type != "Deployment" or res is None or not res.gpu:
+                continue
+            wanted = res.gpuType.lower() if res.gpuType else None
+            small = [(n, c) for c, t, n in sizes if wanted in (None, t) and n < res.gpu]
+            if small:
+                node, cluster = min(small)
+                yield pipeline.doc.diagnostic(
+                    ("spec", "stages", i, "resources", "gpu"),
+                    f"a serving replica is one pod and cannot be split over nodes: {res.gpu} GPUs "
+                    f"per replica, but a node of cluster {cluster} carries {node}",
+                    hint=f"ask for at most {node} GPUs per replica"
+                         + ("" if wanted else ", or set gpuType to a type with larger nodes"))
 
 
 def _quantity_check(doc: Document, path: FieldPath, value: Any, convert: Any,

@@ -42,6 +42,9 @@ def _stage_report(stage: Stage, placement: StagePlacement) -> Obj:
         "clusters": [{"name": a.cluster, "replicas": a.replicas, "gpus": a.gpus} for a in placement.assignments],
         "score": round(placement.score, 6),
     }
+    if stage.gpu_request is not None:  # node fit split or rounded it (fleetc.nodefit)
+        report["nodeFit"] = {"gpusAskedPerReplica": stage.gpu_request, "podsPerReplica": stage.pods_per_replica,
+                             "gpusPerPod": stage.pod_gpus}
     if not placement.assignments:
         report["unplaced"] = True
         if placement.reason:

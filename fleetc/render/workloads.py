@@ -134,9 +134,13 @@ def env_vars(ctx: Context, stage: Stage, cached_paths: dict[str, str]) -> list[O
 
 
 def _resources(stage: Stage) -> Obj:
-    amounts = {"cpu": cpu_quantity(stage.cpu_millis), "memory": memory_quantity(stage.memory_bytes)}
-    if stage.gpus > 0:
-        amounts[GPU_RESOURCE] = str(stage.gpus)
+    """One pod's share of a replica (a replica split over nodes shares CPU and memory evenly):
+    the GPUs it asks for, not the rounded reservation (:mod:`fleetc.nodefit`)."""
+    split = stage.pods_per_replica
+    amounts = {"cpu": cpu_quantity(-(-stage.cpu_millis // split)),
+               "memory": memory_quantity(-(-stage.memory_bytes // split))}
+    if stage.pod_gpus > 0:
+        amounts[GPU_RESOURCE] = str(stage.pod_gpus)
     return {"requests": amounts, "limits": dict(amounts)}
 
 
@@ -177,7 +181,8 @@ def _pod_spec(ctx: Context, cluster: Cluster, stage: Stage, container: Obj, cach
 
 # --------------------------------------------------------------------------- stage objects
 def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
-    """A gang stage as a Volcano Job: all ``stage.replicas`` pods start together or not at all."""
+    """A gang stage as a Volcano Job: all its pods (``stage.replicas``, each split into
+    ``pods_per_replica`` that fit a node) start together or not at all."""
     level = training_priority(ctx, stage)
     priority = {"priorityClassName": priority_class_name(level)} if level else {}
     cache = cache_mounts(ctx, stage)
@@ -192,10 +197,10 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
             "schedulerName": "volcano",
             "queue": f"fleetc-{stage.workload_class}",
             **priority,
-            "minAvailable": stage.replicas,
+            "minAvailable": stage.pods,
             "maxRetry": MAX_RETRY,
             "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
-            "tasks": [{"name": "worker", "replicas": stage.replicas, "template": template}],
+            "tasks": [{"name": "worker", "replicas": stage.pods, "template": template}],
         },
     }
 

@@ -81,8 +81,13 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, time_limit: float |
     compiled = _run(lambda: _compile(paths, out_dir, time_limit=time_limit, drain=tuple(drain),
                                      allow_unplaced=allow_unplaced), output_format)
     for stage in compiled.placement.stages:
-        if not stage.assignments:
-            click.echo(f"warning: {stage.stage} is not placed: {stage.reason}", err=True)
+        if not stage.assignments:  # the reason names the stage unless it is a bare cause
+            named = f"{stage.stage}:" in stage.reason
+            click.echo(f"warning: not placed: {stage.reason}" if named
+                       else f"warning: {stage.stage} is not placed: {stage.reason}", err=True)
+    if allow_unplaced:
+        for hint in _taint_hints(compiled):
+            click.echo(f"  hint: {hint}", err=True)
     # --check and --commit change only where the rendered files go, never how they are made.
     sink = _check if check else _commit if commit else _write
     sink(compiled, Path(out_dir), output_format)
@@ -107,12 +112,19 @@ def _compile(paths: Sequence[str], out_dir: str, **options: Any) -> Any:
             terminal.close()  # before any message, so none shares the status line
 
 
+def _taint_hints(compiled: Any) -> list[str]:
+    from fleetc.placement.hints import taint_hints
+
+    return taint_hints(compiled.model, [p.stage for p in compiled.placement.stages if not p.assignments])
+
+
 def _summary(compiled: Any, out: Path) -> dict[str, Any]:
     placement = compiled.placement
     return {
         "out": out.as_posix(),
         "files": len(compiled.files),
         "stages": sum(1 for p in placement.stages if p.assignments),
+        "unplaced": sum(1 for p in placement.stages if not p.assignments),
         "objective": round(placement.objective, 6),
         "bound": round(placement.bound, 6),
         "gap": round(placement.gap, 6),
@@ -150,9 +162,12 @@ def _write(compiled: Any, out: Path, output_format: str) -> None:
         _emit_json(_summary(compiled, out))
     else:
         placed = _summary(compiled, out)["stages"]
+        left_out = len(compiled.placement.stages) - placed
         limit = compiled.placement.time_limit
         ran_out = "" if limit is None else f", the time limit of {limit:g}s ran out"
-        click.echo(f"placed {_plural(placed, 'stage')} (gap to the LP bound "
+        stages = (f"{placed} of {len(compiled.placement.stages)} stages, {left_out} left out "
+                  "(--allow-unplaced)" if left_out else _plural(placed, "stage"))
+        click.echo(f"placed {stages} (gap to the LP bound "
                    f"{compiled.placement.gap:.2%}{ran_out}); wrote {_plural(len(compiled.files), 'file')}"
                    f" to {out}/")
 
@@ -254,9 +269,10 @@ _VERB = {"added": "add", "changed": "change", "removed": "remove"}
 
 
 def _print_warnings(warnings: Sequence[Diagnostic], output_format: str) -> None:
-    """``warning: <file>: <field>: <message>`` on stderr (JSON output carries them instead)."""
+    """``warning: <file>:<line>:<column>: <field>: <message>`` on stderr (JSON output carries them instead)."""
     for w in warnings if output_format == "text" else []:
-        click.echo(f"warning: {w.path}: {w.field}: {w.message}", err=True)
+        where = w.path if w.line == 0 else f"{w.path}:{w.line}:{w.column}"
+        click.echo(f"warning: {where}: {w.field}: {w.message}", err=True)
 
 
 def _plural(n: int, word: str) -> str:

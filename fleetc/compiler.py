@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,10 +19,10 @@ from fleetc.errors import Diagnostic, PlacementError, PolicyError
 from fleetc.model import Assignment, FleetModel, Placement, StagePlacement
 from fleetc.placement import PLACEMENT_VERSION
 from fleetc.placement.previous import Previous
-from fleetc.policy.load import LoadResult, discover, load_files, load_sources
+from fleetc.policy.load import Document, FieldPath, LoadResult, discover, load_files, load_sources
 from fleetc.policy.validate import PolicySet, validate
 from fleetc.progress import NULL_REPORTER, Reporter, phase
-from fleetc.resolve import resolve
+from fleetc.resolve import degraded_serving, resolve
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,36 @@ def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
     report.gap(placement.gap)
     with phase(report, "render"):
         rendered = render(model, placement)
-    return Compiled(model, placement, rendered.files, rendered.warnings)
+    warnings = positioned([*degraded_serving(model), *rendered.warnings], loaded.policies)
+    return Compiled(model, placement, rendered.files, warnings)
+
+
+def positioned(warnings: Sequence[Diagnostic], policies: PolicySet) -> tuple[Diagnostic, ...]:
+    """``warnings`` (found on the model, which has no lines) located in their policy documents:
+    each gets the line and column of its field, sorted and said once."""
+    documents: dict[str, list[Document]] = {}
+    for kind in dataclasses.fields(policies):
+        for parsed in getattr(policies, kind.name):
+            documents.setdefault(parsed.doc.path, []).append(parsed.doc)
+    found = set()
+    for warning in warnings:
+        path = _field_path(warning.field)
+        candidates = documents.get(warning.path, [])
+        doc = next((d for d in candidates if path in d.values or path in d.keys), None) or next(
+            iter(candidates), None)
+        if doc is not None and warning.line == 0:
+            line, column = doc.locate(path, key=path in doc.keys or path not in doc.values)
+            warning = dataclasses.replace(warning, line=line, column=column)
+        found.add(warning)
+    return tuple(sorted(found))
+
+
+def _field_path(text: str) -> FieldPath:
+    """``spec.stages[1].inputs[0]`` -> ``('spec', 'stages', 1, 'inputs', 0)``."""
+    return tuple(int(index) if index else name for name, index in _FIELD_PART.findall(text))
+
+
+_FIELD_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 
 def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:

@@ -102,6 +102,7 @@ class Cluster:
     source: Source
     cordoned: bool = False  # out of placement (a Fleet flag or --drain)
     gpus_per_node: int = 8  # GPUs one node carries (attribute gpus-per-node; see fleetc.nodefit)
+    drained: bool = False  # cordoned for this compile only, by --drain
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from fleetc import model as m
 from fleetc import nodefit
-from fleetc.errors import Diagnostic, PolicyError, UsageError
+from fleetc.errors import Diagnostic, PolicyError, UsageError, did_you_mean
 from fleetc.policy import kinds as p
 from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage
 from fleetc.policy.validate import Parsed, PolicySet, governed, stage_edges
@@ -50,8 +50,10 @@ def resolve(policies: PolicySet, where: str, drained: Sequence[str] = ()) -> m.F
     spec = fleet.obj.spec
     unknown = sorted(set(drained) - {c.name for c in spec.clusters})
     if unknown:
+        names = [c.name for c in spec.clusters]
+        hint = did_you_mean(unknown[0], names) or f"its clusters: {', '.join(names)}"
         raise UsageError(f"--drain {unknown[0]}: no cluster of that name in Fleet "
-                         f"'{fleet.name}' ({fleet.doc.path})")
+                         f"'{fleet.name}' ({fleet.doc.path}); {hint}")
     fleet_tolerations = tuple(_toleration(t) for t in
                               (spec.placement.clusterTolerations or [] if spec.placement else []))
     clusters = tuple(sorted((_cluster(fleet, i, drained) for i in range(len(spec.clusters))),
@@ -184,6 +186,32 @@ def _gpu_type(attributes: dict[str, object]) -> str | None:
     return str(attributes["gpu-type"]).lower() if gpus and "gpu-type" in attributes else None
 
 
+def degraded_serving(model: m.FleetModel) -> list[Diagnostic]:
+    """A warning for every cluster of a platform's ``multiCluster`` set that is cordoned or
+    drained: it drops out of the active-active set, and the platform's serving runs degraded on
+    the clusters left (see :func:`fleetc.placement.verify.ha_clusters`)."""
+    clusters = {c.name: c for c in model.clusters}
+    found = []
+    for platform in model.platforms:
+        if not platform.primary_cluster:
+            continue
+        members = (platform.primary_cluster, *platform.secondary_clusters)
+        survivors = [n for n in members if n in clusters and not clusters[n].cordoned]
+        rest = (f"it serves active-active on {', '.join(survivors)}" if survivors
+                else "no cluster of its active-active set is left; its serving stages run where they fit")
+        for index, name in enumerate(members):
+            cluster = clusters.get(name)
+            if cluster is None or not cluster.cordoned:
+                continue
+            field = ("spec.multiCluster.primaryCluster" if index == 0
+                     else f"spec.multiCluster.secondaryClusters[{index - 1}]")
+            state = "drained" if cluster.drained else "cordoned"
+            found.append(Diagnostic(platform.source.path, 0, 0, field,
+                                    f"serving of {platform.name} runs degraded: {name} is {state}; {rest}",
+                                    severity="warning"))
+    return found
+
+
 def _gitops(spec: p.GitOps | None) -> m.GitOps:
     default = m.GitOps()
     if spec is None:
@@ -233,6 +261,7 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str]) -> m.Cl
         cordoned=bool(c.cordoned) or c.name in drained,
         gpus_per_node=(int(str(per_node)) if per_node is not None
                        else nodefit.default_gpus_per_node(gpus)),
+        drained=c.name in drained,
     )
 
 

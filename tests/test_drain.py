@@ -2,8 +2,9 @@
 
 Each cluster of the bundled example is drained in turn. Either every stage is placed again within
 the hard constraints (the independent verifier agrees, and the drained cluster gets no folder
-under out/), or the compile fails naming the exact shortage. The bundled platform pins serving
-to two clusters (``multiCluster``), so the same is done without it, where work can move.
+under out/), or the compile fails naming the exact shortage. The bundled platform serves
+active-active on two clusters (``multiCluster``): a drained one drops out of that set with a
+warning and serving goes on on the other; the same is done without the platform.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from click.testing import CliRunner, Result
 
 from fleetc.cli import cli
 from fleetc.compiler import Options, compile_policies, load_policies
+from fleetc.placement.previous import parse_previous
 from fleetc.placement.verify import verify
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,14 +28,6 @@ HEADER = "error: no placement satisfies every hard constraint:\n"
 NO_A100 = "1 is cordoned, 1 has no GPUs, 1 has no a100\n"
 
 
-def pinned(stage: str, lost: str) -> str:
-    """The multiCluster rule's complaint when ``lost``, one of its two clusters, is drained."""
-    return (f"  {stage}: multiCluster runs it on inference-cluster-aliyun, gpu-cluster-huawei, but "
-            f"{lost} is filtered out (cordoned)\n")
-
-
-SERVING = "customer-service-assistant/assistant-serving"
-DEPLOYMENT = "llm-chinese-training/model-deployment"
 FINETUNING = f"  0/3 clusters fit customer-service-assistant/lora-finetuning: {NO_A100}"
 TRAINING = f"  0/3 clusters fit llm-chinese-training/model-training: {NO_A100}"
 
@@ -41,10 +35,10 @@ TRAINING = f"  0/3 clusters fit llm-chinese-training/model-training: {NO_A100}"
 EXPECTED: dict[str, dict[str, str | None]] = {
     "bundled": {
         "edge-cluster-factory": None,
-        "gpu-cluster-huawei": (HEADER + pinned(SERVING, "gpu-cluster-huawei") + FINETUNING
-                               + pinned(DEPLOYMENT, "gpu-cluster-huawei") + TRAINING),
-        "inference-cluster-aliyun": (HEADER + pinned(SERVING, "inference-cluster-aliyun")
-                                     + pinned(DEPLOYMENT, "inference-cluster-aliyun")),
+        # A drained multiCluster member drops out of the active-active set: only the work that
+        # needs its a100s is short, serving goes on on the surviving cluster.
+        "gpu-cluster-huawei": HEADER + FINETUNING + TRAINING,
+        "inference-cluster-aliyun": None,
     },
     "without-platform": {
         "edge-cluster-factory": None,
@@ -120,8 +114,13 @@ def test_draining_an_unknown_cluster_is_a_usage_error(project: Path) -> None:
     result = compile_here("--drain", "gpu-cluster-huawai")
     assert result.exit_code == 2
     assert result.stderr == ("error: --drain gpu-cluster-huawai: no cluster of that name in Fleet "
-                             "'aigc-platform' (policies/fleet.yaml)\n")
+                             "'aigc-platform' (policies/fleet.yaml); did you mean 'gpu-cluster-huawei'?\n")
     assert not (project / "out").exists()
+    far = compile_here("--drain", "eu-t5")
+    assert far.exit_code == 2
+    assert far.stderr == ("error: --drain eu-t5: no cluster of that name in Fleet 'aigc-platform' "
+                          "(policies/fleet.yaml); its clusters: gpu-cluster-huawei, "
+                          "inference-cluster-aliyun, edge-cluster-factory\n")
 
 
 def test_a_drain_leaves_the_previous_out_alone_when_it_fails(project: Path) -> None:
@@ -130,3 +129,40 @@ def test_a_drain_leaves_the_previous_out_alone_when_it_fails(project: Path) -> N
     result = compile_here("--drain", "gpu-cluster-huawei")
     assert result.exit_code == 1
     assert {p: p.read_bytes() for p in sorted((project / "out").rglob("*")) if p.is_file()} == before
+
+
+DEGRADED = ("warning: policies/aigc-platform.yaml:20:9: spec.multiCluster.secondaryClusters[0]: serving of "
+            "aigc-platform-cn runs degraded: gpu-cluster-huawei is {state}; it serves active-active on "
+            "inference-cluster-aliyun\n")
+
+
+def test_a_drained_multicluster_member_drops_out_and_serving_goes_on(project: Path) -> None:
+    result = compile_here("--drain", "inference-cluster-aliyun")
+    assert result.exit_code == 0, result.output
+    assert ("warning: policies/aigc-platform.yaml:18:5: spec.multiCluster.primaryCluster: serving of "
+            "aigc-platform-cn runs degraded: inference-cluster-aliyun is drained; it serves active-active "
+            "on gpu-cluster-huawei\n") in result.stderr
+    compiled = compile_policies(load_policies(["policies"]), Options(drain=("inference-cluster-aliyun",)))
+    for key in ("customer-service-assistant/assistant-serving", "llm-chinese-training/model-deployment"):
+        stage = compiled.model.stage(key)
+        assert [(a.cluster, a.replicas) for a in compiled.placement.of(key).assignments] == [
+            ("gpu-cluster-huawei", stage.replicas)]
+
+
+def test_allow_unplaced_keeps_serving_on_the_surviving_cluster(project: Path) -> None:
+    result = compile_here("--drain", "gpu-cluster-huawei", "--allow-unplaced")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("placed 5 of 7 stages, 2 left out (--allow-unplaced) (gap to")
+    assert DEGRADED.format(state="drained") in result.stderr
+    placed = parse_previous((project / "out" / "placement.yaml").read_text()).clusters
+    assert placed["customer-service-assistant/assistant-serving"] == {"inference-cluster-aliyun": 6}
+    assert placed["llm-chinese-training/model-deployment"] == {"inference-cluster-aliyun": 4}
+
+
+def test_a_cordoned_multicluster_member_is_said_cordoned(project: Path) -> None:
+    fleet = project / "policies" / "fleet.yaml"
+    fleet.write_text(fleet.read_text().replace(
+        "  - name: gpu-cluster-huawei\n", "  - name: gpu-cluster-huawei\n    cordoned: true\n"))
+    result = compile_here("--allow-unplaced")
+    assert result.exit_code == 0, result.output
+    assert DEGRADED.format(state="cordoned") in result.stderr

@@ -17,20 +17,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: The bundled example's warnings, in the order they are printed.
 BUNDLED_WARNINGS = [
-    "warning: policies/aigc-platform.yaml: spec.security.auditEnabled: has no portable Kubernetes object "
-    "(audit policy is API-server configuration); not rendered",
-    "warning: policies/aigc-platform.yaml: spec.security.dataSovereignty: egress is limited to DNS and "
+    "warning: policies/aigc-platform.yaml:11:5: spec.security.dataSovereignty: egress is limited to DNS and "
     "namespaces of the same jurisdiction; allow your in-jurisdiction storage endpoints with a NetworkPolicy "
     "of your own (fleetc does not know their addresses)",
-    "warning: policies/aigc-platform.yaml: spec.security.encryptionAtRest: has no portable Kubernetes object "
-    "(encryption at rest is API-server or storage-class configuration); not rendered",
-    "warning: policies/data-optimization.yaml: spec.prefetching.lookahead: has no Fluid form (a DataLoad "
+    "warning: policies/aigc-platform.yaml:12:5: spec.security.auditEnabled: has no portable Kubernetes object "
+    "(audit policy is API-server configuration); not rendered",
+    "warning: policies/aigc-platform.yaml:13:5: spec.security.encryptionAtRest: has no portable Kubernetes "
+    "object (encryption at rest is API-server or storage-class configuration); not rendered",
+    "warning: policies/data-optimization.yaml:17:5: spec.prefetching.lookahead: has no Fluid form (a DataLoad "
     "warms the whole dataset once); not rendered",
-    "warning: policies/fleet.yaml: spec.gitops.repoURL: not set: Argo CD and Flux would read the placeholder "
-    "https://git.example.com/fleet.git",
-    "warning: policies/gpu-optimization.yaml: spec.memoryManagement.compactionStrategy: has no Kubernetes "
-    "form (the device plugin does not compact GPU memory); not rendered",
-    "warning: policies/llm-training-pipeline.yaml: spec.stages[1].inputs[0]: nfs:// cannot be cached by "
+    # repoURL is not written: the warning points at the spec that would hold it
+    "warning: policies/fleet.yaml:9:1: spec.gitops.repoURL: not set: Argo CD and Flux would read the "
+    "placeholder https://git.example.com/fleet.git",
+    "warning: policies/gpu-optimization.yaml:13:5: spec.memoryManagement.compactionStrategy: has no "
+    "Kubernetes form (the device plugin does not compact GPU memory); not rendered",
+    "warning: policies/llm-training-pipeline.yaml:28:9: spec.stages[1].inputs[0]: nfs:// cannot be cached by "
     "Fluid/Alluxio; the stage reads it directly",
 ]
 
@@ -52,7 +53,8 @@ def warning_lines(stderr: str) -> list[str]:
 
 def test_compiled_carries_the_warnings(project: Path) -> None:
     compiled = compile_policies(load_policies(["policies"]))
-    assert [f"warning: {w.path}: {w.field}: {w.message}" for w in compiled.warnings] == BUNDLED_WARNINGS
+    assert [f"warning: {w.path}:{w.line}:{w.column}: {w.field}: {w.message}"
+            for w in compiled.warnings] == BUNDLED_WARNINGS
 
 
 def test_compile_prints_warnings_after_writing(project: Path) -> None:
@@ -77,6 +79,7 @@ def test_json_output_carries_the_warnings(project: Path) -> None:
     result = run("compile", "--format", "json")
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
-    assert [f"warning: {w['path']}: {w['field']}: {w['message']}" for w in payload["warnings"]] == BUNDLED_WARNINGS
+    assert [f"warning: {w['path']}:{w['line']}:{w['column']}: {w['field']}: {w['message']}"
+            for w in payload["warnings"]] == BUNDLED_WARNINGS  # with their real line and column
     assert {w["severity"] for w in payload["warnings"]} == {"warning"}
     assert warning_lines(result.stderr) == []  # JSON readers get them once, in the payload

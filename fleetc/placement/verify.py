@@ -85,14 +85,17 @@ def uses_shared_slots(model: FleetModel, stage: Stage) -> bool:
 
 def ha_clusters(model: FleetModel, stage: Stage) -> tuple[str, ...]:
     """The clusters a serving stage must run on, each with at least its per-cluster minimum:
-    the primary and every secondary of each platform governing its pipeline (first seen first)."""
+    the primary and every secondary of each platform governing its pipeline (first seen first),
+    but for the cordoned or drained ones: they drop out of the active-active set, which then
+    runs degraded on the others (compile warns about it)."""
     if stage.type is not StageType.DEPLOYMENT:
         return ()
     names: list[str] = []
     for platform in model.platforms:
         if platform.primary_cluster and stage.pipeline in platform.pipelines:
             names += [platform.primary_cluster, *platform.secondary_clusters]
-    return tuple(dict.fromkeys(names))
+    lost = {c.name for c in model.clusters if c.cordoned}
+    return tuple(name for name in dict.fromkeys(names) if name not in lost)
 
 
 def verify(model: FleetModel, placement: Placement, *, allow_unplaced: bool = False) -> list[str]:

@@ -108,6 +108,16 @@ class TimeLimitError(PlacementError):
         self.hint = hint
 
 
+class SearchLimitError(PlacementError):
+    """The large path's search ended with stages left out and no proof that a placement of every
+    stage does not exist; ``reasons``: the stages left out and why they did not fit where the
+    search had put the others."""
+
+    headline = ("the search found no placement of every stage within its budget "
+                "(it did not prove that none exists)")
+    hint = "pass --allow-unplaced to render what was placed"
+
+
 class UsageError(FleetcError):
     """The command line asked for something impossible (a missing path, an unknown ref)."""
 

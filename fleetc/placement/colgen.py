@@ -23,6 +23,7 @@ from fleetc.placement import highs
 from fleetc.placement.program import (
     OutOfTime,
     Part,
+    Program,
     Solved,
     build_program,
     capacity_of,
@@ -52,7 +53,9 @@ class _Large:
     One column per allowed pair, in stage units: ``t[p]`` is the share of stage ``pair_stage``'s
     replicas on ``pair_cluster`` (a gang: 0 or 1; a Deployment: replicas there / replicas).
     Rows: one per stage (``sum t + unplaced = 1``), GPUs / cores / GiB per cluster, shared slots
-    per cluster (time-slicing only), one per kept Deployment pair (``k - t <= 0``). Further
+    per cluster (time-slicing only), one per kept Deployment pair (``k - t <= 0``), one per
+    ``multiCluster`` pair (``t + floor * unplaced >= floor``: the floor holds only while the
+    stage is placed, so a stage the HA clusters cannot hold is left out, not the LP). Further
     columns: ``unplaced`` per stage (penalised), ``w`` per cluster (GPUs given to slots), ``k``
     per kept Deployment pair (the move-cost reward).
     """
@@ -61,7 +64,7 @@ class _Large:
     pair_cluster: np.ndarray  # int32
     gain: np.ndarray  # value_s * (1 + total): what placing the whole stage there scores
     move: np.ndarray  # the move-cost reward of a gang pair on its previous cluster (else 0)
-    pair_lower: np.ndarray  # min / replicas on a multiCluster cluster, else 0
+    pair_lower: np.ndarray  # min / replicas on a multiCluster cluster, else 0: t's floor while placed
     coefficients: np.ndarray  # (4, S): per stage unit, exclusive GPUs, cores, GiB, shared slots
     replicas: np.ndarray  # (S,) float
     stages: int
@@ -101,8 +104,14 @@ class _Large:
         return np.flatnonzero(self.pair_lower > 0)
 
     @property
-    def rows(self) -> int:
+    def relaxed_rows(self) -> int:
+        """The rows before the multiCluster rows: the stage rows, then the ``<=`` rows the
+        Lagrangian bound relaxes (capacity, kept pairs)."""
         return self.stages + (4 if self.shared else 3) * self.clusters + len(self.keep_pair)
+
+    @property
+    def rows(self) -> int:
+        return self.relaxed_rows + len(self.floored)
 
     def block(self, pairs: np.ndarray) -> sp.csc_matrix:
         """The matrix columns of ``pairs``."""
@@ -125,6 +134,11 @@ class _Large:
             rows.append(base + kept[is_kept])
             data.append(-np.ones(int(is_kept.sum())))
             index.append(cols[is_kept])
+        is_floored = self.pair_lower[pairs] > 0
+        if is_floored.any():
+            rows.append(self.relaxed_rows + np.searchsorted(self.floored, pairs[is_floored]))
+            data.append(np.ones(int(is_floored.sum())))
+            index.append(cols[is_floored])
         return sp.csc_matrix(
             (np.concatenate(data), (np.concatenate(rows), np.concatenate(index))), shape=(self.rows, n)
         )
@@ -133,7 +147,10 @@ class _Large:
         """The columns that are always there: unplaced per stage, w per cluster, k per kept pair;
         with their upper bounds and their (maximised) objective without penalties."""
         s, c, q = self.stages, self.clusters, len(self.keep_pair)
-        rows, data, index = [np.arange(s)], [np.ones(s)], [np.arange(s)]
+        floored = self.floored
+        rows = [np.arange(s), self.relaxed_rows + np.arange(len(floored))]
+        data = [np.ones(s), self.pair_lower[floored]]
+        index = [np.arange(s), self.pair_stage[floored]]
         upper = [np.ones(s)]
         gain = [np.zeros(s)]
         if self.shared:
@@ -162,8 +179,10 @@ class _Large:
         if self.shared:
             upper.append(np.zeros(c))
         upper.append(np.zeros(len(self.keep_pair)))
+        upper.append(np.full(len(self.floored), highs.INF))
         lower = np.full(self.rows, -highs.INF)
         lower[: self.stages] = 1.0
+        lower[self.relaxed_rows:] = self.pair_lower[self.floored]
         return lower, np.concatenate(upper)
 
     def reduced_costs(self, row_dual: np.ndarray, objective: np.ndarray) -> np.ndarray:
@@ -287,7 +306,7 @@ def _start_master(large: _Large) -> _Master:
     block = large.block(pairs)
     lp = highs.MasterLP(
         np.concatenate([cost, -(large.gain[pairs] + large.move[pairs])]),
-        np.concatenate([np.zeros(fixed.shape[1]), large.pair_lower[pairs]]),
+        np.zeros(fixed.shape[1] + len(pairs)),
         np.concatenate([fixed_upper, np.ones(len(pairs))]),
         sp.hstack([fixed, block], format="csc"),
         row_lower,
@@ -430,7 +449,7 @@ def _generate_columns(large: _Large, master: _Master, objective: np.ndarray, dea
         if converged or (rounds + 1) * len(large.pair_stage) > COLUMN_WORK or time.monotonic() >= deadline:
             return last
         new = _new_columns(large, pricing, improving)
-        master.lp.add_columns(-objective[new], large.pair_lower[new], np.ones(len(new)), large.block(new))
+        master.lp.add_columns(-objective[new], np.zeros(len(new)), np.ones(len(new)), large.block(new))
         master.holds[new] = True
         master.pairs = np.concatenate([master.pairs, new])
 
@@ -461,26 +480,30 @@ def _new_columns(large: _Large, pricing: np.ndarray, improving: np.ndarray) -> n
 
 def _lagrangian(large: _Large, master: _Master, row_dual: np.ndarray, objective: np.ndarray
                 ) -> tuple[float, np.ndarray]:
-    """The Lagrangian bound at the capacity part of ``row_dual`` (relax the capacity rows, keep
-    each stage's ``sum t + unplaced = 1``), and every pair's reduced cost at ``row_dual``.
+    """The Lagrangian bound at the capacity part of ``row_dual`` (relax the capacity and kept
+    rows, keep each stage's ``sum t + unplaced = 1`` and its multiCluster floors), and every
+    pair's reduced cost at ``row_dual``.
 
     The bound holds for the master's LP over every pair whatever the duals, and equals the
     master's optimum at its own duals once no column improves it.
     """
-    s = large.stages
-    mu = np.minimum(row_dual[s:], 0.0)  # <= rows of a minimisation
+    s, relaxed = large.stages, large.relaxed_rows
+    mu = np.minimum(row_dual[s:relaxed], 0.0)  # <= rows of a minimisation
     cost = large.reduced_costs(np.concatenate([np.zeros(s), mu]), objective)  # cost - mu . column
     reduced = cost - row_dual[large.pair_stage]
+    reduced[large.floored] -= row_dual[relaxed:]
     if len(large.keep_pair):
         cost[large.keep_pair] += mu[len(mu) - len(large.keep_pair):]
     starts, stages = large.segments
-    best = np.minimum(np.minimum.reduceat(cost, starts), master.fixed_cost[stages])
+    best = np.minimum.reduceat(cost, starts)
     floor, floor_stage = large.floored, large.pair_stage[large.floored]
     lower = np.bincount(floor_stage, weights=large.pair_lower[floor], minlength=s)[stages]
     lower_cost = np.bincount(floor_stage, weights=large.pair_lower[floor] * cost[floor], minlength=s)[stages]
-    others = master.fixed_cost[s:] - master.fixed_matrix[s:, s:].T @ mu
+    # Per stage: placed (its multiCluster floors, the rest on its cheapest pair) or left out.
+    stage_cost = np.minimum(lower_cost + (1.0 - lower) * best, master.fixed_cost[stages])
+    others = master.fixed_cost[s:] - master.fixed_matrix[s:relaxed, s:].T @ mu
     _, row_upper = large.row_bounds()
-    lagrangian = mu @ row_upper[s:] + float(np.sum(lower_cost + (1.0 - lower) * best))
+    lagrangian = mu @ row_upper[s:relaxed] + float(np.sum(stage_cost))
     return -(lagrangian + float(np.minimum(others, 0.0) @ master.fixed_upper[s:])), reduced
 
 
@@ -494,12 +517,12 @@ def solve_large(
     large = _large(model, scores, blocked, kept, part)
     master = _start_master(large)
     relaxed = _generate_columns(large, master, large.gain + large.move, deadline, on_gap)
-    replicas_at = _round(_Rounding(model, large, part, relaxed, scores, blocked, kept, deadline))
+    replicas_at, proven = _round(_Rounding(model, large, part, relaxed, scores, blocked, kept, deadline))
     objective = _score_of(model, part, scores, replicas_at)
     in_lp = np.bincount(large.pair_stage, minlength=large.stages) > 0  # multiCluster conflicts are not
     left_out = bool(np.any(in_lp & ~replicas_at.any(axis=1)))
     bound = _bound(large, master, relaxed, left_out, deadline)
-    return Solved(replicas_at, objective, max(bound, objective), "colgen-lp-round")
+    return Solved(replicas_at, objective, max(bound, objective), "colgen-lp-round", proven)
 
 
 def _bound(large: _Large, master: _Master, relaxed: _Relaxed, left_out: bool, deadline: float | None) -> float:
@@ -538,9 +561,11 @@ class _Rounding:
     deadline: float | None
 
 
-def _round(r: _Rounding) -> np.ndarray:
+def _round(r: _Rounding) -> tuple[np.ndarray, bool]:
     """(S, C) replicas of the part: the stages the LP places in whole units as it places them,
-    a MILP over the rest on their LP clusters plus a few alternatives, a greedy repair last."""
+    a MILP over the rest on their LP clusters plus a few alternatives, a greedy repair, and
+    exact MILPs around what is still left out (:func:`_reach`); and whether what it leaves out
+    is proven not to fit."""
     model, large, part, relaxed, blocked = r.model, r.large, r.part, r.relaxed, r.blocked
     stages = [model.stages[s] for s in part.stages]
     replicas = np.array([s.replicas for s in stages])
@@ -562,7 +587,86 @@ def _round(r: _Rounding) -> np.ndarray:
     if len(rest):
         _round_rest(r, rest, replicas_at)
     _repair(model, large, part, replicas_at, is_blocked)
-    return replicas_at
+    return replicas_at, _reach(r, replicas_at, is_blocked)
+
+
+#: Seconds the neighbourhood MILPs of :func:`_reach` may take in all (less when the time limit
+#: leaves less).
+REACH_SECONDS = 10.0
+#: Pairs above which a neighbourhood of :func:`_reach` grows no further.
+REACH_PAIRS = 60_000
+
+
+def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> bool:
+    """Place the stages the repair left out (in place) by an exact MILP over a neighbourhood:
+    them and every stage on a cluster they may use, each free to go to any cluster it may use,
+    in the capacity the other stages leave, every one of them placed. When that is impossible
+    the neighbourhood grows by the stages on the clusters its stages may use, up to
+    :data:`REACH_PAIRS` pairs, within :data:`REACH_SECONDS`.
+
+    The repair moves one or two stages out of the way; a full fleet can need a chain of moves
+    across many clusters, which the MILP finds as a whole. Whether the stages left out are
+    proven unplaceable: True when a neighbourhood that shares no cluster with any other stage
+    (so nothing outside it could make room) cannot place them all.
+    """
+    members = ~replicas_at.any(axis=1) & ~is_blocked
+    if not members.any():
+        return True
+    start = time.monotonic()
+    large = r.large
+    allowed = np.zeros((large.stages, large.clusters), dtype=bool)
+    allowed[large.pair_stage, large.pair_cluster] = True
+    while True:
+        grown = members | replicas_at[:, allowed[members].any(axis=0)].any(axis=1)
+        stages = np.flatnonzero(grown)
+        budget = _reach_budget(start, r.deadline)
+        if int(allowed[stages].sum()) > REACH_PAIRS or budget <= 0:
+            return False
+        columns = np.flatnonzero(allowed[stages].any(axis=0))
+        before = replicas_at[stages].copy()
+        replicas_at[stages] = 0
+        sub = Part(r.part.stages[stages], r.part.clusters[columns])
+        program = build_program(r.model, r.scores, r.blocked, r.kept, sub,
+                                allowed=allowed[np.ix_(stages, columns)],
+                                taken=_taken(large, replicas_at)[:, columns])
+        result = solve_program(program, require_all=True, integral=True, deadline=time.monotonic() + budget)
+        if result.values is not None:
+            replicas_at[np.ix_(stages, columns)] = replicas_of(program, result.values)
+            return True
+        replicas_at[stages] = before
+        closed = not replicas_at[:, columns].any(axis=1)[~grown].any()
+        if closed and result.infeasible:
+            _place_most(r, program, stages, columns, replicas_at, _reach_budget(start, r.deadline))
+        if not result.infeasible or closed:
+            return result.infeasible and closed
+        members = grown
+
+
+def _place_most(r: _Rounding, program: Program, stages: np.ndarray, columns: np.ndarray,
+                replicas_at: np.ndarray, budget: float) -> None:
+    """Re-place ``stages`` (in place), which cannot all be placed, by the exact path's second
+    MILP over ``program``: the most valuable placement, within half the smallest stage value of
+    optimal; kept when it places more stages than they have now, or as many scoring more."""
+    if budget <= 0:
+        return
+    result = solve_program(program, require_all=False, integral=True, deadline=time.monotonic() + budget,
+                           absolute_gap=0.5 * program.smallest_value)
+    if result.values is None:
+        return
+    after = np.zeros_like(replicas_at[stages])
+    after[:, columns] = replicas_of(program, result.values)
+    before = replicas_at[stages]
+    sub = Part(r.part.stages[stages], r.part.clusters)
+    placed = (int(after.any(axis=1).sum()), _score_of(r.model, sub, r.scores, after))
+    if placed > (int(before.any(axis=1).sum()), _score_of(r.model, sub, r.scores, before)):
+        replicas_at[stages] = after
+
+
+def _reach_budget(start: float, deadline: float | None) -> float:
+    seconds = REACH_SECONDS - (time.monotonic() - start)
+    if deadline is not None:
+        seconds = min(seconds, deadline - time.monotonic())
+    return seconds
 
 
 def _round_rest(r: _Rounding, rest: np.ndarray, replicas_at: np.ndarray) -> None:

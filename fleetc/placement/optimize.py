@@ -59,7 +59,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from fleetc.errors import InternalError, PlacementError, TimeLimitError
+from fleetc.errors import InternalError, PlacementError, SearchLimitError, TimeLimitError
 from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
 from fleetc.placement.colgen import solve_large
 from fleetc.placement.program import (
@@ -86,10 +86,6 @@ from fleetc.placement.verify import (
 #: Allowed pairs in one component above which the exact MILP gives way to column generation;
 #: ``FLEETC_LARGE`` overrides it (``FLEETC_LARGE=0`` sends every instance down the large path).
 LARGE = int(os.environ.get("FLEETC_LARGE", "2000"))
-#: Up to this many allowed pairs, a component the large path leaves a stage out of is solved
-#: again by the exact MILP, for at most :data:`RESCUE_SECONDS` (see :func:`_solve_part`).
-RESCUE_PAIRS = 20_000
-RESCUE_SECONDS = 10.0
 
 
 def place(
@@ -124,6 +120,7 @@ def place(
     replicas_at = np.zeros(scores.allowed.shape, dtype=np.int32)
     objective = bound = 0.0
     methods = set()
+    proven = True
     for part in _parts(scores.allowed):
         try:
             solved = _solve_part(model, scores, blocked, kept, part, deadline, on_gap)
@@ -133,6 +130,7 @@ def place(
         objective += solved.objective
         bound += solved.bound
         methods.add(solved.method)
+        proven = proven and solved.proven
     unplaced = _unplaced(model, scores, blocked, replicas_at)
     # A solve the deadline cut short ends past it; one that ends past it may just have finished
     # late, and is then only solved again by a later compile without that limit.
@@ -141,6 +139,8 @@ def place(
         if ran_out:  # then nothing is proven
             raise TimeLimitError(time_limit, list(unplaced.values()),
                                  hint="raise --time-limit, or pass --allow-unplaced to render what was placed")
+        if not proven:
+            raise SearchLimitError(list(unplaced.values()))
         raise PlacementError(list(unplaced.values()))
     placement = Placement(
         stages=tuple(
@@ -238,23 +238,7 @@ def _solve_part(
     pairs = int(scores.allowed[np.ix_(part.stages, part.clusters)].sum())
     if pairs <= LARGE:
         return _solve_exact(model, scores, blocked, kept, part, deadline)
-    solved = solve_large(model, scores, blocked, kept, part, deadline, on_gap)
-    placeable = sum(1 for s in part.stages.tolist() if s not in blocked)
-    if pairs > RESCUE_PAIRS or _placed(solved) == placeable:
-        return solved
-    # The large path left a stage out that the exact MILP may still place by moving several
-    # others (its rounding and repair move one level deep); on a component this small the
-    # MILP is affordable, under its own budget.
-    rescue = time.monotonic() + RESCUE_SECONDS
-    try:
-        exact = _solve_exact(model, scores, blocked, kept, part, rescue if deadline is None else min(deadline, rescue))
-    except OutOfTime:
-        return solved
-    return exact if (_placed(exact), exact.objective) > (_placed(solved), solved.objective) else solved
-
-
-def _placed(solved: Solved) -> int:
-    return int(np.count_nonzero(solved.replicas_at.any(axis=1)))
+    return solve_large(model, scores, blocked, kept, part, deadline, on_gap)
 
 
 def _solve_exact(

@@ -49,6 +49,9 @@ class Solved:
     objective: float
     bound: float
     method: str
+    #: No placement of the part places every stage it leaves out (an exact solve proved it, or
+    #: it leaves none out): when False, a longer search might still place them.
+    proven: bool = True
 
 
 

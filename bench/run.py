@@ -54,8 +54,8 @@ def measure(folder: Path, *, time_limit: float | None, baseline: bool,
 
     def imports() -> Any:
         from fleetc import compiler, emit  # noqa: F401 - the cost measured
-        from fleetc.placement import optimize, scoring  # noqa: F401
         from fleetc import render as render_module  # noqa: F401
+        from fleetc.placement import optimize, scoring  # noqa: F401
         return compiler
 
     timed("import", imports)

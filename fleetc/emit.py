@@ -302,5 +302,5 @@ def _exchange(a: Path, b: Path) -> bool:
     renameat2 = getattr(libc, "renameat2", None)
     if renameat2 is None:
         return False
-    result = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    result: int = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
     return result == 0

@@ -7,7 +7,7 @@ The functions are pure: the same policies give the same model, whatever their fi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from fleetc import model as m
@@ -220,7 +220,7 @@ def _gitops(spec: p.GitOps | None) -> m.GitOps:
                     branch=spec.branch or default.branch, path=spec.path or default.path)
 
 
-def _flag(attributes: dict[str, object], key: str) -> bool:
+def _flag(attributes: Mapping[str, object], key: str) -> bool:
     return str(attributes.get(key, "false")).lower() == "true"
 
 

@@ -9,11 +9,13 @@ repository root. Every failure a user can cause (not a repository, an unknown re
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePosixPath
 
 from git import Blob, GitCommandError, InvalidGitRepositoryError, NoSuchPathError, Repo, Tree
-from gitdb.exc import BadName, BadObject
+from git.exc import BadName, BadObject
+from git.objects import Commit
 
 from fleetc.errors import FleetcError, UsageError
 from fleetc.policy.load import POLICY_SUFFIXES
@@ -63,9 +65,9 @@ def read_tree_files(root: Path, ref: str, paths: Sequence[str]) -> list[tuple[st
         item = _lookup(tree, path)
         if isinstance(item, Tree):
             for blob in _policy_blobs(item):
-                found[blob.path] = blob.data_stream.read()
+                found[os.fspath(blob.path)] = blob.data_stream.read()
         elif isinstance(item, Blob) and item.mode != _SYMLINK_MODE:
-            found[item.path] = item.data_stream.read()
+            found[os.fspath(item.path)] = item.data_stream.read()
     return sorted(found.items())
 
 
@@ -80,8 +82,9 @@ def read_folder(root: Path, ref: str, folder: str) -> dict[str, str]:
     item = _lookup(_commit(repo, ref).tree, folder)
     if not isinstance(item, Tree):
         return {}
-    prefix = len(item.path) + 1 if item.path else 0
-    return {b.path[prefix:]: b.data_stream.read().decode("utf-8", "replace")
+    folder_path = os.fspath(item.path)
+    prefix = len(folder_path) + 1 if folder_path else 0
+    return {os.fspath(b.path)[prefix:]: b.data_stream.read().decode("utf-8", "replace")
             for b in item.traverse() if isinstance(b, Blob) and b.mode != _SYMLINK_MODE}
 
 
@@ -127,7 +130,7 @@ def commit_folder(root: Path, folder: str, message: str) -> str | None:
     return repo.head.commit.hexsha
 
 
-def _commit(repo: Repo, ref: str):  # noqa: ANN202 - gitpython's Commit
+def _commit(repo: Repo, ref: str) -> Commit:
     try:
         return repo.commit(ref)
     except (BadName, BadObject, ValueError, GitCommandError):

@@ -188,7 +188,7 @@ class _Large:
     def reduced_costs(self, row_dual: np.ndarray, objective: np.ndarray) -> np.ndarray:
         """``-objective - A^T row_dual`` of every pair column (the master minimises)."""
         c = self.clusters
-        reduced = -objective - row_dual[self.pair_stage]
+        reduced: np.ndarray = -objective - row_dual[self.pair_stage]
         for r in range(4 if self.shared else 3):
             dual = row_dual[self.stages + r * c: self.stages + (r + 1) * c]
             if dual.any():  # a resource no cluster is short of costs nothing: skip 10M products
@@ -358,7 +358,8 @@ def _fill(pairs: np.ndarray, clusters: np.ndarray, need: np.ndarray, free: np.nd
     take[last] -= filled[last] - 1.0
     used = take > 1e-12
     free[:, clusters[: last + 1][used]] -= need[:, None] * take[used]
-    return pairs[: last + 1][used]
+    taken: np.ndarray = pairs[: last + 1][used]
+    return taken
 
 
 def _contenders(large: _Large) -> np.ndarray:
@@ -373,7 +374,8 @@ def _contenders(large: _Large) -> np.ndarray:
     loss = (best[large.pair_stage[asks]] - large.gain[asks]) / size[asks]
     order = asks[np.lexsort((loss, large.pair_cluster[asks]))]
     asked, limit = _asked_of_clusters(large, order, size[order])
-    return order[asked - size[order] < limit]
+    contenders: np.ndarray = order[asked - size[order] < limit]
+    return contenders
 
 
 def _asked_of_clusters(large: _Large, pairs: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -389,7 +391,8 @@ def _asked_of_clusters(large: _Large, pairs: np.ndarray, size: np.ndarray) -> tu
 def _scarce_capacity(large: _Large) -> np.ndarray:
     """(C,) what each cluster has of the resource its contenders are counted in: GPUs, or
     cores on a cluster without GPUs."""
-    return np.where(large.capacity[0] > 0, large.capacity[0], large.capacity[1])
+    scarce: np.ndarray = np.where(large.capacity[0] > 0, large.capacity[0], large.capacity[1])
+    return scarce
 
 
 def _size(large: _Large, pairs: np.ndarray) -> np.ndarray:
@@ -397,7 +400,8 @@ def _size(large: _Large, pairs: np.ndarray) -> np.ndarray:
     fractions of a GPU), or cores on a cluster without GPUs."""
     stage, cluster = large.pair_stage[pairs], large.pair_cluster[pairs]
     gpus = large.coefficients[0, stage] + large.coefficients[3, stage] / large.slots
-    return np.where(large.capacity[0, cluster] > 0, gpus, large.coefficients[1, stage])
+    size: np.ndarray = np.where(large.capacity[0, cluster] > 0, gpus, large.coefficients[1, stage])
+    return size
 
 
 @dataclass(frozen=True, eq=False)
@@ -432,6 +436,7 @@ def _generate_columns(large: _Large, master: _Master, objective: np.ndarray, dea
             if last is None:
                 raise OutOfTime
             return last
+        assert solution.row_dual is not None  # the master's solve always returns its duals
         value = -solution.objective
         upper, reduced = _lagrangian(large, master, solution.row_dual, objective)
         pricing = np.where(master.holds, 0.0, reduced)
@@ -705,7 +710,8 @@ def _place_what_fits(r: _Rounding, stages: np.ndarray, replicas_at: np.ndarray, 
             if _score_of(r.model, sub, r.scores, after) >= _score_of(r.model, sub, r.scores, before) - 1e-9:
                 before = after
     replicas_at[stages] = before
-    return stages[~before.any(axis=1)]
+    left_out: np.ndarray = stages[~before.any(axis=1)]
+    return left_out
 
 
 def _budget(start: float, deadline: float | None) -> float:

@@ -35,7 +35,10 @@ _LIMITS = (
     highspy.HighsModelStatus.kInterrupt,
 )
 
-_OPTIONS: dict[str, object] = {
+#: A HiGHS option's value, as ``Highs.setOptionValue`` takes it.
+OptionValue = bool | int | float | str
+
+_OPTIONS: dict[str, OptionValue] = {
     "threads": 1,
     "random_seed": 0,
     "output_flag": False,
@@ -72,15 +75,15 @@ def _silence_banner() -> None:
     try:
         with open(os.devnull, "wb") as null:
             os.dup2(null.fileno(), 1)
-            highspy.Highs()
+            highspy.Highs()  # type: ignore[no-untyped-call]
     finally:
         os.dup2(saved, 1)
         os.close(saved)
 
 
-def _new(options: dict[str, object]) -> highspy.Highs:
+def _new(options: dict[str, OptionValue]) -> highspy.Highs:
     _silence_banner()
-    solver = highspy.Highs()
+    solver = highspy.Highs()  # type: ignore[no-untyped-call]  # highspy's __init__ has no types
     for name, value in {**_OPTIONS, **options}.items():
         solver.setOptionValue(name, value)
     return solver
@@ -172,7 +175,7 @@ def solve(cost: np.ndarray, lower: np.ndarray, upper: np.ndarray, matrix: sp.spm
     interrupted by it returns its best feasible point, with ``optimal`` False). A MILP stops
     within a relative 1e-4 of optimal, or within ``absolute_gap``. Integral values come back
     rounded."""
-    options: dict[str, object] = {"mip_rel_gap": 1e-4}
+    options: dict[str, OptionValue] = {"mip_rel_gap": 1e-4}
     if seconds is not None:
         options["time_limit"] = max(0.01, seconds)
     if absolute_gap is not None:

@@ -109,10 +109,10 @@ def place(
         return Placement(stages=(), objective=0.0, bound=0.0, method="milp")
     canonical = _canonical(model)
     if canonical != model:
-        solved = place(canonical, time_limit=time_limit, previous=previous, allow_unplaced=allow_unplaced,
+        placed = place(canonical, time_limit=time_limit, previous=previous, allow_unplaced=allow_unplaced,
                        on_gap=on_gap)
-        by_key = {p.stage: p for p in solved.stages}
-        return replace(solved, stages=tuple(by_key[stage.key] for stage in model.stages))
+        by_key = {p.stage: p for p in placed.stages}
+        return replace(placed, stages=tuple(by_key[stage.key] for stage in model.stages))
     deadline = None if time_limit is None else time.monotonic() + time_limit
     scores = score_matrix(model)
     blocked = _blocked(model, scores)
@@ -134,10 +134,10 @@ def place(
     unplaced = _unplaced(model, scores, blocked, replicas_at)
     # A solve the deadline cut short ends past it; one that ends past it may just have finished
     # late, and is then only solved again by a later compile without that limit.
-    ran_out = time_limit is not None and _ran_out(deadline)
+    ran_out = time_limit if time_limit is not None and _ran_out(deadline) else None  # the limit that ran out
     if unplaced and not allow_unplaced:
-        if ran_out:  # then nothing is proven
-            raise TimeLimitError(time_limit, list(unplaced.values()),
+        if ran_out is not None:  # then nothing is proven
+            raise TimeLimitError(ran_out, list(unplaced.values()),
                                  hint="raise --time-limit, or pass --allow-unplaced to render what was placed")
         if not proven:
             raise SearchLimitError(list(unplaced.values()))
@@ -150,7 +150,7 @@ def place(
         objective=round(objective, 6),
         bound=round(max(bound, objective), 6),
         method="colgen-lp-round" if "colgen-lp-round" in methods else "milp",
-        time_limit=time_limit if ran_out else None,
+        time_limit=ran_out,
     )
     problems = verify(model, placement, allow_unplaced=allow_unplaced)
     if problems:
@@ -320,7 +320,7 @@ def _used(model: FleetModel, replicas_at: np.ndarray) -> np.ndarray:
     GPUs per ``slots_per_gpu`` started."""
     demand = demand_of(model.stages)
     shared = np.array([uses_shared_slots(model, s) for s in model.stages], dtype=bool)
-    used = np.einsum("rs,sc->rc", demand, replicas_at)
+    used: np.ndarray = np.einsum("rs,sc->rc", demand, replicas_at)
     slots = (demand[0] * shared) @ replicas_at
     used[0] = (demand[0] * ~shared) @ replicas_at + np.ceil(slots / slots_per_gpu(model) - 1e-9)
     return used

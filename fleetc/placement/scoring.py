@@ -323,7 +323,7 @@ class _Columns:
             tolerated=np.array(
                 [[not untolerated(taints, tolerations) for taints in taint_sets]  # type: ignore[arg-type]
                  for tolerations in toleration_sets],
-                dtype=bool,
+                dtype=np.bool_,
             ).reshape(len(toleration_sets), len(taint_sets)),
         )
 

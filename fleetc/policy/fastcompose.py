@@ -29,13 +29,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+if TYPE_CHECKING:
+    from yaml._yaml import Mark
+
 try:  # PyYAML with libyaml; without it every file takes the ruamel path
     from yaml import YAMLError as _CError
-    from yaml._yaml import CParser
+    from yaml._yaml import CParser as _LibyamlParser
     from yaml.events import (
         AliasEvent,
         DocumentEndEvent,
@@ -45,6 +48,7 @@ try:  # PyYAML with libyaml; without it every file takes the ruamel path
         SequenceEndEvent,
         SequenceStartEvent,
     )
+    CParser: type[_LibyamlParser] | None = _LibyamlParser
 except ImportError:  # pragma: no cover - PyYAML is a dependency; libyaml may be absent
     CParser = None
 
@@ -141,17 +145,14 @@ class _Builder:
         marked, plain = self.marked, self.plain  # the loop runs once per event: locals only
         while (event := next_event()) is not None:
             kind = type(event)
-            if marked and (getattr(event, "anchor", None) is not None
-                           or getattr(event, "tag", None) is not None):
-                return None  # anchors: the parsers allow different names; tags: odd ones differ
+            if marked and (kind is AliasEvent or _anchored_or_tagged(event)):
+                return None  # an alias, anchor or tag needs a character that makes text marked
             if kind is ScalarEvent:
                 value = event.value
                 if event.implicit[0]:
                     value = plain.get(value, DECLINE)
-                    if value is DECLINE:
-                        value = self._plain(event.value)
-                        if value is DECLINE:
-                            return None
+                    if value is DECLINE and (value := self._plain(event.value)) is DECLINE:
+                        return None
                 elif top is documents and event.style in ("|", ">"):
                     return None  # ruamel reads a following '---' into a top-level block scalar
                 top.append(value)
@@ -172,8 +173,6 @@ class _Builder:
                 if values > self.max_values:
                     return None
                 values = 0
-            elif kind is AliasEvent:
-                return None
         return documents
 
     def _plain(self, text: str) -> Any:
@@ -207,6 +206,28 @@ def _empty_plain(event: Any) -> bool:
     return event.value == "" and not event.style
 
 
+def _anchored_or_tagged(event: Any) -> bool:
+    """Anchors: the two parsers allow different characters in names; explicit tags: they read
+    odd ones differently."""
+    return getattr(event, "anchor", None) is not None or getattr(event, "tag", None) is not None
+
+
+def _value_pending(stack: list[list[Any]]) -> bool:
+    """Whether the innermost open collection is a mapping whose key waits for its value."""
+    return bool(stack) and stack[-1][1] is not None
+
+
+def _attach(parent: list[Any], node: Node) -> None:
+    """Add ``node`` to the open collection ``parent`` ([collection node, pending key or None])."""
+    if parent[0].id == "sequence":
+        parent[0].value.append(node)
+    elif parent[1] is None:
+        parent[1] = node
+    else:
+        parent[0].value.append((parent[1], node))
+        parent[1] = None
+
+
 class _Composer:
     """ruamel's ``Composer.compose_node`` as a loop over events with an explicit stack."""
 
@@ -221,13 +242,13 @@ class _Composer:
             self.lines = self.text.split("\n")
         return self.lines
 
-    def _after_colon(self, mark: Any) -> bool:
+    def _after_colon(self, mark: Mark) -> bool:
         """Whether libyaml put an empty value right after its ``:`` (ruamel does not)."""
         lines = self._lines()
         line = lines[mark.line] if mark.line < len(lines) else ""
         return 0 < mark.column <= len(line) and line[mark.column - 1] == ":"
 
-    def _past_the_end(self, mark: Any) -> bool:
+    def _past_the_end(self, mark: Mark) -> bool:
         """A mark on the line libyaml adds after a file without a final newline."""
         return mark.line >= len(self._lines())
 
@@ -238,51 +259,58 @@ class _Composer:
         empty: ScalarNode | None = None  # an empty plain scalar waiting for its position
         while (event := parser.get_event()) is not None:
             kind = type(event)
-            if empty is not None:
-                if self._past_the_end(event.start_mark):
-                    return None  # ruamel marks the end of the last line instead
-                empty.start_mark = empty.end_mark = event.start_mark
-                empty = None
-            if kind is AliasEvent or getattr(event, "anchor", None) is not None:
-                return None  # anchors: the two parsers allow different characters in names
-            if getattr(event, "tag", None) is not None:
-                return None  # explicit tags: the two parsers read odd ones differently
+            if empty is not None and not self._place_empty(empty, event.start_mark):
+                return None
+            empty = None
+            if kind is AliasEvent or _anchored_or_tagged(event):
+                return None
+            node: Node
             if kind is ScalarEvent:
+                if self._scalar_declined(event, stack):
+                    return None
                 node = self._scalar(event)
-                if not stack and event.style in ("|", ">"):
-                    return None  # ruamel reads a following '---' into a top-level block scalar
-                if _empty_plain(event) and self._past_the_end(event.start_mark):
-                    return None  # ruamel marks the end of the last line instead
-                if _empty_plain(event) and stack and stack[-1][1] is not None:
-                    if stack[-1][0].flow_style:
-                        return None  # ruamel marks the ':' itself; rare enough to leave to it
-                    if self._after_colon(event.start_mark):
-                        empty = node  # ruamel marks where the next token starts
+                if _empty_plain(event) and _value_pending(stack) and self._after_colon(event.start_mark):
+                    empty = node  # ruamel marks where the next token starts
             elif kind is SequenceStartEvent or kind is MappingStartEvent:
                 node = self._collection(event, kind is SequenceStartEvent)
             elif kind is SequenceEndEvent or kind is MappingEndEvent:
                 stack.pop()[0].end_mark = event.end_mark
                 continue
             elif kind is DocumentEndEvent:
+                assert root is not None  # libyaml gives every document a root, an empty one ""
                 documents.append(root)
                 root = None
                 continue
             else:  # stream and document start
                 continue
-            if not stack:
-                root = node
-            elif stack[-1][0].id == "sequence":
-                stack[-1][0].value.append(node)
-            elif stack[-1][1] is None:
-                stack[-1][1] = node
+            if stack:
+                _attach(stack[-1], node)
             else:
-                stack[-1][0].value.append((stack[-1][1], node))
-                stack[-1][1] = None
+                root = node
             if kind is not ScalarEvent:
                 stack.append([node, None])
                 if len(stack) > MAX_FAST_DEPTH:
                     return None
         return documents
+
+    def _place_empty(self, empty: ScalarNode, mark: Mark) -> bool:
+        """Mark an empty plain scalar where the next event starts, as ruamel does; False where that
+        is past the end (ruamel marks the end of the last line instead)."""
+        if self._past_the_end(mark):
+            return False
+        empty.start_mark = empty.end_mark = mark
+        return True
+
+    def _scalar_declined(self, event: Any, stack: list[list[Any]]) -> bool:
+        """Whether ruamel must read the file because of this scalar event."""
+        if not stack and event.style in ("|", ">"):
+            return True  # ruamel reads a following '---' into a top-level block scalar
+        if not _empty_plain(event):
+            return False
+        if self._past_the_end(event.start_mark):
+            return True  # ruamel marks the end of the last line instead
+        # In a flow mapping ruamel marks the ':' itself; rare enough to leave to it.
+        return _value_pending(stack) and bool(stack[-1][0].flow_style)
 
     def _scalar(self, event: Any) -> ScalarNode:
         key = (event.value, event.implicit)

@@ -43,7 +43,7 @@ def fork_map(func: Callable[[T], R], items: Sequence[T], sizes: Sequence[int]) -
     try:
         mine = [func(items[i]) for i in shares[0]]
     finally:  # even when this share raised: no child is left behind
-        theirs = [_collect(child) for child in children]
+        theirs: list[list[R] | None] = [_collect(child) for child in children]
     results: list[R | None] = [None] * len(items)
     for share, values in zip(shares, [mine, *theirs], strict=True):
         if values is None or len(values) != len(share):

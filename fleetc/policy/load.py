@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ruamel.yaml import YAML
 from ruamel.yaml.constructor import ConstructorError, SafeConstructor
@@ -28,8 +28,8 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 
 from fleetc.errors import Diagnostic, UsageError
-from fleetc.policy.forkmap import fork_map
 from fleetc.policy import fastcompose
+from fleetc.policy.forkmap import fork_map
 
 #: A policy file larger than this is refused: policies are small, and the limit keeps a
 #: runaway generated file from exhausting memory in CI.
@@ -436,7 +436,7 @@ class _Converter:
             return self._mapping(node, path)
         if isinstance(node, SequenceNode):
             return [self.convert(item, path + (i,)) for i, item in enumerate(node.value)]
-        return self._scalar(node, path)
+        return self._scalar(cast(ScalarNode, node), path)  # ruamel's third and last kind of node
 
     def _mapping(self, node: MappingNode, path: FieldPath) -> dict[str, Any]:
         result: dict[str, Any] = {}

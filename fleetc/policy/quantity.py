@@ -7,7 +7,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
-_SUFFIXES = {
+_SUFFIXES: dict[str, int | Fraction] = {
     "": 1, "m": Fraction(1, 1000),
     "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,

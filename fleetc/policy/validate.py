@@ -11,9 +11,9 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from pydantic import ValidationError
 
@@ -29,7 +29,15 @@ if TYPE_CHECKING:  # jsonschema words the diagnostics of invalid documents: impo
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import ValidationError as SchemaError
 
-T = TypeVar("T")
+
+class _Named(Protocol):
+    """What every policy kind has: standard object metadata."""
+
+    @property
+    def metadata(self) -> p.ObjectMeta: ...
+
+
+T = TypeVar("T", bound=_Named)
 
 #: Quantities beyond these are typos, not clusters (and would overflow the solver's numbers).
 MAX_CPU_MILLIS = 10**9  # one million cores
@@ -48,7 +56,7 @@ class Parsed(Generic[T]):
 
     @property
     def name(self) -> str:
-        return self.obj.metadata.name  # type: ignore[attr-defined]
+        return self.obj.metadata.name
 
 
 @dataclass(frozen=True)
@@ -221,40 +229,43 @@ def _expected(error: SchemaError) -> str:
         return str(schema[p.EXPECTED])
     types = schema.get("type")
     if isinstance(types, list):
-        return " or ".join(_TYPE_NAMES.get(t, t) for t in types)
+        return " or ".join(_TYPE_NAMES.get(str(t), str(t)) for t in types)
     return _TYPE_NAMES.get(str(types), str(types))
 
 
 def _translate(doc: Document, error: SchemaError) -> Iterator[Diagnostic]:
     """One jsonschema error -> the diagnostics a user should read."""
     path: FieldPath = tuple(error.absolute_path)
-    value = error.instance
+    # JSON values, set on every error jsonschema reports (its types also allow "unset")
+    value: Any = error.instance
+    rule: Any = error.validator_value  # the failing keyword's value in the schema
     kind = error.validator
+    schema = error.schema if isinstance(error.schema, Mapping) else {}
     if kind == "additionalProperties":
-        known = error.schema.get("properties", {})
+        known = schema.get("properties", {})
         for key in sorted(set(value) - set(known)):
             hint = did_you_mean(key, known) or f"known fields: {', '.join(known)}"
             yield doc.diagnostic(path + (key,), f"unknown field '{key}'", hint=hint, key=True)
     elif kind == "required":
-        for name in error.validator_value:
+        for name in rule:
             if name not in value:
                 yield doc.diagnostic(path + (name,), f"missing required field '{name}'")
     elif kind in ("type", "pattern", "maxLength", "minLength"):
         yield doc.diagnostic(path, f"expected {_expected(error)}, got {_describe(value)}")
     elif kind == "enum":
-        choices = ", ".join(f"'{c}'" for c in error.validator_value)
+        choices = ", ".join(f"'{c}'" for c in rule)
         yield doc.diagnostic(path, f"expected one of {choices}, got {_describe(value)}",
-                             hint=did_you_mean(str(value), map(str, error.validator_value)))
+                             hint=did_you_mean(str(value), map(str, rule)))
     elif kind == "const":
-        yield doc.diagnostic(path, f"expected '{error.validator_value}', got {_describe(value)}")
+        yield doc.diagnostic(path, f"expected '{rule}', got {_describe(value)}")
     elif kind in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         sign = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">",
                 "exclusiveMaximum": "<"}[kind]
-        noun = "an integer" if error.schema.get("type") == "integer" else "a number"
-        yield doc.diagnostic(path, f"expected {noun} {sign} {error.validator_value}, got "
+        noun = "an integer" if schema.get("type") == "integer" else "a number"
+        yield doc.diagnostic(path, f"expected {noun} {sign} {rule}, got "
                                    f"{_describe(value)}")
     elif kind == "minItems":
-        yield doc.diagnostic(path, f"expected at least {error.validator_value} item(s), got "
+        yield doc.diagnostic(path, f"expected at least {rule} item(s), got "
                                    f"{len(value)}")
     else:
         yield doc.diagnostic(path, error.message)
@@ -440,14 +451,14 @@ def _quantity_check(doc: Document, path: FieldPath, value: Any, convert: Any,
 
 
 @functools.lru_cache(maxsize=4096, typed=True)
-def _amount(convert: Any, value: Any) -> int:
+def _amount(convert: Callable[[Any], int], value: Any) -> int:
     """``convert(value)``, remembered: a large fleet repeats the same few quantities."""
     return convert(value)
 
 
 def _pipeline_checks(pipeline: Parsed[p.AIGCPipeline]) -> Iterator[Diagnostic]:
     doc, stages = pipeline.doc, pipeline.obj.spec.stages
-    index = {}
+    index: dict[str, int] = {}
     for i, stage in enumerate(stages):
         if stage.name in index:
             yield doc.diagnostic(("spec", "stages", i, "name"),
@@ -581,7 +592,7 @@ def _platform_checks(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> I
         if policies.fleets:
             fleet = policies.fleets[0]
             known = [c.name for c in fleet.obj.spec.clusters]
-            refs = [(("spec", "multiCluster", "primaryCluster"), multi.primaryCluster)]
+            refs: list[tuple[FieldPath, str]] = [(("spec", "multiCluster", "primaryCluster"), multi.primaryCluster)]
             refs += [(("spec", "multiCluster", "secondaryClusters", j), n)
                      for j, n in enumerate(secondaries)]
             for path, name in refs:

@@ -181,7 +181,7 @@ def _with_gpu_tolerations(stage: m.Stage, gpu_taints: tuple[m.Taint, ...]) -> m.
     return replace(stage, tolerations=stage.tolerations + added) if added else stage
 
 
-def _gpu_type(attributes: dict[str, object]) -> str | None:
+def _gpu_type(attributes: Mapping[str, object]) -> str | None:
     gpus = int(str(attributes.get("gpu-count", 0)))
     return str(attributes["gpu-type"]).lower() if gpus and "gpu-type" in attributes else None
 

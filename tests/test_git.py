@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -327,7 +328,28 @@ def test_workflow_pins_actions_and_keeps_permissions_minimal() -> None:
     assert "fleetc validate --format github" in runs and "fleetc compile --check" in runs
     assert any(r.startswith("fleetc diff --base \"origin/${BASE_REF}\" --format markdown") for r in runs)
     assert jobs["diff"]["steps"][0]["with"]["fetch-depth"] == 0
-    assert jobs["test"]["steps"][3]["env"] == {"CI": "false"}
+    tests = {step.get("name"): step for step in jobs["test"]["steps"]}
+    assert tests["Test"]["env"] == {"CI": "false"}
+    assert [tests[name]["run"] for name in ("Lint (ruff, with a complexity cap)", "Type check (mypy strict)")] == \
+        [LINT, TYPE_CHECK]
+
+
+#: The code-habit gates: the workflow, .ci/run and pre-commit run the same two commands, which
+#: read their settings (the complexity cap, strict mode and the files) from pyproject.toml.
+LINT, TYPE_CHECK = "ruff check fleetc tests bench", "mypy"
+
+
+def test_ci_and_pre_commit_run_the_code_habit_gates() -> None:
+    ci = (ROOT / ".ci/run").read_text().splitlines()
+    assert ci.index(LINT) < ci.index(TYPE_CHECK) < ci.index("python -m pytest")
+    config = load_yaml(ROOT / ".pre-commit-config.yaml")
+    assert isinstance(config, dict)
+    entries = {hook["id"]: hook["entry"] for repo in config["repos"] for hook in repo["hooks"]}
+    assert entries["ruff"] == LINT and entries["mypy"] == TYPE_CHECK
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
+    assert settings["mypy"]["strict"] is True and settings["mypy"]["files"] == ["fleetc"]
+    assert "C90" in settings["ruff"]["lint"]["select"]
+    assert settings["ruff"]["lint"]["mccabe"]["max-complexity"] <= 13
 
 
 def test_pre_commit_hooks_and_gitattributes() -> None:

@@ -639,7 +639,7 @@ def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
             replicas_at[np.ix_(stages, columns)] = replicas_of(program, result.values)
             return True
         replicas_at[stages] = before
-        closed = not replicas_at[:, columns].any(axis=1)[~grown].any()
+        closed = not np.any(replicas_at[:, columns], axis=1)[~grown].any()  # np.any: an array to mypy too
         if closed and result.infeasible:
             _place_most(r, program, stages, columns, replicas_at, _reach_budget(start, r.deadline))
         if not result.infeasible or closed:

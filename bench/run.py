@@ -68,8 +68,8 @@ def measure(folder: Path, *, time_limit: float | None, baseline: bool,
     from fleetc.render import render
     from fleetc.resolve import resolve
 
-    files = discover([str(folder)])
-    loaded = timed("load", lambda: load_files(files, [folder]))
+    files = discover([str(folder)]).files
+    loaded = timed("load", lambda: load_files(files))
     policies, problems = timed("validate", lambda: validate(loaded.documents))
     result["documents"] = len(loaded.documents)
     if loaded.diagnostics or problems:

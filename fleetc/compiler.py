@@ -13,13 +13,12 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from fleetc.errors import Diagnostic, PlacementError, PolicyError
 from fleetc.model import Assignment, FleetModel, Placement, StagePlacement
 from fleetc.placement import PLACEMENT_VERSION
 from fleetc.placement.previous import Previous
-from fleetc.policy.load import Document, FieldPath, LoadResult, discover, load_files, load_sources
+from fleetc.policy.load import Document, FieldPath, LoadResult, load_paths, load_sources
 from fleetc.policy.validate import PolicySet, validate
 from fleetc.progress import NULL_REPORTER, Reporter, phase
 from fleetc.resolve import degraded_serving, resolve
@@ -61,9 +60,7 @@ class Loaded:
 def load_policies(paths: Sequence[str], reporter: Reporter = NULL_REPORTER) -> Loaded:
     """Read and validate the policies; raise :class:`PolicyError` with every problem found."""
     with phase(reporter, "load"):
-        files = discover(paths)
-        roots = [Path(p) for p in paths]  # folders, and files named directly (may be links)
-        loaded = load_files(files, roots)
+        loaded = load_paths(paths)
     return _validated(loaded, ", ".join(paths), reporter)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 import time
 from pathlib import Path
@@ -276,14 +277,14 @@ def touch(root: Path, *names: str) -> None:
 def test_discover_folder_recursive_sorted_and_skipping_hidden(tmp_path: Path) -> None:
     touch(tmp_path, "b.yaml", "a.yml", "sub/c.yaml", "sub/deeper/d.yaml", "notes.txt",
           ".hidden.yaml", ".git/e.yaml", "sub/.cache/f.yaml", "README.md")
-    found = [p.relative_to(tmp_path).as_posix() for p in discover([str(tmp_path)])]
+    found = [p.relative_to(tmp_path).as_posix() for p in discover([str(tmp_path)]).files]
     assert found == ["a.yml", "b.yaml", "sub/c.yaml", "sub/deeper/d.yaml"]
 
 
 def test_discover_keeps_named_files_and_removes_duplicates(tmp_path: Path) -> None:
     touch(tmp_path, "x/a.yaml", "named.txt")
     found = discover([str(tmp_path / "x"), str(tmp_path / "named.txt"),
-                      str(tmp_path / "x" / "a.yaml")])
+                      str(tmp_path / "x" / "a.yaml")]).files
     assert [p.relative_to(tmp_path).as_posix() for p in found] == ["named.txt", "x/a.yaml"]
 
 
@@ -294,7 +295,7 @@ def test_discover_missing_path_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_discover_empty_folder(tmp_path: Path) -> None:
-    assert discover([str(tmp_path)]) == []
+    assert discover([str(tmp_path)]) == load.Discovery((), ())
 
 
 # --- load_files --------------------------------------------------------------------------------
@@ -382,48 +383,482 @@ def test_file_at_the_size_limit_is_read(tmp_path: Path, monkeypatch: pytest.Monk
 def test_unreadable_path(tmp_path: Path) -> None:
     folder = tmp_path / "f.yaml"
     folder.mkdir()
-    [diag] = load_files([folder]).diagnostics
-    assert diag.format().startswith(f"{folder.as_posix()}: error: cannot read file: ")
+    assert formats(load_files([folder])) == [
+        f"{folder.as_posix()}: error: not a regular file (a folder); fleetc never reads one\n"
+        "  hint: policies are regular files; remove it"]
+
+
+def discovered(*paths: Path) -> tuple[list[str], list[str]]:
+    found = discover([str(p) for p in paths])
+    return [p.as_posix() for p in found.files], [d.format() for d in found.problems]
 
 
 def test_symlink_outside_the_roots_is_refused(tmp_path: Path) -> None:
     outside = write(tmp_path / "elsewhere" / "secret.yaml", "a: 1\n")
+    write(tmp_path / "elsewhere" / "README.md", "not a policy\n")
     root = tmp_path / "policies"
     root.mkdir()
-    link = root / "link.yaml"
-    link.symlink_to(outside)
-    result = load_files([link], [root])
-    assert result.documents == ()
-    assert formats(result) == [
-        f"{link.as_posix()}: error: symbolic link points outside the policy folders\n"
-        "  hint: copy the file into the policy folder instead"
-    ]
+    (root / "link.yaml").symlink_to(outside)
+    (root / "linked-folder").symlink_to(outside.parent)
+    (root / "README.md").symlink_to(outside.parent / "README.md")  # not a policy: ignored
+    assert discovered(root) == ([], [
+        f"{root.as_posix()}/link.yaml: error: symbolic link points outside the policy folders\n"
+        "  hint: copy the file into the policy folder instead",
+        f"{root.as_posix()}/linked-folder: error: symbolic link points outside the policy "
+        "folders\n  hint: copy the file into the policy folder instead"])
 
 
-def test_symlink_inside_the_roots_is_read(tmp_path: Path) -> None:
+def test_symlinks_inside_the_roots_are_read_once(tmp_path: Path) -> None:
     root = tmp_path / "policies"
     target = write(root / "shared" / "real.yaml", "a: 1\n")
-    link = root / "link.yaml"
-    link.symlink_to(target)
-    result = load_files([link], [root])
-    assert result.diagnostics == ()
-    assert [d.data for d in result.documents] == [{"a": 1}]
+    (root / "link.yaml").symlink_to(target)
+    (root / "again").symlink_to(target.parent)
+    (root / "shared" / "up").symlink_to(root)  # a link to an ancestor: no loop
+    assert discovered(root) == ([f"{root.as_posix()}/again/real.yaml"], [])
 
 
 def test_symlink_to_a_named_file_is_read(tmp_path: Path) -> None:
     named = write(tmp_path / "elsewhere" / "named.yaml", "a: 1\n")
     root = tmp_path / "policies"
     root.mkdir()
-    link = root / "link.yaml"
-    link.symlink_to(named)
-    assert load_files([link], [root, named]).diagnostics == ()
+    (root / "link.yaml").symlink_to(named)
+    assert discovered(root, named) == ([named.as_posix()], [])
 
 
-def test_symlinks_are_not_checked_without_roots(tmp_path: Path) -> None:
+def test_broken_links_and_link_loops_are_errors(tmp_path: Path) -> None:
+    root = tmp_path / "policies"
+    root.mkdir()
+    (root / "broken.yaml").symlink_to(root / "gone.yaml")
+    (root / "loop-a").symlink_to(root / "loop-b")
+    (root / "loop-b").symlink_to(root / "loop-a")
+    hint = "  hint: remove the link, or point it at a policy file or folder"
+    assert discovered(root) == ([], [
+        f"{root.as_posix()}/broken.yaml: error: broken symbolic link\n{hint}",
+        f"{root.as_posix()}/loop-a: error: symbolic link loop\n{hint}",
+        f"{root.as_posix()}/loop-b: error: symbolic link loop\n{hint}"])
+
+
+def test_special_files_are_errors_and_never_opened(tmp_path: Path) -> None:
+    root = tmp_path / "policies"
+    root.mkdir()
+    os.mkfifo(root / "fifo.yaml")  # opening it for reading would block forever
+    os.mkfifo(root / "pipe")
+    hint = "  hint: policies are regular files; remove it"
+    assert discovered(root) == ([], [
+        f"{root.as_posix()}/fifo.yaml: error: not a regular file (a FIFO); fleetc never opens one\n{hint}",
+        f"{root.as_posix()}/pipe: error: not a regular file (a FIFO); fleetc never opens one\n{hint}"])
+    assert discovered(Path("/dev/zero")) == ([], [
+        f"/dev/zero: error: not a regular file (a character device); fleetc never opens one\n{hint}"])
+
+
+def test_a_named_link_loop_or_broken_link_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "c").symlink_to(tmp_path / "gone")
+    with pytest.raises(UsageError, match=f"^{tmp_path / 'a'}: symbolic link loop$"):
+        discover([str(tmp_path / "a")])
+    with pytest.raises(UsageError, match=f"^{tmp_path / 'c'}: broken symbolic link$"):
+        discover([str(tmp_path / "c")])
+
+
+def test_reading_is_bounded_while_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file whose size says little (a /proc file says 0) is still read only to the limit."""
+    path = write(tmp_path / "big.yaml", b"#" * (load.MAX_FILE_BYTES + 10))
+    reads: list[int] = []
+    real_read = os.read
+    monkeypatch.setattr(load.os, "fstat", lambda fd: os.stat_result((0o100644, 0, 0, 1, 0, 0, 0, 0, 0, 0)))
+    monkeypatch.setattr(load.os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
+    assert formats(load_files([path])) == [
+        f"{path.as_posix()}: error: file is more than 4194304 bytes; the limit is 4194304\n"
+        "  hint: split it into several policy files"]
+    assert sum(reads) <= load.MAX_FILE_BYTES + 1
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_loading_leaves_the_garbage_collector_as_it_was(tmp_path: Path, enabled: bool) -> None:
+    import gc
+
+    policy = write(tmp_path / "p.yaml", "a: [1, 2]\nb: {c: d}\n")
+    was, frozen = gc.isenabled(), gc.get_freeze_count()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        assert load_files([policy]).documents[0].data == {"a": [1, 2], "b": {"c": "d"}}
+        assert gc.isenabled() is enabled
+        assert gc.get_freeze_count() == frozen  # only a large stage freezes what it made
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "---\n", "---\n...\n"])
+def test_empty_file(text: str) -> None:
+    assert errors(text) == ["f.yaml: error: empty file: expected at least one policy document"]
+
+
+def test_scalar_document_is_kept_for_validate_to_refuse() -> None:
+    assert one_doc("hello\n").data == "hello"
+
+
+# --- refused YAML ------------------------------------------------------------------------------
+
+
+def test_duplicate_key_names_the_first_line() -> None:
+    assert errors("""\
+        a: 1
+        b:
+          c: 1
+          d: 2
+          c: 3
+        """) == ["f.yaml:5:3: error: b.c: duplicate key 'c' (first defined at line 3)\n"
+                 "  hint: remove one of the two"]
+
+
+def test_tab_indentation() -> None:
+    assert errors("a:\n\tb: 1\n") == [
+        "f.yaml:2:1: error: invalid YAML: tab character: YAML indentation must use spaces\n"
+        "  hint: replace the tab with spaces"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a: [1, 2\n", "f.yaml:2:1: error: invalid YAML: expected ',' or ']', but got "
+                       "'<stream end>' (while parsing a flow sequence)"),
+        ("a: {b: 1\n", "f.yaml:2:1: error: invalid YAML: expected ',' or '}', but got "
+                       "'<stream end>' (while parsing a flow mapping)"),
+        ("a: *nope\n", "f.yaml:1:4: error: invalid YAML: found undefined alias 'nope'"),
+    ],
+)
+def test_syntax_errors(text: str, expected: str) -> None:
+    assert errors(text) == [expected]
+
+
+def test_syntax_error_in_second_document_drops_the_whole_file() -> None:
+    docs, diags = parse("a: 1\n---\nb: [\n", "f.yaml")
+    assert docs == []
+    assert len(diags) == 1 and diags[0].line == 4
+
+
+def test_byte_order_mark_is_accepted_by_parse() -> None:
+    doc = one_doc("\ufeffa: 1\n")
+    assert doc.data == {"a": 1}
+    assert doc.values[("a",)] == (1, 4)
+
+
+def test_alias_bomb_is_bounded() -> None:
+    lines = ['l0: &l0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    for i in range(1, 9):
+        lines.append(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]")
+    start = time.monotonic()
+    docs, diags = parse("\n".join(lines) + "\n", "f.yaml")
+    assert time.monotonic() - start < 10
+    assert docs == []
+    assert [d.format() for d in diags] == [
+        "f.yaml:1:50: error: document expands to more than 200000 values\n"
+        "  hint: YAML aliases are expanded; reduce their use"
+    ]
+
+
+def test_alias_within_budget_is_expanded() -> None:
+    doc = one_doc("base: &b {x: 1}\ncopy: *b\n")
+    assert doc.data == {"base": {"x": 1}, "copy": {"x": 1}}
+
+
+def test_recursive_alias_is_bounded() -> None:
+    assert errors("a: &a [*a]\n") == ["f.yaml:1:4: error: nesting is deeper than 64 levels"]
+
+
+def test_nesting_at_the_limit_is_accepted() -> None:
+    # the innermost of 65 lists sits 64 levels below the document root
+    assert one_doc("[" * 65 + "]" * 65 + "\n").data is not None
+
+
+def test_deep_nesting() -> None:
+    assert errors("[" * 66 + "]" * 66 + "\n") == [
+        "f.yaml:1:66: error: nesting is deeper than 64 levels"
+    ]
+
+
+def test_nesting_beyond_the_parser_stack_is_a_diagnostic() -> None:
+    assert errors("[" * 5000 + "]" * 5000 + "\n") == [
+        "f.yaml: error: nesting is deeper than 64 levels"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "position"),
+    [("1: a\n", "1:1"), ("true: a\n", "1:1"), ("null: a\n", "1:1"),
+     ("x:\n  ? [1]\n  : a\n", "2:5")],
+)
+def test_non_string_keys(text: str, position: str) -> None:
+    field = "x: " if text.startswith("x") else ""
+    assert errors(text) == [
+        f"f.yaml:{position}: error: {field}mapping keys must be strings\n  hint: quote the key"
+    ]
+
+
+def test_quoted_numeric_key_is_a_string() -> None:
+    assert one_doc('"1": a\n').data == {"1": "a"}
+
+
+def test_merge_key() -> None:
+    assert errors("""\
+        base: &b {x: 1}
+        c:
+          <<: *b
+          y: 2
+        """) == ["f.yaml:3:3: error: c: merge keys ('<<') are not supported\n"
+                 "  hint: write the fields out in full"]
+
+
+def test_custom_tag() -> None:
+    assert errors("a: !foo bar\n") == [
+        "f.yaml:1:4: error: a: unsupported YAML tag '!foo'\n  hint: remove the tag"
+    ]
+
+
+def test_binary_tag() -> None:
+    assert errors("a: !!binary aGVsbG8=\n") == [
+        "f.yaml:1:4: error: a: binary values are not supported"
+    ]
+
+
+def test_all_problems_of_a_document_are_reported() -> None:
+    assert errors("a: !foo x\nb: !!binary aGk=\n") == [
+        "f.yaml:1:4: error: a: unsupported YAML tag '!foo'\n  hint: remove the tag",
+        "f.yaml:2:4: error: b: binary values are not supported",
+    ]
+
+
+def test_standard_tags_are_fine() -> None:
+    assert one_doc("a: !!str 12\nb: !!int '7'\n").data == {"a": "12", "b": 7}
+
+
+# --- YAML 1.2 semantics ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("scalar", "value"),
+    [("yes", "yes"), ("no", "no"), ("on", "on"), ("off", "off"), ("y", "y"),
+     ("true", True), ("false", False), ("0o17", 15), ("017", 17), ("0x1f", 31),
+     ("1e3", 1000.0), ("~", None), ("null", None), ("'64'", "64"),
+     ("2024-01-01", "2024-01-01"), ("2001-12-14t21:59:43.10-05:00",
+                                    "2001-12-14t21:59:43.10-05:00")],
+)
+def test_yaml_1_2_scalars(scalar: str, value: object) -> None:
+    data = one_doc(f"v: {scalar}\n").data["v"]
+    assert data == value
+    assert type(data) is type(value)
+
+
+# --- discover ----------------------------------------------------------------------------------
+
+
+def touch(root: Path, *names: str) -> None:
+    for name in names:
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("a: 1\n", encoding="utf-8")
+
+
+def test_discover_folder_recursive_sorted_and_skipping_hidden(tmp_path: Path) -> None:
+    touch(tmp_path, "b.yaml", "a.yml", "sub/c.yaml", "sub/deeper/d.yaml", "notes.txt",
+          ".hidden.yaml", ".git/e.yaml", "sub/.cache/f.yaml", "README.md")
+    found = [p.relative_to(tmp_path).as_posix() for p in discover([str(tmp_path)]).files]
+    assert found == ["a.yml", "b.yaml", "sub/c.yaml", "sub/deeper/d.yaml"]
+
+
+def test_discover_keeps_named_files_and_removes_duplicates(tmp_path: Path) -> None:
+    touch(tmp_path, "x/a.yaml", "named.txt")
+    found = discover([str(tmp_path / "x"), str(tmp_path / "named.txt"),
+                      str(tmp_path / "x" / "a.yaml")]).files
+    assert [p.relative_to(tmp_path).as_posix() for p in found] == ["named.txt", "x/a.yaml"]
+
+
+def test_discover_missing_path_is_a_usage_error(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope")
+    with pytest.raises(UsageError, match=f"^{missing}: no such file or directory$"):
+        discover([missing])
+
+
+def test_discover_empty_folder(tmp_path: Path) -> None:
+    assert discover([str(tmp_path)]) == load.Discovery((), ())
+
+
+# --- load_files --------------------------------------------------------------------------------
+
+
+def write(path: Path, data: bytes | str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    path.write_bytes(data)
+    return path
+
+
+def formats(result: load.LoadResult) -> list[str]:
+    return [d.format() for d in result.diagnostics]
+
+
+def test_load_files_reads_every_document(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.yaml", "x: 1\n---\ny: 2\n")
+    b = write(tmp_path / "b.yaml", "z: 3\n")
+    result = load_files([a, b])
+    assert result.diagnostics == ()
+    assert [(d.path, d.index, d.data) for d in result.documents] == [
+        (a.as_posix(), 0, {"x": 1}), (a.as_posix(), 1, {"y": 2}), (b.as_posix(), 0, {"z": 3})
+    ]
+
+
+def test_load_files_problems_do_not_stop_other_files(tmp_path: Path) -> None:
+    bad = write(tmp_path / "bad.yaml", "a: [\n")
+    good = write(tmp_path / "good.yaml", "a: 1\n")
+    result = load_files([bad, good])
+    assert [d.data for d in result.documents] == [{"a": 1}]
+    assert len(result.diagnostics) == 1 and result.diagnostics[0].path == bad.as_posix()
+
+
+@pytest.mark.parametrize(
+    ("raw", "position", "byte"),
+    [(b"a: caf\xe9\n", "1:7", "e9"), (b"a: 1\nb: 2\nc: x\xff\n", "3:5", "ff"),
+     (b"a: 1\r\nb: \x80\r\n", "2:4", "80"), (b"\xfe", "1:1", "fe")],
+)
+def test_non_utf8_bytes(tmp_path: Path, raw: bytes, position: str, byte: str) -> None:
+    path = write(tmp_path / "f.yaml", raw)
+    assert formats(load_files([path])) == [
+        f"{path.as_posix()}:{position}: error: not valid UTF-8 (byte 0x{byte})\n"
+        "  hint: save the file as UTF-8"
+    ]
+
+
+def test_non_utf8_column_counts_characters(tmp_path: Path) -> None:
+    path = write(tmp_path / "f.yaml", "a: é".encode() + b"\xff\n")
+    # 'a', ':', ' ', 'é' are four characters (five bytes): the bad byte is character 5
+    assert formats(load_files([path]))[0].startswith(f"{path.as_posix()}:1:5: ")
+
+
+def test_byte_order_mark_in_file_is_accepted(tmp_path: Path) -> None:
+    path = write(tmp_path / "f.yaml", b"\xef\xbb\xbfa: 1\n")
+    result = load_files([path])
+    assert result.diagnostics == ()
+    assert result.documents[0].data == {"a": 1}
+    assert result.documents[0].values[("a",)] == (1, 4)
+
+
+def test_empty_file_on_disk(tmp_path: Path) -> None:
+    path = write(tmp_path / "f.yaml", b"")
+    assert formats(load_files([path])) == [
+        f"{path.as_posix()}: error: empty file: expected at least one policy document"
+    ]
+
+
+def test_oversized_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(load, "MAX_FILE_BYTES", 10)
+    path = write(tmp_path / "f.yaml", "a: 1234567890\n")
+    assert formats(load_files([path])) == [
+        f"{path.as_posix()}: error: file is 14 bytes; the limit is 10\n"
+        "  hint: split it into several policy files"
+    ]
+
+
+def test_file_at_the_size_limit_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(load, "MAX_FILE_BYTES", 14)
+    path = write(tmp_path / "f.yaml", "a: 1234567890\n")
+    assert load_files([path]).diagnostics == ()
+
+
+def test_unreadable_path(tmp_path: Path) -> None:
+    folder = tmp_path / "f.yaml"
+    folder.mkdir()
+    assert formats(load_files([folder])) == [
+        f"{folder.as_posix()}: error: not a regular file (a folder); fleetc never reads one\n"
+        "  hint: policies are regular files; remove it"]
+
+
+def discovered(*paths: Path) -> tuple[list[str], list[str]]:
+    found = discover([str(p) for p in paths])
+    return [p.as_posix() for p in found.files], [d.format() for d in found.problems]
+
+
+def test_symlink_outside_the_roots_is_refused(tmp_path: Path) -> None:
     outside = write(tmp_path / "elsewhere" / "secret.yaml", "a: 1\n")
-    link = tmp_path / "link.yaml"
-    link.symlink_to(outside)
-    assert load_files([link]).diagnostics == ()
+    write(tmp_path / "elsewhere" / "README.md", "not a policy\n")
+    root = tmp_path / "policies"
+    root.mkdir()
+    (root / "link.yaml").symlink_to(outside)
+    (root / "linked-folder").symlink_to(outside.parent)
+    (root / "README.md").symlink_to(outside.parent / "README.md")  # not a policy: ignored
+    assert discovered(root) == ([], [
+        f"{root.as_posix()}/link.yaml: error: symbolic link points outside the policy folders\n"
+        "  hint: copy the file into the policy folder instead",
+        f"{root.as_posix()}/linked-folder: error: symbolic link points outside the policy "
+        "folders\n  hint: copy the file into the policy folder instead"])
+
+
+def test_symlinks_inside_the_roots_are_read_once(tmp_path: Path) -> None:
+    root = tmp_path / "policies"
+    target = write(root / "shared" / "real.yaml", "a: 1\n")
+    (root / "link.yaml").symlink_to(target)
+    (root / "again").symlink_to(target.parent)
+    (root / "shared" / "up").symlink_to(root)  # a link to an ancestor: no loop
+    assert discovered(root) == ([f"{root.as_posix()}/again/real.yaml"], [])
+
+
+def test_symlink_to_a_named_file_is_read(tmp_path: Path) -> None:
+    named = write(tmp_path / "elsewhere" / "named.yaml", "a: 1\n")
+    root = tmp_path / "policies"
+    root.mkdir()
+    (root / "link.yaml").symlink_to(named)
+    assert discovered(root, named) == ([named.as_posix()], [])
+
+
+def test_broken_links_and_link_loops_are_errors(tmp_path: Path) -> None:
+    root = tmp_path / "policies"
+    root.mkdir()
+    (root / "broken.yaml").symlink_to(root / "gone.yaml")
+    (root / "loop-a").symlink_to(root / "loop-b")
+    (root / "loop-b").symlink_to(root / "loop-a")
+    hint = "  hint: remove the link, or point it at a policy file or folder"
+    assert discovered(root) == ([], [
+        f"{root.as_posix()}/broken.yaml: error: broken symbolic link\n{hint}",
+        f"{root.as_posix()}/loop-a: error: symbolic link loop\n{hint}",
+        f"{root.as_posix()}/loop-b: error: symbolic link loop\n{hint}"])
+
+
+def test_special_files_are_errors_and_never_opened(tmp_path: Path) -> None:
+    root = tmp_path / "policies"
+    root.mkdir()
+    os.mkfifo(root / "fifo.yaml")  # opening it for reading would block forever
+    os.mkfifo(root / "pipe")
+    hint = "  hint: policies are regular files; remove it"
+    assert discovered(root) == ([], [
+        f"{root.as_posix()}/fifo.yaml: error: not a regular file (a FIFO); fleetc never opens one\n{hint}",
+        f"{root.as_posix()}/pipe: error: not a regular file (a FIFO); fleetc never opens one\n{hint}"])
+    assert discovered(Path("/dev/zero")) == ([], [
+        f"/dev/zero: error: not a regular file (a character device); fleetc never opens one\n{hint}"])
+
+
+def test_a_named_link_loop_or_broken_link_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "c").symlink_to(tmp_path / "gone")
+    with pytest.raises(UsageError, match=f"^{tmp_path / 'a'}: symbolic link loop$"):
+        discover([str(tmp_path / "a")])
+    with pytest.raises(UsageError, match=f"^{tmp_path / 'c'}: broken symbolic link$"):
+        discover([str(tmp_path / "c")])
+
+
+def test_reading_is_bounded_while_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file whose size says little (a /proc file says 0) is still read only to the limit."""
+    path = write(tmp_path / "big.yaml", b"#" * (load.MAX_FILE_BYTES + 10))
+    reads: list[int] = []
+    real_read = os.read
+    monkeypatch.setattr(load.os, "fstat", lambda fd: os.stat_result((0o100644, 0, 0, 1, 0, 0, 0, 0, 0, 0)))
+    monkeypatch.setattr(load.os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
+    assert formats(load_files([path])) == [
+        f"{path.as_posix()}: error: file is more than 4194304 bytes; the limit is 4194304\n"
+        "  hint: split it into several policy files"]
+    assert sum(reads) <= load.MAX_FILE_BYTES + 1
 
 
 @pytest.mark.parametrize("enabled", [True, False])

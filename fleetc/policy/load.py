@@ -13,8 +13,10 @@ large input, files are read by that fast path on every core (:mod:`fleetc.policy
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import os
+import stat
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -83,58 +85,204 @@ class LoadResult:
     diagnostics: tuple[Diagnostic, ...]
 
 
-def discover(paths: Sequence[str]) -> list[Path]:
+@dataclass(frozen=True)
+class Discovery:
+    """The policy files under the paths a user named, and every entry that could not be read
+    or was left out for a reason that is an error (nothing is skipped silently)."""
+
+    files: tuple[Path, ...]
+    problems: tuple[Diagnostic, ...]
+
+
+def discover(paths: Sequence[str]) -> Discovery:
     """Expand files and folders (recursively, ``*.yaml``/``*.yml``, hidden entries skipped).
+
+    Within a folder, every entry that is not a hidden entry or a regular file of another
+    suffix is either read or reported: a folder that cannot be listed, a FIFO, socket or device
+    (never opened: reading one could block forever or never end), a broken symbolic link, a
+    link loop, and a link that leaves every named path (a policy cannot pull in arbitrary
+    files). A link to a folder or file inside them is followed, each file read once.
 
     Raises :class:`UsageError` for a path that does not exist: that is a command-line mistake,
     not a policy error.
     """
-    found: list[Path] = []
+    named: list[tuple[Path, os.stat_result]] = []
     for given in paths:
         path = Path(given)
-        if not path.exists():
-            raise UsageError(f"{given}: no such file or directory")
-        if path.is_dir():
-            found.extend(_policy_files(path))
+        try:
+            named.append((path, os.stat(path)))
+        except OSError as err:
+            raise UsageError(f"{given}: {_stat_problem(err, path)}") from None
+    walk = _Walk([Path(os.path.realpath(path)) for path, _ in named])
+    for path, info in named:
+        if stat.S_ISDIR(info.st_mode):
+            walk.folder(path)
         else:
-            found.append(path)
-    return sorted(set(found), key=lambda p: p.as_posix())
+            walk.entry(path, info)
+    return Discovery(tuple(sorted(walk.files.values(), key=lambda p: p.as_posix())),
+                     tuple(walk.problems))
 
 
-def _policy_files(folder: Path) -> Iterator[Path]:
-    for root, dirs, files in os.walk(folder, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(files):
-            if name.endswith(POLICY_SUFFIXES) and not name.startswith("."):
-                yield Path(root) / name
+def _stat_problem(err: OSError, path: Path) -> str:
+    if err.errno == errno.ELOOP:
+        return "symbolic link loop"
+    if err.errno == errno.ENOENT:
+        return "broken symbolic link" if os.path.islink(path) else "no such file or directory"
+    return err.strerror or str(err)
 
 
-def load_files(files: Iterable[Path], roots: Sequence[Path] = ()) -> LoadResult:
+class _Walk:
+    """Collects policy files and problems; folders are walked with a stack, not recursion."""
+
+    def __init__(self, roots: Sequence[Path]):
+        self.roots = roots
+        self.files: dict[str, Path] = {}  # real path -> the first name it was found under
+        self.folders: set[str] = set()  # real paths of the folders listed so far
+        self.problems: list[Diagnostic] = []
+
+    def folder(self, top: Path) -> None:
+        stack = [top]
+        while stack:
+            folder = stack.pop()
+            real = os.path.realpath(folder)
+            if real in self.folders:
+                continue  # a link to a folder read under its own name (or a link to an ancestor)
+            self.folders.add(real)
+            try:
+                with os.scandir(folder) as listing:
+                    entries = sorted((e for e in listing if not e.name.startswith(".")),
+                                     key=lambda e: e.name)
+            except OSError as err:
+                self._problem(folder, f"cannot read folder: {err.strerror or err}",
+                              "let fleetc read it, or move it out of the policy folder")
+                continue
+            subfolders = []
+            for entry in entries:
+                path = folder / entry.name
+                if entry.is_symlink():
+                    if self._link_is_folder(path):
+                        subfolders.append(path)
+                elif entry.is_dir(follow_symlinks=False):
+                    subfolders.append(path)
+                elif entry.is_file(follow_symlinks=False):
+                    if entry.name.endswith(POLICY_SUFFIXES):
+                        self._file(os.path.join(real, entry.name), path)
+                else:
+                    self._special(path, entry.stat(follow_symlinks=False).st_mode)
+            stack.extend(reversed(subfolders))
+
+    def _link_is_folder(self, path: Path) -> bool:
+        """Whether the link ``path`` leads to a folder to walk; a file it leads to is taken
+        here, and a link that is broken, loops or leaves the roots is reported."""
+        try:
+            info = os.stat(path)
+        except OSError as err:
+            self._problem(path, _stat_problem(err, path),
+                          "remove the link, or point it at a policy file or folder")
+            return False
+        target = Path(os.path.realpath(path))
+        folder = stat.S_ISDIR(info.st_mode)
+        if not _inside(target, self.roots):
+            if folder or path.name.endswith(POLICY_SUFFIXES):
+                self._problem(path, "symbolic link points outside the policy folders",
+                              "copy the file into the policy folder instead")
+            return False
+        if not folder:
+            self.entry(path, info, named=False)
+        return folder
+
+    def entry(self, path: Path, info: os.stat_result, *, named: bool = True) -> None:
+        """A file (or a link to one) found in a folder, or one the user named (any name)."""
+        if not stat.S_ISREG(info.st_mode):
+            self._special(path, info.st_mode)
+        elif named or path.name.endswith(POLICY_SUFFIXES):
+            self._file(os.path.realpath(path), path)
+
+    def _file(self, real: str, path: Path) -> None:
+        """One file, read once under the first of its names in path order."""
+        known = self.files.get(real)
+        if known is None or path.as_posix() < known.as_posix():
+            self.files[real] = path
+
+    def _special(self, path: Path, mode: int) -> None:
+        self._problem(path, f"not a regular file ({_file_kind(mode)}); fleetc never opens one",
+                      "policies are regular files; remove it")
+
+    def _problem(self, path: Path, message: str, hint: str) -> None:
+        self.problems.append(Diagnostic(display_path(path), 0, 0, "", message, hint))
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+def load_files(files: Iterable[Path]) -> LoadResult:
     """Read and parse every file; problems become diagnostics, never exceptions.
 
-    ``roots`` are the folders the user named: a symlink that resolves outside all of them (and
-    outside the files named directly) is refused, so a policy cannot pull in arbitrary files.
+    A file is opened without blocking and read only when it is a regular file, and never
+    beyond :data:`MAX_FILE_BYTES` (a file that grows while read, or lies about its size, is
+    refused all the same).
     """
-    allowed = [r.resolve() for r in roots]
     sources: list[tuple[str, bytes]] = []
     refused: list[Diagnostic] = []
     for path in files:
         display = display_path(path)
-        if allowed and path.is_symlink() and not _inside(path.resolve(), allowed):
-            refused.append(
-                Diagnostic(display, 0, 0, "", "symbolic link points outside the policy folders",
-                           hint="copy the file into the policy folder instead")
-            )
-            continue
         try:
-            if path.stat().st_size > MAX_FILE_BYTES:
-                refused.append(_too_large(display, path.stat().st_size))
-                continue
-            sources.append((display, path.read_bytes()))
+            sources.append((display, _read_bounded(path)))
+        except _Refused as problem:
+            refused.append(problem.diagnostic(display))
         except OSError as err:
-            refused.append(Diagnostic(display, 0, 0, "", f"cannot read file: {err.strerror}"))
+            refused.append(Diagnostic(display, 0, 0, "", f"cannot read file: {err.strerror or err}"))
     loaded = load_sources(sources)
     return LoadResult(loaded.documents, (*refused, *loaded.diagnostics))
+
+
+def load_paths(paths: Sequence[str]) -> LoadResult:
+    """:func:`discover` and :func:`load_files`, every problem of both in one result."""
+    found = discover(paths)
+    loaded = load_files(found.files)
+    return LoadResult(loaded.documents, (*found.problems, *loaded.diagnostics))
+
+
+class _Refused(Exception):
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.message, self.hint = message, hint
+
+    def diagnostic(self, display: str) -> Diagnostic:
+        return Diagnostic(display, 0, 0, "", self.message, self.hint)
+
+
+_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_CHUNK = 1 << 20
+
+
+def _read_bounded(path: Path) -> bytes:
+    """The bytes of the regular file ``path``, at most :data:`MAX_FILE_BYTES` of them."""
+    fd = os.open(path, _READ)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # checked on the open file: it may have been replaced
+            raise _Refused(f"not a regular file ({_file_kind(info.st_mode)}); fleetc never "
+                           "reads one", "policies are regular files; remove it")
+        if info.st_size > MAX_FILE_BYTES:
+            too_large = _too_large("", info.st_size)
+            raise _Refused(too_large.message, too_large.hint)
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, min(_CHUNK, MAX_FILE_BYTES + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_FILE_BYTES:
+                raise _Refused(f"file is more than {MAX_FILE_BYTES} bytes; the limit is "
+                               f"{MAX_FILE_BYTES}", "split it into several policy files")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 #: A stage that leaves more new objects than this freezes them (see :func:`gc_paused`).

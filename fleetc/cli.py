@@ -78,6 +78,11 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, time_limit: float |
     """Place every pipeline stage and write the manifests to the output folder."""
     if check and commit:
         _run(lambda: _usage("--check and --commit cannot be combined"), output_format)
+    if not check:  # refuse a folder fleetc must not write before the work of compiling
+        from fleetc.emit import check_output_folder
+
+        roots = [Path(p) for p in paths or [DEFAULT_POLICIES]]
+        _run(lambda: check_output_folder(Path(out_dir), roots), output_format)
     compiled = _run(lambda: _compile(paths, out_dir, time_limit=time_limit, drain=tuple(drain),
                                      allow_unplaced=allow_unplaced), output_format)
     for stage in compiled.placement.stages:

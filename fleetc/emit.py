@@ -29,17 +29,18 @@ import ctypes
 import ctypes.util
 import fcntl
 import os
+import re
 import shutil
 import stat
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetc.errors import FleetcError
+from fleetc.errors import FleetcError, UsageError
 
 #: Where fleetc records the files it wrote, relative to the output folder.
 RECORD = ".fleetc/files"
@@ -67,12 +68,15 @@ class WriteError(FleetcError, OSError):
     An ``OSError`` too, so callers that catch those keep working."""
 
 
-def write_tree(out_dir: Path, files: Mapping[str, str]) -> None:
-    """Replace fleetc's files in ``out_dir`` with ``files``, atomically."""
-    out_dir = out_dir.absolute()
+def write_tree(out_dir: Path, files: Mapping[str, str], policy_roots: Sequence[Path] = ()) -> None:
+    """Replace fleetc's files in ``out_dir`` with ``files``, atomically; refuse (before writing
+    anything) an output folder :func:`check_output_folder` refuses. A symlinked output folder
+    is written through: the swap happens where the link points."""
+    out_dir = check_output_folder(out_dir, policy_roots)
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         with _locked(out_dir):
+            _refuse_foreign(out_dir)  # again under the lock: it may have changed since
             _remove_stale_staging(out_dir)
             _stage_and_swap(out_dir, files)
     except FleetcError:
@@ -80,6 +84,54 @@ def write_tree(out_dir: Path, files: Mapping[str, str]) -> None:
     except OSError as err:
         raise WriteError(f"cannot write {out_dir}: {err.strerror or err}; it was left as it "
                          "was") from err
+
+
+def check_output_folder(out_dir: Path, policy_roots: Sequence[Path] = ()) -> Path:
+    """The real path fleetc would write ``out_dir`` at, or :class:`UsageError` when it must not
+    write there: ``/``, a folder that is, holds or lies inside one of ``policy_roots``, or a
+    folder fleetc did not make (it is neither empty nor holding fleetc's :data:`RECORD`)."""
+    real = Path(os.path.realpath(out_dir))
+    if real == Path(real.anchor):
+        raise _refusal(f"{out_dir}: refusing to write the output to the root folder",
+                       "name a folder of its own, such as out/")
+    for root in policy_roots:
+        policies = Path(os.path.realpath(root))
+        relation = ("is" if real == policies else "lies inside" if policies in real.parents
+                    else "holds" if real in policies.parents else "")
+        if relation:
+            raise _refusal(f"{out_dir}: refusing to write the output there: it {relation} the "
+                           f"policies ({root})",
+                           "keep the output folder and the policies apart, such as out/ beside "
+                           "policies/")
+    _refuse_foreign(real, out_dir)
+    return real
+
+
+def _refuse_foreign(real: Path, named: Path | None = None) -> None:
+    """:class:`UsageError` when ``real`` exists and is not empty, or not fleetc's output."""
+    named = named or real
+    try:
+        info = os.lstat(real)
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise UsageError(f"{named}: cannot be the output folder: {err.strerror or err}") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise _refusal(f"{named}: exists and is not a folder; nothing was written",
+                       "name a folder for the output")
+    try:
+        record = os.lstat(real / RECORD)
+        ours = stat.S_ISREG(record.st_mode)
+    except OSError:
+        ours = False
+    if not ours and any(os.scandir(real)):
+        raise _refusal(f"{named}: refusing to write into a folder fleetc did not make (it is not "
+                       f"empty and has no {RECORD}); nothing was written",
+                       "name a new or empty folder, or move this folder's files away")
+
+
+def _refusal(message: str, hint: str) -> UsageError:
+    return UsageError(f"{message}\n  hint: {hint}")
 
 
 def _stage_and_swap(out_dir: Path, files: Mapping[str, str]) -> None:
@@ -124,14 +176,17 @@ def _staging_prefix(out_dir: Path, role: str) -> str:
 
 def _remove_stale_staging(out_dir: Path) -> None:
     """Remove temporary folders left beside ``out_dir`` by a killed compile (caller holds the
-    lock, so no live compile is using them)."""
-    prefix = f".{out_dir.name}.{_STAGING_MARK}"
-    stranded = sorted(out_dir.parent.glob(f"{_staging_prefix(out_dir, 'old')}*/tree"))
+    lock, so no live compile is using them). Only names :func:`tempfile.mkdtemp` gave fleetc's
+    own prefixes are touched: a user's ``.out.fleetc-notes`` is not one."""
+    ours = re.compile(re.escape(f".{out_dir.name}.{_STAGING_MARK}") + r"(?:new|old)-[a-z0-9_]{8}")
+    staged = sorted(entry for entry in out_dir.parent.iterdir()
+                    if ours.fullmatch(entry.name) and entry.is_dir() and not entry.is_symlink())
+    stranded = [entry / "tree" for entry in staged
+                if entry.name.startswith(_staging_prefix(out_dir, "old")) and (entry / "tree").is_dir()]
     if stranded and not out_dir.exists():  # killed between the fallback swap's two renames
         os.rename(stranded[0], out_dir)
-    for entry in sorted(out_dir.parent.iterdir()):
-        if entry.name.startswith(prefix) and entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
+    for entry in staged:
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 def changes(out_dir: Path, files: Mapping[str, str]) -> list[Change]:

@@ -48,13 +48,14 @@ def leftovers(parent: Path) -> list[str]:
 def test_the_next_write_removes_a_killed_compiles_staging_folders(tmp_path: Path) -> None:
     out = tmp_path / "out"
     write_tree(out, OLD)
-    for name in (".out.fleetc-new-abc123", ".out.fleetc-old-def456"):
+    for name in (".out.fleetc-new-abc123_z", ".out.fleetc-old-def45678"):
         (tmp_path / name / "clusters").mkdir(parents=True)
         (tmp_path / name / "clusters" / "half.yaml").write_text("half\n")
-    (tmp_path / ".out.backup").mkdir()  # someone else's folder: not fleetc's to remove
+    for name in (".out.backup", ".out.fleetc-notes", ".out.fleetc-new-abc"):  # not fleetc's names
+        (tmp_path / name).mkdir()
     write_tree(out, NEW)
     assert tree(out) == expected(NEW)
-    assert leftovers(tmp_path) == [".out.backup"]
+    assert leftovers(tmp_path) == [".out.backup", ".out.fleetc-new-abc", ".out.fleetc-notes"]
 
 
 def test_a_compile_killed_between_the_fallback_renames_is_recovered(tmp_path: Path) -> None:
@@ -63,7 +64,7 @@ def test_a_compile_killed_between_the_fallback_renames_is_recovered(tmp_path: Pa
     out = tmp_path / "out"
     write_tree(out, OLD)
     (out / "NOTES.md").write_text("mine\n")
-    stranded = tmp_path / ".out.fleetc-old-k1ll3d"
+    stranded = tmp_path / ".out.fleetc-old-k1ll3d00"
     stranded.mkdir()
     os.rename(out, stranded / "tree")
     write_tree(out, NEW)

@@ -130,3 +130,94 @@ def test_validate_dev_zero_fails_fast(project: Path) -> None:
     assert result.stderr == ("/dev/zero: error: not a regular file (a character device); fleetc never opens one\n"
                              "  hint: policies are regular files; remove it\n"
                              "1 error in 1 file\n")
+
+
+# --- 2. fleetc writes only into a folder that is empty, absent or its own ------------------------
+
+
+def tree_state(folder: Path) -> dict[str, tuple[int, int, int, bytes]]:
+    """Every entry under ``folder`` (itself included): mode, owner, link count and bytes."""
+    entries = {}
+    for path in [folder, *sorted(folder.rglob("*"))]:
+        info = path.lstat()
+        data = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
+        entries[path.relative_to(folder).as_posix()] = (info.st_mode, info.st_uid, info.st_nlink, data)
+    return entries
+
+
+REFUSED_FOREIGN = ("error: {out}: refusing to write into a folder fleetc did not make (it is not empty "
+                   "and has no .fleetc/files); nothing was written\n"
+                   "  hint: name a new or empty folder, or move this folder's files away\n")
+
+
+def test_a_folder_fleetc_did_not_make_is_refused_untouched(project: Path) -> None:
+    home = project / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh").chmod(0o700)
+    (home / ".ssh" / "id_ed25519").write_text("key\n")
+    (home / "notes").mkdir()
+    (home / "notes" / "a.txt").write_text("mine\n")
+    os.link(home / "notes" / "a.txt", home / "hardlink.txt")
+    before = tree_state(home)
+    for args in (["compile", "--out", "home"], ["compile", "--out", "home", "--commit"]):
+        result = fleetc(project, *args)
+        assert (result.returncode, result.stdout) == (2, "")
+        assert result.stderr == REFUSED_FOREIGN.format(out="home")
+    assert tree_state(home) == before
+    assert sorted(p.name for p in project.iterdir()) == ["home", "policies"]
+
+
+@pytest.mark.parametrize(("out", "message"), [
+    ("/", "error: /: refusing to write the output to the root folder\n"
+          "  hint: name a folder of its own, such as out/\n"),
+    ("policies", "error: policies: refusing to write the output there: it is the policies (policies)\n"),
+    ("policies/out", "error: policies/out: refusing to write the output there: it lies inside the "
+                     "policies (policies)\n"),
+    (".", "error: .: refusing to write the output there: it holds the policies (policies)\n"),
+])
+def test_the_root_and_the_policy_folders_are_refused(project: Path, out: str, message: str) -> None:
+    before = tree_state(project)
+    result = fleetc(project, "compile", "--out", out)
+    assert (result.returncode, result.stdout) == (2, "")
+    if out != "/":
+        message += "  hint: keep the output folder and the policies apart, such as out/ beside policies/\n"
+    assert result.stderr == message
+    assert tree_state(project) == before
+
+
+def test_an_empty_folder_is_written_and_then_fleetcs_own(project: Path) -> None:
+    (project / "out").mkdir()
+    assert fleetc(project, "compile").returncode == 0
+    (project / "out" / "NOTES.md").write_text("a file of mine beside fleetc's\n")
+    assert fleetc(project, "compile").returncode == 0  # its record says fleetc made it
+    assert (project / "out" / "NOTES.md").read_text() == "a file of mine beside fleetc's\n"
+
+
+def test_only_fleetcs_own_temporary_entries_beside_out_are_cleaned_up(project: Path) -> None:
+    assert fleetc(project, "compile").returncode == 0
+    (project / ".out.fleetc-notes").mkdir()
+    (project / ".out.fleetc-notes" / "todo.txt").write_text("keep me\n")
+    killed = project / ".out.fleetc-new-k1ll3d00"  # what a compile killed while staging leaves
+    (killed / "clusters").mkdir(parents=True)
+    assert fleetc(project, "compile").returncode == 0
+    assert sorted(p.name for p in project.iterdir()) == [".out.fleetc-notes", "out", "policies"]
+    assert (project / ".out.fleetc-notes" / "todo.txt").read_text() == "keep me\n"
+
+
+def test_a_symlinked_output_folder_is_written_through(project: Path) -> None:
+    (project / "real-out").mkdir()
+    (project / "out").symlink_to("real-out")
+    for _ in range(2):
+        result = fleetc(project, "compile")
+        assert result.returncode == 0, result.stderr
+        assert (project / "out").is_symlink() and os.readlink(project / "out") == "real-out"
+    assert (project / "real-out" / "placement.yaml").is_file()
+    assert sorted(p.name for p in project.iterdir()) == ["out", "policies", "real-out"]
+    assert fleetc(project, "compile", "--check").returncode == 0
+
+
+def test_an_output_path_too_long_for_the_system_is_a_usage_error(project: Path) -> None:
+    out = "x" * 300
+    result = fleetc(project, "compile", "--out", out)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"error: {out}: cannot be the output folder: File name too long\n"

@@ -634,7 +634,8 @@ def test_cli_ignores_a_malformed_previous_placement_with_a_warning(
     (tmp_path / "policies").mkdir()
     bundled_with(tmp_path / "policies", "gpu: 8\n", "gpu: 8\n")
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / ".fleetc").mkdir(parents=True)
+    (tmp_path / "out" / ".fleetc" / "files").write_text("placement.yaml\n")  # fleetc's own out/
     (tmp_path / "out" / "placement.yaml").write_text("kind: Fleet\n")
     result = CliRunner().invoke(cli, ["compile"])
     assert result.exit_code == 0, result.output

@@ -132,15 +132,25 @@ def _with_jurisdictions(policies: PolicySet, clusters: tuple[m.Cluster, ...],
 
 def _data_regions(stage: m.Stage, by_key: dict[str, m.Stage],
                   memo: dict[str, frozenset[str]]) -> frozenset[str]:
-    """Regions of every piece of data ``stage`` reads, following ``from:`` to the producers."""
-    if stage.key not in memo:
-        memo[stage.key] = frozenset()  # a cycle (rejected by validation) ends here
-        regions = {i.location for i in stage.inputs if i.location}
-        for item in stage.inputs:
-            producer = by_key.get(f"{stage.pipeline}/{item.from_stage}") if item.from_stage else None
-            if producer is not None:
-                regions |= _data_regions(producer, by_key, memo)
-        memo[stage.key] = frozenset(regions)
+    """Regions of every piece of data ``stage`` reads, following ``from:`` to the producers
+    (on an explicit stack: a chain of any length takes no recursion)."""
+    def producers(reader: m.Stage) -> list[m.Stage]:
+        found = (by_key.get(f"{reader.pipeline}/{i.from_stage}") for i in reader.inputs if i.from_stage)
+        return [producer for producer in found if producer is not None]
+
+    pending = [(stage, False)]
+    while pending:
+        current, expanded = pending.pop()
+        if expanded:  # its producers are done
+            regions = {i.location for i in current.inputs if i.location}
+            for producer in producers(current):
+                regions |= memo[producer.key]
+            memo[current.key] = frozenset(regions)
+        elif current.key not in memo:
+            memo[current.key] = frozenset()  # a cycle (rejected by validation) ends here
+            pending.append((current, True))
+            pending.extend((producer, False) for producer in producers(current)
+                           if producer.key not in memo)
     return memo[stage.key]
 
 

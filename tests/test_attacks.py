@@ -221,3 +221,59 @@ def test_an_output_path_too_long_for_the_system_is_a_usage_error(project: Path) 
     result = fleetc(project, "compile", "--out", out)
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == f"error: {out}: cannot be the output folder: File name too long\n"
+
+
+# --- 9. deep dependency graphs: no recursion limit ----------------------------------------------
+
+
+def chain_pipeline(name: str, length: int, *, cycle: bool = False) -> str:
+    """A pipeline whose stage i waits for stage i+1 (written in reverse order of running), the
+    last stage waiting for the first when ``cycle``."""
+    stages = []
+    for i in range(length):
+        after = (i + 1) % length if cycle else i + 1
+        needs = f", dependencies: [{name}{after}]" if cycle or after < length else ""
+        stages.append(f"  - {{name: {name}{i}, type: DataProc, resources: {{cpu: 100m, memory: 64Mi}}{needs}}}\n")
+    return (f"apiVersion: aigc.kurator.dev/v1alpha1\nkind: AIGCPipeline\nmetadata: {{name: {name}, "
+            f"namespace: {name}}}\nspec:\n  stages:\n" + "".join(stages))
+
+
+def test_a_long_chain_written_in_reverse_order_compiles(project: Path) -> None:
+    (project / "policies" / "chain.yaml").write_text(chain_pipeline("s", 1200))
+    result = fleetc(project, "compile")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("placed 1207 stages")
+
+
+def test_a_long_cycle_is_a_policy_error(project: Path) -> None:
+    (project / "policies" / "cycle.yaml").write_text(chain_pipeline("c", 1500, cycle=True))
+    result = fleetc(project, "validate")
+    assert (result.returncode, result.stdout) == (1, "")
+    names = " -> ".join(f"c{i}" for i in [*range(1500), 0])
+    assert result.stderr == (f"policies/cycle.yaml:6:84: error: spec.stages[0].dependencies: "
+                             f"dependency cycle: {names}\n1 error in 1 file\n")
+
+
+@pytest.mark.parametrize("reads", ["dependencies", "from"])
+def test_chains_of_20000_stages_validate_and_resolve(reads: str) -> None:
+    """Validation (the cycle search) and resolve (data sovereignty through ``from:``) walk the
+    graph on explicit stacks: Python's recursion limit (1,000 frames) never applies."""
+    from fleetc.compiler import load_policy_sources
+    from fleetc.resolve import resolve
+
+    length = 20_000 if reads == "dependencies" else 15_000  # 15,000 ``from:`` stages fill MAX_NODES
+    if reads == "dependencies":
+        text = chain_pipeline("s", length)
+    else:
+        text = chain_pipeline("s", 0) + "".join(
+            f"  - {{name: s{i}, type: DataProc, inputs: [{{name: i, from: s{i + 1}.outputs.o}}], "
+            f"outputs: [{{name: o, storage: 's3://b/o/'}}]}}\n" for i in range(length - 1)) + (
+            f"  - {{name: s{length - 1}, type: DataProc, inputs: [{{name: i, source: "
+            f"'s3://b/raw/', location: eu-west-1}}], outputs: [{{name: o, storage: 's3://b/o/'}}]}}\n")
+    platform = ("apiVersion: aigc.kurator.dev/v1alpha1\nkind: AIGCPlatform\nmetadata: {name: p}\n"
+                "spec: {security: {dataSovereignty: true}}\n")
+    sources = [("fleet.yaml", (ROOT / "policies" / "fleet.yaml").read_bytes()),
+               ("chain.yaml", text.encode()), ("platform.yaml", platform.encode())]
+    loaded = load_policy_sources(sources, "chain")
+    model = resolve(loaded.policies, loaded.where)
+    assert len(model.stages) == length

@@ -554,26 +554,33 @@ def stage_edges(stage: p.PipelineStage) -> list[str]:
 
 def _cycle_check(doc: Document, stages: Sequence[p.PipelineStage],
                  index: dict[str, int]) -> Iterator[Diagnostic]:
+    """Every dependency cycle, once each, found by a depth-first search on an explicit stack
+    (a chain of any length, in any order, takes no recursion)."""
     graph = {s.name: [e for e in stage_edges(s) if e in index and e != s.name] for s in stages}
-    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    done: set[str] = set()
     reported: set[frozenset[str]] = set()
-
-    def visit(name: str, trail: list[str]) -> Iterator[Diagnostic]:
-        state[name] = 1
-        for nxt in graph[name]:
-            if state.get(nxt) == 1:
+    for stage in stages:
+        if stage.name in done:
+            continue
+        trail = [stage.name]  # the current path; on_trail holds the same names
+        on_trail = {stage.name}
+        pending = [iter(graph[stage.name])]
+        while pending:
+            nxt = next(pending[-1], None)
+            if nxt is None:
+                pending.pop()
+                done.add(trail[-1])
+                on_trail.discard(trail.pop())
+            elif nxt in on_trail:
                 cycle = trail[trail.index(nxt):] + [nxt]
                 if frozenset(cycle) not in reported:
                     reported.add(frozenset(cycle))
                     yield doc.diagnostic(("spec", "stages", index[nxt], "dependencies"),
                                          f"dependency cycle: {' -> '.join(cycle)}")
-            elif nxt not in state:
-                yield from visit(nxt, trail + [nxt])
-        state[name] = 2
-
-    for stage in stages:
-        if stage.name not in state:
-            yield from visit(stage.name, [stage.name])
+            elif nxt not in done:
+                trail.append(nxt)
+                on_trail.add(nxt)
+                pending.append(iter(graph[nxt]))
 
 
 def _platform_checks(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> Iterator[

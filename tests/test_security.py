@@ -86,6 +86,62 @@ def test_a_credential_in_a_storage_url_is_refused(tmp_path: Path, source: str, w
                       "1 error in 1 file\n")
 
 
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/" + "bPxRfiCYEXAMPLEKEY"
+JWT = "eyJhbGciOiJIUzI1NiJ9" + ".eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+
+
+@pytest.mark.parametrize(("value", "what"), [
+    ("redis://:hunter2@cache.internal:6379/0", "a URL with a password"),
+    ("ci_" + AWS_KEY, "an AWS access key id"),
+    ("MY_" + AWS_KEY + "_X", "an AWS access key id"),
+    ("AWS_SECRET_ACCESS_KEY " + AWS_SECRET, "an AWS secret access key"),
+    ("aws_secret_access_key: " + AWS_SECRET, "an AWS secret access key"),
+    ("https://acct.blob.core.windows.net/data?sv=2022-11-02&sig=Zx9%2Bq1w2e3r4t5y6u7i8o9p0aZ%3D",
+     "a secret in a URL query"),
+    ("Bearer " + JWT, "a bearer token"),
+    ("Authorization: bearer abcdefghij0123456789KLMNOP", "a bearer token"),
+    ("jwt " + JWT, "a JSON Web Token"),
+    ("https://maps.googleapis.com/api?key=AIza" + "SyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY", "a secret in a URL query"),
+    ("AIza" + "SyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY", "a Google API key"),
+    ("https://hooks.slack.com/services/" + "T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX", "a Slack webhook URL"),
+])
+def test_every_credential_shape_in_a_value_is_refused(tmp_path: Path, value: str, what: str) -> None:
+    code, stderr = validate_pipeline(tmp_path, key="note", value=f'"{value}"')
+    assert code == 1
+    assert stderr == (f"p.yaml:6:11: error: metadata.annotations.note: looks like a credential "
+                      f"({what}); fleetc never renders secrets{HINT}1 error in 1 file\n")
+
+
+@pytest.mark.parametrize(("words", "what"), [
+    (["train.py", "--password=hunter2"], "a secret in an option or variable"),
+    (["train.py", "DB_PASSWORD=hunter2"], "a secret in an option or variable"),
+    (["train.py", "--api-key=0123abcd"], "a secret in an option or variable"),
+    (["sh", "export AWS_SECRET_ACCESS_KEY=" + AWS_SECRET + " && train"], "an AWS secret access key"),
+])
+def test_a_credential_in_a_command_is_refused(tmp_path: Path, words: list[str], what: str) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text(PIPELINE.format(key="team", value="ml", source="s3://bucket/raw/")
+                      + "    command:\n" + "".join(f'    - "{word}"\n' for word in words))
+    result = CliRunner().invoke(cli, ["validate", str(policy)])
+    assert result.exit_code == 1
+    assert result.stderr.replace(policy.as_posix(), "p.yaml") == (
+        f"p.yaml:16:7: error: spec.stages[0].command[1]: looks like a credential ({what}); fleetc "
+        f"never renders secrets{HINT}1 error in 1 file\n")
+
+
+@pytest.mark.parametrize("argument", [
+    "--password=$(DB_PASSWORD)", "--password-file=/var/run/secrets/db", "--token=${TOKEN}",
+    "the password is kept in the db-credentials Secret", "--config=/etc/app/config.yaml",
+])
+def test_passing_a_secret_by_reference_in_a_command_is_accepted(tmp_path: Path, argument: str) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text(PIPELINE.format(key="description", value='"rotate the password monthly"',
+                                      source="https://user@data.example.com/raw/")
+                      + f'    command: ["serve", "{argument}"]\n')
+    result = CliRunner().invoke(cli, ["validate", str(policy)])
+    assert (result.exit_code, result.stderr) == (0, "")
+
+
 @pytest.mark.parametrize(("key", "value", "source"), [
     ("secretName", "registry-credentials-2024", "s3://bucket/raw/"),  # a reference by name
     ("tokenSecretRef", "a3f9c2e1b7d04f6a8c5e9d2b", "s3://bucket/raw/"),  # also a reference

@@ -18,14 +18,28 @@ from fleetc.policy.load import Document, FieldPath
 
 #: What a credential looks like, checked in every string value of every document.
 CREDENTIAL_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("an AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("a private key", re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----")),
-    ("a URL with a password", re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]+:[^/\s@]+@")),
-    ("a secret in a URL query",
-     re.compile(r"[?&][\w-]*(?:password|passwd|pwd|token|secret|api[-_]?key)=[^&\s]+",
+    # Glued to a word too (``MY_AKIA...``): ``\b`` would not see a key id after ``_``.
+    ("an AWS access key id", re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])")),
+    ("an AWS secret access key",
+     re.compile(r"aws[\w-]*(?:secret|key)[\w-]*[\"'\s:=]+[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+])",
                 re.IGNORECASE)),
+    ("a private key", re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----")),
+    # The user may be empty (``redis://:password@host``); a user alone is no credential.
+    ("a URL with a password", re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:[^/\s@]+@")),
+    ("a secret in a URL query",
+     re.compile(r"[?&][\w-]*(?:password|passwd|pwd|token|secret|api[-_]?key|key|sig)=[^&\s]+",
+                re.IGNORECASE)),
+    # --password=..., DB_PASSWORD=..., AWS_SECRET_ACCESS_KEY=... in a command or a value; a
+    # reference to an environment variable ($(DB_PASSWORD), ${...}) is how a Secret is passed.
+    ("a secret in an option or variable",
+     re.compile(r"(?:password|passwd|pwd|secret|token|api[-_]?key|access[-_]?key|secret[-_]?key)"
+                r"=(?![$\s])[^\s&\"']+", re.IGNORECASE)),
+    ("a bearer token", re.compile(r"\b[Bb]earer\s+[A-Za-z0-9._~+/-]{20,}=*")),
+    ("a JSON Web Token", re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*")),
+    ("a Google API key", re.compile(r"AIza[0-9A-Za-z_-]{35}")),
     ("a GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})")),
     ("a Slack token", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}")),
+    ("a Slack webhook URL", re.compile(r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]{16,}")),
 )
 #: Keys whose value is a secret when it looks random (``secretName``-like keys are references).
 _SECRET_KEY = re.compile(r"password|passwd|secret|token|api[-_]?key|access[-_]?key|private[-_]?key|"
@@ -69,9 +83,10 @@ _ANY_CREDENTIAL = re.compile("|".join(
 
 
 #: Every match of a credential pattern holds one of these (case matters in those patterns)...
-_MATCH_FRAGMENTS = ("AKIA", "ASIA", "PRIVATE KEY", "@", "=", "gh", "github_pat_", "xox")
+_MATCH_FRAGMENTS = ("AKIA", "ASIA", "PRIVATE KEY", "@", "=", "gh", "github_pat_", "xox", "earer",
+                    "eyJ", "AIza", "hooks.slack.com")
 #: ...and every secret-like key one of these, lower-cased.
-_SECRET_KEY_WORDS = ("passw", "secret", "token", "key", "credential")
+_SECRET_KEY_WORDS = ("passw", "secret", "token", "key", "credential", "aws")
 
 
 def may_hold_credentials(text: str) -> bool:

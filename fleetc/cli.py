@@ -69,7 +69,8 @@ def validate(paths: Sequence[str], output_format: str) -> None:
 @click.option("--drain", "drain", metavar="CLUSTER", multiple=True,
               help="Compile as if CLUSTER were lost: it takes no work (repeatable).")
 @click.option("--commit", "commit", is_flag=True,
-              help="Commit the output folder (and only it) with a message summarising the change.")
+              help="Commit the output folder with the policy files it was compiled from, in one commit "
+                   "whose message summarises both.")
 @click.option("--allow-unplaced", is_flag=True,
               help="Render what fits and list the stages that do not as unplaced (a warning each).")
 @format_option
@@ -94,8 +95,10 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, time_limit: float |
         for hint in _taint_hints(compiled):
             click.echo(f"  hint: {hint}", err=True)
     # --check and --commit change only where the rendered files go, never how they are made.
-    sink = _check if check else _commit if commit else _write
-    sink(compiled, Path(out_dir), output_format)
+    if commit:
+        _commit(compiled, Path(out_dir), output_format, paths or [DEFAULT_POLICIES])
+    else:
+        (_check if check else _write)(compiled, Path(out_dir), output_format)
 
 
 def _compile(paths: Sequence[str], out_dir: str, **options: Any) -> Any:
@@ -177,18 +180,18 @@ def _write(compiled: Any, out: Path, output_format: str) -> None:
                    f" to {out}/")
 
 
-def _commit(compiled: Any, out: Path, output_format: str) -> None:
-    """``--commit``: write the output folder and commit exactly it."""
+def _commit(compiled: Any, out: Path, output_format: str, paths: Sequence[str]) -> None:
+    """``--commit``: write the output folder and commit it with the policies it came from."""
     from fleetc.git.flow import commit_output
 
-    sha, message = _run(lambda: commit_output(compiled, out), output_format)
+    sha, message = _run(lambda: commit_output(compiled, out, paths), output_format)
     _print_warnings(compiled.warnings, output_format)
     if output_format == "json":
         _emit_json({**_summary(compiled, out), "commit": sha, "message": message if sha else None})
     elif sha:
         click.echo(f"committed {sha[:12]}: {message.splitlines()[0]}")
     else:
-        click.echo(f"{out}/ is unchanged: nothing to commit")
+        click.echo(f"{out}/ and the policies are unchanged: nothing to commit")
 
 
 @cli.command()

@@ -192,28 +192,58 @@ def test_diff_names_the_side_whose_policies_are_invalid(repo: Repo) -> None:
 
 
 # --------------------------------------------------------------------------- compile --commit
-def test_commit_commits_exactly_out_and_leaves_the_rest_alone(repo: Repo) -> None:
+def test_commit_commits_out_with_the_policies_it_came_from_and_leaves_the_rest_alone(repo: Repo) -> None:
     folder = Path(repo.working_tree_dir)
     assert run("compile", "--commit").exit_code == 0
     first = repo.head.commit
     (folder / "notes.txt").write_text("staged by the user\n")
     repo.git.add("notes.txt")
-    (folder / "policies/README").write_text("unstaged\n")
-    move_training_to_t4(folder)
-    repo.git.add(TRAINING)  # a staged policy change stays staged, not committed
+    (folder / "policies/README").write_text("not a policy\n")
+    move_training_to_t4(folder)  # the policy edit, unstaged: committed with its compile
     result = run("compile", "--commit")
     assert result.exit_code == 0, result.output
     head = repo.head.commit
     assert head.parents == (first,)
-    changed = sorted(head.stats.files)
-    assert changed and all(str(p).startswith("out/") for p in changed)
-    assert head.message.splitlines()[0] == "fleetc: compile policies (1 stage moved, -8 a100, +8 t4)"
+    changed = sorted(str(p) for p in head.stats.files)
+    assert TRAINING in changed and all(p.startswith("out/") for p in changed if p != TRAINING)
+    assert head.message.splitlines()[0] == ("fleetc: commit 1 policy file and out/ compiled from it "
+                                            "(1 stage moved, -8 a100, +8 t4)")
     assert f"{MOVED}: gpu-cluster-huawei -> inference-cluster-aliyun" in head.message
+    assert head.message.endswith(f"\nPolicies committed with it:\n  {TRAINING}\n")
     assert result.stdout == f"committed {head.hexsha[:12]}: {head.message.splitlines()[0]}\n"
-    staged = repo.git.diff("--cached", "--name-only").splitlines()
-    assert staged == ["notes.txt", TRAINING]
-    assert repo.git.status("--porcelain", "--", "out") == ""
+    assert repo.git.diff("--cached", "--name-only").splitlines() == ["notes.txt"]
+    assert repo.git.status("--porcelain", "--", "out", TRAINING) == ""
     assert "?? policies/README" in repo.git.status("--porcelain").splitlines()
+    # The point: on the commit --commit made, compile --check passes.
+    repo.git.stash("--include-untracked")
+    check = run("compile", "--check")
+    assert (check.exit_code, check.stdout) == (0, "out/ is up to date\n"), check.output
+
+
+def test_commit_commits_a_deleted_policy_file_as_deleted(repo: Repo) -> None:
+    folder = Path(repo.working_tree_dir)
+    assert run("compile", "--commit").exit_code == 0
+    (folder / "policies/customer-service-pipeline.yaml").unlink()
+    result = run("compile", "--commit")
+    assert result.exit_code == 0, result.output
+    assert "  policies/customer-service-pipeline.yaml\n" in repo.head.commit.message
+    assert repo.git.status("--porcelain") == ""
+
+
+def test_commit_refuses_a_policy_file_git_ignores(repo: Repo) -> None:
+    folder = Path(repo.working_tree_dir)
+    assert run("compile", "--commit").exit_code == 0
+    head = repo.head.commit.hexsha
+    (folder / ".gitignore").write_text("local-*.yaml\n")
+    (folder / "policies/local-pipeline.yaml").write_text(
+        (folder / "policies/customer-service-pipeline.yaml").read_text().replace(
+            "name: customer-service-assistant", "name: local-assistant"))
+    result = run("compile", "--commit")
+    assert result.exit_code == 2, result.output
+    assert result.stderr == ("error: policies/local-pipeline.yaml: a policy file git ignores (.gitignore); "
+                             "--commit commits the policies with the output, so that compile --check passes "
+                             "on the commit; compile without --commit, or stop ignoring it\n")
+    assert repo.head.commit.hexsha == head
 
 
 def test_commit_refuses_manual_edits_in_out(repo: Repo) -> None:
@@ -239,14 +269,15 @@ def test_commit_accepts_output_fleetc_already_wrote(repo: Repo) -> None:
     assert run("compile").exit_code == 0  # the user looked at the output first
     result = run("compile", "--commit")
     assert result.exit_code == 0, result.output
-    assert repo.head.commit.message.startswith("fleetc: compile policies (1 stage moved, -8 a100, +8 t4)\n")
+    assert repo.head.commit.message.startswith(
+        "fleetc: commit 1 policy file and out/ compiled from it (1 stage moved, -8 a100, +8 t4)\n")
 
 
 def test_commit_without_changes_makes_no_commit(repo: Repo) -> None:
     assert run("compile", "--commit").exit_code == 0
     head = repo.head.commit.hexsha
     result = run("compile", "--commit")
-    assert (result.exit_code, result.stdout) == (0, "out/ is unchanged: nothing to commit\n")
+    assert (result.exit_code, result.stdout) == (0, "out/ and the policies are unchanged: nothing to commit\n")
     as_json = run("compile", "--commit", "--format", "json")
     assert as_json.exit_code == 0 and json.loads(as_json.stdout)["commit"] is None
     assert repo.head.commit.hexsha == head
@@ -260,11 +291,12 @@ def test_commit_in_a_repository_without_commits(tmp_path: Path, monkeypatch: pyt
     assert result.exit_code == 0, result.output
     commit = repo.head.commit
     assert commit.parents == ()
-    assert commit.message.startswith("fleetc: compile policies (7 stages added, +16 a100, +7 t4)\n")
+    assert commit.message.startswith("fleetc: commit 6 policy files and out/ compiled from them "
+                                     "(7 stages added, +16 a100, +7 t4)\n")
     files = sorted(b.path for b in commit.tree.traverse() if b.type == "blob")
-    assert files and all(p.startswith("out/") for p in files)
+    assert files and all(p.startswith(("out/", "policies/")) for p in files)
     assert "out/.fleetc/files" in files and "out/placement.yaml" in files
-    assert repo.git.status("--porcelain").splitlines() == ["?? policies/"]
+    assert repo.git.status("--porcelain") == ""
 
 
 def test_commit_and_check_cannot_be_combined(repo: Repo) -> None:

@@ -13,7 +13,7 @@ from fleetc.errors import FleetcError, UsageError
 from fleetc.git import repo as gitrepo
 from fleetc.git.report import commit_message, compare, snapshot, snapshot_of_output
 from fleetc.placement.previous import PLACEMENT_FILE, Previous, parse_previous
-from fleetc.policy.load import display_path
+from fleetc.policy.load import POLICY_SUFFIXES, discover, display_path
 
 Sources = list[tuple[str, bytes]]
 
@@ -40,17 +40,22 @@ def policy_sources_at(ref: str, paths: Sequence[str], out_dir: str) -> tuple[Sou
     return sorted(found.items()), previous
 
 
-def commit_output(compiled: Compiled, out: Path) -> tuple[str | None, str]:
-    """Write ``out`` and commit exactly it; return the commit (None when nothing changed) and
-    its message.
+def commit_output(compiled: Compiled, out: Path, policy_paths: Sequence[str]) -> tuple[str | None, str]:
+    """Write ``out`` and commit it together with the policies it was compiled from, in one
+    commit: ``compile --check`` passes on every commit ``--commit`` makes. Returns the commit
+    (None when nothing changed) and its message.
 
-    Refuses, before writing anything, when ``out`` holds edits fleetc did not make; other staged
-    or unstaged changes of the user stay as they are.
+    The policy files committed are those the compile read under ``policy_paths`` (and the
+    deletion of policy files that are gone); other files there, and every other staged or
+    unstaged change of the user, stay as they are. Refuses, before writing anything, when
+    ``out`` holds edits fleetc did not make, or when a policy file cannot be committed (outside
+    the repository, or ignored by git).
     """
     root = gitrepo.repo_root(Path.cwd())
     folder = gitrepo.relative_to_root(root, out)
     if folder in ("", "."):
         raise UsageError("--commit needs an output folder inside the repository, not its root")
+    policies = _policy_files(root, policy_paths)
     committed = gitrepo.read_folder(root, "HEAD", folder)
     owned = set(committed.get(RECORD, "").splitlines()) or set(committed) - {RECORD}
     foreign = [p for p in gitrepo.uncommitted(root, folder)
@@ -62,9 +67,31 @@ def commit_output(compiled: Compiled, out: Path) -> tuple[str | None, str]:
                                 {c.name: c.gpu_type for c in compiled.model.clusters})
     report = compare(before, snapshot(compiled.model, compiled.placement, compiled.files),
                      base_label="HEAD", head_label="compile", out=folder)
+    changed_policies = [p for p in gitrepo.uncommitted(root, *policies) if p in policies] if policies else []
     write_tree(out, compiled.files)
-    message = commit_message(report)
-    return gitrepo.commit_folder(root, folder, message), message
+    message = commit_message(report, changed_policies)
+    return gitrepo.commit_paths(root, [folder, *policies], message), message
+
+
+def _policy_files(root: Path, policy_paths: Sequence[str]) -> list[str]:
+    """Repository paths of the policy files a compile of ``policy_paths`` reads, and of the
+    tracked ones that are gone; refuses (:class:`UsageError`) files git cannot commit."""
+    hint = ("--commit commits the policies with the output, so that compile --check passes on "
+            "the commit; compile without --commit, or {what}")
+    files = []
+    for path in discover(policy_paths):
+        try:
+            files.append(gitrepo.relative_to_root(root, path))
+        except UsageError:
+            raise UsageError(f"{display_path(path)}: a policy file outside the git repository at {root}; "
+                             + hint.format(what="move the policies into the repository")) from None
+    ignored = gitrepo.ignored(root, files)
+    if ignored:
+        raise UsageError(f"{ignored[0]}: a policy file git ignores (.gitignore); "
+                         + hint.format(what="stop ignoring it"))
+    gone = [p for given in policy_paths for p in gitrepo.tracked_gone(root, gitrepo.relative_to_root(root, Path(given)))
+            if p.endswith(POLICY_SUFFIXES) and not any(part.startswith(".") for part in PurePosixPath(p).parts)]
+    return sorted(set(files) | set(gone))
 
 
 def _made_by_fleetc(path: Path, rel: str, files: Mapping[str, str], owned: set[str]) -> bool:

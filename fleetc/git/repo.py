@@ -94,9 +94,9 @@ def read_file(root: Path, ref: str, path: str) -> bytes | None:
     return item.data_stream.read() if isinstance(item, Blob) and item.mode != _SYMLINK_MODE else None
 
 
-def uncommitted(root: Path, folder: str) -> list[str]:
-    """Paths under ``folder`` whose working tree or index differs from HEAD (untracked included)."""
-    output = Repo(root).git.status("--porcelain=v1", "-z", "--untracked-files=all", "--", folder)
+def uncommitted(root: Path, *paths: str) -> list[str]:
+    """Paths under ``paths`` whose working tree or index differs from HEAD (untracked included)."""
+    output = Repo(root).git.status("--porcelain=v1", "-z", "--untracked-files=all", "--", *paths)
     entries = iter(output.split("\0"))
     paths = []
     for entry in entries:
@@ -108,26 +108,46 @@ def uncommitted(root: Path, folder: str) -> list[str]:
     return sorted(p for p in paths if p)
 
 
-def commit_folder(root: Path, folder: str, message: str) -> str | None:
-    """Commit exactly ``folder`` as it is in the working tree; None when it matches HEAD.
+def commit_paths(root: Path, paths: Sequence[str], message: str) -> str | None:
+    """Commit exactly ``paths`` (files or folders) as they are in the working tree, deletions
+    included; None when they match HEAD.
 
-    Only ``folder`` is staged, and ``git commit --only`` leaves every other staged change in the
+    Only ``paths`` are staged, and ``git commit --only`` leaves every other staged change in the
     index, uncommitted, as the user left it. Works before the first commit too.
     """
     repo = Repo(root)
     try:
-        repo.git.add("--all", "--", folder)
+        repo.git.add("--all", "--", *paths)
         if repo.head.is_valid():
-            staged = repo.git.diff("--cached", "--name-only", "HEAD", "--", folder)
+            staged = repo.git.diff("--cached", "--name-only", "HEAD", "--", *paths)
         else:
-            staged = repo.git.ls_files("--cached", "--", folder)
+            staged = repo.git.ls_files("--cached", "--", *paths)
         if not staged:
             return None
-        repo.git.commit("--only", "--quiet", "--message", message, "--", folder)
+        repo.git.commit("--only", "--quiet", "--message", message, "--", *paths)
     except GitCommandError as err:
         detail = (err.stderr or err.stdout or "").strip().removeprefix("stderr: ").strip("'\n ")
         raise GitError(f"git {err.command[1] if len(err.command) > 1 else ''} failed: {detail}") from None
     return repo.head.commit.hexsha
+
+
+def ignored(root: Path, paths: Sequence[str]) -> list[str]:
+    """Those of ``paths`` git ignores (they can never be committed)."""
+    if not paths:
+        return []
+    try:
+        output = Repo(root).git.check_ignore("--", *paths)
+    except GitCommandError as err:  # exit 1: none is ignored
+        if err.status == 1:
+            return []
+        raise
+    return sorted(line for line in output.splitlines() if line)
+
+
+def tracked_gone(root: Path, folder: str) -> list[str]:
+    """Files under ``folder`` that HEAD or the index has and the working tree no longer does."""
+    output = Repo(root).git.ls_files("--deleted", "--", folder)
+    return sorted(line for line in output.splitlines() if line)
 
 
 def _commit(repo: Repo, ref: str) -> Commit:

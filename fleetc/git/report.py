@@ -359,8 +359,10 @@ def _fence_safe(diff: str) -> str:
 
 
 # --------------------------------------------------------------------------- commit message
-def commit_message(report: Report) -> str:
-    """``fleetc: compile policies (2 stages moved, +8 a100)`` plus a body with the details."""
+def commit_message(report: Report, policies: Sequence[str] = ()) -> str:
+    """``fleetc: compile policies (2 stages moved, +8 a100)`` plus a body with the details;
+    with ``policies`` (the changed policy files committed with the output) the subject says
+    both: ``fleetc: commit 1 policy file and out/ compiled from it (...)``."""
     facts = []
     if report.moved:
         facts.append(f"{_count(len(report.moved), 'stage')} moved")
@@ -378,7 +380,13 @@ def commit_message(report: Report) -> str:
     body += [f"GPUs {t}: {b} -> {a}" for t, (b, a) in report.gpu_totals.items() if a != b]
     counts = {s: sum(o.status == s for o in report.objects) for s in ("added", "changed", "removed")}
     body.append(", ".join(f"{n} {s}" for s, n in counts.items()) + f" in {report.out}/")
-    return f"fleetc: compile policies ({', '.join(facts)})\n\n" + "\n".join(body) + "\n"
+    if policies:
+        body += ["", "Policies committed with it:", *(f"  {p}" for p in policies)]
+        them = "it" if len(policies) == 1 else "them"
+        subject = f"fleetc: commit {_count(len(policies), 'policy file')} and {report.out}/ compiled from {them}"
+    else:
+        subject = "fleetc: compile policies"
+    return f"{subject} ({', '.join(facts)})\n\n" + "\n".join(body) + "\n"
 
 
 # --------------------------------------------------------------------------- GitHub Actions

@@ -49,9 +49,14 @@ def cli() -> None:
               show_default=True, help="Output format (github: workflow-command annotations).")
 def validate(paths: Sequence[str], output_format: str) -> None:
     """Check policy files and folders (default: policies/) and report every error."""
-    from fleetc.compiler import load_policies
+    from fleetc.compiler import check_policies, load_policies
 
-    loaded = _run(lambda: load_policies(paths or [DEFAULT_POLICIES]), output_format)
+    def run() -> Any:
+        loaded = load_policies(paths or [DEFAULT_POLICIES])
+        check_policies(loaded)
+        return loaded
+
+    loaded = _run(run, output_format)
     if output_format == "json":
         _emit_json({"valid": True, "documents": loaded.documents, "diagnostics": []})
     else:

@@ -64,6 +64,14 @@ def load_policies(paths: Sequence[str], reporter: Reporter = NULL_REPORTER) -> L
     return _validated(loaded, ", ".join(paths), reporter)
 
 
+def check_policies(loaded: Loaded) -> FleetModel:
+    """What ``validate`` checks beyond the documents: everything short of placing. The model is
+    built (a Fleet is there, each stage's data lies in one jurisdiction, ...), so validate
+    refuses what compile would refuse before it solves. Placement outcomes (no cluster has
+    room, a rule no cluster satisfies) are the solver's to find, and left to compile."""
+    return resolve(loaded.policies, loaded.where)
+
+
 def load_policy_sources(sources: Sequence[tuple[str, bytes]], where: str) -> Loaded:
     """Validate policies given as (display path, content) pairs, e.g. read from git at a revision."""
     return _validated(load_sources(sources), where, NULL_REPORTER)

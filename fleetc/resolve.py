@@ -45,7 +45,9 @@ def resolve(policies: PolicySet, where: str, drained: Sequence[str] = ()) -> m.F
     """
     if not policies.fleets:
         raise PolicyError([Diagnostic(where, 0, 0, "", "no Fleet found: fleetc needs one Fleet "
-                                      "to place pipelines on")])
+                                      "to place pipelines on",
+                                      hint="policies are valid only together with their Fleet: "
+                                           "give its file too, or the folder that holds it")])
     fleet = policies.fleets[0]
     spec = fleet.obj.spec
     unknown = sorted(set(drained) - {c.name for c in spec.clusters})

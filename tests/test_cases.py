@@ -73,3 +73,19 @@ def test_case(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         assert result.exit_code == 0, result.output
         diff = tree_diff(read_tree(expected_dir), read_tree(out))
         assert not diff, diff
+
+
+@pytest.mark.parametrize("case", sorted(p.name for p in CASES.iterdir() if p.is_dir()))
+def test_validate_agrees_with_compile(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What compile refuses before it places, validate refuses with the same words; what
+    validate accepts, compile refuses only for want of a placement (the solver's to find)."""
+    folder = CASES / case
+    monkeypatch.chdir(folder)
+    result = CliRunner().invoke(cli, ["validate", "policies"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    error_file = folder / "expected_error.txt"
+    compile_error = error_file.read_text(encoding="utf-8") if error_file.exists() else ""
+    if compile_error and not compile_error.startswith("error: no placement satisfies"):
+        assert (result.exit_code, result.stderr) == (1, compile_error)
+    else:
+        assert result.exit_code == 0, result.output

@@ -46,10 +46,27 @@ def test_validate_defaults_to_policies(project: Path) -> None:
     assert result.stdout == "policies: 6 policy documents valid\n"
 
 
+#: The Fleet each seed example is written for: the seed's own, and for the finance platform
+#: (whose clusters the seed's Fleet does not have) the fleet of the seed-finance-scenario case.
+SEED_FLEET = {"finance-aigc-platform.yaml": Path(__file__).parent / "cases" / "seed-finance-scenario" /
+              "policies" / "finance-fleet.yaml"}
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in SEED.glob("*.yaml")))
-def test_each_seed_example_validates_alone(name: str) -> None:
-    result = run("validate", str(SEED / name))
+def test_each_seed_example_validates_unchanged_with_its_fleet(name: str) -> None:
+    fleet = SEED_FLEET.get(name, SEED / "aigc-fleet.yaml")
+    result = run("validate", str(fleet), str(SEED / name))
     assert result.exit_code == 0, result.output
+
+
+def test_validate_without_a_fleet_fails_as_compile_does(tmp_path: Path) -> None:
+    pipeline = SEED / "llm-training-pipeline.yaml"
+    for command in ("validate", "compile"):
+        result = run(command, str(pipeline), *(["--out", str(tmp_path / "out")] if command == "compile" else []))
+        assert (result.exit_code, result.stderr) == (1, (
+            f"{pipeline.as_posix()}: error: no Fleet found: fleetc needs one Fleet to place pipelines on\n"
+            "  hint: policies are valid only together with their Fleet: give its file too, or the folder "
+            "that holds it\n1 error in 1 file\n")), command
 
 
 def test_validate_reports_errors_with_exit_1(tmp_path: Path) -> None:

@@ -79,6 +79,7 @@ def validate(documents: Sequence[Document]) -> tuple[PolicySet, list[Diagnostic]
 def _validate(documents: Sequence[Document]) -> tuple[PolicySet, list[Diagnostic]]:
     parsed: list[Parsed[Any]] = []
     diagnostics: list[Diagnostic] = []
+    invalid: set[tuple[str, str]] = set()  # (kind, name) of documents already reported
     for doc in documents:
         text = _json_text(doc.data)
         obj, problems = _check_document(doc, finite=text is not None)
@@ -87,6 +88,8 @@ def _validate(documents: Sequence[Document]) -> tuple[PolicySet, list[Diagnostic
             diagnostics.extend(credential_checks(doc))
         if obj is not None:
             parsed.append(Parsed(obj, doc))
+        elif (named := _kind_and_name(doc.data)) is not None:
+            invalid.add(named)
     policies = PolicySet(
         fleets=_of_kind(parsed, p.Fleet),
         pipelines=_of_kind(parsed, p.AIGCPipeline),
@@ -94,8 +97,16 @@ def _validate(documents: Sequence[Document]) -> tuple[PolicySet, list[Diagnostic
         gpu_policies=_of_kind(parsed, p.GPUOptimizationPolicy),
         data_policies=_of_kind(parsed, p.DataOptimizationPolicy),
     )
-    diagnostics.extend(semantic_checks(policies))
+    diagnostics.extend(semantic_checks(policies, frozenset(invalid)))
     return policies, diagnostics
+
+
+def _kind_and_name(data: Any) -> tuple[str, str] | None:
+    """The kind and name an invalid document says it has, when it says so."""
+    if not isinstance(data, dict) or not isinstance(data.get("metadata"), dict):
+        return None
+    kind, name = data.get("kind"), data["metadata"].get("name")
+    return (kind, name) if isinstance(kind, str) and isinstance(name, str) else None
 
 
 def _of_kind(parsed: Iterable[Parsed[Any]], kind: type[T]) -> tuple[Parsed[T], ...]:
@@ -274,14 +285,16 @@ def _translate(doc: Document, error: SchemaError) -> Iterator[Diagnostic]:
 # --- semantic pass -----------------------------------------------------------------------------
 
 
-def semantic_checks(policies: PolicySet) -> list[Diagnostic]:
-    """Cross-document checks; each check is a generator of diagnostics."""
+def semantic_checks(policies: PolicySet,
+                    invalid: frozenset[tuple[str, str]] = frozenset()) -> list[Diagnostic]:
+    """Cross-document checks; each check is a generator of diagnostics. ``invalid``: the (kind,
+    name) of documents already reported invalid: a reference to one is no further error."""
     checks = [
         _unique_names(policies),
         _singletons(policies),
         *(_fleet_checks(f) for f in policies.fleets),
         *(_pipeline_checks(pl) for pl in policies.pipelines),
-        *(_platform_checks(pf, policies) for pf in policies.platforms),
+        *(_platform_checks(pf, policies, invalid) for pf in policies.platforms),
         *(_gpu_policy_checks(g) for g in policies.gpu_policies),
         *(_data_policy_checks(d) for d in policies.data_policies),
         _serving_fit_checks(policies),
@@ -583,8 +596,8 @@ def _cycle_check(doc: Document, stages: Sequence[p.PipelineStage],
                 pending.append(iter(graph[nxt]))
 
 
-def _platform_checks(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> Iterator[
-        Diagnostic]:
+def _platform_checks(platform: Parsed[p.AIGCPlatform], policies: PolicySet,
+                     invalid: frozenset[tuple[str, str]]) -> Iterator[Diagnostic]:
     doc, spec = platform.doc, platform.obj.spec
     multi = spec.multiCluster
     if multi:
@@ -610,7 +623,7 @@ def _platform_checks(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> I
     if spec.pipelines and policies.pipelines:
         known = [pl.name for pl in policies.pipelines]
         for j, name in enumerate(spec.pipelines):
-            if name not in known:
+            if name not in known and ("AIGCPipeline", name) not in invalid:
                 yield doc.diagnostic(("spec", "pipelines", j), f"no AIGCPipeline named '{name}'",
                                      hint=did_you_mean(name, known))
     yield from _governed_once(platform, policies)

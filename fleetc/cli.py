@@ -229,7 +229,7 @@ def diff(base_ref: str, paths: Sequence[str], out_dir: str, time_limit: float | 
     at_base = f"at {base_ref}"
 
     def compile_base() -> Any:
-        loaded = load_policy_sources(sources, f"{', '.join(given)} {at_base}")
+        loaded = load_policy_sources(sources, f"{', '.join(given)} {at_base}", given)
         compiled = compile_policies(loaded, Options(time_limit=time_limit, previous=base_previous))
         return snapshot(compiled.model, compiled.placement, compiled.files)
 

@@ -55,13 +55,15 @@ class Loaded:
     policies: PolicySet
     documents: int
     where: str  # how to name the input in messages
+    #: The policy paths fleetc was given: provenance names files relative to them.
+    roots: tuple[str, ...] = ()
 
 
 def load_policies(paths: Sequence[str], reporter: Reporter = NULL_REPORTER) -> Loaded:
     """Read and validate the policies; raise :class:`PolicyError` with every problem found."""
     with phase(reporter, "load"):
         loaded = load_paths(paths)
-    return _validated(loaded, ", ".join(paths), reporter)
+    return _validated(loaded, ", ".join(paths), reporter, tuple(paths))
 
 
 def check_policies(loaded: Loaded) -> FleetModel:
@@ -69,21 +71,23 @@ def check_policies(loaded: Loaded) -> FleetModel:
     built (a Fleet is there, each stage's data lies in one jurisdiction, ...), so validate
     refuses what compile would refuse before it solves. Placement outcomes (no cluster has
     room, a rule no cluster satisfies) are the solver's to find, and left to compile."""
-    return resolve(loaded.policies, loaded.where)
+    return resolve(loaded.policies, loaded.where, roots=loaded.roots)
 
 
-def load_policy_sources(sources: Sequence[tuple[str, bytes]], where: str) -> Loaded:
-    """Validate policies given as (display path, content) pairs, e.g. read from git at a revision."""
-    return _validated(load_sources(sources), where, NULL_REPORTER)
+def load_policy_sources(sources: Sequence[tuple[str, bytes]], where: str,
+                        roots: Sequence[str] = ()) -> Loaded:
+    """Validate policies given as (display path, content) pairs, e.g. read from git at a revision;
+    ``roots``: the policy paths they were read under."""
+    return _validated(load_sources(sources), where, NULL_REPORTER, tuple(roots))
 
 
-def _validated(loaded: LoadResult, where: str, reporter: Reporter) -> Loaded:
+def _validated(loaded: LoadResult, where: str, reporter: Reporter, roots: tuple[str, ...]) -> Loaded:
     with phase(reporter, "validate"):
         policies, diagnostics = validate(loaded.documents)
     problems = [*loaded.diagnostics, *diagnostics]
     if problems:
         raise PolicyError(problems)
-    return Loaded(policies, len(loaded.documents), where)
+    return Loaded(policies, len(loaded.documents), where, roots)
 
 
 def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
@@ -92,13 +96,14 @@ def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
 
     report = options.reporter
     with phase(report, "resolve"):
-        model = resolve(loaded.policies, loaded.where, drained=options.drain)
+        model = resolve(loaded.policies, loaded.where, drained=options.drain, roots=loaded.roots)
     with phase(report, "place"):
         placement = place_model(model, inputs_digest(loaded.policies, options), options)
     report.gap(placement.gap)
     with phase(report, "render"):
         rendered = render(model, placement)
-    warnings = positioned([*degraded_serving(model), *rendered.warnings], loaded.policies)
+    warnings = positioned([dataclasses.replace(w, path=model.display(w.path))
+                           for w in (*degraded_serving(model), *rendered.warnings)], loaded.policies)
     return Compiled(model, placement, rendered.files, warnings)
 
 

@@ -74,7 +74,8 @@ def untolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) 
 
 @dataclass(frozen=True)
 class Source:
-    """Where a fact came from: the policy file (as given on the command line) and field path."""
+    """Where a fact came from: the policy file (relative to the policy root fleetc was given,
+    so the same from any working folder) and field path."""
 
     path: str
     field: str
@@ -256,6 +257,13 @@ class FleetModel:
     data_policies: tuple[DataPolicy, ...] = ()
     move_cost: float = 0.05  # score a stage must gain before it leaves its previous cluster
     gitops: GitOps = field(default_factory=GitOps)
+    #: (provenance name, name in messages) of every policy file: sources name files relative
+    #: to the policy root (the same from any folder), messages as the user named them.
+    policy_files: tuple[tuple[str, str], ...] = ()
+
+    def display(self, path: str) -> str:
+        """How messages name the policy file a :class:`Source` names."""
+        return dict(self.policy_files).get(path, path)
 
     def cluster(self, name: str) -> Cluster:
         return next(c for c in self.clusters if c.name == name)

@@ -7,8 +7,10 @@ The functions are pure: the same policies give the same model, whatever their fi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
+from pathlib import PurePath
 
 from fleetc import model as m
 from fleetc import nodefit
@@ -37,12 +39,51 @@ DEFAULT_NAMESPACE = "default"
 GPU_TAINT_KEY = "gpu-type"
 
 
-def resolve(policies: PolicySet, where: str, drained: Sequence[str] = ()) -> m.FleetModel:
+def resolve(policies: PolicySet, where: str, drained: Sequence[str] = (),
+            roots: Sequence[str] = ()) -> m.FleetModel:
     """Build the model of one compile.
 
     ``where`` names the input in the no-Fleet error; ``drained`` clusters are cordoned for this
-    compile only (``--drain``), as if they were lost.
+    compile only (``--drain``), as if they were lost; ``roots`` are the policy paths fleetc was
+    given: sources name policy files relative to them (see :func:`provenance_names`).
     """
+    model = _resolve(policies, where, drained)
+    files = sorted({parsed.doc.path for kind in fields(policies) for parsed in getattr(policies, kind.name)})
+    return _renamed(model, provenance_names(files, roots or files))
+
+
+def provenance_names(files: Sequence[str], roots: Sequence[str]) -> dict[str, str]:
+    """Each policy file (as messages name it) -> its name relative to the policy root: the
+    folder given, or the folder of a file given directly; with several roots, their common
+    folder. Independent of the working folder, so the same policies give the same bytes
+    wherever fleetc runs."""
+    absolute = {f: os.path.abspath(f) for f in files}
+    named_files = set(absolute.values())
+    bases = [os.path.dirname(a) if a in named_files or os.path.isfile(a) else a
+             for a in (os.path.abspath(r) for r in roots)]
+    base = os.path.commonpath(bases) if bases else ""
+    return {f: (PurePath(os.path.relpath(a, base)).as_posix() if base and os.path.commonpath([base, a]) == base
+                else f) for f, a in absolute.items()}
+
+
+def _renamed(model: m.FleetModel, names: dict[str, str]) -> m.FleetModel:
+    """``model`` with every source naming its file by ``names``."""
+    def named(source: m.Source) -> m.Source:
+        return replace(source, path=names.get(source.path, source.path))
+
+    gpu = model.gpu_policy
+    return replace(
+        model,
+        clusters=tuple(replace(c, source=named(c.source)) for c in model.clusters),
+        stages=tuple(replace(s, source=named(s.source)) for s in model.stages),
+        platforms=tuple(replace(p, source=named(p.source)) for p in model.platforms),
+        gpu_policy=replace(gpu, source=named(gpu.source)) if gpu is not None else None,
+        data_policies=tuple(replace(d, source=named(d.source)) for d in model.data_policies),
+        policy_files=tuple(sorted((name, path) for path, name in names.items())),
+    )
+
+
+def _resolve(policies: PolicySet, where: str, drained: Sequence[str]) -> m.FleetModel:
     if not policies.fleets:
         raise PolicyError([Diagnostic(where, 0, 0, "", "no Fleet found: fleetc needs one Fleet "
                                       "to place pipelines on",

@@ -18,6 +18,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from click.testing import CliRunner
+
+from fleetc.cli import cli
+
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = 10
 
@@ -61,3 +66,27 @@ def test_ten_compiles_in_different_orders_and_hash_seeds_are_byte_identical(tmp_
     for run in range(1, RUNS):
         assert tree(tmp_path / f"run{run}" / "out") == first, f"run {run} differs from run 0"
     assert len({o for o, _e in outputs}) == 1  # the summaries agree too
+
+
+def test_the_same_policies_compiled_from_anywhere_give_the_same_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Provenance names policy files relative to the policy root fleetc is given, never the
+    working folder: from the repository, from inside policies/, from elsewhere by an absolute
+    path, the output is byte for byte the same."""
+    project = tmp_path / "project"
+    (project / "policies").mkdir(parents=True)
+    for path in (ROOT / "policies").glob("*.yaml"):
+        (project / "policies" / path.name).write_bytes(path.read_bytes())
+    (tmp_path / "elsewhere").mkdir()
+    runs = {"repository": (project, "policies"), "inside": (project / "policies", "."),
+            "elsewhere": (tmp_path / "elsewhere", str(project / "policies"))}
+    trees = {}
+    for name, (cwd, given) in runs.items():
+        monkeypatch.chdir(cwd)
+        result = CliRunner().invoke(cli, ["compile", given, "--out", str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+        trees[name] = tree(tmp_path / name)
+    assert trees["inside"] == trees["repository"] == trees["elsewhere"]
+    everything = b"".join(trees["repository"].values())
+    assert b"fleetc.dev/source: llm-training-pipeline.yaml#spec.stages[1]" in everything
+    assert b"policies/" not in everything

@@ -24,12 +24,12 @@ def taint_hints(model: FleetModel, stage_keys: Iterable[str]) -> list[str]:
         for cluster in model.clusters:
             if filter_reason(stage, cluster).startswith("untolerated taint"):
                 for taint in untolerated(cluster.taints, stage.tolerations):
-                    taints.setdefault(taint, cluster.source.path)
+                    taints.setdefault(taint, model.display(cluster.source.path))
         for taint, fleet_file in sorted(taints.items(), key=lambda item: (item[0].key, item[0].value)):
             hints.append(
                 f"{stage.key}: the toleration {toleration_yaml(taint)} admits it to clusters tainted "
                 f"{taint.key}={taint.value}:{taint.effect}; write it under {stage.source.field}.tolerations "
-                f"in {stage.source.path} (this stage), or under spec.placement.clusterTolerations in "
+                f"in {model.display(stage.source.path)} (this stage), or under spec.placement.clusterTolerations in "
                 f"{fleet_file} (every stage)")
     return hints
 

@@ -141,6 +141,7 @@ def _summary(compiled: Any, out: Path) -> dict[str, Any]:
         "objective": round(placement.objective, 6),
         "bound": round(placement.bound, 6),
         "gap": round(placement.gap, 6),
+        "optimal": placement.optimal,
         "timeLimitReached": placement.time_limit,
         "warnings": [w.as_dict() for w in compiled.warnings],
     }
@@ -180,8 +181,9 @@ def _write(compiled: Any, out: Path, output_format: str) -> None:
         ran_out = "" if limit is None else f", the time limit of {limit:g}s ran out"
         stages = (f"{placed} of {len(compiled.placement.stages)} stages, {left_out} left out "
                   "(--allow-unplaced)" if left_out else _plural(placed, "stage"))
-        click.echo(f"placed {stages} (gap to the LP bound "
-                   f"{compiled.placement.gap:.2%}{ran_out}); wrote {_plural(len(compiled.files), 'file')}"
+        proven = ("optimal" if compiled.placement.optimal
+                  else f"proven within {compiled.placement.gap:.2%} of the LP bound")
+        click.echo(f"placed {stages} ({proven}{ran_out}); wrote {_plural(len(compiled.files), 'file')}"
                    f" to {out}/")
 
 

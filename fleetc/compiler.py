@@ -193,5 +193,5 @@ def _given_back(model: FleetModel, inputs: str, options: Options) -> Placement |
             previous.scores[stage.key], previous.reasons.get(stage.key, ""))
             for stage in model.stages),
         objective=previous.objective, bound=previous.bound, method=previous.method, inputs=inputs,
-        time_limit=previous.time_limit)
+        time_limit=previous.time_limit, optimal=previous.optimal)
     return None if verify(model, placement, allow_unplaced=allow_unplaced) else placement

@@ -291,7 +291,13 @@ class StagePlacement:
 
 @dataclass(frozen=True)
 class Placement:
-    """The optimizer's answer. ``objective`` <= ``bound``; gap = 1 - objective / bound."""
+    """The optimizer's answer.
+
+    ``bound`` is the LP relaxation's value: no placement scores more (``objective`` <= ``bound``).
+    ``optimal``: the solver proved no placement is better (the exact path, solved to its
+    tolerance, every stage placed, no time limit cut it short). ``gap`` is what is proven of
+    this placement: 0 when it is optimal, else at most 1 - objective / bound short of the best.
+    """
 
     stages: tuple[StagePlacement, ...]  # in FleetModel.stages order
     objective: float
@@ -302,10 +308,16 @@ class Placement:
     #: The time limit (seconds) that ran out while it was solved (set by :mod:`fleetc.placement.optimize`):
     #: more time may find better.
     time_limit: float | None = None
+    #: Proven optimal (see the class docstring).
+    optimal: bool = False
 
     @property
     def gap(self) -> float:
-        return 0.0 if self.bound <= 0 else max(0.0, 1.0 - self.objective / self.bound)
+        """The proven gap: 0 for an optimal placement; else how far below the LP bound it is (the
+        relaxation's own integrality gap included, so the true shortfall may be smaller)."""
+        if self.optimal or self.bound <= 0:
+            return 0.0
+        return max(0.0, 1.0 - self.objective / self.bound)
 
     def of(self, stage_key: str) -> StagePlacement:
         return next(p for p in self.stages if p.stage == stage_key)

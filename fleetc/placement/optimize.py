@@ -151,6 +151,7 @@ def place(
         bound=round(max(bound, objective), 6),
         method="colgen-lp-round" if "colgen-lp-round" in methods else "milp",
         time_limit=ran_out,
+        optimal=methods == {"milp"} and proven and ran_out is None and not unplaced,
     )
     problems = verify(model, placement, allow_unplaced=allow_unplaced)
     if problems:

@@ -33,6 +33,8 @@ class Previous:
     time_limit: float | None = None
     objective: float = 0.0
     bound: float = 0.0
+    #: Whether it says it is proven optimal.
+    optimal: bool = False
     #: Stage key -> the score it reported.
     scores: dict[str, float] = field(default_factory=dict)
     #: Stage key -> why it was left out (``--allow-unplaced``), for the stages it left out.
@@ -75,6 +77,7 @@ def parse_previous(text: str) -> Previous:
         time_limit=_seconds(document.get("timeLimitReached")),
         objective=_number(document.get("objective")),
         bound=_number(document.get("bound")),
+        optimal=document.get("optimal") is True,
         scores=scores,
         reasons=reasons,
         stages=frozenset(listed),

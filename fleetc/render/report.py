@@ -10,10 +10,16 @@ from fleetc.render.context import placements
 def placement_report(model: FleetModel, placement: Placement) -> Obj:
     """fleetc's report: the inputs' digest, the solver's figures and where each stage went.
 
+    ``optimal`` says whether the placement is proven optimal; ``bound`` is the LP relaxation's
+    value (an upper bound on every placement's objective); ``gap`` is the proven gap of this
+    placement: 0 when it is optimal, else 1 - objective / bound, which counts the relaxation's
+    own integrality gap too, so the true shortfall may be smaller.
+
     The gap is worked out from the objective and bound as printed, so a compile that gives a
     report's placement back (:mod:`fleetc.compiler`) prints the same gap from its figures.
     """
-    figures = Placement((), round(placement.objective, 6), round(placement.bound, 6), placement.method)
+    figures = Placement((), round(placement.objective, 6), round(placement.bound, 6), placement.method,
+                        optimal=placement.optimal)
     return {
         "apiVersion": "fleetc.dev/v1alpha1",
         "kind": "Placement",
@@ -23,8 +29,12 @@ def placement_report(model: FleetModel, placement: Placement) -> Obj:
         # seconds, as a float whatever the caller gave, so a given-back placement writes the same
         # bytes; more time may place better
         **({"timeLimitReached": float(placement.time_limit)} if placement.time_limit is not None else {}),
+        # proven optimal: only the exact path, every stage placed, in time, can say so
+        "optimal": figures.optimal,
         "objective": figures.objective,
+        # the LP relaxation's value: no placement scores more
         "bound": figures.bound,
+        # what is proven of this placement: 0 when optimal, else 1 - objective / bound
         "gap": round(figures.gap, 6),
         "stages": [_stage_report(s, p) for s, p in placements(model, placement)],
     }

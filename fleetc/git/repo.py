@@ -98,14 +98,14 @@ def uncommitted(root: Path, *paths: str) -> list[str]:
     """Paths under ``paths`` whose working tree or index differs from HEAD (untracked included)."""
     output = Repo(root).git.status("--porcelain=v1", "-z", "--untracked-files=all", "--", *paths)
     entries = iter(output.split("\0"))
-    paths = []
+    found = []
     for entry in entries:
         if not entry:
             continue
-        paths.append(entry[3:])
+        found.append(entry[3:])
         if entry[0] in "RC":  # a rename or copy: the source path follows
-            paths.append(next(entries, ""))
-    return sorted(p for p in paths if p)
+            found.append(next(entries, ""))
+    return sorted(p for p in found if p)
 
 
 def commit_paths(root: Path, paths: Sequence[str], message: str) -> str | None:

@@ -152,7 +152,7 @@ def test_a_drained_multicluster_member_drops_out_and_serving_goes_on(project: Pa
 def test_allow_unplaced_keeps_serving_on_the_surviving_cluster(project: Path) -> None:
     result = compile_here("--drain", "gpu-cluster-huawei", "--allow-unplaced")
     assert result.exit_code == 0, result.output
-    assert result.stdout.startswith("placed 5 of 7 stages, 2 left out (--allow-unplaced) (gap to")
+    assert result.stdout.startswith("placed 5 of 7 stages, 2 left out (--allow-unplaced) (proven within ")
     assert DEGRADED.format(state="drained") in result.stderr
     placed = parse_previous((project / "out" / "placement.yaml").read_text()).clusters
     assert placed["customer-service-assistant/assistant-serving"] == {"inference-cluster-aliyun": 6}

@@ -86,9 +86,9 @@ def test_diff_between_two_commits_where_a_stage_moved(repo: Repo) -> None:
     result = run("diff", "--base", "HEAD~1")
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("fleetc diff HEAD~1 -> working tree\n\n")
-    assert "gpu-cluster-huawei: +0 ~0 -2 objects; GPUs 16 a100 -> 8 a100; cost/h " in result.stdout
+    assert "gpu-cluster-huawei: +0 ~0 -2 objects; GPUs 14 a100 -> 6 a100; cost/h " in result.stdout
     assert f"  - {MOVED}\n" in result.stdout and f"  + {MOVED}\n" in result.stdout
-    assert "GPUs a100: 16 -> 8 (-8)\nGPUs t4: 7 -> 15 (+8)\n" in result.stdout
+    assert "GPUs a100: 14 -> 6 (-8)\nGPUs t4: 4 -> 12 (+8)\n" in result.stdout
     assert "+++ b/out/clusters/inference-cluster-aliyun/job-aigc-prod-llm-chinese-training-model-training.yaml" \
         in result.stdout
     # provenance annotations name the policy files the same way on both sides: no spurious diffs
@@ -113,7 +113,7 @@ def test_diff_json(repo: Repo) -> None:
     data = json.loads(result.stdout)
     assert data["changed"] is True
     assert data["stages"] == [{"stage": MOVED, "before": ["gpu-cluster-huawei"], "after": ["inference-cluster-aliyun"]}]
-    assert data["gpus"] == {"a100": {"before": 16, "after": 8}, "t4": {"before": 7, "after": 15}}
+    assert data["gpus"] == {"a100": {"before": 14, "after": 6}, "t4": {"before": 4, "after": 12}}
     clusters = {c["name"]: c for c in data["clusters"]}
     assert clusters["gpu-cluster-huawei"]["stagesOut"] == [MOVED]
     assert clusters["inference-cluster-aliyun"]["stagesIn"] == [MOVED]
@@ -129,8 +129,8 @@ def test_diff_markdown_structure(repo: Repo) -> None:
     assert text.startswith("### fleetc: placement diff `HEAD` → `working tree`\n\n1 stage moved;")
     assert "| cluster | objects + / ~ / − | GPUs before → after | cost/h before → after | stages in | stages out |" \
         in text
-    assert "| `gpu-cluster-huawei` | 0 / 0 / 2 | 16 a100 → 8 a100 |" in text
-    assert '```mermaid\nxychart-beta\n' in text and '    bar "before" [16, 7]\n    bar "after" [8, 15]\n' in text
+    assert "| `gpu-cluster-huawei` | 0 / 0 / 2 | 14 a100 → 6 a100 |" in text
+    assert '```mermaid\nxychart-beta\n' in text and '    bar "before" [14, 4]\n    bar "after" [6, 12]\n' in text
     assert "<details><summary>cluster gpu-cluster-huawei: 3 files changed</summary>" in text
     assert text.count("<details>") == text.count("</details>") == 3
     assert len(text) <= 65_536
@@ -292,7 +292,7 @@ def test_commit_in_a_repository_without_commits(tmp_path: Path, monkeypatch: pyt
     commit = repo.head.commit
     assert commit.parents == ()
     assert commit.message.startswith("fleetc: commit 6 policy files and out/ compiled from them "
-                                     "(7 stages added, +16 a100, +7 t4)\n")
+                                     "(7 stages added, +14 a100, +4 t4)\n")
     files = sorted(b.path for b in commit.tree.traverse() if b.type == "blob")
     assert files and all(p.startswith(("out/", "policies/")) for p in files)
     assert "out/.fleetc/files" in files and "out/placement.yaml" in files

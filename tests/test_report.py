@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
+
+import pytest
 
 from fleetc.errors import Diagnostic
 from fleetc.git.report import (
@@ -25,6 +28,7 @@ from fleetc.model import (
     Assignment,
     Cluster,
     FleetModel,
+    GPUPolicy,
     Placement,
     Source,
     Stage,
@@ -93,7 +97,8 @@ AFTER = snapshot(MODEL, placed("west", {"west": 3}), AFTER_FILES)
 
 def test_snapshot_cost_is_prices_times_placed_demand() -> None:
     # east: 8 GPUs x 2.5 + 32 cores x 0.04 + 256 GiB x 0.005; west: 3 replicas x (1 x 0.5 + 4 x 0.04 + 16 x 0.005)
-    assert BEFORE.cost == {"east": 8 * 2.5 + 32 * 0.04 + 256 * 0.005, "west": 3 * (0.5 + 4 * 0.04 + 16 * 0.005)}
+    assert BEFORE.cost == pytest.approx(
+        {"east": 8 * 2.5 + 32 * 0.04 + 256 * 0.005, "west": 3 * (0.5 + 4 * 0.04 + 16 * 0.005)})
     assert BEFORE.gpus == {"east": {"a100": 8}, "west": {"t4": 3}}
     assert BEFORE.stages == {"llm/train": frozenset({"east"}), "llm/serve": frozenset({"west"})}
 
@@ -253,3 +258,30 @@ def test_github_step_summary_lists_every_diagnostic() -> None:
     assert summary.startswith("### fleetc: 12 errors\n\n```text\np.yaml:1:1: error: problem 1\n")
     assert summary.endswith("p.yaml:12:1: error: problem 12\n```\n\n")
     assert github_step_summary([], "boom") == "### fleetc: 1 error\n\n```text\nboom\n```\n\n"
+
+
+def test_time_sliced_replicas_count_as_the_gpus_they_take() -> None:
+    """40 serving replicas on T4s time-sliced 4 ways take 10 GPUs, not 40: in the diff's GPU
+    columns, in cost, and read back from placement.yaml; an exclusive stage counts whole."""
+    t4 = cluster("west", "t4", gpus=16, gpu_hour_cost=0.5, cpu_hour_cost=0.0, memory_gib_hour_cost=0.0)
+    serve = stage("serve", StageType.DEPLOYMENT, gpus=1, gpu_type="t4", replicas=40, shared_gpu=True)
+    batch = stage("batch", StageType.TRAINING, gpus=2, gpu_type="t4")
+    policy = GPUPolicy("gpu", 4, None, None, False, 1, Source("gpu.yaml", "spec"))
+    model = FleetModel("f", "ml", (t4,), (serve, batch), gpu_policy=policy)
+    placement = Placement((StagePlacement("llm/serve", (Assignment("west", 40, 40),), 0.8),
+                           StagePlacement("llm/batch", (Assignment("west", 1, 2),), 0.8)), 1.0, 1.0, "milp")
+    side = snapshot(model, placement, {})
+    assert side.gpus == {"west": {"t4": 10 + 2}}
+    assert side.cost == {"west": pytest.approx(12 * 0.5)}
+    from fleetc.render.report import placement_report
+    from fleetc.render.yamlout import dump
+
+    report = dump(placement_report(model, placement))
+    assert "    timeSlicing:\n      slotsPerGPU: 4\n" in report
+    assert "      - name: west\n        replicas: 40\n        slots: 40\n        gpus: 10\n" in report
+    assert snapshot_of_output({"placement.yaml": report}, {"west": "t4"}).gpus == side.gpus
+    # 39 replicas share the tenth GPU with nothing: 9.75 GPUs in placement.yaml, 10 taken
+    fewer = replace(placement, stages=(replace(placement.stages[0], assignments=(Assignment("west", 39, 39),)),
+                                       placement.stages[1]))
+    assert "        slots: 39\n        gpus: 9.75\n" in dump(placement_report(model, fewer))
+    assert snapshot(model, fewer, {}).gpus == {"west": {"t4": 12}}

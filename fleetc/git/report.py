@@ -18,6 +18,7 @@ from ruamel.yaml.error import YAMLError
 
 from fleetc.errors import Diagnostic
 from fleetc.model import FleetModel, Placement
+from fleetc.placement.verify import slots_per_gpu, uses_shared_slots
 from fleetc.policy.load import yaml_documents
 
 #: GitHub refuses issue and pull-request comments longer than this many characters.
@@ -57,12 +58,14 @@ EMPTY = Snapshot()
 def snapshot(model: FleetModel, placement: Placement, files: Mapping[str, str]) -> Snapshot:
     """A compile reduced to what the report compares.
 
-    Cost per hour of a cluster is its prices times the demand placed on it: GPUs x GPU-hour
-    cost + cores x core-hour cost + GiB x GiB-hour cost, over every replica assigned there.
+    GPUs are the GPUs taken: a time-sliced stage's slots count ``1 / slots_per_gpu`` of a GPU
+    each, and a cluster's shared slots take ``ceil(slots / slots_per_gpu)`` GPUs (as the
+    verifier counts them). Cost per hour of a cluster is its prices times what is placed on it:
+    GPUs taken x GPU-hour cost + cores x core-hour cost + GiB x GiB-hour cost.
     """
     clusters = {c.name: c for c in model.clusters}
     stages = {s.key: s for s in model.stages}
-    gpus: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    usage = _Usage(slots_per_gpu(model))
     cost: dict[str, float] = defaultdict(float)
     where: dict[str, frozenset[str]] = {}
     for p in placement.stages:
@@ -71,12 +74,33 @@ def snapshot(model: FleetModel, placement: Placement, files: Mapping[str, str]) 
         where[p.stage] = frozenset(a.cluster for a in placed)
         for a in placed:
             cluster = clusters[a.cluster]
-            if a.gpus:
-                gpus[a.cluster][cluster.gpu_type or stage.gpu_type or "gpu"] += a.gpus
-            cost[a.cluster] += (a.gpus * cluster.gpu_hour_cost
-                                + a.replicas * stage.cpu_millis / 1000 * cluster.cpu_hour_cost
+            usage.add(a.cluster, cluster.gpu_type or stage.gpu_type or "gpu", a.gpus,
+                      shared=uses_shared_slots(model, stage))
+            cost[a.cluster] += (a.replicas * stage.cpu_millis / 1000 * cluster.cpu_hour_cost
                                 + a.replicas * stage.memory_bytes / _GIB * cluster.memory_gib_hour_cost)
-    return Snapshot(dict(files), where, {c: dict(t) for c, t in gpus.items()}, dict(cost))
+    gpus = usage.gpus()
+    for name, per_type in gpus.items():
+        cost[name] += sum(per_type.values()) * clusters[name].gpu_hour_cost
+    return Snapshot(dict(files), where, gpus, dict(cost))
+
+
+class _Usage:
+    """GPUs taken per cluster and type: exclusive GPUs plus ``ceil(slots / slots_per_gpu)``."""
+
+    def __init__(self, slots_per_gpu: int) -> None:
+        self.slots_per_gpu = max(1, slots_per_gpu)
+        self.exclusive: dict[tuple[str, str], int] = defaultdict(int)
+        self.slots: dict[tuple[str, str], int] = defaultdict(int)
+
+    def add(self, cluster: str, gpu_type: str, count: int, *, shared: bool) -> None:
+        if count:
+            (self.slots if shared else self.exclusive)[(cluster, gpu_type)] += count
+
+    def gpus(self) -> dict[str, dict[str, int]]:
+        taken: dict[str, dict[str, int]] = defaultdict(dict)
+        for key in sorted(set(self.exclusive) | set(self.slots)):
+            taken[key[0]][key[1]] = self.exclusive[key] + -(-self.slots[key] // self.slots_per_gpu)
+        return dict(taken)
 
 
 def snapshot_of_output(files: Mapping[str, str], gpu_types: Mapping[str, str | None]) -> Snapshot:
@@ -87,16 +111,22 @@ def snapshot_of_output(files: Mapping[str, str], gpu_types: Mapping[str, str | N
     """
     report = _parse_placement(files.get("placement.yaml", ""))
     where: dict[str, frozenset[str]] = {}
-    gpus: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    sliced = [e.get("timeSlicing") for e in report if isinstance(e.get("timeSlicing"), dict)]
+    usage = _Usage(max((_whole(s.get("slotsPerGPU")) for s in sliced), default=1))
     for entry in report:
         key = f"{entry.get('pipeline')}/{entry.get('stage')}"
         placed = [a for a in entry.get("clusters") or [] if isinstance(a, dict) and a.get("replicas")]
         where[key] = frozenset(str(a.get("name")) for a in placed)
+        shared = isinstance(entry.get("timeSlicing"), dict)
         for a in placed:
-            name, count = str(a.get("name")), int(a.get("gpus") or 0)
-            if count:
-                gpus[name][gpu_types.get(name) or entry.get("gpuType") or "gpu"] += count
-    return Snapshot(dict(files), where, {c: dict(t) for c, t in gpus.items()}, None)
+            name = str(a.get("name"))
+            usage.add(name, gpu_types.get(name) or entry.get("gpuType") or "gpu",
+                      _whole(a.get("slots" if shared else "gpus")), shared=shared)
+    return Snapshot(dict(files), where, usage.gpus(), None)
+
+
+def _whole(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _parse_placement(text: str) -> list[dict[str, Any]]:

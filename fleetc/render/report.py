@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fleetc.model import FleetModel, Placement, Stage, StagePlacement
+from fleetc.placement.verify import slots_per_gpu, uses_shared_slots
 from fleetc.render.common import Obj
 from fleetc.render.context import placements
 
@@ -36,11 +37,15 @@ def placement_report(model: FleetModel, placement: Placement) -> Obj:
         "bound": figures.bound,
         # what is proven of this placement: 0 when optimal, else 1 - objective / bound
         "gap": round(figures.gap, 6),
-        "stages": [_stage_report(s, p) for s, p in placements(model, placement)],
+        "stages": [_stage_report(s, p, slots_per_gpu(model) if uses_shared_slots(model, s) else 0)
+                   for s, p in placements(model, placement)],
     }
 
 
-def _stage_report(stage: Stage, placement: StagePlacement) -> Obj:
+def _stage_report(stage: Stage, placement: StagePlacement, slots_per_gpu: int) -> Obj:
+    """One stage's entry. A time-sliced stage (``slots_per_gpu`` > 0) takes slots, not GPUs: its
+    entry says how many slots share a GPU, and each cluster's ``slots`` and the ``gpus`` they
+    take (slots / slots per GPU, a fraction where they share a GPU with another stage's)."""
     report: Obj = {
         "pipeline": stage.pipeline,
         "stage": stage.name,
@@ -52,6 +57,10 @@ def _stage_report(stage: Stage, placement: StagePlacement) -> Obj:
         "clusters": [{"name": a.cluster, "replicas": a.replicas, "gpus": a.gpus} for a in placement.assignments],
         "score": round(placement.score, 6),
     }
+    if slots_per_gpu:
+        report["timeSlicing"] = {"slotsPerGPU": slots_per_gpu}
+        report["clusters"] = [{"name": a.cluster, "replicas": a.replicas, "slots": a.gpus,
+                               "gpus": shared_gpus(a.gpus, slots_per_gpu)} for a in placement.assignments]
     if stage.gpu_request is not None:  # node fit split or rounded it (fleetc.nodefit)
         report["nodeFit"] = {"gpusAskedPerReplica": stage.gpu_request, "podsPerReplica": stage.pods_per_replica,
                              "gpusPerPod": stage.pod_gpus}
@@ -60,3 +69,10 @@ def _stage_report(stage: Stage, placement: StagePlacement) -> Obj:
         if placement.reason:
             report["reason"] = placement.reason
     return report
+
+
+def shared_gpus(slots: int, slots_per_gpu: int) -> int | float:
+    """The GPUs ``slots`` time-sliced slots take: whole when they fill whole GPUs, else the
+    fraction rounded to 1/1000 (placement.yaml, the diff and the cost figures read the same)."""
+    gpus = slots / slots_per_gpu
+    return int(gpus) if gpus.is_integer() else round(gpus, 3)

@@ -111,7 +111,7 @@ def snapshot_of_output(files: Mapping[str, str], gpu_types: Mapping[str, str | N
     """
     report = _parse_placement(files.get("placement.yaml", ""))
     where: dict[str, frozenset[str]] = {}
-    sliced = [e.get("timeSlicing") for e in report if isinstance(e.get("timeSlicing"), dict)]
+    sliced = [s for e in report if isinstance(s := e.get("timeSlicing"), dict)]
     usage = _Usage(max((_whole(s.get("slotsPerGPU")) for s in sliced), default=1))
     for entry in report:
         key = f"{entry.get('pipeline')}/{entry.get('stage')}"

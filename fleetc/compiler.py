@@ -139,7 +139,7 @@ def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
     """The placement of ``model``, tagged with its ``inputs`` digest: the previous one when it
     was compiled from the same inputs and still holds (see :func:`_given_back`), else the
     optimizer's."""
-    from fleetc.placement.hints import refused_stages, taint_hints
+    from fleetc.placement.hints import capacity_hints, refused_stages, taint_hints
     from fleetc.placement.optimize import place  # imports numpy, scipy, HiGHS: only when compiling
 
     given_back = _given_back(model, inputs, options)
@@ -150,9 +150,15 @@ def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
                           on_gap=options.reporter.gap, allow_unplaced=options.allow_unplaced)
     except PlacementError as err:
         hints = [err.hint] if err.hint else []
-        err.hint = "\n  hint: ".join(hints + taint_hints(model, refused_stages(model, err.reasons)))
+        capacity = capacity_hints(model) if any(_about_capacity(r) for r in err.reasons) else []
+        err.hint = "\n  hint: ".join(hints + taint_hints(model, refused_stages(model, err.reasons)) + capacity)
         raise
     return dataclasses.replace(placement, inputs=inputs)
+
+
+def _about_capacity(reason: str) -> bool:
+    """Whether a refusal quotes capacity figures (free GPUs, cores or memory, room for replicas)."""
+    return " free " in reason or "room for" in reason
 
 
 def inputs_digest(policies: PolicySet, options: Options) -> str:

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 
 from fleetc.model import FleetModel, Taint, untolerated
 from fleetc.placement.scoring import filter_reason
+from fleetc.placement.verify import slots_per_gpu, usable_capacity, uses_shared_slots
 
 
 def taint_hints(model: FleetModel, stage_keys: Iterable[str]) -> list[str]:
@@ -45,3 +46,33 @@ def refused_stages(model: FleetModel, reasons: Iterable[str]) -> list[str]:
     """The keys of the stages ``reasons`` (a placement error's lines) refuse."""
     text = "\n".join(reasons)
     return [s.key for s in model.stages if f"{s.key}:" in text]
+
+
+def capacity_hints(model: FleetModel) -> list[str]:
+    """The policy fields behind the capacity figures a refusal prints: per GPU cluster whose
+    usable GPUs (:func:`~fleetc.placement.verify.usable_capacity`) are fewer than it has, the
+    GPU policy's defragmentation headroom and the cluster's utilisation; and the time-slicing
+    slots that let a shared GPU count as a fraction."""
+    policy = model.gpu_policy
+    hints = []
+    for cluster in model.clusters:
+        usable = usable_capacity(model, cluster)[0]
+        if not cluster.gpus or usable == cluster.gpus:
+            continue
+        why = []
+        if policy is not None and policy.defragment_threshold is not None:
+            why.append(f"the GPU policy keeps {1 - policy.defragment_threshold:.0%} free "
+                       f"(spec.memoryManagement.defragmentThreshold {policy.defragment_threshold:.0%} "
+                       f"in {model.display(policy.source.path)})")
+        if cluster.utilization:
+            why.append(f"{cluster.utilization:.0%} is used by work fleetc does not place "
+                       f"({cluster.source.field}.utilization in {model.display(cluster.source.path)})")
+        hints.append(f"{cluster.name} counts {usable} of its {cluster.gpus} {cluster.gpu_type} GPUs as "
+                     f"capacity: {' and '.join(why)}")
+    slots = slots_per_gpu(model)
+    if policy is not None and slots > 1 and any(uses_shared_slots(model, s) for s in model.stages):
+        field = ("spec.sharingStrategy.maxSharers" if policy.sharing_enabled and policy.max_sharers == slots
+                 else "spec.timeSlicing.replicas")
+        hints.append(f"stages that accept shared GPUs take 1/{slots} of a GPU per requested GPU "
+                     f"({field} {slots} in {model.display(policy.source.path)})")
+    return hints

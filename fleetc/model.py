@@ -113,6 +113,7 @@ class Input:
     from_stage: str | None  # for inputs with ``from: <stage>.outputs.<name>``
     from_output: str | None
     location: str | None  # region where the data lives, when known
+    jurisdiction: str | None = None  # the data's jurisdiction, when the policy names it
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,7 @@ class Output:
     name: str
     url: str
     location: str | None
+    jurisdiction: str | None = None  # when the policy names it
 
 
 @dataclass(frozen=True)

@@ -138,13 +138,21 @@ def _fitted(stage: m.Stage, clusters: Sequence[m.Cluster]) -> m.Stage:
     return replace(stage, gpus=reserved, pods_per_replica=pods, gpu_request=stage.gpus)
 
 
-def region_jurisdiction(region: str, clusters: Sequence[m.Cluster]) -> str:
-    """The jurisdiction of data in ``region``: that of the fleet's clusters there (the first by
-    name), else the region's first '-'-separated part (``cn`` for ``cn-north-1``)."""
+def default_jurisdiction(region: str) -> str:
+    """The documented default: a region's first '-'-separated part (``cn`` for ``cn-north-1``)."""
+    return region.split("-", 1)[0]
+
+
+def region_jurisdiction(region: str, clusters: Sequence[m.Cluster],
+                        regions: Mapping[str, str] | None = None) -> str:
+    """The jurisdiction of data in ``region``: the Fleet's ``regionJurisdictions`` entry, else
+    that of the fleet's clusters there (the first by name), else the default rule."""
+    if regions and region in regions:
+        return regions[region]
     here = sorted(c.name for c in clusters if c.region == region)
     if here:
         return next(c.jurisdiction for c in clusters if c.name == here[0])
-    return region.split("-", 1)[0]
+    return default_jurisdiction(region)
 
 
 def _with_jurisdictions(policies: PolicySet, clusters: tuple[m.Cluster, ...],
@@ -157,14 +165,15 @@ def _with_jurisdictions(policies: PolicySet, clusters: tuple[m.Cluster, ...],
                  if pf.obj.spec.security and pf.obj.spec.security.dataSovereignty
                  for name in governed(pf, policies)}
     by_key = {s.key: s for s in stages}
-    memo: dict[str, frozenset[str]] = {}
+    regions = policies.fleets[0].obj.spec.regionJurisdictions
+    memo: dict[str, frozenset[tuple[str, str]]] = {}
     resolved, problems = [], []
     for stage in stages:
         if stage.pipeline not in sovereign:
             resolved.append(stage)
             continue
-        regions = _data_regions(stage, by_key, memo)
-        where = {region_jurisdiction(r, clusters): r for r in sorted(regions, reverse=True)}
+        where = {jurisdiction or region_jurisdiction(region, clusters, regions): region
+                 for region, jurisdiction in sorted(_data_places(stage, by_key, memo), reverse=True)}
         if len(where) > 1:
             problems.append(_two_jurisdictions(policies, stage, where))
         resolved.append(replace(stage, jurisdiction=min(where)) if where else stage)
@@ -173,10 +182,12 @@ def _with_jurisdictions(policies: PolicySet, clusters: tuple[m.Cluster, ...],
     return tuple(resolved)
 
 
-def _data_regions(stage: m.Stage, by_key: dict[str, m.Stage],
-                  memo: dict[str, frozenset[str]]) -> frozenset[str]:
-    """Regions of every piece of data ``stage`` reads, following ``from:`` to the producers
-    (on an explicit stack: a chain of any length takes no recursion)."""
+def _data_places(stage: m.Stage, by_key: dict[str, m.Stage],
+                 memo: dict[str, frozenset[tuple[str, str]]]) -> frozenset[tuple[str, str]]:
+    """(region, jurisdiction the policy names or '') of every piece of data ``stage`` reads,
+    following ``from:`` to the producers (on an explicit stack: a chain of any length takes no
+    recursion). Data with a named jurisdiction and no location is placed by its name alone
+    (region '')."""
     def producers(reader: m.Stage) -> list[m.Stage]:
         found = (by_key.get(f"{reader.pipeline}/{i.from_stage}") for i in reader.inputs if i.from_stage)
         return [producer for producer in found if producer is not None]
@@ -185,10 +196,11 @@ def _data_regions(stage: m.Stage, by_key: dict[str, m.Stage],
     while pending:
         current, expanded = pending.pop()
         if expanded:  # its producers are done
-            regions = {i.location for i in current.inputs if i.location}
+            places = {(i.location or "", i.jurisdiction or "") for i in current.inputs
+                      if i.location or i.jurisdiction}
             for producer in producers(current):
-                regions |= memo[producer.key]
-            memo[current.key] = frozenset(regions)
+                places |= memo[producer.key]
+            memo[current.key] = frozenset(places)
         elif current.key not in memo:
             memo[current.key] = frozenset()  # a cycle (rejected by validation) ends here
             pending.append((current, True))
@@ -200,7 +212,7 @@ def _data_regions(stage: m.Stage, by_key: dict[str, m.Stage],
 def _two_jurisdictions(policies: PolicySet, stage: m.Stage, where: dict[str, str]) -> Diagnostic:
     pipeline = next(pl for pl in policies.pipelines if pl.name == stage.pipeline)
     index = [s.name for s in pipeline.obj.spec.stages].index(stage.name)
-    found = " and ".join(f"{j} ({where[j]})" for j in sorted(where))
+    found = " and ".join(f"{j} ({where[j]})" if where[j] else j for j in sorted(where))
     return pipeline.doc.diagnostic(
         ("spec", "stages", index),
         f"data sovereignty: stage '{stage.name}' reads data of jurisdictions {found}, "
@@ -293,7 +305,8 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str]) -> m.Cl
         name=c.name,
         provider=c.provider,
         region=c.region,
-        jurisdiction=c.jurisdiction or c.region.split("-", 1)[0],
+        jurisdiction=(c.jurisdiction or (fleet.obj.spec.regionJurisdictions or {}).get(c.region)
+                      or default_jurisdiction(c.region)),
         gpu_type=gpu_type,
         gpus=gpus,
         cpu_millis=cpu_millis(capacity.cpu) if capacity.cpu is not None else default_cores * 1000,
@@ -350,7 +363,7 @@ def _stage(pipeline: Parsed[p.AIGCPipeline], index: int, stage: p.PipelineStage,
         type=kind,
         dependencies=tuple(stage_edges(stage)),
         inputs=tuple(_input(i, outputs) for i in stage.inputs or []),
-        outputs=tuple(m.Output(o.name, o.storage, o.location) for o in stage.outputs or []),
+        outputs=tuple(m.Output(o.name, o.storage, o.location, o.jurisdiction) for o in stage.outputs or []),
         cpu_millis=cpu_millis(res.cpu if res.cpu is not None
                               else 4 if kind is m.StageType.DATAPROC else 8),
         memory_bytes=memory_bytes(res.memory if res.memory is not None
@@ -370,11 +383,11 @@ def _stage(pipeline: Parsed[p.AIGCPipeline], index: int, stage: p.PipelineStage,
 
 def _input(item: p.StageInput, outputs: dict[tuple[str, str], p.StageOutput]) -> m.Input:
     if item.from_ is None:
-        return m.Input(item.name, item.source, None, None, item.location)
+        return m.Input(item.name, item.source, None, None, item.location, item.jurisdiction)
     stage_name, _, output_name = item.from_.split(".", 2)
     produced = outputs[(stage_name, output_name)]
     return m.Input(item.name, produced.storage, stage_name, output_name,
-                   item.location or produced.location)
+                   item.location or produced.location, item.jurisdiction or produced.jurisdiction)
 
 
 def _score_weights(spec: p.ScoreWeightsSpec | None) -> m.ScoreWeights:

@@ -143,8 +143,9 @@ class FleetCluster(_Spec):
         "low-latency (\"true\" for clusters close to users), edge-node, low-power (\"true\" for "
         "energy-efficient sites). Other keys are kept and ignored.")
     jurisdiction: str | None = describe(
-        "Legal jurisdiction whose data-residency law applies (default: the first "
-        "'-'-separated part of region, e.g. cn for cn-north-1).")
+        "Legal jurisdiction whose data-residency law applies (default: the Fleet's "
+        "regionJurisdictions entry for its region, else the first '-'-separated part of region, "
+        "e.g. cn for cn-north-1).")
     capacity: ClusterCapacity | None = describe("CPU and memory available to fleetc.")
     pricing: ClusterPricing | None = describe("Prices used by the cost score.")
     energyEfficiency: Weight | None = describe(
@@ -205,6 +206,11 @@ class FleetSpec(_Spec):
     scoreWeights: ScoreWeightsSpec | None = describe(
         "Weights of the four score terms; they need not sum to 1 (fleetc normalises them).")
     gitops: GitOps | None = describe("Where Argo CD and Flux find the compiled output.")
+    regionJurisdictions: dict[str, str] | None = describe(
+        "Region -> legal jurisdiction, for clusters and data in that region (e.g. "
+        "europe-west3: eu, where the default rule, the region's first '-'-separated part, "
+        "would say europe). A cluster's own jurisdiction and a data location's own "
+        "jurisdiction take precedence.")
 
 
 class Fleet(_Spec):
@@ -230,12 +236,19 @@ class StageInput(_Spec):
     location: str | None = describe(
         "Region where the data lives (for data locality and data sovereignty). For from: "
         "inputs, the producing output's location applies.")
+    jurisdiction: str | None = describe(
+        "Legal jurisdiction of the data, when it is not that of its location's region (default: "
+        "the Fleet's regionJurisdictions entry for location, else that of the Fleet's clusters "
+        "in that region, else the region's first '-'-separated part). For from: inputs, the "
+        "producing output's jurisdiction applies.")
 
 
 class StageOutput(_Spec):
     name: DNSLabel = Field(description="Output name, unique within the stage.")
     storage: StorageURL = Field(description="Where the output is written: a storage URL.")
     location: str | None = describe("Region where the storage lives.")
+    jurisdiction: str | None = describe(
+        "Legal jurisdiction of the stored data, when it is not that of its location's region.")
 
 
 class StageResources(_Spec):

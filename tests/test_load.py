@@ -530,7 +530,8 @@ def test_forked_loading_reads_what_one_process_reads(monkeypatch) -> None:
     sources = [(f.relative_to(root).as_posix(), f.read_bytes()) for f in files]
 
     def summary(result: load.LoadResult) -> tuple:
-        documents = [(d.path, d.index, d.data, d.locate(("metadata", "name"))) for d in result.documents]
+        # repr: NaN (tests/cases/error-hostile-yaml) is unequal to itself once it crossed a process
+        documents = [(d.path, d.index, repr(d.data), d.locate(("metadata", "name"))) for d in result.documents]
         return documents, result.diagnostics
 
     alone = summary(load.load_sources(sources))

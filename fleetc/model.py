@@ -211,6 +211,8 @@ class Platform:
     secondary_clusters: tuple[str, ...]
     pipelines: tuple[str, ...]  # pipelines it governs (all, when the policy names none)
     source: Source
+    #: multiCluster.failoverHeadroom: losing one HA cluster leaves room for its serving replicas.
+    failover_headroom: bool = False
 
 
 @dataclass(frozen=True)

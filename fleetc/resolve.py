@@ -434,6 +434,7 @@ def _platform(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> m.Platfo
         secondary_clusters=tuple(multi.secondaryClusters or []) if multi else (),
         pipelines=tuple(sorted(governed(platform, policies))),
         source=m.Source(platform.doc.path, "spec"),
+        failover_headroom=bool(multi.failoverHeadroom) if multi else False,
     )
 
 

@@ -9,6 +9,7 @@ warning and serving goes on on the other; the same is done without the platform.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from click.testing import CliRunner, Result
 
 from fleetc.cli import cli
 from fleetc.compiler import Options, compile_policies, load_policies
+from fleetc.model import Assignment, StagePlacement
 from fleetc.placement.previous import parse_previous
 from fleetc.placement.verify import verify
 
@@ -166,3 +168,32 @@ def test_a_cordoned_multicluster_member_is_said_cordoned(project: Path) -> None:
     result = compile_here("--allow-unplaced")
     assert result.exit_code == 0, result.output
     assert DEGRADED.format(state="cordoned") in result.stderr
+
+
+HEADROOM = ROOT / "tests" / "cases" / "failover-headroom" / "policies"
+
+
+@pytest.mark.parametrize("lost", ["a", "b"])
+def test_failover_headroom_holds_when_either_cluster_is_drained(lost: str) -> None:
+    """The case's placement keeps room on each HA cluster for the other's serving replicas:
+    draining either, every replica it served finds room where the placement left it."""
+    compiled = compile_policies(load_policies([str(HEADROOM)]))
+    serve = {a.cluster: a.replicas for a in compiled.placement.of("llm/serve").assignments}
+    drained = compile_policies(load_policies([str(HEADROOM)]), Options(drain=(lost,)))
+    assert verify(drained.model, drained.placement) == []
+    after = {a.cluster: a.replicas for a in drained.placement.of("llm/serve").assignments}
+    assert sum(after.values()) == 6 and lost not in after
+    survivor = "b" if lost == "a" else "a"
+    assert after.get(survivor, 0) >= serve.get(survivor, 0)
+
+
+def test_the_verifier_refuses_a_placement_without_the_headroom() -> None:
+    """Without the headroom rule the optimizer puts the training gang on b; with it, that
+    placement is refused, naming the shortage."""
+    compiled = compile_policies(load_policies([str(HEADROOM)]))
+    crowded = dataclasses.replace(compiled.placement, stages=(
+        StagePlacement("llm/train", (Assignment("b", 1, 4),), 0.9),
+        StagePlacement("llm/serve", (Assignment("a", 2, 2), Assignment("b", 4, 4)), 0.9)))
+    assert verify(compiled.model, crowded) == [
+        "failover headroom of chat: losing a leaves 0 GPUs free on b for its 2",
+    ]

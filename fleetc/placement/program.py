@@ -20,6 +20,7 @@ from fleetc.model import Cluster, FleetModel, Stage
 from fleetc.placement import highs
 from fleetc.placement.scoring import GIB, Scores
 from fleetc.placement.verify import (
+    failover_groups,
     ha_clusters,
     min_replicas_per_cluster,
     slots_per_gpu,
@@ -231,6 +232,8 @@ def build_program(
     upper[columns.k] = part_kept[columns.y_stage[columns.keep], columns.y_cluster[columns.keep]]
     usage, usable = _usage_rows(columns, unit_stage, unit_cluster, unit_replicas, demand_of(stages),
                                 shared_stage, capacity, slots, taken[3])
+    usage, usable = _headroom_rows(model, stages, clusters, usage, usable,
+                                   (unit_stage, unit_cluster, unit_replicas), shared_stage, slots)
     return Program(
         unit_stage=unit_stage,
         unit_cluster=unit_cluster,
@@ -304,6 +307,47 @@ def _usage_rows(
         rows += clusters
         usable = np.concatenate([usable, -taken_slots])
     return _sparse(entries, (rows, columns.size)), usable
+
+
+def _headroom_rows(
+    model: FleetModel,
+    stages: tuple[Stage, ...],
+    clusters: tuple[Cluster, ...],
+    usage: sp.csr_matrix,
+    usable: np.ndarray,
+    units: tuple[np.ndarray, np.ndarray, np.ndarray],
+    shared_stage: np.ndarray,
+    slots: int,
+) -> tuple[sp.csr_matrix, np.ndarray]:
+    """``usage`` and ``usable`` with the failover headroom rows of
+    :func:`~fleetc.placement.verify.failover_groups` added: per platform, lost cluster ``h`` and
+    resource ``r``, what the other clusters of its set use plus what its serving stages use on
+    ``h`` (time-sliced GPUs as ``1 / slots`` each) <= what the others may use."""
+    groups = failover_groups(model)
+    if not groups:
+        return usage, usable
+    unit_stage, unit_cluster, unit_replicas = units
+    n_clusters = len(clusters)
+    local = {c.name: i for i, c in enumerate(clusters)}
+    demand = demand_of(stages)
+    coefficients = demand[:, unit_stage] * unit_replicas
+    coefficients[0] = np.where(shared_stage[unit_stage], coefficients[0] / slots, coefficients[0])
+    rows, bounds = [], []
+    for _name, members, serving in groups:
+        ha = [local[n] for n in members if n in local]
+        is_serving = np.array([s.key in serving for s in stages], dtype=bool)[unit_stage]
+        for h in ha if len(ha) > 1 else []:
+            others = [o for o in ha if o != h]
+            on_h = np.flatnonzero(is_serving & (unit_cluster == h))
+            for r in range(3):
+                need = sp.csr_matrix((coefficients[r, on_h], (np.zeros(len(on_h), dtype=int), on_h)),
+                                     shape=(1, usage.shape[1]))
+                picked = [r * n_clusters + o for o in others]
+                rows.append(sp.csr_matrix(usage[picked].sum(axis=0)) + need)
+                bounds.append(float(usable[picked].sum()))
+    if not rows:
+        return usage, usable
+    return sp.vstack([usage, *rows], format="csr"), np.concatenate([usable, bounds])
 
 
 def _linking_rows(

@@ -98,6 +98,24 @@ def ha_clusters(model: FleetModel, stage: Stage) -> tuple[str, ...]:
     return tuple(name for name in dict.fromkeys(names) if name not in lost)
 
 
+def failover_groups(model: FleetModel) -> list[tuple[str, tuple[str, ...], frozenset[str]]]:
+    """Per platform asking for failover headroom: its name, its active-active clusters (those
+    not cordoned) and the keys of its serving stages. The hard rule, read by the program and
+    the verifier alike: for each of those clusters ``h`` and each resource, what the platform's
+    serving stages use on ``h`` (time-sliced GPUs as ``slots / slots_per_gpu``) fits in what
+    the other clusters of the set leave free (:func:`usable_capacity` less everything placed)."""
+    groups = []
+    for platform in model.platforms:
+        if not (platform.failover_headroom and platform.primary_cluster):
+            continue
+        serving = frozenset(s.key for s in model.stages
+                            if s.type is StageType.DEPLOYMENT and s.pipeline in platform.pipelines)
+        clusters = next((ha_clusters(model, s) for s in model.stages if s.key in serving), ())
+        if len(clusters) > 1 and serving:
+            groups.append((platform.name, clusters, serving))
+    return groups
+
+
 def verify(model: FleetModel, placement: Placement, *, allow_unplaced: bool = False) -> list[str]:
     """Every hard constraint ``placement`` breaks, as readable sentences; [] when it is sound.
 
@@ -113,7 +131,56 @@ def verify(model: FleetModel, placement: Placement, *, allow_unplaced: bool = Fa
         problems += _stage_problems(stage, stage_placement, known)
         problems += _ha_problems(model, stage, stage_placement)
     problems += _capacity_problems(model, placement)
+    problems += _headroom_problems(model, placement)
     return problems
+
+
+def _headroom_problems(model: FleetModel, placement: Placement) -> list[str]:
+    """:func:`failover_groups`' rule, in whole units: GPUs are counted in slots (``slots_per_gpu``
+    to a GPU) so time-sliced replicas need no fractions."""
+    slots = slots_per_gpu(model)
+    stages = {s.key: s for s in model.stages}
+    used = _used(model, placement)
+    problems = []
+    for name, members, serving in failover_groups(model):
+        need: dict[str, list[int]] = {h: [0, 0, 0] for h in members}
+        for stage_placement in placement.stages:
+            stage = stages.get(stage_placement.stage)
+            if stage is None or stage.key not in serving:
+                continue
+            per_gpu = 1 if uses_shared_slots(model, stage) else slots
+            for a in stage_placement.assignments:
+                if a.cluster in need:
+                    for r, amount in enumerate((a.replicas * stage.gpus * per_gpu, a.replicas * stage.cpu_millis,
+                                                a.replicas * stage.memory_bytes)):
+                        need[a.cluster][r] += amount
+        for lost in members:
+            others = [model.cluster(o) for o in members if o != lost]
+            free = [sum(usable_capacity(model, c)[r] * (slots if r == 0 else 1) - used[c.name][r] for c in others)
+                    for r in range(3)]
+            for what, n, f in zip(("GPU slots" if slots > 1 else "GPUs", "CPU millicores", "memory bytes"),
+                                  need[lost], free, strict=True):
+                if n > f:
+                    problems.append(f"failover headroom of {name}: losing {lost} leaves {f} {what} free on "
+                                    f"{', '.join(c.name for c in others)} for its {n}")
+    return problems
+
+
+def _used(model: FleetModel, placement: Placement) -> dict[str, list[int]]:
+    """Per cluster what ``placement`` uses: GPUs in slots (exclusive GPUs, and shared slots
+    rounded up to whole GPUs, times ``slots_per_gpu``), millicores, bytes."""
+    slots = slots_per_gpu(model)
+    stages = {s.key: s for s in model.stages}
+    totals: dict[str, list[int]] = {c.name: [0, 0, 0, 0] for c in model.clusters}
+    for stage_placement in placement.stages:
+        stage = stages.get(stage_placement.stage)
+        for a in stage_placement.assignments:
+            if stage is not None and a.cluster in totals:
+                totals[a.cluster][3 if uses_shared_slots(model, stage) else 0] += a.replicas * stage.gpus
+                totals[a.cluster][1] += a.replicas * stage.cpu_millis
+                totals[a.cluster][2] += a.replicas * stage.memory_bytes
+    return {name: [(exclusive + -(-shared // slots)) * slots, millis, memory]
+            for name, (exclusive, millis, memory, shared) in totals.items()}
 
 
 def _stage_order_problems(model: FleetModel, placement: Placement) -> list[str]:

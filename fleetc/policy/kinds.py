@@ -322,6 +322,10 @@ class MultiCluster(_Spec):
     primaryCluster: DNSLabel = Field(description="Cluster serving as the primary.")
     secondaryClusters: list[DNSLabel] | None = describe(
         "Clusters that also serve, active-active with the primary.")
+    failoverHeadroom: bool | None = describe(
+        "Keep failover headroom (default false): losing any one of these clusters leaves room "
+        "on the others for all the serving replicas it ran (GPUs, cores and memory); the "
+        "optimizer keeps that room free and the verifier checks it.")
 
 
 class PlatformSpec(_Spec):

@@ -79,7 +79,7 @@ def _policy_files(root: Path, policy_paths: Sequence[str]) -> list[str]:
     hint = ("--commit commits the policies with the output, so that compile --check passes on "
             "the commit; compile without --commit, or {what}")
     files = []
-    for path in discover(policy_paths):
+    for path in discover(policy_paths).files:
         try:
             files.append(gitrepo.relative_to_root(root, path))
         except UsageError:

@@ -451,6 +451,7 @@ apiVersion: fleetc.dev/v1alpha1
 kind: Placement
 fleet: small
 method: lp-rounding
+optimal: false
 objective: 1.234568
 bound: 1.5
 gap: 0.176955

@@ -261,23 +261,24 @@ def explain(target: str, paths: Sequence[str], out_dir: str, output_format: str)
     """Say why a stage runs where it does: each cluster's filter verdict or score terms."""
     from fleetc.compiler import Options, inputs_digest, load_policies, place_model
     from fleetc.placement import explain as why
+    from fleetc.placement.hints import taint_hints
     from fleetc.placement.previous import read_previous
     from fleetc.resolve import resolve
 
     def run() -> Any:
         loaded = load_policies(paths or [DEFAULT_POLICIES])
-        model = resolve(loaded.policies, loaded.where)
+        model = resolve(loaded.policies, loaded.where, roots=loaded.roots)
         key = why.find_stage(model, target)
         previous, _ = read_previous(Path(out_dir))
         options = Options(previous=previous, allow_unplaced=True)
         placement = place_model(model, inputs_digest(loaded.policies, options), options)
-        return why.explain(model, placement, key, previous.clusters)
+        return why.explain(model, placement, key, previous.clusters), taint_hints(model, [key])
 
-    explanation = _run(run, output_format)
-    if output_format == "json":
-        _emit_json(why.as_dict(explanation))
+    explanation, hints = _run(run, output_format)
+    if output_format == "json":  # the toleration that would admit the stage where a taint keeps it out
+        _emit_json({**why.as_dict(explanation), "hints": hints})
     else:
-        click.echo(why.format_text(explanation))
+        click.echo(why.format_text(explanation) + "".join(f"\nhint: {h}" for h in hints))
 
 
 _VERB = {"added": "add", "changed": "change", "removed": "remove"}

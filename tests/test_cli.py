@@ -196,3 +196,18 @@ def test_version() -> None:
     result = run("--version")
     assert result.exit_code == 0
     assert result.stdout.startswith("fleetc, version ")
+
+
+def test_explain_names_the_toleration_that_admits_a_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(Path(__file__).parent / "cases" / "error-cpu-stage-gpu-taint")
+    result = run("explain", "llm/prepare")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.endswith(
+        "  gpu-h: filtered out: untolerated taint gpu-type=h100:NoSchedule\n"
+        "not placed: 0/1 clusters fit llm/prepare: 1 has untolerated taint gpu-type=h100:NoSchedule\n"
+        "hint: llm/prepare: the toleration {key: gpu-type, operator: Equal, value: h100, effect: NoSchedule} "
+        "admits it to clusters tainted gpu-type=h100:NoSchedule; write it under spec.stages[0].tolerations in "
+        "policies/pipeline.yaml (this stage), or under spec.placement.clusterTolerations in "
+        "policies/fleet.yaml (every stage)\n")
+    as_json = run("explain", "llm/prepare", "--format", "json")
+    assert json.loads(as_json.stdout)["hints"] == [result.stdout.splitlines()[-1].removeprefix("hint: ")]

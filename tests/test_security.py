@@ -40,12 +40,15 @@ spec:
 """
 
 
+#: Policies are valid together with their Fleet: the lone pipelines here are validated with it.
+SEED_FLEET = Path(__file__).parent / "seed" / "aigc-fleet.yaml"
+
+
 def validate_pipeline(tmp_path: Path, *, key: str = "team", value: str = "ml",
                       source: str = "s3://bucket/raw/") -> tuple[int, str]:
     policy = tmp_path / "p.yaml"
     policy.write_text(PIPELINE.format(key=key, value=value, source=source))
-    fleet = Path(__file__).parent / "seed" / "aigc-fleet.yaml"  # policies are valid with their Fleet
-    result = CliRunner().invoke(cli, ["validate", str(fleet), str(policy)])
+    result = CliRunner().invoke(cli, ["validate", str(SEED_FLEET), str(policy)])
     return result.exit_code, result.stderr.replace(policy.as_posix(), "p.yaml")
 
 
@@ -139,7 +142,7 @@ def test_passing_a_secret_by_reference_in_a_command_is_accepted(tmp_path: Path, 
     policy.write_text(PIPELINE.format(key="description", value='"rotate the password monthly"',
                                       source="https://user@data.example.com/raw/")
                       + f'    command: ["serve", "{argument}"]\n')
-    result = CliRunner().invoke(cli, ["validate", str(policy)])
+    result = CliRunner().invoke(cli, ["validate", str(SEED_FLEET), str(policy)])
     assert (result.exit_code, result.stderr) == (0, "")
 
 

@@ -33,6 +33,12 @@ DEFAULT_IMAGES = {
     m.StageType.DEPLOYMENT: "nvcr.io/nvidia/tritonserver:24.05-py3",
 }
 DEFAULT_NAMESPACE = "default"
+
+#: The default serving image's server, as Triton's own chart runs it
+#: (triton-inference-server/server deploy/k8s-onprem/templates/deployment.yaml): HTTP on 8000,
+#: gRPC on 8001, metrics on 8002, ready at /v2/health/ready, live at /v2/health/live.
+TRITON = m.Serving(port=8000, readiness_path="/v2/health/ready", liveness_path="/v2/health/live",
+                   extra_ports=(("grpc", 8001), ("metrics", 8002)), triton=True)
 #: The key of the taint fleetc gives GPU clusters (``gpu-type=<type>:NoSchedule``).
 GPU_TAINT_KEY = "gpu-type"
 
@@ -322,6 +328,25 @@ def _stage(pipeline: Parsed[p.AIGCPipeline], index: int, stage: p.PipelineStage,
         command=tuple(stage.command or ()),
         source=m.Source(pipeline.doc.path, f"spec.stages[{index}]"),
         shared_gpu=res.sharedGPU if res.sharedGPU is not None else deployment,
+        serving=_serving(stage) if deployment else None,
+    )
+
+
+def _serving(stage: p.PipelineStage) -> m.Serving:
+    """The default Triton image's real server, or the documented defaults for other images;
+    ``serving`` settings override either."""
+    base = TRITON if stage.image is None else m.Serving()
+    spec = stage.serving or p.Serving()
+    metric = spec.metric or p.ServingMetric()
+    port = spec.port or base.port
+    return replace(
+        base,
+        port=port,
+        readiness_path=spec.readinessPath or base.readiness_path,
+        extra_ports=tuple((name, number) for name, number in base.extra_ports if number != port),
+        metric=metric.name or base.metric,
+        target=str(metric.target) if metric.target is not None else base.target,
+        triton=base.triton and stage.command is None,
     )
 
 

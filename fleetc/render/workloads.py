@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import re
 
-from fleetc.errors import Diagnostic, InternalError
+from fleetc.errors import Diagnostic
 from fleetc.model import Cluster, Serving, Stage, StageType, Toleration
 from fleetc.render.common import (
     GPU_RESOURCE,
@@ -284,9 +284,8 @@ def distributed_plugins() -> Obj:
 
 
 def _serving(stage: Stage) -> Serving:
-    if stage.serving is None:
-        raise InternalError(f"{stage.key}: a Deployment stage without serving settings")
-    return stage.serving
+    """The stage's serving settings (a model built without them serves on the defaults)."""
+    return stage.serving or Serving()
 
 
 def deployment(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:

@@ -18,21 +18,21 @@ from fleetc.policy.load import display_path
 Sources = list[tuple[str, bytes]]
 
 
-def policy_sources_at(ref: str, paths: Sequence[str], out_dir: str) -> tuple[Sources, Previous]:
+def policy_sources_at(ref: str, paths: Sequence[str], out_dir: str, workdir: Path) -> tuple[Sources, Previous]:
     """The policy files under ``paths`` at ``ref``, and the previous placement in ``out_dir``
-    at ``ref`` (empty when missing or malformed).
+    at ``ref`` (empty when missing or malformed); both relative to ``workdir`` unless absolute.
 
     Files are named as the working tree's would be, so provenance annotations do not differ just
     because one side of a diff came from git.
     """
-    root = gitrepo.repo_root(Path.cwd())
+    root = gitrepo.repo_root(workdir)
     found: dict[str, bytes] = {}
     for path in paths:
-        folder = gitrepo.relative_to_root(root, Path(path))
+        folder = gitrepo.relative_to_root(root, workdir / path)
         for name, data in gitrepo.read_tree_files(root, ref, [folder]):
             inner = PurePosixPath(name).relative_to(folder) if folder not in ("", ".") else PurePosixPath(name)
-            found.setdefault(display_path(Path(path) / inner), data)
-    placement = gitrepo.read_file(root, ref, f"{gitrepo.relative_to_root(root, Path(out_dir))}/{PLACEMENT_FILE}")
+            found.setdefault(display_path(Path(path) / inner, workdir), data)
+    placement = gitrepo.read_file(root, ref, f"{gitrepo.relative_to_root(root, workdir / out_dir)}/{PLACEMENT_FILE}")
     try:
         previous = parse_previous(placement.decode("utf-8")) if placement else Previous()
     except (UnicodeDecodeError, ValueError):
@@ -40,14 +40,15 @@ def policy_sources_at(ref: str, paths: Sequence[str], out_dir: str) -> tuple[Sou
     return sorted(found.items()), previous
 
 
-def commit_output(compiled: Compiled, out: Path) -> tuple[str | None, str]:
-    """Write ``out`` and commit exactly it; return the commit (None when nothing changed) and
-    its message.
+def commit_output(compiled: Compiled, out: Path, workdir: Path) -> tuple[str | None, str]:
+    """Write ``out`` (relative to ``workdir`` unless absolute) and commit exactly it; return the
+    commit (None when nothing changed) and its message.
 
     Refuses, before writing anything, when ``out`` holds edits fleetc did not make; other staged
     or unstaged changes of the user stay as they are.
     """
-    root = gitrepo.repo_root(Path.cwd())
+    root = gitrepo.repo_root(workdir)
+    out = workdir / out
     folder = gitrepo.relative_to_root(root, out)
     if folder in ("", "."):
         raise UsageError("--commit needs an output folder inside the repository, not its root")

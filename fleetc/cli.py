@@ -1,5 +1,9 @@
 """Command line: thin glue from click to :mod:`fleetc.compiler` and :mod:`fleetc.emit`.
 
+The only place that reads the environment and the current directory: each command builds one
+:class:`fleetc.compiler.Options` from its flags, ``FLEETC_LARGE`` and the working folder, and
+calls its front door.
+
 Every failure a user can cause ends here as a message and an exit code (see
 :class:`fleetc.errors.ExitCode`), never as a traceback. An unexpected exception is a bug: it is
 reported as an internal error with exit code 3 (set ``FLEETC_DEBUG=1`` for the traceback).
@@ -12,8 +16,9 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -29,8 +34,13 @@ from fleetc.errors import (
     UsageError,
 )
 
+if TYPE_CHECKING:
+    from fleetc.compiler import Options
+
 DEFAULT_POLICIES = "policies"
 DEFAULT_OUT = "out"
+#: Overrides the size (allowed stage-cluster pairs) above which a component takes the large path.
+LARGE_VARIABLE = "FLEETC_LARGE"
 
 paths_argument = click.argument("paths", nargs=-1, type=click.Path())
 format_option = click.option("--format", "output_format", type=click.Choice(["text", "json"]),
@@ -52,7 +62,7 @@ def validate(paths: Sequence[str], output_format: str) -> None:
     from fleetc.compiler import check_policies, load_policies
 
     def run() -> Any:
-        loaded = load_policies(paths or [DEFAULT_POLICIES])
+        loaded = load_policies(paths or [DEFAULT_POLICIES], workdir=Path.cwd())
         check_policies(loaded)
         return loaded
 
@@ -91,6 +101,8 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, time_limit: float |
         _run(lambda: check_output_folder(Path(out_dir), roots), output_format)
     compiled = _run(lambda: _compile(paths, out_dir, time_limit=time_limit, drain=tuple(drain),
                                      allow_unplaced=allow_unplaced), output_format)
+    if compiled.previous_ignored:
+        click.echo(f"warning: {compiled.previous_ignored}", err=True)
     for stage in compiled.placement.stages:
         if not stage.assignments:  # the reason names the stage unless it is a bare cause
             named = f"{stage.stage}:" in stage.reason
@@ -106,23 +118,31 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, time_limit: float |
         (_check if check else _write)(compiled, Path(out_dir), output_format)
 
 
-def _compile(paths: Sequence[str], out_dir: str, **options: Any) -> Any:
-    """Load, validate and compile, with a status line while stderr is a terminal."""
-    from fleetc.compiler import Options, compile_policies, load_policies
-    from fleetc.placement.previous import read_previous
-    from fleetc.progress import NULL_REPORTER, TerminalReporter
+def _options(paths: Sequence[str], out_dir: str, **fields: Any) -> Options:
+    """The one :class:`Options` of a command: its flags, ``FLEETC_LARGE`` and the working folder."""
+    from fleetc.compiler import Options
 
-    terminal = TerminalReporter(sys.stderr) if sys.stderr.isatty() else None
+    text = os.environ.get(LARGE_VARIABLE)
+    if text is not None and not (text.strip().isdigit() and text.strip().isascii()):
+        raise UsageError(f"{LARGE_VARIABLE}={text!r}: expected a whole number of stage-cluster pairs "
+                         "(0 sends every component down the large path)")
+    return Options(paths=tuple(paths) or (DEFAULT_POLICIES,), out=out_dir, workdir=Path.cwd(),
+                   large=None if text is None else int(text), **fields)
+
+
+def _compile(paths: Sequence[str], out_dir: str, **fields: Any) -> Any:
+    """Load, validate and compile, with a status line while stderr is a terminal."""
+    from fleetc.compiler import compile_fleet
+    from fleetc.progress import TerminalReporter
+
+    options = _options(paths, out_dir, **fields)
+    if not sys.stderr.isatty():
+        return compile_fleet(options)
+    terminal = TerminalReporter(sys.stderr)
     try:
-        loaded = load_policies(paths or [DEFAULT_POLICIES], terminal or NULL_REPORTER)
-        previous, warning = read_previous(Path(out_dir))
-        if warning:
-            click.echo(f"warning: {warning}", err=True)
-        return compile_policies(loaded, Options(previous=previous, reporter=terminal or NULL_REPORTER,
-                                                **options))
+        return compile_fleet(replace(options, reporter=terminal))
     finally:
-        if terminal is not None:
-            terminal.close()  # before any message, so none shares the status line
+        terminal.close()  # before any message, so none shares the status line
 
 
 def _taint_hints(compiled: Any) -> list[str]:
@@ -191,7 +211,7 @@ def _commit(compiled: Any, out: Path, output_format: str, paths: Sequence[str]) 
     """``--commit``: write the output folder and commit it with the policies it came from."""
     from fleetc.git.flow import commit_output
 
-    sha, message = _run(lambda: commit_output(compiled, out, paths), output_format)
+    sha, message = _run(lambda: commit_output(compiled, out, paths, Path.cwd()), output_format)
     _print_warnings(compiled.warnings, output_format)
     if output_format == "json":
         _emit_json({**_summary(compiled, out), "commit": sha, "message": message if sha else None})
@@ -221,28 +241,10 @@ def diff(base_ref: str, paths: Sequence[str], out_dir: str, time_limit: float | 
     is compiled with its own out/placement.yaml as the previous placement, so each gives exactly
     what "compile --check" verifies on that side.
     """
-    from fleetc.compiler import Options, compile_policies, load_policies, load_policy_sources
-    from fleetc.git.flow import policy_sources_at
-    from fleetc.git.report import EMPTY, as_json, compare, format_markdown, format_text, snapshot
-    from fleetc.placement.previous import read_previous
+    from fleetc.compiler import diff_fleet
+    from fleetc.git.report import as_json, format_markdown, format_text
 
-    given = list(paths) or [DEFAULT_POLICIES]
-    sources, base_previous = _run(lambda: policy_sources_at(base_ref, given, out_dir), output_format)
-    at_base = f"at {base_ref}"
-
-    def compile_base() -> Any:
-        loaded = load_policy_sources(sources, f"{', '.join(given)} {at_base}", given)
-        compiled = compile_policies(loaded, Options(time_limit=time_limit, previous=base_previous))
-        return snapshot(compiled.model, compiled.placement, compiled.files)
-
-    def compile_head() -> Any:
-        previous, _warning = read_previous(Path(out_dir))
-        compiled = compile_policies(load_policies(given), Options(time_limit=time_limit, previous=previous))
-        return snapshot(compiled.model, compiled.placement, compiled.files)
-
-    base = _run(compile_base, output_format, at_base) if sources else EMPTY
-    head = _run(compile_head, output_format, "in the working tree")
-    report = compare(base, head, base_label=base_ref, head_label="working tree", out=out_dir)
+    report = _run(lambda: diff_fleet(base_ref, _options(paths, out_dir, time_limit=time_limit)), output_format)
     if output_format == "json":
         _emit_json(as_json(report))
     else:
@@ -255,30 +257,19 @@ def diff(base_ref: str, paths: Sequence[str], out_dir: str, time_limit: float | 
 @click.argument("target", metavar="PIPELINE/STAGE")
 @paths_argument
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=DEFAULT_OUT,
-              show_default=True, help="Output folder whose placement.yaml is the previous placement.")
+              show_default=True, help="Output folder whose placement.yaml is explained.")
 @format_option
 def explain(target: str, paths: Sequence[str], out_dir: str, output_format: str) -> None:
-    """Say why a stage runs where it does: each cluster's filter verdict or score terms."""
-    from fleetc.compiler import Options, inputs_digest, load_policies, place_model
+    """Say why a stage runs where the placement in the output folder puts it: each cluster's
+    filter verdict or score terms. Solves nothing; a stale placement is an error."""
+    from fleetc.compiler import explain_stage
     from fleetc.placement import explain as why
-    from fleetc.placement.hints import taint_hints
-    from fleetc.placement.previous import read_previous
-    from fleetc.resolve import resolve
 
-    def run() -> Any:
-        loaded = load_policies(paths or [DEFAULT_POLICIES])
-        model = resolve(loaded.policies, loaded.where, roots=loaded.roots)
-        key = why.find_stage(model, target)
-        previous, _ = read_previous(Path(out_dir))
-        options = Options(previous=previous, allow_unplaced=True)
-        placement = place_model(model, inputs_digest(loaded.policies, options), options)
-        return why.explain(model, placement, key, previous.clusters), taint_hints(model, [key])
-
-    explanation, hints = _run(run, output_format)
-    if output_format == "json":  # the toleration that would admit the stage where a taint keeps it out
-        _emit_json({**why.as_dict(explanation), "hints": hints})
+    explanation = _run(lambda: explain_stage(target, _options(paths, out_dir)), output_format)
+    if output_format == "json":
+        _emit_json(why.as_dict(explanation))
     else:
-        click.echo(why.format_text(explanation) + "".join(f"\nhint: {h}" for h in hints))
+        click.echo(why.format_text(explanation))
 
 
 _VERB = {"added": "add", "changed": "change", "removed": "remove"}
@@ -295,19 +286,20 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def _run(action: Callable[[], Any], output_format: str, side: str = "") -> Any:
+def _run(action: Callable[[], Any], output_format: str) -> Any:
     """Run one step; turn every failure into a report and an exit code."""
     try:
         return action()
     except FleetcError as err:
-        _report(err, output_format, side)
+        _report(err, output_format)
         sys.exit(err.exit_code)
     except Exception as err:  # noqa: BLE001 - the last line of defence against tracebacks
         _internal_error(err)
 
 
-def _report(err: FleetcError, output_format: str, side: str = "") -> None:
-    """``side`` says which compile failed when a command runs two (``diff``)."""
+def _report(err: FleetcError, output_format: str) -> None:
+    """``err.side`` says which compile failed when a command runs two (``diff``)."""
+    side = err.side
     if output_format == "json":
         diagnostics = err.diagnostics if isinstance(err, PolicyError) else ()
         _emit_json({

@@ -1,39 +1,63 @@
-"""The front door: paths -> validated policies -> model -> placement -> rendered files.
+"""The front doors: paths -> validated policies -> model -> placement -> rendered files.
 
-``load_policies`` is the only function here that reads files; ``compile_policies`` is pure
-(its result depends on the policies and options alone). The optimizer, and with it numpy, scipy
-and HiGHS, is imported only when something is compiled, so ``fleetc validate`` starts fast.
+One function per command, each over one :class:`Options` (built once, by the CLI):
+:func:`compile_fleet`, :func:`explain_stage` and :func:`diff_fleet`. They read (policies, the
+previous ``placement.yaml``, git objects) and never write; the CLI decides where results go.
+Below them ``compile_policies`` is pure (its result depends on the policies and options alone).
+Nothing here reads the environment or the current directory: relative paths are taken from
+``Options.workdir``. The optimizer, and with it numpy, scipy and HiGHS, is imported only when
+something is compiled, so ``fleetc validate`` starts fast.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from fleetc.errors import Diagnostic, PlacementError, PolicyError
+from fleetc.errors import Diagnostic, FleetcError, PlacementError, PolicyError
 from fleetc.model import Assignment, FleetModel, Placement, StagePlacement
 from fleetc.placement import PLACEMENT_VERSION
-from fleetc.placement.previous import Previous
+from fleetc.placement.previous import PLACEMENT_FILE, Previous, read_previous
 from fleetc.policy.load import Document, FieldPath, LoadResult, load_paths, load_sources
 from fleetc.policy.validate import PolicySet, validate
 from fleetc.progress import NULL_REPORTER, Reporter, phase
 from fleetc.resolve import degraded_serving, resolve
 
+if TYPE_CHECKING:  # imported where used: explain needs the score matrix (numpy), diff gitpython
+    from fleetc.git.report import Report
+    from fleetc.placement.explain import Explanation
+
 
 @dataclass(frozen=True)
 class Options:
-    """Everything a compile may be told; built once by the CLI."""
+    """Everything a command may be told; built once by the CLI, changed only by ``replace``."""
+
+    #: Policy files and folders, relative to ``workdir`` unless absolute.
+    paths: tuple[str, ...] = ("policies",)
+    #: The output folder, relative to ``workdir`` unless absolute: its ``placement.yaml`` is the
+    #: previous placement (compile, diff) and the placement explained (explain).
+    out: str = "out"
+    #: The folder relative paths are taken from and messages name files relative to (the CLI:
+    #: the current directory); also where the git repository is looked for.
+    workdir: Path = Path(".")
+    #: Allowed pairs in one component above which the large path places it (``FLEETC_LARGE``);
+    #: None for :data:`fleetc.placement.optimize.LARGE`.
+    large: int | None = None
 
     #: Wall-clock seconds the solver may use; None for no limit.
     time_limit: float | None = None
     #: Clusters to compile as if they were lost (``--drain``): they take no work.
     drain: tuple[str, ...] = ()
     #: The previous placement (its ``placement.yaml``): moving a stage away costs moveCost, and
-    #: when it was compiled from these very inputs it is given back as it is.
+    #: when it was compiled from these very inputs it is given back as it is. The front doors
+    #: read it from ``out``; :func:`compile_policies` takes it from here.
     previous: Previous = field(default_factory=Previous)
     #: Render what fits and list the rest as unplaced instead of failing (``--allow-unplaced``).
     allow_unplaced: bool = False
@@ -48,6 +72,8 @@ class Compiled:
     files: Mapping[str, str]  # path under the output folder -> file text
     #: Settings that have no Kubernetes form (severity "warning"), sorted; never fatal.
     warnings: tuple[Diagnostic, ...] = ()
+    #: Why the output folder's placement.yaml was ignored as the previous placement ('' if not).
+    previous_ignored: str = ""
 
 
 @dataclass(frozen=True)
@@ -55,15 +81,17 @@ class Loaded:
     policies: PolicySet
     documents: int
     where: str  # how to name the input in messages
-    #: The policy paths fleetc was given: provenance names files relative to them.
+    #: The policy paths fleetc was given, and the folder they are relative to: provenance
+    #: names files relative to them.
     roots: tuple[str, ...] = ()
+    workdir: str = "."
 
 
-def load_policies(paths: Sequence[str], reporter: Reporter = NULL_REPORTER) -> Loaded:
+def load_policies(paths: Sequence[str], reporter: Reporter = NULL_REPORTER, workdir: Path = Path(".")) -> Loaded:
     """Read and validate the policies; raise :class:`PolicyError` with every problem found."""
     with phase(reporter, "load"):
-        loaded = load_paths(paths)
-    return _validated(loaded, ", ".join(paths), reporter, tuple(paths))
+        loaded = load_paths(paths, workdir)
+    return _validated(loaded, ", ".join(paths), reporter, tuple(paths), workdir)
 
 
 def check_policies(loaded: Loaded) -> FleetModel:
@@ -71,23 +99,92 @@ def check_policies(loaded: Loaded) -> FleetModel:
     built (a Fleet is there, each stage's data lies in one jurisdiction, ...), so validate
     refuses what compile would refuse before it solves. Placement outcomes (no cluster has
     room, a rule no cluster satisfies) are the solver's to find, and left to compile."""
-    return resolve(loaded.policies, loaded.where, roots=loaded.roots)
+    return resolve(loaded.policies, loaded.where, roots=loaded.roots, workdir=loaded.workdir)
 
 
 def load_policy_sources(sources: Sequence[tuple[str, bytes]], where: str,
-                        roots: Sequence[str] = ()) -> Loaded:
+                        roots: Sequence[str] = (), workdir: Path = Path(".")) -> Loaded:
     """Validate policies given as (display path, content) pairs, e.g. read from git at a revision;
-    ``roots``: the policy paths they were read under."""
-    return _validated(load_sources(sources), where, NULL_REPORTER, tuple(roots))
+    ``roots``: the policy paths they were read under, relative to ``workdir`` unless absolute."""
+    return _validated(load_sources(sources), where, NULL_REPORTER, tuple(roots), workdir)
 
 
-def _validated(loaded: LoadResult, where: str, reporter: Reporter, roots: tuple[str, ...]) -> Loaded:
+def _validated(loaded: LoadResult, where: str, reporter: Reporter, roots: tuple[str, ...],
+               workdir: Path) -> Loaded:
     with phase(reporter, "validate"):
         policies, diagnostics = validate(loaded.documents)
     problems = [*loaded.diagnostics, *diagnostics]
     if problems:
         raise PolicyError(problems)
-    return Loaded(policies, len(loaded.documents), where, roots)
+    return Loaded(policies, len(loaded.documents), where, roots, str(workdir))
+
+
+def compile_fleet(options: Options) -> Compiled:
+    """``fleetc compile``: load and validate the policies, take the output folder's
+    placement.yaml as the previous placement, place and render. Writes nothing."""
+    loaded = load_policies(options.paths, options.reporter, options.workdir)
+    previous, ignored = read_previous(Path(options.out), options.workdir)
+    compiled = compile_policies(loaded, dataclasses.replace(options, previous=previous))
+    return dataclasses.replace(compiled, previous_ignored=ignored)
+
+
+def explain_stage(target: str, options: Options) -> Explanation:
+    """``fleetc explain``: why stage ``target`` (``PIPELINE/STAGE``) is where the placement in the
+    output folder puts it. Solves nothing: a placement.yaml that is missing, unreadable or
+    compiled from other inputs (the policies, the placement version or ``--drain`` changed)
+    is an error saying so, since explaining it against these policies would mislead."""
+    from fleetc.placement import explain as why
+
+    loaded = load_policies(options.paths, options.reporter, options.workdir)
+    model = resolve(loaded.policies, loaded.where, drained=options.drain, roots=loaded.roots,
+                    workdir=loaded.workdir)
+    key = why.find_stage(model, target)
+    where = (Path(options.out) / PLACEMENT_FILE).as_posix()
+    previous, ignored = read_previous(Path(options.out), options.workdir)
+    if ignored:
+        raise FleetcError(f"cannot explain: {ignored}")
+    if not previous.inputs:
+        raise FleetcError(f"cannot explain: {where} does not exist; run `fleetc compile` first")
+    placement = _placement_in_out(model, previous, inputs_digest(loaded.policies, options))
+    if placement is None:
+        raise FleetcError(f"cannot explain: {where} is stale: it does not hold for these policies (they, "
+                          "--drain or fleetc's placement version changed since); run `fleetc compile` first")
+    from fleetc.placement.hints import taint_hints
+
+    explanation = why.explain(model, placement, key, previous.clusters)
+    return dataclasses.replace(explanation, hints=tuple(taint_hints(model, [key])))
+
+
+def diff_fleet(base_ref: str, options: Options) -> Report:
+    """``fleetc diff``: the compile of the policies at ``base_ref`` (read from git's objects,
+    nothing checked out) against the compile of the working tree, each with its own side's
+    placement.yaml as the previous placement. An error in one side's compile carries ``side``."""
+    from fleetc.git.flow import policy_sources_at
+    from fleetc.git.report import EMPTY, compare, snapshot
+
+    sources, base_previous = policy_sources_at(base_ref, options.paths, options.out, options.workdir)
+    at_base = f"at {base_ref}"
+    base = EMPTY
+    if sources:
+        with _side(at_base):
+            loaded = load_policy_sources(sources, f"{', '.join(options.paths)} {at_base}", options.paths,
+                                         options.workdir)
+            compiled = compile_policies(loaded, dataclasses.replace(options, previous=base_previous))
+        base = snapshot(compiled.model, compiled.placement, compiled.files)
+    with _side("in the working tree"):
+        compiled = compile_fleet(options)
+    head = snapshot(compiled.model, compiled.placement, compiled.files)
+    return compare(base, head, base_label=base_ref, head_label="working tree", out=options.out)
+
+
+@contextlib.contextmanager
+def _side(side: str) -> Iterator[None]:
+    """Name the side of a diff whose compile failed on the error (the CLI says which)."""
+    try:
+        yield
+    except FleetcError as err:
+        err.side = side
+        raise
 
 
 def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
@@ -96,7 +193,8 @@ def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
 
     report = options.reporter
     with phase(report, "resolve"):
-        model = resolve(loaded.policies, loaded.where, drained=options.drain, roots=loaded.roots)
+        model = resolve(loaded.policies, loaded.where, drained=options.drain, roots=loaded.roots,
+                        workdir=loaded.workdir)
     with phase(report, "place"):
         placement = place_model(model, inputs_digest(loaded.policies, options), options)
     report.gap(placement.gap)
@@ -147,7 +245,7 @@ def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
         return given_back
     try:
         placement = place(model, time_limit=options.time_limit, previous=options.previous.clusters,
-                          on_gap=options.reporter.gap, allow_unplaced=options.allow_unplaced)
+                          on_gap=options.reporter.gap, allow_unplaced=options.allow_unplaced, large=options.large)
     except PlacementError as err:
         hints = [err.hint] if err.hint else []
         capacity = capacity_hints(model) if any(_about_capacity(r) for r in err.reasons) else []
@@ -185,12 +283,19 @@ def _given_back(model: FleetModel, inputs: str, options: Options) -> Placement |
     stages were before, through the move cost, and re-solving moved a few each time); and the
     solver does not run at all.
     """
+    previous = options.previous
+    if (previous.reasons and not options.allow_unplaced) or previous.time_limit not in (None, options.time_limit):
+        return None
+    return _placement_in_out(model, previous, inputs, allow_unplaced=options.allow_unplaced)
+
+
+def _placement_in_out(model: FleetModel, previous: Previous, inputs: str, *,
+                      allow_unplaced: bool = True) -> Placement | None:
+    """The placement a placement.yaml holds, when it was compiled from these same ``inputs``,
+    lists exactly the model's stages and the independent verifier still accepts it."""
     from fleetc.placement.verify import verify
 
-    previous, allow_unplaced = options.previous, options.allow_unplaced
-    if (not inputs or previous.inputs != inputs or previous.stages != {stage.key for stage in model.stages}
-            or (previous.reasons and not allow_unplaced)
-            or previous.time_limit not in (None, options.time_limit)):
+    if not inputs or previous.inputs != inputs or previous.stages != {stage.key for stage in model.stages}:
         return None
     placement = Placement(
         stages=tuple(StagePlacement(stage.key, tuple(

@@ -72,6 +72,9 @@ class FleetcError(Exception):
     """Root of every error fleetc reports to a user (never shown as a traceback)."""
 
     exit_code: ExitCode = ExitCode.FAILED
+    #: Which of two compiles failed when a command runs two (``diff``: "at REF" or "in the
+    #: working tree"); '' otherwise.
+    side: str = ""
 
 
 class PolicyError(FleetcError):

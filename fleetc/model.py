@@ -125,6 +125,19 @@ class Output:
 
 
 @dataclass(frozen=True)
+class Serving:
+    """How a Deployment stage's server is reached and scaled (defaults in :mod:`fleetc.resolve`)."""
+
+    port: int = 8080  # the HTTP port: container port "http", the Service's target, the probes'
+    readiness_path: str = "/healthz"
+    liveness_path: str | None = None  # only where the server is known to have one
+    extra_ports: tuple[tuple[str, int], ...] = ()  # (name, port) the server also listens on
+    metric: str = "cpu"  # "cpu", or a per-pod custom metric's name
+    target: str = "70"  # cpu: percent of the request; custom: average value per pod
+    triton: bool = False  # the default image: fleetc writes tritonserver's command
+
+
+@dataclass(frozen=True)
 class Stage:
     pipeline: str
     namespace: str
@@ -150,6 +163,7 @@ class Stage:
     #: replica the policy asked for when ``gpus`` reserves more (None: ``gpus`` as asked).
     pods_per_replica: int = 1
     gpu_request: int | None = None
+    serving: Serving | None = None  # Deployment stages only
 
     @property
     def key(self) -> str:

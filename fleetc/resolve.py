@@ -35,35 +35,49 @@ DEFAULT_IMAGES = {
     m.StageType.DEPLOYMENT: "nvcr.io/nvidia/tritonserver:24.05-py3",
 }
 DEFAULT_NAMESPACE = "default"
+
+#: The default serving image's server, as Triton's own chart runs it
+#: (triton-inference-server/server deploy/k8s-onprem/templates/deployment.yaml): HTTP on 8000,
+#: gRPC on 8001, metrics on 8002, ready at /v2/health/ready, live at /v2/health/live.
+TRITON = m.Serving(port=8000, readiness_path="/v2/health/ready", liveness_path="/v2/health/live",
+                   extra_ports=(("grpc", 8001), ("metrics", 8002)), triton=True)
 #: The key of the taint fleetc gives GPU clusters (``gpu-type=<type>:NoSchedule``).
 GPU_TAINT_KEY = "gpu-type"
 
 
 def resolve(policies: PolicySet, where: str, drained: Sequence[str] = (),
-            roots: Sequence[str] = ()) -> m.FleetModel:
+            roots: Sequence[str] = (), workdir: str = ".") -> m.FleetModel:
     """Build the model of one compile.
 
     ``where`` names the input in the no-Fleet error; ``drained`` clusters are cordoned for this
     compile only (``--drain``), as if they were lost; ``roots`` are the policy paths fleetc was
-    given: sources name policy files relative to them (see :func:`provenance_names`).
+    given (relative to ``workdir`` unless absolute): sources name policy files relative to them
+    (see :func:`provenance_names`).
     """
     model = _resolve(policies, where, drained)
     files = sorted({parsed.doc.path for kind in fields(policies) for parsed in getattr(policies, kind.name)})
-    return _renamed(model, provenance_names(files, roots or files))
+    return _renamed(model, provenance_names(files, roots or files, workdir))
 
 
-def provenance_names(files: Sequence[str], roots: Sequence[str]) -> dict[str, str]:
-    """Each policy file (as messages name it) -> its name relative to the policy root: the
-    folder given, or the folder of a file given directly; with several roots, their common
-    folder. Independent of the working folder, so the same policies give the same bytes
-    wherever fleetc runs."""
-    absolute = {f: os.path.abspath(f) for f in files}
-    named_files = set(absolute.values())
-    bases = [os.path.dirname(a) if a in named_files or os.path.isfile(a) else a
-             for a in (os.path.abspath(r) for r in roots)]
+def provenance_names(files: Sequence[str], roots: Sequence[str], workdir: str = ".") -> dict[str, str]:
+    """Each policy file (as messages name it, relative to ``workdir`` unless absolute) -> its
+    name relative to the policy root: the folder given, or the folder of a file given directly;
+    with several roots, their common folder. Independent of the working folder, so the same
+    policies give the same bytes wherever fleetc runs."""
+    located = {f: os.path.normpath(os.path.join(workdir, f)) for f in files}
+    named_files = set(located.values())
+    bases = [os.path.dirname(r) if r in named_files or os.path.isfile(r) else r
+             for r in (os.path.normpath(os.path.join(workdir, root)) for root in roots)]
     base = os.path.commonpath(bases) if bases else ""
-    return {f: (PurePath(os.path.relpath(a, base)).as_posix() if base and os.path.commonpath([base, a]) == base
-                else f) for f, a in absolute.items()}
+    return {f: (PurePath(os.path.relpath(a, base)).as_posix() if base and _within(a, base) else f)
+            for f, a in located.items()}
+
+
+def _within(path: str, folder: str) -> bool:
+    try:
+        return os.path.commonpath([folder, path]) == folder
+    except ValueError:  # one absolute, one relative
+        return False
 
 
 def _renamed(model: m.FleetModel, names: dict[str, str]) -> m.FleetModel:
@@ -378,6 +392,25 @@ def _stage(pipeline: Parsed[p.AIGCPipeline], index: int, stage: p.PipelineStage,
         command=tuple(stage.command or ()),
         source=m.Source(pipeline.doc.path, f"spec.stages[{index}]"),
         shared_gpu=res.sharedGPU if res.sharedGPU is not None else deployment,
+        serving=_serving(stage) if deployment else None,
+    )
+
+
+def _serving(stage: p.PipelineStage) -> m.Serving:
+    """The default Triton image's real server, or the documented defaults for other images;
+    ``serving`` settings override either."""
+    base = TRITON if stage.image is None else m.Serving()
+    spec = stage.serving or p.Serving()
+    metric = spec.metric or p.ServingMetric()
+    port = spec.port or base.port
+    return replace(
+        base,
+        port=port,
+        readiness_path=spec.readinessPath or base.readiness_path,
+        extra_ports=tuple((name, number) for name, number in base.extra_ports if number != port),
+        metric=metric.name or base.metric,
+        target=str(metric.target) if metric.target is not None else base.target,
+        triton=base.triton and stage.command is None,
     )
 
 

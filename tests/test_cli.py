@@ -198,8 +198,10 @@ def test_version() -> None:
     assert result.stdout.startswith("fleetc, version ")
 
 
-def test_explain_names_the_toleration_that_admits_a_stage(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(Path(__file__).parent / "cases" / "error-cpu-stage-gpu-taint")
+def test_explain_names_the_toleration_that_admits_a_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shutil.copytree(Path(__file__).parent / "cases" / "error-cpu-stage-gpu-taint" / "policies", tmp_path / "policies")
+    monkeypatch.chdir(tmp_path)
+    assert run("compile", "--allow-unplaced").exit_code == 0
     result = run("explain", "llm/prepare")
     assert result.exit_code == 0, result.output
     assert result.stdout.endswith(

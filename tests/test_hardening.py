@@ -84,17 +84,17 @@ CASES: dict[str, tuple[Breakage, str]] = {
         '1 error in 1 file\n'),
     "wrong-type": (
         edit(PIPELINE, "    replicas: 4\n", "    replicas: four\n"),
-        'policies/llm-training-pipeline.yaml:51:15: error: spec.stages[3].replicas: '
+        'policies/llm-training-pipeline.yaml:63:15: error: spec.stages[3].replicas: '
         "expected an integer, got 'four'\n"
         '1 error in 1 file\n'),
     "negative-number": (
         edit(PIPELINE, "    replicas: 4\n", "    replicas: -4\n"),
-        'policies/llm-training-pipeline.yaml:51:15: error: spec.stages[3].replicas: '
+        'policies/llm-training-pipeline.yaml:63:15: error: spec.stages[3].replicas: '
         'expected an integer >= 1, got -4\n'
         '1 error in 1 file\n'),
     "huge-integer": (
         edit(PIPELINE, "    replicas: 4\n", "    replicas: 100000000000000000000000000000\n"),
-        'policies/llm-training-pipeline.yaml:51:15: error: spec.stages[3].replicas: '
+        'policies/llm-training-pipeline.yaml:63:15: error: spec.stages[3].replicas: '
         'expected an integer <= 100000, got 100000000000000000000000000000\n'
         '1 error in 1 file\n'),
     "infinite-number": (
@@ -119,35 +119,35 @@ CASES: dict[str, tuple[Breakage, str]] = {
         '1 error in 1 file\n'),
     "unknown-field": (
         edit(PIPELINE, "    replicas: 4\n", "    replica: 4\n"),
-        'policies/llm-training-pipeline.yaml:51:5: error: spec.stages[3].replica: unknown '
+        'policies/llm-training-pipeline.yaml:63:5: error: spec.stages[3].replica: unknown '
         "field 'replica'\n"
         "  hint: did you mean 'replicas'?\n"
         '1 error in 1 file\n'),
     "unknown-kind": (
         edit(PIPELINE, "kind: AIGCPipeline\n", "kind: AIGCPipe\n"),
-        "policies/llm-training-pipeline.yaml:5:7: error: kind: unknown kind 'AIGCPipe'\n"
+        "policies/llm-training-pipeline.yaml:7:7: error: kind: unknown kind 'AIGCPipe'\n"
         "  hint: did you mean 'AIGCPipeline'?\n"
         '1 error in 1 file\n'),
     "unknown-api-version": (
         edit(PIPELINE, "apiVersion: aigc.kurator.dev/v1alpha1\n", "apiVersion: aigc.kurator.dev/v2\n"),
-        'policies/llm-training-pipeline.yaml:4:13: error: apiVersion: expected '
+        'policies/llm-training-pipeline.yaml:6:13: error: apiVersion: expected '
         "'aigc.kurator.dev/v1alpha1' for kind AIGCPipeline, got 'aigc.kurator.dev/v2'\n"
         '1 error in 1 file\n'),
     "duplicate-key": (
         edit(PIPELINE, "    replicas: 4\n", "    replicas: 4\n    replicas: 5\n"),
-        'policies/llm-training-pipeline.yaml:52:5: error: spec.stages[3].replicas: '
-        "duplicate key 'replicas' (first defined at line 51)\n"
+        'policies/llm-training-pipeline.yaml:64:5: error: spec.stages[3].replicas: '
+        "duplicate key 'replicas' (first defined at line 63)\n"
         '  hint: remove one of the two\n'
         '1 error in 1 file\n'),
     "duplicate-stage-name": (
         edit(PIPELINE, "  - name: model-evaluation\n", "  - name: model-training\n"),
-        'policies/llm-training-pipeline.yaml:39:11: error: spec.stages[2].name: duplicate '
+        'policies/llm-training-pipeline.yaml:48:11: error: spec.stages[2].name: duplicate '
         "stage name 'model-training' (also spec.stages[1])\n"
-        'policies/llm-training-pipeline.yaml:41:20: error: '
+        'policies/llm-training-pipeline.yaml:50:20: error: '
         'spec.stages[2].dependencies[0]: a stage cannot depend on itself\n'
-        'policies/llm-training-pipeline.yaml:44:15: error: spec.stages[2].inputs[0].from: '
+        'policies/llm-training-pipeline.yaml:53:15: error: spec.stages[2].inputs[0].from: '
         'a stage cannot read its own output\n'
-        'policies/llm-training-pipeline.yaml:47:20: error: '
+        'policies/llm-training-pipeline.yaml:59:20: error: '
         "spec.stages[3].dependencies[0]: no stage named 'model-evaluation' in this "
         'pipeline\n'
         "  hint: did you mean 'model-deployment'?\n"
@@ -159,7 +159,7 @@ CASES: dict[str, tuple[Breakage, str]] = {
         '1 error in 1 file\n'),
     "broken-reference": (
         edit(PIPELINE, 'dependencies: ["model-evaluation"]', 'dependencies: ["model-evaluaton"]'),
-        'policies/llm-training-pipeline.yaml:47:20: error: '
+        'policies/llm-training-pipeline.yaml:59:20: error: '
         "spec.stages[3].dependencies[0]: no stage named 'model-evaluaton' in this "
         'pipeline\n'
         "  hint: did you mean 'model-evaluation'?\n"
@@ -173,18 +173,18 @@ CASES: dict[str, tuple[Breakage, str]] = {
         '1 error in 1 file\n'),
     "dependency-cycle": (
         edit(PIPELINE, 'dependencies: ["model-training"]', 'dependencies: ["model-training", "model-deployment"]'),
-        'policies/llm-training-pipeline.yaml:41:19: error: spec.stages[2].dependencies: '
+        'policies/llm-training-pipeline.yaml:50:19: error: spec.stages[2].dependencies: '
         'dependency cycle: model-evaluation -> model-deployment -> model-evaluation\n'
         '1 error in 1 file\n'),
     "bad-quantity": (
         edit(PIPELINE, "      memory: 256Gi\n", "      memory: 256Gb\n"),
-        'policies/llm-training-pipeline.yaml:38:15: error: '
+        'policies/llm-training-pipeline.yaml:43:15: error: '
         'spec.stages[1].resources.memory: expected a Kubernetes quantity such as 16, 500m '
         "or 64Gi, got '256Gb'\n"
         '1 error in 1 file\n'),
     "negative-quantity": (
         edit(PIPELINE, "      memory: 256Gi\n", "      memory: -256Gi\n"),
-        'policies/llm-training-pipeline.yaml:38:15: error: '
+        'policies/llm-training-pipeline.yaml:43:15: error: '
         'spec.stages[1].resources.memory: expected a Kubernetes quantity such as 16, 500m '
         "or 64Gi, got '-256Gi'\n"
         '1 error in 1 file\n'),
@@ -237,13 +237,13 @@ CASES: dict[str, tuple[Breakage, str]] = {
         '1 error in 1 file\n'),
     "name-with-dotdot": (
         edit(PIPELINE, "  name: llm-chinese-training\n", "  name: ../llm-chinese-training\n"),
-        'policies/llm-training-pipeline.yaml:7:9: error: metadata.name: expected a '
+        'policies/llm-training-pipeline.yaml:9:9: error: metadata.name: expected a '
         "DNS-1123 label (lower-case letters, digits and '-', starting and ending with a "
         "letter or digit, at most 63 characters), got '../llm-chinese-training'\n"
         '1 error in 1 file\n'),
     "namespace-with-slash": (
         edit(PIPELINE, "  namespace: aigc-prod\n", "  namespace: aigc/prod\n"),
-        'policies/llm-training-pipeline.yaml:8:14: error: metadata.namespace: expected a '
+        'policies/llm-training-pipeline.yaml:10:14: error: metadata.namespace: expected a '
         "DNS-1123 label (lower-case letters, digits and '-', starting and ending with a "
         "letter or digit, at most 63 characters), got 'aigc/prod'\n"
         '1 error in 1 file\n'),
@@ -254,7 +254,7 @@ CASES: dict[str, tuple[Breakage, str]] = {
         '1 error in 1 file\n'),
     "credential": (
         edit(PIPELINE, "source: cos://my-bucket/raw-data/", "source: cos://admin:hunter2@my-bucket/raw-data/"),
-        'policies/llm-training-pipeline.yaml:15:17: error: '
+        'policies/llm-training-pipeline.yaml:17:17: error: '
         'spec.stages[0].inputs[0].source: looks like a credential (a URL with a '
         'password); fleetc never renders secrets\n'
         '  hint: store it in a Kubernetes Secret and reference the Secret by name\n'

@@ -543,4 +543,4 @@ def test_forked_loading_reads_what_one_process_reads(monkeypatch) -> None:
     if forkmap._usable_cores() >= 2 and forkmap._can_fork():
         assert spawned, "nothing was read in a child"
     assert len(alone[0]) > 50 and alone[1]  # documents to compare, and diagnostics too
-    assert forked == alone
+    assert repr(forked) == repr(alone)  # repr: a NaN read in a child is another NaN object, never ==

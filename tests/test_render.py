@@ -296,7 +296,9 @@ def test_gang_job() -> None:
 def test_whole_gang_and_small_quantities() -> None:
     job = objects(rendered(*fleet()))["clusters/gpu-east/job-ml-llm-prep.yaml"]
     assert job["spec"]["minAvailable"] == 2
-    assert job["spec"]["tasks"][0]["replicas"] == 2
+    assert [(t["name"], t["replicas"]) for t in job["spec"]["tasks"]] == [("master", 1), ("worker", 1)]
+    assert job["spec"]["plugins"] == {"env": [], "pytorch": ["--master=master", "--worker=worker", "--port=23456"],
+                                      "svc": []}
     pod = job["spec"]["tasks"][0]["template"]["spec"]
     assert "nodeSelector" not in pod and "tolerations" not in pod  # no GPUs asked for
     assert pod["containers"][0]["resources"]["limits"] == {"cpu": "500m", "memory": "512Mi"}
@@ -383,7 +385,7 @@ def test_env_var_wiring() -> None:
         template = obj["spec"]["tasks"][0]["template"] if obj["kind"] == "Job" else obj["spec"]["template"]
         return template["spec"]["containers"][0].get("env", [])
 
-    assert env("clusters/gpu-east/job-ml-llm-prep.yaml") == [
+    assert env("clusters/gpu-east/job-ml-llm-prep.yaml") == [  # two pods: Volcano's pytorch plugin sets rank
         {"name": "FLEETC_INPUT_RAW_CORPUS", "value": "s3://data/raw"},
         {"name": "FLEETC_OUTPUT_TOKENS", "value": "s3://data/tokens"},
     ]
@@ -391,6 +393,11 @@ def test_env_var_wiring() -> None:
         {"name": "FLEETC_INPUT_TOKENS", "value": "s3://data/tokens"},  # from: prep.outputs.tokens
         {"name": "FLEETC_OUTPUT_CHECKPOINT", "value": "s3://models/ckpt"},
         {"name": "FLEETC_OUTPUT_METRICS", "value": "s3://models/metrics"},
+        {"name": "MASTER_ADDR", "value": "localhost"},  # one pod: fleetc sets what the plugin would
+        {"name": "MASTER_PORT", "value": "23456"},
+        {"name": "PET_NPROC_PER_NODE", "value": "8"},
+        {"name": "RANK", "value": "0"},
+        {"name": "WORLD_SIZE", "value": "1"},
     ]
     assert env("clusters/gpu-west/deployment-serving-llm-serve.yaml") == [
         {"name": "FLEETC_INPUT_MODEL", "value": "s3://models/ckpt"},
@@ -556,6 +563,16 @@ spec:
                   value: s3://models/ckpt
                 - name: FLEETC_OUTPUT_METRICS
                   value: s3://models/metrics
+                - name: MASTER_ADDR
+                  value: localhost
+                - name: MASTER_PORT
+                  value: "23456"
+                - name: PET_NPROC_PER_NODE
+                  value: "8"
+                - name: RANK
+                  value: "0"
+                - name: WORLD_SIZE
+                  value: "1"
               resources:
                 requests:
                   cpu: "32"

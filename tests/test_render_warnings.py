@@ -31,7 +31,7 @@ BUNDLED_WARNINGS = [
     "placeholder https://git.example.com/fleet.git",
     "warning: policies/gpu-optimization.yaml:13:5: spec.memoryManagement.compactionStrategy: has no "
     "Kubernetes form (the device plugin does not compact GPU memory); not rendered",
-    "warning: policies/llm-training-pipeline.yaml:28:9: spec.stages[1].inputs[0]: nfs:// cannot be cached by "
+    "warning: policies/llm-training-pipeline.yaml:33:9: spec.stages[1].inputs[0]: nfs:// cannot be cached by "
     "Fluid/Alluxio; the stage reads it directly",
 ]
 

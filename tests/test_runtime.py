@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from support.runtime import bind, fit_problems, pods
+from support.runtime import bind, command_problems, fit_problems, pods, probe_problems, rendezvous_problems
 
 from bench.generate import Spec, generate
 from fleetc.compiler import Compiled, compile_policies, load_policies
@@ -41,13 +41,14 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Compiled:
     return compiled_in(folder)
 
 
-def every_compile(bundled: Compiled, generated: Compiled) -> list[tuple[str, Compiled]]:
+@pytest.fixture(scope="module")
+def compiles(bundled: Compiled, generated: Compiled) -> list[tuple[str, Compiled]]:
     return [("bundled", bundled), ("generated", generated)] + [
         (case, compiled_in(CASES / case)) for case in GOLDEN]
 
 
-def test_every_pod_fits_a_node(bundled: Compiled, generated: Compiled) -> None:
-    for name, result in every_compile(bundled, generated):
+def test_every_pod_fits_a_node(compiles: list[tuple[str, Compiled]]) -> None:
+    for name, result in compiles:
         assert pods(result.files), name
         assert fit_problems(result.model, result.files) == [], name
 
@@ -58,3 +59,48 @@ def test_a_16_gpu_gang_runs_as_two_8_gpu_pods_on_two_nodes() -> None:
     assert [p.requests()[0] for p in gang] == [8, 8]
     bound, problems = bind(result.model, result.files)
     assert problems == [] and len({bound[p.ident] for p in gang}) == 2
+
+
+def test_every_gang_of_more_than_one_pod_can_rendezvous(compiles: list[tuple[str, Compiled]]) -> None:
+    gangs = 0
+    for name, result in compiles:
+        assert rendezvous_problems(result.files) == [], name
+        gangs += sum(1 for p in pods(result.files) if p.task == "master")
+    assert gangs >= 2  # the 16-GPU gang and the generated fleet's multi-replica gangs
+
+
+def test_every_serving_pod_has_a_probe_on_a_declared_port(compiles: list[tuple[str, Compiled]]) -> None:
+    for name, result in compiles:
+        assert probe_problems(result.files) == [], name
+
+
+def test_every_variable_a_command_names_is_set(compiles: list[tuple[str, Compiled]], bundled: Compiled) -> None:
+    for name, result in compiles:
+        assert command_problems(result.files) == [], name
+    serving = [p for p in pods(bundled.files) if p.owner.startswith("Deployment/")]
+    assert serving and all(p.container["command"][0] == "tritonserver" for p in serving)
+
+
+def _edited(files: dict[str, str], suffix: str, old: str, new: str) -> dict[str, str]:
+    (path,) = [p for p in files if p.endswith(suffix)]
+    assert old in files[path]
+    return {**files, path: files[path].replace(old, new)}
+
+
+def test_the_model_sees_a_gang_without_plugins_a_probe_off_its_port_and_an_unset_variable(bundled: Compiled) -> None:
+    files = dict(compiled_in(CASES / "gang-16-gpus-on-8-gpu-nodes").files)
+    no_svc = _edited(files, "job-ml-llm-pretrain.yaml", "    svc: []\n", "")
+    assert rendezvous_problems(no_svc) == [
+        "big: Job/llm-pretrain: llm-pretrain-master-0.llm-pretrain cannot resolve MASTER_ADDR "
+        "llm-pretrain-master-0.llm-pretrain",
+        "big: Job/llm-pretrain: llm-pretrain-worker-0.llm-pretrain cannot resolve MASTER_ADDR "
+        "llm-pretrain-master-0.llm-pretrain"]
+    served = dict(bundled.files)
+    suffix = "inference-cluster-aliyun/deployment-aigc-prod-llm-chinese-training-model-deployment.yaml"
+    off_port = _edited(served, suffix, "port: http\n            timeoutSeconds",
+                       "port: 9000\n            timeoutSeconds")
+    assert [p.split(": ", 2)[2] for p in probe_problems(off_port)] == [
+        "readinessProbe on port 9000, not declared (['8000', '8001', '8002', 'grpc', 'http', 'metrics'])"]
+    unset = _edited(served, suffix, "$(FLEETC_INPUT_MODEL_PATH)", "$(FLEETC_INPUT_MODLE_PATH)")
+    assert [p.split(" ", 2)[2] for p in command_problems(unset)] == [
+        "deployment: $(FLEETC_INPUT_MODLE_PATH) is not set"]

@@ -18,21 +18,21 @@ from fleetc.policy.load import POLICY_SUFFIXES, discover, display_path
 Sources = list[tuple[str, bytes]]
 
 
-def policy_sources_at(ref: str, paths: Sequence[str], out_dir: str) -> tuple[Sources, Previous]:
+def policy_sources_at(ref: str, paths: Sequence[str], out_dir: str, workdir: Path) -> tuple[Sources, Previous]:
     """The policy files under ``paths`` at ``ref``, and the previous placement in ``out_dir``
-    at ``ref`` (empty when missing or malformed).
+    at ``ref`` (empty when missing or malformed); both relative to ``workdir`` unless absolute.
 
     Files are named as the working tree's would be, so provenance annotations do not differ just
     because one side of a diff came from git.
     """
-    root = gitrepo.repo_root(Path.cwd())
+    root = gitrepo.repo_root(workdir)
     found: dict[str, bytes] = {}
     for path in paths:
-        folder = gitrepo.relative_to_root(root, Path(path))
+        folder = gitrepo.relative_to_root(root, workdir / path)
         for name, data in gitrepo.read_tree_files(root, ref, [folder]):
             inner = PurePosixPath(name).relative_to(folder) if folder not in ("", ".") else PurePosixPath(name)
-            found.setdefault(display_path(Path(path) / inner), data)
-    placement = gitrepo.read_file(root, ref, f"{gitrepo.relative_to_root(root, Path(out_dir))}/{PLACEMENT_FILE}")
+            found.setdefault(display_path(Path(path) / inner, workdir), data)
+    placement = gitrepo.read_file(root, ref, f"{gitrepo.relative_to_root(root, workdir / out_dir)}/{PLACEMENT_FILE}")
     try:
         previous = parse_previous(placement.decode("utf-8")) if placement else Previous()
     except (UnicodeDecodeError, ValueError):
@@ -40,10 +40,12 @@ def policy_sources_at(ref: str, paths: Sequence[str], out_dir: str) -> tuple[Sou
     return sorted(found.items()), previous
 
 
-def commit_output(compiled: Compiled, out: Path, policy_paths: Sequence[str]) -> tuple[str | None, str]:
+def commit_output(compiled: Compiled, out: Path, policy_paths: Sequence[str],
+                  workdir: Path) -> tuple[str | None, str]:
     """Write ``out`` and commit it together with the policies it was compiled from, in one
     commit: ``compile --check`` passes on every commit ``--commit`` makes. Returns the commit
-    (None when nothing changed) and its message.
+    (None when nothing changed) and its message. ``out`` and ``policy_paths`` are relative to
+    ``workdir`` unless absolute.
 
     The policy files committed are those the compile read under ``policy_paths`` (and the
     deletion of policy files that are gone); other files there, and every other staged or
@@ -51,11 +53,12 @@ def commit_output(compiled: Compiled, out: Path, policy_paths: Sequence[str]) ->
     ``out`` holds edits fleetc did not make, or when a policy file cannot be committed (outside
     the repository, or ignored by git).
     """
-    root = gitrepo.repo_root(Path.cwd())
+    root = gitrepo.repo_root(workdir)
+    out = workdir / out
     folder = gitrepo.relative_to_root(root, out)
     if folder in ("", "."):
         raise UsageError("--commit needs an output folder inside the repository, not its root")
-    policies = _policy_files(root, policy_paths)
+    policies = _policy_files(root, policy_paths, workdir)
     committed = gitrepo.read_folder(root, "HEAD", folder)
     owned = set(committed.get(RECORD, "").splitlines()) or set(committed) - {RECORD}
     foreign = [p for p in gitrepo.uncommitted(root, folder)
@@ -73,23 +76,24 @@ def commit_output(compiled: Compiled, out: Path, policy_paths: Sequence[str]) ->
     return gitrepo.commit_paths(root, [folder, *policies], message), message
 
 
-def _policy_files(root: Path, policy_paths: Sequence[str]) -> list[str]:
+def _policy_files(root: Path, policy_paths: Sequence[str], workdir: Path) -> list[str]:
     """Repository paths of the policy files a compile of ``policy_paths`` reads, and of the
     tracked ones that are gone; refuses (:class:`UsageError`) files git cannot commit."""
     hint = ("--commit commits the policies with the output, so that compile --check passes on "
             "the commit; compile without --commit, or {what}")
     files = []
-    for path in discover(policy_paths).files:
+    for path in discover(policy_paths, workdir).files:
         try:
-            files.append(gitrepo.relative_to_root(root, path))
+            files.append(gitrepo.relative_to_root(root, workdir / path))
         except UsageError:
-            raise UsageError(f"{display_path(path)}: a policy file outside the git repository at {root}; "
+            raise UsageError(f"{display_path(path, workdir)}: a policy file outside the git repository at {root}; "
                              + hint.format(what="move the policies into the repository")) from None
     ignored = gitrepo.ignored(root, files)
     if ignored:
         raise UsageError(f"{ignored[0]}: a policy file git ignores (.gitignore); "
                          + hint.format(what="stop ignoring it"))
-    gone = [p for given in policy_paths for p in gitrepo.tracked_gone(root, gitrepo.relative_to_root(root, Path(given)))
+    gone = [p for given in policy_paths
+            for p in gitrepo.tracked_gone(root, gitrepo.relative_to_root(root, workdir / given))
             if p.endswith(POLICY_SUFFIXES) and not any(part.startswith(".") for part in PurePosixPath(p).parts)]
     return sorted(set(files) | set(gone))
 

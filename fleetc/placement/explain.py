@@ -48,6 +48,8 @@ class Explanation:
     unplaced: str  # why the stage is not placed ('' when it is)
     #: When the runner-up scores higher (a negative margin), why it did not get the stage.
     runner_up_lost: str = ""
+    #: Where a taint keeps the stage off a cluster: the toleration that would admit it.
+    hints: tuple[str, ...] = ()
 
 
 def find_stage(model: FleetModel, target: str) -> str:
@@ -156,4 +158,5 @@ def format_text(explanation: Explanation) -> str:
         lines.append(f"runner-up: {explanation.runner_up} (margin {explanation.margin:+.4f}{why})")
     elif explanation.chosen:
         lines.append("runner-up: none (every allowed cluster runs it)")
+    lines += [f"hint: {hint}" for hint in explanation.hints]
     return "\n".join(lines)

@@ -49,7 +49,6 @@ only a solve that hits its time limit may end differently from run to run.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -83,9 +82,10 @@ from fleetc.placement.verify import (
     verify,
 )
 
-#: Allowed pairs in one component above which the exact MILP gives way to column generation;
-#: ``FLEETC_LARGE`` overrides it (``FLEETC_LARGE=0`` sends every instance down the large path).
-LARGE = int(os.environ.get("FLEETC_LARGE", "2000"))
+#: Allowed pairs in one component above which the exact MILP gives way to column generation,
+#: unless :func:`place` is given another threshold (the CLI's ``FLEETC_LARGE``; 0 sends every
+#: instance down the large path).
+LARGE = 2000
 
 
 def place(
@@ -95,8 +95,11 @@ def place(
     previous: PreviousClusters | None = None,
     allow_unplaced: bool = False,
     on_gap: Callable[[float], None] = lambda gap: None,
+    large: int | None = None,
 ) -> Placement:
     """Place every stage of ``model``, or raise :class:`PlacementError` saying why not.
+
+    Components with more than ``large`` allowed pairs (None: :data:`LARGE`) take the large path.
 
     ``time_limit`` bounds the solving in seconds; a time-limited solve that found a placement
     returns it (its ``gap`` shows how far from proven optimal it may be, its ``time_limit`` that
@@ -110,7 +113,7 @@ def place(
     canonical = _canonical(model)
     if canonical != model:
         placed = place(canonical, time_limit=time_limit, previous=previous, allow_unplaced=allow_unplaced,
-                       on_gap=on_gap)
+                       on_gap=on_gap, large=large)
         by_key = {p.stage: p for p in placed.stages}
         return replace(placed, stages=tuple(by_key[stage.key] for stage in model.stages))
     deadline = None if time_limit is None else time.monotonic() + time_limit
@@ -123,7 +126,8 @@ def place(
     proven = True
     for part in _parts(scores.allowed):
         try:
-            solved = _solve_part(model, scores, blocked, kept, part, deadline, on_gap)
+            solved = _solve_part(model, scores, blocked, kept, part, deadline, on_gap,
+                                 LARGE if large is None else large)
         except OutOfTime:
             raise _no_placement(time_limit, deadline) from None
         replicas_at[np.ix_(part.stages, part.clusters)] = solved.replicas_at
@@ -234,10 +238,11 @@ def _solve_part(
     part: Part,
     deadline: float | None,
     on_gap: Callable[[float], None],
+    large: int,
 ) -> Solved:
     """Solve one component: all stages placed if possible, else the best partial placement."""
     pairs = int(scores.allowed[np.ix_(part.stages, part.clusters)].sum())
-    if pairs <= LARGE:
+    if pairs <= large:
         return _solve_exact(model, scores, blocked, kept, part, deadline)
     return solve_large(model, scores, blocked, kept, part, deadline, on_gap)
 

@@ -114,16 +114,17 @@ def _stage_entry(entry: Any, index: int) -> tuple[str, dict[str, int]]:
     return f"{pipeline}/{stage}", clusters
 
 
-def read_previous(out_dir: Path) -> tuple[Previous, str]:
-    """The previous placement under ``out_dir`` and a warning ('' when none is due).
+def read_previous(out_dir: Path, workdir: Path = Path(".")) -> tuple[Previous, str]:
+    """The previous placement under ``out_dir`` (relative to ``workdir`` unless absolute; the
+    warning names it as given) and a warning ('' when none is due).
 
     No file: no previous placement and no warning. An unreadable or malformed file: no previous
     placement and a warning naming the file and the problem.
     """
     path = out_dir / PLACEMENT_FILE
-    if not path.is_file():
+    if not (workdir / path).is_file():
         return Previous(), ""
     try:
-        return parse_previous(path.read_text(encoding="utf-8")), ""
+        return parse_previous((workdir / path).read_text(encoding="utf-8")), ""
     except (OSError, UnicodeDecodeError, ValueError) as err:
         return Previous(), f"{path}: ignored as the previous placement: {err}"

@@ -264,6 +264,31 @@ class StageResources(_Spec):
         "Finetuning, whose GPUs stay exclusive).")
 
 
+HTTP_PATH_PATTERN = r"^/[!-~]*$"
+
+
+class ServingMetric(_Spec):
+    name: str | None = describe(
+        "What the HorizontalPodAutoscaler scales on: cpu (the default: CPU use as a share of "
+        "the request), or the name of a per-pod custom metric served by the cluster's custom "
+        "metrics API (for example nv_inference_queue_duration_us through prometheus-adapter).",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_:.-]*$", max_length=253)
+    target: Quantity | None = describe(
+        "The target: for cpu, the percentage of the request (default 70); for a custom metric, "
+        "the average value per pod (required).")
+
+
+class Serving(_Spec):
+    port: int | None = describe(
+        "The port the server listens on for HTTP (default: 8000 for the default Triton image, "
+        "else 8080). The Service, the probes and the container port all use it.", ge=1, le=65535)
+    readinessPath: str | None = describe(
+        "HTTP path that answers 200 once the server can take requests (default: "
+        "/v2/health/ready for the default Triton image, else /healthz).",
+        pattern=HTTP_PATH_PATTERN, max_length=1024)
+    metric: ServingMetric | None = describe("The autoscaling metric (default: cpu at 70%).")
+
+
 class PipelineStage(_Spec):
     name: DNSLabel = Field(description="Stage name, unique within the pipeline.")
     type: StageTypeName = Field(description="What the stage does; decides how it is scheduled "
@@ -284,7 +309,11 @@ class PipelineStage(_Spec):
         "Container image (default by type: python:3.11-slim for DataProc, "
         "nvcr.io/nvidia/pytorch:24.05-py3 for Training, Finetuning and Evaluation, "
         "nvcr.io/nvidia/tritonserver:24.05-py3 for Deployment).")
-    command: list[str] | None = describe("Container command (default: the image's).")
+    command: list[str] | None = describe(
+        "Container command (default: the image's; for the default Triton image of a Deployment, "
+        "tritonserver serving the stage's first input as its model repository).")
+    serving: Serving | None = describe(
+        "Deployment only: the server's HTTP port, readiness path and autoscaling metric.")
 
 
 class PipelineSpec(_Spec):

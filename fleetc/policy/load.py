@@ -94,8 +94,9 @@ class Discovery:
     problems: tuple[Diagnostic, ...]
 
 
-def discover(paths: Sequence[str]) -> Discovery:
-    """Expand files and folders (recursively, ``*.yaml``/``*.yml``, hidden entries skipped).
+def discover(paths: Sequence[str], workdir: Path = Path(".")) -> Discovery:
+    """Expand files and folders (recursively, ``*.yaml``/``*.yml``, hidden entries skipped),
+    relative to ``workdir`` unless absolute; problems name files as :func:`display_path` does.
 
     Within a folder, every entry that is not a hidden entry or a regular file of another
     suffix is either read or reported: a folder that cannot be listed, a FIFO, socket or device
@@ -108,12 +109,12 @@ def discover(paths: Sequence[str]) -> Discovery:
     """
     named: list[tuple[Path, os.stat_result]] = []
     for given in paths:
-        path = Path(given)
+        path = workdir / given
         try:
             named.append((path, os.stat(path)))
         except OSError as err:
             raise UsageError(f"{given}: {_stat_problem(err, path)}") from None
-    walk = _Walk([Path(os.path.realpath(path)) for path, _ in named])
+    walk = _Walk([Path(os.path.realpath(path)) for path, _ in named], workdir)
     for path, info in named:
         if stat.S_ISDIR(info.st_mode):
             walk.folder(path)
@@ -134,8 +135,8 @@ def _stat_problem(err: OSError, path: Path) -> str:
 class _Walk:
     """Collects policy files and problems; folders are walked with a stack, not recursion."""
 
-    def __init__(self, roots: Sequence[Path]):
-        self.roots = roots
+    def __init__(self, roots: Sequence[Path], workdir: Path):
+        self.roots, self.workdir = roots, workdir
         self.files: dict[str, Path] = {}  # real path -> the first name it was found under
         self.folders: set[str] = set()  # real paths of the folders listed so far
         self.problems: list[Diagnostic] = []
@@ -209,7 +210,7 @@ class _Walk:
                       "policies are regular files; remove it")
 
     def _problem(self, path: Path, message: str, hint: str) -> None:
-        self.problems.append(Diagnostic(display_path(path), 0, 0, "", message, hint))
+        self.problems.append(Diagnostic(display_path(path, self.workdir), 0, 0, "", message, hint))
 
 
 def _file_kind(mode: int) -> str:
@@ -220,8 +221,9 @@ def _file_kind(mode: int) -> str:
     return "a special file"
 
 
-def load_files(files: Iterable[Path]) -> LoadResult:
-    """Read and parse every file; problems become diagnostics, never exceptions.
+def load_files(files: Iterable[Path], workdir: Path = Path(".")) -> LoadResult:
+    """Read and parse every file; problems become diagnostics, never exceptions. Files are named
+    as :func:`display_path` names them relative to ``workdir``.
 
     A file is opened without blocking and read only when it is a regular file, and never
     beyond :data:`MAX_FILE_BYTES` (a file that grows while read, or lies about its size, is
@@ -230,7 +232,7 @@ def load_files(files: Iterable[Path]) -> LoadResult:
     sources: list[tuple[str, bytes]] = []
     refused: list[Diagnostic] = []
     for path in files:
-        display = display_path(path)
+        display = display_path(path, workdir)
         try:
             sources.append((display, _read_bounded(path)))
         except _Refused as problem:
@@ -241,10 +243,11 @@ def load_files(files: Iterable[Path]) -> LoadResult:
     return LoadResult(loaded.documents, (*refused, *loaded.diagnostics))
 
 
-def load_paths(paths: Sequence[str]) -> LoadResult:
-    """:func:`discover` and :func:`load_files`, every problem of both in one result."""
-    found = discover(paths)
-    loaded = load_files(found.files)
+def load_paths(paths: Sequence[str], workdir: Path = Path(".")) -> LoadResult:
+    """:func:`discover` and :func:`load_files`, every problem of both in one result; ``paths``
+    relative to ``workdir`` unless absolute."""
+    found = discover(paths, workdir)
+    loaded = load_files(found.files, workdir)
     return LoadResult(loaded.documents, (*found.problems, *loaded.diagnostics))
 
 
@@ -338,14 +341,16 @@ def _load_sources(sources: Iterable[tuple[str, bytes]]) -> LoadResult:
     return LoadResult(tuple(documents), tuple(diagnostics))
 
 
-def display_path(path: Path) -> str:
-    """How messages and provenance name a file: relative to the working folder when inside it,
-    so ``fleetc compile $PWD/policies`` and ``fleetc compile policies`` write the same bytes."""
-    absolute = Path(os.path.abspath(path))
-    cwd = Path.cwd()
-    if absolute == cwd or cwd in absolute.parents:
-        return absolute.relative_to(cwd).as_posix()
-    return absolute.as_posix()
+def display_path(path: Path, workdir: Path) -> str:
+    """How messages and provenance name a file: relative to the working folder ``workdir`` when
+    inside it, so ``fleetc compile $PWD/policies`` and ``fleetc compile policies`` write the same
+    bytes. ``path`` is relative to ``workdir`` unless absolute; neither is resolved against the
+    current directory (the CLI passes it as ``workdir``)."""
+    located = Path(os.path.normpath(workdir / path))
+    base = Path(os.path.normpath(workdir))
+    if located == base or base in located.parents:
+        return located.relative_to(base).as_posix()
+    return located.as_posix()
 
 
 def _inside(target: Path, roots: Sequence[Path]) -> bool:

@@ -512,6 +512,7 @@ def _stage_checks(doc: Document, base: FieldPath, stage: p.PipelineStage,
                                  hint="remove sharedGPU; GPU sharing is for serving and "
                                       "evaluation")
     deployment = stage.type == "Deployment"
+    yield from _serving_checks(doc, base, stage)
     if stage.minReplicasPerCluster is not None:
         if not deployment:
             yield doc.diagnostic(base + ("minReplicasPerCluster",),
@@ -520,6 +521,31 @@ def _stage_checks(doc: Document, base: FieldPath, stage: p.PipelineStage,
         elif stage.minReplicasPerCluster > (stage.replicas or 2):
             yield doc.diagnostic(base + ("minReplicasPerCluster",),
                                  f"greater than replicas ({stage.replicas or 2})")
+
+
+def _serving_checks(doc: Document, base: FieldPath, stage: p.PipelineStage) -> Iterator[Diagnostic]:
+    serving = stage.serving
+    if serving is None:
+        return
+    if stage.type != "Deployment":
+        yield doc.diagnostic(base + ("serving",), "only Deployment stages serve", key=True,
+                             hint="remove serving, or make the stage a Deployment")
+        return
+    metric = serving.metric
+    if metric is None:
+        return
+    custom = metric.name not in (None, "cpu")
+    target = base + ("serving", "metric", "target")
+    if custom and metric.target is None:
+        yield doc.diagnostic(base + ("serving", "metric"),
+                             f"custom metric '{metric.name}' needs a target",
+                             hint="add target: the average value per pod to scale at, such as 100")
+    elif custom:
+        yield from _quantity_check(doc, target, metric.target, cpu_millis, MAX_CPU_MILLIS)
+    elif metric.target is not None and (isinstance(metric.target, bool) or not isinstance(metric.target, int)
+                                        or not 0 < metric.target <= 1000):
+        yield doc.diagnostic(target, f"expected a whole percentage of the CPU request, got "
+                                     f"{_describe(metric.target)}", hint="for example 70")
 
 
 def _names_unique(doc: Document, base: FieldPath, items: Sequence[Any]) -> Iterator[Diagnostic]:

@@ -50,6 +50,7 @@ from fleetc.render.workloads import (
     disruption_budget,
     priority_class,
     service,
+    stage_warnings,
     training_priority,
     volcano_job,
 )
@@ -115,6 +116,7 @@ def _warnings(ctx: Context, work: dict[str, Work]) -> tuple[Diagnostic, ...]:
     if model.gpu_policy is not None:
         found += gpu_warnings(model.gpu_policy)
     found += data_warnings(ctx, work)
+    found += [w for stages in work.values() for w in stage_warnings(ctx, stages)]
     if work:
         found += gitops_warnings(model.gitops, ctx.fleet_path)
     return tuple(sorted(set(found)))

@@ -26,7 +26,8 @@ from __future__ import annotations
 import math
 import re
 
-from fleetc.model import Cluster, Stage, StageType, Toleration
+from fleetc.errors import Diagnostic
+from fleetc.model import Cluster, Serving, Stage, StageType, Toleration
 from fleetc.render.common import (
     GPU_RESOURCE,
     Obj,
@@ -37,9 +38,11 @@ from fleetc.render.common import (
     selector,
     stage_labels,
     stage_metadata,
+    warning,
 )
-from fleetc.render.context import Context
-from fleetc.render.data import CacheMounts, cache_mounts
+from fleetc.render.context import Context, Work
+from fleetc.render.data import CacheMounts, cache_mounts, scheme
+from fleetc.resolve import DEFAULT_IMAGES
 
 #: fleetc's GPU type names -> the ``nvidia.com/gpu.product`` node label GPU feature discovery sets.
 GPU_PRODUCT_LABELS: dict[str, str] = {
@@ -57,12 +60,17 @@ SHARED_PRODUCT_SUFFIX = "-SHARED"
 #: ``trainingPriority`` -> PriorityClass value.
 PRIORITY_VALUES: dict[str, int] = {"low": 1_000, "medium": 10_000, "high": 100_000, "critical": 1_000_000}
 
-HTTP_PORT = 8080
 SERVICE_PORT = 80
 MAX_RETRY = 3
+MASTER_TASK = "master"
+WORKER_TASK = "worker"
+RENDEZVOUS_PORT = 23456  # the pytorch plugin's default port
 HPA_MAX_FACTOR = 2  # maxReplicas = this x the warm minimum
-HPA_CPU_UTILIZATION = 70  # percent of the CPU request
 TIMEOUT_ENV = "FLEETC_INFERENCE_TIMEOUT_SECONDS"
+#: Startup checks 10 s apart before liveness applies: 5 minutes to load models, as in Triton's chart.
+STARTUP_CHECKS = 30
+#: Model repository URL schemes tritonserver reads itself (besides local paths).
+TRITON_SCHEMES = frozenset({"s3", "gs", "as"})
 
 _ENV_UNSAFE = re.compile(r"[^A-Z0-9_]")
 
@@ -130,7 +138,22 @@ def env_vars(ctx: Context, stage: Stage, cached_paths: dict[str, str]) -> list[O
     timeout = inference_timeout(ctx, stage)
     if timeout is not None and stage.type is StageType.DEPLOYMENT:
         env[TIMEOUT_ENV] = _seconds(timeout)
+    if stage.is_gang:
+        env |= _rendezvous_env(stage)
     return [{"name": name, "value": env[name]} for name in sorted(env)]
+
+
+def _rendezvous_env(stage: Stage) -> dict[str, str]:
+    """What ``torchrun`` reads, the same names whatever the gang's size: ``PET_NPROC_PER_NODE``
+    (torchrun's ``--nproc-per-node`` from the environment: the pod's GPUs); for a one-pod gang
+    also the variables the ``pytorch`` plugin sets on larger gangs (:func:`distributed_plugins`),
+    so one command, ``torchrun --nnodes=$(WORLD_SIZE) --node-rank=$(RANK)
+    --master-addr=$(MASTER_ADDR) --master-port=$(MASTER_PORT) ...``, runs either way."""
+    env = {"PET_NPROC_PER_NODE": str(stage.pod_gpus)} if stage.pod_gpus else {}
+    if stage.pods == 1:
+        env |= {"MASTER_ADDR": "localhost", "MASTER_PORT": str(RENDEZVOUS_PORT), "WORLD_SIZE": "1",
+                "RANK": "0"}
+    return env
 
 
 def _resources(stage: Stage) -> Obj:
@@ -179,16 +202,49 @@ def _pod_spec(ctx: Context, cluster: Cluster, stage: Stage, container: Obj, cach
     return spec
 
 
+# --------------------------------------------------------------------------- warnings
+def stage_warnings(ctx: Context, work: Work) -> list[Diagnostic]:
+    """What would make a rendered stage do nothing or never get Ready:
+
+    * a run-to-completion stage on a default image without ``command``: the image's own
+      command (``python3`` in python:3.11-slim, a shell in the PyTorch image) exits at once,
+      so the Job reports Completed having done nothing;
+    * a Deployment on the default Triton image whose model repository Triton cannot reach.
+    """
+    found = []
+    for stage, _ in work:
+        if stage.is_gang and not stage.command and stage.image == DEFAULT_IMAGES[stage.type]:
+            found.append(warning(stage.source, f"{stage.source.field}.command",
+                                 f"stage '{stage.name}' sets no command: its default image {stage.image} "
+                                 "exits at once and the Job reports Completed having done nothing; set "
+                                 "command to what the stage runs (for example [torchrun, train.py])"))
+        if stage.serving is not None and stage.serving.triton:
+            _, problem = model_repository(ctx, stage, cache_mounts(ctx, stage))
+            if problem:
+                found.append(warning(stage.source, f"{stage.source.field}.inputs", problem))
+    return found
+
+
 # --------------------------------------------------------------------------- stage objects
 def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
     """A gang stage as a Volcano Job: all its pods (``stage.replicas``, each split into
-    ``pods_per_replica`` that fit a node) start together or not at all."""
+    ``pods_per_replica`` that fit a node) start together or not at all.
+
+    A gang of more than one pod is distributed: a ``master`` task of one pod and a ``worker``
+    task of the rest, with Volcano's ``pytorch``, ``svc`` and ``env`` plugins (see
+    :func:`distributed_plugins`)."""
     level = training_priority(ctx, stage)
     priority = {"priorityClassName": priority_class_name(level)} if level else {}
     cache = cache_mounts(ctx, stage)
     pod = _pod_spec(ctx, cluster, stage, _container(ctx, stage, cache), cache, restartPolicy="OnFailure",
                     **priority)
     template = {"metadata": {"labels": stage_labels(stage)}, "spec": pod}
+    if stage.pods > 1:
+        tasks = [{"name": MASTER_TASK, "replicas": 1, "template": template},
+                 {"name": WORKER_TASK, "replicas": stage.pods - 1, "template": template}]
+        plugins = {"plugins": distributed_plugins()}
+    else:
+        tasks, plugins = [{"name": WORKER_TASK, "replicas": 1, "template": template}], {}
     return {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
@@ -200,26 +256,58 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
             "minAvailable": stage.pods,
             "maxRetry": MAX_RETRY,
             "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
-            "tasks": [{"name": "worker", "replicas": stage.pods, "template": template}],
+            **plugins,
+            "tasks": tasks,
         },
     }
 
 
-def _readiness_probe(ctx: Context, stage: Stage) -> Obj:
-    probe: Obj = {"httpGet": {"path": "/healthz", "port": "http"}}
-    timeout = inference_timeout(ctx, stage)
-    if timeout is not None:
-        probe["timeoutSeconds"] = max(1, math.ceil(timeout))
-    return probe
+def distributed_plugins() -> Obj:
+    """Volcano job plugins that let the pods of one gang find each other (volcano-sh/volcano
+    ``pkg/controllers/job/plugins``):
+
+    * ``svc``: a headless Service named after the Job, and each pod's ``hostname`` (its pod
+      name, ``<job>-<task>-<index>``) and ``subdomain`` (the Job), so
+      ``<job>-master-0.<job>`` resolves to the master pod; a ConfigMap lists every task's hosts
+      (``VC_<TASK>_HOSTS``, mounted at ``/etc/volcano``);
+    * ``env``: ``VC_TASK_INDEX`` (and the older ``VK_TASK_INDEX``), the pod's index in its task;
+    * ``pytorch``: ``MASTER_ADDR`` (the master pod's DNS name), ``MASTER_PORT``
+      (:data:`RENDEZVOUS_PORT`, opened on every container), ``WORLD_SIZE`` (pods in the gang)
+      and ``RANK`` (0 on the master, 1.. on the workers): what ``torchrun --nnodes=$(WORLD_SIZE)
+      --node-rank=$(RANK) --master-addr=$(MASTER_ADDR) --master-port=$(MASTER_PORT)`` needs.
+    """
+    return {
+        "env": [],
+        "pytorch": [f"--master={MASTER_TASK}", f"--worker={WORKER_TASK}", f"--port={RENDEZVOUS_PORT}"],
+        "svc": [],
+    }
+
+
+def _serving(stage: Stage) -> Serving:
+    """The stage's serving settings (a model built without them serves on the defaults)."""
+    return stage.serving or Serving()
 
 
 def deployment(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
     """A serving stage's share on this cluster: pods behind a readiness probe, as many as its
     HPA says (see the module docstring)."""
+    serving = _serving(stage)
     cache = cache_mounts(ctx, stage)
     container = _container(ctx, stage, cache)
-    container["ports"] = [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}]
-    container["readinessProbe"] = _readiness_probe(ctx, stage)
+    if serving.triton:
+        container["command"] = triton_command(ctx, stage, cache)
+    ports = [("http", serving.port), *serving.extra_ports]
+    container["ports"] = [{"name": name, "containerPort": number, "protocol": "TCP"} for name, number in ports]
+    ready: Obj = {"httpGet": {"path": serving.readiness_path, "port": "http"}}
+    timeout = inference_timeout(ctx, stage)
+    if timeout is not None:
+        ready["timeoutSeconds"] = max(1, math.ceil(timeout))
+    container["readinessProbe"] = ready
+    if serving.liveness_path:
+        container["livenessProbe"] = {"httpGet": {"path": serving.liveness_path, "port": "http"},
+                                      "periodSeconds": 10, "failureThreshold": 3}
+        container["startupProbe"] = {"httpGet": {"path": serving.readiness_path, "port": "http"},
+                                     "periodSeconds": 10, "failureThreshold": STARTUP_CHECKS}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -232,6 +320,32 @@ def deployment(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
             },
         },
     }
+
+
+def model_repository(ctx: Context, stage: Stage, cache: CacheMounts) -> tuple[str, str]:
+    """Where Triton finds its models: the stage's first input, as a mounted path when it is
+    mounted, else as the URL when Triton reads that scheme itself; and what is wrong ('' when
+    nothing is)."""
+    if not stage.inputs:
+        return "/models", ("the default Triton image serves a model repository, and the stage has no "
+                           "input to serve: add the model as its first input, or set command")
+    spec = stage.inputs[0]
+    if spec.name in cache.paths:
+        return f"$({_env_name('FLEETC_INPUT_', spec.name)}_PATH)", ""
+    url = ctx.input_url(stage, spec)
+    if scheme(url) in TRITON_SCHEMES:
+        return f"$({_env_name('FLEETC_INPUT_', spec.name)})", ""
+    return f"$({_env_name('FLEETC_INPUT_', spec.name)})", (
+        f"Triton cannot read {scheme(url) or 'this'}:// model repositories itself (it reads "
+        f"{', '.join(sorted(TRITON_SCHEMES))} and local paths): cache or mount inputs[0] "
+        "(DataOptimizationPolicy caching), or set command")
+
+
+def triton_command(ctx: Context, stage: Stage, cache: CacheMounts) -> list[str]:
+    serving = _serving(stage)
+    repository, _ = model_repository(ctx, stage, cache)
+    return ["tritonserver", f"--model-repository={repository}", f"--http-port={serving.port}",
+            *(f"--{name}-port={number}" for name, number in serving.extra_ports)]
 
 
 def service(stage: Stage) -> Obj:
@@ -248,10 +362,23 @@ def service(stage: Stage) -> Obj:
     }
 
 
+def _metric(serving: Serving) -> Obj:
+    """``cpu``: utilisation of the request; anything else a per-pod custom metric (the
+    custom metrics API, for example prometheus-adapter) averaged over the pods."""
+    if serving.metric == "cpu":
+        return {"type": "Resource",
+                "resource": {"name": "cpu", "target": {"type": "Utilization",
+                                                       "averageUtilization": int(serving.target)}}}
+    return {"type": "Pods",
+            "pods": {"metric": {"name": serving.metric},
+                     "target": {"type": "AverageValue", "averageValue": serving.target}}}
+
+
 def autoscaler(stage: Stage, replicas: int) -> Obj:
     """HPA over the Deployment: never below the warm minimum the placement reserved, up to
-    :data:`HPA_MAX_FACTOR` times it on CPU load. Replicas past the minimum were not placed by the
-    optimizer: they run where the cluster has room, else stay Pending (never evicting others)."""
+    :data:`HPA_MAX_FACTOR` times it on the stage's metric (``serving.metric``: CPU at 70% by
+    default). Replicas past the minimum were not placed by the optimizer: they run where the
+    cluster has room, else stay Pending (never evicting others)."""
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -260,11 +387,7 @@ def autoscaler(stage: Stage, replicas: int) -> Obj:
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": object_name(stage)},
             "minReplicas": replicas,
             "maxReplicas": HPA_MAX_FACTOR * replicas,
-            "metrics": [{
-                "type": "Resource",
-                "resource": {"name": "cpu", "target": {"type": "Utilization",
-                                                       "averageUtilization": HPA_CPU_UTILIZATION}},
-            }],
+            "metrics": [_metric(_serving(stage))],
         },
     }
 

@@ -16,6 +16,7 @@ and answers:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -154,3 +155,134 @@ def bind(model: FleetModel, files: Mapping[str, str]) -> tuple[dict[tuple[str, s
 
 def fit_problems(model: FleetModel, files: Mapping[str, str]) -> list[str]:
     return bind(model, files)[1]
+
+
+# --------------------------------------------------------------------------- gangs
+def _volcano_jobs(files: Mapping[str, str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for cluster, obj in objects(files):
+        if obj["kind"] == "Job" and obj["apiVersion"].startswith("batch.volcano.sh/"):
+            yield cluster, obj
+
+
+def pod_env(job: Mapping[str, Any], task: Mapping[str, Any], index: int) -> dict[str, str]:
+    """A Volcano Job pod's environment after the job plugins ran (volcano-sh/volcano
+    pkg/controllers/job/plugins: env/env.go, distributed-framework/pytorch/pytorch.go)."""
+    container = task["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    plugins = job["spec"].get("plugins", {})
+    name = job["metadata"]["name"]
+    if "env" in plugins:
+        env |= {"VC_TASK_INDEX": str(index), "VK_TASK_INDEX": str(index)}
+    if "pytorch" in plugins:
+        args = dict(a.lstrip("-").split("=", 1) for a in plugins["pytorch"])
+        master, worker = args.get("master", "master"), args.get("worker", "worker")
+        total = sum(t["replicas"] for t in job["spec"]["tasks"] if t["name"] in (master, worker))
+        env |= {"MASTER_ADDR": f"{name}-{master}-0.{name}", "MASTER_PORT": args.get("port", "23456"),
+                "WORLD_SIZE": str(total)}
+        if task["name"] == worker:
+            env["RANK"] = str(index + 1)
+        elif task["name"] == master:
+            env["RANK"] = "0"
+    return env
+
+
+def _hostnames(job: Mapping[str, Any]) -> set[str]:
+    """DNS names the ``svc`` plugin makes resolvable: ``<pod>.<job>`` for every pod."""
+    if "svc" not in job["spec"].get("plugins", {}):
+        return set()
+    name = job["metadata"]["name"]
+    return {f"{name}-{t['name']}-{i}.{name}" for t in job["spec"]["tasks"] for i in range(t["replicas"])}
+
+
+def rendezvous_problems(files: Mapping[str, str]) -> list[str]:
+    """Every gang of more than one pod can rendezvous like ``torchrun`` does: each pod knows the
+    world size (= the gang's pods), has a distinct rank 0..n-1, and the master address
+    resolves to the rank-0 pod."""
+    problems = []
+    for cluster, job in _volcano_jobs(files):
+        tasks = job["spec"]["tasks"]
+        size = sum(t["replicas"] for t in tasks)
+        if size < 2:
+            continue
+        where = f"{cluster}: Job/{job['metadata']['name']}"
+        hosts = _hostnames(job)
+        ranks: dict[int, str] = {}
+        for task in tasks:
+            for index in range(task["replicas"]):
+                env = pod_env(job, task, index)
+                host = f"{job['metadata']['name']}-{task['name']}-{index}.{job['metadata']['name']}"
+                if env.get("WORLD_SIZE") != str(size):
+                    problems.append(f"{where}: {host} has WORLD_SIZE {env.get('WORLD_SIZE')}, the gang {size}")
+                if "RANK" not in env or int(env["RANK"]) in ranks:
+                    problems.append(f"{where}: {host} has no rank of its own ({env.get('RANK')})")
+                else:
+                    ranks[int(env["RANK"])] = host
+                if env.get("MASTER_ADDR") not in hosts:
+                    problems.append(f"{where}: {host} cannot resolve MASTER_ADDR {env.get('MASTER_ADDR')}")
+        if sorted(ranks) != list(range(size)):
+            problems.append(f"{where}: ranks {sorted(ranks)} are not 0..{size - 1}")
+        elif any(pod_env(job, t, 0).get("MASTER_ADDR") != ranks[0] for t in tasks):
+            problems.append(f"{where}: MASTER_ADDR is not the rank-0 pod {ranks[0]}")
+    return problems
+
+
+# --------------------------------------------------------------------------- serving
+def probe_problems(files: Mapping[str, str]) -> list[str]:
+    """Every serving pod has a readiness probe on a port its container declares, and its
+    Service sends traffic to a declared port."""
+    problems = []
+    everything = list(objects(files))
+    for cluster, obj in everything:
+        if obj["kind"] != "Deployment":
+            continue
+        where = f"{cluster}: Deployment/{obj['metadata']['name']}"
+        container = obj["spec"]["template"]["spec"]["containers"][0]
+        declared = {p["name"] for p in container.get("ports", [])} | {
+            p["containerPort"] for p in container.get("ports", [])}
+        for kind in ("readinessProbe", "livenessProbe", "startupProbe"):
+            probe = container.get(kind)
+            if probe is None:
+                if kind == "readinessProbe":
+                    problems.append(f"{where}: no readiness probe")
+                continue
+            port = next(iter(probe.values()))["port"] if probe else None
+            if port not in declared:
+                problems.append(f"{where}: {kind} on port {port!r}, not declared ({sorted(map(str, declared))})")
+        services = [o for c, o in everything if c == cluster and o["kind"] == "Service"
+                    and o["spec"]["selector"].items() <= obj["spec"]["template"]["metadata"]["labels"].items()]
+        if not services:
+            problems.append(f"{where}: no Service selects its pods")
+        for service in services:
+            for port in service["spec"]["ports"]:
+                if port["targetPort"] not in declared:
+                    problems.append(f"{where}: Service targetPort {port['targetPort']!r} is not declared")
+    return problems
+
+
+# --------------------------------------------------------------------------- commands
+_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def command_problems(files: Mapping[str, str]) -> list[str]:
+    """Every ``$(VAR)`` in a container's command or args names a variable the container has
+    once its controller created the pod (the kubelet leaves unknown references as they are)."""
+    problems = []
+    for cluster, obj in objects(files):
+        if obj["kind"] == "Job" and obj["apiVersion"].startswith("batch.volcano.sh/"):
+            cases = [(t["template"]["spec"], pod_env(obj, t, i)) for t in obj["spec"]["tasks"]
+                     for i in range(t["replicas"])]
+        elif obj["kind"] == "Deployment":
+            spec = obj["spec"]["template"]["spec"]
+            cases = [(spec, {e["name"]: e["value"] for e in spec["containers"][0].get("env", [])})]
+        else:
+            continue
+        for spec, env in cases:
+            for container in spec.get("initContainers", []) + spec["containers"]:
+                known = env if container is spec["containers"][0] else {
+                    e["name"]: e["value"] for e in container.get("env", [])}
+                for word in container.get("command", []) + container.get("args", []):
+                    for name in _REFERENCE.findall(word):
+                        if name not in known:
+                            problems.append(f"{cluster}: {obj['kind']}/{obj['metadata']['name']} "
+                                            f"{container['name']}: $({name}) is not set")
+    return sorted(set(problems))

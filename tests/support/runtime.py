@@ -278,9 +278,12 @@ def command_problems(files: Mapping[str, str]) -> list[str]:
         else:
             continue
         for spec, env in cases:
+            own = {e["name"]: e["value"] for e in spec["containers"][0].get("env", [])}
+            plugins = {k: v for k, v in env.items() if k not in own}  # Volcano's, on every container
             for container in spec.get("initContainers", []) + spec["containers"]:
-                known = env if container is spec["containers"][0] else {
-                    e["name"]: e["value"] for e in container.get("env", [])}
+                known = {**plugins, **{e["name"]: e["value"] for e in container.get("env", [])}}
+                if container in spec.get("initContainers", []):
+                    known = {e["name"]: e["value"] for e in container.get("env", [])}
                 for word in container.get("command", []) + container.get("args", []):
                     for name in _REFERENCE.findall(word):
                         if name not in known:

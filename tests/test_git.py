@@ -86,7 +86,7 @@ def test_diff_between_two_commits_where_a_stage_moved(repo: Repo) -> None:
     result = run("diff", "--base", "HEAD~1")
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("fleetc diff HEAD~1 -> working tree\n\n")
-    assert "gpu-cluster-huawei: +0 ~0 -2 objects; GPUs 14 a100 -> 6 a100; cost/h " in result.stdout
+    assert "gpu-cluster-huawei: +0 ~1 -2 objects; GPUs 14 a100 -> 6 a100; cost/h " in result.stdout
     assert f"  - {MOVED}\n" in result.stdout and f"  + {MOVED}\n" in result.stdout
     assert "GPUs a100: 14 -> 6 (-8)\nGPUs t4: 4 -> 12 (+8)\n" in result.stdout
     assert "+++ b/out/clusters/inference-cluster-aliyun/job-aigc-prod-llm-chinese-training-model-training.yaml" \
@@ -129,9 +129,9 @@ def test_diff_markdown_structure(repo: Repo) -> None:
     assert text.startswith("### fleetc: placement diff `HEAD` → `working tree`\n\n1 stage moved;")
     assert "| cluster | objects + / ~ / − | GPUs before → after | cost/h before → after | stages in | stages out |" \
         in text
-    assert "| `gpu-cluster-huawei` | 0 / 0 / 2 | 14 a100 → 6 a100 |" in text
+    assert "| `gpu-cluster-huawei` | 0 / 1 / 2 | 14 a100 → 6 a100 |" in text
     assert '```mermaid\nxychart-beta\n' in text and '    bar "before" [14, 4]\n    bar "after" [6, 12]\n' in text
-    assert "<details><summary>cluster gpu-cluster-huawei: 3 files changed</summary>" in text
+    assert "<details><summary>cluster gpu-cluster-huawei: 4 files changed</summary>" in text
     assert text.count("<details>") == text.count("</details>") == 3
     assert len(text) <= 65_536
 

@@ -84,17 +84,17 @@ CASES: dict[str, tuple[Breakage, str]] = {
         '1 error in 1 file\n'),
     "wrong-type": (
         edit(PIPELINE, "    replicas: 4\n", "    replicas: four\n"),
-        'policies/llm-training-pipeline.yaml:63:15: error: spec.stages[3].replicas: '
+        'policies/llm-training-pipeline.yaml:65:15: error: spec.stages[3].replicas: '
         "expected an integer, got 'four'\n"
         '1 error in 1 file\n'),
     "negative-number": (
         edit(PIPELINE, "    replicas: 4\n", "    replicas: -4\n"),
-        'policies/llm-training-pipeline.yaml:63:15: error: spec.stages[3].replicas: '
+        'policies/llm-training-pipeline.yaml:65:15: error: spec.stages[3].replicas: '
         'expected an integer >= 1, got -4\n'
         '1 error in 1 file\n'),
     "huge-integer": (
         edit(PIPELINE, "    replicas: 4\n", "    replicas: 100000000000000000000000000000\n"),
-        'policies/llm-training-pipeline.yaml:63:15: error: spec.stages[3].replicas: '
+        'policies/llm-training-pipeline.yaml:65:15: error: spec.stages[3].replicas: '
         'expected an integer <= 100000, got 100000000000000000000000000000\n'
         '1 error in 1 file\n'),
     "infinite-number": (
@@ -119,7 +119,7 @@ CASES: dict[str, tuple[Breakage, str]] = {
         '1 error in 1 file\n'),
     "unknown-field": (
         edit(PIPELINE, "    replicas: 4\n", "    replica: 4\n"),
-        'policies/llm-training-pipeline.yaml:63:5: error: spec.stages[3].replica: unknown '
+        'policies/llm-training-pipeline.yaml:65:5: error: spec.stages[3].replica: unknown '
         "field 'replica'\n"
         "  hint: did you mean 'replicas'?\n"
         '1 error in 1 file\n'),
@@ -135,8 +135,8 @@ CASES: dict[str, tuple[Breakage, str]] = {
         '1 error in 1 file\n'),
     "duplicate-key": (
         edit(PIPELINE, "    replicas: 4\n", "    replicas: 4\n    replicas: 5\n"),
-        'policies/llm-training-pipeline.yaml:64:5: error: spec.stages[3].replicas: '
-        "duplicate key 'replicas' (first defined at line 63)\n"
+        'policies/llm-training-pipeline.yaml:66:5: error: spec.stages[3].replicas: '
+        "duplicate key 'replicas' (first defined at line 65)\n"
         '  hint: remove one of the two\n'
         '1 error in 1 file\n'),
     "duplicate-stage-name": (
@@ -147,7 +147,7 @@ CASES: dict[str, tuple[Breakage, str]] = {
         'spec.stages[2].dependencies[0]: a stage cannot depend on itself\n'
         'policies/llm-training-pipeline.yaml:53:15: error: spec.stages[2].inputs[0].from: '
         'a stage cannot read its own output\n'
-        'policies/llm-training-pipeline.yaml:59:20: error: '
+        'policies/llm-training-pipeline.yaml:61:20: error: '
         "spec.stages[3].dependencies[0]: no stage named 'model-evaluation' in this "
         'pipeline\n'
         "  hint: did you mean 'model-deployment'?\n"
@@ -159,7 +159,7 @@ CASES: dict[str, tuple[Breakage, str]] = {
         '1 error in 1 file\n'),
     "broken-reference": (
         edit(PIPELINE, 'dependencies: ["model-evaluation"]', 'dependencies: ["model-evaluaton"]'),
-        'policies/llm-training-pipeline.yaml:59:20: error: '
+        'policies/llm-training-pipeline.yaml:61:20: error: '
         "spec.stages[3].dependencies[0]: no stage named 'model-evaluaton' in this "
         'pipeline\n'
         "  hint: did you mean 'model-evaluation'?\n"

@@ -7,7 +7,16 @@ import os
 from pathlib import Path
 
 import pytest
-from support.runtime import bind, command_problems, fit_problems, pods, probe_problems, rendezvous_problems
+from support.runtime import (
+    bind,
+    command_problems,
+    fit_problems,
+    markers_written,
+    order_problems,
+    pods,
+    probe_problems,
+    rendezvous_problems,
+)
 
 from bench.generate import Spec, generate
 from fleetc.compiler import Compiled, compile_policies, load_policies
@@ -104,3 +113,47 @@ def test_the_model_sees_a_gang_without_plugins_a_probe_off_its_port_and_an_unset
     unset = _edited(served, suffix, "$(FLEETC_INPUT_MODEL_PATH)", "$(FLEETC_INPUT_MODLE_PATH)")
     assert [p.split(" ", 2)[2] for p in command_problems(unset)] == [
         "deployment: $(FLEETC_INPUT_MODLE_PATH) is not set"]
+
+
+def warned_order(result: Compiled) -> set[tuple[str, str]]:
+    """(stage, upstream) pairs the compile warned it cannot order."""
+    found = set()
+    for w in result.warnings:
+        if "may start before" in w.message:
+            stage, upstream = w.message.split("'")[1], w.message.split("'")[3]
+            found.add((stage, upstream))
+    return found
+
+
+def test_every_dependency_is_waited_for(compiles: list[tuple[str, Compiled]], bundled: Compiled) -> None:
+    for name, result in compiles:
+        assert order_problems(result.model, result.files, warned_order(result)) == [], name
+    assert warned_order(bundled) == set()  # the bundled example orders every stage
+    written = markers_written(bundled.files)
+    assert {key.split("/")[1] for key in written} == {"data-preparation", "model-training", "model-evaluation",
+                                                      "ticket-cleaning", "lora-finetuning"}
+    training = written["llm-chinese-training/model-training"]
+    assert {path for path, _ in training} == {":s3:models/llm/v1/_SUCCESS"}
+
+
+def test_a_two_cluster_pipeline_serves_only_after_training_completed() -> None:
+    result = compiled_in(CASES / "two-cluster-pipeline")
+    clusters = {p.stage: p.cluster for p in pods(result.files)}
+    assert clusters["llm/train"] != clusters["llm/serve"]
+    assert warned_order(result) == set()
+    assert order_problems(result.model, result.files, set()) == []
+    serving = [p for p in pods(result.files) if p.stage == "llm/serve"]
+    assert serving and all([c["name"] for c in p.spec["initContainers"]] == ["fleetc-wait-train"] for p in serving)
+
+
+def test_the_model_sees_a_dependant_that_does_not_wait_and_a_marker_nobody_writes() -> None:
+    result = compiled_in(CASES / "two-cluster-pipeline")
+    files = dict(result.files)
+    (serve,) = [p for p in files if p.endswith("/deployment-ml-llm-serve.yaml")]
+    files[serve] = files[serve].replace("_SUCCESS.1 ", "_SUCCESS.2 ")
+    assert order_problems(result.model, files, set()) == [
+        "serve-l4: Deployment/llm-serve pod 0 does not wait for train's markers",
+        "serve-l4: Deployment/llm-serve pod 1 does not wait for train's markers"]
+    (train,) = [p for p in files if p.endswith("/job-ml-llm-train.yaml")]
+    files[train] = files[train].replace("code=$?", "code=0")  # marks even when the command failed
+    assert order_problems(result.model, files, set()) == ["llm/serve: train writes no completion marker"]

@@ -41,6 +41,7 @@ from fleetc.render.context import Context, Work, placements, work_by_cluster
 from fleetc.render.data import data_warnings, fluid_objects
 from fleetc.render.gitops import gitops_files, gitops_warnings
 from fleetc.render.gpu import device_plugin_config, gpu_warnings
+from fleetc.render.order import order_warnings
 from fleetc.render.report import placement_report
 from fleetc.render.workloads import (
     GPU_PRODUCT_LABELS,
@@ -116,7 +117,7 @@ def _warnings(ctx: Context, work: dict[str, Work]) -> tuple[Diagnostic, ...]:
     if model.gpu_policy is not None:
         found += gpu_warnings(model.gpu_policy)
     found += data_warnings(ctx, work)
-    found += [w for stages in work.values() for w in stage_warnings(ctx, stages)]
+    found += [w for stages in work.values() for w in stage_warnings(ctx, stages) + order_warnings(ctx, stages)]
     if work:
         found += gitops_warnings(model.gitops, ctx.fleet_path)
     return tuple(sorted(set(found)))

@@ -31,6 +31,8 @@ class Context:
     governing: Mapping[str, tuple[Platform, ...]]  # pipeline -> platforms governing it, by name
     pipeline_sources: Mapping[str, Source]  # pipeline -> its policy file (field: metadata)
     gpu_slots: int  # time-sliced slots per GPU; 1 when GPUs are not shared
+    stages: Mapping[tuple[str, str], Stage]  # (pipeline, stage name) -> stage
+    waited_for: frozenset[str]  # keys of the stages another stage depends on
 
     @classmethod
     def of(cls, model: FleetModel) -> Context:
@@ -45,6 +47,8 @@ class Context:
             governing={n: tuple(p for p in model.platforms if n in p.pipelines) for n in names},
             pipeline_sources={s.pipeline: Source(s.source.path, "metadata") for s in model.stages},
             gpu_slots=slots_per_gpu(model),
+            stages={(s.pipeline, s.name): s for s in model.stages},
+            waited_for=frozenset(f"{s.pipeline}/{d}" for s in model.stages for d in s.dependencies),
         )
 
     @property
@@ -57,6 +61,12 @@ class Context:
         """The data policy of this compile (fleetc reads at most one; it has no selector, so it
         applies to every pipeline)."""
         return self.model.data_policies[0] if self.model.data_policies else None
+
+    def stage(self, pipeline: str, name: str) -> Stage | None:
+        return self.stages.get((pipeline, name))
+
+    def depended_on(self, stage: Stage) -> bool:
+        return stage.key in self.waited_for
 
     def platforms(self, pipeline: str) -> tuple[Platform, ...]:
         return self.governing.get(pipeline, ())

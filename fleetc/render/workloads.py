@@ -42,6 +42,7 @@ from fleetc.render.common import (
 )
 from fleetc.render.context import Context, Work
 from fleetc.render.data import CacheMounts, cache_mounts, scheme
+from fleetc.render.order import STATUS_PATH, STATUS_VOLUME, mark_container, marks, wait_containers, wrap_command
 from fleetc.resolve import DEFAULT_IMAGES
 
 #: fleetc's GPU type names -> the ``nvidia.com/gpu.product`` node label GPU feature discovery sets.
@@ -196,9 +197,19 @@ def _pod_spec(ctx: Context, cluster: Cluster, stage: Stage, container: Obj, cach
         spec["nodeSelector"] = {"nvidia.com/gpu.product": product + suffix}
     if stage.tolerations:
         spec["tolerations"] = [_toleration(t) for t in stage.tolerations]
+    waits, volumes = wait_containers(ctx, stage)
+    if waits:
+        spec["initContainers"] = waits
     spec["containers"] = [container]
-    if cache.volumes:
-        spec["volumes"] = cache.volumes
+    if marks(ctx, stage):
+        container["command"] = wrap_command(container["command"])
+        container.setdefault("volumeMounts", []).append({"name": STATUS_VOLUME, "mountPath": STATUS_PATH})
+        marker, marker_volumes = mark_container(stage)
+        spec["containers"].append(marker)
+        volumes += marker_volumes
+    volumes = cache.volumes + volumes
+    if volumes:
+        spec["volumes"] = volumes
     return spec
 
 

@@ -17,6 +17,7 @@ and answers:
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -277,12 +278,80 @@ def command_problems(files: Mapping[str, str]) -> list[str]:
         else:
             continue
         for spec, env in cases:
+            own = {e["name"]: e["value"] for e in spec["containers"][0].get("env", [])}
+            plugins = {k: v for k, v in env.items() if k not in own}  # Volcano's, on every container
             for container in spec.get("initContainers", []) + spec["containers"]:
-                known = env if container is spec["containers"][0] else {
-                    e["name"]: e["value"] for e in container.get("env", [])}
+                known = {**plugins, **{e["name"]: e["value"] for e in container.get("env", [])}}
+                if container in spec.get("initContainers", []):
+                    known = {e["name"]: e["value"] for e in container.get("env", [])}
                 for word in container.get("command", []) + container.get("args", []):
                     for name in _REFERENCE.findall(word):
                         if name not in known:
                             problems.append(f"{cluster}: {obj['kind']}/{obj['metadata']['name']} "
                                             f"{container['name']}: $({name}) is not set")
+    return sorted(set(problems))
+
+
+# --------------------------------------------------------------------------- order
+_WRITE = re.compile(r"echo (\w+) \| rclone rcat (\S+)")
+_READ = re.compile(r"rclone cat (\S+) 2>/dev/null\)\\?\" = (\w+)")
+_WRAPPED = '"$@"; code=$?; echo "$code" > /fleetc/status/exit-code; exit "$code"'
+
+
+def _where(path: str, spec: Mapping[str, Any], container: Mapping[str, Any]) -> str:
+    """A marker's storage location: a mounted NFS path as nfs://server/path/..., a remote as is."""
+    for mount in container.get("volumeMounts", []):
+        if path.startswith(mount["mountPath"] + "/"):
+            volume = next(v for v in spec.get("volumes", []) if v["name"] == mount["name"])
+            nfs = volume["nfs"]
+            return f"nfs://{nfs['server']}{nfs['path'].rstrip('/')}/{path[len(mount['mountPath']) + 1:]}"
+    return path
+
+
+def _expand(text: str, env: Mapping[str, str]) -> str:
+    return _REFERENCE.sub(lambda m: env.get(m.group(1), m.group(0)), text)
+
+
+def markers_written(files: Mapping[str, str]) -> dict[str, set[tuple[str, str]]]:
+    """Stage key -> (location, content) of the completion markers its pods write once their
+    main container exited 0 (and only then: the main command must record its exit code)."""
+    written: dict[str, set[tuple[str, str]]] = {}
+    for _, job in _volcano_jobs(files):
+        for task in job["spec"]["tasks"]:
+            spec = task["template"]["spec"]
+            main, *others = spec["containers"]
+            for index in range(task["replicas"]):
+                env = pod_env(job, task, index)
+                for container in others:
+                    if container["name"] != "fleetc-mark" or main["command"][:3] != ["sh", "-c", _WRAPPED]:
+                        continue
+                    script = _expand(container["command"][2], env)
+                    for content, path in _WRITE.findall(script):
+                        written.setdefault(_stage(task["template"]), set()).add(
+                            (_where(shlex.split(path)[0], spec, container), content))
+    return written
+
+
+def order_problems(model: FleetModel, files: Mapping[str, str], warned: set[tuple[str, str]]) -> list[str]:
+    """Every pod of a stage waits, before it starts, for the completion marker of every
+    run-to-completion stage it depends on, as that stage's pods write it; ``warned`` are the
+    (stage, upstream) pairs the compile said it cannot order."""
+    written = markers_written(files)
+    problems = []
+    stages = {s.key: s for s in model.stages}
+    for pod in pods(files):
+        stage = stages[pod.stage]
+        waited: dict[str, set[tuple[str, str]]] = {}
+        for init in pod.spec.get("initContainers", []):
+            for path, content in _READ.findall(init["command"][2]):
+                waited.setdefault(init["name"], set()).add((_where(shlex.split(path)[0], pod.spec, init), content))
+        for name in stage.dependencies:
+            upstream = stages[f"{stage.pipeline}/{name}"]
+            if not upstream.is_gang or (stage.name, name) in warned:
+                continue
+            marks = written.get(upstream.key, set())
+            if not marks:
+                problems.append(f"{pod.stage}: {name} writes no completion marker")
+            elif waited.get(f"fleetc-wait-{name}") != marks:
+                problems.append(f"{pod.cluster}: {pod.owner} pod {pod.index} does not wait for {name}'s markers")
     return sorted(set(problems))

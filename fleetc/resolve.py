@@ -54,9 +54,9 @@ def resolve(policies: PolicySet, where: str, drained: Sequence[str] = (),
     given (relative to ``workdir`` unless absolute): sources name policy files relative to them
     (see :func:`provenance_names`).
     """
-    model = _resolve(policies, where, drained)
     files = sorted({parsed.doc.path for kind in fields(policies) for parsed in getattr(policies, kind.name)})
-    return _renamed(model, provenance_names(files, roots or files, workdir))
+    names = provenance_names(files, roots or files, workdir)
+    return _renamed(_resolve(policies, where, drained, names), names)
 
 
 def provenance_names(files: Sequence[str], roots: Sequence[str], workdir: str = ".") -> dict[str, str]:
@@ -81,15 +81,14 @@ def _within(path: str, folder: str) -> bool:
 
 
 def _renamed(model: m.FleetModel, names: dict[str, str]) -> m.FleetModel:
-    """``model`` with every source naming its file by ``names``."""
+    """``model`` with the sources of its policies (its clusters and stages are built named)
+    naming their file by ``names``."""
     def named(source: m.Source) -> m.Source:
         return replace(source, path=names.get(source.path, source.path))
 
     gpu = model.gpu_policy
     return replace(
         model,
-        clusters=tuple(replace(c, source=named(c.source)) for c in model.clusters),
-        stages=tuple(replace(s, source=named(s.source)) for s in model.stages),
         platforms=tuple(replace(p, source=named(p.source)) for p in model.platforms),
         gpu_policy=replace(gpu, source=named(gpu.source)) if gpu is not None else None,
         data_policies=tuple(replace(d, source=named(d.source)) for d in model.data_policies),
@@ -97,7 +96,7 @@ def _renamed(model: m.FleetModel, names: dict[str, str]) -> m.FleetModel:
     )
 
 
-def _resolve(policies: PolicySet, where: str, drained: Sequence[str]) -> m.FleetModel:
+def _resolve(policies: PolicySet, where: str, drained: Sequence[str], names: dict[str, str]) -> m.FleetModel:
     if not policies.fleets:
         raise PolicyError([Diagnostic(where, 0, 0, "", "no Fleet found: fleetc needs one Fleet "
                                       "to place pipelines on",
@@ -107,19 +106,19 @@ def _resolve(policies: PolicySet, where: str, drained: Sequence[str]) -> m.Fleet
     spec = fleet.obj.spec
     unknown = sorted(set(drained) - {c.name for c in spec.clusters})
     if unknown:
-        names = [c.name for c in spec.clusters]
-        hint = did_you_mean(unknown[0], names) or f"its clusters: {', '.join(names)}"
+        known = [c.name for c in spec.clusters]
+        hint = did_you_mean(unknown[0], known) or f"its clusters: {', '.join(known)}"
         raise UsageError(f"--drain {unknown[0]}: no cluster of that name in Fleet "
                          f"'{fleet.name}' ({fleet.doc.path}); {hint}")
     fleet_tolerations = tuple(_toleration(t) for t in
                               (spec.placement.clusterTolerations or [] if spec.placement else []))
-    clusters = tuple(sorted((_cluster(fleet, i, drained) for i in range(len(spec.clusters))),
+    clusters = tuple(sorted((_cluster(fleet, i, drained, names) for i in range(len(spec.clusters))),
                             key=lambda c: c.name))
     gpu_taints = _derived_gpu_taints(fleet)
     stages = _with_jurisdictions(policies, clusters, tuple(
         _fitted(_with_gpu_tolerations(stage, gpu_taints), clusters)
         for pipeline in sorted(policies.pipelines, key=lambda pl: pl.name)
-        for stage in _stages(pipeline, fleet_tolerations)
+        for stage in _stages(pipeline, fleet_tolerations, names.get(pipeline.doc.path, pipeline.doc.path))
     ))
     return m.FleetModel(
         name=fleet.name,
@@ -303,7 +302,7 @@ def _flag(attributes: Mapping[str, object], key: str) -> bool:
     return str(attributes.get(key, "false")).lower() == "true"
 
 
-def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str]) -> m.Cluster:
+def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str], names: dict[str, str]) -> m.Cluster:
     c = fleet.obj.spec.clusters[index]
     attributes = c.attributes or {}
     gpus = int(str(attributes.get("gpu-count", 0)))
@@ -337,7 +336,7 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str]) -> m.Cl
         low_latency=_flag(attributes, "low-latency"),
         edge=_flag(attributes, "edge-node"),
         utilization=_or(c.utilization, 0.0),
-        source=m.Source(fleet.doc.path, f"spec.clusters[{index}]"),
+        source=m.Source(names.get(fleet.doc.path, fleet.doc.path), f"spec.clusters[{index}]"),
         cordoned=bool(c.cordoned) or c.name in drained,
         gpus_per_node=(int(str(per_node)) if per_node is not None
                        else nodefit.default_gpus_per_node(gpus)),
@@ -355,17 +354,18 @@ def _toleration(t: p.Toleration) -> m.Toleration:
 
 
 def _stages(pipeline: Parsed[p.AIGCPipeline],
-            fleet_tolerations: tuple[m.Toleration, ...]) -> list[m.Stage]:
+            fleet_tolerations: tuple[m.Toleration, ...], path: str) -> list[m.Stage]:
+    """The pipeline's stages; ``path`` names its file in their sources."""
     declared = pipeline.obj.spec.stages
     outputs = {(s.name, o.name): o for s in declared for o in s.outputs or []}
     return [
-        _stage(pipeline, i, stage, outputs, fleet_tolerations) for i, stage in enumerate(declared)
+        _stage(pipeline, i, stage, outputs, fleet_tolerations, path) for i, stage in enumerate(declared)
     ]
 
 
 def _stage(pipeline: Parsed[p.AIGCPipeline], index: int, stage: p.PipelineStage,
            outputs: dict[tuple[str, str], p.StageOutput],
-           fleet_tolerations: tuple[m.Toleration, ...]) -> m.Stage:
+           fleet_tolerations: tuple[m.Toleration, ...], path: str) -> m.Stage:
     kind = m.StageType(stage.type)
     res = stage.resources or p.StageResources()
     deployment = kind is m.StageType.DEPLOYMENT
@@ -390,7 +390,7 @@ def _stage(pipeline: Parsed[p.AIGCPipeline], index: int, stage: p.PipelineStage,
         tolerations=tuple(_toleration(t) for t in stage.tolerations or []) + fleet_tolerations,
         image=stage.image or DEFAULT_IMAGES[kind],
         command=tuple(stage.command or ()),
-        source=m.Source(pipeline.doc.path, f"spec.stages[{index}]"),
+        source=m.Source(path, f"spec.stages[{index}]"),
         shared_gpu=res.sharedGPU if res.sharedGPU is not None else deployment,
         serving=_serving(stage) if deployment else None,
     )

@@ -5,7 +5,10 @@ end, so a compile that fails midway (or is killed) leaves the previous output as
 Linux the swap is one ``renameat2(RENAME_EXCHANGE)`` call; elsewhere two renames.
 
 fleetc owns only the files its record (:data:`RECORD`) lists: files someone else put in the
-output folder are carried over into the new tree, never deleted.
+output folder are carried over into the new tree, never deleted. Files under
+:data:`USER_FOLDER` are the user's: fleetc writes one there only when it does not exist yet (the
+first, empty ``kustomization.yaml`` of ``local/<cluster>/``, which the cluster's kustomization
+includes), never records, changes or deletes it.
 
 Two compiles writing the same output folder at once take turns: each holds an exclusive
 ``flock`` on the output folder's parent while it stages and swaps (a lock on the folder itself
@@ -44,6 +47,8 @@ from fleetc.errors import FleetcError, UsageError
 
 #: Where fleetc records the files it wrote, relative to the output folder.
 RECORD = ".fleetc/files"
+#: The user's folder in the output: what fleetc renders there is written only when absent.
+USER_FOLDER = "local/"
 #: Seconds a compile waits for another compile writing the same output folder to finish.
 LOCK_TIMEOUT = 120.0
 _LOCK_POLL = 0.05
@@ -138,10 +143,13 @@ def _stage_and_swap(out_dir: Path, files: Mapping[str, str]) -> None:
     staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(out_dir, "new"), dir=out_dir.parent))
     try:
         previous = out_dir if out_dir.is_dir() else None
-        _write_files(staging, files, previous)
+        owned = {rel: text for rel, text in files.items() if not is_users(rel)}
+        _write_files(staging, owned, previous)
         if previous is not None:
-            _carry_foreign_files(out_dir, staging, set(files))
-        _write_files(staging, {RECORD: "".join(f"{rel}\n" for rel in sorted(files))}, None)
+            _carry_foreign_files(out_dir, staging, set(owned))
+        _write_files(staging, {rel: text for rel, text in files.items()
+                               if is_users(rel) and not os.path.lexists(staging / rel)}, None)
+        _write_files(staging, {RECORD: "".join(f"{rel}\n" for rel in sorted(owned))}, None)
         _match_mode(staging, out_dir)
         _swap(staging, out_dir)
     finally:
@@ -189,13 +197,21 @@ def _remove_stale_staging(out_dir: Path) -> None:
         shutil.rmtree(entry, ignore_errors=True)
 
 
+def is_users(rel: str) -> bool:
+    """Whether a path of the output folder is in the user's folder (:data:`USER_FOLDER`)."""
+    return rel.startswith(USER_FOLDER)
+
+
 def changes(out_dir: Path, files: Mapping[str, str]) -> list[Change]:
-    """What writing ``files`` would change in ``out_dir`` (for ``--check``), sorted by path."""
+    """What writing ``files`` would change in ``out_dir`` (for ``--check``), sorted by path.
+    A file of the user's folder is a change only while it does not exist."""
     found = []
     for rel, text in files.items():
         target = out_dir / rel
         if not target.is_file():
             found.append(Change(rel, "added"))
+        elif is_users(rel):
+            continue
         elif target.read_bytes() != text.encode("utf-8"):
             found.append(Change(rel, "changed"))
     found += [Change(rel, "removed") for rel in owned_files(out_dir) - set(files)

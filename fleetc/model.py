@@ -106,6 +106,25 @@ class Cluster:
     drained: bool = False  # cordoned for this compile only, by --drain
 
 
+#: The Alluxio properties a mount of each URL scheme needs, which Fluid takes from the Secret an
+#: input names, under the same keys (Alluxio's property list: ``aws.accessKeyId``,
+#: ``fs.cos.access.key``...; Fluid's ``encryptOptions``, fluid ``docs/en/samples/
+#: use_encryptoptions.md``). Other schemes take no credentials fleetc can name.
+STORAGE_CREDENTIAL_KEYS: dict[str, tuple[str, ...]] = {
+    "s3": ("aws.accessKeyId", "aws.secretKey"),
+    "s3a": ("aws.accessKeyId", "aws.secretKey"),
+    "cos": ("fs.cos.access.key", "fs.cos.secret.key", "fs.cos.region", "fs.cos.app.id"),
+    "oss": ("fs.oss.accessKeyId", "fs.oss.accessKeySecret", "fs.oss.endpoint"),
+    "obs": ("fs.obs.accessKey", "fs.obs.secretKey", "fs.obs.endpoint"),
+    "gs": ("fs.gcs.accessKeyId", "fs.gcs.secretAccessKey"),
+}
+
+
+def url_scheme(url: str) -> str:
+    """``cos`` for ``cos://bucket/x``; "" for a URL without a scheme."""
+    return url.partition("://")[0].lower() if "://" in url else ""
+
+
 @dataclass(frozen=True)
 class Input:
     name: str
@@ -114,6 +133,8 @@ class Input:
     from_output: str | None
     location: str | None  # region where the data lives, when known
     jurisdiction: str | None = None  # the data's jurisdiction, when the policy names it
+    #: The Secret with the storage credentials Fluid mounts ``url`` with (None: public data).
+    secret_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -227,6 +248,8 @@ class Platform:
     source: Source
     #: multiCluster.failoverHeadroom: losing one HA cluster leaves room for its serving replicas.
     failover_headroom: bool = False
+    #: Under data sovereignty: jurisdiction -> the CIDR blocks of its storage, sorted.
+    storage_endpoints: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -258,6 +281,7 @@ class GitOps:
     repo_url: str = "https://git.example.com/fleet.git"
     branch: str = "main"
     path: str = "out"
+    secret_name: str | None = None  # the Secret Flux clones the repository with
 
 
 @dataclass(frozen=True)

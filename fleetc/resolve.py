@@ -295,7 +295,8 @@ def _gitops(spec: p.GitOps | None) -> m.GitOps:
     if spec is None:
         return default
     return m.GitOps(repo_url=spec.repoURL or default.repo_url,
-                    branch=spec.branch or default.branch, path=spec.path or default.path)
+                    branch=spec.branch or default.branch, path=spec.path or default.path,
+                    secret_name=spec.secretName)
 
 
 def _flag(attributes: Mapping[str, object], key: str) -> bool:
@@ -416,11 +417,13 @@ def _serving(stage: p.PipelineStage) -> m.Serving:
 
 def _input(item: p.StageInput, outputs: dict[tuple[str, str], p.StageOutput]) -> m.Input:
     if item.from_ is None:
-        return m.Input(item.name, item.source, None, None, item.location, item.jurisdiction)
+        return m.Input(item.name, item.source, None, None, item.location, item.jurisdiction,
+                       secret_name=item.secretName)
     stage_name, _, output_name = item.from_.split(".", 2)
     produced = outputs[(stage_name, output_name)]
     return m.Input(item.name, produced.storage, stage_name, output_name,
-                   item.location or produced.location, item.jurisdiction or produced.jurisdiction)
+                   item.location or produced.location, item.jurisdiction or produced.jurisdiction,
+                   secret_name=item.secretName)
 
 
 def _score_weights(spec: p.ScoreWeightsSpec | None) -> m.ScoreWeights:
@@ -468,7 +471,16 @@ def _platform(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> m.Platfo
         pipelines=tuple(sorted(governed(platform, policies))),
         source=m.Source(platform.doc.path, "spec"),
         failover_headroom=bool(multi.failoverHeadroom) if multi else False,
+        storage_endpoints=_storage_endpoints(security.storageEndpoints or []),
     )
+
+
+def _storage_endpoints(declared: list[p.StorageEndpoints]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Jurisdiction -> its storage CIDR blocks, merged when a jurisdiction is listed twice."""
+    blocks: dict[str, set[str]] = {}
+    for entry in declared:
+        blocks.setdefault(entry.jurisdiction, set()).update(entry.cidrs)
+    return tuple((jurisdiction, tuple(sorted(cidrs))) for jurisdiction, cidrs in sorted(blocks.items()))
 
 
 def _gpu_policy(gpu: Parsed[p.GPUOptimizationPolicy]) -> m.GPUPolicy:

@@ -72,10 +72,9 @@ def test_check_on_fresh_and_stale_output(repo: Repo) -> None:
     before = state(Path(repo.working_tree_dir))
     stale = run("compile", "--check")
     assert stale.exit_code == 1
-    assert ("would remove out/clusters/gpu-cluster-huawei/job-aigc-prod-llm-chinese-training-model-training.yaml"
-            in stale.stderr)
-    assert "would add out/clusters/inference-cluster-aliyun/job-aigc-prod-llm-chinese-training-model-training.yaml" \
-        in stale.stderr
+    job = r"workloads/job-aigc-prod-llm-chinese-training-model-training-[0-9a-f]{8}\.yaml"
+    assert re.search(rf"would remove out/clusters/gpu-cluster-huawei/{job}\n", stale.stderr)
+    assert re.search(rf"would add out/clusters/inference-cluster-aliyun/{job}\n", stale.stderr)
     assert state(Path(repo.working_tree_dir)) == before
 
 
@@ -89,8 +88,8 @@ def test_diff_between_two_commits_where_a_stage_moved(repo: Repo) -> None:
     assert "gpu-cluster-huawei: +0 ~1 -2 objects; GPUs 14 a100 -> 6 a100; cost/h " in result.stdout
     assert f"  - {MOVED}\n" in result.stdout and f"  + {MOVED}\n" in result.stdout
     assert "GPUs a100: 14 -> 6 (-8)\nGPUs t4: 4 -> 12 (+8)\n" in result.stdout
-    assert "+++ b/out/clusters/inference-cluster-aliyun/job-aigc-prod-llm-chinese-training-model-training.yaml" \
-        in result.stdout
+    assert re.search(r"\+\+\+ b/out/clusters/inference-cluster-aliyun/workloads/"
+                     r"job-aigc-prod-llm-chinese-training-model-training-[0-9a-f]{8}\.yaml\n", result.stdout)
     # provenance annotations name the policy files the same way on both sides: no spurious diffs
     objects = json.loads(run("diff", "--base", "HEAD~1", "--format", "json").stdout)["objects"]
     changed = [o["diff"] for o in objects if o["status"] == "changed"]
@@ -131,7 +130,7 @@ def test_diff_markdown_structure(repo: Repo) -> None:
         in text
     assert "| `gpu-cluster-huawei` | 0 / 1 / 2 | 14 a100 → 6 a100 |" in text
     assert '```mermaid\nxychart-beta\n' in text and '    bar "before" [14, 4]\n    bar "after" [6, 12]\n' in text
-    assert "<details><summary>cluster gpu-cluster-huawei: 4 files changed</summary>" in text
+    assert "<details><summary>cluster gpu-cluster-huawei: 5 files changed</summary>" in text
     assert text.count("<details>") == text.count("</details>") == 3
     assert len(text) <= 65_536
 
@@ -250,7 +249,7 @@ def test_commit_refuses_manual_edits_in_out(repo: Repo) -> None:
     folder = Path(repo.working_tree_dir)
     assert run("compile", "--commit").exit_code == 0
     head = repo.head.commit.hexsha
-    edited = folder / "out/clusters/gpu-cluster-huawei/kustomization.yaml"
+    edited = folder / "out/clusters/gpu-cluster-huawei/workloads/kustomization.yaml"
     edited.write_text(edited.read_text() + "# hand edit\n")
     (folder / "out/extra.yaml").write_text("kind: ConfigMap\n")
     move_training_to_t4(folder)
@@ -258,7 +257,7 @@ def test_commit_refuses_manual_edits_in_out(repo: Repo) -> None:
     result = run("compile", "--commit")
     assert result.exit_code == 1
     assert result.stderr == ("error: out/ has changes fleetc did not make; commit or discard them first "
-                             "(nothing was written):\n  out/clusters/gpu-cluster-huawei/kustomization.yaml\n"
+                             "(nothing was written):\n  out/clusters/gpu-cluster-huawei/workloads/kustomization.yaml\n"
                              "  out/extra.yaml\n")
     assert (repo.head.commit.hexsha, state(folder)) == (head, before)
 

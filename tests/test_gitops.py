@@ -9,7 +9,7 @@ from pathlib import Path
 from support.k8s import kustomize_build, require_upstream_schemas, validate_tree
 from test_render import SAFE, fleet, write
 
-from fleetc.emit import write_tree
+from fleetc.emit import changes, write_tree
 from fleetc.model import GitOps, Placement
 from fleetc.render import render
 
@@ -55,6 +55,12 @@ spec:
           selfHeal: true
         syncOptions:
           - RespectIgnoreDifferences=true
+        retry:
+          limit: 5
+          backoff:
+            duration: 10s
+            factor: 2
+            maxDuration: 5m
       ignoreDifferences:
         - group: apps
           kind: Deployment
@@ -77,13 +83,16 @@ spec:
   url: https://git.example.org/team/fleet.git
   ref:
     branch: release
+  secretRef:
+    name: fleet-repo-credentials
 """
 
-FLUX_KUSTOMIZATION = """\
+FLUX_KUSTOMIZATIONS = {
+    "infra": """\
 apiVersion: kustomize.toolkit.fluxcd.io/v1
 kind: Kustomization
 metadata:
-  name: fleetc
+  name: fleetc-infra
   namespace: flux-system
   labels:
     app.kubernetes.io/managed-by: fleetc
@@ -91,14 +100,65 @@ metadata:
     fleetc.dev/source: fleet.yaml#spec.gitops
 spec:
   interval: 10m
+  retryInterval: 1m
   sourceRef:
     kind: GitRepository
     name: fleetc
-  path: ./deploy/fleet/clusters/gpu-west
+  path: ./deploy/fleet/clusters/gpu-west/infra
   prune: true
-"""
+  deletionPolicy: Orphan
+  wait: true
+  timeout: 5m
+""",
+    "local": """\
+apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata:
+  name: fleetc-local
+  namespace: flux-system
+  labels:
+    app.kubernetes.io/managed-by: fleetc
+  annotations:
+    fleetc.dev/source: fleet.yaml#spec.gitops
+spec:
+  dependsOn:
+    - name: fleetc-infra
+  interval: 10m
+  retryInterval: 1m
+  sourceRef:
+    kind: GitRepository
+    name: fleetc
+  path: ./deploy/fleet/local/gpu-west
+  prune: true
+  deletionPolicy: Orphan
+""",
+    "workloads": """\
+apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata:
+  name: fleetc-workloads
+  namespace: flux-system
+  labels:
+    app.kubernetes.io/managed-by: fleetc
+  annotations:
+    fleetc.dev/source: fleet.yaml#spec.gitops
+spec:
+  dependsOn:
+    - name: fleetc-infra
+    - name: fleetc-local
+  interval: 10m
+  retryInterval: 1m
+  sourceRef:
+    kind: GitRepository
+    name: fleetc
+  path: ./deploy/fleet/clusters/gpu-west/workloads
+  prune: true
+  deletionPolicy: Orphan
+""",
+}
 
-CUSTOM = GitOps(repo_url="https://git.example.org/team/fleet.git", branch="release", path="./deploy/fleet/")
+CUSTOM = GitOps(repo_url="https://git.example.org/team/fleet.git", branch="release", path="./deploy/fleet/",
+                secret_name="fleet-repo-credentials")
 
 
 def files_with(gitops: GitOps) -> dict[str, str]:
@@ -113,24 +173,34 @@ def test_application_set_exact_text() -> None:
 def test_flux_objects_exact_text() -> None:
     files = files_with(CUSTOM)
     assert files["flux/gpu-west/gitrepository-flux-system-fleetc.yaml"] == GIT_REPOSITORY
-    assert files["flux/gpu-west/kustomization-flux-system-fleetc.yaml"] == FLUX_KUSTOMIZATION
+    for layer, text in FLUX_KUSTOMIZATIONS.items():
+        assert files[f"flux/gpu-west/kustomization-flux-system-fleetc-{layer}.yaml"] == text
     assert SAFE.load(files["flux/gpu-west/kustomization.yaml"])["resources"] == [
-        "gitrepository-flux-system-fleetc.yaml", "kustomization-flux-system-fleetc.yaml"]
+        "gitrepository-flux-system-fleetc.yaml", "kustomization-flux-system-fleetc-infra.yaml",
+        "kustomization-flux-system-fleetc-local.yaml", "kustomization-flux-system-fleetc-workloads.yaml"]
 
 
-def test_one_flux_folder_per_cluster_folder() -> None:
+def test_no_secret_named_no_secret_ref() -> None:
+    files = files_with(GitOps())
+    assert "secretRef" not in files["flux/gpu-west/gitrepository-flux-system-fleetc.yaml"]
+
+
+def test_every_fleet_cluster_has_its_folders() -> None:
     files = files_with(GitOps())
     clusters = {p.split("/")[1] for p in files if p.startswith("clusters/")}
     flux = {p.split("/")[1] for p in files if p.startswith("flux/")}
-    assert clusters == flux == {"gpu-east", "gpu-west"}
-    assert "path: ./out/clusters/gpu-east\n" in files["flux/gpu-east/kustomization-flux-system-fleetc.yaml"]
+    local = {p.split("/")[1] for p in files if p.startswith("local/")}
+    assert clusters == flux == local == {"cpu-only", "gpu-east", "gpu-west"}
+    assert "path: ./out/clusters/gpu-east/infra\n" in files["flux/gpu-east/kustomization-flux-system-fleetc-infra.yaml"]
     assert "- path: out/clusters/*\n" in files["argocd/applicationset-argocd-fleetc.yaml"]
 
 
 def test_repository_root_path() -> None:
     files = files_with(replace(CUSTOM, path="."))
     assert "- path: clusters/*\n" in files["argocd/applicationset-argocd-fleetc.yaml"]
-    assert "path: ./clusters/gpu-west\n" in files["flux/gpu-west/kustomization-flux-system-fleetc.yaml"]
+    workloads = files["flux/gpu-west/kustomization-flux-system-fleetc-workloads.yaml"]
+    assert "path: ./clusters/gpu-west/workloads\n" in workloads
+    assert "path: ./local/gpu-west\n" in files["flux/gpu-west/kustomization-flux-system-fleetc-local.yaml"]
 
 
 def test_placeholder_repository_is_a_warning() -> None:
@@ -141,12 +211,14 @@ def test_placeholder_repository_is_a_warning() -> None:
     assert render(replace(model, gitops=CUSTOM), placement).warnings == ()
 
 
-def test_nothing_placed_nothing_to_sync() -> None:
+def test_nothing_placed_every_cluster_emptied() -> None:
     model, placement = fleet()
     empty = Placement(tuple(replace(p, assignments=()) for p in placement.stages), 0, 0, "milp")
     rendered = render(model, empty)
-    assert list(rendered.files) == ["placement.yaml"]
-    assert rendered.warnings == ()
+    layers = {p: t for p, t in rendered.files.items() if p.endswith(("/infra/kustomization.yaml",
+                                                                     "/workloads/kustomization.yaml"))}
+    assert len(layers) == 6 and all(t.endswith("resources: []\n") for t in layers.values())
+    assert not [p for p in rendered.files if p.startswith("clusters/") and not p.endswith("kustomization.yaml")]
 
 
 def test_entrypoints_validate_and_build(tmp_path: Path) -> None:
@@ -158,7 +230,7 @@ def test_entrypoints_validate_and_build(tmp_path: Path) -> None:
         assert "kind:" in kustomize_build(folder)
 
 
-def test_a_cluster_that_stops_running_work_loses_its_folders(tmp_path: Path) -> None:
+def test_a_cluster_that_stops_running_work_keeps_its_folders_emptied(tmp_path: Path) -> None:
     model, placement = fleet()
     write_tree(tmp_path, dict(render(model, placement).files))
     (tmp_path / "flux" / "gpu-west" / "notes.md").write_text("kept: not fleetc's\n")
@@ -166,6 +238,27 @@ def test_a_cluster_that_stops_running_work_loses_its_folders(tmp_path: Path) -> 
     moved = tuple(replace(p, assignments=tuple(replace(a, cluster="gpu-east") for a in p.assignments[:1]))
                   for p in placement.stages)
     write_tree(tmp_path, dict(render(model, replace(placement, stages=moved)).files))
-    assert not (tmp_path / "clusters" / "gpu-west").exists()
-    assert sorted(p.name for p in (tmp_path / "flux" / "gpu-west").iterdir()) == ["notes.md"]
-    assert (tmp_path / "flux" / "gpu-east" / "kustomization-flux-system-fleetc.yaml").is_file()
+    west = tmp_path / "clusters" / "gpu-west"
+    assert sorted(p.relative_to(west).as_posix() for p in west.rglob("*") if p.is_file()) == [
+        "infra/kustomization.yaml", "kustomization.yaml", "workloads/kustomization.yaml"]
+    assert kustomize_build(west).strip() == ""  # both engines prune what gpu-west ran
+    assert (tmp_path / "flux" / "gpu-west" / "notes.md").read_text() == "kept: not fleetc's\n"
+    assert (tmp_path / "flux" / "gpu-west" / "kustomization-flux-system-fleetc-workloads.yaml").is_file()
+
+
+def test_the_local_folder_is_created_once_then_left_to_the_user(tmp_path: Path) -> None:
+    model, placement = fleet()
+    files = dict(render(model, placement).files)
+    write_tree(tmp_path, files)
+    local = tmp_path / "local" / "gpu-west" / "kustomization.yaml"
+    assert "resources: []\n" in local.read_text()
+    mine = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - secret.yaml\n"
+    local.write_text(mine)
+    (local.parent / "secret.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: mine\n")
+    assert changes(tmp_path, files) == []
+    write_tree(tmp_path, files)
+    assert local.read_text() == mine and (local.parent / "secret.yaml").is_file()
+    assert "local/" not in (tmp_path / ".fleetc" / "files").read_text()
+    assert "name: mine" in kustomize_build(tmp_path / "clusters" / "gpu-west")
+    local.unlink()
+    assert [c.path for c in changes(tmp_path, files)] == ["local/gpu-west/kustomization.yaml"]

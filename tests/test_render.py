@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 from support.k8s import kustomize_build, require_upstream_schemas, validate_tree
+from support.tree import by_logical_path
 
 from fleetc.errors import InternalError
 from fleetc.model import (
@@ -112,11 +114,12 @@ def load(text: str) -> Any:
     return SAFE.load(text)
 
 
-def objects(files: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """Every rendered Kubernetes object keyed by path (not the kustomizations or the report)."""
+def objects(files: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """Every rendered Kubernetes object keyed by its logical path (``clusters/<c>/<file>``,
+    :mod:`support.tree`), not the kustomizations or the report."""
     return {
         path: load(text)
-        for path, text in files.items()
+        for path, text in by_logical_path(files).items()
         if path.startswith("clusters/") and not path.endswith("/kustomization.yaml")
     }
 
@@ -134,62 +137,71 @@ def test_rendered_tree_is_valid_and_builds(tmp_path: Path) -> None:
     write(rendered(*fleet()), tmp_path)
     assert validate_tree(tmp_path) == []
     folders = sorted(p.name for p in (tmp_path / "clusters").iterdir())
-    assert folders == ["gpu-east", "gpu-west"]  # cpu-only runs nothing: no folder
+    assert folders == ["cpu-only", "gpu-east", "gpu-west"]  # cpu-only runs nothing: an empty folder
     for name in folders:
         built = list(SAFE.load_all(kustomize_build(tmp_path / "clusters" / name)))
-        listed = load((tmp_path / "clusters" / name / "kustomization.yaml").read_text())["resources"]
-        assert len(built) == len(listed)
+        folder = tmp_path / "clusters" / name
+        listed = [entry for layer in ("infra", "workloads")
+                  for entry in load((folder / layer / "kustomization.yaml").read_text())["resources"]]
+        assert len(built) == len(listed) == {"cpu-only": 0, "gpu-east": 10, "gpu-west": 9}[name]
 
 
 def test_file_layout() -> None:
     files = rendered(*fleet())
     assert list(files) == sorted(files)
-    assert sorted(files) == [
+    # a Job's name ends in the hash of its spec (pinned by test_engines and test_names, not here)
+    files = {re.sub(r"-[0-9a-f]{8}\.yaml$", "-HASH.yaml", p) if "/job-" in p else p:
+             re.sub(r"(job-ml-llm-\w+)-[0-9a-f]{8}\.yaml", r"\1-HASH.yaml", t) for p, t in files.items()}
+    west = sorted(p.removeprefix("clusters/gpu-west/") for p in files if p.startswith("clusters/gpu-west/"))
+    assert west == [
+        "infra/kustomization.yaml",
+        "infra/namespace-ml.yaml",
+        "infra/namespace-serving.yaml",
+        "infra/queue-fleetc-inference.yaml",
+        "infra/queue-fleetc-training.yaml",
+        "kustomization.yaml",
+        "workloads/deployment-serving-llm-serve.yaml",
+        "workloads/horizontalpodautoscaler-serving-llm-serve.yaml",
+        "workloads/job-ml-llm-eval-HASH.yaml",
+        "workloads/kustomization.yaml",
+        "workloads/poddisruptionbudget-serving-llm-serve.yaml",
+        "workloads/service-serving-llm-serve.yaml",
+    ]
+    others = sorted(p for p in files if not p.startswith("clusters/gpu-"))
+    assert others == [
         "argocd/applicationset-argocd-fleetc.yaml",
         "argocd/kustomization.yaml",
-        "clusters/gpu-east/deployment-serving-llm-serve.yaml",
-        "clusters/gpu-east/horizontalpodautoscaler-serving-llm-serve.yaml",
-        "clusters/gpu-east/job-ml-llm-prep.yaml",
-        "clusters/gpu-east/job-ml-llm-train.yaml",
-        "clusters/gpu-east/kustomization.yaml",
-        "clusters/gpu-east/namespace-ml.yaml",
-        "clusters/gpu-east/namespace-serving.yaml",
-        "clusters/gpu-east/poddisruptionbudget-serving-llm-serve.yaml",
-        "clusters/gpu-east/queue-fleetc-inference.yaml",
-        "clusters/gpu-east/queue-fleetc-training.yaml",
-        "clusters/gpu-east/service-serving-llm-serve.yaml",
-        "clusters/gpu-west/deployment-serving-llm-serve.yaml",
-        "clusters/gpu-west/horizontalpodautoscaler-serving-llm-serve.yaml",
-        "clusters/gpu-west/job-ml-llm-eval.yaml",
-        "clusters/gpu-west/kustomization.yaml",
-        "clusters/gpu-west/namespace-ml.yaml",
-        "clusters/gpu-west/namespace-serving.yaml",
-        "clusters/gpu-west/poddisruptionbudget-serving-llm-serve.yaml",
-        "clusters/gpu-west/queue-fleetc-inference.yaml",
-        "clusters/gpu-west/queue-fleetc-training.yaml",
-        "clusters/gpu-west/service-serving-llm-serve.yaml",
-        "flux/gpu-east/gitrepository-flux-system-fleetc.yaml",
-        "flux/gpu-east/kustomization-flux-system-fleetc.yaml",
-        "flux/gpu-east/kustomization.yaml",
-        "flux/gpu-west/gitrepository-flux-system-fleetc.yaml",
-        "flux/gpu-west/kustomization-flux-system-fleetc.yaml",
-        "flux/gpu-west/kustomization.yaml",
+        "clusters/cpu-only/infra/kustomization.yaml",
+        "clusters/cpu-only/kustomization.yaml",
+        "clusters/cpu-only/workloads/kustomization.yaml",
+        *(f"flux/{c}/{name}" for c in ("cpu-only", "gpu-east", "gpu-west")
+          for name in ("gitrepository-flux-system-fleetc.yaml", "kustomization-flux-system-fleetc-infra.yaml",
+                       "kustomization-flux-system-fleetc-local.yaml",
+                       "kustomization-flux-system-fleetc-workloads.yaml", "kustomization.yaml")),
+        "local/cpu-only/kustomization.yaml",
+        "local/gpu-east/kustomization.yaml",
+        "local/gpu-west/kustomization.yaml",
         "placement.yaml",
     ]
-    assert files["clusters/gpu-west/kustomization.yaml"] == (
+    assert files["clusters/gpu-west/workloads/kustomization.yaml"] == (
         "apiVersion: kustomize.config.k8s.io/v1beta1\n"
         "kind: Kustomization\n"
         "resources:\n"
         "  - deployment-serving-llm-serve.yaml\n"
         "  - horizontalpodautoscaler-serving-llm-serve.yaml\n"
-        "  - job-ml-llm-eval.yaml\n"
-        "  - namespace-ml.yaml\n"
-        "  - namespace-serving.yaml\n"
+        "  - job-ml-llm-eval-HASH.yaml\n"
         "  - poddisruptionbudget-serving-llm-serve.yaml\n"
-        "  - queue-fleetc-inference.yaml\n"
-        "  - queue-fleetc-training.yaml\n"
         "  - service-serving-llm-serve.yaml\n"
     )
+    assert files["clusters/gpu-west/kustomization.yaml"] == (
+        "apiVersion: kustomize.config.k8s.io/v1beta1\n"
+        "kind: Kustomization\n"
+        "resources:\n"
+        "  - infra\n"
+        "  - workloads\n"
+        "  - ../../local/gpu-west\n"
+    )
+    assert files["clusters/cpu-only/workloads/kustomization.yaml"].endswith("resources: []\n")
 
 
 def test_deterministic() -> None:
@@ -205,7 +217,9 @@ def test_no_secret_is_rendered() -> None:
 # --------------------------------------------------------------------------- labels, names
 def test_every_object_is_labelled() -> None:
     for path, obj in objects(rendered(*fleet())).items():
-        meta = obj["metadata"]
+        meta = dict(obj["metadata"])
+        if obj["kind"] == "Job":  # the name ends in the hash of the spec
+            meta["name"] = re.sub(r"-[0-9a-f]{8}$", "", meta["name"])
         assert meta["labels"]["app.kubernetes.io/managed-by"] == "fleetc", path
         if obj["kind"] in ("Namespace", "Queue"):
             assert "fleetc.dev/stage" not in meta["labels"], path
@@ -260,8 +274,11 @@ def test_long_names_are_truncated_with_a_hash(tmp_path: Path) -> None:
     assert object_name(model.stages[0]) == expected
     assert len(expected) == 63
     files = rendered(model, placement)
-    job = load(files[f"clusters/c1/job-ml-{expected}.yaml"])
-    assert job["metadata"]["name"] == expected
+    [job] = [obj for path, obj in objects(files).items() if "/job-" in path]
+    # room for the pod hostname <job>-worker-0 in 63 characters, the spec's hash at the end
+    name = job["metadata"]["name"]
+    assert len(name) == 63 - len("-worker-0")
+    assert re.fullmatch(rf"{full[:36]}-[0-9a-f]{{8}}-[0-9a-f]{{8}}", name), name
     assert job["spec"]["tasks"][0]["template"]["spec"]["nodeSelector"] == {
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"
     }
@@ -350,7 +367,7 @@ def test_queues() -> None:
     assert training["metadata"] == {
         "name": "fleetc-training",
         "labels": {"app.kubernetes.io/managed-by": "fleetc"},
-        "annotations": {"fleetc.dev/source": "fleet.yaml#spec.aigcConfig"},
+        "annotations": {"fleetc.dev/source": "fleet.yaml#spec.aigcConfig", "argocd.argoproj.io/sync-wave": "0"},
     }
     assert training["spec"] == {
         "weight": 10,
@@ -422,15 +439,15 @@ def test_missing_stage_placement_is_an_internal_error() -> None:
 def test_file_name_clash_is_an_internal_error() -> None:
     model, placement = fleet()
     # namespace "ml" + "llm-x-prep" and namespace "ml-llm" + "x-prep" would share a file name
-    a = stage("llm-x", "prep", StageType.DATAPROC)
-    b = stage("x", "prep", StageType.DATAPROC, namespace="ml-llm")
+    a = stage("llm-x", "prep", StageType.DEPLOYMENT)
+    b = stage("x", "prep", StageType.DEPLOYMENT, namespace="ml-llm")
     model = replace(model, stages=(a, b))
     placement = Placement(
         (StagePlacement("llm-x/prep", (Assignment("gpu-east", 1, 0),), 1.0),
          StagePlacement("x/prep", (Assignment("gpu-east", 1, 0),), 1.0)),
         1, 1, "milp",
     )
-    with pytest.raises(InternalError, match="job-ml-llm-x-prep.yaml"):
+    with pytest.raises(InternalError, match="deployment-ml-llm-x-prep.yaml"):
         rendered(model, placement)
 
 
@@ -507,14 +524,15 @@ stages:
 
 def test_sample_job_exact_text() -> None:
     """Pins the full shape of a rendered Volcano Job (the reference sample in the docs)."""
-    text = rendered(*fleet())["clusters/gpu-east/job-ml-llm-train.yaml"]
+    text = by_logical_path(rendered(*fleet()))["clusters/gpu-east/job-ml-llm-train.yaml"]
     # the marker scripts are long and checked by tests/support/runtime.py; pinned here by their start
     text = re.sub(r'- "(deadline=|until ).*"$', r'- "\1..."', text, flags=re.M)
+    text = re.sub(r"^  name: llm-train-[0-9a-f]{8}$", "  name: llm-train-HASH", text, flags=re.M)
     assert text == """\
 apiVersion: batch.volcano.sh/v1alpha1
 kind: Job
 metadata:
-  name: llm-train
+  name: llm-train-HASH
   namespace: ml
   labels:
     app.kubernetes.io/managed-by: fleetc
@@ -524,6 +542,7 @@ metadata:
     fleetc.dev/stage: train
   annotations:
     fleetc.dev/source: pipelines/llm.yaml#spec.stages.train
+    argocd.argoproj.io/sync-wave: "1"
 spec:
   schedulerName: volcano
   queue: fleetc-training

@@ -37,12 +37,12 @@ def data_objects(**kw: Any) -> dict[str, dict[str, Any]]:
     return objects(dict(render(*with_data(**kw)).files))
 
 
-def meta(name: str, namespace: str, field: str) -> dict[str, Any]:
+def meta(name: str, namespace: str, field: str, wave: str = "0") -> dict[str, Any]:
     return {
         "name": name,
         "namespace": namespace,
         "labels": {"app.kubernetes.io/managed-by": "fleetc"},
-        "annotations": {"fleetc.dev/source": f"{DATA_FILE}#{field}"},
+        "annotations": {"fleetc.dev/source": f"{DATA_FILE}#{field}", "argocd.argoproj.io/sync-wave": wave},
     }
 
 
@@ -82,7 +82,7 @@ def test_fluid_objects_exact() -> None:
     assert objs[base.format("dataload") + "-prefetch.yaml"] == {
         "apiVersion": "data.fluid.io/v1alpha1",
         "kind": "DataLoad",
-        "metadata": meta(f"{RAW_NAME}-prefetch", "ml", "spec.prefetching"),
+        "metadata": meta(f"{RAW_NAME}-prefetch", "ml", "spec.prefetching", wave="1"),
         "spec": {"dataset": {"name": RAW_NAME, "namespace": "ml"}, "loadMetadata": True,
                  "target": [{"path": "/", "replicas": 1}]},
     }

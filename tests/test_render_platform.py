@@ -25,6 +25,7 @@ def platform(name: str = "prod", **kw: Any) -> Platform:
         name=name, data_sovereignty=True, audit_enabled=True, encryption_at_rest=True,
         inference_timeout_seconds=2.5, training_priority="high", primary_cluster=None,
         secondary_clusters=(), pipelines=("llm",), source=Source(PLATFORM_FILE, "spec"),
+        storage_endpoints=(("us", ("10.20.0.0/16", "192.0.2.10/32")),),
     )
     fields.update(kw)
     return Platform(**fields)
@@ -66,7 +67,9 @@ def test_every_object_validates_and_builds(tmp_path: Path) -> None:
     assert validate_tree(tmp_path) == []
     for folder in sorted((tmp_path / "clusters").iterdir()):
         built = list(SAFE.load_all(kustomize_build(folder)))
-        assert len(built) == len(load((folder / "kustomization.yaml").read_text())["resources"])
+        listed = [entry for layer in ("infra", "workloads")
+                  for entry in load((folder / layer / "kustomization.yaml").read_text())["resources"]]
+        assert len(built) == len(listed)
         assert all(obj["kind"] != "Secret" for obj in built)
 
 
@@ -111,7 +114,8 @@ def test_priority_class_exact() -> None:
             "metadata": {
                 "name": "fleetc-training-high",
                 "labels": {"app.kubernetes.io/managed-by": "fleetc"},
-                "annotations": {"fleetc.dev/source": "policies/platform.yaml#spec.performance.trainingPriority"},
+                "annotations": {"fleetc.dev/source": "policies/platform.yaml#spec.performance.trainingPriority",
+                                "argocd.argoproj.io/sync-wave": "0"},
             },
             "value": 100_000,
             "globalDefault": False,
@@ -185,7 +189,8 @@ def test_autoscaler_and_disruption_budget_exact(cluster: str, warm: int, min_ava
     assert "replicas" not in objs[f"clusters/{cluster}/deployment-serving-llm-serve.yaml"]["spec"]
     pdb = objs[f"clusters/{cluster}/poddisruptionbudget-serving-llm-serve.yaml"]
     assert pdb["spec"] == {"minAvailable": min_available, "selector": {"matchLabels": selector}}
-    assert hpa["metadata"]["annotations"] == {"fleetc.dev/source": "pipelines/llm.yaml#spec.stages.serve"}
+    assert hpa["metadata"]["annotations"] == {"fleetc.dev/source": "pipelines/llm.yaml#spec.stages.serve",
+                                              "argocd.argoproj.io/sync-wave": "1"}
 
 
 def test_disruption_budget_keeps_all_but_one_of_a_bigger_share() -> None:
@@ -207,12 +212,18 @@ def test_namespaces_carry_the_jurisdiction() -> None:
         "name": "ml",
         "labels": {"app.kubernetes.io/managed-by": "fleetc", "fleetc.dev/pipeline": "llm",
                    "fleetc.dev/jurisdiction": "us"},
-        "annotations": {"fleetc.dev/source": "pipelines/llm.yaml#metadata.namespace"},
+        "annotations": {"fleetc.dev/source": "pipelines/llm.yaml#metadata.namespace",
+                        "argocd.argoproj.io/sync-wave": "0"},
     }
     assert objs["clusters/gpu-west/namespace-ml.yaml"]["metadata"]["labels"]["fleetc.dev/jurisdiction"] == "eu"
-    policy = objs["clusters/gpu-west/networkpolicy-ml-fleetc-jurisdiction-egress.yaml"]
-    assert policy["spec"]["egress"][1] == {"to": [{"namespaceSelector": {"matchLabels": {
-        "fleetc.dev/jurisdiction": "eu"}}}]}
+    # eu has no storage endpoints declared: no egress policy there (it would cut the stages off
+    # their storage), one in us, and a warning naming eu
+    assert "clusters/gpu-east/networkpolicy-ml-fleetc-jurisdiction-egress.yaml" in objs
+    assert "clusters/gpu-west/networkpolicy-ml-fleetc-jurisdiction-egress.yaml" not in objs
+    warnings = [w.message for w in render(model, placement).warnings if w.field == "spec.security.storageEndpoints"]
+    assert warnings == ["no storage endpoints declared for jurisdiction(s) eu: no egress NetworkPolicy rendered "
+                        "there (placement still keeps the stages in their jurisdiction); declare them as "
+                        "spec.security.storageEndpoints: [{jurisdiction: <name>, cidrs: [<CIDR>, ...]}]"]
 
 
 def test_egress_policy_exact() -> None:
@@ -224,7 +235,8 @@ def test_egress_policy_exact() -> None:
             "name": "fleetc-jurisdiction-egress",
             "namespace": "serving",
             "labels": {"app.kubernetes.io/managed-by": "fleetc"},
-            "annotations": {"fleetc.dev/source": "policies/platform.yaml#spec.security.dataSovereignty"},
+            "annotations": {"fleetc.dev/source": "policies/platform.yaml#spec.security.storageEndpoints",
+                            "argocd.argoproj.io/sync-wave": "0"},
         },
         "spec": {
             "podSelector": {},
@@ -237,10 +249,17 @@ def test_egress_policy_exact() -> None:
                     }],
                     "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
                 },
-                {"to": [{"namespaceSelector": {"matchLabels": {"fleetc.dev/jurisdiction": "us"}}}]},
+                {"to": [{"podSelector": {}}]},  # its own namespace
+                {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}, {"ipBlock": {"cidr": "192.0.2.10/32"}}]},
             ],
         },
     }
+
+
+def test_endpoints_without_sovereignty_are_reported() -> None:
+    model, placement = governed(platforms=(platform(data_sovereignty=False),))
+    (warning,) = [w for w in render(model, placement).warnings if w.field == "spec.security.storageEndpoints"]
+    assert warning.message == "has effect only with spec.security.dataSovereignty; not rendered"
 
 
 def test_no_sovereignty_no_label_no_policy() -> None:
@@ -262,6 +281,7 @@ metadata:
     fleetc.dev/source: policies/gpu.yaml#spec
     fleetc.dev/node-selection: "label a node nvidia.com/device-plugin.config=exclusive (training, the default) \
 or nvidia.com/device-plugin.config=time-sliced (inference: each GPU shared 2 ways)"
+    argocd.argoproj.io/sync-wave: "0"
 data:
   exclusive: |
     version: v1
@@ -283,7 +303,7 @@ data:
 
 def test_device_plugin_config_exact_text() -> None:
     files = render(*governed()).files
-    assert files["clusters/gpu-east/configmap-gpu-operator-fleetc-device-plugin-config.yaml"] == CONFIG_MAP
+    assert files["clusters/gpu-east/infra/configmap-gpu-operator-fleetc-device-plugin-config.yaml"] == CONFIG_MAP
     config = SAFE.load(SAFE.load(CONFIG_MAP)["data"]["time-sliced"])
     assert config["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": 2}]
     assert SAFE.load(SAFE.load(CONFIG_MAP)["data"]["exclusive"]) == {"version": "v1", "flags": {"migStrategy": "none"}}
@@ -321,9 +341,6 @@ def test_warnings_exact() -> None:
         "(the device plugin does not compact GPU memory); not rendered",
         "policies/platform.yaml: warning: spec.security.auditEnabled: has no portable Kubernetes object "
         "(audit policy is API-server configuration); not rendered",
-        "policies/platform.yaml: warning: spec.security.dataSovereignty: egress is limited to DNS and namespaces "
-        "of the same jurisdiction; allow your in-jurisdiction storage endpoints with a NetworkPolicy of your own "
-        "(fleetc does not know their addresses)",
         "policies/platform.yaml: warning: spec.security.encryptionAtRest: has no portable Kubernetes object "
         "(encryption at rest is API-server or storage-class configuration); not rendered",
     ]
@@ -332,7 +349,8 @@ def test_warnings_exact() -> None:
 
 def test_no_warnings_when_everything_has_a_form() -> None:
     model, placement = governed(
-        platforms=(platform(data_sovereignty=False, audit_enabled=False, encryption_at_rest=False),),
+        platforms=(platform(data_sovereignty=False, audit_enabled=False, encryption_at_rest=False,
+                            storage_endpoints=()),),
         gpu_policy=gpu_policy(compaction_strategy=None),
     )
     model = replace(model, gitops=GitOps(repo_url="https://git.example.org/team/fleet.git"))
@@ -341,12 +359,11 @@ def test_no_warnings_when_everything_has_a_form() -> None:
 
 def test_two_platforms_report_each_once() -> None:
     other = platform("other", source=Source("policies/other.yaml", "spec"), data_sovereignty=False,
-                     encryption_at_rest=False)
+                     encryption_at_rest=False, storage_endpoints=())
     warnings = render(*governed(platforms=(platform(), other))).warnings
     fields = [(w.path, w.field) for w in warnings if "platform" in w.path or "other" in w.path]
     assert fields == [
         ("policies/other.yaml", "spec.security.auditEnabled"),
         ("policies/platform.yaml", "spec.security.auditEnabled"),
-        ("policies/platform.yaml", "spec.security.dataSovereignty"),
         ("policies/platform.yaml", "spec.security.encryptionAtRest"),
     ]

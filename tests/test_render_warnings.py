@@ -17,9 +17,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: The bundled example's warnings, in the order they are printed.
 BUNDLED_WARNINGS = [
-    "warning: policies/aigc-platform.yaml:11:5: spec.security.dataSovereignty: egress is limited to DNS and "
-    "namespaces of the same jurisdiction; allow your in-jurisdiction storage endpoints with a NetworkPolicy "
-    "of your own (fleetc does not know their addresses)",
+    # storageEndpoints is not written: the warning points at the security block that would hold it
+    "warning: policies/aigc-platform.yaml:10:3: spec.security.storageEndpoints: no storage endpoints declared "
+    "for jurisdiction(s) cn: no egress NetworkPolicy rendered there (placement still keeps the stages in their "
+    "jurisdiction); declare them as spec.security.storageEndpoints: [{jurisdiction: <name>, cidrs: [<CIDR>, "
+    "...]}]",
     "warning: policies/aigc-platform.yaml:12:5: spec.security.auditEnabled: has no portable Kubernetes object "
     "(audit policy is API-server configuration); not rendered",
     "warning: policies/aigc-platform.yaml:13:5: spec.security.encryptionAtRest: has no portable Kubernetes "

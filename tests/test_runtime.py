@@ -17,6 +17,7 @@ from support.runtime import (
     probe_problems,
     rendezvous_problems,
 )
+from support.tree import logical_path
 
 from bench.generate import Spec, generate
 from fleetc.compiler import Compiled, compile_policies, load_policies
@@ -91,7 +92,7 @@ def test_every_variable_a_command_names_is_set(compiles: list[tuple[str, Compile
 
 
 def _edited(files: dict[str, str], suffix: str, old: str, new: str) -> dict[str, str]:
-    (path,) = [p for p in files if p.endswith(suffix)]
+    (path,) = [p for p in files if logical_path(p).endswith(suffix)]
     assert old in files[path]
     return {**files, path: files[path].replace(old, new)}
 
@@ -99,11 +100,10 @@ def _edited(files: dict[str, str], suffix: str, old: str, new: str) -> dict[str,
 def test_the_model_sees_a_gang_without_plugins_a_probe_off_its_port_and_an_unset_variable(bundled: Compiled) -> None:
     files = dict(compiled_in(CASES / "gang-16-gpus-on-8-gpu-nodes").files)
     no_svc = _edited(files, "job-ml-llm-pretrain.yaml", "    svc: []\n", "")
+    job = "llm-pretrain-86630259"  # named after its spec (with the svc plugin)
     assert rendezvous_problems(no_svc) == [
-        "big: Job/llm-pretrain: llm-pretrain-master-0.llm-pretrain cannot resolve MASTER_ADDR "
-        "llm-pretrain-master-0.llm-pretrain",
-        "big: Job/llm-pretrain: llm-pretrain-worker-0.llm-pretrain cannot resolve MASTER_ADDR "
-        "llm-pretrain-master-0.llm-pretrain"]
+        f"big: Job/{job}: {job}-master-0.{job} cannot resolve MASTER_ADDR {job}-master-0.{job}",
+        f"big: Job/{job}: {job}-worker-0.{job} cannot resolve MASTER_ADDR {job}-master-0.{job}"]
     served = dict(bundled.files)
     suffix = "inference-cluster-aliyun/deployment-aigc-prod-llm-chinese-training-model-deployment.yaml"
     off_port = _edited(served, suffix, "port: http\n            timeoutSeconds",
@@ -154,6 +154,6 @@ def test_the_model_sees_a_dependant_that_does_not_wait_and_a_marker_nobody_write
     assert order_problems(result.model, files, set()) == [
         "serve-l4: Deployment/llm-serve pod 0 does not wait for train's markers",
         "serve-l4: Deployment/llm-serve pod 1 does not wait for train's markers"]
-    (train,) = [p for p in files if p.endswith("/job-ml-llm-train.yaml")]
+    (train,) = [p for p in files if logical_path(p).endswith("/job-ml-llm-train.yaml")]
     files[train] = files[train].replace("code=$?", "code=0")  # marks even when the command failed
     assert order_problems(result.model, files, set()) == ["llm/serve: train writes no completion marker"]

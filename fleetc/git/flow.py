@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
 from fleetc.compiler import Compiled
-from fleetc.emit import RECORD, write_tree
+from fleetc.emit import RECORD, is_users, write_tree
 from fleetc.errors import FleetcError, UsageError
 from fleetc.git import repo as gitrepo
 from fleetc.git.report import commit_message, compare, snapshot, snapshot_of_output
@@ -106,5 +106,6 @@ def _made_by_fleetc(path: Path, rel: str, files: Mapping[str, str], owned: set[s
     if not path.is_file():
         return False
     if rel == RECORD:
-        return set(path.read_text(encoding="utf-8", errors="replace").splitlines()) == set(files)
+        return set(path.read_text(encoding="utf-8", errors="replace").splitlines()) == {
+            p for p in files if not is_users(p)}
     return rel in files and path.read_bytes() == files[rel].encode("utf-8")

@@ -17,6 +17,12 @@ QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E)?$"
 PERCENTAGE_PATTERN = r"^[0-9]+(\.[0-9]+)?%$"
 DURATION_PATTERN = r"^[0-9]+(\.[0-9]+)?(ms|s|m|h)$"
 URL_PATTERN = r"^[a-z][a-z0-9+.-]*://[^\s]+$"
+#: A Kubernetes label value (apimachinery ``IsValidLabelValue``): at most 63 characters.
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+#: A DNS-1123 subdomain (the name of a Secret): at most 253 characters.
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: An IPv4 or IPv6 CIDR block, as NetworkPolicy ``ipBlock.cidr`` takes it.
+CIDR_PATTERN = r"^([0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}|[0-9A-Fa-f:]+/[0-9]{1,3})$"
 OUTPUT_REF_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.outputs\.[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 #: Custom schema keyword: what a value should look like, in words, for error messages.
@@ -28,6 +34,29 @@ DNSLabel = Annotated[
         "type": "string", "pattern": DNS_LABEL_PATTERN, "maxLength": 63,
         EXPECTED: "a DNS-1123 label (lower-case letters, digits and '-', starting and ending "
                   "with a letter or digit, at most 63 characters)",
+    }),
+]
+LabelValue = Annotated[
+    str,
+    WithJsonSchema({
+        "type": "string", "pattern": LABEL_VALUE_PATTERN, "maxLength": 63,
+        EXPECTED: "a Kubernetes label value (letters, digits, '-', '_' and '.', starting and "
+                  "ending with a letter or digit, at most 63 characters)",
+    }),
+]
+SecretName = Annotated[
+    str,
+    WithJsonSchema({
+        "type": "string", "pattern": DNS_SUBDOMAIN_PATTERN, "maxLength": 253,
+        EXPECTED: "the name of a Kubernetes Secret (a DNS-1123 subdomain: lower-case letters, "
+                  "digits, '-' and '.', at most 253 characters)",
+    }),
+]
+CIDR = Annotated[
+    str,
+    WithJsonSchema({
+        "type": "string", "pattern": CIDR_PATTERN,
+        EXPECTED: "an IPv4 or IPv6 CIDR block, e.g. 10.20.0.0/16",
     }),
 ]
 Quantity = Annotated[
@@ -142,10 +171,11 @@ class FleetCluster(_Spec):
         "pods that fit a node), network-tier (high-performance | standard | low), "
         "low-latency (\"true\" for clusters close to users), edge-node, low-power (\"true\" for "
         "energy-efficient sites). Other keys are kept and ignored.")
-    jurisdiction: str | None = describe(
+    jurisdiction: LabelValue | None = describe(
         "Legal jurisdiction whose data-residency law applies (default: the Fleet's "
         "regionJurisdictions entry for its region, else the first '-'-separated part of region, "
-        "e.g. cn for cn-north-1).")
+        "e.g. cn for cn-north-1). Under data sovereignty it labels namespaces "
+        "(fleetc.dev/jurisdiction), so it must be a label value.")
     capacity: ClusterCapacity | None = describe("CPU and memory available to fleetc.")
     pricing: ClusterPricing | None = describe("Prices used by the cost score.")
     energyEfficiency: Weight | None = describe(
@@ -181,6 +211,10 @@ class GitOps(_Spec):
     branch: str | None = describe("Branch Argo CD and Flux follow (default: main).")
     path: str | None = describe(
         "Folder of the compiled output inside the repository (default: out).")
+    secretName: SecretName | None = describe(
+        "Secret in flux-system with the credentials Flux clones a private repository with "
+        "(GitRepository secretRef: username and password, or identity and known_hosts). "
+        "Argo CD keeps repository credentials in its own repository Secrets.")
 
 
 class AIGCConfig(_Spec):
@@ -206,7 +240,7 @@ class FleetSpec(_Spec):
     scoreWeights: ScoreWeightsSpec | None = describe(
         "Weights of the four score terms; they need not sum to 1 (fleetc normalises them).")
     gitops: GitOps | None = describe("Where Argo CD and Flux find the compiled output.")
-    regionJurisdictions: dict[str, str] | None = describe(
+    regionJurisdictions: dict[str, LabelValue] | None = describe(
         "Region -> legal jurisdiction, for clusters and data in that region (e.g. "
         "europe-west3: eu, where the default rule, the region's first '-'-separated part, "
         "would say europe). A cluster's own jurisdiction and a data location's own "
@@ -241,6 +275,14 @@ class StageInput(_Spec):
         "the Fleet's regionJurisdictions entry for location, else that of the Fleet's clusters "
         "in that region, else the region's first '-'-separated part). For from: inputs, the "
         "producing output's jurisdiction applies.")
+    secretName: SecretName | None = describe(
+        "Secret, in the pipeline's namespace on every cluster that reads the input, holding the "
+        "storage credentials Fluid mounts it with, under the keys Alluxio names for the URL "
+        "scheme (s3: aws.accessKeyId, aws.secretKey; cos: fs.cos.access.key, "
+        "fs.cos.secret.key, fs.cos.region, fs.cos.app.id; oss: fs.oss.accessKeyId, "
+        "fs.oss.accessKeySecret, fs.oss.endpoint; obs: fs.obs.accessKey, fs.obs.secretKey, "
+        "fs.obs.endpoint; gs: fs.gcs.accessKeyId, fs.gcs.secretAccessKey). Omit it for "
+        "public data or nfs.")
 
 
 class StageOutput(_Spec):
@@ -332,10 +374,21 @@ class AIGCPipeline(_Spec):
 # --- AIGCPlatform ------------------------------------------------------------------------------
 
 
+class StorageEndpoints(_Spec):
+    jurisdiction: LabelValue = Field(description="The jurisdiction whose storage this is.")
+    cidrs: list[CIDR] = Field(description="Address blocks of that storage (object store, NFS "
+                                          "server...), e.g. 10.20.0.0/16.", min_length=1)
+
+
 class Security(_Spec):
     dataSovereignty: bool | None = describe(
         "Data never leaves its jurisdiction: a stage reading data located in a jurisdiction "
         "runs only on clusters of that jurisdiction (default false).")
+    storageEndpoints: list[StorageEndpoints] | None = describe(
+        "Under dataSovereignty, the storage each jurisdiction's stages may reach. With "
+        "endpoints declared for a cluster's jurisdiction, the namespaces of governed pipelines "
+        "there get a NetworkPolicy allowing egress only to DNS, their own namespace and these "
+        "blocks; with none, no egress policy is rendered (a warning says so).")
     auditEnabled: bool | None = describe("Inference results are auditable (default false).")
     encryptionAtRest: bool | None = describe("Data is encrypted at rest (default false).")
 

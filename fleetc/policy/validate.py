@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from pydantic import ValidationError
 
 from fleetc.errors import Diagnostic, did_you_mean
+from fleetc.model import STORAGE_CREDENTIAL_KEYS, url_scheme
 from fleetc.nodefit import default_gpus_per_node
 from fleetc.policy import kinds as p
 from fleetc.policy.credentials import credential_checks, may_hold_credentials
@@ -294,6 +296,7 @@ def semantic_checks(policies: PolicySet,
         _singletons(policies),
         *(_fleet_checks(f) for f in policies.fleets),
         *(_pipeline_checks(pl) for pl in policies.pipelines),
+        _input_secret_checks(policies),
         *(_platform_checks(pf, policies, invalid) for pf in policies.platforms),
         *(_gpu_policy_checks(g) for g in policies.gpu_policies),
         *(_data_policy_checks(d) for d in policies.data_policies),
@@ -339,6 +342,13 @@ def _fleet_checks(fleet: Parsed[p.Fleet]) -> Iterator[Diagnostic]:
             yield doc.diagnostic(base + ("name",), f"duplicate cluster name '{cluster.name}' "
                                                    f"(also spec.clusters[{seen[cluster.name]}])")
         seen.setdefault(cluster.name, i)
+        derived = cluster.region.split("-", 1)[0]
+        if cluster.jurisdiction is None and not _is_label_value(derived):
+            yield doc.diagnostic(base + ("region",), f"the jurisdiction derived from region {cluster.region!r} "
+                                                     f"({derived!r}) is not a Kubernetes label value, which it "
+                                                     "must be (it labels namespaces)",
+                                 hint="set jurisdiction: to a label value (letters, digits, '-', '_', '.', "
+                                      "at most 63 characters), e.g. jurisdiction: eu")
         yield from _attribute_checks(doc, base + ("attributes",), cluster.attributes or {})
         if cluster.capacity:
             yield from _quantity_check(doc, base + ("capacity", "cpu"), cluster.capacity.cpu,
@@ -354,6 +364,10 @@ def _fleet_checks(fleet: Parsed[p.Fleet]) -> Iterator[Diagnostic]:
     if score and all(getattr(score, f) == 0 for f in ("compute", "cost", "network", "energy")):
         yield doc.diagnostic(("spec", "scoreWeights"), "all score weights are 0",
                              hint="give at least one score term a positive weight")
+
+
+def _is_label_value(text: str) -> bool:
+    return len(text) <= 63 and re.fullmatch(p.LABEL_VALUE_PATTERN, text) is not None
 
 
 def _attribute_checks(doc: Document, base: FieldPath, attributes: dict[str, Any]) -> Iterator[
@@ -578,6 +592,43 @@ def _input_checks(doc: Document, path: FieldPath, item: p.StageInput, reader: st
             f"its outputs: {', '.join(outputs)}" if outputs else "it declares no outputs")
         yield doc.diagnostic(path + ("from",), f"stage '{stage_name}' has no output '{output}'",
                              hint=hint)
+
+
+def _input_secret_checks(policies: PolicySet) -> Iterator[Diagnostic]:
+    """An input's ``secretName`` must fit its URL's scheme, and the inputs of one namespace that
+    read one URL (one Fluid Dataset) may not name two different Secrets."""
+    named: dict[tuple[str, str], tuple[str, str]] = {}  # (namespace, url) -> (secret, where)
+    for pipeline in sorted(policies.pipelines, key=lambda pl: pl.doc.path):
+        doc, stages = pipeline.doc, pipeline.obj.spec.stages
+        outputs = {(s.name, o.name): o.storage for s in stages for o in s.outputs or []}
+        namespace = pipeline.obj.metadata.namespace or "default"
+        for i, stage in enumerate(stages):
+            for j, item in enumerate(stage.inputs or []):
+                url = _input_url(item, outputs)
+                if item.secretName is None or url is None:
+                    continue
+                path: FieldPath = ("spec", "stages", i, "inputs", j, "secretName")
+                if url_scheme(url) not in STORAGE_CREDENTIAL_KEYS:
+                    yield doc.diagnostic(path, f"{url} takes no credentials fleetc can pass to Fluid",
+                                         hint="credentials are named for "
+                                              f"{', '.join(s + '://' for s in sorted(STORAGE_CREDENTIAL_KEYS))}"
+                                              " URLs; remove secretName")
+                    continue
+                where = f"{doc.path}: spec.stages[{i}].inputs[{j}]"
+                secret, first = named.setdefault((namespace, url), (item.secretName, where))
+                if secret != item.secretName:
+                    yield doc.diagnostic(path, f"{url} is read in namespace {namespace} with Secret "
+                                               f"'{secret}' ({first}) and '{item.secretName}' here; "
+                                               "one Fluid Dataset mounts it with one Secret",
+                                         hint="name the same Secret in both inputs")
+
+
+def _input_url(item: p.StageInput, outputs: dict[tuple[str, str], str]) -> str | None:
+    """The URL an input reads: its source, or the storage of the output its from: names."""
+    if item.source is not None or item.from_ is None:
+        return item.source
+    producer, _, output = item.from_.partition(".outputs.")
+    return outputs.get((producer, output))
 
 
 def stage_edges(stage: p.PipelineStage) -> list[str]:

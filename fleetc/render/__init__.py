@@ -39,7 +39,16 @@ from fleetc.render.cluster import egress_policy, namespace, queue, security_warn
 from fleetc.render.common import Obj, cpu_quantity, folder_files, memory_quantity, object_name, stage_labels
 from fleetc.render.context import Context, Work, placements, work_by_cluster
 from fleetc.render.data import data_warnings, fluid_objects
-from fleetc.render.gitops import gitops_files, gitops_warnings
+from fleetc.render.gitops import (
+    INFRA,
+    INFRA_WAVE,
+    WORKLOADS,
+    WORKLOADS_WAVE,
+    cluster_kustomization,
+    gitops_files,
+    gitops_warnings,
+    with_sync_wave,
+)
 from fleetc.render.gpu import device_plugin_config, gpu_warnings
 from fleetc.render.order import order_warnings
 from fleetc.render.report import placement_report
@@ -102,18 +111,18 @@ def _render(model: FleetModel, placement: Placement) -> Rendered:
     ctx = Context.of(model)
     files = {"placement.yaml": dump(placement_report(model, placement))}
     work = work_by_cluster(placements(model, placement))
-    folders = [c.name for c in model.clusters if c.name in work]
     for cluster in model.clusters:
-        if cluster.name in work:
-            files |= folder_files(f"clusters/{cluster.name}", _cluster_objects(ctx, cluster, work[cluster.name]))
-    if folders:
-        files |= gitops_files(model.gitops, ctx.fleet_path, folders)
+        files |= _cluster_files(ctx, cluster, work.get(cluster.name, []))
+    files |= gitops_files(model.gitops, ctx.fleet_path, [c.name for c in model.clusters])
     return Rendered(dict(sorted(files.items())), _warnings(ctx, work))
 
 
 def _warnings(ctx: Context, work: dict[str, Work]) -> tuple[Diagnostic, ...]:
     model = ctx.model
-    found = [w for p in model.platforms for w in security_warnings(p)]
+    jurisdiction = {c.name: c.jurisdiction for c in model.clusters}
+    found = [w for p in model.platforms
+             for w in security_warnings(p, {jurisdiction[name] for name, placed in work.items()
+                                            for stage, _ in placed if stage.pipeline in p.pipelines})]
     if model.gpu_policy is not None:
         found += gpu_warnings(model.gpu_policy)
     found += data_warnings(ctx, work)
@@ -124,24 +133,44 @@ def _warnings(ctx: Context, work: dict[str, Work]) -> tuple[Diagnostic, ...]:
 
 
 # --------------------------------------------------------------------------- per cluster
-def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> list[Obj]:
-    """All objects for one cluster: cluster-wide ones, then each stage's workload objects."""
+def _cluster_files(ctx: Context, cluster: Cluster, work: Work) -> dict[str, str]:
+    """``clusters/<cluster>/``: ``infra/`` (sync wave 0) and ``workloads/`` (wave 1), each with
+    its kustomization, and a kustomization over both and the user's ``local/<cluster>/``
+    (:mod:`.gitops` says why). Every cluster of the Fleet has one, also when it runs nothing:
+    its kustomizations then list nothing (or only what is left), so Argo CD and Flux prune
+    what the cluster ran before."""
+    folder = f"clusters/{cluster.name}"
+    infra, workloads = _cluster_objects(ctx, cluster, work)
+    files = folder_files(f"{folder}/{INFRA}", with_sync_wave(infra, INFRA_WAVE))
+    files |= folder_files(f"{folder}/{WORKLOADS}", with_sync_wave(workloads, WORKLOADS_WAVE))
+    files |= cluster_kustomization(cluster.name)
+    return files
+
+
+def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> tuple[list[Obj], list[Obj]]:
+    """One cluster's objects in two layers: what workloads need to exist first (Namespaces,
+    NetworkPolicies, Queues, PriorityClasses, the device plugin's config, Fluid Datasets and
+    runtimes), then the workloads (Volcano Jobs; Deployments with their Services, HPAs and
+    PDBs; Fluid DataLoads)."""
     names = sorted({stage.namespace for stage, _ in work})
-    objects = [namespace(ctx, cluster, name) for name in names]
-    objects += [egress_policy(cluster, name, p) for name in names if (p := sovereign_platform(ctx, name))]
-    objects += [queue(ctx, cluster, c) for c in sorted({stage.workload_class for stage, _ in work})]
-    objects += _priority_classes(ctx, work)
+    infra = [namespace(ctx, cluster, name) for name in names]
+    infra += [policy for name in names if (p := sovereign_platform(ctx, name))
+              if (policy := egress_policy(cluster, name, p)) is not None]
+    infra += [queue(ctx, cluster, c) for c in sorted({stage.workload_class for stage, _ in work})]
+    infra += _priority_classes(ctx, work)
     if ctx.model.gpu_policy is not None:
-        objects += device_plugin_config(ctx.model.gpu_policy, cluster, ctx.gpu_slots)
-    objects += fluid_objects(ctx, work)
+        infra += device_plugin_config(ctx.model.gpu_policy, cluster, ctx.gpu_slots)
+    fluid = fluid_objects(ctx, work)
+    infra += [obj for obj in fluid if obj["kind"] != "DataLoad"]
+    workloads = [obj for obj in fluid if obj["kind"] == "DataLoad"]
     for stage, assignment in work:
         if stage.is_gang:
-            objects.append(volcano_job(ctx, cluster, stage))
+            workloads.append(volcano_job(ctx, cluster, stage))
         else:
             replicas = assignment.replicas
-            objects += [deployment(ctx, cluster, stage), service(stage),
-                        autoscaler(stage, replicas), disruption_budget(stage, replicas)]
-    return objects
+            workloads += [deployment(ctx, cluster, stage), service(stage),
+                          autoscaler(stage, replicas), disruption_budget(stage, replicas)]
+    return infra, workloads
 
 
 def _priority_classes(ctx: Context, work: Work) -> list[Obj]:

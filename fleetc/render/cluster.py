@@ -2,13 +2,15 @@
 
 ``security`` of an AIGCPlatform, per field:
 
-* ``dataSovereignty``: every namespace of a governed pipeline is labelled
-  ``fleetc.dev/jurisdiction: <cluster jurisdiction>`` and gets a NetworkPolicy
-  (:func:`egress_policy`) that denies egress by default and allows only DNS and traffic to
-  namespaces of the same jurisdiction. Storage endpoints outside the cluster are then blocked
-  too: fleetc does not know their addresses, so a warning says to allow the in-jurisdiction
-  ones with a NetworkPolicy of your own (NetworkPolicies add up: any policy allowing a flow
-  allows it).
+* ``dataSovereignty``: placement already keeps every stage that reads a jurisdiction's data on
+  that jurisdiction's clusters (a hard rule). Every namespace of a governed pipeline is
+  labelled ``fleetc.dev/jurisdiction: <cluster jurisdiction>``, and where the platform declares
+  the storage of the cluster's jurisdiction (``security.storageEndpoints``: CIDR blocks), it
+  gets a NetworkPolicy (:func:`egress_policy`) that lets its pods reach DNS, their own
+  namespace and those blocks, and nothing else. Without declared endpoints no egress policy is
+  rendered (it would block the storage the stages must write to) and a warning says how to
+  declare them. NetworkPolicy governs pod-network pods only: Fluid's Alluxio pods run on the
+  host network, which no NetworkPolicy restricts.
 * ``auditEnabled``: audit policy is API-server configuration (``--audit-policy-file``); no
   Kubernetes object enables it for a namespace, so it is a warning, not an object.
 * ``encryptionAtRest``: encryption of Secrets and other resources is API-server configuration
@@ -77,9 +79,18 @@ def queue(ctx: Context, cluster: Cluster, workload_class: WorkloadClass) -> Obj:
     }
 
 
-def egress_policy(cluster: Cluster, name: str, platform: Platform) -> Obj:
-    """Default-deny egress for every pod of the namespace, except DNS (kube-dns in kube-system)
-    and namespaces labelled with the same jurisdiction (this one included)."""
+def storage_blocks(platform: Platform, jurisdiction: str) -> tuple[str, ...]:
+    """The CIDR blocks the platform declares for the storage of ``jurisdiction``."""
+    return next((cidrs for name, cidrs in platform.storage_endpoints if name == jurisdiction), ())
+
+
+def egress_policy(cluster: Cluster, name: str, platform: Platform) -> Obj | None:
+    """Egress of every pod of the namespace limited to DNS (kube-dns in kube-system), the
+    namespace itself and the storage blocks of the cluster's jurisdiction; None when the
+    platform declares none for it (see :func:`security_warnings`)."""
+    blocks = storage_blocks(platform, cluster.jurisdiction)
+    if not blocks:
+        return None
     dns = {
         "to": [{
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
@@ -87,23 +98,30 @@ def egress_policy(cluster: Cluster, name: str, platform: Platform) -> Obj:
         }],
         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
     }
-    same_jurisdiction = {"to": [{"namespaceSelector": {"matchLabels": {JURISDICTION_LABEL: cluster.jurisdiction}}}]}
+    own_namespace: Obj = {"to": [{"podSelector": {}}]}
+    storage = {"to": [{"ipBlock": {"cidr": cidr}} for cidr in blocks]}
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": metadata(EGRESS_POLICY_NAME, name, platform.source, "spec.security.dataSovereignty"),
-        "spec": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [dns, same_jurisdiction]},
+        "metadata": metadata(EGRESS_POLICY_NAME, name, platform.source, "spec.security.storageEndpoints"),
+        "spec": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [dns, own_namespace, storage]},
     }
 
 
-def security_warnings(platform: Platform) -> list[Diagnostic]:
-    """The ``security`` fields fleetc cannot render as objects, each named."""
+def security_warnings(platform: Platform, jurisdictions: set[str]) -> list[Diagnostic]:
+    """The ``security`` fields fleetc cannot render as objects, each named; ``jurisdictions``:
+    those of the clusters running the platform's pipelines."""
     found = []
-    if platform.data_sovereignty:
-        found.append(warning(platform.source, "spec.security.dataSovereignty",
-                             "egress is limited to DNS and namespaces of the same jurisdiction; allow "
-                             "your in-jurisdiction storage endpoints with a NetworkPolicy of your own "
-                             "(fleetc does not know their addresses)"))
+    undeclared = sorted(j for j in jurisdictions if not storage_blocks(platform, j))
+    if platform.data_sovereignty and undeclared:
+        found.append(warning(platform.source, "spec.security.storageEndpoints",
+                             f"no storage endpoints declared for jurisdiction(s) {', '.join(undeclared)}: "
+                             "no egress NetworkPolicy rendered there (placement still keeps the stages in "
+                             "their jurisdiction); declare them as spec.security.storageEndpoints: "
+                             "[{jurisdiction: <name>, cidrs: [<CIDR>, ...]}]"))
+    if platform.storage_endpoints and not platform.data_sovereignty:
+        found.append(warning(platform.source, "spec.security.storageEndpoints",
+                             "has effect only with spec.security.dataSovereignty; not rendered"))
     if platform.audit_enabled:
         found.append(warning(platform.source, "spec.security.auditEnabled",
                              "has no portable Kubernetes object (audit policy is API-server "

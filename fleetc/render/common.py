@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -17,29 +18,63 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "fleetc"}
 SOURCE_ANNOTATION = "fleetc.dev/source"
 GPU_RESOURCE = "nvidia.com/gpu"
 
+#: Argo CD applies objects wave by wave (lowest first), each wave only once the previous one is
+#: healthy (gitops-engine ``pkg/sync/sync_context.go``); see :mod:`.gitops`.
+SYNC_WAVE = "argocd.argoproj.io/sync-wave"
+
 _GI = 1024**3
 _MI = 1024**2
-_MAX_NAME = 63
+#: A DNS-1123 / DNS-1035 label, a label value, a pod hostname: at most 63 characters.
+MAX_NAME = 63
+#: Helm release names (Fluid installs every runtime, and every DataLoad, as a Helm release).
+MAX_HELM_RELEASE = 53
 _NAME_HASH_LEN = 8
 _SLUG_UNSAFE = re.compile(r"[^a-z0-9]+")
 
 
 # --------------------------------------------------------------------------- names, labels
+def digest(text: str, length: int = _NAME_HASH_LEN) -> str:
+    """The first ``length`` hex digits of sha256(text): the hash in every shortened name."""
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def shorten(name: str, limit: int = MAX_NAME) -> str:
+    """``name`` when it has at most ``limit`` characters, else its first ``limit - 9`` plus
+    ``-<8 hex of sha256(name)>``: deterministic, and two long names that share a prefix still
+    differ."""
+    if len(name) <= limit:
+        return name
+    return f"{name[: limit - _NAME_HASH_LEN - 1]}-{digest(name)}"
+
+
 def dns_label(name: str) -> str:
     """``name`` when it fits in 63 characters, else cut to 54 plus ``-<8 hex of sha256>``."""
-    if len(name) <= _MAX_NAME:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:_NAME_HASH_LEN]
-    return f"{name[: _MAX_NAME - _NAME_HASH_LEN - 1]}-{digest}"
+    return shorten(name, MAX_NAME)
 
 
-def hashed_slug(prefix: str, text: str) -> str:
-    """A stable DNS label for free text (a URL): ``<prefix>-<slug>-<8 hex>``. The hash is
-    always there, so two texts that slug alike (``a/b``, ``a-b``) never share a name."""
-    digest = hashlib.sha256(text.encode()).hexdigest()[:_NAME_HASH_LEN]
+def dns1035_label(name: str, limit: int = MAX_NAME) -> str:
+    """A DNS-1035 label (what Services need: it starts with a letter) of at most ``limit``
+    characters: ``name`` shortened, with ``x-`` in front when it starts with a digit
+    (``2024-chat-serve`` -> ``x-2024-chat-serve``)."""
+    return shorten(name if name[:1].isalpha() else f"x-{name}", limit)
+
+
+def hashed_slug(prefix: str, text: str, limit: int = MAX_NAME) -> str:
+    """A stable DNS label of at most ``limit`` characters for free text (a URL):
+    ``<prefix>-<slug>-<8 hex>``. The hash is always there, so two texts that slug alike
+    (``a/b``, ``a-b``) never share a name."""
     slug = _SLUG_UNSAFE.sub("-", text.lower()).strip("-")
-    room = _MAX_NAME - len(prefix) - _NAME_HASH_LEN - 2
-    return "-".join(p for p in (prefix, slug[:room].strip("-"), digest) if p)
+    room = limit - len(prefix) - _NAME_HASH_LEN - 2
+    return "-".join(p for p in (prefix, slug[:room].strip("-"), digest(text)) if p)
+
+
+def content_name(base: str, content: object, limit: int = MAX_NAME) -> str:
+    """``<base>-<8 hex of sha256 of content>``, a DNS-1035 label of at most ``limit``
+    characters (``base`` shortened to make room). For objects Kubernetes will not update in
+    place (a Volcano Job's spec is immutable): a new content is a new object, the same content
+    keeps its name byte for byte. ``content`` is hashed as canonical JSON (sorted keys)."""
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return f"{dns1035_label(base, limit - _NAME_HASH_LEN - 1)}-{digest(text)}"
 
 
 def object_name(stage: Stage) -> str:

@@ -23,6 +23,18 @@ from fleetc.placement.verify import slots_per_gpu, uses_shared_slots
 Work = list[tuple[Stage, Assignment]]
 
 
+def _input_secrets(model: FleetModel) -> dict[tuple[str, str], str]:
+    urls = {(s.key, o.name): o.url for s in model.stages for o in s.outputs}
+    found: dict[tuple[str, str], str] = {}
+    for stage in model.stages:
+        for item in stage.inputs:
+            url = item.url if item.from_stage is None else urls.get((f"{stage.pipeline}/{item.from_stage}",
+                                                                     str(item.from_output)))
+            if item.secret_name is not None and url is not None:
+                found.setdefault((stage.namespace, url), item.secret_name)
+    return found
+
+
 @dataclass(frozen=True)
 class Context:
     model: FleetModel
@@ -33,6 +45,8 @@ class Context:
     gpu_slots: int  # time-sliced slots per GPU; 1 when GPUs are not shared
     stages: Mapping[tuple[str, str], Stage]  # (pipeline, stage name) -> stage
     waited_for: frozenset[str]  # keys of the stages another stage depends on
+    #: (namespace, url) -> the Secret an input reading it there names (validated: at most one)
+    input_secrets: Mapping[tuple[str, str], str]
 
     @classmethod
     def of(cls, model: FleetModel) -> Context:
@@ -49,6 +63,7 @@ class Context:
             gpu_slots=slots_per_gpu(model),
             stages={(s.pipeline, s.name): s for s in model.stages},
             waited_for=frozenset(f"{s.pipeline}/{d}" for s in model.stages for d in s.dependencies),
+            input_secrets=_input_secrets(model),
         )
 
     @property

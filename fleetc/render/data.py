@@ -13,10 +13,12 @@ policy's ``caching.enabled``:
   "lookahead" (a DataLoad loads the dataset, not the next N files), so
   ``prefetching.lookahead`` is reported, not rendered.
 
-Names are ``data-<url slug>-<8 hex of sha256(url)>``: stable, and different for different URLs.
+Names are ``data-<url slug>-<8 hex of sha256(url)>``: stable, different for different URLs, and
+short enough for the Helm releases Fluid makes of them (:func:`dataset_name`, :func:`data_load_name`).
 Only URL schemes Alluxio mounts as an under-store (:data:`CACHEABLE_SCHEMES`) are cached;
-others (``nfs://``, for example) are read directly and reported. No credentials are rendered:
-a mount that needs them gets them from the cluster (``encryptOptions`` added by its owner).
+others (``nfs://``, for example) are read directly and reported. No credentials are rendered: an
+input that names a Secret (``secretName``) gets its Dataset mount options from it by reference,
+under the keys Alluxio names for the scheme (:data:`fleetc.model.STORAGE_CREDENTIAL_KEYS`).
 """
 
 from __future__ import annotations
@@ -25,8 +27,17 @@ import functools
 from typing import NamedTuple
 
 from fleetc.errors import Diagnostic
-from fleetc.model import DataPolicy, Source, Stage
-from fleetc.render.common import Obj, dns_label, hashed_slug, memory_quantity, metadata, warning
+from fleetc.model import STORAGE_CREDENTIAL_KEYS, DataPolicy, Source, Stage, url_scheme
+from fleetc.render.common import (
+    MAX_HELM_RELEASE,
+    Obj,
+    dns_label,
+    hashed_slug,
+    memory_quantity,
+    metadata,
+    shorten,
+    warning,
+)
 from fleetc.render.context import Context, Work
 
 #: URL schemes Alluxio (and so Fluid's AlluxioRuntime) mounts as an under-file-system.
@@ -44,19 +55,24 @@ _ANNOTATORS = {
 MOUNT_ROOT = "/fleetc/inputs"
 
 
-def scheme(url: str) -> str:
-    return url.partition("://")[0].lower() if "://" in url else ""
-
-
 @functools.lru_cache(maxsize=1 << 14)  # every stage reading a URL names its dataset
 def dataset_name(url: str) -> str:
-    return hashed_slug("data", url)
+    """The Dataset's and its AlluxioRuntime's name: Fluid installs the runtime as a Helm
+    release of that name (fluid ``pkg/ddc/alluxio/master_internal.go``), at most 53 characters,
+    which also keeps ``<name>-master-0`` within 63."""
+    return hashed_slug("data", url, MAX_HELM_RELEASE)
+
+
+def data_load_name(url: str) -> str:
+    """The DataLoad's name: Fluid installs it as the Helm release ``<name>-loader`` (fluid
+    ``pkg/utils/dataload.go``), so the name has at most 53 - 7 characters."""
+    return shorten(f"{dataset_name(url)}-prefetch", MAX_HELM_RELEASE - len("-loader"))
 
 
 def is_cached(ctx: Context, url: str) -> bool:
     """Whether stages read ``url`` through a Fluid cache (on every cluster that reads it)."""
     policy = ctx.data_policy
-    return policy is not None and policy.caching_enabled and scheme(url) in CACHEABLE_SCHEMES
+    return policy is not None and policy.caching_enabled and url_scheme(url) in CACHEABLE_SCHEMES
 
 
 def cached_urls(ctx: Context, work: Work) -> list[tuple[str, str]]:
@@ -92,12 +108,19 @@ def _source(policy: DataPolicy, field: str) -> Source:
     return Source(policy.source.path, field)
 
 
-def dataset(policy: DataPolicy, namespace: str, url: str) -> Obj:
+def dataset(policy: DataPolicy, namespace: str, url: str, secret: str | None = None) -> Obj:
+    """The Dataset mounting ``url``; with ``secret`` (the Secret an input reading it names), the
+    mount options its scheme needs come from that Secret, by reference (``encryptOptions``,
+    ``secretKeyRef``): no credential is ever rendered."""
+    mount: Obj = {"name": "data", "mountPoint": url, "readOnly": True}
+    if secret is not None:
+        mount["encryptOptions"] = [{"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+                                   for key in STORAGE_CREDENTIAL_KEYS[url_scheme(url)]]
     return {
         "apiVersion": "data.fluid.io/v1alpha1",
         "kind": "Dataset",
         "metadata": metadata(dataset_name(url), namespace, _source(policy, "spec.caching")),
-        "spec": {"mounts": [{"name": "data", "mountPoint": url, "readOnly": True}]},
+        "spec": {"mounts": [mount]},
     }
 
 
@@ -127,7 +150,7 @@ def data_load(policy: DataPolicy, namespace: str, url: str) -> Obj:
     return {
         "apiVersion": "data.fluid.io/v1alpha1",
         "kind": "DataLoad",
-        "metadata": metadata(dns_label(f"{name}-prefetch"), namespace, _source(policy, "spec.prefetching")),
+        "metadata": metadata(data_load_name(url), namespace, _source(policy, "spec.prefetching")),
         "spec": {
             "dataset": {"name": name, "namespace": namespace},
             "loadMetadata": True,
@@ -143,17 +166,19 @@ def fluid_objects(ctx: Context, work: Work) -> list[Obj]:
         return []
     objects: list[Obj] = []
     for namespace, url in cached_urls(ctx, work):
-        objects += [dataset(policy, namespace, url), alluxio_runtime(policy, namespace, url)]
+        objects += [dataset(policy, namespace, url, ctx.input_secrets.get((namespace, url))),
+                    alluxio_runtime(policy, namespace, url)]
         if policy.prefetching_enabled:
             objects.append(data_load(policy, namespace, url))
     return objects
 
 
 def data_warnings(ctx: Context, work_by_cluster: dict[str, Work]) -> list[Diagnostic]:
-    """The data policy's fields with no Fluid form, and inputs whose URL Fluid cannot cache."""
+    """The data policy's fields with no Fluid form, inputs whose URL Fluid cannot cache, and
+    Secrets named for a cache that is off."""
     policy = ctx.data_policy
     if policy is None or not policy.caching_enabled:
-        return []
+        return _unused_secrets(ctx)
     found = []
     if policy.prefetching_enabled and policy.prefetch_lookahead > 0:
         found.append(warning(policy.source, "spec.prefetching.lookahead",
@@ -162,10 +187,20 @@ def data_warnings(ctx: Context, work_by_cluster: dict[str, Work]) -> list[Diagno
     for work in work_by_cluster.values():
         for stage, _ in work:
             for index, url in ctx.input_urls(stage):
-                if scheme(url) not in CACHEABLE_SCHEMES:
+                if url_scheme(url) not in CACHEABLE_SCHEMES:
                     uncached[(stage.source.path, f"{stage.source.field}.inputs[{index}]")] = url
     for (path, field), url in sorted(uncached.items()):
-        kind = f"{scheme(url)}://" if scheme(url) else "a URL without a scheme"
+        kind = f"{url_scheme(url)}://" if url_scheme(url) else "a URL without a scheme"
         found.append(warning(Source(path, field), field,
                              f"{kind} cannot be cached by Fluid/Alluxio; the stage reads it directly"))
     return found
+
+
+def _unused_secrets(ctx: Context) -> list[Diagnostic]:
+    """Inputs naming a Secret while nothing mounts through Fluid (no data policy, or caching
+    off): the Secret is for the Dataset mount, so nothing uses it."""
+    return [warning(Source(stage.source.path, f"{stage.source.field}.inputs[{index}]"),
+                    f"{stage.source.field}.inputs[{index}].secretName",
+                    "is used by Fluid cache mounts, and caching is off (DataOptimizationPolicy "
+                    "spec.caching.enabled); not rendered")
+            for stage in ctx.model.stages for index, item in enumerate(stage.inputs) if item.secret_name]

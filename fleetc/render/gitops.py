@@ -1,20 +1,57 @@
-"""GitOps entrypoints: how Argo CD or Flux find the per-cluster folders in git.
+"""GitOps entrypoints: how Argo CD or Flux find the per-cluster folders in git, and in which
+order they apply them.
 
-* ``argocd/``: one ApplicationSet (in :data:`ARGOCD_NAMESPACE`) whose git-directory generator
-  turns every ``<path>/clusters/<name>`` folder into an Application ``fleetc-<name>`` that syncs
-  that folder to the cluster registered in Argo CD under the same name (goTemplate,
-  ``{{.path.basename}}``). ``applicationsSync: create-update`` means a folder that disappears
-  (a cluster that no longer runs anything, or a bad commit) never deletes its Application and
-  with it every workload on the cluster; ``preserveResourcesOnDeletion`` keeps the workloads
-  even when someone deletes an Application by hand. Inside an Application, automated sync
-  prunes objects fleetc no longer renders. The HPA owns ``spec.replicas`` of Deployments, which
-  fleetc renders without it. Argo CD still ignores that field: an Application last synced from
-  an output that named a replica count would otherwise remove the count the HPA set.
-* ``flux/<cluster>/``: a GitRepository and a Kustomization (in :data:`FLUX_NAMESPACE`) to apply
-  on that cluster; the Kustomization prunes what fleetc no longer renders.
+Every cluster of the Fleet has ``clusters/<cluster>/`` with two layers and a kustomization over
+them and the user's folder:
 
-Both read the repository, branch and folder from the Fleet's ``spec.gitops``; while the repository
-is the placeholder default, a warning says so.
+* ``infra/``: what workloads need to exist first: Namespaces, NetworkPolicies, Volcano Queues,
+  PriorityClasses, the device plugin's ConfigMap, Fluid Datasets and AlluxioRuntimes;
+* ``workloads/``: Volcano Jobs, Deployments with their Services, HPAs and PDBs, Fluid DataLoads;
+* ``../../local/<cluster>/`` (``out/local/<cluster>/``): the user's own objects for the
+  cluster (a sealed Secret, a policy of their own). fleetc creates its ``kustomization.yaml``
+  once, listing nothing, and from then on never writes, changes or deletes anything there
+  (:mod:`fleetc.emit`).
+
+Why two layers. Volcano's admission webhook refuses a Job whose Queue does not exist, also on a
+dry run (``pkg/webhooks/admission/jobs/validate/admit_job.go``; the webhook is registered with
+``sideEffects: NoneOnDryRun``), and Flux's kustomize-controller applies CRDs, Namespaces,
+ClusterRoles and ``*Class`` kinds first and then dry-runs every other object of a
+Kustomization together, applying none if one fails (fluxcd/pkg ``ssa/manager_apply.go``
+``ApplyAllStaged``, ``ssa/utils/is.go``). One Kustomization holding Queues and Jobs would
+never get past the dry run on a fresh cluster. So:
+
+* ``flux/<cluster>/``: a GitRepository and three Kustomizations (in :data:`FLUX_NAMESPACE`):
+  ``fleetc-infra`` (``wait: true``: Ready only once its objects are), ``fleetc-local``
+  (dependsOn infra) and ``fleetc-workloads`` (dependsOn both), the layering Flux documents
+  for infrastructure and apps (fluxcd/kustomize-controller ``docs/spec/v1/kustomizations.md``,
+  "Dependencies"). Each prunes what fleetc no longer renders.
+* ``argocd/``: one ApplicationSet whose git-directory generator turns every
+  ``<path>/clusters/<name>`` folder into an Application ``fleetc-<name>`` syncing that folder
+  to the cluster registered in Argo CD under the same name (goTemplate,
+  ``{{.path.basename}}``). Argo CD applies by sync wave, then by kind, unknown kinds such as
+  Volcano's Queue last (gitops-engine ``pkg/sync/sync_tasks.go``), and starts a wave only
+  once the previous one is healthy (``pkg/sync/sync_context.go``): infra objects are in wave
+  :data:`INFRA_WAVE`, workloads in :data:`WORKLOADS_WAVE` (``argocd.argoproj.io/sync-wave``),
+  your own objects in the default wave 0. A sync that fails anyway (a webhook not up yet) is
+  retried :data:`RETRY_LIMIT` times with exponential backoff (``syncPolicy.retry``). Inside an
+  Application, automated sync prunes objects fleetc no longer renders. The HPA owns
+  ``spec.replicas`` of Deployments, which fleetc renders without it; Argo CD still ignores
+  that field, so an Application last synced from an output that named a replica count does not
+  remove the count the HPA set.
+
+Removing work and removing clusters. A cluster that runs nothing keeps its folder, with
+kustomizations that list nothing: both engines then prune what it ran. A cluster removed from
+the Fleet loses its folders, and then nothing is deleted on it, on purpose (a Fleet entry
+deleted by mistake must not wipe a cluster): Argo CD keeps its Application
+(``applicationsSync: create-update``; ``preserveResourcesOnDeletion`` keeps the workloads even
+when someone deletes the Application), which reports the missing path; Flux's Kustomizations
+fail on the missing path and keep what they applied, and with ``deletionPolicy: Orphan``
+deleting them leaves the objects too. To empty a cluster, cordon it (``cordoned: true``),
+compile and let it sync; then remove it from the Fleet.
+
+Both read the repository, branch and folder from the Fleet's ``spec.gitops``, and Flux
+authenticates with the Secret ``spec.gitops.secretName`` names (``secretRef``); while the
+repository is the placeholder default, a warning says so.
 """
 
 from __future__ import annotations
@@ -23,13 +60,31 @@ from pathlib import PurePosixPath
 
 from fleetc.errors import Diagnostic
 from fleetc.model import GitOps, Source
-from fleetc.render.common import Obj, folder_files, metadata, warning
+from fleetc.render.common import SYNC_WAVE, Obj, folder_files, metadata, warning
+from fleetc.render.yamlout import dump
 
 ARGOCD_NAMESPACE = "argocd"
 FLUX_NAMESPACE = "flux-system"
 NAME = "fleetc"
 SYNC_INTERVAL = "5m"
 APPLY_INTERVAL = "10m"
+#: How soon Flux tries a failed Kustomization again.
+RETRY_INTERVAL = "1m"
+#: How long Flux waits for the infra layer to be Ready before it calls the apply failed.
+WAIT_TIMEOUT = "5m"
+#: Argo CD: retries of a failed sync, the first after RETRY_BACKOFF, doubling up to RETRY_MAX.
+RETRY_LIMIT = 5
+RETRY_BACKOFF = "10s"
+RETRY_MAX = "5m"
+
+#: The two layers of a cluster folder, their Argo CD sync waves, and the user's folder.
+INFRA = "infra"
+WORKLOADS = "workloads"
+INFRA_WAVE = 0
+WORKLOADS_WAVE = 1
+LOCAL = "local"
+
+_KUSTOMIZATION = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
 
 
 def _folder(gitops: GitOps) -> str:
@@ -39,9 +94,30 @@ def _folder(gitops: GitOps) -> str:
     return "" if folder == "." else folder
 
 
-def _clusters_path(gitops: GitOps) -> str:
+def _in_repository(gitops: GitOps, path: str) -> str:
     folder = _folder(gitops)
-    return f"{folder}/clusters" if folder else "clusters"
+    return f"{folder}/{path}" if folder else path
+
+
+def with_sync_wave(objects: list[Obj], wave: int) -> list[Obj]:
+    """``objects`` annotated with their Argo CD sync wave (Flux ignores the annotation)."""
+    for obj in objects:
+        obj["metadata"].setdefault("annotations", {})[SYNC_WAVE] = str(wave)
+    return objects
+
+
+def cluster_kustomization(cluster: str) -> dict[str, str]:
+    """``clusters/<cluster>/kustomization.yaml`` over both layers and the user's folder, and
+    that folder's first, empty ``kustomization.yaml``, which is the user's from then on (paths
+    under ``local/`` are written only when absent: :data:`fleetc.emit.USER_FOLDER`)."""
+    layers = {**_KUSTOMIZATION, "resources": [INFRA, WORKLOADS, f"../../{LOCAL}/{cluster}"]}
+    local = {**_KUSTOMIZATION, "resources": []}
+    return {
+        f"clusters/{cluster}/kustomization.yaml": dump(layers),
+        f"{LOCAL}/{cluster}/kustomization.yaml": (
+            f"# Your own objects for cluster {cluster}: list them here. fleetc created this file\n"
+            "# and never writes, changes or deletes anything in this folder.\n" + dump(local)),
+    }
 
 
 def application_set(gitops: GitOps, source: Source) -> Obj:
@@ -55,6 +131,8 @@ def application_set(gitops: GitOps, source: Source) -> Obj:
             "syncPolicy": {
                 "automated": {"prune": True, "selfHeal": True},
                 "syncOptions": ["RespectIgnoreDifferences=true"],
+                "retry": {"limit": RETRY_LIMIT,
+                          "backoff": {"duration": RETRY_BACKOFF, "factor": 2, "maxDuration": RETRY_MAX}},
             },
             "ignoreDifferences": [{"group": "apps", "kind": "Deployment", "jsonPointers": ["/spec/replicas"]}],
         },
@@ -70,7 +148,7 @@ def application_set(gitops: GitOps, source: Source) -> Obj:
                 "git": {
                     "repoURL": gitops.repo_url,
                     "revision": gitops.branch,
-                    "directories": [{"path": f"{_clusters_path(gitops)}/*"}],
+                    "directories": [{"path": f"{_in_repository(gitops, 'clusters')}/*"}],
                 },
             }],
             "syncPolicy": {"applicationsSync": "create-update", "preserveResourcesOnDeletion": True},
@@ -80,36 +158,60 @@ def application_set(gitops: GitOps, source: Source) -> Obj:
 
 
 def git_repository(gitops: GitOps, source: Source) -> Obj:
+    spec: Obj = {"interval": SYNC_INTERVAL, "url": gitops.repo_url, "ref": {"branch": gitops.branch}}
+    if gitops.secret_name:
+        spec["secretRef"] = {"name": gitops.secret_name}
     return {
         "apiVersion": "source.toolkit.fluxcd.io/v1",
         "kind": "GitRepository",
         "metadata": metadata(NAME, FLUX_NAMESPACE, source),
-        "spec": {"interval": SYNC_INTERVAL, "url": gitops.repo_url, "ref": {"branch": gitops.branch}},
+        "spec": spec,
     }
 
 
-def flux_kustomization(gitops: GitOps, source: Source, cluster: str) -> Obj:
+def flux_kustomization(gitops: GitOps, source: Source, name: str, path: str,
+                       depends_on: tuple[str, ...] = (), wait: bool = False) -> Obj:
+    """A Flux Kustomization applying one folder; it prunes what leaves the folder, and when it
+    is itself deleted it leaves its objects where they are (``deletionPolicy: Orphan``)."""
+    spec: Obj = {}
+    if depends_on:
+        spec["dependsOn"] = [{"name": dependency} for dependency in depends_on]
+    spec |= {
+        "interval": APPLY_INTERVAL,
+        "retryInterval": RETRY_INTERVAL,
+        "sourceRef": {"kind": "GitRepository", "name": NAME},
+        "path": f"./{_in_repository(gitops, path)}",
+        "prune": True,
+        "deletionPolicy": "Orphan",
+    }
+    if wait:
+        spec |= {"wait": True, "timeout": WAIT_TIMEOUT}
     return {
         "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
         "kind": "Kustomization",
-        "metadata": metadata(NAME, FLUX_NAMESPACE, source),
-        "spec": {
-            "interval": APPLY_INTERVAL,
-            "sourceRef": {"kind": "GitRepository", "name": NAME},
-            "path": f"./{_clusters_path(gitops)}/{cluster}",
-            "prune": True,
-        },
+        "metadata": metadata(name, FLUX_NAMESPACE, source),
+        "spec": spec,
     }
 
 
+def flux_objects(gitops: GitOps, source: Source, cluster: str) -> list[Obj]:
+    """One cluster's Flux entrypoint: the repository and the three layered Kustomizations."""
+    infra, local, workloads = (f"{NAME}-{INFRA}", f"{NAME}-{LOCAL}", f"{NAME}-{WORKLOADS}")
+    return [
+        git_repository(gitops, source),
+        flux_kustomization(gitops, source, infra, f"clusters/{cluster}/{INFRA}", wait=True),
+        flux_kustomization(gitops, source, local, f"{LOCAL}/{cluster}", (infra,)),
+        flux_kustomization(gitops, source, workloads, f"clusters/{cluster}/{WORKLOADS}", (infra, local)),
+    ]
+
+
 def gitops_files(gitops: GitOps, fleet_path: str, clusters: list[str]) -> dict[str, str]:
-    """``argocd/`` and ``flux/<cluster>/`` for the clusters that have a folder; their source is
-    the Fleet's ``spec.gitops``."""
+    """``argocd/`` and ``flux/<cluster>/`` for every cluster of the Fleet; their source is the
+    Fleet's ``spec.gitops``."""
     source = Source(fleet_path, "spec.gitops")
     files = folder_files("argocd", [application_set(gitops, source)])
     for cluster in clusters:
-        flux = [git_repository(gitops, source), flux_kustomization(gitops, source, cluster)]
-        files |= folder_files(f"flux/{cluster}", flux)
+        files |= folder_files(f"flux/{cluster}", flux_objects(gitops, source, cluster))
     return files
 
 

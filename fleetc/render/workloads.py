@@ -27,11 +27,14 @@ import math
 import re
 
 from fleetc.errors import Diagnostic
-from fleetc.model import Cluster, Serving, Stage, StageType, Toleration
+from fleetc.model import Cluster, Serving, Stage, StageType, Toleration, url_scheme
 from fleetc.render.common import (
     GPU_RESOURCE,
+    MAX_NAME,
     Obj,
+    content_name,
     cpu_quantity,
+    dns1035_label,
     memory_quantity,
     metadata,
     object_name,
@@ -41,7 +44,7 @@ from fleetc.render.common import (
     warning,
 )
 from fleetc.render.context import Context, Work
-from fleetc.render.data import CacheMounts, cache_mounts, scheme
+from fleetc.render.data import CacheMounts, cache_mounts
 from fleetc.render.order import STATUS_PATH, STATUS_VOLUME, mark_container, marks, wait_containers, wrap_command
 from fleetc.resolve import DEFAULT_IMAGES
 
@@ -256,7 +259,7 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
         plugins = {"plugins": distributed_plugins()}
     else:
         tasks, plugins = [{"name": WORKER_TASK, "replicas": 1, "template": template}], {}
-    return {
+    job: Obj = {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
         "metadata": stage_metadata(stage),
@@ -271,6 +274,22 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
             "tasks": tasks,
         },
     }
+    job["metadata"]["name"] = job_name(job)
+    return job
+
+
+def job_name(job: Obj) -> str:
+    """A Volcano Job's name: ``<pipeline>-<stage>-<8 hex of its spec>``.
+
+    Volcano refuses any change to a Job's spec (``validateJobUpdate``, volcano
+    ``pkg/webhooks/admission/jobs/validate/admit_job.go``), so a stage whose Job changes is a
+    new Job: GitOps creates it and prunes the old one. A stage whose Job is unchanged keeps its
+    name byte for byte, so unrelated policy changes never restart it. The name is a DNS-1035
+    label (Volcano's ``svc`` plugin names a headless Service after the Job) short enough that
+    every pod hostname ``<job>-<task>-<index>`` (``MakePodName``, ``pkg/controllers/job/
+    helpers/helpers.go``; the ``svc`` plugin sets it as the hostname) fits in 63 characters."""
+    longest_pod_suffix = max(len(f"-{task['name']}-{task['replicas'] - 1}") for task in job["spec"]["tasks"])
+    return content_name(job["metadata"]["name"], job["spec"], MAX_NAME - longest_pod_suffix)
 
 
 def distributed_plugins() -> Obj:
@@ -344,10 +363,10 @@ def model_repository(ctx: Context, stage: Stage, cache: CacheMounts) -> tuple[st
     if spec.name in cache.paths:
         return f"$({_env_name('FLEETC_INPUT_', spec.name)}_PATH)", ""
     url = ctx.input_url(stage, spec)
-    if scheme(url) in TRITON_SCHEMES:
+    if url_scheme(url) in TRITON_SCHEMES:
         return f"$({_env_name('FLEETC_INPUT_', spec.name)})", ""
     return f"$({_env_name('FLEETC_INPUT_', spec.name)})", (
-        f"Triton cannot read {scheme(url) or 'this'}:// model repositories itself (it reads "
+        f"Triton cannot read {url_scheme(url) or 'this'}:// model repositories itself (it reads "
         f"{', '.join(sorted(TRITON_SCHEMES))} and local paths): cache or mount inputs[0] "
         "(DataOptimizationPolicy caching), or set command")
 
@@ -360,11 +379,15 @@ def triton_command(ctx: Context, stage: Stage, cache: CacheMounts) -> list[str]:
 
 
 def service(stage: Stage) -> Obj:
-    """ClusterIP Service in front of a Deployment stage: port 80 -> the pods' ``http`` port."""
+    """ClusterIP Service in front of a Deployment stage: port 80 -> the pods' ``http`` port.
+    Its name is a DNS-1035 label, as the API server requires of Services (``x-`` in front of
+    a name that starts with a digit)."""
+    meta = stage_metadata(stage)
+    meta["name"] = dns1035_label(meta["name"])
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": stage_metadata(stage),
+        "metadata": meta,
         "spec": {
             "type": "ClusterIP",
             "selector": selector(stage),

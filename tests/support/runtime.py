@@ -1,7 +1,7 @@
 """A model of what rendered manifests do at run time, for the suite.
 
 Schemas say an object is well formed; this says whether the pods it makes would run as the
-policies intend. It reads a compile's files (``clusters/<cluster>/*.yaml``) and the model's
+policies intend. It reads a compile's files (``clusters/<cluster>/{infra,workloads}/*.yaml``) and the model's
 clusters, expands every Volcano Job task and Deployment into the pods the controllers create,
 and answers:
 
@@ -69,8 +69,8 @@ def objects(files: Mapping[str, str]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(cluster, object) of every object under ``clusters/``."""
     yaml = YAML(typ="safe")
     for path, text in sorted(files.items()):
-        parts = path.split("/")
-        if parts[0] == "clusters" and len(parts) == 3 and parts[2] != "kustomization.yaml":
+        parts = path.split("/")  # clusters/<cluster>/<infra|workloads>/<file>
+        if parts[0] == "clusters" and len(parts) == 4 and parts[3] != "kustomization.yaml":
             yield parts[1], yaml.load(text)
 
 

@@ -1,0 +1,267 @@
+"""fleetc's output converges on Flux and on Argo CD, as their apply semantics say it must
+(modelled in :mod:`support.engines`): on a fresh cluster in one pass, and again after a policy
+change (the old runs pruned, the unchanged ones untouched). Run over the bundled example, every
+golden case and a generated 20-cluster fleet."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+from support.engines import (
+    ArgoState,
+    Cluster,
+    FluxState,
+    Refused,
+    argo_sync,
+    flux_reconcile,
+    key,
+    kustomize_build,
+)
+
+from bench.generate import Spec, generate
+from fleetc.compiler import compile_policies, load_policy_sources
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = Path(__file__).parent / "cases"
+GOLDEN = sorted(p.name for p in CASES.iterdir() if (p / "expected").is_dir())
+_YAML = YAML(typ="safe", pure=True)
+
+Files = Mapping[str, str]
+
+
+# --------------------------------------------------------------------------- helpers
+def read_policies(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder.parent).as_posix(): p.read_text(encoding="utf-8")
+            for p in sorted(folder.rglob("*.yaml"))}
+
+
+def compile_texts(policies: Mapping[str, str]) -> dict[str, str]:
+    loaded = load_policy_sources([(path, text.encode()) for path, text in sorted(policies.items())], "test")
+    return dict(compile_policies(loaded).files)
+
+
+def read_tree(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8")
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def clusters(files: Files) -> list[str]:
+    return sorted({path.split("/")[1] for path in files if path.startswith("clusters/")})
+
+
+def flux_kustomizations(files: Files, cluster: str) -> list[dict]:
+    docs = [_YAML.load(text) for path, text in files.items()
+            if path.startswith(f"flux/{cluster}/") and not path.endswith("/kustomization.yaml")]
+    return [doc for doc in docs if doc["kind"] == "Kustomization"]
+
+
+def repository_folder(files: Files) -> str:
+    """The output folder inside the repository, as the Flux Kustomizations' paths name it."""
+    appset = _YAML.load(files["argocd/applicationset-argocd-fleetc.yaml"])
+    return appset["spec"]["generators"][0]["git"]["directories"][0]["path"].removesuffix("/clusters/*") or "."
+
+
+def desired(files: Files, cluster: str) -> dict:
+    return {key(obj): obj for obj in kustomize_build(files, f"clusters/{cluster}")}
+
+
+class Fleet:
+    """Every cluster of a fleet as both engines see it, kept across commits."""
+
+    def __init__(self) -> None:
+        self.flux: dict[str, tuple[Cluster, FluxState]] = {}
+        self.argo: dict[str, tuple[Cluster, ArgoState]] = {}
+
+    def sync(self, files: Files) -> None:
+        """One pass of both engines on every cluster of ``files``; each must converge."""
+        for cluster in clusters(files):
+            live, state = self.flux.setdefault(cluster, (Cluster(), FluxState()))
+            failures = flux_reconcile(live, files, flux_kustomizations(files, cluster), state,
+                                      repository_folder(files))
+            assert failures == {}, f"Flux on {cluster}: {failures}"
+            assert _objects(live) == desired(files, cluster), f"Flux on {cluster}"
+            live, argo = self.argo.setdefault(cluster, (Cluster(), ArgoState()))
+            failure = argo_sync(live, kustomize_build(files, f"clusters/{cluster}"), argo)
+            assert failure is None, f"Argo CD on {cluster}: {failure}"
+            assert _objects(live) == desired(files, cluster), f"Argo CD on {cluster}"
+
+    def uids(self) -> dict[tuple[str, str], dict]:
+        return {(engine, cluster): live.uids()
+                for engine, by_cluster in (("flux", self.flux), ("argo", self.argo))
+                for cluster, (live, _) in by_cluster.items()}
+
+
+def _objects(live: Cluster) -> dict:
+    return {k: v.obj for k, v in live.objects.items()}
+
+
+def assert_second_pass_keeps_unchanged_runs(before: Files, after: Files) -> None:
+    """Sync ``before``, then ``after``: both converge; every Job rendered the same in both
+    keeps its uid (it never restarted), and every Job only ``before`` had is gone."""
+    fleet = Fleet()
+    fleet.sync(before)
+    uids = fleet.uids()
+    fleet.sync(after)
+    for (engine, cluster), old in uids.items():
+        if cluster not in clusters(after):
+            continue
+        kept = desired(before, cluster).keys() & desired(after, cluster).keys()
+        live = fleet.uids()[(engine, cluster)]
+        for k in kept:
+            if k[1] == "Job":
+                assert live[k] == old[k], f"{engine} restarted {k} on {cluster}"
+
+
+# --------------------------------------------------------------------------- the model refuses what upstream refuses
+QUEUE = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "q"}, "spec": {}}
+NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}
+
+
+def job(name: str = "train", image: str = "a", wave: int | None = None) -> dict:
+    meta: dict = {"name": name, "namespace": "ml"}
+    if wave is not None:
+        meta["annotations"] = {"argocd.argoproj.io/sync-wave": str(wave)}
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": meta,
+            "spec": {"queue": "q", "tasks": [{"name": "worker", "replicas": 1, "image": image}]}}
+
+
+def test_volcano_refuses_a_job_without_its_queue_also_on_a_dry_run() -> None:
+    cluster = Cluster()
+    cluster.apply(NAMESPACE)
+    with pytest.raises(Refused, match="unable to find job queue: q"):
+        cluster.apply(job(), dry_run=True)
+    cluster.apply(QUEUE)
+    cluster.apply(job())
+    with pytest.raises(Refused, match="job updates may not change"):
+        cluster.apply(job(image="b"))
+
+
+def test_one_flux_kustomization_with_queue_and_job_never_applies_the_queue() -> None:
+    files = {"c/kustomization.yaml": "resources: [ns.yaml, q.yaml, job.yaml]\n",
+             "c/ns.yaml": _dump(NAMESPACE), "c/q.yaml": _dump(QUEUE), "c/job.yaml": _dump(job())}
+    kustomization = {"metadata": {"name": "all"}, "spec": {"path": "./c", "prune": True}}
+    cluster = Cluster()
+    failures = flux_reconcile(cluster, files, [kustomization], FluxState(), ".")
+    assert "unable to find job queue" in failures["all"]
+    assert set(cluster.objects) == {key(NAMESPACE)}  # stage one only; the Queue never came
+
+
+def test_argo_without_waves_applies_the_job_before_the_queue() -> None:
+    cluster = Cluster()
+    assert "unable to find job queue" in (argo_sync(cluster, [NAMESPACE, QUEUE, job()], ArgoState()) or "")
+    assert argo_sync(Cluster(), [NAMESPACE, QUEUE, job(wave=1)], ArgoState()) is None
+
+
+def _dump(obj: dict) -> str:
+    from fleetc.render.yamlout import dump
+    return dump(obj)
+
+
+# --------------------------------------------------------------------------- fresh clusters, one pass
+def test_bundled_example_converges_in_one_pass() -> None:
+    Fleet().sync(compile_texts(read_policies(ROOT / "policies")))
+
+
+@pytest.mark.parametrize("case", GOLDEN)
+def test_golden_case_converges_in_one_pass(case: str) -> None:
+    Fleet().sync(read_tree(CASES / case / "expected"))
+
+
+@pytest.fixture(scope="module")
+def generated_fleet() -> dict[str, str]:
+    instance = generate(Spec(clusters=20, stages=120, platform=True))
+    return instance.files
+
+
+def test_generated_20_cluster_fleet_converges_in_one_pass(generated_fleet: dict[str, str]) -> None:
+    files = compile_texts(generated_fleet)
+    assert len(clusters(files)) == 20
+    Fleet().sync(files)
+
+
+# --------------------------------------------------------------------------- a second commit
+def _set_image(text: str, stage: str, image: str) -> str:
+    """The policy text with stage ``stage`` running ``image`` (its image line replaced, or one
+    added after its type)."""
+    start = text.index(f"- name: {stage}\n")
+    end = text.find("\n  - name: ", start)
+    end = len(text) if end < 0 else end
+    block = text[start:end]
+    if re.search(r"\n\s+image: .*", block):
+        edited = re.sub(r"(\n\s+image: ).*", rf"\g<1>{image}", block, count=1)
+    else:
+        edited = re.sub(r"(\n(\s+)type: \w+\n)", rf"\1\2image: {image}\n", block, count=1)
+    assert edited != block, stage
+    return text[:start] + edited + text[end:]
+
+
+def test_bundled_second_compile_converges_and_keeps_unchanged_runs() -> None:
+    policies = read_policies(ROOT / "policies")
+    before = compile_texts(policies)
+    path = "policies/llm-training-pipeline.yaml"
+    after = compile_texts({**policies, path: _set_image(policies[path], "model-training", "trainer:v2")})
+    changed = {p for p in set(before) ^ set(after) if "/job-" in p}
+    # the stage and the Evaluation that waits for its completion marker (it names the run)
+    assert changed and all("model-training" in p or "model-evaluation" in p for p in changed)
+    assert_second_pass_keeps_unchanged_runs(before, after)
+
+
+def test_generated_fleet_second_compile_converges(generated_fleet: dict[str, str]) -> None:
+    before = compile_texts(generated_fleet)
+    path, text = next((p, t) for p, t in sorted(generated_fleet.items()) if "kind: AIGCPipeline" in t)
+    stage = re.search(r"- name: (\S+)\n\s+type: (?:Training|Finetuning|DataProc|Evaluation)\n", text)
+    assert stage is not None
+    after = compile_texts({**generated_fleet, path: _set_image(text, stage.group(1), "runner:v2")})
+    assert before != after
+    assert_second_pass_keeps_unchanged_runs(before, after)
+
+
+def test_cluster_that_loses_its_last_stage_is_emptied_by_both_engines() -> None:
+    policies = read_policies(ROOT / "policies")
+    before = compile_texts(policies)
+    fleet_path = "policies/fleet.yaml"
+    cordoned = re.sub(r"(- name: edge-cluster-factory\n(\s+))", r"\1cordoned: true\n\2", policies[fleet_path])
+    assert cordoned != policies[fleet_path]
+    after = compile_texts({**policies, fleet_path: cordoned})
+    assert desired(after, "edge-cluster-factory") == {}
+    fleet = Fleet()
+    fleet.sync(before)
+    assert fleet.flux["edge-cluster-factory"][0].objects
+    fleet.sync(after)
+    assert fleet.flux["edge-cluster-factory"][0].objects == {}
+    assert fleet.argo["edge-cluster-factory"][0].objects == {}
+
+
+def test_cluster_removed_from_the_fleet_keeps_its_workloads_on_both_engines() -> None:
+    """The safe default: a Fleet entry deleted (by mistake, or before draining) deletes nothing.
+    Flux's Kustomizations fail on the missing path and keep what they applied; Argo CD keeps
+    the Application (create-update), which cannot render the missing path and so never
+    syncs, never prunes."""
+    files = compile_texts(read_policies(ROOT / "policies"))
+    fleet = Fleet()
+    fleet.sync(files)
+    cluster = "edge-cluster-factory"
+    removed = {p: t for p, t in files.items() if not p.startswith((f"clusters/{cluster}/", f"flux/{cluster}/"))}
+    live, state = fleet.flux[cluster]
+    before = live.uids()
+    failures = flux_reconcile(live, removed, flux_kustomizations(files, cluster), state, repository_folder(files))
+    assert set(failures) == {"fleetc-infra", "fleetc-local", "fleetc-workloads"}
+    assert live.uids() == before
+    with pytest.raises(FileNotFoundError):
+        kustomize_build(removed, f"clusters/{cluster}")  # Argo CD: ComparisonError, no sync
+    appset = _YAML.load(files["argocd/applicationset-argocd-fleetc.yaml"])
+    assert appset["spec"]["syncPolicy"] == {"applicationsSync": "create-update",
+                                            "preserveResourcesOnDeletion": True}
+    for kustomization in flux_kustomizations(files, cluster):
+        assert kustomization["spec"]["deletionPolicy"] == "Orphan"
+
+
+def test_argo_retries_failed_syncs_with_bounded_backoff() -> None:
+    files = compile_texts(read_policies(ROOT / "policies"))
+    policy = _YAML.load(files["argocd/applicationset-argocd-fleetc.yaml"])["spec"]["template"]["spec"]["syncPolicy"]
+    assert policy["automated"] == {"prune": True, "selfHeal": True}
+    assert policy["retry"] == {"limit": 5, "backoff": {"duration": "10s", "factor": 2, "maxDuration": "5m"}}

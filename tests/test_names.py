@@ -213,6 +213,11 @@ def test_jurisdictions_that_label_namespaces_are_validated() -> None:
     [error] = validation_errors({**LONGEST, "policies/fleet.yaml": derived})
     assert error.startswith("policies/fleet.yaml:8:13: error: spec.clusters[0].region: the jurisdiction "
                             "derived from region 'EU/DE (GDPR)'")
+    mapped = derived + '  regionJurisdictions: {"EU/DE (GDPR)": eu}\n'
+    compile_texts({**LONGEST, "policies/fleet.yaml": mapped})  # the map names a valid one
+    mapped_badly = derived + '  regionJurisdictions: {"EU/DE (GDPR)": "EU/DE"}\n'
+    [error] = validation_errors({**LONGEST, "policies/fleet.yaml": mapped_badly})
+    assert "spec.regionJurisdictions.EU/DE (GDPR): expected a Kubernetes label value" in error
 
 
 # --------------------------------------------------------------------------- the review workflow

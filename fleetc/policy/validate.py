@@ -343,12 +343,14 @@ def _fleet_checks(fleet: Parsed[p.Fleet]) -> Iterator[Diagnostic]:
                                                    f"(also spec.clusters[{seen[cluster.name]}])")
         seen.setdefault(cluster.name, i)
         derived = cluster.region.split("-", 1)[0]
-        if cluster.jurisdiction is None and not _is_label_value(derived):
+        mapped = cluster.region in (spec.regionJurisdictions or {})
+        if cluster.jurisdiction is None and not mapped and not _is_label_value(derived):
             yield doc.diagnostic(base + ("region",), f"the jurisdiction derived from region {cluster.region!r} "
                                                      f"({derived!r}) is not a Kubernetes label value, which it "
                                                      "must be (it labels namespaces)",
-                                 hint="set jurisdiction: to a label value (letters, digits, '-', '_', '.', "
-                                      "at most 63 characters), e.g. jurisdiction: eu")
+                                 hint="set jurisdiction: (or map the region in spec.regionJurisdictions) to "
+                                      "a label value (letters, digits, '-', '_', '.', at most 63 characters), "
+                                      "e.g. jurisdiction: eu")
         yield from _attribute_checks(doc, base + ("attributes",), cluster.attributes or {})
         if cluster.capacity:
             yield from _quantity_check(doc, base + ("capacity", "cpu"), cluster.capacity.cpu,

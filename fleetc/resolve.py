@@ -36,6 +36,24 @@ DEFAULT_IMAGES = {
 }
 DEFAULT_NAMESPACE = "default"
 
+#: fleetc's GPU type names -> the ``nvidia.com/gpu.product`` label GPU feature discovery gives
+#: their nodes (the NVML device name, spaces as '-': NVIDIA/k8s-device-plugin
+#: internal/lm/resource.go), for the common variant; a cluster whose nodes carry another (an
+#: A100 40GB or PCIe) states it as attribute ``gpu-product``. Other types default to
+#: ``NVIDIA-<TYPE>``, which the compile reports.
+GPU_PRODUCT_LABELS: dict[str, str] = {
+    "a100": "NVIDIA-A100-SXM4-80GB",
+    "a10": "NVIDIA-A10",
+    "a10g": "NVIDIA-A10G",
+    "h100": "NVIDIA-H100-80GB-HBM3",
+    "h200": "NVIDIA-H200",
+    "l4": "NVIDIA-L4",
+    "l40": "NVIDIA-L40",
+    "l40s": "NVIDIA-L40S",
+    "t4": "Tesla-T4",
+    "v100": "Tesla-V100-SXM2-32GB",
+}
+
 #: The default serving image's server, as Triton's own chart runs it
 #: (triton-inference-server/server deploy/k8s-onprem/templates/deployment.yaml): HTTP on 8000,
 #: gRPC on 8001, metrics on 8002, ready at /v2/health/ready, live at /v2/health/live.
@@ -343,7 +361,18 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str]) -> m.Cl
         gpus_per_node=(int(str(per_node)) if per_node is not None
                        else nodefit.default_gpus_per_node(gpus)),
         drained=c.name in drained,
+        gpu_product=_gpu_product(attributes, gpu_type),
+        device_plugin_configured=_flag(attributes, "device-plugin-configured"),
     )
+
+
+def _gpu_product(attributes: Mapping[str, object], gpu_type: str | None) -> str:
+    """The ``nvidia.com/gpu.product`` label of the cluster's GPU nodes ('' without GPUs)."""
+    if gpu_type is None:
+        return ""
+    if "gpu-product" in attributes:
+        return str(attributes["gpu-product"])
+    return GPU_PRODUCT_LABELS.get(gpu_type, f"NVIDIA-{gpu_type.upper()}")
 
 
 def _or(value: float | None, default: float) -> float:
@@ -497,6 +526,8 @@ def _gpu_policy(gpu: Parsed[p.GPUOptimizationPolicy]) -> m.GPUPolicy:
         sharing_enabled=bool(sharing.enabled),
         max_sharers=(sharing.maxSharers or 1) if sharing.enabled else 1,
         source=m.Source(gpu.doc.path, "spec"),
+        device_plugin_namespace=(spec.devicePlugin.namespace if spec.devicePlugin and spec.devicePlugin.namespace
+                                 else "gpu-operator"),
     )
 
 

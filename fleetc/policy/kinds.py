@@ -168,7 +168,10 @@ class FleetCluster(_Spec):
         "Free-form attributes (Kurator's). fleetc reads: gpu-type (GPU model, e.g. a100), "
         "gpu-count (number of GPUs), gpus-per-node (GPUs one node carries; default 8, or the "
         "largest divisor of gpu-count below 8; a gang replica asking for more is split into "
-        "pods that fit a node), network-tier (high-performance | standard | low), "
+        "pods that fit a node), gpu-product (the nvidia.com/gpu.product label of its nodes; default "
+        "per gpu-type, e.g. NVIDIA-A100-SXM4-80GB for a100), device-plugin-configured (\"true\" "
+        "once its GPU Operator ClusterPolicy sets devicePlugin.config.name to fleetc's ConfigMap: "
+        "only then do time-sliced pods select -SHARED nodes), network-tier (high-performance | standard | low), "
         "low-latency (\"true\" for clusters close to users), edge-node, low-power (\"true\" for "
         "energy-efficient sites). Other keys are kept and ignored.")
     jurisdiction: LabelValue | None = describe(
@@ -448,8 +451,15 @@ class SharingStrategy(_Spec):
     maxSharers: int | None = describe("Most workloads on one GPU (default 1).", ge=1, le=64)
 
 
+class DevicePlugin(_Spec):
+    namespace: DNSLabel | None = describe(
+        "Namespace of the NVIDIA device plugin, where fleetc renders its ConfigMap (default "
+        "gpu-operator, the GPU Operator's).")
+
+
 class GPUPolicySpec(_Spec):
     timeSlicing: TimeSlicing | None = describe("NVIDIA device plugin time-slicing.")
+    devicePlugin: DevicePlugin | None = describe("Where the NVIDIA device plugin runs.")
     memoryManagement: MemoryManagement | None = describe("GPU memory fragmentation control.")
     sharingStrategy: SharingStrategy | None = describe("GPU sharing between workloads.")
 

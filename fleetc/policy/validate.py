@@ -45,7 +45,7 @@ T = TypeVar("T", bound=_Named)
 MAX_CPU_MILLIS = 10**9  # one million cores
 MAX_MEMORY_BYTES = 2**60  # 1Ei
 MAX_GPU_COUNT = 1_000_000
-BOOLEAN_ATTRIBUTES = ("low-latency", "edge-node", "low-power")
+BOOLEAN_ATTRIBUTES = ("low-latency", "edge-node", "low-power", "device-plugin-configured")
 NETWORK_TIERS = ("high-performance", "standard", "low")
 
 

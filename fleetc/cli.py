@@ -12,6 +12,7 @@ reported as an internal error with exit code 3 (set ``FLEETC_DEBUG=1`` for the t
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import traceback
@@ -42,6 +43,17 @@ DEFAULT_OUT = "out"
 #: Overrides the size (allowed stage-cluster pairs) above which a component takes the large path.
 LARGE_VARIABLE = "FLEETC_LARGE"
 
+class _Seconds(click.FloatRange):
+    """A positive, finite number of seconds (``nan`` and ``inf`` pass a plain FloatRange)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds.", param, ctx)
+        return seconds
+
+
+SECONDS = _Seconds(min=0, min_open=True)
 paths_argument = click.argument("paths", nargs=-1, type=click.Path())
 format_option = click.option("--format", "output_format", type=click.Choice(["text", "json"]),
                              default="text", show_default=True, help="Output format.")
@@ -79,7 +91,7 @@ def validate(paths: Sequence[str], output_format: str) -> None:
               show_default=True, help="Output folder.")
 @click.option("--check", is_flag=True,
               help="Do not write; exit 1 when the output folder is not what compile would write.")
-@click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--time-limit", type=SECONDS, default=None,
               help="Seconds the solver may use.")
 @click.option("--drain", "drain", metavar="CLUSTER", multiple=True,
               help="Compile as if CLUSTER were lost: it takes no work (repeatable).")
@@ -227,7 +239,7 @@ def _commit(compiled: Any, out: Path, output_format: str, paths: Sequence[str]) 
 @paths_argument
 @click.option("--out", "out_dir", default=DEFAULT_OUT, show_default=True,
               help="Output folder: its placement.yaml (at REF, and now) is each side's previous placement.")
-@click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--time-limit", type=SECONDS, default=None,
               help="Seconds the solver may use, per compile.")
 @click.option("--format", "output_format", type=click.Choice(["text", "markdown", "json"]),
               default="text", show_default=True, help="Output format (markdown: a pull-request comment).")

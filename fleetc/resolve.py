@@ -17,7 +17,7 @@ from fleetc import nodefit
 from fleetc.errors import Diagnostic, PolicyError, UsageError, did_you_mean
 from fleetc.policy import kinds as p
 from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage
-from fleetc.policy.validate import Parsed, PolicySet, governed, stage_edges
+from fleetc.policy.validate import Parsed, PolicySet, governed, pipeline_namespace, stage_edges
 
 GPU_HOUR_PRICE = {"a100": 3.0, "h100": 5.0, "l4": 0.8, "a10": 1.0, "v100": 2.0, "t4": 0.5}
 DEFAULT_GPU_HOUR_PRICE = 2.0
@@ -402,7 +402,7 @@ def _stage(pipeline: Parsed[p.AIGCPipeline], index: int, stage: p.PipelineStage,
     default_gpus = 1 if res.gpuType or kind is not m.StageType.DATAPROC else 0
     return m.Stage(
         pipeline=pipeline.name,
-        namespace=pipeline.obj.metadata.namespace or DEFAULT_NAMESPACE,
+        namespace=pipeline_namespace(pipeline.obj),
         name=stage.name,
         type=kind,
         dependencies=tuple(stage_edges(stage)),

@@ -12,6 +12,7 @@ set (``setpriv``), so root is refused as any user would be.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -19,6 +20,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from fleetc.policy.load import format_field
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Drops the capabilities that let root read, write and list whatever the file modes say.
@@ -277,3 +280,180 @@ def test_chains_of_20000_stages_validate_and_resolve(reads: str) -> None:
     loaded = load_policy_sources(sources, "chain")
     model = resolve(loaded.policies, loaded.where)
     assert len(model.stages) == length
+
+
+# --- 5. reserved namespaces ----------------------------------------------------------------------
+
+RESERVED = ("is reserved for Kubernetes and the controllers fleetc's output runs on; fleetc would "
+            "label it as its own and may deny its egress\n"
+            "  hint: give the pipeline a namespace of its own in metadata.namespace\n1 error in 1 file\n")
+
+
+@pytest.mark.parametrize("namespace", ["kube-system", "kube-public", "default", "argocd", "flux-system",
+                                       "gpu-operator", "volcano-system", "fluid-system"])
+def test_a_reserved_namespace_is_refused(project: Path, namespace: str) -> None:
+    policy = project / "policies" / "llm-training-pipeline.yaml"
+    policy.write_text(policy.read_text().replace("namespace: aigc-prod", f"namespace: {namespace}"))
+    result = fleetc(project, "compile")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (f"policies/llm-training-pipeline.yaml:8:14: error: metadata.namespace: "
+                             f"namespace '{namespace}' {RESERVED}")
+    assert not (project / "out").exists()
+
+
+def test_a_pipeline_without_a_namespace_runs_in_one_named_after_it(project: Path) -> None:
+    policy = project / "policies" / "llm-training-pipeline.yaml"
+    policy.write_text(policy.read_text().replace("  namespace: aigc-prod\n", ""))
+    assert fleetc(project, "compile").returncode == 0
+    assert sorted(p.name for p in (project / "out" / "clusters").glob("*/namespace-llm-chinese-training.yaml"))
+    policy.write_text(policy.read_text().replace("name: llm-chinese-training", "name: kube-train"))
+    result = fleetc(project, "validate")
+    assert result.stderr == ("policies/llm-training-pipeline.yaml:7:9: error: metadata.name: namespace "
+                             f"'kube-train' (the pipeline's name, as metadata.namespace is not set) {RESERVED}")
+
+
+# --- 6. names match in full: a trailing newline is no name ---------------------------------------
+
+
+def string_leaves(data: object, path: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
+    if isinstance(data, dict):
+        return [leaf for key, value in data.items() for leaf in string_leaves(value, (*path, key))]
+    if isinstance(data, list):
+        return [leaf for i, value in enumerate(data) for leaf in string_leaves(value, (*path, i))]
+    return [path] if isinstance(data, str) else []
+
+
+#: Every name-like field the bundled policies leave out, so that the test reaches them too.
+EXTRA_FIELDS = """\
+apiVersion: fleet.kurator.dev/v1alpha1
+kind: Fleet
+metadata: {name: extra, namespace: fleets}
+spec:
+  clusters:
+  - name: c1
+    provider: huawei
+    region: cn-north-1
+    jurisdiction: cn
+    attributes: {gpu-type: a100, gpu-count: "8"}
+    taints: [{key: example.com/dedicated, value: ml, effect: NoSchedule}]
+  placement:
+    clusterTolerations: [{key: example.com/dedicated, operator: Equal, value: ml}]
+  gitops: {repoURL: "https://git.example.com/fleet.git", branch: main, path: deploy/out}
+"""
+#: Fields whose text is free: a newline in them is fine (a shell script's lines).
+FREE_TEXT = {("spec", "stages", 0, "command", 0)}
+
+
+def test_a_trailing_newline_is_refused_in_every_name_like_field() -> None:
+    from fleetc.policy.load import Document, load_paths, parse
+    from fleetc.policy.validate import validate
+
+    bundled = list(load_paths([str(ROOT / "policies")]).documents)
+    extra, problems = parse(EXTRA_FIELDS, "extra.yaml")
+    assert not problems and not validate(extra)[1]
+    tried = []
+    for documents in (bundled, extra):
+        for index, doc in enumerate(documents):
+            for path in string_leaves(doc.data):
+                if path in FREE_TEXT or path[:2] == ("metadata", "annotations") or path[-1] == "gpu-count":
+                    continue  # free text; and a count, read as an integer (blanks around it allowed)
+                data = json.loads(json.dumps(doc.data))
+                holder = data
+                for part in path[:-1]:
+                    holder = holder[part]
+                holder[path[-1]] += "\n"
+                changed = [Document(d.path, d.index, data, d.values, d.keys) if i == index else d
+                           for i, d in enumerate(documents)]
+                fields = {d.field for d in validate(changed)[1]}
+                assert any(field.startswith(format_field(path)) for field in fields), (doc.path, path, fields)
+                tried.append(path)
+    assert len(tried) > 100
+    assert ("spec", "gitops", "branch") in tried and ("spec", "clusters", 0, "taints", 0, "key") in tried
+
+
+def test_a_cluster_name_with_a_newline_never_reaches_out(project: Path) -> None:
+    fleet = project / "policies" / "fleet.yaml"
+    fleet.write_text(fleet.read_text().replace("- name: edge-cluster-factory", '- name: "edge-cluster-factory\\n"'))
+    result = fleetc(project, "compile")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.startswith(
+        "policies/fleet.yaml:35:11: error: spec.clusters[2].name: expected a DNS-1123 label (lower-case "
+        "letters, digits and '-', starting and ending with a letter or digit, at most 63 characters), "
+        "got 'edge-cluster-factory\\n'\n")
+    assert not (project / "out").exists()
+
+
+# --- 11. values that reach templated or path fields; YAML tags; --time-limit -------------------
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("branch", "'{{ .values.branch }}'",
+     "spec.gitops.branch: expected a git branch name, got '{{ .values.branch }}'\n"
+     "  hint: a name git accepts (git check-ref-format --branch), such as main or release/2024-06; no "
+     "spaces, '..', '~^:?*[\\' or template braces\n"),
+    ("branch", "main..dev", "spec.gitops.branch: expected a git branch name, got 'main..dev'\n"
+     "  hint: a name git accepts (git check-ref-format --branch), such as main or release/2024-06; no "
+     "spaces, '..', '~^:?*[\\' or template braces\n"),
+    ("path", "../../../other-team",
+     "spec.gitops.path: expected a relative folder inside the repository, got '../../../other-team'\n"
+     "  hint: a path such as out or deploy/fleet: no leading '/', no '..', no glob or template characters\n"),
+    ("path", "/etc", "spec.gitops.path: expected a relative folder inside the repository, got '/etc'\n"
+     "  hint: a path such as out or deploy/fleet: no leading '/', no '..', no glob or template characters\n"),
+    ("repoURL", "'https://git.example.com/{{.name}}.git'",
+     "spec.gitops.repoURL: expected a git repository URL, got 'https://git.example.com/{{.name}}.git'\n"
+     "  hint: no spaces, control characters or template braces\n"),
+])
+def test_gitops_values_are_what_their_fields_accept(project: Path, field: str, value: str, message: str) -> None:
+    fleet = project / "policies" / "fleet.yaml"
+    text = fleet.read_text()
+    assert "spec:\n" in text and "gitops" not in text
+    fleet.write_text(text.replace("spec:\n", f"spec:\n  gitops:\n    {field}: {value}\n", 1))
+    result = fleetc(project, "compile")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == f"policies/fleet.yaml:11:{7 + len(field)}: error: {message}1 error in 1 file\n"
+    assert not (project / "out").exists()
+
+
+@pytest.mark.parametrize(("tagged", "tag"), [
+    ("spec: !!python/object/apply:os.system", "tag:yaml.org,2002:python/object/apply:os.system"),
+    ("spec: !!set", "tag:yaml.org,2002:set"),
+    ("spec: !custom", "!custom"),
+])
+def test_a_tag_on_a_mapping_is_refused(project: Path, tagged: str, tag: str) -> None:
+    policy = project / "policies" / "gpu-optimization.yaml"
+    text = policy.read_text()
+    line = text.splitlines().index("spec:") + 1
+    policy.write_text(text.replace("spec:\n", tagged + "\n", 1))
+    result = fleetc(project, "validate")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (f"policies/gpu-optimization.yaml:{line}:7: error: spec: unsupported "
+                             f"YAML tag '{tag}'\n  hint: remove the tag\n1 error in 1 file\n")
+
+
+@pytest.mark.parametrize("limit", ["nan", "inf", "-inf", "NaN"])
+def test_a_time_limit_that_is_not_a_finite_number_is_a_usage_error(project: Path, limit: str) -> None:
+    result = fleetc(project, "compile", "--time-limit", limit)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.endswith(f"Error: Invalid value for '--time-limit': {limit!r} is not a finite "
+                                  "number of seconds.\n") or "is not in the range x>0" in result.stderr
+
+
+# --- 12. object and file name collisions ---------------------------------------------------------
+
+
+def test_two_stages_that_would_share_a_name_are_reported_at_both(project: Path) -> None:
+    (project / "policies" / "b.yaml").write_text(
+        "apiVersion: aigc.kurator.dev/v1alpha1\nkind: AIGCPipeline\nmetadata: {name: b, namespace: team}\n"
+        "spec:\n  stages:\n  - {name: c-d, type: DataProc}\n")
+    (project / "policies" / "b-c.yaml").write_text(
+        "apiVersion: aigc.kurator.dev/v1alpha1\nkind: AIGCPipeline\nmetadata: {name: b-c, namespace: team}\n"
+        "spec:\n  stages:\n  - {name: d, type: DataProc}\n")
+    result = fleetc(project, "compile")
+    assert (result.returncode, result.stdout) == (1, "")
+    hint = "  hint: rename one of the stages or pipelines, or give the pipelines different namespaces\n"
+    assert result.stderr == (
+        "policies/b-c.yaml:6:12: error: spec.stages[0].name: pipeline 'b-c' stage 'd' and pipeline 'b' "
+        f"stage 'c-d' (policies/b.yaml:6) would both be named 'b-c-d' in namespace 'team'\n{hint}"
+        "policies/b.yaml:6:12: error: spec.stages[0].name: pipeline 'b' stage 'c-d' and pipeline 'b-c' "
+        f"stage 'd' (policies/b-c.yaml:6) would both be named 'b-c-d' in namespace 'team'\n{hint}"
+        "2 errors in 2 files\n")

@@ -357,8 +357,12 @@ def _github_annotations(err: FleetcError) -> None:
         click.echo(line)
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_file:
-        with open(summary_file, "a", encoding="utf-8") as handle:
-            handle.write(github_step_summary(diagnostics, str(err)))
+        try:
+            with open(summary_file, "a", encoding="utf-8") as handle:
+                handle.write(github_step_summary(diagnostics, str(err)))
+        except OSError as problem:  # the annotations above still say it all
+            click.echo(f"warning: cannot write the step summary to {summary_file} "
+                       f"(GITHUB_STEP_SUMMARY): {problem.strerror or problem}", err=True)
 
 
 def _internal_error(err: Exception) -> NoReturn:
@@ -373,4 +377,27 @@ def _emit_json(payload: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    cli(prog_name="fleetc")
+    """The ``fleetc`` command. A closed stdout or stderr (``2>&-``) reads as ``/dev/null``; output
+    that cannot be written (``> /dev/full``, a closed pipe) is an error with exit code 1, not a
+    traceback."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:  # Python's stand-in for a closed descriptor
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 - for the process
+    try:
+        try:
+            cli(prog_name="fleetc")
+        finally:
+            sys.stdout.flush()
+    except OSError as err:
+        _unwritable(err)
+
+
+def _unwritable(err: OSError) -> NoReturn:
+    """Say that the output could not be written, and exit 1 without Python's own complaint at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # what is still buffered is dropped, not flushed again
+    try:
+        click.echo(f"error: cannot write the output: {err.strerror or err}", err=True)
+    except OSError:
+        pass  # stderr is gone too: the exit code says it
+    sys.exit(ExitCode.FAILED)

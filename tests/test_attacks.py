@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,10 +37,12 @@ def fleetc(cwd: Path, *args: str, env: dict[str, str] | None = None, dropped: bo
         command = DROP_DAC + command
     environment = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     environment.pop("FLEETC_DEBUG", None)
-    result = subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True,
-                            timeout=timeout, **kwargs)  # type: ignore[call-overload]
-    assert "Traceback" not in result.stderr, result.stderr
-    assert "internal error" not in result.stderr, result.stderr
+    if "stdout" not in kwargs and "stderr" not in kwargs:
+        kwargs["capture_output"] = True
+    result = subprocess.run(command, cwd=cwd, env=environment, text=True, timeout=timeout,
+                            **kwargs)  # type: ignore[call-overload]
+    assert "Traceback" not in (result.stderr or ""), result.stderr
+    assert "internal error" not in (result.stderr or ""), result.stderr
     return result
 
 
@@ -459,3 +462,75 @@ def test_two_stages_that_would_share_a_name_are_reported_at_both(project: Path) 
         "policies/b.yaml:6:12: error: spec.stages[0].name: pipeline 'b' stage 'c-d' and pipeline 'b-c' "
         f"stage 'd' (policies/b-c.yaml:6) would both be named 'b-c-d' in namespace 'team'\n{hint}"
         "2 errors in 2 files\n")
+
+
+# --- 9 and 10. user input is never an internal error, and no traceback reaches the terminal ------
+
+
+@pytest.fixture
+def compiled(project: Path) -> Path:
+    """The project after a good compile: out/ holds fleetc's placement.yaml."""
+    result = fleetc(project, "compile")
+    assert result.returncode == 0, result.stderr
+    return project
+
+
+@pytest.mark.parametrize(("breakage", "problem"), [
+    (lambda text: text + "deep: " + "[" * 2000 + "]" * 2000 + "\n", "nested too deeply to be a placement report"),
+    (lambda text: text.replace("    clusters:\n      - name:", "    clusters: 5\n    ignored:\n      - name:", 1),
+     "stages[0].clusters is not a list"),
+    (lambda text: re.sub(r"score: [0-9.]+", "score: " + "9" * 400, text, count=1),
+     "a number too large to be one fleetc wrote (99999999999999999999...)"),
+])
+def test_a_malformed_previous_placement_is_ignored_with_a_warning(compiled: Path, breakage, problem: str) -> None:
+    report = compiled / "out" / "placement.yaml"
+    report.write_text(breakage(report.read_text()))
+    for command in (["compile", "--check"], ["compile"]):
+        result = fleetc(compiled, *command)
+        assert result.returncode in (0, 1), result.stderr
+        assert result.stderr.startswith(f"warning: out/placement.yaml: ignored as the previous placement: "
+                                        f"{problem}\n"), result.stderr
+    assert fleetc(compiled, "compile", "--check").returncode == 0  # the compile wrote a good one
+
+
+def test_diff_in_a_shallow_clone_is_a_usage_error(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    shutil.copytree(ROOT / "policies", source / "policies")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q", str(source)], check=True)
+    subprocess.run([*git, "-C", str(source), "add", "-A"], check=True)
+    subprocess.run([*git, "-C", str(source), "commit", "-qm", "one"], check=True)
+    subprocess.run([*git, "-C", str(source), "commit", "-q", "--allow-empty", "-m", "two"], check=True)
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{source}", str(tmp_path / "shallow")], check=True)
+    result = fleetc(tmp_path / "shallow", "diff", "--base", "HEAD~1")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == ("error: HEAD~1: not in this shallow clone (its history is cut short)\n"
+                             "  hint: fetch the history, e.g. git fetch --unshallow, or actions/checkout with "
+                             "fetch-depth: 0\n")
+
+
+def test_a_closed_stderr_is_no_internal_error(project: Path) -> None:
+    result = fleetc(project, "compile", stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                    preexec_fn=lambda: os.close(2))
+    assert result.returncode == 0
+    assert result.stdout.startswith("placed 7 stages")
+    (project / "policies" / "bad.yaml").write_text("a: [\n")
+    result = fleetc(project, "compile", stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                    preexec_fn=lambda: os.close(2))
+    assert result.returncode == 1
+
+
+def test_output_that_cannot_be_written_is_an_error(project: Path) -> None:
+    with open("/dev/full", "w") as full:
+        result = fleetc(project, "compile", "--format", "json", stdout=full, stderr=subprocess.PIPE)
+    assert (result.returncode, result.stderr) == (1, "error: cannot write the output: No space left on device\n")
+
+
+def test_a_step_summary_in_a_missing_folder_is_a_warning(project: Path) -> None:
+    (project / "policies" / "bad.yaml").write_text("a: [\n")
+    summary = project / "missing" / "summary.md"
+    result = fleetc(project, "validate", "--format", "github", env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert result.returncode == 1
+    assert result.stdout.startswith("::error file=policies/bad.yaml,line=2,col=1,")
+    assert result.stderr.startswith(f"warning: cannot write the step summary to {summary} "
+                                    "(GITHUB_STEP_SUMMARY): No such file or directory\n")

@@ -152,8 +152,14 @@ def tracked_gone(root: Path, folder: str) -> list[str]:
 
 def _commit(repo: Repo, ref: str) -> Commit:
     try:
-        return repo.commit(ref)
+        commit = repo.commit(ref)
+        commit.tree  # noqa: B018 - read now: in a shallow clone the commit may name a missing parent
+        return commit
     except (BadName, BadObject, ValueError, GitCommandError):
+        if (Path(repo.git_dir) / "shallow").exists():
+            raise UsageError(f"{ref}: not in this shallow clone (its history is cut short)\n"
+                             "  hint: fetch the history, e.g. git fetch --unshallow, or "
+                             "actions/checkout with fetch-depth: 0") from None
         if not repo.head.is_valid():
             raise UsageError(f"{ref}: unknown revision (the repository has no commits yet)") from None
         raise UsageError(f"{ref}: unknown revision (not a branch, tag or commit in this repository)") from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from git import Blob, GitCommandError, InvalidGitRepositoryError, NoSuchPathError, Repo, Tree
@@ -106,6 +107,23 @@ def uncommitted(root: Path, *paths: str) -> list[str]:
         if entry[0] in "RC":  # a rename or copy: the source path follows
             found.append(next(entries, ""))
     return sorted(p for p in found if p)
+
+
+@contextmanager
+def index_kept(root: Path) -> Iterator[None]:
+    """Put git's index back as it was when the body raises (``git add`` has run, the commit not)."""
+    index = Path(Repo(root).git_dir) / "index"
+    saved = index.read_bytes() if index.exists() else None
+    try:
+        yield
+    except BaseException:
+        if saved is None:
+            index.unlink(missing_ok=True)
+        else:
+            spare = index.with_name("index.fleetc-restore")
+            spare.write_bytes(saved)
+            os.replace(spare, index)
+        raise
 
 
 def commit_paths(root: Path, paths: Sequence[str], message: str) -> str | None:

@@ -91,6 +91,9 @@ def validate(paths: Sequence[str], output_format: str) -> None:
               show_default=True, help="Output folder.")
 @click.option("--check", is_flag=True,
               help="Do not write; exit 1 when the output folder is not what compile would write.")
+@click.option("--base", "base_ref", metavar="REF", default=None,
+              help="With --check: start from the placement.yaml committed at REF (the reviewed base), "
+                   "not from the one in the output folder, so an edited placement cannot pass.")
 @click.option("--time-limit", type=SECONDS, default=None,
               help="Seconds the solver may use.")
 @click.option("--drain", "drain", metavar="CLUSTER", multiple=True,
@@ -101,17 +104,20 @@ def validate(paths: Sequence[str], output_format: str) -> None:
 @click.option("--allow-unplaced", is_flag=True,
               help="Render what fits and list the stages that do not as unplaced (a warning each).")
 @format_option
-def compile(paths: Sequence[str], out_dir: str, check: bool, time_limit: float | None,
+def compile(paths: Sequence[str], out_dir: str, check: bool, base_ref: str | None, time_limit: float | None,
             drain: Sequence[str], commit: bool, allow_unplaced: bool, output_format: str) -> None:
     """Place every pipeline stage and write the manifests to the output folder."""
     if check and commit:
         _run(lambda: _usage("--check and --commit cannot be combined"), output_format)
+    if base_ref is not None and not check:
+        _run(lambda: _usage("--base is for --check: it says where the previous placement comes from"),
+             output_format)
     if not check:  # refuse a folder fleetc must not write before the work of compiling
         from fleetc.emit import check_output_folder
 
         roots = [Path(p) for p in paths or [DEFAULT_POLICIES]]
         _run(lambda: check_output_folder(Path(out_dir), roots), output_format)
-    compiled = _run(lambda: _compile(paths, out_dir, time_limit=time_limit, drain=tuple(drain),
+    compiled = _run(lambda: _compile(paths, out_dir, base=base_ref, time_limit=time_limit, drain=tuple(drain),
                                      allow_unplaced=allow_unplaced), output_format)
     if compiled.previous_ignored:
         click.echo(f"warning: {compiled.previous_ignored}", err=True)
@@ -184,12 +190,17 @@ def _check(compiled: Any, out: Path, output_format: str) -> None:
     from fleetc.emit import changes
 
     stale = _run(lambda: changes(out, compiled.files), output_format)
+    moved = _placement_differences(compiled, out) if stale else []
     if output_format == "json":
         _emit_json({**_summary(compiled, out), "current": not stale,
-                    "changes": [{"path": c.path, "status": c.status} for c in stale]})
+                    "changes": [{"path": c.path, "status": c.status} for c in stale],
+                    "placementDifferences": moved})
     else:
         for change in stale:
             click.echo(f"would {_VERB[change.status]} {out / change.path}", err=True)
+        for difference in moved:
+            click.echo(f"{difference['stage']}: {out}/placement.yaml places it on {difference['out']}; "
+                       f"compile places it on {difference['compile']}", err=True)
     _print_warnings(compiled.warnings, output_format)
     if stale:
         if output_format == "text":
@@ -197,6 +208,25 @@ def _check(compiled: Any, out: Path, output_format: str) -> None:
         sys.exit(ExitCode.FAILED)
     if output_format == "text":
         click.echo(f"{out}/ is up to date")
+
+
+def _placement_differences(compiled: Any, out: Path) -> list[dict[str, str]]:
+    """The stages the output folder's placement.yaml places elsewhere than this compile does."""
+    from fleetc.placement.previous import read_previous
+
+    committed, _ = read_previous(out)
+    differences = []
+    for placed in compiled.placement.stages:
+        now = {a.cluster: a.replicas for a in placed.assignments}
+        there = committed.clusters.get(placed.stage, {})
+        if now != there:
+            differences.append({"stage": placed.stage, "out": _clusters_text(there),
+                                "compile": _clusters_text(now)})
+    return differences
+
+
+def _clusters_text(clusters: dict[str, int]) -> str:
+    return ", ".join(f"{name} ({_plural(n, 'replica')})" for name, n in sorted(clusters.items())) or "nothing"
 
 
 def _write(compiled: Any, out: Path, output_format: str) -> None:

@@ -19,12 +19,18 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from ruamel.yaml import YAML
 
 from fleetc.policy.load import format_field
 
 ROOT = Path(__file__).resolve().parents[1]
+def yaml_load(text: str) -> Any:
+    return YAML(typ="safe", pure=True).load(text)
+
+
 #: Drops the capabilities that let root read, write and list whatever the file modes say.
 DROP_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
 
@@ -534,3 +540,72 @@ def test_a_step_summary_in_a_missing_folder_is_a_warning(project: Path) -> None:
     assert result.stdout.startswith("::error file=policies/bad.yaml,line=2,col=1,")
     assert result.stderr.startswith(f"warning: cannot write the step summary to {summary} "
                                     "(GITHUB_STEP_SUMMARY): No such file or directory\n")
+
+
+# --- 3. a placement cannot be steered past review ------------------------------------------------
+
+SERVING_2_4 = ("      - name: gpu-cluster-huawei\n        replicas: 2\n        gpus: 2\n"
+               "      - name: inference-cluster-aliyun\n        replicas: 4\n        gpus: 4\n")
+SERVING_3_3 = SERVING_2_4.replace("2", "3").replace("4", "3")
+
+
+@pytest.fixture
+def reviewed(project: Path) -> Path:
+    """A repository whose base commit holds the policies and their compile; then a change that
+    hand-edits out/placement.yaml (keeping its inputs digest) and compiles it into out/, so that
+    out/ is consistent with the edited placement."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(project)]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    assert fleetc(project, "compile").returncode == 0
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    report = project / "out" / "placement.yaml"
+    assert report.read_text().count(SERVING_2_4) == 1
+    report.write_text(report.read_text().replace(SERVING_2_4, SERVING_3_3))
+    assert fleetc(project, "compile").returncode == 0  # the edited placement is given back
+    subprocess.run([*git, "commit", "-qam", "move serving replicas"], check=True)
+    return project
+
+
+STEERED = ("customer-service-assistant/assistant-serving: out/placement.yaml places it on gpu-cluster-huawei "
+           "(3 replicas), inference-cluster-aliyun (3 replicas); compile places it on gpu-cluster-huawei "
+           "(2 replicas), inference-cluster-aliyun (4 replicas)\n")
+
+
+def test_check_with_a_base_catches_a_hand_edited_placement(reviewed: Path) -> None:
+    trusting = fleetc(reviewed, "compile", "--check")
+    assert trusting.returncode == 0  # out/ is what its own placement.yaml gives: the README says why
+    result = fleetc(reviewed, "compile", "--check", "--base", "main~1")
+    assert (result.returncode, result.stdout) == (1, "")
+    lines = [line for line in result.stderr.splitlines(keepends=True) if not line.startswith("warning: ")]
+    assert "".join(lines) == (
+        "would change out/clusters/gpu-cluster-huawei/horizontalpodautoscaler-aigc-cs-customer-service-"
+        "assistant-assistant-serving.yaml\n"
+        "would change out/clusters/gpu-cluster-huawei/poddisruptionbudget-aigc-cs-customer-service-"
+        "assistant-assistant-serving.yaml\n"
+        "would change out/clusters/inference-cluster-aliyun/horizontalpodautoscaler-aigc-cs-customer-"
+        "service-assistant-assistant-serving.yaml\n"
+        "would change out/clusters/inference-cluster-aliyun/poddisruptionbudget-aigc-cs-customer-service-"
+        "assistant-assistant-serving.yaml\n"
+        "would change out/placement.yaml\n" + STEERED + "out/ is stale: 5 files would change\n")
+    assert fleetc(reviewed, "compile", "--check", "--base", "main").returncode == 0  # a base that has it
+
+
+def test_the_workflow_check_step_catches_a_hand_edited_placement(reviewed: Path) -> None:
+    workflow = (ROOT / ".github" / "workflows" / "fleetc.yml").read_text()
+    step = yaml_load(workflow)["jobs"]["test"]["steps"]
+    [check] = [s for s in step if s.get("name") == "Check that out/ is current"]
+    base = subprocess.run(["git", "-C", str(reviewed), "rev-parse", "main~1"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    environment = {**os.environ, "BASE": base, "PYTHONPATH": str(ROOT),
+                   "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(["bash", "-e", "-c", check["run"]], cwd=reviewed, env=environment,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert STEERED in result.stderr
+
+
+def test_base_without_check_is_a_usage_error(project: Path) -> None:
+    result = fleetc(project, "compile", "--base", "main")
+    assert (result.returncode, result.stderr) == (
+        2, "error: --base is for --check: it says where the previous placement comes from\n")

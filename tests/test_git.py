@@ -356,7 +356,9 @@ def test_workflow_pins_actions_and_keeps_permissions_minimal() -> None:
     writers = {name for name, job in jobs.items() if "permissions" in job}
     assert writers == {"comment"} and jobs["comment"]["permissions"] == {"pull-requests": "write"}
     runs = [step.get("run", "") for job in jobs.values() for step in job["steps"]]
-    assert "fleetc validate --format github" in runs and "fleetc compile --check" in runs
+    assert "fleetc validate --format github" in runs
+    assert any('fleetc compile --check --base "$BASE"' in r for r in runs)  # tests/test_attacks.py runs it
+    assert jobs["test"]["steps"][0]["with"]["fetch-depth"] == 0
     assert any(r.startswith("fleetc diff --base \"origin/${BASE_REF}\" --format markdown") for r in runs)
     assert jobs["diff"]["steps"][0]["with"]["fetch-depth"] == 0
     tests = {step.get("name"): step for step in jobs["test"]["steps"]}

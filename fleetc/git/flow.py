@@ -32,12 +32,19 @@ def policy_sources_at(ref: str, paths: Sequence[str], out_dir: str, workdir: Pat
         for name, data in gitrepo.read_tree_files(root, ref, [folder]):
             inner = PurePosixPath(name).relative_to(folder) if folder not in ("", ".") else PurePosixPath(name)
             found.setdefault(display_path(Path(path) / inner, workdir), data)
+    return sorted(found.items()), previous_at(ref, out_dir, workdir)
+
+
+def previous_at(ref: str, out_dir: str, workdir: Path) -> Previous:
+    """The previous placement in ``out_dir`` as committed at ``ref`` (empty when missing or
+    malformed): what ``compile --check --base REF`` starts from, so that a placement.yaml edited
+    in the change under review is not what the check trusts."""
+    root = gitrepo.repo_root(workdir)
     placement = gitrepo.read_file(root, ref, f"{gitrepo.relative_to_root(root, workdir / out_dir)}/{PLACEMENT_FILE}")
     try:
-        previous = parse_previous(placement.decode("utf-8")) if placement else Previous()
+        return parse_previous(placement.decode("utf-8")) if placement else Previous()
     except (UnicodeDecodeError, ValueError):
-        previous = Previous()
-    return sorted(found.items()), previous
+        return Previous()
 
 
 def commit_output(compiled: Compiled, out: Path, policy_paths: Sequence[str],

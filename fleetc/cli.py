@@ -214,7 +214,9 @@ def _placement_differences(compiled: Any, out: Path) -> list[dict[str, str]]:
     """The stages the output folder's placement.yaml places elsewhere than this compile does."""
     from fleetc.placement.previous import read_previous
 
-    committed, _ = read_previous(out)
+    committed, warning = read_previous(out)
+    if warning or not committed.stages:
+        return []  # no placement to compare (missing or malformed: the file is listed as changed)
     differences = []
     for placed in compiled.placement.stages:
         now = {a.cluster: a.replicas for a in placed.assignments}

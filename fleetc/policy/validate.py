@@ -607,9 +607,18 @@ def _pipeline_checks(pipeline: Parsed[p.AIGCPipeline]) -> Iterator[Diagnostic]:
     yield from _cycle_check(doc, stages, index)
 
 
+#: A container image reference (registry/repository[:tag][@digest]), matched in full.
+_IMAGE = re.compile(r"(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
+                    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*:[0-9a-fA-F]{32,})?")
+
+
 def _stage_checks(doc: Document, base: FieldPath, stage: p.PipelineStage,
                   stages: Sequence[p.PipelineStage], index: dict[str, int]) -> Iterator[
         Diagnostic]:
+    if stage.image is not None and not _IMAGE.fullmatch(stage.image):
+        yield doc.diagnostic(base + ("image",), f"expected a container image reference, got "
+                                                f"{_describe(stage.image)}",
+                             hint="such as nvcr.io/nvidia/pytorch:24.05-py3 or registry:5000/team/app@sha256:...")
     for j, dep in enumerate(stage.dependencies or []):
         if dep == stage.name:
             yield doc.diagnostic(base + ("dependencies", j), "a stage cannot depend on itself")

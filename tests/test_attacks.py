@@ -610,3 +610,10 @@ def test_base_without_check_is_a_usage_error(project: Path) -> None:
     result = fleetc(project, "compile", "--base", "main")
     assert (result.returncode, result.stderr) == (
         2, "error: --base is for --check: it says where the previous placement comes from\n")
+
+
+def test_a_large_path_threshold_that_is_no_number_is_a_usage_error(project: Path) -> None:
+    result = fleetc(project, "compile", env={"FLEETC_LARGE": "abc"})
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == ("error: FLEETC_LARGE='abc': expected a whole number of stage-cluster pairs "
+                             "(0 sends every component down the large path)\n")

@@ -315,7 +315,7 @@ def test_a_pipeline_without_a_namespace_runs_in_one_named_after_it(project: Path
     policy = project / "policies" / "llm-training-pipeline.yaml"
     policy.write_text(policy.read_text().replace("  namespace: aigc-prod\n", ""))
     assert fleetc(project, "compile").returncode == 0
-    assert sorted(p.name for p in (project / "out" / "clusters").glob("*/namespace-llm-chinese-training.yaml"))
+    assert sorted(p.name for p in (project / "out" / "clusters").rglob("namespace-llm-chinese-training.yaml"))
     policy.write_text(policy.read_text().replace("name: llm-chinese-training", "name: kube-train"))
     line = policy.read_text().splitlines().index("  name: kube-train") + 1
     result = fleetc(project, "validate")
@@ -581,13 +581,13 @@ def test_check_with_a_base_catches_a_hand_edited_placement(reviewed: Path) -> No
     assert (result.returncode, result.stdout) == (1, "")
     lines = [line for line in result.stderr.splitlines(keepends=True) if not line.startswith("warning: ")]
     assert "".join(lines) == (
-        "would change out/clusters/gpu-cluster-huawei/horizontalpodautoscaler-aigc-cs-customer-service-"
+        "would change out/clusters/gpu-cluster-huawei/workloads/horizontalpodautoscaler-aigc-cs-customer-service-"
         "assistant-assistant-serving.yaml\n"
-        "would change out/clusters/gpu-cluster-huawei/poddisruptionbudget-aigc-cs-customer-service-"
+        "would change out/clusters/gpu-cluster-huawei/workloads/poddisruptionbudget-aigc-cs-customer-service-"
         "assistant-assistant-serving.yaml\n"
-        "would change out/clusters/inference-cluster-aliyun/horizontalpodautoscaler-aigc-cs-customer-"
+        "would change out/clusters/inference-cluster-aliyun/workloads/horizontalpodautoscaler-aigc-cs-customer-"
         "service-assistant-assistant-serving.yaml\n"
-        "would change out/clusters/inference-cluster-aliyun/poddisruptionbudget-aigc-cs-customer-service-"
+        "would change out/clusters/inference-cluster-aliyun/workloads/poddisruptionbudget-aigc-cs-customer-service-"
         "assistant-assistant-serving.yaml\n"
         "would change out/placement.yaml\n" + STEERED + "out/ is stale: 5 files would change\n")
     assert fleetc(reviewed, "compile", "--check", "--base", "main").returncode == 0  # a base that has it

@@ -26,6 +26,8 @@ CIDR_PATTERN = r"^([0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}|[0-9A-Fa-f:]+/[0-9]{1,
 #: A label value that is not empty: regions, providers, jurisdictions and GPU types end up in
 #: labels and node selectors.
 NONEMPTY_LABEL_VALUE_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+#: A region (free text, mapped to a jurisdiction by the Fleet): no line breaks or control characters.
+REGION_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 #: A qualified name, as taint and label keys are: an optional DNS subdomain prefix and a '/'.
 QUALIFIED_NAME_PATTERN = (r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*"
                           r"[A-Za-z0-9])?$")
@@ -71,6 +73,13 @@ NonEmptyLabelValue = Annotated[
     WithJsonSchema({
         "type": "string", "pattern": NONEMPTY_LABEL_VALUE_PATTERN, "maxLength": 63,
         EXPECTED: f"a Kubernetes label value ({_LABEL_VALUE_WORDS}, at most 63 characters)",
+    }),
+]
+RegionName = Annotated[
+    str,
+    WithJsonSchema({
+        "type": "string", "pattern": REGION_PATTERN, "maxLength": 253,
+        EXPECTED: "a region name: printable text, no line breaks or other control characters",
     }),
 ]
 QualifiedName = Annotated[
@@ -187,7 +196,7 @@ class ClusterPricing(_Spec):
 class FleetCluster(_Spec):
     name: DNSLabel = Field(description="Cluster name, as registered with the GitOps tool.")
     provider: NonEmptyLabelValue = Field(description="Infrastructure provider (huawei, aliyun, kubeedge...).")
-    region: NonEmptyLabelValue = Field(description="Region or site of the cluster, e.g. cn-north-1.")
+    region: RegionName = Field(description="Region or site of the cluster, e.g. cn-north-1.")
     attributes: dict[str, AttributeValue] | None = describe(
         "Free-form attributes (Kurator's). fleetc reads: gpu-type (GPU model, e.g. a100), "
         "gpu-count (number of GPUs), gpus-per-node (GPUs one node carries; default 8, or the "
@@ -294,7 +303,7 @@ class StageInput(_Spec):
     from_: OutputRef | None = Field(
         None, alias="from",
         description="Another stage's output: <stage>.outputs.<output>. Give this or source.")
-    location: NonEmptyLabelValue | None = describe(
+    location: RegionName | None = describe(
         "Region where the data lives (for data locality and data sovereignty). For from: "
         "inputs, the producing output's location applies.")
     jurisdiction: NonEmptyLabelValue | None = describe(
@@ -315,7 +324,7 @@ class StageInput(_Spec):
 class StageOutput(_Spec):
     name: DNSLabel = Field(description="Output name, unique within the stage.")
     storage: StorageURL = Field(description="Where the output is written: a storage URL.")
-    location: NonEmptyLabelValue | None = describe("Region where the storage lives.")
+    location: RegionName | None = describe("Region where the storage lives.")
     jurisdiction: NonEmptyLabelValue | None = describe(
         "Legal jurisdiction of the stored data, when it is not that of its location's region.")
 

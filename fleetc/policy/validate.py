@@ -627,6 +627,7 @@ def _stage_checks(doc: Document, base: FieldPath, stage: p.PipelineStage,
                                  "pipeline", hint=did_you_mean(dep, index))
     yield from _names_unique(doc, base + ("inputs",), stage.inputs or [])
     yield from _names_unique(doc, base + ("outputs",), stage.outputs or [])
+    yield from _env_names_distinct(doc, base, stage)
     for j, item in enumerate(stage.inputs or []):
         yield from _input_checks(doc, base + ("inputs", j), item, stage.name, stages, index)
     resources = stage.resources
@@ -653,6 +654,24 @@ def _stage_checks(doc: Document, base: FieldPath, stage: p.PipelineStage,
         elif stage.minReplicasPerCluster > (stage.replicas or 2):
             yield doc.diagnostic(base + ("minReplicasPerCluster",),
                                  f"greater than replicas ({stage.replicas or 2})")
+
+
+def _env_names_distinct(doc: Document, base: FieldPath, stage: p.PipelineStage) -> Iterator[Diagnostic]:
+    """Inputs and outputs reach the container as FLEETC_INPUT_<NAME>, FLEETC_INPUT_<NAME>_PATH
+    and FLEETC_OUTPUT_<NAME> (upper case, '-' as '_'): two that would share a variable are an
+    error, as one URL would silently replace the other."""
+    seen: dict[str, FieldPath] = {}
+    names = [(f"FLEETC_INPUT_{i.name}", ("inputs", j)) for j, i in enumerate(stage.inputs or [])]
+    names += [(f"FLEETC_INPUT_{i.name}_PATH", ("inputs", j)) for j, i in enumerate(stage.inputs or [])]
+    names += [(f"FLEETC_OUTPUT_{o.name}", ("outputs", j)) for j, o in enumerate(stage.outputs or [])]
+    for raw, where in names:
+        variable = raw.upper().replace("-", "_")
+        if variable in seen and seen[variable] != where:
+            first = f"{seen[variable][0]}[{seen[variable][1]}]"
+            yield doc.diagnostic(base + where + ("name",),
+                                 f"its environment variable {variable} is also {first}'s",
+                                 hint="rename one: names that differ only in '-' and '_path' collide")
+        seen.setdefault(variable, where)
 
 
 def _serving_checks(doc: Document, base: FieldPath, stage: p.PipelineStage) -> Iterator[Diagnostic]:

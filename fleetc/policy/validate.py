@@ -661,17 +661,19 @@ def _env_names_distinct(doc: Document, base: FieldPath, stage: p.PipelineStage) 
     and FLEETC_OUTPUT_<NAME> (upper case, '-' as '_'): two that would share a variable are an
     error, as one URL would silently replace the other."""
     seen: dict[str, FieldPath] = {}
+    texts: dict[str, str] = {}
     names = [(f"FLEETC_INPUT_{i.name}", ("inputs", j)) for j, i in enumerate(stage.inputs or [])]
     names += [(f"FLEETC_INPUT_{i.name}_PATH", ("inputs", j)) for j, i in enumerate(stage.inputs or [])]
     names += [(f"FLEETC_OUTPUT_{o.name}", ("outputs", j)) for j, o in enumerate(stage.outputs or [])]
     for raw, where in names:
         variable = raw.upper().replace("-", "_")
-        if variable in seen and seen[variable] != where:
+        if variable in seen and texts[variable] != raw:  # the same name twice is a duplicate, said once
             first = f"{seen[variable][0]}[{seen[variable][1]}]"
             yield doc.diagnostic(base + where + ("name",),
                                  f"its environment variable {variable} is also {first}'s",
                                  hint="rename one: names that differ only in '-' and '_path' collide")
         seen.setdefault(variable, where)
+        texts.setdefault(variable, raw)
 
 
 def _serving_checks(doc: Document, base: FieldPath, stage: p.PipelineStage) -> Iterator[Diagnostic]:

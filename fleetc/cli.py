@@ -12,6 +12,7 @@ reported as an internal error with exit code 3 (set ``FLEETC_DEBUG=1`` for the t
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import traceback
@@ -42,6 +43,17 @@ DEFAULT_OUT = "out"
 #: Overrides the size (allowed stage-cluster pairs) above which a component takes the large path.
 LARGE_VARIABLE = "FLEETC_LARGE"
 
+class _Seconds(click.FloatRange):
+    """A positive, finite number of seconds (``nan`` and ``inf`` pass a plain FloatRange)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds.", param, ctx)
+        return seconds
+
+
+SECONDS = _Seconds(min=0, min_open=True)
 paths_argument = click.argument("paths", nargs=-1, type=click.Path())
 format_option = click.option("--format", "output_format", type=click.Choice(["text", "json"]),
                              default="text", show_default=True, help="Output format.")
@@ -79,7 +91,10 @@ def validate(paths: Sequence[str], output_format: str) -> None:
               show_default=True, help="Output folder.")
 @click.option("--check", is_flag=True,
               help="Do not write; exit 1 when the output folder is not what compile would write.")
-@click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--base", "base_ref", metavar="REF", default=None,
+              help="With --check: start from the placement.yaml committed at REF (the reviewed base), "
+                   "not from the one in the output folder, so an edited placement cannot pass.")
+@click.option("--time-limit", type=SECONDS, default=None,
               help="Seconds the solver may use.")
 @click.option("--drain", "drain", metavar="CLUSTER", multiple=True,
               help="Compile as if CLUSTER were lost: it takes no work (repeatable).")
@@ -89,17 +104,20 @@ def validate(paths: Sequence[str], output_format: str) -> None:
 @click.option("--allow-unplaced", is_flag=True,
               help="Render what fits and list the stages that do not as unplaced (a warning each).")
 @format_option
-def compile(paths: Sequence[str], out_dir: str, check: bool, time_limit: float | None,
+def compile(paths: Sequence[str], out_dir: str, check: bool, base_ref: str | None, time_limit: float | None,
             drain: Sequence[str], commit: bool, allow_unplaced: bool, output_format: str) -> None:
     """Place every pipeline stage and write the manifests to the output folder."""
     if check and commit:
         _run(lambda: _usage("--check and --commit cannot be combined"), output_format)
+    if base_ref is not None and not check:
+        _run(lambda: _usage("--base is for --check: it says where the previous placement comes from"),
+             output_format)
     if not check:  # refuse a folder fleetc must not write before the work of compiling
         from fleetc.emit import check_output_folder
 
         roots = [Path(p) for p in paths or [DEFAULT_POLICIES]]
         _run(lambda: check_output_folder(Path(out_dir), roots), output_format)
-    compiled = _run(lambda: _compile(paths, out_dir, time_limit=time_limit, drain=tuple(drain),
+    compiled = _run(lambda: _compile(paths, out_dir, base=base_ref, time_limit=time_limit, drain=tuple(drain),
                                      allow_unplaced=allow_unplaced), output_format)
     if compiled.previous_ignored:
         click.echo(f"warning: {compiled.previous_ignored}", err=True)
@@ -172,12 +190,17 @@ def _check(compiled: Any, out: Path, output_format: str) -> None:
     from fleetc.emit import changes
 
     stale = _run(lambda: changes(out, compiled.files), output_format)
+    moved = _placement_differences(compiled, out) if stale else []
     if output_format == "json":
         _emit_json({**_summary(compiled, out), "current": not stale,
-                    "changes": [{"path": c.path, "status": c.status} for c in stale]})
+                    "changes": [{"path": c.path, "status": c.status} for c in stale],
+                    "placementDifferences": moved})
     else:
         for change in stale:
             click.echo(f"would {_VERB[change.status]} {out / change.path}", err=True)
+        for difference in moved:
+            click.echo(f"{difference['stage']}: {out}/placement.yaml places it on {difference['out']}; "
+                       f"compile places it on {difference['compile']}", err=True)
     _print_warnings(compiled.warnings, output_format)
     if stale:
         if output_format == "text":
@@ -185,6 +208,27 @@ def _check(compiled: Any, out: Path, output_format: str) -> None:
         sys.exit(ExitCode.FAILED)
     if output_format == "text":
         click.echo(f"{out}/ is up to date")
+
+
+def _placement_differences(compiled: Any, out: Path) -> list[dict[str, str]]:
+    """The stages the output folder's placement.yaml places elsewhere than this compile does."""
+    from fleetc.placement.previous import read_previous
+
+    committed, warning = read_previous(out)
+    if warning or not committed.stages:
+        return []  # no placement to compare (missing or malformed: the file is listed as changed)
+    differences = []
+    for placed in compiled.placement.stages:
+        now = {a.cluster: a.replicas for a in placed.assignments}
+        there = committed.clusters.get(placed.stage, {})
+        if now != there:
+            differences.append({"stage": placed.stage, "out": _clusters_text(there),
+                                "compile": _clusters_text(now)})
+    return differences
+
+
+def _clusters_text(clusters: dict[str, int]) -> str:
+    return ", ".join(f"{name} ({_plural(n, 'replica')})" for name, n in sorted(clusters.items())) or "nothing"
 
 
 def _write(compiled: Any, out: Path, output_format: str) -> None:
@@ -227,7 +271,7 @@ def _commit(compiled: Any, out: Path, output_format: str, paths: Sequence[str]) 
 @paths_argument
 @click.option("--out", "out_dir", default=DEFAULT_OUT, show_default=True,
               help="Output folder: its placement.yaml (at REF, and now) is each side's previous placement.")
-@click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--time-limit", type=SECONDS, default=None,
               help="Seconds the solver may use, per compile.")
 @click.option("--format", "output_format", type=click.Choice(["text", "markdown", "json"]),
               default="text", show_default=True, help="Output format (markdown: a pull-request comment).")
@@ -345,8 +389,12 @@ def _github_annotations(err: FleetcError) -> None:
         click.echo(line)
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_file:
-        with open(summary_file, "a", encoding="utf-8") as handle:
-            handle.write(github_step_summary(diagnostics, str(err)))
+        try:
+            with open(summary_file, "a", encoding="utf-8") as handle:
+                handle.write(github_step_summary(diagnostics, str(err)))
+        except OSError as problem:  # the annotations above still say it all
+            click.echo(f"warning: cannot write the step summary to {summary_file} "
+                       f"(GITHUB_STEP_SUMMARY): {problem.strerror or problem}", err=True)
 
 
 def _internal_error(err: Exception) -> NoReturn:
@@ -361,4 +409,27 @@ def _emit_json(payload: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    cli(prog_name="fleetc")
+    """The ``fleetc`` command. A closed stdout or stderr (``2>&-``) reads as ``/dev/null``; output
+    that cannot be written (``> /dev/full``, a closed pipe) is an error with exit code 1, not a
+    traceback."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:  # Python's stand-in for a closed descriptor
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 - for the process
+    try:
+        try:
+            cli(prog_name="fleetc")
+        finally:
+            sys.stdout.flush()
+    except OSError as err:
+        _unwritable(err)
+
+
+def _unwritable(err: OSError) -> NoReturn:
+    """Say that the output could not be written, and exit 1 without Python's own complaint at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # what is still buffered is dropped, not flushed again
+    try:
+        click.echo(f"error: cannot write the output: {err.strerror or err}", err=True)
+    except OSError:
+        pass  # stderr is gone too: the exit code says it
+    sys.exit(ExitCode.FAILED)

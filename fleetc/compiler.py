@@ -59,6 +59,9 @@ class Options:
     #: when it was compiled from these very inputs it is given back as it is. The front doors
     #: read it from ``out``; :func:`compile_policies` takes it from here.
     previous: Previous = field(default_factory=Previous)
+    #: A git revision whose committed ``out/placement.yaml`` is the previous placement instead of
+    #: the one in ``out`` (``compile --check --base``: the reviewed base, not the change).
+    base: str | None = None
     #: Render what fits and list the rest as unplaced instead of failing (``--allow-unplaced``).
     allow_unplaced: bool = False
     #: Told when each stage starts and ends (a status line on terminals); silent by default.
@@ -121,9 +124,15 @@ def _validated(loaded: LoadResult, where: str, reporter: Reporter, roots: tuple[
 
 def compile_fleet(options: Options) -> Compiled:
     """``fleetc compile``: load and validate the policies, take the output folder's
-    placement.yaml as the previous placement, place and render. Writes nothing."""
+    placement.yaml (or with ``base``, the one committed at that revision) as the previous
+    placement, place and render. Writes nothing."""
     loaded = load_policies(options.paths, options.reporter, options.workdir)
-    previous, ignored = read_previous(Path(options.out), options.workdir)
+    if options.base is None:
+        previous, ignored = read_previous(Path(options.out), options.workdir)
+    else:
+        from fleetc.git.flow import previous_at  # fleetc.git imports this module
+
+        previous, ignored = previous_at(options.base, options.out, options.workdir), ""
     compiled = compile_policies(loaded, dataclasses.replace(options, previous=previous))
     return dataclasses.replace(compiled, previous_ignored=ignored)
 

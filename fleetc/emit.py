@@ -38,7 +38,7 @@ import stat
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,17 +73,21 @@ class WriteError(FleetcError, OSError):
     An ``OSError`` too, so callers that catch those keep working."""
 
 
-def write_tree(out_dir: Path, files: Mapping[str, str], policy_roots: Sequence[Path] = ()) -> None:
+def write_tree(out_dir: Path, files: Mapping[str, str], policy_roots: Sequence[Path] = (),
+               then: Callable[[], None] | None = None) -> None:
     """Replace fleetc's files in ``out_dir`` with ``files``, atomically; refuse (before writing
     anything) an output folder :func:`check_output_folder` refuses. A symlinked output folder
-    is written through: the swap happens where the link points."""
+    is written through: the swap happens where the link points.
+
+    ``then`` runs once the new tree is in place (``--commit`` commits it); when it raises, the
+    previous tree is swapped back before the exception goes on, so ``out_dir`` is as it was."""
     out_dir = check_output_folder(out_dir, policy_roots)
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         with _locked(out_dir):
             _refuse_foreign(out_dir)  # again under the lock: it may have changed since
             _remove_stale_staging(out_dir)
-            _stage_and_swap(out_dir, files)
+            _stage_and_swap(out_dir, files, then)
     except FleetcError:
         raise
     except OSError as err:
@@ -139,7 +143,7 @@ def _refusal(message: str, hint: str) -> UsageError:
     return UsageError(f"{message}\n  hint: {hint}")
 
 
-def _stage_and_swap(out_dir: Path, files: Mapping[str, str]) -> None:
+def _stage_and_swap(out_dir: Path, files: Mapping[str, str], then: Callable[[], None] | None) -> None:
     staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(out_dir, "new"), dir=out_dir.parent))
     try:
         previous = out_dir if out_dir.is_dir() else None
@@ -151,7 +155,13 @@ def _stage_and_swap(out_dir: Path, files: Mapping[str, str]) -> None:
                                if is_users(rel) and not os.path.lexists(staging / rel)}, None)
         _write_files(staging, {RECORD: "".join(f"{rel}\n" for rel in sorted(owned))}, None)
         _match_mode(staging, out_dir)
-        _swap(staging, out_dir)
+        how = _swap(staging, out_dir)
+        if then is not None:
+            try:
+                then()
+            except BaseException:
+                _swap_back(staging, out_dir, how)
+                raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -347,17 +357,32 @@ def _match_mode(staging: Path, out_dir: Path) -> None:
     staging.chmod(mode)
 
 
-def _swap(staging: Path, out_dir: Path) -> None:
-    """Put ``staging`` at ``out_dir``; afterwards ``staging`` holds the old tree (if any)."""
+def _swap(staging: Path, out_dir: Path) -> str:
+    """Put ``staging`` at ``out_dir``; afterwards ``staging`` holds the old tree (if any). Returns
+    how (``renamed``: there was no old tree; ``exchanged``; ``moved``: into ``staging/tree``)."""
     if not out_dir.exists():
         os.rename(staging, out_dir)
-        return
+        return "renamed"
     if _exchange(staging, out_dir):
-        return
+        return "exchanged"
     old = Path(tempfile.mkdtemp(prefix=_staging_prefix(out_dir, "old"), dir=out_dir.parent))
     os.rename(out_dir, old / "tree")
     os.rename(staging, out_dir)
     os.rename(old, staging)  # so the caller's cleanup removes it
+    return "moved"
+
+
+def _swap_back(staging: Path, out_dir: Path, how: str) -> None:
+    """Undo :func:`_swap`: the old tree goes back to ``out_dir`` and the new one into ``staging``
+    (which the caller removes); with no old tree, ``out_dir`` goes away again."""
+    if how == "renamed":
+        os.rename(out_dir, staging)
+    elif how == "exchanged":
+        if not _exchange(staging, out_dir):
+            raise OSError(f"cannot swap {staging} back to {out_dir}")
+    else:
+        os.rename(out_dir, staging / "new")
+        os.rename(staging / "tree", out_dir)
 
 
 _RENAME_EXCHANGE = 2

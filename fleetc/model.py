@@ -103,6 +103,8 @@ class Cluster:
     source: Source
     cordoned: bool = False  # out of placement (a Fleet flag or --drain)
     gpus_per_node: int = 8  # GPUs one node carries (attribute gpus-per-node; see fleetc.nodefit)
+    gpu_product: str = ""  # its nodes' nvidia.com/gpu.product label (attribute gpu-product)
+    device_plugin_configured: bool = False  # its ClusterPolicy reads fleetc's device-plugin config
     drained: bool = False  # cordoned for this compile only, by --drain
 
 
@@ -261,6 +263,7 @@ class GPUPolicy:
     sharing_enabled: bool
     max_sharers: int
     source: Source
+    device_plugin_namespace: str = "gpu-operator"  # where the device-plugin ConfigMap goes
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from fleetc import nodefit
 from fleetc.errors import Diagnostic, PolicyError, UsageError, did_you_mean
 from fleetc.policy import kinds as p
 from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage
-from fleetc.policy.validate import Parsed, PolicySet, governed, stage_edges
+from fleetc.policy.validate import Parsed, PolicySet, governed, pipeline_namespace, stage_edges
 
 GPU_HOUR_PRICE = {"a100": 3.0, "h100": 5.0, "l4": 0.8, "a10": 1.0, "v100": 2.0, "t4": 0.5}
 DEFAULT_GPU_HOUR_PRICE = 2.0
@@ -35,6 +35,24 @@ DEFAULT_IMAGES = {
     m.StageType.DEPLOYMENT: "nvcr.io/nvidia/tritonserver:24.05-py3",
 }
 DEFAULT_NAMESPACE = "default"
+
+#: fleetc's GPU type names -> the ``nvidia.com/gpu.product`` label GPU feature discovery gives
+#: their nodes (the NVML device name, spaces as '-': NVIDIA/k8s-device-plugin
+#: internal/lm/resource.go), for the common variant; a cluster whose nodes carry another (an
+#: A100 40GB or PCIe) states it as attribute ``gpu-product``. Other types default to
+#: ``NVIDIA-<TYPE>``, which the compile reports.
+GPU_PRODUCT_LABELS: dict[str, str] = {
+    "a100": "NVIDIA-A100-SXM4-80GB",
+    "a10": "NVIDIA-A10",
+    "a10g": "NVIDIA-A10G",
+    "h100": "NVIDIA-H100-80GB-HBM3",
+    "h200": "NVIDIA-H200",
+    "l4": "NVIDIA-L4",
+    "l40": "NVIDIA-L40",
+    "l40s": "NVIDIA-L40S",
+    "t4": "Tesla-T4",
+    "v100": "Tesla-V100-SXM2-32GB",
+}
 
 #: The default serving image's server, as Triton's own chart runs it
 #: (triton-inference-server/server deploy/k8s-onprem/templates/deployment.yaml): HTTP on 8000,
@@ -342,7 +360,18 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str], names: 
         gpus_per_node=(int(str(per_node)) if per_node is not None
                        else nodefit.default_gpus_per_node(gpus)),
         drained=c.name in drained,
+        gpu_product=_gpu_product(attributes, gpu_type),
+        device_plugin_configured=_flag(attributes, "device-plugin-configured"),
     )
+
+
+def _gpu_product(attributes: Mapping[str, object], gpu_type: str | None) -> str:
+    """The ``nvidia.com/gpu.product`` label of the cluster's GPU nodes ('' without GPUs)."""
+    if gpu_type is None:
+        return ""
+    if "gpu-product" in attributes:
+        return str(attributes["gpu-product"])
+    return GPU_PRODUCT_LABELS.get(gpu_type, f"NVIDIA-{gpu_type.upper()}")
 
 
 def _or(value: float | None, default: float) -> float:
@@ -373,7 +402,7 @@ def _stage(pipeline: Parsed[p.AIGCPipeline], index: int, stage: p.PipelineStage,
     default_gpus = 1 if res.gpuType or kind is not m.StageType.DATAPROC else 0
     return m.Stage(
         pipeline=pipeline.name,
-        namespace=pipeline.obj.metadata.namespace or DEFAULT_NAMESPACE,
+        namespace=pipeline_namespace(pipeline.obj),
         name=stage.name,
         type=kind,
         dependencies=tuple(stage_edges(stage)),
@@ -497,6 +526,8 @@ def _gpu_policy(gpu: Parsed[p.GPUOptimizationPolicy]) -> m.GPUPolicy:
         sharing_enabled=bool(sharing.enabled),
         max_sharers=(sharing.maxSharers or 1) if sharing.enabled else 1,
         source=m.Source(gpu.doc.path, "spec"),
+        device_plugin_namespace=(spec.devicePlugin.namespace if spec.devicePlugin and spec.devicePlugin.namespace
+                                 else "gpu-operator"),
     )
 
 

@@ -12,15 +12,25 @@ set (``setpriv``), so root is refused as any user would be.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from ruamel.yaml import YAML
+
+from fleetc.policy.load import format_field
 
 ROOT = Path(__file__).resolve().parents[1]
+def yaml_load(text: str) -> Any:
+    return YAML(typ="safe", pure=True).load(text)
+
+
 #: Drops the capabilities that let root read, write and list whatever the file modes say.
 DROP_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
 
@@ -33,10 +43,12 @@ def fleetc(cwd: Path, *args: str, env: dict[str, str] | None = None, dropped: bo
         command = DROP_DAC + command
     environment = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     environment.pop("FLEETC_DEBUG", None)
-    result = subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True,
-                            timeout=timeout, **kwargs)  # type: ignore[call-overload]
-    assert "Traceback" not in result.stderr, result.stderr
-    assert "internal error" not in result.stderr, result.stderr
+    if "stdout" not in kwargs and "stderr" not in kwargs:
+        kwargs["capture_output"] = True
+    result = subprocess.run(command, cwd=cwd, env=environment, text=True, timeout=timeout,
+                            **kwargs)  # type: ignore[call-overload]
+    assert "Traceback" not in (result.stderr or ""), result.stderr
+    assert "internal error" not in (result.stderr or ""), result.stderr
     return result
 
 
@@ -277,3 +289,332 @@ def test_chains_of_20000_stages_validate_and_resolve(reads: str) -> None:
     loaded = load_policy_sources(sources, "chain")
     model = resolve(loaded.policies, loaded.where)
     assert len(model.stages) == length
+
+
+# --- 5. reserved namespaces ----------------------------------------------------------------------
+
+RESERVED = ("is reserved for Kubernetes and the controllers fleetc's output runs on; fleetc would "
+            "label it as its own and may deny its egress\n"
+            "  hint: give the pipeline a namespace of its own in metadata.namespace\n1 error in 1 file\n")
+
+
+@pytest.mark.parametrize("namespace", ["kube-system", "kube-public", "default", "argocd", "flux-system",
+                                       "gpu-operator", "volcano-system", "fluid-system"])
+def test_a_reserved_namespace_is_refused(project: Path, namespace: str) -> None:
+    policy = project / "policies" / "llm-training-pipeline.yaml"
+    line = policy.read_text().splitlines().index("  namespace: aigc-prod") + 1
+    policy.write_text(policy.read_text().replace("namespace: aigc-prod", f"namespace: {namespace}"))
+    result = fleetc(project, "compile")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (f"policies/llm-training-pipeline.yaml:{line}:14: error: metadata.namespace: "
+                             f"namespace '{namespace}' {RESERVED}")
+    assert not (project / "out").exists()
+
+
+def test_a_pipeline_without_a_namespace_runs_in_one_named_after_it(project: Path) -> None:
+    policy = project / "policies" / "llm-training-pipeline.yaml"
+    policy.write_text(policy.read_text().replace("  namespace: aigc-prod\n", ""))
+    assert fleetc(project, "compile").returncode == 0
+    assert sorted(p.name for p in (project / "out" / "clusters").rglob("namespace-llm-chinese-training.yaml"))
+    policy.write_text(policy.read_text().replace("name: llm-chinese-training", "name: kube-train"))
+    line = policy.read_text().splitlines().index("  name: kube-train") + 1
+    result = fleetc(project, "validate")
+    assert result.stderr == (f"policies/llm-training-pipeline.yaml:{line}:9: error: metadata.name: namespace "
+                             f"'kube-train' (the pipeline's name, as metadata.namespace is not set) {RESERVED}")
+
+
+# --- 6. names match in full: a trailing newline is no name ---------------------------------------
+
+
+def string_leaves(data: object, path: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
+    if isinstance(data, dict):
+        return [leaf for key, value in data.items() for leaf in string_leaves(value, (*path, key))]
+    if isinstance(data, list):
+        return [leaf for i, value in enumerate(data) for leaf in string_leaves(value, (*path, i))]
+    return [path] if isinstance(data, str) else []
+
+
+#: Every name-like field the bundled policies leave out, so that the test reaches them too.
+EXTRA_FIELDS = """\
+apiVersion: fleet.kurator.dev/v1alpha1
+kind: Fleet
+metadata: {name: extra, namespace: fleets}
+spec:
+  clusters:
+  - name: c1
+    provider: huawei
+    region: cn-north-1
+    jurisdiction: cn
+    attributes: {gpu-type: a100, gpu-count: "8"}
+    taints: [{key: example.com/dedicated, value: ml, effect: NoSchedule}]
+  placement:
+    clusterTolerations: [{key: example.com/dedicated, operator: Equal, value: ml}]
+  gitops: {repoURL: "https://git.example.com/fleet.git", branch: main, path: deploy/out}
+"""
+
+
+def test_a_trailing_newline_is_refused_in_every_name_like_field() -> None:
+    from fleetc.policy.load import Document, load_paths, parse
+    from fleetc.policy.validate import validate
+
+    bundled = list(load_paths([str(ROOT / "policies")]).documents)
+    extra, problems = parse(EXTRA_FIELDS, "extra.yaml")
+    assert not problems and not validate(extra)[1]
+    tried = []
+    for documents in (bundled, extra):
+        for index, doc in enumerate(documents):
+            for path in string_leaves(doc.data):
+                if "command" in path or path[:2] == ("metadata", "annotations") or path[-1] == "gpu-count":
+                    continue  # free text; and a count, read as an integer (blanks around it allowed)
+                data = json.loads(json.dumps(doc.data))
+                holder = data
+                for part in path[:-1]:
+                    holder = holder[part]
+                holder[path[-1]] += "\n"
+                changed = [Document(d.path, d.index, data, d.values, d.keys) if i == index else d
+                           for i, d in enumerate(documents)]
+                fields = {d.field for d in validate(changed)[1]}
+                assert any(field.startswith(format_field(path)) for field in fields), (doc.path, path, fields)
+                tried.append(path)
+    assert len(tried) > 100
+    assert ("spec", "gitops", "branch") in tried and ("spec", "clusters", 0, "taints", 0, "key") in tried
+    assert ("spec", "stages", 0, "image") in tried
+
+
+def test_a_cluster_name_with_a_newline_never_reaches_out(project: Path) -> None:
+    fleet = project / "policies" / "fleet.yaml"
+    fleet.write_text(fleet.read_text().replace("- name: edge-cluster-factory", '- name: "edge-cluster-factory\\n"'))
+    result = fleetc(project, "compile")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.startswith(
+        "policies/fleet.yaml:35:11: error: spec.clusters[2].name: expected a DNS-1123 label (lower-case "
+        "letters, digits and '-', starting and ending with a letter or digit, at most 63 characters), "
+        "got 'edge-cluster-factory\\n'\n")
+    assert not (project / "out").exists()
+
+
+# --- 11. values that reach templated or path fields; YAML tags; --time-limit -------------------
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("branch", "'{{ .values.branch }}'",
+     "spec.gitops.branch: expected a git branch name, got '{{ .values.branch }}'\n"
+     "  hint: a name git accepts (git check-ref-format --branch), such as main or release/2024-06; no "
+     "spaces, '..', '~^:?*[\\' or template braces\n"),
+    ("branch", "main..dev", "spec.gitops.branch: expected a git branch name, got 'main..dev'\n"
+     "  hint: a name git accepts (git check-ref-format --branch), such as main or release/2024-06; no "
+     "spaces, '..', '~^:?*[\\' or template braces\n"),
+    ("path", "../../../other-team",
+     "spec.gitops.path: expected a relative folder inside the repository, got '../../../other-team'\n"
+     "  hint: a path such as out or deploy/fleet: no leading '/', no '..', no glob or template characters\n"),
+    ("path", "/etc", "spec.gitops.path: expected a relative folder inside the repository, got '/etc'\n"
+     "  hint: a path such as out or deploy/fleet: no leading '/', no '..', no glob or template characters\n"),
+    ("repoURL", "'https://git.example.com/{{.name}}.git'",
+     "spec.gitops.repoURL: expected a git repository URL, got 'https://git.example.com/{{.name}}.git'\n"
+     "  hint: no spaces, control characters or template braces\n"),
+])
+def test_gitops_values_are_what_their_fields_accept(project: Path, field: str, value: str, message: str) -> None:
+    fleet = project / "policies" / "fleet.yaml"
+    text = fleet.read_text()
+    assert "spec:\n" in text and "gitops" not in text
+    fleet.write_text(text.replace("spec:\n", f"spec:\n  gitops:\n    {field}: {value}\n", 1))
+    result = fleetc(project, "compile")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == f"policies/fleet.yaml:11:{7 + len(field)}: error: {message}1 error in 1 file\n"
+    assert not (project / "out").exists()
+
+
+@pytest.mark.parametrize(("tagged", "tag"), [
+    ("spec: !!python/object/apply:os.system", "tag:yaml.org,2002:python/object/apply:os.system"),
+    ("spec: !!set", "tag:yaml.org,2002:set"),
+    ("spec: !custom", "!custom"),
+])
+def test_a_tag_on_a_mapping_is_refused(project: Path, tagged: str, tag: str) -> None:
+    policy = project / "policies" / "gpu-optimization.yaml"
+    text = policy.read_text()
+    line = text.splitlines().index("spec:") + 1
+    policy.write_text(text.replace("spec:\n", tagged + "\n", 1))
+    result = fleetc(project, "validate")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (f"policies/gpu-optimization.yaml:{line}:7: error: spec: unsupported "
+                             f"YAML tag '{tag}'\n  hint: remove the tag\n1 error in 1 file\n")
+
+
+@pytest.mark.parametrize(("limit", "why"), [
+    ("nan", "'nan' is not a finite number of seconds."), ("NaN", "'NaN' is not a finite number of seconds."),
+    ("inf", "'inf' is not a finite number of seconds."), ("-inf", "-inf is not in the range x>0."),
+])
+def test_a_time_limit_that_is_not_a_finite_number_is_a_usage_error(project: Path, limit: str, why: str) -> None:
+    result = fleetc(project, "compile", "--time-limit", limit)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.endswith(f"Error: Invalid value for '--time-limit': {why}\n")
+
+
+# --- 12. object and file name collisions ---------------------------------------------------------
+
+
+def test_two_stages_that_would_share_a_name_are_reported_at_both(project: Path) -> None:
+    (project / "policies" / "b.yaml").write_text(
+        "apiVersion: aigc.kurator.dev/v1alpha1\nkind: AIGCPipeline\nmetadata: {name: b, namespace: team}\n"
+        "spec:\n  stages:\n  - {name: c-d, type: DataProc}\n")
+    (project / "policies" / "b-c.yaml").write_text(
+        "apiVersion: aigc.kurator.dev/v1alpha1\nkind: AIGCPipeline\nmetadata: {name: b-c, namespace: team}\n"
+        "spec:\n  stages:\n  - {name: d, type: DataProc}\n")
+    result = fleetc(project, "compile")
+    assert (result.returncode, result.stdout) == (1, "")
+    hint = "  hint: rename one of the stages or pipelines, or give the pipelines different namespaces\n"
+    assert result.stderr == (
+        "policies/b-c.yaml:6:12: error: spec.stages[0].name: pipeline 'b-c' stage 'd' and pipeline 'b' "
+        f"stage 'c-d' (policies/b.yaml:6) would both be named 'b-c-d' in namespace 'team'\n{hint}"
+        "policies/b.yaml:6:12: error: spec.stages[0].name: pipeline 'b' stage 'c-d' and pipeline 'b-c' "
+        f"stage 'd' (policies/b-c.yaml:6) would both be named 'b-c-d' in namespace 'team'\n{hint}"
+        "2 errors in 2 files\n")
+
+
+# --- 9 and 10. user input is never an internal error, and no traceback reaches the terminal ------
+
+
+@pytest.fixture
+def compiled(project: Path) -> Path:
+    """The project after a good compile: out/ holds fleetc's placement.yaml."""
+    result = fleetc(project, "compile")
+    assert result.returncode == 0, result.stderr
+    return project
+
+
+@pytest.mark.parametrize(("breakage", "problem"), [
+    (lambda text: text + "deep: " + "[" * 2000 + "]" * 2000 + "\n", "nested too deeply to be a placement report"),
+    (lambda text: text.replace("    clusters:\n      - name:", "    clusters: 5\n    ignored:\n      - name:", 1),
+     "stages[0].clusters is not a list"),
+    (lambda text: re.sub(r"score: [0-9.]+", "score: " + "9" * 400, text, count=1),
+     "a number too large to be one fleetc wrote (99999999999999999999...)"),
+])
+def test_a_malformed_previous_placement_is_ignored_with_a_warning(compiled: Path, breakage, problem: str) -> None:
+    report = compiled / "out" / "placement.yaml"
+    report.write_text(breakage(report.read_text()))
+    for command in (["compile", "--check"], ["compile"]):
+        result = fleetc(compiled, *command)
+        assert result.returncode in (0, 1), result.stderr
+        assert result.stderr.startswith(f"warning: out/placement.yaml: ignored as the previous placement: "
+                                        f"{problem}\n"), result.stderr
+    assert fleetc(compiled, "compile", "--check").returncode == 0  # the compile wrote a good one
+
+
+def test_diff_in_a_shallow_clone_is_a_usage_error(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    shutil.copytree(ROOT / "policies", source / "policies")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q", str(source)], check=True)
+    subprocess.run([*git, "-C", str(source), "add", "-A"], check=True)
+    subprocess.run([*git, "-C", str(source), "commit", "-qm", "one"], check=True)
+    subprocess.run([*git, "-C", str(source), "commit", "-q", "--allow-empty", "-m", "two"], check=True)
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{source}", str(tmp_path / "shallow")], check=True)
+    result = fleetc(tmp_path / "shallow", "diff", "--base", "HEAD~1")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == ("error: HEAD~1: not in this shallow clone (its history is cut short)\n"
+                             "  hint: fetch the history, e.g. git fetch --unshallow, or actions/checkout with "
+                             "fetch-depth: 0\n")
+
+
+def test_a_closed_stderr_is_no_internal_error(project: Path) -> None:
+    result = fleetc(project, "compile", stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                    preexec_fn=lambda: os.close(2))
+    assert result.returncode == 0
+    assert result.stdout.startswith("placed 7 stages")
+    (project / "policies" / "bad.yaml").write_text("a: [\n")
+    result = fleetc(project, "compile", stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                    preexec_fn=lambda: os.close(2))
+    assert result.returncode == 1
+
+
+def test_output_that_cannot_be_written_is_an_error(project: Path) -> None:
+    with open("/dev/full", "w") as full:
+        result = fleetc(project, "compile", "--format", "json", stdout=full, stderr=subprocess.PIPE)
+    assert (result.returncode, result.stderr) == (1, "error: cannot write the output: No space left on device\n")
+
+
+def test_a_step_summary_in_a_missing_folder_is_a_warning(project: Path) -> None:
+    (project / "policies" / "bad.yaml").write_text("a: [\n")
+    summary = project / "missing" / "summary.md"
+    result = fleetc(project, "validate", "--format", "github", env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert result.returncode == 1
+    assert result.stdout.startswith("::error file=policies/bad.yaml,line=2,col=1,")
+    assert result.stderr.startswith(f"warning: cannot write the step summary to {summary} "
+                                    "(GITHUB_STEP_SUMMARY): No such file or directory\n")
+
+
+# --- 3. a placement cannot be steered past review ------------------------------------------------
+
+SERVING_2_4 = ("      - name: gpu-cluster-huawei\n        replicas: 2\n        slots: 2\n        gpus: 1\n"
+               "      - name: inference-cluster-aliyun\n        replicas: 4\n        slots: 4\n        gpus: 2\n")
+SERVING_3_3 = ("      - name: gpu-cluster-huawei\n        replicas: 3\n        slots: 3\n        gpus: 2\n"
+               "      - name: inference-cluster-aliyun\n        replicas: 3\n        slots: 3\n        gpus: 2\n")
+
+
+@pytest.fixture
+def reviewed(project: Path) -> Path:
+    """A repository whose base commit holds the policies and their compile; then a change that
+    hand-edits out/placement.yaml (keeping its inputs digest) and compiles it into out/, so that
+    out/ is consistent with the edited placement."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(project)]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    assert fleetc(project, "compile").returncode == 0
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    report = project / "out" / "placement.yaml"
+    assert report.read_text().count(SERVING_2_4) == 1
+    report.write_text(report.read_text().replace(SERVING_2_4, SERVING_3_3))
+    assert fleetc(project, "compile").returncode == 0  # the edited placement is given back
+    subprocess.run([*git, "commit", "-qam", "move serving replicas"], check=True)
+    return project
+
+
+STEERED = ("customer-service-assistant/assistant-serving: out/placement.yaml places it on gpu-cluster-huawei "
+           "(3 replicas), inference-cluster-aliyun (3 replicas); compile places it on gpu-cluster-huawei "
+           "(2 replicas), inference-cluster-aliyun (4 replicas)\n")
+
+
+def test_check_with_a_base_catches_a_hand_edited_placement(reviewed: Path) -> None:
+    trusting = fleetc(reviewed, "compile", "--check")
+    assert trusting.returncode == 0  # out/ is what its own placement.yaml gives: the README says why
+    result = fleetc(reviewed, "compile", "--check", "--base", "main~1")
+    assert (result.returncode, result.stdout) == (1, "")
+    lines = [line for line in result.stderr.splitlines(keepends=True) if not line.startswith("warning: ")]
+    assert "".join(lines) == (
+        "would change out/clusters/gpu-cluster-huawei/workloads/horizontalpodautoscaler-aigc-cs-customer-service-"
+        "assistant-assistant-serving.yaml\n"
+        "would change out/clusters/gpu-cluster-huawei/workloads/poddisruptionbudget-aigc-cs-customer-service-"
+        "assistant-assistant-serving.yaml\n"
+        "would change out/clusters/inference-cluster-aliyun/workloads/horizontalpodautoscaler-aigc-cs-customer-"
+        "service-assistant-assistant-serving.yaml\n"
+        "would change out/clusters/inference-cluster-aliyun/workloads/poddisruptionbudget-aigc-cs-customer-service-"
+        "assistant-assistant-serving.yaml\n"
+        "would change out/placement.yaml\n" + STEERED + "out/ is stale: 5 files would change\n")
+    assert fleetc(reviewed, "compile", "--check", "--base", "main").returncode == 0  # a base that has it
+
+
+def test_the_workflow_check_step_catches_a_hand_edited_placement(reviewed: Path) -> None:
+    workflow = (ROOT / ".github" / "workflows" / "fleetc.yml").read_text()
+    step = yaml_load(workflow)["jobs"]["test"]["steps"]
+    [check] = [s for s in step if s.get("name") == "Check that out/ is current"]
+    base = subprocess.run(["git", "-C", str(reviewed), "rev-parse", "main~1"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    environment = {**os.environ, "BASE": base, "PYTHONPATH": str(ROOT),
+                   "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(["bash", "-e", "-c", check["run"]], cwd=reviewed, env=environment,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert STEERED in result.stderr
+
+
+def test_base_without_check_is_a_usage_error(project: Path) -> None:
+    result = fleetc(project, "compile", "--base", "main")
+    assert (result.returncode, result.stderr) == (
+        2, "error: --base is for --check: it says where the previous placement comes from\n")
+
+
+def test_a_large_path_threshold_that_is_no_number_is_a_usage_error(project: Path) -> None:
+    result = fleetc(project, "compile", env={"FLEETC_LARGE": "abc"})
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == ("error: FLEETC_LARGE='abc': expected a whole number of stage-cluster pairs "
+                             "(0 sends every component down the large path)\n")

@@ -356,7 +356,9 @@ def test_workflow_pins_actions_and_keeps_permissions_minimal() -> None:
     writers = {name for name, job in jobs.items() if "permissions" in job}
     assert writers == {"comment"} and jobs["comment"]["permissions"] == {"pull-requests": "write"}
     runs = [step.get("run", "") for job in jobs.values() for step in job["steps"]]
-    assert "fleetc validate --format github" in runs and "fleetc compile --check" in runs
+    assert "fleetc validate --format github" in runs
+    assert any('fleetc compile --check --base "$BASE"' in r for r in runs)  # tests/test_attacks.py runs it
+    assert jobs["test"]["steps"][0]["with"]["fetch-depth"] == 0
     assert any(r.startswith("fleetc diff --base \"origin/${BASE_REF}\" --format markdown") for r in runs)
     assert jobs["diff"]["steps"][0]["with"]["fetch-depth"] == 0
     tests = {step.get("name"): step for step in jobs["test"]["steps"]}
@@ -391,3 +393,26 @@ def test_pre_commit_hooks_and_gitattributes() -> None:
     assert all(h["language"] == "python" and h["pass_filenames"] is False and h["files"] == "^policies/"
                for h in hooks)
     assert "out/** linguist-generated=true" in (ROOT / ".gitattributes").read_text().splitlines()
+
+
+def test_a_failed_commit_leaves_the_working_tree_and_the_index_as_they_were(repo: Repo) -> None:
+    """A pre-commit hook refuses the commit: out/ is the previous compile's, the index too."""
+    assert run("compile", "--commit").exit_code == 0
+    (Path(repo.working_tree_dir) / "NOTES.md").write_text("staged by the user\n")
+    repo.git.add("NOTES.md")
+    move_training_to_t4(Path(repo.working_tree_dir))
+    before_out = state(Path(repo.working_tree_dir) / "out")
+    index = Path(repo.git_dir) / "index"
+    before_index = index.read_bytes()
+    status = repo.git.status("--porcelain")
+    hook = Path(repo.git_dir) / "hooks" / "pre-commit"
+    hook.parent.mkdir(exist_ok=True)
+    hook.write_text("#!/bin/sh\necho 'hook: refusing' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    result = run("compile", "--commit")
+    assert result.exit_code == 1
+    assert result.stderr == "error: git commit failed: hook: refusing\n"
+    assert state(Path(repo.working_tree_dir) / "out") == before_out
+    assert index.read_bytes() == before_index
+    assert repo.git.status("--porcelain") == status
+    assert not [p for p in Path(repo.working_tree_dir).iterdir() if p.name.startswith(".out.")]

@@ -7,7 +7,7 @@ import itertools
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_validate import check, cluster, pipeline
+from test_validate import FLEET, check, cluster, pipeline
 
 from fleetc.nodefit import default_gpus_per_node, divisor_chain, pods_per_replica, reserved_per_replica, rounded
 
@@ -76,3 +76,11 @@ def test_combinations_never_reserve_less_than_asked() -> None:
     for gpus, node in itertools.product(range(1, 33), range(1, 17)):
         pods, reserved = reserved_per_replica(gpus, [node])
         assert gpus % pods == 0 and gpus // pods <= node and reserved >= gpus
+
+
+def test_inputs_and_outputs_whose_variables_collide_are_refused() -> None:
+    """x's FLEETC_INPUT_X_PATH would be x-path's FLEETC_INPUT_X_PATH: one URL would replace the other."""
+    stage = "{name: s, type: DataProc, inputs: [{name: x, source: 's3://a/'}, {name: x-path, source: 's3://b/'}]}"
+    assert check(FLEET, pipeline(stage)) == [
+        "f1.yaml:7:47: error: spec.stages[0].inputs[0].name: its environment variable FLEETC_INPUT_X_PATH is "
+        "also inputs[1]'s\n  hint: rename one: names that differ only in '-' and '_path' collide"]

@@ -31,6 +31,7 @@ from fleetc.model import (
     Toleration,
 )
 from fleetc.render import object_name, render
+from fleetc.resolve import GPU_PRODUCT_LABELS
 
 GI = 1024**3
 MI = 1024**2
@@ -43,6 +44,7 @@ def cluster(name: str, gpu_type: str | None, gpus: int, **kw: Any) -> Cluster:
         cpu_millis=256_000, memory_bytes=1024 * GI, taints=(), gpu_hour_cost=2.5, cpu_hour_cost=0.04,
         memory_gib_hour_cost=0.005, energy_efficiency=0.8, network_tier="high-performance",
         low_latency=False, edge=False, utilization=0.1, source=Source("fleet.yaml", f"spec.clusters.{name}"),
+        gpu_product=GPU_PRODUCT_LABELS.get(gpu_type or "", ""), device_plugin_configured=True,
     )
     fields.update(kw)
     return Cluster(**fields)
@@ -353,11 +355,13 @@ def test_deployment_split_across_clusters() -> None:
     }
 
 
-def test_unknown_gpu_type_gets_no_node_selector() -> None:
+def test_pods_select_the_product_label_their_cluster_states() -> None:
     model, placement = fleet()
-    model = replace(model, clusters=tuple(replace(c, gpu_type="mi300x") if c.gpus else c for c in model.clusters))
+    model = replace(model, clusters=tuple(replace(c, gpu_product="NVIDIA-A100-PCIE-40GB") if c.gpus else c
+                                          for c in model.clusters))
     job = objects(rendered(model, placement))["clusters/gpu-east/job-ml-llm-train.yaml"]
-    assert "nodeSelector" not in job["spec"]["tasks"][0]["template"]["spec"]
+    assert job["spec"]["tasks"][0]["template"]["spec"]["nodeSelector"] == {
+        "nvidia.com/gpu.product": "NVIDIA-A100-PCIE-40GB"}
 
 
 def test_queues() -> None:

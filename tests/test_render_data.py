@@ -61,7 +61,7 @@ def test_fluid_objects_exact() -> None:
         "apiVersion": "data.fluid.io/v1alpha1",
         "kind": "Dataset",
         "metadata": meta(RAW_NAME, "ml", "spec.caching"),
-        "spec": {"mounts": [{"name": "data", "mountPoint": RAW, "readOnly": True}]},
+        "spec": {"mounts": [{"name": "data", "mountPoint": RAW, "path": "/", "readOnly": True}]},
     }
     assert objs[base.format("alluxioruntime") + ".yaml"] == {
         "apiVersion": "data.fluid.io/v1alpha1",
@@ -75,7 +75,7 @@ def test_fluid_objects_exact() -> None:
             },
             "tieredstore": {"levels": [{
                 "mediumtype": "SSD", "volumeType": "hostPath", "path": "/var/lib/fleetc/cache",
-                "quota": "100Gi", "high": "0.95", "low": "0.7",
+                "quota": "35791394133", "high": "0.95", "low": "0.7",  # 100Gi over gpu-east's 3 runtimes
             }]},
         },
     }
@@ -102,11 +102,14 @@ def test_one_dataset_per_url_and_namespace_where_it_is_read() -> None:
 
 
 def test_lru_cache_and_no_prefetch() -> None:
-    objs = data_objects(caching_strategy="LRU", prefetching_enabled=False, caching_size_bytes=512 * 1024**2)
+    objs = data_objects(caching_strategy="LRU", prefetching_enabled=False, caching_size_bytes=3 * 512 * 1024**2)
     runtime = objs[f"clusters/gpu-east/alluxioruntime-ml-{RAW_NAME}.yaml"]["spec"]
     lru = "alluxio.worker.block.annotator.LRUAnnotator"
     assert runtime["properties"] == {"alluxio.worker.block.annotator.class": lru}
-    assert runtime["tieredstore"]["levels"][0]["quota"] == "512Mi"
+    assert runtime["tieredstore"]["levels"][0]["quota"] == "512Mi"  # gpu-east caches 3 URLs: a third each
+    quotas = [o["spec"]["tieredstore"]["levels"][0]["quota"] for p, o in objs.items()
+              if p.startswith("clusters/gpu-east/alluxioruntime-")]
+    assert quotas == ["512Mi"] * 3  # they add up to the policy's size
     assert not any("/dataload-" in p for p in objs)
 
 

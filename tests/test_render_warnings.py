@@ -31,6 +31,11 @@ BUNDLED_WARNINGS = [
     # repoURL is not written: the warning points at the spec that would hold it
     "warning: policies/fleet.yaml:9:1: spec.gitops.repoURL: not set: Argo CD and Flux would read the "
     "placeholder https://git.example.com/fleet.git",
+    *(f"warning: policies/fleet.yaml:{line}:5: spec.clusters[{index}].attributes: cluster {name}: set "
+      "spec.devicePlugin.config.name: fleetc-device-plugin-config (default: exclusive) in its GPU Operator "
+      "ClusterPolicy, then attribute device-plugin-configured: \"true\"; until then its time-sliced pods take "
+      "whole GPUs, more than the placement counted"
+      for line, index, name in ((15, 0, "gpu-cluster-huawei"), (28, 1, "inference-cluster-aliyun"))),
     "warning: policies/gpu-optimization.yaml:13:5: spec.memoryManagement.compactionStrategy: has no "
     "Kubernetes form (the device plugin does not compact GPU memory); not rendered",
     "warning: policies/llm-training-pipeline.yaml:33:9: spec.stages[1].inputs[0]: nfs:// cannot be cached by "

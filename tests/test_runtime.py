@@ -157,3 +157,31 @@ def test_the_model_sees_a_dependant_that_does_not_wait_and_a_marker_nobody_write
     (train,) = [p for p in files if logical_path(p).endswith("/job-ml-llm-train.yaml")]
     files[train] = files[train].replace("code=$?", "code=0")  # marks even when the command failed
     assert order_problems(result.model, files, set()) == ["llm/serve: train writes no completion marker"]
+
+
+def test_every_gpu_type_gets_a_product_selector_and_shared_nodes_only_where_configured(tmp_path: Path) -> None:
+    folder = tmp_path / "policies"
+    folder.mkdir()
+    (folder / "fleet.yaml").write_text(
+        "apiVersion: fleet.kurator.dev/v1alpha1\nkind: Fleet\nmetadata: {name: f}\nspec:\n  clusters:\n"
+        "  - {name: a, provider: x, region: eu-1, attributes: {gpu-type: b200, gpu-count: '8'}}\n"
+        "  - {name: b, provider: x, region: eu-1, attributes: {gpu-type: a100, gpu-count: '8',\n"
+        "     gpu-product: NVIDIA-A100-PCIE-40GB, device-plugin-configured: 'true'}}\n"
+        "  placement: {clusterTolerations: [{key: gpu-type, operator: Exists}]}\n")
+    (folder / "gpu.yaml").write_text(
+        "apiVersion: scheduling.kurator.dev/v1alpha1\nkind: GPUOptimizationPolicy\nmetadata: {name: g}\n"
+        "spec: {timeSlicing: {enabled: true, replicas: 2}}\n")
+    (folder / "pipeline.yaml").write_text(
+        "apiVersion: aigc.kurator.dev/v1alpha1\nkind: AIGCPipeline\nmetadata: {name: p, namespace: ml}\nspec:\n"
+        "  stages:\n  - {name: serve-a, type: Deployment, replicas: 1, resources: {gpuType: b200}}\n"
+        "  - {name: serve-b, type: Deployment, replicas: 1, resources: {gpuType: a100}}\n")
+    result = compiled_in(tmp_path)
+    selectors = {p.stage: p.spec["nodeSelector"]["nvidia.com/gpu.product"] for p in pods(result.files)}
+    assert selectors == {"p/serve-a": "NVIDIA-B200", "p/serve-b": "NVIDIA-A100-PCIE-40GB-SHARED"}
+    messages = sorted(w.message for w in result.warnings if w.field.startswith("spec.clusters[0]"))
+    assert messages == [
+        "cluster a: pods select nvidia.com/gpu.product=NVIDIA-B200, a guess for this GPU type; set attribute "
+        "gpu-product to the label its nodes carry",
+        "cluster a: set spec.devicePlugin.config.name: fleetc-device-plugin-config (default: exclusive) in its GPU "
+        "Operator ClusterPolicy, then attribute device-plugin-configured: \"true\"; until then its time-sliced pods "
+        "take whole GPUs, more than the placement counted"]

@@ -32,12 +32,19 @@ def policy_sources_at(ref: str, paths: Sequence[str], out_dir: str, workdir: Pat
         for name, data in gitrepo.read_tree_files(root, ref, [folder]):
             inner = PurePosixPath(name).relative_to(folder) if folder not in ("", ".") else PurePosixPath(name)
             found.setdefault(display_path(Path(path) / inner, workdir), data)
+    return sorted(found.items()), previous_at(ref, out_dir, workdir)
+
+
+def previous_at(ref: str, out_dir: str, workdir: Path) -> Previous:
+    """The previous placement in ``out_dir`` as committed at ``ref`` (empty when missing or
+    malformed): what ``compile --check --base REF`` starts from, so that a placement.yaml edited
+    in the change under review is not what the check trusts."""
+    root = gitrepo.repo_root(workdir)
     placement = gitrepo.read_file(root, ref, f"{gitrepo.relative_to_root(root, workdir / out_dir)}/{PLACEMENT_FILE}")
     try:
-        previous = parse_previous(placement.decode("utf-8")) if placement else Previous()
+        return parse_previous(placement.decode("utf-8")) if placement else Previous()
     except (UnicodeDecodeError, ValueError):
-        previous = Previous()
-    return sorted(found.items()), previous
+        return Previous()
 
 
 def commit_output(compiled: Compiled, out: Path, policy_paths: Sequence[str],
@@ -51,7 +58,8 @@ def commit_output(compiled: Compiled, out: Path, policy_paths: Sequence[str],
     deletion of policy files that are gone); other files there, and every other staged or
     unstaged change of the user, stay as they are. Refuses, before writing anything, when
     ``out`` holds edits fleetc did not make, or when a policy file cannot be committed (outside
-    the repository, or ignored by git).
+    the repository, or ignored by git). When the commit fails (a commit
+    hook refuses it), the working tree and the index are left as they were before.
     """
     root = gitrepo.repo_root(workdir)
     out = workdir / out
@@ -71,9 +79,13 @@ def commit_output(compiled: Compiled, out: Path, policy_paths: Sequence[str],
     report = compare(before, snapshot(compiled.model, compiled.placement, compiled.files),
                      base_label="HEAD", head_label="compile", out=folder)
     changed_policies = [p for p in gitrepo.uncommitted(root, *policies) if p in policies] if policies else []
-    write_tree(out, compiled.files)
     message = commit_message(report, changed_policies)
-    return gitrepo.commit_paths(root, [folder, *policies], message), message
+    commits: list[str | None] = []
+    with gitrepo.index_kept(root):  # a failed commit (a hook) leaves the index as it was...
+        # ...and the output folder: the previous tree is swapped back
+        write_tree(out, compiled.files,
+                   then=lambda: commits.append(gitrepo.commit_paths(root, [folder, *policies], message)))
+    return commits[0], message
 
 
 def _policy_files(root: Path, policy_paths: Sequence[str], workdir: Path) -> list[str]:

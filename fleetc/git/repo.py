@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from git import Blob, GitCommandError, InvalidGitRepositoryError, NoSuchPathError, Repo, Tree
@@ -108,6 +109,23 @@ def uncommitted(root: Path, *paths: str) -> list[str]:
     return sorted(p for p in found if p)
 
 
+@contextmanager
+def index_kept(root: Path) -> Iterator[None]:
+    """Put git's index back as it was when the body raises (``git add`` has run, the commit not)."""
+    index = Path(Repo(root).git_dir) / "index"
+    saved = index.read_bytes() if index.exists() else None
+    try:
+        yield
+    except BaseException:
+        if saved is None:
+            index.unlink(missing_ok=True)
+        else:
+            spare = index.with_name("index.fleetc-restore")
+            spare.write_bytes(saved)
+            os.replace(spare, index)
+        raise
+
+
 def commit_paths(root: Path, paths: Sequence[str], message: str) -> str | None:
     """Commit exactly ``paths`` (files or folders) as they are in the working tree, deletions
     included; None when they match HEAD.
@@ -152,8 +170,14 @@ def tracked_gone(root: Path, folder: str) -> list[str]:
 
 def _commit(repo: Repo, ref: str) -> Commit:
     try:
-        return repo.commit(ref)
+        commit = repo.commit(ref)
+        commit.tree  # noqa: B018 - read now: in a shallow clone the commit may name a missing parent
+        return commit
     except (BadName, BadObject, ValueError, GitCommandError):
+        if (Path(repo.git_dir) / "shallow").exists():
+            raise UsageError(f"{ref}: not in this shallow clone (its history is cut short)\n"
+                             "  hint: fetch the history, e.g. git fetch --unshallow, or "
+                             "actions/checkout with fetch-depth: 0") from None
         if not repo.head.is_valid():
             raise UsageError(f"{ref}: unknown revision (the repository has no commits yet)") from None
         raise UsageError(f"{ref}: unknown revision (not a branch, tag or commit in this repository)") from None

@@ -18,6 +18,8 @@ from ruamel.yaml.error import YAMLError
 from fleetc.policy.load import yaml_documents
 
 PLACEMENT_FILE = "placement.yaml"
+#: More replicas than any stage may ask for (the policies' limit): not a report fleetc wrote.
+MAX_REPLICAS = 100_000
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ def parse_previous(text: str) -> Previous:
         documents = yaml_documents(text)
     except YAMLError as err:
         raise ValueError(f"not YAML: {str(err).splitlines()[0]}") from err
+    except RecursionError as err:  # ruamel's parser recurses: nesting no report of fleetc's has
+        raise ValueError("nested too deeply to be a placement report") from err
     document = documents[0] if len(documents) == 1 else None
     if not isinstance(document, dict) or document.get("kind") != "Placement":
         raise ValueError("not a fleetc placement report (kind: Placement)")
@@ -94,7 +98,12 @@ def _seconds(value: Any) -> float | None:
 
 
 def _number(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return 0.0
+    try:
+        return float(value)
+    except OverflowError as err:  # an integer of hundreds of digits: no figure fleetc writes
+        raise ValueError(f"a number too large to be one fleetc wrote ({str(value)[:20]}...)") from err
 
 
 def _stage_entry(entry: Any, index: int) -> tuple[str, dict[str, int]]:
@@ -105,10 +114,13 @@ def _stage_entry(entry: Any, index: int) -> tuple[str, dict[str, int]]:
     if not isinstance(pipeline, str) or not isinstance(stage, str):
         raise ValueError(f"{where} has no pipeline and stage names")
     clusters: dict[str, int] = {}
-    for item in entry.get("clusters") or []:
+    listed = entry.get("clusters") or []
+    if not isinstance(listed, list):
+        raise ValueError(f"{where}.clusters is not a list")
+    for item in listed:
         name = item.get("name") if isinstance(item, dict) else None
         replicas = item.get("replicas") if isinstance(item, dict) else None
-        if not isinstance(name, str) or type(replicas) is not int or replicas < 0:
+        if not isinstance(name, str) or type(replicas) is not int or not 0 <= replicas <= MAX_REPLICAS:
             raise ValueError(f"{where}.clusters has an entry without a name and replicas")
         clusters[name] = clusters.get(name, 0) + replicas
     return f"{pipeline}/{stage}", clusters
@@ -122,9 +134,9 @@ def read_previous(out_dir: Path, workdir: Path = Path(".")) -> tuple[Previous, s
     placement and a warning naming the file and the problem.
     """
     path = out_dir / PLACEMENT_FILE
-    if not (workdir / path).is_file():
-        return Previous(), ""
     try:
+        if not (workdir / path).is_file():  # a FIFO or device is never opened
+            return Previous(), ""
         return parse_previous((workdir / path).read_text(encoding="utf-8")), ""
     except (OSError, UnicodeDecodeError, ValueError) as err:
         return Previous(), f"{path}: ignored as the previous placement: {err}"

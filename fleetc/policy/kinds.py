@@ -23,6 +23,14 @@ LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 #: An IPv4 or IPv6 CIDR block, as NetworkPolicy ``ipBlock.cidr`` takes it.
 CIDR_PATTERN = r"^([0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}|[0-9A-Fa-f:]+/[0-9]{1,3})$"
+#: A label value that is not empty: regions, providers, jurisdictions and GPU types end up in
+#: labels and node selectors.
+NONEMPTY_LABEL_VALUE_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+#: A region (free text, mapped to a jurisdiction by the Fleet): no line breaks or control characters.
+REGION_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+#: A qualified name, as taint and label keys are: an optional DNS subdomain prefix and a '/'.
+QUALIFIED_NAME_PATTERN = (r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*"
+                          r"[A-Za-z0-9])?$")
 OUTPUT_REF_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.outputs\.[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 #: Custom schema keyword: what a value should look like, in words, for error messages.
@@ -36,6 +44,7 @@ DNSLabel = Annotated[
                   "with a letter or digit, at most 63 characters)",
     }),
 ]
+_LABEL_VALUE_WORDS = "letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
 LabelValue = Annotated[
     str,
     WithJsonSchema({
@@ -57,6 +66,28 @@ CIDR = Annotated[
     WithJsonSchema({
         "type": "string", "pattern": CIDR_PATTERN,
         EXPECTED: "an IPv4 or IPv6 CIDR block, e.g. 10.20.0.0/16",
+    }),
+]
+NonEmptyLabelValue = Annotated[
+    str,
+    WithJsonSchema({
+        "type": "string", "pattern": NONEMPTY_LABEL_VALUE_PATTERN, "maxLength": 63,
+        EXPECTED: f"a Kubernetes label value ({_LABEL_VALUE_WORDS}, at most 63 characters)",
+    }),
+]
+RegionName = Annotated[
+    str,
+    WithJsonSchema({
+        "type": "string", "pattern": REGION_PATTERN, "maxLength": 253,
+        EXPECTED: "a region name: printable text, no line breaks or other control characters",
+    }),
+]
+QualifiedName = Annotated[
+    str,
+    WithJsonSchema({
+        "type": "string", "pattern": QUALIFIED_NAME_PATTERN, "maxLength": 317,
+        EXPECTED: f"a Kubernetes key such as example.com/gpu ({_LABEL_VALUE_WORDS}, after an "
+                  "optional DNS prefix and '/')",
     }),
 ]
 Quantity = Annotated[
@@ -116,7 +147,9 @@ class ObjectMeta(_Spec):
     name: DNSLabel = Field(description="Name of the object; unique per kind. Becomes part of "
                                        "paths and Kubernetes object names.")
     namespace: DNSLabel | None = describe(
-        "Namespace. For an AIGCPipeline, the namespace its workloads run in (default: default).")
+        "Namespace. For an AIGCPipeline, the namespace its workloads run in (default: the "
+        "pipeline's name; kube-*, default and the namespaces of Argo CD, Flux, Volcano, Fluid "
+        "and the GPU operator are refused).")
     labels: dict[str, str] | None = describe("Free-form labels; not interpreted by fleetc.")
     annotations: dict[str, str] | None = describe("Free-form annotations; not interpreted.")
 
@@ -127,16 +160,16 @@ TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
 class Toleration(_Spec):
-    key: str | None = describe("Taint key to tolerate; empty with operator Exists tolerates all.")
+    key: QualifiedName | None = describe("Taint key to tolerate; empty with operator Exists tolerates all.")
     operator: Literal["Exists", "Equal"] | None = describe(
         "Exists matches any value; Equal (the default) matches `value` exactly.")
-    value: str | None = describe("Taint value to match with operator Equal.")
+    value: LabelValue | None = describe("Taint value to match with operator Equal.")
     effect: TaintEffect | None = describe("Taint effect to match; empty matches every effect.")
 
 
 class Taint(_Spec):
-    key: str = Field(description="Taint key.")
-    value: str | None = describe("Taint value (default: empty).")
+    key: QualifiedName = Field(description="Taint key.")
+    value: LabelValue | None = describe("Taint value (default: empty).")
     effect: TaintEffect = Field(description="What the taint does to work that does not "
                                             "tolerate it: NoSchedule and NoExecute repel it; "
                                             "PreferNoSchedule only discourages it.")
@@ -162,16 +195,19 @@ class ClusterPricing(_Spec):
 
 class FleetCluster(_Spec):
     name: DNSLabel = Field(description="Cluster name, as registered with the GitOps tool.")
-    provider: str = Field(description="Infrastructure provider (huawei, aliyun, kubeedge...).")
-    region: str = Field(description="Region or site of the cluster, e.g. cn-north-1.")
+    provider: NonEmptyLabelValue = Field(description="Infrastructure provider (huawei, aliyun, kubeedge...).")
+    region: RegionName = Field(description="Region or site of the cluster, e.g. cn-north-1.")
     attributes: dict[str, AttributeValue] | None = describe(
         "Free-form attributes (Kurator's). fleetc reads: gpu-type (GPU model, e.g. a100), "
         "gpu-count (number of GPUs), gpus-per-node (GPUs one node carries; default 8, or the "
         "largest divisor of gpu-count below 8; a gang replica asking for more is split into "
-        "pods that fit a node), network-tier (high-performance | standard | low), "
+        "pods that fit a node), gpu-product (the nvidia.com/gpu.product label of its nodes; default "
+        "per gpu-type, e.g. NVIDIA-A100-SXM4-80GB for a100), device-plugin-configured (\"true\" "
+        "once its GPU Operator ClusterPolicy sets devicePlugin.config.name to fleetc's ConfigMap: "
+        "only then do time-sliced pods select -SHARED nodes), network-tier (high-performance | standard | low), "
         "low-latency (\"true\" for clusters close to users), edge-node, low-power (\"true\" for "
         "energy-efficient sites). Other keys are kept and ignored.")
-    jurisdiction: LabelValue | None = describe(
+    jurisdiction: NonEmptyLabelValue | None = describe(
         "Legal jurisdiction whose data-residency law applies (default: the Fleet's "
         "regionJurisdictions entry for its region, else the first '-'-separated part of region, "
         "e.g. cn for cn-north-1). Under data sovereignty it labels namespaces "
@@ -267,10 +303,10 @@ class StageInput(_Spec):
     from_: OutputRef | None = Field(
         None, alias="from",
         description="Another stage's output: <stage>.outputs.<output>. Give this or source.")
-    location: str | None = describe(
+    location: RegionName | None = describe(
         "Region where the data lives (for data locality and data sovereignty). For from: "
         "inputs, the producing output's location applies.")
-    jurisdiction: str | None = describe(
+    jurisdiction: NonEmptyLabelValue | None = describe(
         "Legal jurisdiction of the data, when it is not that of its location's region (default: "
         "the Fleet's regionJurisdictions entry for location, else that of the Fleet's clusters "
         "in that region, else the region's first '-'-separated part). For from: inputs, the "
@@ -288,8 +324,8 @@ class StageInput(_Spec):
 class StageOutput(_Spec):
     name: DNSLabel = Field(description="Output name, unique within the stage.")
     storage: StorageURL = Field(description="Where the output is written: a storage URL.")
-    location: str | None = describe("Region where the storage lives.")
-    jurisdiction: str | None = describe(
+    location: RegionName | None = describe("Region where the storage lives.")
+    jurisdiction: NonEmptyLabelValue | None = describe(
         "Legal jurisdiction of the stored data, when it is not that of its location's region.")
 
 
@@ -299,7 +335,7 @@ class StageResources(_Spec):
                                        "Deployment, 32Gi otherwise).")
     gpu: int | None = describe("GPUs per replica (default: 0 for DataProc, 1 otherwise).",
                                ge=0, le=1024)
-    gpuType: str | None = describe("GPU model required, e.g. a100 (default: any).")
+    gpuType: NonEmptyLabelValue | None = describe("GPU model required, e.g. a100 (default: any).")
     sharedGPU: bool | None = describe(
         "Accept time-sliced, shared GPU slots (GPUOptimizationPolicy) instead of whole GPUs "
         "(default: true for Deployment stages, false otherwise; never for Training and "
@@ -448,8 +484,15 @@ class SharingStrategy(_Spec):
     maxSharers: int | None = describe("Most workloads on one GPU (default 1).", ge=1, le=64)
 
 
+class DevicePlugin(_Spec):
+    namespace: DNSLabel | None = describe(
+        "Namespace of the NVIDIA device plugin, where fleetc renders its ConfigMap (default "
+        "gpu-operator, the GPU Operator's).")
+
+
 class GPUPolicySpec(_Spec):
     timeSlicing: TimeSlicing | None = describe("NVIDIA device plugin time-slicing.")
+    devicePlugin: DevicePlugin | None = describe("Where the NVIDIA device plugin runs.")
     memoryManagement: MemoryManagement | None = describe("GPU memory fragmentation control.")
     sharingStrategy: SharingStrategy | None = describe("GPU sharing between workloads.")
 

@@ -561,6 +561,10 @@ def _syntax_diagnostic(err: MarkedYAMLError, display: str) -> Diagnostic:
     return Diagnostic(display, line, column, "", f"invalid YAML: {problem}", hint)
 
 
+_COLLECTION_TAGS: dict[type[Node], str] = {MappingNode: "tag:yaml.org,2002:map",
+                                           SequenceNode: "tag:yaml.org,2002:seq"}
+
+
 class _Converter:
     """Turns a composed node graph into plain data, recording positions and problems."""
 
@@ -585,6 +589,11 @@ class _Converter:
                 self._error(node, (), f"nesting is deeper than {MAX_DEPTH} levels")
             return None
         self.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        if isinstance(node, MappingNode | SequenceNode) and node.tag != _COLLECTION_TAGS[type(node)]:
+            # A tag on a mapping or list (!!python/object/apply:..., !!set, !!omap) would be
+            # read as a plain one and its meaning dropped without a word.
+            self._error(node, path, f"unsupported YAML tag '{node.tag}'", "remove the tag")
+            return None
         if isinstance(node, MappingNode):
             return self._mapping(node, path)
         if isinstance(node, SequenceNode):

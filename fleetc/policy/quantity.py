@@ -26,7 +26,7 @@ def parse_quantity(value: int | float | str) -> Fraction:
         if value < 0:
             raise ValueError(f"not a quantity: {value!r}")
         return Fraction(Decimal(repr(value))) if isinstance(value, float) else Fraction(value)
-    match = _QUANTITY.match(value.strip())
+    match = _QUANTITY.fullmatch(value.strip())
     if not match:
         raise ValueError(f"not a quantity: {value!r}")
     try:
@@ -48,6 +48,6 @@ def memory_bytes(value: int | float | str) -> int:
 
 def parse_percentage(value: str) -> Fraction:
     """``80%`` -> 4/5. Raises ValueError for a value that is not ``<number>%``."""
-    if not _PERCENTAGE.match(value):
+    if not _PERCENTAGE.fullmatch(value):
         raise ValueError(f"not a percentage: {value!r}")
     return Fraction(Decimal(value[:-1])) / 100

@@ -45,7 +45,7 @@ T = TypeVar("T", bound=_Named)
 MAX_CPU_MILLIS = 10**9  # one million cores
 MAX_MEMORY_BYTES = 2**60  # 1Ei
 MAX_GPU_COUNT = 1_000_000
-BOOLEAN_ATTRIBUTES = ("low-latency", "edge-node", "low-power")
+BOOLEAN_ATTRIBUTES = ("low-latency", "edge-node", "low-power", "device-plugin-configured")
 NETWORK_TIERS = ("high-performance", "standard", "low")
 
 
@@ -121,8 +121,28 @@ def _of_kind(parsed: Iterable[Parsed[Any]], kind: type[T]) -> tuple[Parsed[T], .
 @functools.cache
 def _validator(kind: str) -> Draft202012Validator:
     from jsonschema import Draft202012Validator  # ~35 ms of import that valid documents never need
+    from jsonschema.validators import extend
 
-    return Draft202012Validator(schema_for(kind))
+    full_match = extend(Draft202012Validator, {"pattern": _full_pattern})  # type: ignore[no-untyped-call]
+    return full_match(schema_for(kind))  # type: ignore[no-any-return]
+
+
+def _full_pattern(validator: Any, pattern: str, instance: Any, _schema: Any) -> Iterator[SchemaError]:
+    """The ``pattern`` keyword with the whole string matched: the schemas' patterns end in
+    ``$``, which in Python also matches before a final newline (``'c2\\n'`` would pass as a
+    name, as it does not in jsonschema-rs and in ECMA-262 regular expressions)."""
+    from jsonschema.exceptions import ValidationError as SchemaError
+
+    if validator.is_type(instance, "string") and not _anchored(pattern).search(instance):
+        yield SchemaError(f"{instance!r} does not match {pattern!r}")
+
+
+@functools.cache
+def _anchored(pattern: str) -> re.Pattern[str]:
+    """``pattern`` with a final ``$`` made ``\\Z`` (the end of the string, and only that)."""
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        pattern = pattern[:-1] + r"\Z"
+    return re.compile(pattern)
 
 
 @functools.cache
@@ -138,7 +158,7 @@ def _schema_valid(kind: str, data: Any) -> bool:
     """Whether ``data`` passes its kind's schema, by jsonschema-rs (about 40x faster than
     jsonschema). Only a document it rejects, or cannot read (integers beyond 64 bits), goes
     through jsonschema, whose errors the diagnostics are made of; where the two disagree on
-    validity (Python's ``$`` also matches before a final newline), jsonschema decides."""
+    validity, jsonschema decides (its ``pattern`` is made a full match, as here)."""
     validator = _fast_validator(kind)
     if validator is None:
         return False
@@ -294,6 +314,7 @@ def semantic_checks(policies: PolicySet,
     checks = [
         _unique_names(policies),
         _singletons(policies),
+        _object_name_collisions(policies),
         *(_fleet_checks(f) for f in policies.fleets),
         *(_pipeline_checks(pl) for pl in policies.pipelines),
         _input_secret_checks(policies),
@@ -317,6 +338,29 @@ def _unique_names(policies: PolicySet) -> Iterator[Diagnostic]:
                 yield item.doc.diagnostic(
                     ("metadata", "name"), f"duplicate {item.obj.kind} name '{item.name}' "
                                           f"(first defined at {earlier.doc.path}:{line})")
+
+
+def _object_name_collisions(policies: PolicySet) -> Iterator[Diagnostic]:
+    """A stage's objects are named ``<pipeline>-<stage>`` in the pipeline's namespace (and its
+    files after them), so pipeline ``b`` stage ``c-d`` and pipeline ``b-c`` stage ``d`` would be
+    one object: each location is reported, naming the other."""
+    seen: dict[tuple[str, str], tuple[Parsed[p.AIGCPipeline], int]] = {}
+    for pipeline in policies.pipelines:
+        namespace = pipeline_namespace(pipeline.obj)
+        for i, stage in enumerate(pipeline.obj.spec.stages):
+            key = (namespace, f"{pipeline.name}-{stage.name}")
+            first = seen.setdefault(key, (pipeline, i))
+            if first[0].name == pipeline.name:
+                continue  # the same stage, or a duplicate name :func:`_unique_names` reports
+            for (here, j), (there, k) in (((pipeline, i), first), (first, (pipeline, i))):
+                line, _ = there.doc.locate(("spec", "stages", k, "name"))
+                yield here.doc.diagnostic(
+                    ("spec", "stages", j, "name"),
+                    f"pipeline '{here.name}' stage '{here.obj.spec.stages[j].name}' and pipeline "
+                    f"'{there.name}' stage '{there.obj.spec.stages[k].name}' "
+                    f"({there.doc.path}:{line}) would both be named '{key[1]}' in namespace "
+                    f"'{namespace}'", hint="rename one of the stages or pipelines, or give the "
+                                           "pipelines different namespaces")
 
 
 def _singletons(policies: PolicySet) -> Iterator[Diagnostic]:
@@ -357,6 +401,8 @@ def _fleet_checks(fleet: Parsed[p.Fleet]) -> Iterator[Diagnostic]:
                                        cpu_millis, MAX_CPU_MILLIS)
             yield from _quantity_check(doc, base + ("capacity", "memory"),
                                        cluster.capacity.memory, memory_bytes, MAX_MEMORY_BYTES)
+    if spec.gitops:
+        yield from _gitops_checks(doc, spec.gitops)
     weights = spec.aigcConfig
     if weights and all(w == 0 for w in (weights.trainingWeight, weights.inferenceWeight,
                                         weights.finetuningWeight)):
@@ -370,6 +416,37 @@ def _fleet_checks(fleet: Parsed[p.Fleet]) -> Iterator[Diagnostic]:
 
 def _is_label_value(text: str) -> bool:
     return len(text) <= 63 and re.fullmatch(p.LABEL_VALUE_PATTERN, text) is not None
+
+
+#: What git refuses in a branch name (git check-ref-format), and template braces: Argo CD's
+#: ApplicationSet renders its template with goTemplate, so ``{{ ... }}`` would be evaluated.
+_BRANCH_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\{}]|\.\.|@\{|//|/\.|^[-/.]|[/.]\Z|\.lock(?:/|\Z)")
+#: A folder inside the repository: relative, no '..', no glob or template characters (the
+#: ApplicationSet's git generator globs ``<path>/clusters/*``).
+_PATH_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f*?\[\]{}\\]")
+_URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f{}]")
+
+
+def _gitops_checks(doc: Document, gitops: p.GitOps) -> Iterator[Diagnostic]:
+    base: FieldPath = ("spec", "gitops")
+    branch = gitops.branch
+    if branch is not None and (branch in ("", "@", "HEAD") or _BRANCH_FORBIDDEN.search(branch)):
+        yield doc.diagnostic(base + ("branch",), f"expected a git branch name, got {_describe(branch)}",
+                             hint="a name git accepts (git check-ref-format --branch), such as main "
+                                  "or release/2024-06; no spaces, '..', '~^:?*[\\' or template "
+                                  "braces")
+    path = gitops.path
+    if path is not None:
+        parts = path.split("/")
+        if path.startswith("/") or ".." in parts or _PATH_FORBIDDEN.search(path):
+            yield doc.diagnostic(base + ("path",), f"expected a relative folder inside the repository, "
+                                                   f"got {_describe(path)}",
+                                 hint="a path such as out or deploy/fleet: no leading '/', no '..', "
+                                      "no glob or template characters")
+    url = gitops.repoURL
+    if url is not None and (not url or _URL_FORBIDDEN.search(url)):
+        yield doc.diagnostic(base + ("repoURL",), f"expected a git repository URL, got {_describe(url)}",
+                             hint="no spaces, control characters or template braces")
 
 
 def _attribute_checks(doc: Document, base: FieldPath, attributes: dict[str, Any]) -> Iterator[
@@ -389,6 +466,10 @@ def _attribute_checks(doc: Document, base: FieldPath, attributes: dict[str, Any]
     elif "gpu-type" in attributes:
         yield doc.diagnostic(base + ("gpu-type",), "gpu-type without gpu-count",
                              hint="add attribute gpu-count (the number of GPUs)")
+    gpu_type = attributes.get("gpu-type")
+    if gpu_type is not None and not _anchored(p.NONEMPTY_LABEL_VALUE_PATTERN).search(str(gpu_type)):
+        yield doc.diagnostic(base + ("gpu-type",), f"expected a GPU type that is a Kubernetes label "
+                                                   f"value, such as a100, got {_describe(gpu_type)}")
     yield from _gpus_per_node_check(doc, base, attributes)
     for name in BOOLEAN_ATTRIBUTES:
         value = attributes.get(name)
@@ -485,8 +566,34 @@ def _amount(convert: Callable[[Any], int], value: Any) -> int:
     return convert(value)
 
 
+#: Namespaces a pipeline may not run in: Kubernetes' own, and those of the controllers fleetc's
+#: output relies on (Argo CD, Flux, Volcano, Fluid, the NVIDIA GPU operator). fleetc labels a
+#: pipeline's namespace as its own and, under data sovereignty, denies egress to every pod in it.
+RESERVED_NAMESPACES = ("default", "argocd", "flux-system", "volcano-system", "volcano-monitoring",
+                       "fluid-system", "gpu-operator", "gpu-operator-resources", "nvidia-gpu-operator")
+RESERVED_NAMESPACE_PREFIX = "kube-"
+
+
+def pipeline_namespace(pipeline: p.AIGCPipeline) -> str:
+    """The namespace a pipeline's workloads run in: its own, else one named after it."""
+    return pipeline.metadata.namespace or pipeline.metadata.name
+
+
+def _reserved_namespace(pipeline: Parsed[p.AIGCPipeline]) -> Iterator[Diagnostic]:
+    namespace = pipeline_namespace(pipeline.obj)
+    if namespace in RESERVED_NAMESPACES or namespace.startswith(RESERVED_NAMESPACE_PREFIX):
+        given = pipeline.obj.metadata.namespace is not None
+        why = "" if given else " (the pipeline's name, as metadata.namespace is not set)"
+        yield pipeline.doc.diagnostic(
+            ("metadata", "namespace" if given else "name"),
+            f"namespace '{namespace}'{why} is reserved for Kubernetes and the controllers fleetc's "
+            "output runs on; fleetc would label it as its own and may deny its egress",
+            hint="give the pipeline a namespace of its own in metadata.namespace")
+
+
 def _pipeline_checks(pipeline: Parsed[p.AIGCPipeline]) -> Iterator[Diagnostic]:
     doc, stages = pipeline.doc, pipeline.obj.spec.stages
+    yield from _reserved_namespace(pipeline)
     index: dict[str, int] = {}
     for i, stage in enumerate(stages):
         if stage.name in index:
@@ -500,9 +607,18 @@ def _pipeline_checks(pipeline: Parsed[p.AIGCPipeline]) -> Iterator[Diagnostic]:
     yield from _cycle_check(doc, stages, index)
 
 
+#: A container image reference (registry/repository[:tag][@digest]), matched in full.
+_IMAGE = re.compile(r"(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
+                    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*:[0-9a-fA-F]{32,})?")
+
+
 def _stage_checks(doc: Document, base: FieldPath, stage: p.PipelineStage,
                   stages: Sequence[p.PipelineStage], index: dict[str, int]) -> Iterator[
         Diagnostic]:
+    if stage.image is not None and not _IMAGE.fullmatch(stage.image):
+        yield doc.diagnostic(base + ("image",), f"expected a container image reference, got "
+                                                f"{_describe(stage.image)}",
+                             hint="such as nvcr.io/nvidia/pytorch:24.05-py3 or registry:5000/team/app@sha256:...")
     for j, dep in enumerate(stage.dependencies or []):
         if dep == stage.name:
             yield doc.diagnostic(base + ("dependencies", j), "a stage cannot depend on itself")
@@ -511,6 +627,7 @@ def _stage_checks(doc: Document, base: FieldPath, stage: p.PipelineStage,
                                  "pipeline", hint=did_you_mean(dep, index))
     yield from _names_unique(doc, base + ("inputs",), stage.inputs or [])
     yield from _names_unique(doc, base + ("outputs",), stage.outputs or [])
+    yield from _env_names_distinct(doc, base, stage)
     for j, item in enumerate(stage.inputs or []):
         yield from _input_checks(doc, base + ("inputs", j), item, stage.name, stages, index)
     resources = stage.resources
@@ -537,6 +654,26 @@ def _stage_checks(doc: Document, base: FieldPath, stage: p.PipelineStage,
         elif stage.minReplicasPerCluster > (stage.replicas or 2):
             yield doc.diagnostic(base + ("minReplicasPerCluster",),
                                  f"greater than replicas ({stage.replicas or 2})")
+
+
+def _env_names_distinct(doc: Document, base: FieldPath, stage: p.PipelineStage) -> Iterator[Diagnostic]:
+    """Inputs and outputs reach the container as FLEETC_INPUT_<NAME>, FLEETC_INPUT_<NAME>_PATH
+    and FLEETC_OUTPUT_<NAME> (upper case, '-' as '_'): two that would share a variable are an
+    error, as one URL would silently replace the other."""
+    seen: dict[str, FieldPath] = {}
+    texts: dict[str, str] = {}
+    names = [(f"FLEETC_INPUT_{i.name}", ("inputs", j)) for j, i in enumerate(stage.inputs or [])]
+    names += [(f"FLEETC_INPUT_{i.name}_PATH", ("inputs", j)) for j, i in enumerate(stage.inputs or [])]
+    names += [(f"FLEETC_OUTPUT_{o.name}", ("outputs", j)) for j, o in enumerate(stage.outputs or [])]
+    for raw, where in names:
+        variable = raw.upper().replace("-", "_")
+        if variable in seen and texts[variable] != raw:  # the same name twice is a duplicate, said once
+            first = f"{seen[variable][0]}[{seen[variable][1]}]"
+            yield doc.diagnostic(base + where + ("name",),
+                                 f"its environment variable {variable} is also {first}'s",
+                                 hint="rename one: names that differ only in '-' and '_path' collide")
+        seen.setdefault(variable, where)
+        texts.setdefault(variable, raw)
 
 
 def _serving_checks(doc: Document, base: FieldPath, stage: p.PipelineStage) -> Iterator[Diagnostic]:

@@ -49,11 +49,10 @@ from fleetc.render.gitops import (
     gitops_warnings,
     with_sync_wave,
 )
-from fleetc.render.gpu import device_plugin_config, gpu_warnings
+from fleetc.render.gpu import cluster_gpu_warnings, device_plugin_config, gpu_warnings
 from fleetc.render.order import order_warnings
 from fleetc.render.report import placement_report
 from fleetc.render.workloads import (
-    GPU_PRODUCT_LABELS,
     PRIORITY_VALUES,
     autoscaler,
     deployment,
@@ -65,6 +64,7 @@ from fleetc.render.workloads import (
     volcano_job,
 )
 from fleetc.render.yamlout import dump
+from fleetc.resolve import GPU_PRODUCT_LABELS
 
 __all__ = [
     "GPU_PRODUCT_LABELS",
@@ -125,6 +125,7 @@ def _warnings(ctx: Context, work: dict[str, Work]) -> tuple[Diagnostic, ...]:
                                             for stage, _ in placed if stage.pipeline in p.pipelines})]
     if model.gpu_policy is not None:
         found += gpu_warnings(model.gpu_policy)
+    found += [w for c in model.clusters if c.name in work for w in cluster_gpu_warnings(c, ctx.gpu_slots)]
     found += data_warnings(ctx, work)
     found += [w for stages in work.values() for w in stage_warnings(ctx, stages) + order_warnings(ctx, stages)]
     if work:

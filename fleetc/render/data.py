@@ -4,7 +4,8 @@ On a cluster that runs stages with inputs, for each (namespace, input URL) pair,
 policy's ``caching.enabled``:
 
 * a ``Dataset`` mounting the URL read-only, and an ``AlluxioRuntime`` of the same name (Fluid
-  binds them by name) whose one tiered-store level holds ``caching.size`` on the node's SSD and
+  binds them by name) whose one tiered-store level holds its share of ``caching.size`` (the size
+  split evenly over the cluster's runtimes, so they add up to it) on the node's SSD and
   evicts by ``caching.strategy`` (LRU: Alluxio's ``LRUAnnotator``; LFU: its ``LRFUAnnotator``
   with step factor 0, which makes LRFU pure LFU);
 * the stage pods mount the Dataset's volume read-only at ``/fleetc/inputs/<input name>``
@@ -112,7 +113,9 @@ def dataset(policy: DataPolicy, namespace: str, url: str, secret: str | None = N
     """The Dataset mounting ``url``; with ``secret`` (the Secret an input reading it names), the
     mount options its scheme needs come from that Secret, by reference (``encryptOptions``,
     ``secretKeyRef``): no credential is ever rendered."""
-    mount: Obj = {"name": "data", "mountPoint": url, "readOnly": True}
+    # path "/": the data at the volume's root, where the pods are told it is (fluid
+    # pkg/utils/ufs_path_builder.go mounts a mount without an absolute path at /<name>)
+    mount: Obj = {"name": "data", "mountPoint": url, "path": "/", "readOnly": True}
     if secret is not None:
         mount["encryptOptions"] = [{"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
                                    for key in STORAGE_CREDENTIAL_KEYS[url_scheme(url)]]
@@ -124,12 +127,14 @@ def dataset(policy: DataPolicy, namespace: str, url: str, secret: str | None = N
     }
 
 
-def alluxio_runtime(policy: DataPolicy, namespace: str, url: str) -> Obj:
+def alluxio_runtime(policy: DataPolicy, namespace: str, url: str, share: int = 1) -> Obj:
+    """The cache of one Dataset: ``1/share`` of ``caching.size``, so the runtimes of a cluster
+    (``share`` of them) add up to the size the policy sets."""
     level = {
         "mediumtype": "SSD",
         "volumeType": "hostPath",
         "path": CACHE_PATH,
-        "quota": memory_quantity(policy.caching_size_bytes),
+        "quota": memory_quantity(policy.caching_size_bytes // share),
         "high": "0.95",
         "low": "0.7",
     }
@@ -165,9 +170,10 @@ def fluid_objects(ctx: Context, work: Work) -> list[Obj]:
     if policy is None or not policy.caching_enabled:
         return []
     objects: list[Obj] = []
-    for namespace, url in cached_urls(ctx, work):
+    cached = cached_urls(ctx, work)
+    for namespace, url in cached:
         objects += [dataset(policy, namespace, url, ctx.input_secrets.get((namespace, url))),
-                    alluxio_runtime(policy, namespace, url)]
+                    alluxio_runtime(policy, namespace, url, len(cached))]
         if policy.prefetching_enabled:
             objects.append(data_load(policy, namespace, url))
     return objects

@@ -1,9 +1,12 @@
 """The GPU policy as the NVIDIA device plugin's configuration.
 
-One ConfigMap, :data:`CONFIG_NAME` in :data:`DEVICE_PLUGIN_NAMESPACE` (the NVIDIA GPU
-Operator's namespace; point the operator at it with ``ClusterPolicy.spec.devicePlugin.config:
-{name: fleetc-device-plugin-config, default: exclusive}``, or the device-plugin Helm chart with
-``config.name``), holds two device-plugin configs (``version: v1``), one per key:
+One ConfigMap, :data:`CONFIG_NAME` in the GPU policy's ``devicePlugin.namespace`` (default
+:data:`DEVICE_PLUGIN_NAMESPACE`, the NVIDIA GPU Operator's), holds two device-plugin configs
+(``version: v1``), one per key. Each cluster's operator must read it: the one line of its
+ClusterPolicy, ``spec.devicePlugin.config.name: fleetc-device-plugin-config`` (with
+``default: exclusive``; or the device-plugin Helm chart's ``config.name``), is a compile warning
+per cluster until the Fleet says it is done (cluster attribute ``device-plugin-configured:
+"true"``); until then serving pods select whole GPUs, not ``-SHARED`` nodes:
 
 * ``exclusive``: no sharing; the default, for training nodes: a Training or Finetuning gang
   keeps whole GPUs;
@@ -27,6 +30,7 @@ from fleetc.errors import Diagnostic
 from fleetc.model import Cluster, GPUPolicy
 from fleetc.render.common import GPU_RESOURCE, Obj, metadata, warning
 from fleetc.render.yamlout import dump
+from fleetc.resolve import GPU_PRODUCT_LABELS
 
 DEVICE_PLUGIN_NAMESPACE = "gpu-operator"
 CONFIG_NAME = "fleetc-device-plugin-config"
@@ -57,7 +61,7 @@ def device_plugin_config(policy: GPUPolicy, cluster: Cluster, slots: int) -> lis
     """The ConfigMap for a GPU cluster when GPUs are shared (``slots`` > 1), else nothing."""
     if cluster.gpus == 0 or slots <= 1:
         return []
-    meta = metadata(CONFIG_NAME, DEVICE_PLUGIN_NAMESPACE, policy.source)
+    meta = metadata(CONFIG_NAME, policy.device_plugin_namespace, policy.source)
     meta["annotations"]["fleetc.dev/node-selection"] = (
         f"label a node {CONFIG_LABEL}={EXCLUSIVE} (training, the default) or "
         f"{CONFIG_LABEL}={TIME_SLICED} (inference: each GPU shared {slots} ways)"
@@ -75,3 +79,21 @@ def gpu_warnings(policy: GPUPolicy) -> list[Diagnostic]:
         return []
     return [warning(policy.source, "spec.memoryManagement.compactionStrategy",
                     "has no Kubernetes form (the device plugin does not compact GPU memory); not rendered")]
+
+
+def cluster_gpu_warnings(cluster: Cluster, slots: int) -> list[Diagnostic]:
+    """The ClusterPolicy line a cluster with fleetc's device-plugin config still needs, and a
+    product label fleetc had to guess."""
+    found = []
+    if cluster.gpus > 0 and slots > 1 and not cluster.device_plugin_configured:
+        found.append(warning(cluster.source, f"{cluster.source.field}.attributes",
+                             f"cluster {cluster.name}: set spec.devicePlugin.config.name: {CONFIG_NAME} "
+                             f"(default: {EXCLUSIVE}) in its GPU Operator ClusterPolicy, then attribute "
+                             "device-plugin-configured: \"true\"; until then its time-sliced pods take whole "
+                             "GPUs, more than the placement counted"))
+    if cluster.gpu_type and cluster.gpu_type not in GPU_PRODUCT_LABELS and cluster.gpu_product == (
+            f"NVIDIA-{cluster.gpu_type.upper()}"):
+        found.append(warning(cluster.source, f"{cluster.source.field}.attributes.gpu-type",
+                             f"cluster {cluster.name}: pods select nvidia.com/gpu.product={cluster.gpu_product}, "
+                             "a guess for this GPU type; set attribute gpu-product to the label its nodes carry"))
+    return found

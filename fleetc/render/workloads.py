@@ -48,17 +48,10 @@ from fleetc.render.data import CacheMounts, cache_mounts
 from fleetc.render.order import STATUS_PATH, STATUS_VOLUME, mark_container, marks, wait_containers, wrap_command
 from fleetc.resolve import DEFAULT_IMAGES
 
-#: fleetc's GPU type names -> the ``nvidia.com/gpu.product`` node label GPU feature discovery sets.
-GPU_PRODUCT_LABELS: dict[str, str] = {
-    "a100": "NVIDIA-A100-SXM4-80GB",
-    "h100": "NVIDIA-H100-80GB-HBM3",
-    "t4": "Tesla-T4",
-    "v100": "Tesla-V100-SXM2-32GB",
-    "l4": "NVIDIA-L4",
-    "a10": "NVIDIA-A10",
-}
 #: GPU feature discovery appends this to the product label of nodes whose GPUs are time-sliced
-#: (the device plugin's default ``renameByDefault: false``), so shared and exclusive nodes differ.
+#: (NVIDIA/k8s-device-plugin internal/lm/resource.go: productLabel adds "SHARED" when the
+#: config shares the resource with replicas > 1 and does not rename it, fleetc's
+#: ``renameByDefault: false``), so shared and exclusive nodes differ.
 SHARED_PRODUCT_SUFFIX = "-SHARED"
 
 #: ``trainingPriority`` -> PriorityClass value.
@@ -189,15 +182,22 @@ def _toleration(t: Toleration) -> Obj:
     return {k: v for k, v in fields.items() if v}
 
 
+def time_sliced(ctx: Context, cluster: Cluster, stage: Stage) -> bool:
+    """Whether the stage's pods on ``cluster`` select time-sliced nodes: they take shared slots,
+    and the cluster's device plugin reads fleetc's time-sliced config (the Fleet says its
+    ClusterPolicy points at it: attribute ``device-plugin-configured``); elsewhere no node
+    carries the ``-SHARED`` product label, so they select whole GPUs."""
+    return ctx.shares_gpus(stage) and cluster.device_plugin_configured
+
+
 def _pod_spec(ctx: Context, cluster: Cluster, stage: Stage, container: Obj, cache: CacheMounts,
               **extra: str) -> Obj:
     """Pod spec: ``extra`` fields (restart policy, priority class), the GPU node selector (known
     GPU types only; the ``-SHARED`` product on time-sliced nodes), tolerations."""
     spec: Obj = dict(extra)
-    product = GPU_PRODUCT_LABELS.get(cluster.gpu_type or "")
-    if stage.gpus > 0 and product:
-        suffix = SHARED_PRODUCT_SUFFIX if ctx.shares_gpus(stage) else ""
-        spec["nodeSelector"] = {"nvidia.com/gpu.product": product + suffix}
+    if stage.gpus > 0 and cluster.gpu_product:
+        suffix = SHARED_PRODUCT_SUFFIX if time_sliced(ctx, cluster, stage) else ""
+        spec["nodeSelector"] = {"nvidia.com/gpu.product": cluster.gpu_product + suffix}
     if stage.tolerations:
         spec["tolerations"] = [_toleration(t) for t in stage.tolerations]
     waits, volumes = wait_containers(ctx, stage)

@@ -17,6 +17,7 @@ from fleetc.model import (
     Toleration,
 )
 from fleetc.placement.scoring import GIB
+from fleetc.resolve import GPU_PRODUCT_LABELS
 
 SOURCE = Source("fleet.yaml", "spec")
 
@@ -41,6 +42,7 @@ def make_cluster(
     low_latency: bool = False,
     utilization: float = 0.0,
     cordoned: bool = False,
+    device_plugin_configured: bool = True,
 ) -> Cluster:
     return Cluster(
         name=name,
@@ -62,6 +64,8 @@ def make_cluster(
         utilization=utilization,
         source=SOURCE,
         cordoned=cordoned,
+        gpu_product=GPU_PRODUCT_LABELS.get(gpu_type, "") if gpu_type else "",
+        device_plugin_configured=device_plugin_configured,
     )
 
 

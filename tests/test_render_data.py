@@ -176,12 +176,15 @@ def test_stages_mount_their_cached_inputs() -> None:
     assert objs[f"clusters/gpu-west/dataset-serving-{ckpt}.yaml"]["metadata"]["namespace"] == "serving"
 
 
-def test_uncached_inputs_are_not_mounted() -> None:
+def test_nfs_inputs_are_mounted_from_the_server_not_cached() -> None:
     model, placement = with_data()
-    prep = replace(model.stages[0], inputs=(Input("raw", "nfs://filer/raw", None, None, None),))
+    prep = replace(model.stages[0], inputs=(Input("raw", "nfs://filer/exports/raw/", None, None, None),))
     model = replace(model, stages=(prep, *model.stages[1:]))
-    job = objects(dict(render(model, placement).files))["clusters/gpu-east/job-ml-llm-prep.yaml"]
+    files = dict(render(model, placement).files)
+    job = objects(files)["clusters/gpu-east/job-ml-llm-prep.yaml"]
     pod = job["spec"]["tasks"][0]["template"]["spec"]
-    assert [v["name"] for v in pod.get("volumes", [])] in ([], ["fleetc-status"])  # no input volume
-    assert all(m["name"] == "fleetc-status" for m in pod["containers"][0].get("volumeMounts", []))
-    assert all(not e["name"].endswith("_PATH") for e in pod["containers"][0]["env"])
+    assert pod["volumes"][0] == {"name": "input-raw", "nfs": {"server": "filer", "path": "/exports/raw",
+                                                              "readOnly": True}}
+    assert pod["containers"][0]["volumeMounts"][0] == {"name": "input-raw", "mountPath": "/fleetc/inputs/raw",
+                                                       "readOnly": True}
+    assert {"name": "FLEETC_INPUT_RAW_PATH", "value": "/fleetc/inputs/raw"} in pod["containers"][0]["env"]

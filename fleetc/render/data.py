@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 from typing import NamedTuple
+from urllib.parse import urlsplit
 
 from fleetc.errors import Diagnostic
 from fleetc.model import STORAGE_CREDENTIAL_KEYS, DataPolicy, Source, Stage, url_scheme
@@ -91,15 +92,22 @@ class CacheMounts(NamedTuple):
 
 
 def cache_mounts(ctx: Context, stage: Stage) -> CacheMounts:
-    """The stage's cached inputs as pod volumes, container volumeMounts and env values."""
+    """The stage's cached and ``nfs://`` inputs as pod volumes, container volumeMounts and env
+    values (an NFS input is mounted as an ``nfs`` volume at the same path a cached one would be)."""
     found = CacheMounts([], [], {})
     for index, url in ctx.input_urls(stage):
-        if not is_cached(ctx, url):
+        nfs = url_scheme(url) == "nfs"
+        if not nfs and not is_cached(ctx, url):
             continue
         name = stage.inputs[index].name
         volume = dns_label(f"input-{name}")
-        found.volumes.append({"name": volume, "persistentVolumeClaim": {"claimName": dataset_name(url),
-                                                                        "readOnly": True}})
+        if nfs:  # mounted from the NFS server itself, read-only
+            parts = urlsplit(url)
+            found.volumes.append({"name": volume, "nfs": {"server": parts.hostname or "",
+                                                          "path": "/" + parts.path.strip("/"), "readOnly": True}})
+        else:
+            found.volumes.append({"name": volume, "persistentVolumeClaim": {"claimName": dataset_name(url),
+                                                                            "readOnly": True}})
         found.mounts.append({"name": volume, "mountPath": f"{MOUNT_ROOT}/{name}", "readOnly": True})
         found.paths[name] = f"{MOUNT_ROOT}/{name}"
     return found

@@ -103,9 +103,13 @@ def validate(paths: Sequence[str], output_format: str) -> None:
                    "whose message summarises both.")
 @click.option("--allow-unplaced", is_flag=True,
               help="Render what fits and list the stages that do not as unplaced (a warning each).")
+@click.option("--solver", metavar="NAME", default="HIGHS", show_default=True,
+              callback=lambda ctx, param, value: value.upper(),
+              help="MILP solver cvxpy runs the placement program on (any installed: SCIP, GUROBI...).")
 @format_option
 def compile(paths: Sequence[str], out_dir: str, check: bool, base_ref: str | None, time_limit: float | None,
-            drain: Sequence[str], commit: bool, allow_unplaced: bool, output_format: str) -> None:
+            drain: Sequence[str], commit: bool, allow_unplaced: bool, solver: str,
+            output_format: str) -> None:
     """Place every pipeline stage and write the manifests to the output folder."""
     if check and commit:
         _run(lambda: _usage("--check and --commit cannot be combined"), output_format)
@@ -118,7 +122,7 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, base_ref: str | Non
         roots = [Path(p) for p in paths or [DEFAULT_POLICIES]]
         _run(lambda: check_output_folder(Path(out_dir), roots), output_format)
     compiled = _run(lambda: _compile(paths, out_dir, base=base_ref, time_limit=time_limit, drain=tuple(drain),
-                                     allow_unplaced=allow_unplaced), output_format)
+                                     allow_unplaced=allow_unplaced, solver=solver), output_format)
     if compiled.previous_ignored:
         click.echo(f"warning: {compiled.previous_ignored}", err=True)
     for stage in compiled.placement.stages:

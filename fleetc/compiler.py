@@ -25,6 +25,7 @@ from fleetc.errors import Diagnostic, FleetcError, PlacementError, PolicyError
 from fleetc.model import Assignment, FleetModel, Placement, StagePlacement
 from fleetc.placement import PLACEMENT_VERSION
 from fleetc.placement.previous import PLACEMENT_FILE, Previous, read_previous
+from fleetc.placement.solvers import DEFAULT_SOLVER, check_solver, solver_label
 from fleetc.policy.load import Document, FieldPath, LoadResult, load_paths, load_sources
 from fleetc.policy.validate import PolicySet, validate
 from fleetc.progress import NULL_REPORTER, Reporter, phase
@@ -53,6 +54,8 @@ class Options:
 
     #: Wall-clock seconds the solver may use; None for no limit.
     time_limit: float | None = None
+    #: The MILP solver cvxpy runs the exact path on (``--solver``, checked when a solve is needed).
+    solver: str = DEFAULT_SOLVER
     #: Clusters to compile as if they were lost (``--drain``): they take no work.
     drain: tuple[str, ...] = ()
     #: The previous placement (its ``placement.yaml``): moving a stage away costs moveCost, and
@@ -252,9 +255,11 @@ def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
     given_back = _given_back(model, inputs, options)
     if given_back is not None:
         return given_back
+    check_solver(options.solver)
     try:
         placement = place(model, time_limit=options.time_limit, previous=options.previous.clusters,
-                          on_gap=options.reporter.gap, allow_unplaced=options.allow_unplaced, large=options.large)
+                          on_gap=options.reporter.gap, allow_unplaced=options.allow_unplaced,
+                          large=options.large, solver=options.solver)
     except PlacementError as err:
         hints = [err.hint] if err.hint else []
         capacity = capacity_hints(model) if any(_about_capacity(r) for r in err.reasons) else []
@@ -270,13 +275,15 @@ def _about_capacity(reason: str) -> bool:
 
 def inputs_digest(policies: PolicySet, options: Options) -> str:
     """What the placement depends on, hashed: the placement version (bumped on purpose when how
-    fleetc places changes, see :data:`fleetc.placement.PLACEMENT_VERSION`), the drained clusters
+    fleetc places changes, see :data:`fleetc.placement.PLACEMENT_VERSION`), the solver and its
+    version (:func:`fleetc.placement.solvers.solver_label`), the drained clusters
     and every policy document's data (not its file: moving a policy between files changes
     nothing). fleetc's release and its source bytes are left out on purpose: an upgrade or a
     comment edit that places the same must not make every committed ``out/`` stale."""
     documents = sorted(json.dumps(parsed.doc.data, sort_keys=True, ensure_ascii=False)
                        for kind in dataclasses.fields(policies) for parsed in getattr(policies, kind.name))
-    payload = json.dumps({"placement": PLACEMENT_VERSION, "drain": sorted(options.drain),
+    payload = json.dumps({"placement": PLACEMENT_VERSION, "solver": solver_label(options.solver),
+                          "drain": sorted(options.drain),
                           "policies": documents})
     return "sha256:" + hashlib.sha256(payload.encode("utf-8")).hexdigest()
 

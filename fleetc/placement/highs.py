@@ -1,11 +1,11 @@
-"""A thin HiGHS backend for :mod:`fleetc.placement.optimize`: the placement program's matrices go to
-``highspy`` as they are.
+"""HiGHS called directly: the large path's backend (:mod:`fleetc.placement.colgen`), whose
+matrices go to ``highspy`` as they are.
 
-fleetc used to solve through cvxpy, which added nothing the matrices do not already say and
-cost what issue 6 could not afford: ``import cvxpy`` took 0.9-1.4 s of the bundled compile's
-1.5 s budget (it imports ``scipy.stats``), it compiles every problem afresh (about 20 s at
-millions of variables), and it cannot warm-start, which column generation needs (the master LP
-grows by thousands of columns per round and HiGHS re-optimises from the previous basis).
+The exact path solves through cvxpy (:mod:`fleetc.placement.cvx`); the large path cannot: cvxpy
+compiles every problem afresh (about 20 s at millions of variables) and cannot warm-start, which
+column generation needs (the master LP grows by thousands of columns per round and HiGHS
+re-optimises from the previous basis), and the rounding MILPs and the neighbourhood MILPs of
+the repair are many small solves where cvxpy's compile would dominate.
 
 Every model is a minimisation (callers negate a maximisation), runs single-threaded with a fixed
 seed and no output, so identical input gives identical answers.
@@ -61,7 +61,7 @@ class Solution:
 
 
 @functools.cache
-def _silence_banner() -> None:
+def silence_banner() -> None:
     """Create the process's first HiGHS object with file descriptor 1 on /dev/null.
 
     HiGHS prints a banner straight to the process's stdout the first time a solver object is
@@ -82,7 +82,7 @@ def _silence_banner() -> None:
 
 
 def _new(options: dict[str, OptionValue]) -> highspy.Highs:
-    _silence_banner()
+    silence_banner()
     solver = highspy.Highs()  # type: ignore[no-untyped-call]  # highspy's __init__ has no types
     for name, value in {**_OPTIONS, **options}.items():
         solver.setOptionValue(name, value)

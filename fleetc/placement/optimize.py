@@ -60,6 +60,7 @@ from scipy.sparse.csgraph import connected_components
 
 from fleetc.errors import InternalError, PlacementError, SearchLimitError, TimeLimitError
 from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
+from fleetc.placement import cvx
 from fleetc.placement.colgen import solve_large
 from fleetc.placement.program import (
     OutOfTime,
@@ -71,9 +72,9 @@ from fleetc.placement.program import (
     capacity_of,
     demand_of,
     replicas_of,
-    solve_program,
 )
 from fleetc.placement.scoring import Scores, score_matrix
+from fleetc.placement.solvers import DEFAULT_SOLVER
 from fleetc.placement.verify import (
     ha_clusters,
     min_replicas_per_cluster,
@@ -85,7 +86,7 @@ from fleetc.placement.verify import (
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,
 #: unless :func:`place` is given another threshold (the CLI's ``FLEETC_LARGE``; 0 sends every
 #: instance down the large path).
-LARGE = 2000
+LARGE = 2500
 
 
 def place(
@@ -96,6 +97,7 @@ def place(
     allow_unplaced: bool = False,
     on_gap: Callable[[float], None] = lambda gap: None,
     large: int | None = None,
+    solver: str = DEFAULT_SOLVER,
 ) -> Placement:
     """Place every stage of ``model``, or raise :class:`PlacementError` saying why not.
 
@@ -107,13 +109,14 @@ def place(
     moving a stage away from where it was cost ``model.move_cost``. With ``allow_unplaced`` the
     stages that do not fit come back with no assignments and a ``reason``. ``on_gap`` hears the
     LP's gap to its bound after each round of the large path's column generation (progress).
+    ``solver`` is the MILP solver cvxpy runs the exact path on (:mod:`fleetc.placement.cvx`).
     """
     if not model.stages:
         return Placement(stages=(), objective=0.0, bound=0.0, method="milp")
     canonical = _canonical(model)
     if canonical != model:
         placed = place(canonical, time_limit=time_limit, previous=previous, allow_unplaced=allow_unplaced,
-                       on_gap=on_gap, large=large)
+                       on_gap=on_gap, large=large, solver=solver)
         by_key = {p.stage: p for p in placed.stages}
         return replace(placed, stages=tuple(by_key[stage.key] for stage in model.stages))
     deadline = None if time_limit is None else time.monotonic() + time_limit
@@ -127,7 +130,7 @@ def place(
     for part in _parts(scores.allowed):
         try:
             solved = _solve_part(model, scores, blocked, kept, part, deadline, on_gap,
-                                 LARGE if large is None else large)
+                                 LARGE if large is None else large, solver)
         except OutOfTime:
             raise _no_placement(time_limit, deadline) from None
         replicas_at[np.ix_(part.stages, part.clusters)] = solved.replicas_at
@@ -239,11 +242,12 @@ def _solve_part(
     deadline: float | None,
     on_gap: Callable[[float], None],
     large: int,
+    solver: str,
 ) -> Solved:
     """Solve one component: all stages placed if possible, else the best partial placement."""
     pairs = int(scores.allowed[np.ix_(part.stages, part.clusters)].sum())
     if pairs <= large:
-        return _solve_exact(model, scores, blocked, kept, part, deadline)
+        return _solve_exact(model, scores, blocked, kept, part, deadline, solver)
     return solve_large(model, scores, blocked, kept, part, deadline, on_gap)
 
 
@@ -254,23 +258,24 @@ def _solve_exact(
     kept: np.ndarray,
     part: Part,
     deadline: float | None,
+    solver: str,
 ) -> Solved:
     """The whole MILP of one component: every stage placed if possible (else the most valuable
     placement), and its LP relaxation as the bound."""
     program = build_program(model, scores, blocked, kept, part)
     result = Result(values=None, optimal=False, infeasible=bool(program.blocked.any()))
     if not result.infeasible:
-        result = solve_program(program, require_all=True, integral=True, deadline=deadline)
+        result = cvx.solve(program, require_all=True, integral=True, deadline=deadline, solver=solver)
     require_all = not result.infeasible
     if result.infeasible:
         # Stop only within half the smallest stage value of the optimum: then no stage that
         # still fits the capacity left over is left out, and the diagnosis names real misfits.
-        result = solve_program(program, require_all=False, integral=True, deadline=deadline,
+        result = cvx.solve(program, require_all=False, integral=True, deadline=deadline, solver=solver,
                                absolute_gap=0.5 * program.smallest_value)
     if result.values is None:
         raise OutOfTime
     scored = replace(program, objective=program.score)
-    relaxed = solve_program(scored, require_all=require_all, integral=False, deadline=deadline)
+    relaxed = cvx.solve(scored, require_all=require_all, integral=False, deadline=deadline, solver=solver)
     objective = float(program.score @ result.values)
     if relaxed.optimal and relaxed.values is not None:
         bound = float(program.score @ relaxed.values)

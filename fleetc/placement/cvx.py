@@ -1,0 +1,101 @@
+"""The placement program written in cvxpy: how the exact path solves it, on any MILP solver.
+
+The program of one component (:class:`fleetc.placement.program.Program`, ``docs/optimizer.md``)
+over its vector ``v = [x | y | u | z | w | k]``:
+
+    maximise    objective . v
+    subject to  placement @ v == 0          each stage's replicas on its clusters = replicas * z
+                usage @ v <= capacity        GPUs, cores, GiB (and shared slots) per cluster
+                linking @ v <= 0             replica split, multiCluster, kept replicas
+                lower <= v <= upper, v integral (its LP relaxation for the bound)
+
+The default solver is HiGHS (``HIGHS``); ``fleetc compile --solver NAME`` picks any MILP solver
+cvxpy finds installed (``SCIP``, ``GUROBI``, ``CBC``...). cvxpy is imported here only, and only
+when a program is solved: ``import cvxpy`` costs about a second, which ``validate``, ``--check``
+and a compile whose placement is given back never pay. The large path keeps HiGHS direct
+(:mod:`fleetc.placement.highs`): its master LP grows by columns and re-optimises from the last
+basis, which cvxpy cannot do.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from fleetc.errors import InternalError
+from fleetc.placement import highs
+from fleetc.placement.program import Program, Result, is_feasible
+from fleetc.placement.solvers import DEFAULT_SOLVER
+
+
+def solve(program: Program, *, require_all: bool, integral: bool, deadline: float | None,
+          absolute_gap: float | None = None, solver: str = DEFAULT_SOLVER) -> Result:
+    """Solve ``program`` (its LP relaxation unless ``integral``) through cvxpy on ``solver``;
+    ``require_all`` fixes every stage's ``z`` to 1. A MILP stops within a relative 1e-4 of
+    optimal, or within ``absolute_gap``; integral values come back rounded."""
+    import cvxpy as cp
+
+    lower = program.lower.copy()
+    if require_all:
+        if program.blocked.any():
+            return Result(values=None, optimal=False, infeasible=True)
+        lower[program.z] = 1.0
+    v = cp.Variable(program.size, integer=integral, bounds=[lower, program.upper])
+    problem = cp.Problem(
+        cp.Maximize(program.objective @ v),
+        [
+            cp.Constant(program.placement) @ v == 0,  # each stage's replicas = replicas * z
+            cp.Constant(program.usage) @ v <= program.capacity,  # GPUs, cores, GiB, slots per cluster
+            cp.Constant(program.linking) @ v <= 0,  # replica split, multiCluster, kept replicas
+        ],
+    )
+    seconds = None if deadline is None else max(0.01, deadline - time.monotonic())
+    highs.silence_banner()  # cvxpy's HiGHS interface creates HiGHS objects: the first prints
+    try:
+        problem.solve(solver=solver, **_options(solver, integral, seconds, absolute_gap))  # type: ignore[no-untyped-call]
+    except cp.error.SolverError as error:
+        raise InternalError(f"the {solver} solver failed (through cvxpy)") from error
+    if problem.status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+        return Result(values=None, optimal=False, infeasible=True)
+    if v.value is None:
+        return Result(values=None, optimal=False)
+    values = np.asarray(v.value, dtype=float)
+    if integral:
+        values = np.rint(values)
+    if not is_feasible(program, values, lower):
+        return Result(values=None, optimal=False)
+    return Result(values=values, optimal=problem.status == cp.OPTIMAL)
+
+
+def _options(solver: str, integral: bool, seconds: float | None, absolute_gap: float | None) -> dict[str, Any]:
+    """The solver's own names for one thread, seed 0, the time limit and the MILP gaps; a solver
+    not listed here runs with its defaults (no time limit: ``--time-limit`` cannot stop it)."""
+    gap = {"rel": 0.0 if absolute_gap is not None else 1e-4, "abs": absolute_gap}
+    if solver == "HIGHS":
+        options: dict[str, Any] = {"threads": 1, "random_seed": 0, "output_flag": False}
+        if integral:
+            options["mip_rel_gap"] = gap["rel"]
+            if gap["abs"] is not None:
+                options["mip_abs_gap"] = gap["abs"]
+        if seconds is not None:
+            options["time_limit"] = seconds
+        return options
+    if solver == "SCIP":
+        params: dict[str, Any] = {"parallel/maxnthreads": 1, "randomization/randomseedshift": 0}
+        if integral:
+            params["limits/gap"] = gap["rel"]
+            if gap["abs"] is not None:
+                params["limits/absgap"] = gap["abs"]
+        if seconds is not None:
+            params["limits/time"] = seconds
+        return {"scip_params": params}
+    if solver == "SCIPY":
+        scipy_options: dict[str, Any] = {}
+        if integral:
+            scipy_options["mip_rel_gap"] = gap["rel"]
+        if seconds is not None:
+            scipy_options["time_limit"] = seconds
+        return {"scipy_options": scipy_options}
+    return {}

@@ -22,7 +22,9 @@ from click.testing import CliRunner, Result
 
 from fleetc.cli import cli
 from fleetc.compiler import Options, compile_policies, load_policies
-from fleetc.placement import highs
+from fleetc.placement import cvx
+from fleetc.placement.program import Program
+from fleetc.placement.program import Result as Solve
 from fleetc.placement.verify import verify
 from fleetc.policy.load import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES
 
@@ -354,7 +356,7 @@ def test_a_failing_solver_is_a_clear_error(project: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(highspy.Highs, "run", lambda self: highspy.HighsStatus.kError)
     result = compile_here()
     assert result.exit_code == 3, result.output  # a solver failure is a bug in fleetc, not the policies'
-    assert result.stderr == ("fleetc: internal error: the HiGHS solver failed: Not Set\n"
+    assert result.stderr == ("fleetc: internal error: the HIGHS solver failed (through cvxpy)\n"
                              "This is a bug in fleetc; please report it to the fleetc "
                              "maintainers with the policies that caused it, the command line and "
                              "`fleetc --version` (FLEETC_DEBUG=1 shows the traceback).\n")
@@ -385,10 +387,10 @@ def test_a_solver_that_returns_garbage_is_caught_by_the_verifier(
     inputs_changed(project)
     before = snapshot(project / "out")
 
-    def lie(cost: np.ndarray, *args: object, **kwargs: object) -> highs.Solution:
-        return highs.Solution(np.full(len(cost), garbage), None, 0.0, optimal=True, infeasible=False)
+    def lie(program: Program, **kwargs: object) -> Solve:  # the exact path's solve, through cvxpy
+        return Solve(values=np.full(program.size, garbage), optimal=True)
 
-    monkeypatch.setattr(highs, "solve", lie)
+    monkeypatch.setattr(cvx, "solve", lie)
     result = compile_here()
     # Depending on where the lie lands, the verifier rejects the placement (a bug in fleetc: exit
     # 3) or the optimizer's own checks find no placement; either way the compile stops with a
@@ -410,7 +412,7 @@ def test_a_solver_with_an_unknown_status_is_a_clear_error(
     result = compile_here()
     assert result.exit_code == 3, result.output
     assert result.stderr.startswith(
-        "fleetc: internal error: the HiGHS solver ended with status 'Not Set' and no placement\n"
+        "fleetc: internal error: the HIGHS solver failed (through cvxpy)\n"  # cvxpy: no status
         "This is a bug in fleetc")
     assert_untouched(project, result, before)
 

@@ -20,6 +20,7 @@ basis, which cvxpy cannot do.
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -54,7 +55,9 @@ def solve(program: Program, *, require_all: bool, integral: bool, deadline: floa
     seconds = None if deadline is None else max(0.01, deadline - time.monotonic())
     highs.silence_banner()  # cvxpy's HiGHS interface creates HiGHS objects: the first prints
     try:
-        problem.solve(solver=solver, **_options(solver, integral, seconds, absolute_gap))  # type: ignore[no-untyped-call]
+        with warnings.catch_warnings():  # "may be inaccurate" after a time limit: is_feasible decides
+            warnings.simplefilter("ignore", UserWarning)
+            problem.solve(solver=solver, **_options(solver, integral, seconds, absolute_gap))  # type: ignore[no-untyped-call]
     except cp.error.SolverError as error:
         raise InternalError(f"the {solver} solver failed (through cvxpy)") from error
     if problem.status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):

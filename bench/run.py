@@ -10,7 +10,7 @@ imports are paid as in a real compile and the child's peak resident memory (``ru
 import, load (read + YAML), validate (schema + semantic), resolve (model build), scores (filter
 + score matrix, which ``place`` computes again), place (fleetc's optimizer), render, write (the
 atomic write of the output folder). With ``--baseline`` it also runs the greedy baselines of
-:mod:`bench.greedy` on the same model and reports, for each method: objective, GPUs placed,
+:mod:`bench.greedy` and :mod:`bench.strong` on the same model and reports, for each method: objective, GPUs placed,
 gap to fleetc's LP bound and time.
 """
 
@@ -110,6 +110,12 @@ def measure(folder: Path, *, time_limit: float | None, baseline: bool,
             elapsed = time.perf_counter() - start + timings["scores"]
             methods[f"greedy-{order}"] = _summary(model, greedy, bound, elapsed, scores)
             methods[f"greedy-{order}"]["problems"] = len(verify_placed(model, greedy))
+        from bench.strong import place_strong
+        start = time.perf_counter()
+        strong = place_strong(model, scores)
+        elapsed = time.perf_counter() - start + timings["scores"]
+        methods["greedy-strong"] = _summary(model, strong, bound, elapsed, scores)
+        methods["greedy-strong"]["problems"] = len(verify_placed(model, strong))
     return result
 
 

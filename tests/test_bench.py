@@ -29,6 +29,7 @@ from bench.greedy import (  # noqa: E402
     place_greedy,
 )
 from bench.run import fit_exponent, measure, verify_placed  # noqa: E402
+from bench.strong import place_strong  # noqa: E402
 
 
 def model_of(spec: Spec):  # noqa: ANN201 - a FleetModel
@@ -84,6 +85,21 @@ def test_greedy_placements_keep_every_hard_constraint(order: str, load: float) -
     assert 0 < gpus_placed(model, placement) <= gpus_demanded(model)
 
 
+@pytest.mark.parametrize("spec", [Spec(clusters=8, stages=60, load=1.0, seed=2),
+                                  Spec(clusters=20, stages=200, load=0.9),
+                                  Spec(clusters=10, stages=60, load=0.8, platform=True, seed=1)])
+def test_the_strong_greedy_keeps_every_hard_constraint_and_places_more(spec: Spec) -> None:
+    model = model_of(spec)
+    strong = place_strong(model)
+    assert verify_placed(model, strong) == []
+    assert strong.objective == objective(model, strong) > 0
+    placed = sum(1 for p in strong.stages if p.assignments)
+    for order in ORDERS:  # it places at least as many stages as either baseline, GPUs too
+        baseline = place_greedy(model, order)
+        assert placed >= sum(1 for p in baseline.stages if p.assignments)
+        assert gpus_placed(model, strong) >= gpus_placed(model, baseline)
+
+
 def test_greedy_splits_deployments_by_room_and_keeps_the_minimum() -> None:
     model = model_of(Spec(clusters=20, stages=100, load=0.9, seed=5))
     placement = place_greedy(model, "value-per-gpu")
@@ -113,8 +129,8 @@ def test_measure_runs_the_real_pipeline_and_mirrors_fleetcs_objective(
     assert fleetc["objective"] == pytest.approx(fleetc["reported_objective"], abs=1e-5)
     assert fleetc["gpus"] == result["gpu_capacity"]  # the known perfect packing is found
     assert fleetc["gap"] is not None and fleetc["gap"] >= 0
-    for order in ORDERS:
-        greedy = result["methods"][f"greedy-{order}"]
+    for method in [*(f"greedy-{order}" for order in ORDERS), "greedy-strong"]:
+        greedy = result["methods"][method]
         assert greedy["problems"] == 0
         assert greedy["objective"] <= fleetc["bound"] + 1e-6
     json.dumps(result)  # the child sends it to the parent as JSON
@@ -147,12 +163,12 @@ def test_the_runner_measures_in_a_child_process_and_prints_the_table(tmp_path: P
          "--baseline", "--cli", "--json", str(tmp_path / "result.json"), "--write-to", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, check=True, timeout=300)
     assert "5 clusters x" in out.stdout and "(perfect packing)" in out.stdout
-    for method in ("fleetc", "greedy-class-weight", "greedy-value-per-gpu"):
+    for method in ("fleetc", "greedy-class-weight", "greedy-value-per-gpu", "greedy-strong"):
         assert f"\n  {method} " in out.stdout
     [record] = json.loads((tmp_path / "result.json").read_text())
     result = record["result"]
     assert result["rss_mib"] > 10 and result["wall"] > 0
-    assert set(result["methods"]) == {"fleetc", "greedy-class-weight", "greedy-value-per-gpu"}
+    assert set(result["methods"]) == {"fleetc", "greedy-class-weight", "greedy-value-per-gpu", "greedy-strong"}
     assert not list(tmp_path.glob("fleetc-bench-out-*"))  # the child cleaned up its output
     assert "error" not in result["cli"] and result["cli"]["rss_mib"] > 10  # the real CLI compiled it
     assert "\n  fleetc compile (the CLI, fresh process): " in out.stdout

@@ -9,7 +9,7 @@ from typing import Any
 
 from test_render import fleet, objects
 
-from fleetc.model import DataPolicy, FleetModel, Input, Placement, Source
+from fleetc.model import DataPolicy, FleetModel, Input, Output, Placement, Source
 from fleetc.render import render
 from fleetc.render.data import dataset_name
 
@@ -188,3 +188,17 @@ def test_nfs_inputs_are_mounted_from_the_server_not_cached() -> None:
     assert pod["containers"][0]["volumeMounts"][0] == {"name": "input-raw", "mountPath": "/fleetc/inputs/raw",
                                                        "readOnly": True}
     assert {"name": "FLEETC_INPUT_RAW_PATH", "value": "/fleetc/inputs/raw"} in pod["containers"][0]["env"]
+
+
+def test_nfs_outputs_are_mounted_writable_at_the_path_the_container_is_told() -> None:
+    model, placement = with_data()
+    prep = replace(model.stages[0], outputs=(Output("tokens", "nfs://filer/exports/tokens/", None),))
+    model = replace(model, stages=(prep, *model.stages[1:]))
+    files = dict(render(model, placement).files)
+    job = objects(files)["clusters/gpu-east/job-ml-llm-prep.yaml"]
+    pod = job["spec"]["tasks"][0]["template"]["spec"]
+    assert {"name": "output-tokens", "nfs": {"server": "filer", "path": "/exports/tokens"}} in pod["volumes"]
+    assert {"name": "output-tokens", "mountPath": "/fleetc/outputs/tokens"} in pod["containers"][0]["volumeMounts"]
+    env = pod["containers"][0]["env"]
+    assert {"name": "FLEETC_OUTPUT_TOKENS", "value": "nfs://filer/exports/tokens/"} in env
+    assert {"name": "FLEETC_OUTPUT_TOKENS_PATH", "value": "/fleetc/outputs/tokens"} in env

@@ -12,6 +12,7 @@ from support.runtime import (
     command_problems,
     fit_problems,
     markers_written,
+    mount_problems,
     order_problems,
     pods,
     probe_problems,
@@ -89,6 +90,40 @@ def test_every_variable_a_command_names_is_set(compiles: list[tuple[str, Compile
         assert command_problems(result.files) == [], name
     serving = [p for p in pods(bundled.files) if p.owner.startswith("Deployment/")]
     assert serving and all(p.container["command"][0] == "tritonserver" for p in serving)
+
+
+def test_every_container_finds_its_data_where_it_is_told(compiles: list[tuple[str, Compiled]]) -> None:
+    for name, result in compiles:
+        assert mount_problems(result.files) == [], name
+
+
+def test_nfs_inputs_and_outputs_are_mounted_from_their_exports() -> None:
+    result = compiled_in(CASES / "nfs-input-and-outputs")
+    assert mount_problems(result.files) == []
+    told = {(p.stage, e["name"]): e["value"] for p in pods(result.files) for e in p.container["env"]
+            if e["name"].endswith("_PATH")}
+    assert told == {("llm/prepare", "FLEETC_INPUT_RAW_PATH"): "/fleetc/inputs/raw",
+                    ("llm/prepare", "FLEETC_OUTPUT_TOKENS_PATH"): "/fleetc/outputs/tokens",
+                    ("llm/train", "FLEETC_INPUT_TOKENS_PATH"): "/fleetc/inputs/tokens",
+                    ("llm/train", "FLEETC_OUTPUT_CHECKPOINTS_PATH"): "/fleetc/outputs/checkpoints"}
+    # the marker is written through the output's own volume, where training reads it
+    assert {path for path, _ in markers_written(result.files)["llm/prepare"]} == {
+        "nfs://filer.example.com/exports/tokens/_SUCCESS"}
+    assert order_problems(result.model, result.files, set()) == []
+
+
+def test_the_model_sees_an_output_mounted_read_only_or_not_at_all() -> None:
+    files = dict(compiled_in(CASES / "nfs-input-and-outputs").files)
+    (path,) = [p for p in files if "job-ml-llm-prepare" in p]
+    read_only = {**files, path: files[path].replace(
+        "name: output-tokens\n                  mountPath: /fleetc/outputs/tokens\n",
+        "name: output-tokens\n                  mountPath: /fleetc/outputs/tokens\n                  readOnly: true\n")}
+    job = path.rsplit("/", 1)[1].removeprefix("job-ml-").removesuffix(".yaml")
+    assert mount_problems(read_only) == [f"onprem: Job/{job} task worker: /fleetc/outputs/tokens is mounted read-only"]
+    unmounted = {**files, path: files[path].replace("- name: FLEETC_OUTPUT_TOKENS_PATH", "- name: UNUSED")}
+    assert mount_problems(unmounted) == [
+        f"onprem: Job/{job} task worker: FLEETC_OUTPUT_TOKENS is nfs://filer.example.com/exports/tokens/, "
+        "mounted nowhere the container is told"]
 
 
 def _edited(files: dict[str, str], suffix: str, old: str, new: str) -> dict[str, str]:

@@ -657,14 +657,15 @@ def _stage_checks(doc: Document, base: FieldPath, stage: p.PipelineStage,
 
 
 def _env_names_distinct(doc: Document, base: FieldPath, stage: p.PipelineStage) -> Iterator[Diagnostic]:
-    """Inputs and outputs reach the container as FLEETC_INPUT_<NAME>, FLEETC_INPUT_<NAME>_PATH
-    and FLEETC_OUTPUT_<NAME> (upper case, '-' as '_'): two that would share a variable are an
-    error, as one URL would silently replace the other."""
+    """Inputs and outputs reach the container as FLEETC_INPUT_<NAME>, FLEETC_INPUT_<NAME>_PATH,
+    FLEETC_OUTPUT_<NAME> and FLEETC_OUTPUT_<NAME>_PATH (upper case, '-' as '_'): two that would
+    share a variable are an error, as one URL or path would silently replace the other."""
     seen: dict[str, FieldPath] = {}
     texts: dict[str, str] = {}
     names = [(f"FLEETC_INPUT_{i.name}", ("inputs", j)) for j, i in enumerate(stage.inputs or [])]
     names += [(f"FLEETC_INPUT_{i.name}_PATH", ("inputs", j)) for j, i in enumerate(stage.inputs or [])]
     names += [(f"FLEETC_OUTPUT_{o.name}", ("outputs", j)) for j, o in enumerate(stage.outputs or [])]
+    names += [(f"FLEETC_OUTPUT_{o.name}_PATH", ("outputs", j)) for j, o in enumerate(stage.outputs or [])]
     for raw, where in names:
         variable = raw.upper().replace("-", "_")
         if variable in seen and texts[variable] != raw:  # the same name twice is a duplicate, said once

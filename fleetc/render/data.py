@@ -53,8 +53,10 @@ _ANNOTATORS = {
 }
 
 
-#: Where a stage's container finds a cached input: ``<MOUNT_ROOT>/<input name>``.
+#: Where a stage's container finds a cached or ``nfs://`` input: ``<MOUNT_ROOT>/<input name>``.
 MOUNT_ROOT = "/fleetc/inputs"
+#: Where it writes an ``nfs://`` output: ``<OUTPUT_ROOT>/<output name>``.
+OUTPUT_ROOT = "/fleetc/outputs"
 
 
 @functools.lru_cache(maxsize=1 << 14)  # every stage reading a URL names its dataset
@@ -83,18 +85,35 @@ def cached_urls(ctx: Context, work: Work) -> list[tuple[str, str]]:
     return sorted(pairs)
 
 
-class CacheMounts(NamedTuple):
-    """A stage's cached inputs, as its pod needs them."""
+class DataMounts(NamedTuple):
+    """A stage's mounted inputs and outputs, as its pod needs them."""
 
-    volumes: list[Obj]  # pod volumes: the PVC Fluid creates for a Dataset, named like it
-    mounts: list[Obj]  # container volumeMounts, read-only
+    volumes: list[Obj]  # pod volumes: the PVC Fluid creates for a Dataset (named like it), or nfs
+    mounts: list[Obj]  # container volumeMounts: inputs read-only, outputs read-write
     paths: dict[str, str]  # input name -> mount path, for FLEETC_INPUT_<NAME>_PATH
+    output_paths: dict[str, str]  # output name -> mount path, for FLEETC_OUTPUT_<NAME>_PATH
 
 
-def cache_mounts(ctx: Context, stage: Stage) -> CacheMounts:
-    """The stage's cached and ``nfs://`` inputs as pod volumes, container volumeMounts and env
-    values (an NFS input is mounted as an ``nfs`` volume at the same path a cached one would be)."""
-    found = CacheMounts([], [], {})
+def _nfs_volume(name: str, url: str, read_only: bool) -> Obj:
+    """An ``nfs`` pod volume of ``nfs://server/export/path``: the kubelet mounts
+    ``server:/export/path`` itself (no PersistentVolume needed)."""
+    parts = urlsplit(url)
+    nfs: Obj = {"server": parts.hostname or "", "path": "/" + parts.path.strip("/")}
+    if read_only:
+        nfs["readOnly"] = True
+    return {"name": name, "nfs": nfs}
+
+
+def output_volume(name: str) -> str:
+    """The pod volume of an ``nfs://`` output (its completion marker is written through it too)."""
+    return dns_label(f"output-{name}")
+
+
+def data_mounts(ctx: Context, stage: Stage) -> DataMounts:
+    """The stage's cached and ``nfs://`` inputs (read-only, at ``/fleetc/inputs/<name>``) and its
+    ``nfs://`` outputs (read-write, at ``/fleetc/outputs/<name>``) as pod volumes, container
+    volumeMounts and env values: the container is told each path it is given."""
+    found = DataMounts([], [], {}, {})
     for index, url in ctx.input_urls(stage):
         nfs = url_scheme(url) == "nfs"
         if not nfs and not is_cached(ctx, url):
@@ -102,14 +121,19 @@ def cache_mounts(ctx: Context, stage: Stage) -> CacheMounts:
         name = stage.inputs[index].name
         volume = dns_label(f"input-{name}")
         if nfs:  # mounted from the NFS server itself, read-only
-            parts = urlsplit(url)
-            found.volumes.append({"name": volume, "nfs": {"server": parts.hostname or "",
-                                                          "path": "/" + parts.path.strip("/"), "readOnly": True}})
+            found.volumes.append(_nfs_volume(volume, url, read_only=True))
         else:
             found.volumes.append({"name": volume, "persistentVolumeClaim": {"claimName": dataset_name(url),
                                                                             "readOnly": True}})
         found.mounts.append({"name": volume, "mountPath": f"{MOUNT_ROOT}/{name}", "readOnly": True})
         found.paths[name] = f"{MOUNT_ROOT}/{name}"
+    for output in stage.outputs:
+        if url_scheme(output.url) != "nfs":
+            continue
+        volume = output_volume(output.name)
+        found.volumes.append(_nfs_volume(volume, output.url, read_only=False))
+        found.mounts.append({"name": volume, "mountPath": f"{OUTPUT_ROOT}/{output.name}"})
+        found.output_paths[output.name] = f"{OUTPUT_ROOT}/{output.name}"
     return found
 
 

@@ -17,8 +17,8 @@ wait for them (docs/pipelines.md says why this and not Volcano JobFlow).
   :data:`WAIT_TIMEOUT_SECONDS` (the pod then restarts it, logging why).
 
 Markers are read and written with rclone (:data:`MARKER_IMAGE`): ``nfs://`` outputs are mounted
-and used as local paths; object stores as rclone's on-the-fly remotes (``:s3:``, ``:gcs:``,
-``:hdfs:``) configured from the environment, which the optional Secret
+(the producing pod's own output volume) and used as local paths; object stores as rclone's
+on-the-fly remotes (``:s3:``, ``:gcs:``, ``:hdfs:``) configured from the environment, which the optional Secret
 :data:`STORAGE_SECRET` of the namespace supplies (endpoint and keys as ``RCLONE_S3_*``
 variables; nothing is rendered when it is absent, and cloud workload identity works through
 ``env_auth``).
@@ -34,6 +34,7 @@ from fleetc.errors import Diagnostic
 from fleetc.model import Stage
 from fleetc.render.common import Obj, dns_label, warning
 from fleetc.render.context import Context, Work
+from fleetc.render.data import output_volume
 
 MARKER_IMAGE = "rclone/rclone:1.68"
 MARKER = "_SUCCESS"
@@ -119,9 +120,8 @@ def mark_container(stage: Stage) -> tuple[Obj, list[Obj]]:
               f"echo \"fleetc: {stage.key} completed; wrote {target}\"")
     mounts = [{"name": STATUS_VOLUME, "mountPath": STATUS_PATH}]
     volumes: list[Obj] = [{"name": STATUS_VOLUME, "emptyDir": {}}]
-    if volume is not None:
-        mounts.append({"name": volume["name"], "mountPath": folder})
-        volumes.append(volume)
+    if volume is not None:  # the pod mounts the nfs:// output already (fleetc.render.data.data_mounts)
+        mounts.append({"name": output_volume(stage.outputs[0].name), "mountPath": folder})
     container: Obj = {"name": "fleetc-mark", "image": MARKER_IMAGE, "command": ["sh", "-c", script]}
     if env:
         container["env"] = _env(env)

@@ -44,7 +44,7 @@ from fleetc.render.common import (
     warning,
 )
 from fleetc.render.context import Context, Work
-from fleetc.render.data import CacheMounts, cache_mounts
+from fleetc.render.data import DataMounts, data_mounts
 from fleetc.render.order import STATUS_PATH, STATUS_VOLUME, mark_container, marks, wait_containers, wrap_command
 from fleetc.resolve import DEFAULT_IMAGES
 
@@ -114,20 +114,21 @@ def _seconds(value: float) -> str:
     return str(int(value)) if value == int(value) else repr(value)
 
 
-def env_vars(ctx: Context, stage: Stage, cached_paths: dict[str, str]) -> list[Obj]:
+def env_vars(ctx: Context, stage: Stage, mounted: DataMounts) -> list[Obj]:
     """The container's environment, sorted by name:
 
     * ``FLEETC_INPUT_<NAME>`` / ``FLEETC_OUTPUT_<NAME>``: the data URLs;
-    * ``FLEETC_INPUT_<NAME>_PATH``: where a cached input is mounted (``cached_paths``, from
-      :func:`.data.cache_mounts`);
+    * ``FLEETC_INPUT_<NAME>_PATH`` / ``FLEETC_OUTPUT_<NAME>_PATH``: where a cached or ``nfs://``
+      input, or an ``nfs://`` output, is mounted (``mounted``, from :func:`.data.data_mounts`);
     * DataProc stages, with a data policy: ``FLEETC_PREPROCESS_PARALLELISM`` and
       ``FLEETC_PREPROCESS_COMPRESSION`` (``preprocessing``; env vars rather than more task
       replicas, because the gang's size and resources are what the placement reserved);
     * Deployment stages of a governed pipeline: :data:`TIMEOUT_ENV`.
     """
     env = {_env_name("FLEETC_INPUT_", i.name): ctx.input_url(stage, i) for i in stage.inputs}
-    env |= {_env_name("FLEETC_INPUT_", name) + "_PATH": path for name, path in cached_paths.items()}
+    env |= {_env_name("FLEETC_INPUT_", name) + "_PATH": path for name, path in mounted.paths.items()}
     env |= {_env_name("FLEETC_OUTPUT_", o.name): o.url for o in stage.outputs}
+    env |= {_env_name("FLEETC_OUTPUT_", name) + "_PATH": path for name, path in mounted.output_paths.items()}
     data = ctx.data_policy
     if data is not None and stage.type is StageType.DATAPROC:
         env["FLEETC_PREPROCESS_PARALLELISM"] = str(data.parallelization)
@@ -164,16 +165,16 @@ def _resources(stage: Stage) -> Obj:
     return {"requests": amounts, "limits": dict(amounts)}
 
 
-def _container(ctx: Context, stage: Stage, cache: CacheMounts) -> Obj:
+def _container(ctx: Context, stage: Stage, mounted: DataMounts) -> Obj:
     container: Obj = {"name": stage.type.value.lower(), "image": stage.image}
     if stage.command:
         container["command"] = list(stage.command)
-    env = env_vars(ctx, stage, cache.paths)
+    env = env_vars(ctx, stage, mounted)
     if env:
         container["env"] = env
     container["resources"] = _resources(stage)
-    if cache.mounts:
-        container["volumeMounts"] = cache.mounts
+    if mounted.mounts:
+        container["volumeMounts"] = list(mounted.mounts)
     return container
 
 
@@ -190,7 +191,7 @@ def time_sliced(ctx: Context, cluster: Cluster, stage: Stage) -> bool:
     return ctx.shares_gpus(stage) and cluster.device_plugin_configured
 
 
-def _pod_spec(ctx: Context, cluster: Cluster, stage: Stage, container: Obj, cache: CacheMounts,
+def _pod_spec(ctx: Context, cluster: Cluster, stage: Stage, container: Obj, mounted: DataMounts,
               **extra: str) -> Obj:
     """Pod spec: ``extra`` fields (restart policy, priority class), the GPU node selector (known
     GPU types only; the ``-SHARED`` product on time-sliced nodes), tolerations."""
@@ -210,7 +211,7 @@ def _pod_spec(ctx: Context, cluster: Cluster, stage: Stage, container: Obj, cach
         marker, marker_volumes = mark_container(stage)
         spec["containers"].append(marker)
         volumes += marker_volumes
-    volumes = cache.volumes + volumes
+    volumes = mounted.volumes + volumes
     if volumes:
         spec["volumes"] = volumes
     return spec
@@ -233,7 +234,7 @@ def stage_warnings(ctx: Context, work: Work) -> list[Diagnostic]:
                                  "exits at once and the Job reports Completed having done nothing; set "
                                  "command to what the stage runs (for example [torchrun, train.py])"))
         if stage.serving is not None and stage.serving.triton:
-            _, problem = model_repository(ctx, stage, cache_mounts(ctx, stage))
+            _, problem = model_repository(ctx, stage, data_mounts(ctx, stage))
             if problem:
                 found.append(warning(stage.source, f"{stage.source.field}.inputs", problem))
     return found
@@ -249,8 +250,8 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
     :func:`distributed_plugins`)."""
     level = training_priority(ctx, stage)
     priority = {"priorityClassName": priority_class_name(level)} if level else {}
-    cache = cache_mounts(ctx, stage)
-    pod = _pod_spec(ctx, cluster, stage, _container(ctx, stage, cache), cache, restartPolicy="OnFailure",
+    mounted = data_mounts(ctx, stage)
+    pod = _pod_spec(ctx, cluster, stage, _container(ctx, stage, mounted), mounted, restartPolicy="OnFailure",
                     **priority)
     template = {"metadata": {"labels": stage_labels(stage)}, "spec": pod}
     if stage.pods > 1:
@@ -322,10 +323,10 @@ def deployment(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
     """A serving stage's share on this cluster: pods behind a readiness probe, as many as its
     HPA says (see the module docstring)."""
     serving = _serving(stage)
-    cache = cache_mounts(ctx, stage)
-    container = _container(ctx, stage, cache)
+    mounted = data_mounts(ctx, stage)
+    container = _container(ctx, stage, mounted)
     if serving.triton:
-        container["command"] = triton_command(ctx, stage, cache)
+        container["command"] = triton_command(ctx, stage, mounted)
     ports = [("http", serving.port), *serving.extra_ports]
     container["ports"] = [{"name": name, "containerPort": number, "protocol": "TCP"} for name, number in ports]
     ready: Obj = {"httpGet": {"path": serving.readiness_path, "port": "http"}}
@@ -346,13 +347,13 @@ def deployment(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
             "selector": {"matchLabels": selector(stage)},
             "template": {
                 "metadata": {"labels": stage_labels(stage)},
-                "spec": _pod_spec(ctx, cluster, stage, container, cache),
+                "spec": _pod_spec(ctx, cluster, stage, container, mounted),
             },
         },
     }
 
 
-def model_repository(ctx: Context, stage: Stage, cache: CacheMounts) -> tuple[str, str]:
+def model_repository(ctx: Context, stage: Stage, mounted: DataMounts) -> tuple[str, str]:
     """Where Triton finds its models: the stage's first input, as a mounted path when it is
     mounted, else as the URL when Triton reads that scheme itself; and what is wrong ('' when
     nothing is)."""
@@ -360,7 +361,7 @@ def model_repository(ctx: Context, stage: Stage, cache: CacheMounts) -> tuple[st
         return "/models", ("the default Triton image serves a model repository, and the stage has no "
                            "input to serve: add the model as its first input, or set command")
     spec = stage.inputs[0]
-    if spec.name in cache.paths:
+    if spec.name in mounted.paths:
         return f"$({_env_name('FLEETC_INPUT_', spec.name)}_PATH)", ""
     url = ctx.input_url(stage, spec)
     if url_scheme(url) in TRITON_SCHEMES:
@@ -371,9 +372,9 @@ def model_repository(ctx: Context, stage: Stage, cache: CacheMounts) -> tuple[st
         "(DataOptimizationPolicy caching), or set command")
 
 
-def triton_command(ctx: Context, stage: Stage, cache: CacheMounts) -> list[str]:
+def triton_command(ctx: Context, stage: Stage, mounted: DataMounts) -> list[str]:
     serving = _serving(stage)
-    repository, _ = model_repository(ctx, stage, cache)
+    repository, _ = model_repository(ctx, stage, mounted)
     return ["tritonserver", f"--model-repository={repository}", f"--http-port={serving.port}",
             *(f"--{name}-port={number}" for name, number in serving.extra_ports)]
 

@@ -260,6 +260,59 @@ def probe_problems(files: Mapping[str, str]) -> list[str]:
     return problems
 
 
+# --------------------------------------------------------------------------- data
+_DATA_VARIABLE = re.compile(r"^FLEETC_(INPUT|OUTPUT)_([A-Z0-9_]+)$")
+
+
+def _templates(files: Mapping[str, str]) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
+    """(cluster, owner, pod spec) of every pod template."""
+    for cluster, obj in objects(files):
+        owner = f"{obj['kind']}/{obj['metadata']['name']}"
+        if obj["kind"] == "Job" and obj["apiVersion"].startswith("batch.volcano.sh/"):
+            for task in obj["spec"]["tasks"]:
+                yield cluster, f"{owner} task {task['name']}", task["template"]["spec"]
+        elif obj["kind"] == "Deployment":
+            yield cluster, owner, obj["spec"]["template"]["spec"]
+
+
+def mount_problems(files: Mapping[str, str]) -> list[str]:
+    """What the main container is told about its data is where the data is: every
+    ``FLEETC_INPUT_<NAME>_PATH`` / ``FLEETC_OUTPUT_<NAME>_PATH`` is a volume mounted at that
+    path (inputs read-only, outputs writable), an ``nfs://`` URL is mounted from that server and
+    export, and no ``nfs://`` input or output is a URL only (a container cannot open one)."""
+    problems = []
+    for cluster, owner, spec in _templates(files):
+        container = spec["containers"][0]
+        env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+        mounts = {m["mountPath"]: m for m in container.get("volumeMounts", [])}
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        where = f"{cluster}: {owner}"
+        for name, url in sorted(env.items()):
+            match = _DATA_VARIABLE.match(name)
+            if match is None or name.endswith("_PATH") and f"{name[:-5]}" in env:
+                continue
+            kind = match.group(1)
+            path = env.get(f"{name}_PATH")
+            if path is None:
+                if url.startswith("nfs://"):
+                    problems.append(f"{where}: {name} is {url}, mounted nowhere the container is told")
+                continue
+            mount = mounts.get(path)
+            if mount is None:
+                problems.append(f"{where}: {name}_PATH is {path}, where nothing is mounted")
+                continue
+            if bool(mount.get("readOnly")) != (kind == "INPUT"):
+                problems.append(f"{where}: {path} is mounted {'read-only' if mount.get('readOnly') else 'writable'}")
+            if url.startswith("nfs://"):
+                nfs = volumes[mount["name"]].get("nfs", {})
+                server, _, export = url[len("nfs://"):].partition("/")
+                if (nfs.get("server"), nfs.get("path", "").rstrip("/")) != (server, "/" + export.strip("/")):
+                    problems.append(f"{where}: {path} mounts {nfs.get('server')}:{nfs.get('path')}, not {url}")
+                if bool(nfs.get("readOnly")) != (kind == "INPUT"):
+                    problems.append(f"{where}: the nfs volume of {path} has readOnly {nfs.get('readOnly')}")
+    return sorted(set(problems))
+
+
 # --------------------------------------------------------------------------- commands
 _REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 

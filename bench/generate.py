@@ -175,7 +175,7 @@ def _cluster(rng: random.Random, index: int, gpu_type: str | None, realistic: bo
     if realistic and rng.random() < 0.3:
         utilization = rng.choice((0.1, 0.25, 0.5))
         document["utilization"] = utilization
-        gpus = math.floor(gpus * (1 - utilization) + 1e-9)  # fleetc.placement.verify.usable_capacity
+        gpus = math.floor(gpus * (1 - utilization) + 1e-9)  # fleetc.placement.rules.usable_capacity
     return _Cluster(name, region, gpu_type, gpus, document)
 
 

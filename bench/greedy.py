@@ -20,7 +20,7 @@ A stage that fits nowhere stays unplaced (empty assignments, a reason). Two orde
 
 :func:`objective` mirrors :mod:`fleetc.placement.optimize`'s objective exactly (without a previous
 placement, whose move-cost term is then 0), so greedy and fleetc placements compare in the same
-units. Capacity is what :func:`fleetc.placement.verify.usable_capacity` allows, with time-sliced GPU slots
+units. Capacity is what :func:`fleetc.placement.rules.usable_capacity` allows, with time-sliced GPU slots
 for shared stages, and ``multiCluster`` serving clusters get their minimum first.
 """
 
@@ -32,14 +32,14 @@ import numpy as np
 
 from fleetc.model import Assignment, FleetModel, Placement, Stage, StagePlacement
 from fleetc.placement.program import EPSILON
-from fleetc.placement.scoring import Scores, score_matrix
-from fleetc.placement.verify import (
+from fleetc.placement.rules import (
     ha_clusters,
     min_replicas_per_cluster,
     slots_per_gpu,
     usable_capacity,
     uses_shared_slots,
 )
+from fleetc.placement.scoring import Scores, score_matrix
 
 ORDERS = ("class-weight", "value-per-gpu")
 

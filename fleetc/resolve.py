@@ -285,7 +285,7 @@ def _gpu_type(attributes: Mapping[str, object]) -> str | None:
 def degraded_serving(model: m.FleetModel) -> list[Diagnostic]:
     """A warning for every cluster of a platform's ``multiCluster`` set that is cordoned or
     drained: it drops out of the active-active set, and the platform's serving runs degraded on
-    the clusters left (see :func:`fleetc.placement.verify.ha_clusters`)."""
+    the clusters left (see :func:`fleetc.placement.rules.ha_clusters`)."""
     clusters = {c.name: c for c in model.clusters}
     found = []
     for platform in model.platforms:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetc.placement.verify import slots_per_gpu, usable_capacity, uses_shared_slots
+from fleetc.placement.rules import slots_per_gpu, usable_capacity, uses_shared_slots
 from fleetc.policy.load import load_sources
 from fleetc.policy.validate import validate
 from fleetc.resolve import resolve

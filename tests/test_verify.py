@@ -16,8 +16,9 @@ from support.builders import (
 )
 
 from fleetc.model import Assignment, FleetModel, Placement, StagePlacement, StageType
+from fleetc.placement.rules import slots_per_gpu, usable_capacity, uses_shared_slots
 from fleetc.placement.scoring import GIB
-from fleetc.placement.verify import slots_per_gpu, usable_capacity, uses_shared_slots, verify
+from fleetc.placement.verify import verify
 
 
 @pytest.fixture

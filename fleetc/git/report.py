@@ -18,7 +18,7 @@ from ruamel.yaml.error import YAMLError
 
 from fleetc.errors import Diagnostic
 from fleetc.model import FleetModel, Placement
-from fleetc.placement.verify import slots_per_gpu, uses_shared_slots
+from fleetc.placement.rules import slots_per_gpu, uses_shared_slots
 from fleetc.policy.load import yaml_documents
 
 #: GitHub refuses issue and pull-request comments longer than this many characters.

@@ -32,13 +32,13 @@ from fleetc.placement.program import (
     solve_program,
     stage_values,
 )
-from fleetc.placement.scoring import Scores
-from fleetc.placement.verify import (
+from fleetc.placement.rules import (
     ha_clusters,
     min_replicas_per_cluster,
     slots_per_gpu,
     uses_shared_slots,
 )
+from fleetc.placement.scoring import Scores
 
 #: Seconds the rounded MILP may use on a large component (less when the time limit leaves less).
 ROUNDED_MILP_SECONDS = 10.0

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from fleetc.model import FleetModel, Taint, untolerated
+from fleetc.placement.rules import slots_per_gpu, usable_capacity, uses_shared_slots
 from fleetc.placement.scoring import filter_reason
-from fleetc.placement.verify import slots_per_gpu, usable_capacity, uses_shared_slots
 
 
 def taint_hints(model: FleetModel, stage_keys: Iterable[str]) -> list[str]:
@@ -50,7 +50,7 @@ def refused_stages(model: FleetModel, reasons: Iterable[str]) -> list[str]:
 
 def capacity_hints(model: FleetModel) -> list[str]:
     """The policy fields behind the capacity figures a refusal prints: per GPU cluster whose
-    usable GPUs (:func:`~fleetc.placement.verify.usable_capacity`) are fewer than it has, the
+    usable GPUs (:func:`~fleetc.placement.rules.usable_capacity`) are fewer than it has, the
     GPU policy's defragmentation headroom and the cluster's utilisation; and the time-slicing
     slots that let a shared GPU count as a fraction."""
     policy = model.gpu_policy

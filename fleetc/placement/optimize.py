@@ -17,7 +17,7 @@ allow (:func:`fleetc.placement.scoring.score_matrix`) and form one vector ``v = 
   kept there (``k <= y``, ``k <= previous``), rewarded by the move cost.
 
 Constraints (all ``scipy.sparse`` matrices times ``v``): per cluster, exclusive GPUs + ``w`` <=
-usable GPUs (:func:`fleetc.placement.verify.usable_capacity`: utilisation and defragmentation headroom),
+usable GPUs (:func:`fleetc.placement.rules.usable_capacity`: utilisation and defragmentation headroom),
 shared slots <= ``slots_per_gpu * w``, cores and GiB <= usable; ``multiCluster`` forces
 ``u >= z`` on every HA cluster of a serving stage.
 
@@ -73,15 +73,15 @@ from fleetc.placement.program import (
     demand_of,
     replicas_of,
 )
-from fleetc.placement.scoring import Scores, score_matrix
-from fleetc.placement.solvers import DEFAULT_SOLVER
-from fleetc.placement.verify import (
+from fleetc.placement.rules import (
     ha_clusters,
     min_replicas_per_cluster,
     slots_per_gpu,
     uses_shared_slots,
-    verify,
 )
+from fleetc.placement.scoring import Scores, score_matrix
+from fleetc.placement.solvers import DEFAULT_SOLVER
+from fleetc.placement.verify import verify
 
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,
 #: unless :func:`place` is given another threshold (the CLI's ``FLEETC_LARGE``; 0 sends every

@@ -18,8 +18,7 @@ import scipy.sparse as sp
 
 from fleetc.model import Cluster, FleetModel, Stage
 from fleetc.placement import highs
-from fleetc.placement.scoring import GIB, Scores
-from fleetc.placement.verify import (
+from fleetc.placement.rules import (
     failover_groups,
     ha_clusters,
     min_replicas_per_cluster,
@@ -27,6 +26,7 @@ from fleetc.placement.verify import (
     usable_capacity,
     uses_shared_slots,
 )
+from fleetc.placement.scoring import GIB, Scores
 
 #: A previous placement: stage key -> cluster name -> replicas (see :mod:`fleetc.placement.previous`).
 PreviousClusters = Mapping[str, Mapping[str, int]]
@@ -139,6 +139,9 @@ class Program:
     lower: np.ndarray
     upper: np.ndarray
     z: np.ndarray  # the z columns
+    w: np.ndarray  # the w columns (one per cluster with time-slicing, else none)
+    k: np.ndarray  # the k columns
+    k_of: np.ndarray  # the y column each k column keeps replicas of
     blocked: np.ndarray  # per stage of the part: multiCluster makes it unplaceable
     clusters: int
     gangs: int  # the x columns come first
@@ -246,6 +249,9 @@ def build_program(
         lower=lower,
         upper=upper,
         z=columns.z,
+        w=columns.w,
+        k=columns.k,
+        k_of=columns.y[columns.keep],
         blocked=is_blocked,
         clusters=len(clusters),
         gangs=len(columns.x_stage),
@@ -320,7 +326,7 @@ def _headroom_rows(
     slots: int,
 ) -> tuple[sp.csr_matrix, np.ndarray]:
     """``usage`` and ``usable`` with the failover headroom rows of
-    :func:`~fleetc.placement.verify.failover_groups` added: per platform, lost cluster ``h`` and
+    :func:`~fleetc.placement.rules.failover_groups` added: per platform, lost cluster ``h`` and
     resource ``r``, what the other clusters of its set use plus what its serving stages use on
     ``h`` (time-sliced GPUs as ``1 / slots`` each) <= what the others may use."""
     groups = failover_groups(model)

@@ -66,6 +66,7 @@ from functools import cached_property
 import numpy as np
 
 from fleetc.model import Cluster, FleetModel, Stage, StageType, untolerated
+from fleetc.placement import rules
 
 GIB = 2**30
 
@@ -178,18 +179,19 @@ def score_matrix(model: FleetModel) -> Scores:
 def filter_reason(stage: Stage, cluster: Cluster) -> str:
     """Why ``stage`` may never run on ``cluster``, or '' when it may.
 
-    The readable statement of the filters: :class:`_Block` computes the same verdict on arrays
-    (a property test checks they agree) and :class:`Reasons` takes its texts from here.
+    The filters worded for users, over the rules of :mod:`fleetc.placement.rules` (and ``too
+    small``, which capacity implies): :class:`_Block` computes the same verdict on arrays (a
+    property test checks they agree) and :class:`Reasons` takes its texts from here.
     """
     if cluster.cordoned:
         return "cordoned"
-    if stage.jurisdiction is not None and cluster.jurisdiction != stage.jurisdiction:
+    if rules.outside_jurisdiction(stage, cluster):
         return f"in {cluster.jurisdiction}, outside the data's jurisdiction {stage.jurisdiction}"
-    if stage.gpus > 0 and (cluster.gpu_type is None or cluster.gpus <= 0):
+    if rules.lacks_gpus(stage, cluster):
         return "no GPUs"
-    if stage.gpus > 0 and stage.gpu_type and stage.gpu_type != cluster.gpu_type:
+    if rules.lacks_gpu_type(stage, cluster):
         return f"no {stage.gpu_type}"
-    repelling = untolerated(cluster.taints, stage.tolerations)
+    repelling = rules.repelling_taints(stage, cluster)
     if repelling:
         taint = repelling[0]
         return f"untolerated taint {taint.key}={taint.value}:{taint.effect}"

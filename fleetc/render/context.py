@@ -18,7 +18,7 @@ from fleetc.model import (
     Stage,
     StagePlacement,
 )
-from fleetc.placement.verify import slots_per_gpu, uses_shared_slots
+from fleetc.placement.rules import slots_per_gpu, uses_shared_slots
 
 Work = list[tuple[Stage, Assignment]]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fleetc.model import FleetModel, Placement, Stage, StagePlacement
-from fleetc.placement.verify import slots_per_gpu, uses_shared_slots
+from fleetc.placement.rules import slots_per_gpu, uses_shared_slots
 from fleetc.render.common import Obj
 from fleetc.render.context import placements
 

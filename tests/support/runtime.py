@@ -25,7 +25,7 @@ from typing import Any
 from ruamel.yaml import YAML
 
 from fleetc.model import FleetModel
-from fleetc.placement.verify import slots_per_gpu
+from fleetc.placement.rules import slots_per_gpu
 from fleetc.policy.quantity import cpu_millis, memory_bytes
 
 GPU = "nvidia.com/gpu"

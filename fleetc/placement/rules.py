@@ -1,0 +1,248 @@
+"""The hard rules of placement, stated once, as plain functions in whole units.
+
+A placement is sound when every stage is placed once, whole (:func:`replicas_sound`), on
+clusters that may run it (:func:`exclusions`: cordons, data sovereignty, GPUs and their type,
+taints), on every cluster ``multiCluster`` runs it on with at least its per-cluster minimum
+(:func:`ha_clusters`, :func:`min_replicas_per_cluster`), and when what is placed on each
+cluster (:func:`usage`) fits its usable capacity (:func:`usable_capacity`, :func:`overuse`) and
+the failover headroom its platform asks for (:func:`failover_groups`, :func:`failover_shortfalls`).
+
+Everything here counts integers: GPUs (as reserved per replica after node fit, ``Stage.gpus``,
+:mod:`fleetc.nodefit`), time-sliced GPU slots, millicores and bytes. The verifier
+(:mod:`fleetc.placement.verify`) reads these functions and nothing of the solvers; the solvers
+vectorise the same rules in floats (:mod:`fleetc.placement.program`, :mod:`fleetc.placement.colgen`,
+the filters in :mod:`fleetc.placement.scoring`), and ``tests/test_rules.py`` holds the two against
+each other on generated fleets.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from fleetc.model import Cluster, FleetModel, Stage, StageType, Taint, untolerated
+
+#: Stage types that never run on time-sliced GPU slots: they need whole GPUs.
+EXCLUSIVE_TYPES = (StageType.TRAINING, StageType.FINETUNING)
+
+#: Free memory is counted in whole MiB: the optimizer's float GiB then never meets a capacity a
+#: few bytes below a demand, which its feasibility tolerance would let through.
+MIB = 2**20
+
+_ROUNDING = 1e-9
+
+#: The resources capacity is counted in, in the order of :func:`usable_capacity`.
+RESOURCES = ("GPUs", "CPU millicores", "memory bytes")
+
+
+# --- where a stage may run ---------------------------------------------------------------------
+
+
+def outside_jurisdiction(stage: Stage, cluster: Cluster) -> bool:
+    """Data sovereignty: the stage reads data of a jurisdiction the cluster is not in."""
+    return stage.jurisdiction is not None and cluster.jurisdiction != stage.jurisdiction
+
+
+def lacks_gpus(stage: Stage, cluster: Cluster) -> bool:
+    """The stage needs GPUs and the cluster has none."""
+    return stage.gpus > 0 and (cluster.gpu_type is None or cluster.gpus <= 0)
+
+
+def lacks_gpu_type(stage: Stage, cluster: Cluster) -> bool:
+    """The stage names a GPU type the cluster (which has GPUs) does not have."""
+    return stage.gpus > 0 and bool(stage.gpu_type) and stage.gpu_type != cluster.gpu_type
+
+
+def repelling_taints(stage: Stage, cluster: Cluster) -> tuple[Taint, ...]:
+    """The cluster's hard taints (not PreferNoSchedule) none of the stage's tolerations covers."""
+    return untolerated(cluster.taints, stage.tolerations)
+
+
+def exclusions(stage: Stage, cluster: Cluster) -> list[str]:
+    """Every rule that keeps ``stage`` off ``cluster`` whatever else is placed, as a short
+    phrase ([] when it may run there); the filters (:func:`fleetc.placement.scoring.filter_reason`)
+    word the first of them for users."""
+    why = []
+    if cluster.cordoned:
+        why.append("the cluster is cordoned")
+    if outside_jurisdiction(stage, cluster):
+        why.append(f"data sovereignty keeps it in jurisdiction {stage.jurisdiction}, "
+                   f"the cluster is in {cluster.jurisdiction}")
+    if lacks_gpus(stage, cluster):
+        why.append("needs GPUs, the cluster has none")
+    elif lacks_gpu_type(stage, cluster):
+        why.append(f"needs {stage.gpu_type}, the cluster has {cluster.gpu_type}")
+    why += [f"untolerated taint {t.key}={t.value}:{t.effect}" for t in repelling_taints(stage, cluster)]
+    return why
+
+
+# --- how a stage's replicas are split ----------------------------------------------------------
+
+
+def min_replicas_per_cluster(stage: Stage) -> int:
+    """The fewest replicas a serving cluster runs: at least 1, at most the stage's replicas.
+
+    A minimum above the replica count would make every placement impossible, so it is read as
+    "all replicas on one cluster".
+    """
+    return max(1, min(stage.min_replicas_per_cluster, stage.replicas))
+
+
+def replicas_sound(stage: Stage, replicas: Sequence[int]) -> list[str]:
+    """What is wrong with ``replicas`` (one count per cluster that runs the stage) as the
+    placement of ``stage``: all its replicas placed, a gang on one cluster (a Deployment's
+    per-cluster minimum is :func:`below_minimum`)."""
+    problems = []
+    placed = sum(replicas)
+    if placed != stage.replicas:
+        problems.append(f"{placed} replicas placed, the stage has {stage.replicas}")
+    if stage.is_gang and len(replicas) > 1:
+        problems.append(f"gang split across {len(replicas)} clusters")
+    return problems
+
+
+def below_minimum(stage: Stage, replicas: int) -> bool:
+    """A Deployment's cluster serving fewer than :func:`min_replicas_per_cluster` replicas."""
+    return not stage.is_gang and replicas < min_replicas_per_cluster(stage)
+
+
+def ha_clusters(model: FleetModel, stage: Stage) -> tuple[str, ...]:
+    """The clusters a serving stage must run on, each with at least its per-cluster minimum:
+    the primary and every secondary of each platform governing its pipeline (first seen first),
+    but for the cordoned or drained ones: they drop out of the active-active set, which then
+    runs degraded on the others (compile warns about it)."""
+    if stage.type is not StageType.DEPLOYMENT:
+        return ()
+    names: list[str] = []
+    for platform in model.platforms:
+        if platform.primary_cluster and stage.pipeline in platform.pipelines:
+            names += [platform.primary_cluster, *platform.secondary_clusters]
+    lost = {c.name for c in model.clusters if c.cordoned}
+    return tuple(name for name in dict.fromkeys(names) if name not in lost)
+
+
+# --- capacity ----------------------------------------------------------------------------------
+
+
+def usable_capacity(model: FleetModel, cluster: Cluster) -> tuple[int, int, int]:
+    """GPUs, millicores and bytes fleetc may allocate on ``cluster``.
+
+    Work fleetc does not place already uses ``utilization`` of everything: free is
+    ``total * (1 - utilization)``, rounded down (memory to whole MiB). The GPU policy's
+    ``defragmentThreshold`` keeps ``(1 - threshold)`` of the GPUs free overall, so used GPUs
+    (that outside work included) stay at most ``threshold * gpus``: fleetc gets
+    ``floor(gpus * (threshold - utilization))`` GPUs (threshold 1 without a GPU policy), never
+    below 0. Headroom is about GPUs only.
+    """
+    utilization = min(max(cluster.utilization, 0.0), 1.0)
+    threshold = 1.0
+    if model.gpu_policy is not None and model.gpu_policy.defragment_threshold is not None:
+        threshold = min(max(model.gpu_policy.defragment_threshold, 0.0), 1.0)
+    gpus = max(0, math.floor(cluster.gpus * (threshold - utilization) + _ROUNDING))
+    millis = max(0, math.floor(cluster.cpu_millis * (1.0 - utilization) + _ROUNDING))
+    memory = max(0, math.floor(cluster.memory_bytes * (1.0 - utilization) / MIB + _ROUNDING)) * MIB
+    return gpus, millis, memory
+
+
+def slots_per_gpu(model: FleetModel) -> int:
+    """How many sharers one time-sliced GPU serves: the time-slicing replicas, at most
+    ``maxSharers`` when the sharing strategy is on; 1 means no sharing."""
+    policy = model.gpu_policy
+    if policy is None:
+        return 1
+    slots = max(1, policy.time_slicing_replicas)
+    return min(slots, max(1, policy.max_sharers)) if policy.sharing_enabled else slots
+
+
+def uses_shared_slots(model: FleetModel, stage: Stage) -> bool:
+    """Whether ``stage``'s GPUs are time-sliced slots (``1 / slots_per_gpu`` of a GPU each)."""
+    return (
+        stage.shared_gpu
+        and stage.gpus > 0
+        and stage.type not in EXCLUSIVE_TYPES
+        and slots_per_gpu(model) > 1
+    )
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What replicas take of one cluster: whole GPUs, time-sliced slots, millicores, bytes."""
+
+    gpus: int = 0
+    slots: int = 0
+    millis: int = 0
+    memory: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.gpus + other.gpus, self.slots + other.slots, self.millis + other.millis,
+                     self.memory + other.memory)
+
+
+def replica_usage(model: FleetModel, stage: Stage, replicas: int) -> Usage:
+    """What ``replicas`` of ``stage`` take: its GPUs per replica as reserved (node fit already
+    rounded them, :mod:`fleetc.nodefit`), as slots when it uses shared slots."""
+    gpus = replicas * stage.gpus
+    shared = uses_shared_slots(model, stage)
+    return Usage(0 if shared else gpus, gpus if shared else 0, replicas * stage.cpu_millis,
+                 replicas * stage.memory_bytes)
+
+
+def usage(model: FleetModel, placed: Iterable[tuple[Stage, int]]) -> Usage:
+    """What the ``(stage, replicas)`` placed on one cluster take of it together."""
+    total = Usage()
+    for stage, replicas in placed:
+        total += replica_usage(model, stage, replicas)
+    return total
+
+
+def taken(model: FleetModel, used: Usage) -> tuple[int, int, int]:
+    """GPUs, millicores and bytes ``used`` takes of a cluster's capacity: time-sliced slots
+    take whole GPUs, ``slots_per_gpu`` to a GPU (shared by whichever stages use them)."""
+    return used.gpus + -(-used.slots // slots_per_gpu(model)), used.millis, used.memory
+
+
+def overuse(model: FleetModel, cluster: Cluster, used: Usage) -> list[tuple[str, int, int]]:
+    """``(resource, taken, usable)`` for each resource ``used`` takes more of than ``cluster``'s
+    usable capacity; [] when it fits."""
+    return [(what, need, have)
+            for what, need, have in zip(RESOURCES, taken(model, used), usable_capacity(model, cluster), strict=True)
+            if need > have]
+
+
+# --- failover headroom -------------------------------------------------------------------------
+
+
+def failover_groups(model: FleetModel) -> list[tuple[str, tuple[str, ...], frozenset[str]]]:
+    """Per platform asking for failover headroom: its name, its active-active clusters (those
+    not cordoned) and the keys of its serving stages. The rule (:func:`failover_shortfalls`):
+    for each of those clusters ``h`` and each resource, what the platform's serving stages use
+    on ``h`` fits in what the other clusters of the set leave free."""
+    groups = []
+    for platform in model.platforms:
+        if not (platform.failover_headroom and platform.primary_cluster):
+            continue
+        serving = frozenset(s.key for s in model.stages
+                            if s.type is StageType.DEPLOYMENT and s.pipeline in platform.pipelines)
+        clusters = next((ha_clusters(model, s) for s in model.stages if s.key in serving), ())
+        if len(clusters) > 1 and serving:
+            groups.append((platform.name, clusters, serving))
+    return groups
+
+
+def failover_shortfalls(model: FleetModel, lost: Usage, others: Iterable[tuple[Cluster, Usage]]
+                        ) -> list[tuple[str, int, int]]:
+    """``(resource, needed, free)`` for each resource the serving replicas ``lost`` with one
+    cluster need more of than the ``others`` (each with what is placed on it) leave free.
+
+    GPUs are counted in slots, ``slots_per_gpu`` to a GPU, so that time-sliced replicas need
+    no fractions: an exclusive GPU needs all of a GPU's slots, a free GPU offers them all."""
+    slots = slots_per_gpu(model)
+    need = (lost.gpus * slots + lost.slots, lost.millis, lost.memory)
+    free = [0, 0, 0]
+    for cluster, used in others:
+        scale = (slots, 1, 1)
+        for r, (have, busy) in enumerate(zip(usable_capacity(model, cluster), taken(model, used), strict=True)):
+            free[r] += (have - busy) * scale[r]
+    names = ("GPU slots" if slots > 1 else "GPUs", *RESOURCES[1:])
+    return [(what, n, f) for what, n, f in zip(names, need, free, strict=True) if n > f]

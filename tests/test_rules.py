@@ -1,0 +1,210 @@
+"""The hard rules (:mod:`fleetc.placement.rules`) against their vectorised form (hypothesis).
+
+On random small fleets (cordons, sovereignty, GPU types, taints, utilisation, headroom,
+time-slicing, multiCluster with failover headroom, previous placements), and for random
+candidate placements, some sound and some not:
+
+- every pair the filters allow is one no rule excludes, and every pair no rule excludes and
+  whose cluster holds one replica is allowed;
+- the placement program accepts a candidate (its integral vector is feasible) exactly when the
+  rules do (:func:`fleetc.placement.verify.verify`, which reads only the rules);
+- the program's capacity rows count, per cluster, what :func:`rules.taken` counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.builders import GPU_TAINT, make_cluster, make_fleet, make_gpu_policy, make_platform, make_stage
+
+from fleetc.model import Assignment, FleetModel, Placement, StagePlacement, StageType, Toleration
+from fleetc.placement import rules
+from fleetc.placement.optimize import _blocked
+from fleetc.placement.program import Part, Program, build_program, is_feasible
+from fleetc.placement.scoring import GIB, score_matrix
+from fleetc.placement.verify import verify
+
+JURISDICTIONS = ("cn", "EU")
+TOLERATE_GPU = Toleration(key=GPU_TAINT.key, operator="Equal", value=GPU_TAINT.value, effect=GPU_TAINT.effect)
+
+
+@st.composite
+def fleets(draw: st.DrawFn, failover: bool = False) -> FleetModel:
+    """Small random fleets; with ``failover``, a platform asking for failover headroom over two
+    to four clusters serves pipeline ``p``."""
+    gpu_types = st.sampled_from(["a100", "h100", None])
+    clusters = tuple(
+        make_cluster(
+            f"c{i}",
+            gpu_type=(gpu_type := draw(gpu_types)),
+            gpus=draw(st.sampled_from([2, 4, 8, 16])) if gpu_type else 0,
+            cores=draw(st.sampled_from([8, 16, 64])),
+            memory_gib=draw(st.sampled_from([32, 64, 256])),
+            utilization=draw(st.sampled_from([0.0, 0.0, 0.25, 0.5])),
+            cordoned=not failover and draw(st.integers(0, 6)) == 0,
+            jurisdiction=draw(st.sampled_from(JURISDICTIONS)),
+            taints=(GPU_TAINT,) if draw(st.integers(0, 4)) == 0 else (),
+        )
+        for i in range(draw(st.integers(2 if failover else 1, 4)))
+    )
+    stages = tuple(
+        make_stage(
+            f"s{i}",
+            pipeline=draw(st.sampled_from(["p", "p" if failover else "q"])),
+            type=(kind := draw(st.sampled_from([StageType.DEPLOYMENT, *StageType]))),
+            gpus=draw(st.sampled_from([0, 1, 2, 4])),
+            gpu_type=draw(gpu_types),
+            replicas=draw(st.integers(1, 5)),
+            cores=draw(st.sampled_from([1, 4, 16])),
+            memory_gib=draw(st.sampled_from([2, 16, 64])),
+            min_replicas_per_cluster=draw(st.integers(1, 3)) if kind is StageType.DEPLOYMENT else 1,
+            shared_gpu=draw(st.integers(0, 3)) > 0,
+            jurisdiction=draw(st.sampled_from([None, *JURISDICTIONS])),
+            tolerations=(TOLERATE_GPU,) if draw(st.booleans()) else (),
+        )
+        for i in range(draw(st.integers(1, 6)))
+    )
+    platforms = ()
+    if failover or draw(st.booleans()):
+        names = [c.name for c in clusters]
+        ha = draw(st.lists(st.sampled_from(names), min_size=min(2, len(names)), max_size=3, unique=True))
+        platform = make_platform(ha[0], tuple(ha[1:]), pipelines=("p",))
+        platforms = (dataclasses.replace(platform, failover_headroom=failover or draw(st.booleans())),)
+    gpu_policy = None
+    if draw(st.integers(0, 3)):
+        gpu_policy = make_gpu_policy(
+            time_slicing=draw(st.sampled_from([4, 2, 3, 1])),
+            defragment_threshold=draw(st.sampled_from([None, 0.5, 0.8])),
+            sharing=draw(st.booleans()),
+            max_sharers=draw(st.sampled_from([2, 3, 1])),
+        )
+    return make_fleet(clusters, stages, platforms=platforms, gpu_policy=gpu_policy)
+
+
+@st.composite
+def candidates(draw: st.DrawFn, model: FleetModel, allowed: np.ndarray) -> np.ndarray:
+    """(S, C) replicas: each stage left out, or spread over a few clusters (mostly allowed
+    ones), mostly with all its replicas, a gang mostly on one cluster."""
+    replicas_at = np.zeros(allowed.shape, dtype=int)
+    for s, stage in enumerate(model.stages):
+        if draw(st.integers(0, 4)) == 0:
+            continue
+        ok = np.flatnonzero(allowed[s]).tolist()
+        pool = ok if ok and draw(st.integers(0, 9)) else list(range(allowed.shape[1]))
+        count = stage.replicas if draw(st.integers(0, 9)) else draw(st.integers(1, stage.replicas + 1))
+        spread = 1 if stage.is_gang and draw(st.integers(0, 9)) else draw(st.integers(1, min(3, count)))
+        clusters = draw(st.lists(st.sampled_from(pool), min_size=spread, max_size=spread))
+        for i, c in enumerate(clusters):
+            replicas_at[s, c] += count // spread + (i < count % spread)
+    return replicas_at
+
+
+def placement_of(model: FleetModel, replicas_at: np.ndarray) -> Placement:
+    return Placement(
+        stages=tuple(
+            StagePlacement(stage.key, tuple(
+                Assignment(model.clusters[c].name, int(replicas_at[s, c]), int(replicas_at[s, c]) * stage.gpus)
+                for c in np.flatnonzero(replicas_at[s])
+            ), score=0.0)
+            for s, stage in enumerate(model.stages)
+        ),
+        objective=0.0,
+        bound=0.0,
+        method="candidate",
+    )
+
+
+def vector_of(model: FleetModel, program: Program, replicas_at: np.ndarray, previous: np.ndarray) -> np.ndarray | None:
+    """The program's integral ``v = [x | y | u | z | w | k]`` for ``replicas_at`` (the fewest GPUs
+    given over to slots, every replica kept that can be), or None when it has no variables for
+    it (a pair the filters refuse, part of a gang)."""
+    units = np.zeros(replicas_at.shape, dtype=bool)
+    units[program.unit_stage, program.unit_cluster] = True
+    at_unit = replicas_at[program.unit_stage, program.unit_cluster]
+    if np.any((replicas_at > 0) & ~units) or np.any(at_unit % program.unit_replicas):
+        return None
+    v = np.zeros(program.size)
+    v[: len(at_unit)] = at_unit // program.unit_replicas
+    v[len(at_unit) + np.arange(len(at_unit) - program.gangs)] = at_unit[program.gangs:] > 0  # u
+    v[program.z] = replicas_at.any(axis=1)
+    if len(program.w):
+        shared = np.array([rules.uses_shared_slots(model, s) for s in model.stages])
+        slots = (np.array([s.gpus for s in model.stages]) * shared) @ replicas_at
+        v[program.w] = -(-slots // rules.slots_per_gpu(model))
+    kept_unit = program.k_of  # the y entries of v the k entries keep replicas of
+    v[program.k] = np.minimum(v[kept_unit], previous[program.unit_stage[kept_unit], program.unit_cluster[kept_unit]])
+    return v
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_program_accepts_exactly_what_the_rules_accept(data: st.DataObject) -> None:
+    _check_against_the_rules(data, data.draw(fleets()))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_failover_headroom_rows_follow_the_rules(data: st.DataObject) -> None:
+    _check_against_the_rules(data, data.draw(fleets(failover=True)))
+
+
+def _check_against_the_rules(data: st.DataObject, model: FleetModel) -> None:
+    scores = score_matrix(model)
+    for s, stage in enumerate(model.stages):
+        for c, cluster in enumerate(model.clusters):
+            excluded = bool(rules.exclusions(stage, cluster))
+            too_small = (stage.gpus > cluster.gpus or stage.cpu_millis > cluster.cpu_millis
+                         or stage.memory_bytes > cluster.memory_bytes)
+            assert scores.allowed[s, c] == (not excluded and not too_small), (stage, cluster)
+    previous = np.array(data.draw(st.lists(st.lists(st.integers(0, 2), min_size=len(model.clusters),
+                                                    max_size=len(model.clusters)),
+                                           min_size=len(model.stages), max_size=len(model.stages))))
+    previous = np.minimum(previous, [[s.replicas] for s in model.stages]).reshape(scores.allowed.shape)
+    everything = Part(np.arange(len(model.stages)), np.arange(len(model.clusters)))
+    program = build_program(model, scores, _blocked(model, scores), previous, everything)
+    for _ in range(6):
+        replicas_at = data.draw(candidates(model, scores.allowed))
+        placement = placement_of(model, replicas_at)
+        sound = verify(model, placement, allow_unplaced=True) == []
+        v = vector_of(model, program, replicas_at, previous)
+        assert (v is not None and is_feasible(program, v, program.lower)) == sound, verify(
+            model, placement, allow_unplaced=True)
+        if v is not None:
+            _assert_same_usage(model, program, v, replicas_at)
+            _assert_same_headroom(model, program, v, replicas_at)
+
+
+def _assert_same_usage(model: FleetModel, program: Program, v: np.ndarray, replicas_at: np.ndarray) -> None:
+    """The program's GPU, core and GiB rows count what :func:`rules.taken` counts."""
+    rows = program.usage @ v
+    n = len(model.clusters)
+    for c, cluster in enumerate(model.clusters):
+        used = rules.usage(model, [(stage, int(replicas_at[s, c])) for s, stage in enumerate(model.stages)])
+        gpus, millis, memory = rules.taken(model, used)
+        assert rows[c] == gpus, cluster.name
+        assert abs(rows[n + c] - millis / 1000) < 1e-9
+        assert abs(rows[2 * n + c] - memory / GIB) < 1e-9
+
+
+def _assert_same_headroom(model: FleetModel, program: Program, v: np.ndarray, replicas_at: np.ndarray) -> None:
+    """Each failover headroom row of the program holds exactly when
+    :func:`rules.failover_shortfalls` finds no shortfall of its cluster and resource."""
+    n = len(model.clusters)
+    row = (4 if len(program.w) else 3) * n
+    slack = program.capacity - program.usage @ v
+    index = {c.name: i for i, c in enumerate(model.clusters)}
+    for _name, members, serving in rules.failover_groups(model):
+        for lost in members:
+            on_lost = [(stage, int(replicas_at[s, index[lost]])) for s, stage in enumerate(model.stages)
+                       if stage.key in serving]
+            others = [(model.cluster(o), rules.usage(model, [(stage, int(replicas_at[s, index[o]]))
+                                                               for s, stage in enumerate(model.stages)]))
+                      for o in members if o != lost]
+            short = {what for what, _, _ in rules.failover_shortfalls(model, rules.usage(model, on_lost), others)}
+            for what in ("GPU slots" if rules.slots_per_gpu(model) > 1 else "GPUs", *rules.RESOURCES[1:]):
+                assert (slack[row] >= -1e-6) == (what not in short), (lost, what)
+                row += 1
+    assert row == len(slack)

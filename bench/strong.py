@@ -24,8 +24,8 @@ import numpy as np
 
 from bench.greedy import _demand_and_capacity, _stage_placement, objective, stage_value
 from fleetc.model import FleetModel, Placement
+from fleetc.placement.rules import ha_clusters, min_replicas_per_cluster
 from fleetc.placement.scoring import Scores, score_matrix
-from fleetc.placement.verify import ha_clusters, min_replicas_per_cluster
 
 #: Passes of the relocate/swap search over every gang.
 PASSES = 4

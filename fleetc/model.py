@@ -81,6 +81,11 @@ class Source:
     field: str
 
 
+#: A cluster's batch admission layer (Fleet ``batchScheduler``): what its gang stages render as.
+VOLCANO = "volcano"
+KUEUE = "kueue"
+
+
 @dataclass(frozen=True)
 class Cluster:
     name: str
@@ -106,6 +111,7 @@ class Cluster:
     gpu_product: str = ""  # its nodes' nvidia.com/gpu.product label (attribute gpu-product)
     device_plugin_configured: bool = False  # its ClusterPolicy reads fleetc's device-plugin config
     drained: bool = False  # cordoned for this compile only, by --drain
+    batch_scheduler: str = VOLCANO  # what admits its gangs: VOLCANO or KUEUE (Fleet batchScheduler)
 
 
 #: The Alluxio properties a mount of each URL scheme needs, which Fluid takes from the Secret an

@@ -362,6 +362,7 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str], names: 
         drained=c.name in drained,
         gpu_product=_gpu_product(attributes, gpu_type),
         device_plugin_configured=_flag(attributes, "device-plugin-configured"),
+        batch_scheduler=c.batchScheduler or m.VOLCANO,
     )
 
 

@@ -83,11 +83,11 @@ class Fleet:
             failures = flux_reconcile(live, files, flux_kustomizations(files, cluster), state,
                                       repository_folder(files))
             assert failures == {}, f"Flux on {cluster}: {failures}"
-            assert _objects(live) == desired(files, cluster), f"Flux on {cluster}"
+            assert _started(live) == desired(files, cluster), f"Flux on {cluster}"
             live, argo = self.argo.setdefault(cluster, (Cluster(), ArgoState()))
             failure = argo_sync(live, kustomize_build(files, f"clusters/{cluster}"), argo)
             assert failure is None, f"Argo CD on {cluster}: {failure}"
-            assert _objects(live) == desired(files, cluster), f"Argo CD on {cluster}"
+            assert _started(live) == desired(files, cluster), f"Argo CD on {cluster}"
 
     def uids(self) -> dict[tuple[str, str], dict]:
         return {(engine, cluster): live.uids()
@@ -97,6 +97,18 @@ class Fleet:
 
 def _objects(live: Cluster) -> dict:
     return {k: v.obj for k, v in live.objects.items()}
+
+
+def _started(live: Cluster) -> dict:
+    """The objects once Kueue admitted what it can: every Kueue Job must have started (its
+    queues exist); ``spec.suspend``, which Kueue owns, is left out of the comparison."""
+    live.kueue_admit()
+    found = _objects(live)
+    for k, obj in found.items():
+        if k[:2] == ("batch", "Job") and "suspend" in obj["spec"]:
+            assert obj["spec"]["suspend"] is False, f"{k} stays suspended: {live.kueue_queue_problem(k[2], obj)}"
+            found[k] = {**obj, "spec": {n: v for n, v in obj["spec"].items() if n != "suspend"}}
+    return found
 
 
 def assert_second_pass_keeps_unchanged_runs(before: Files, after: Files) -> None:
@@ -154,6 +166,80 @@ def test_argo_without_waves_applies_the_job_before_the_queue() -> None:
     cluster = Cluster()
     assert "unable to find job queue" in (argo_sync(cluster, [NAMESPACE, QUEUE, job()], ArgoState()) or "")
     assert argo_sync(Cluster(), [NAMESPACE, QUEUE, job(wave=1)], ArgoState()) is None
+
+
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+FLAVOR = {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": "f"}, "spec": {}}
+CLUSTER_QUEUE = {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": "cq"},
+                 "spec": {"resourceGroups": [{"coveredResources": ["cpu"],
+                                              "flavors": [{"name": "f", "resources": [{"name": "cpu",
+                                                                                       "nominalQuota": 8}]}]}]}}
+LOCAL_QUEUE = {"apiVersion": KUEUE_API, "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": "ml"},
+               "spec": {"clusterQueue": "cq"}}
+
+
+def kueue_job(image: str = "a", wave: int | None = None) -> dict:
+    meta: dict = {"name": "train", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "lq"}}
+    if wave is not None:
+        meta["annotations"] = {"argocd.argoproj.io/sync-wave": str(wave)}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+            "spec": {"parallelism": 1, "completions": 1, "template": {"spec": {"image": image}}}}
+
+
+def test_kueue_accepts_a_job_before_its_queue_and_starts_it_once_the_queues_exist() -> None:
+    cluster = Cluster()
+    cluster.apply(NAMESPACE)
+    cluster.apply(kueue_job(), dry_run=True)
+    cluster.apply(kueue_job())
+    live = cluster.objects[key(kueue_job())]
+    assert live.obj["spec"]["suspend"] is True  # the webhook's default: created suspended
+    assert cluster.kueue_admit() == []
+    assert cluster.kueue_queue_problem("ml", live.obj) == "LocalQueue ml/lq does not exist"
+    cluster.apply(LOCAL_QUEUE)
+    cluster.apply(CLUSTER_QUEUE)
+    assert cluster.kueue_queue_problem("ml", live.obj) == "ResourceFlavor f of ClusterQueue cq does not exist"
+    cluster.apply(FLAVOR)
+    assert cluster.kueue_admit() == [key(kueue_job())]
+    assert live.obj["spec"]["suspend"] is False
+    with pytest.raises(Refused, match="spec.template: field is immutable"):
+        cluster.apply(kueue_job(image="b"))
+
+
+def test_one_flux_kustomization_with_kueue_queues_and_job_converges() -> None:
+    objects = {"ns": NAMESPACE, "f": FLAVOR, "cq": CLUSTER_QUEUE, "lq": LOCAL_QUEUE, "job": kueue_job()}
+    files = {"c/kustomization.yaml": f"resources: [{', '.join(f'{n}.yaml' for n in objects)}]\n"}
+    files |= {f"c/{n}.yaml": _dump(obj) for n, obj in objects.items()}
+    kustomization = {"metadata": {"name": "all"}, "spec": {"path": "./c", "prune": True}}
+    cluster = Cluster()
+    assert flux_reconcile(cluster, files, [kustomization], FluxState(), ".") == {}
+    assert cluster.kueue_admit() == [key(kueue_job())]
+    assert argo_sync(Cluster(), list(objects.values()), ArgoState()) is None
+
+
+def test_a_sync_after_kueue_started_a_job_leaves_it_running() -> None:
+    """fleetc renders no ``spec.suspend``: re-applying the manifest must not stop the run."""
+    files = dict(read_tree(CASES / "kueue-two-cluster-pipeline" / "expected"))
+    assert not any("suspend" in text for path, text in files.items() if "/job-" in path)
+    fleet = Fleet()
+    fleet.sync(files)
+    uids = fleet.uids()
+    fleet.sync(files)
+    assert fleet.uids() == uids
+    for live, _ in [*fleet.flux.values(), *fleet.argo.values()]:
+        jobs = [o.obj for k, o in live.objects.items() if k[:2] == ("batch", "Job")]
+        assert all(job["spec"]["suspend"] is False for job in jobs)
+
+
+def test_kueue_second_compile_converges_and_keeps_unchanged_runs() -> None:
+    policies = read_policies(CASES / "kueue-two-cluster-pipeline" / "policies")
+    before = compile_texts(policies)
+    path = "policies/pipeline.yaml"
+    after = compile_texts({**policies, path: _set_image(policies[path], "train", "registry.example.com/llm/train:3.1")})
+    renamed = {p.rsplit("/", 1)[1].rsplit("-", 1)[0] for p in set(before) ^ set(after) if "/workloads/" in p}
+    assert renamed == {"job-ml-llm-train", "service-ml-llm-train"}  # a new run and its headless Service
+    serve = "clusters/serve-l4/workloads/deployment-ml-llm-serve.yaml"
+    assert before[serve] != after[serve]  # it waits for the new run's marker
+    assert_second_pass_keeps_unchanged_runs(before, after)
 
 
 def _dump(obj: dict) -> str:

@@ -96,7 +96,11 @@ def name_problems(files: Mapping[str, str]) -> list[str]:
             DNS1123_LABEL if kind in ("Namespace", "Deployment") else DNS1123_SUBDOMAIN)
         if not rule.match(name) or len(name) > 63:
             found.append(f"{path}: name {name!r} is not a {rule.pattern} of at most 63 characters")
-        if kind == "Job":  # Volcano: pod <job>-<task>-<index>, its hostname too (svc plugin)
+        if kind == "Job" and obj["spec"].get("completionMode") == "Indexed":  # hostname <job>-<index>
+            pod = f"{name}-{obj['spec']['parallelism'] - 1}"
+            if len(pod) > 63:
+                found.append(f"{path}: pod hostname {pod} is {len(pod)} characters")
+        elif kind == "Job" and "tasks" in obj["spec"]:  # Volcano: pod and hostname <job>-<task>-<index>
             for task in obj["spec"]["tasks"]:
                 pod = f"{name}-{task['name']}-{task['replicas'] - 1}"
                 if len(pod) > 63:

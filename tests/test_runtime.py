@@ -11,6 +11,7 @@ from support.runtime import (
     bind,
     command_problems,
     fit_problems,
+    kueue_problems,
     markers_written,
     mount_problems,
     order_problems,
@@ -220,3 +221,76 @@ def test_every_gpu_type_gets_a_product_selector_and_shared_nodes_only_where_conf
         "cluster a: set spec.devicePlugin.config.name: fleetc-device-plugin-config (default: exclusive) in its GPU "
         "Operator ClusterPolicy, then attribute device-plugin-configured: \"true\"; until then its time-sliced pods "
         "take whole GPUs, more than the placement counted"]
+
+
+# --------------------------------------------------------------------------- Kueue
+KUEUE_CASE = CASES / "kueue-two-cluster-pipeline"
+
+
+def test_every_kueue_job_is_admitted_at_once(compiles: list[tuple[str, Compiled]]) -> None:
+    for name, result in compiles:
+        assert kueue_problems(result.files) == [], name
+    kueue = compiled_in(KUEUE_CASE)
+    jobs = {p.owner for p in pods(kueue.files) if p.cluster == "train-kueue"}
+    assert len(jobs) == 2  # tokenize and train, both queued to the cluster's LocalQueue
+
+
+def test_a_kueue_gang_is_an_indexed_job_that_rendezvouses_through_its_headless_service() -> None:
+    files = dict(compiled_in(KUEUE_CASE).files)
+    (train,) = [p for p in pods(files) if p.stage == "llm/train" and p.index == 0]
+    job = train.owner.split("/")[1]
+    assert [(p.task, p.index, p.requests()[0]) for p in pods(files) if p.owner == train.owner] == [
+        ("index", 0, 8), ("index", 1, 8)]
+    assert rendezvous_problems(files) == []
+    (service,) = [p for p in files if p.endswith(f"/service-ml-{job}.yaml")]
+    without = {p: t for p, t in files.items() if p != service}
+    assert rendezvous_problems(without) == [
+        f"train-kueue: Job/{job}: {job}-0 cannot resolve MASTER_ADDR {job}-0.{job}",
+        f"train-kueue: Job/{job}: {job}-1 cannot resolve MASTER_ADDR {job}-0.{job}"]
+    (path,) = [p for p in files if logical_path(p).endswith("/job-ml-llm-train.yaml")]
+    unranked = {**files, path: files[path].replace("metadata.annotations['batch.kubernetes.io/job-completion-index']",
+                                                   "metadata.annotations['rank']")}
+    assert rendezvous_problems(unranked)[:2] == [
+        f"train-kueue: Job/{job}: {job}-0 has no rank of its own (None)",
+        f"train-kueue: Job/{job}: {job}-1 has no rank of its own (None)"]
+
+
+def test_the_kueue_model_sees_a_queue_short_of_gpus_and_a_flavor_of_another_product() -> None:
+    files = dict(compiled_in(KUEUE_CASE).files)
+    (queue,) = [p for p in files if p.endswith("/clusterqueue-fleetc.yaml")]
+    (job,) = [p.owner for p in pods(files) if p.stage == "llm/train" and p.index == 0]
+    short = {**files, queue: files[queue].replace('nominalQuota: "24"', 'nominalQuota: "16"')}
+    assert kueue_problems(short) == [f"train-kueue: {job}: needs 16 nvidia.com/gpu: fleetc-a100 has 15 of 16 left"]
+    (flavor,) = [p for p in files if p.endswith("/resourceflavor-fleetc-a100.yaml")]
+    other = {**files, flavor: files[flavor].replace("NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3")}
+    assert [p.split(": ", 2)[2] for p in kueue_problems(other)] == [
+        "no flavor of ClusterQueue fleetc matches its node selector {'nvidia.com/gpu.product': "
+        "'NVIDIA-A100-SXM4-80GB'}"] * 2
+    (local,) = [p for p in files if p.endswith("/localqueue-ml-fleetc.yaml")]
+    assert [p.split(": ", 2)[2] for p in kueue_problems({k: v for k, v in files.items() if k != local})] == [
+        "no LocalQueue fleetc in ml"] * 2
+
+
+def test_time_sliced_gangs_on_kueue_get_a_shared_flavor_and_are_admitted(tmp_path: Path) -> None:
+    folder = tmp_path / "policies"
+    folder.mkdir()
+    (folder / "fleet.yaml").write_text(
+        "apiVersion: fleet.kurator.dev/v1alpha1\nkind: Fleet\nmetadata: {name: f}\nspec:\n  clusters:\n"
+        "  - {name: k, provider: x, region: eu-1, batchScheduler: kueue,\n"
+        "     attributes: {gpu-type: t4, gpu-count: '8', gpus-per-node: '4', device-plugin-configured: 'true'}}\n")
+    (folder / "gpu.yaml").write_text(
+        "apiVersion: scheduling.kurator.dev/v1alpha1\nkind: GPUOptimizationPolicy\nmetadata: {name: g}\n"
+        "spec: {timeSlicing: {enabled: true, replicas: 4}}\n")
+    (folder / "pipeline.yaml").write_text(
+        "apiVersion: aigc.kurator.dev/v1alpha1\nkind: AIGCPipeline\nmetadata: {name: p, namespace: ml}\nspec:\n"
+        "  stages:\n  - {name: score, type: Evaluation, replicas: 3, image: 'r.example.com/s:1', command: [s],\n"
+        "     resources: {gpu: 1, sharedGPU: true}}\n"
+        "  - {name: tune, type: Finetuning, image: 'r.example.com/t:1', command: [t], resources: {gpu: 2}}\n")
+    result = compiled_in(tmp_path)
+    flavors = {p.rsplit("/", 1)[1] for p in result.files if "/resourceflavor-" in p}
+    assert flavors == {"resourceflavor-fleetc-default.yaml", "resourceflavor-fleetc-t4.yaml",
+                       "resourceflavor-fleetc-t4-shared.yaml"}
+    selectors = {p.stage: p.spec["nodeSelector"]["nvidia.com/gpu.product"] for p in pods(result.files)}
+    assert selectors == {"p/score": "Tesla-T4-SHARED", "p/tune": "Tesla-T4"}
+    assert kueue_problems(result.files) == []
+    assert fit_problems(result.model, result.files) == []

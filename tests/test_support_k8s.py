@@ -162,6 +162,19 @@ def test_volcano_job_wrong_type_and_bad_metadata_are_refused() -> None:
     assert any(e.startswith("metadata:") and "labelz" in e for e in validate_object(bad))
 
 
+def test_kueue_objects_validate_against_their_v1beta2_schemas() -> None:
+    require_upstream_schemas()
+    queue = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "q"},
+             "spec": {"cohortName": "all", "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
+                 {"name": "f", "resources": [{"name": "cpu", "nominalQuota": "8"}]}]}]}}
+    assert validate_object(queue) == []
+    queue["spec"]["cohort"] = queue["spec"].pop("cohortName")  # v1beta1's spelling
+    assert validate_object(queue) == ["spec: Additional properties are not allowed ('cohort' was unexpected)"]
+    local = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+             "metadata": {"name": "q", "namespace": "ml"}, "spec": {"clusterQueue": "q"}}
+    assert validate_object(local) == []
+
+
 def test_int_or_string_accepts_both() -> None:
     require_upstream_schemas()
     job = volcano_job()

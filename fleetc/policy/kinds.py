@@ -230,6 +230,11 @@ class FleetCluster(_Spec):
         "Take the cluster out of placement, as if it were lost (default false): its work is "
         "placed elsewhere, or the compile names the shortage. `fleetc compile --drain NAME` "
         "does the same for one compile.")
+    batchScheduler: Literal["volcano", "kueue"] | None = describe(
+        "The batch admission layer the cluster runs, which its gang stages are rendered for "
+        "(default volcano): volcano renders Volcano Jobs and Queues; kueue renders batch/v1 Jobs "
+        "labelled for a Kueue LocalQueue, with a ResourceFlavor per GPU type and a ClusterQueue "
+        "(docs/pipelines.md, Kueue).")
 
 
 class FleetPlacement(_Spec):

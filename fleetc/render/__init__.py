@@ -16,6 +16,9 @@ Per cluster (one module per concern):
 
 * :mod:`.cluster`: a Namespace per pipeline namespace, a Volcano Queue ``fleetc-<class>`` per
   workload class, and under ``dataSovereignty`` jurisdiction labels and an egress NetworkPolicy;
+* :mod:`.kueue`: on a cluster that runs Kueue (Fleet ``batchScheduler: kueue``), ResourceFlavors,
+  a ClusterQueue and LocalQueues instead of Volcano Queues, and a ``batch/v1`` Job per gang stage
+  instead of a Volcano Job;
 * :mod:`.workloads`: a Volcano Job per gang stage (the whole gang, with the governing platform's
   PriorityClass); per Deployment stage this cluster's share of the replicas with a Service, an
   HPA and a PodDisruptionBudget;
@@ -34,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from fleetc.errors import Diagnostic
-from fleetc.model import Cluster, FleetModel, Placement
+from fleetc.model import KUEUE, Cluster, FleetModel, Placement
 from fleetc.render.cluster import egress_policy, namespace, queue, security_warnings, sovereign_platform
 from fleetc.render.common import Obj, cpu_quantity, folder_files, memory_quantity, object_name, stage_labels
 from fleetc.render.context import Context, Work, placements, work_by_cluster
@@ -50,6 +53,7 @@ from fleetc.render.gitops import (
     with_sync_wave,
 )
 from fleetc.render.gpu import cluster_gpu_warnings, device_plugin_config, gpu_warnings
+from fleetc.render.kueue import kueue_job, kueue_queues
 from fleetc.render.order import order_warnings
 from fleetc.render.report import placement_report
 from fleetc.render.workloads import (
@@ -150,14 +154,18 @@ def _cluster_files(ctx: Context, cluster: Cluster, work: Work) -> dict[str, str]
 
 def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> tuple[list[Obj], list[Obj]]:
     """One cluster's objects in two layers: what workloads need to exist first (Namespaces,
-    NetworkPolicies, Queues, PriorityClasses, the device plugin's config, Fluid Datasets and
-    runtimes), then the workloads (Volcano Jobs; Deployments with their Services, HPAs and
-    PDBs; Fluid DataLoads)."""
+    NetworkPolicies, Volcano Queues or Kueue's flavors and queues, PriorityClasses, the device
+    plugin's config, Fluid Datasets and runtimes), then the workloads (Volcano Jobs, or Kueue's
+    batch Jobs; Deployments with their Services, HPAs and PDBs; Fluid DataLoads)."""
     names = sorted({stage.namespace for stage, _ in work})
     infra = [namespace(ctx, cluster, name) for name in names]
     infra += [policy for name in names if (p := sovereign_platform(ctx, name))
               if (policy := egress_policy(cluster, name, p)) is not None]
-    infra += [queue(ctx, cluster, c) for c in sorted({stage.workload_class for stage, _ in work})]
+    kueue = cluster.batch_scheduler == KUEUE
+    if kueue:
+        infra += kueue_queues(ctx, cluster, work)
+    else:
+        infra += [queue(ctx, cluster, c) for c in sorted({stage.workload_class for stage, _ in work})]
     infra += _priority_classes(ctx, work)
     if ctx.model.gpu_policy is not None:
         infra += device_plugin_config(ctx.model.gpu_policy, cluster, ctx.gpu_slots)
@@ -166,7 +174,7 @@ def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> tuple[list[O
     workloads = [obj for obj in fluid if obj["kind"] == "DataLoad"]
     for stage, assignment in work:
         if stage.is_gang:
-            workloads.append(volcano_job(ctx, cluster, stage))
+            workloads += kueue_job(ctx, cluster, stage) if kueue else [volcano_job(ctx, cluster, stage)]
         else:
             replicas = assignment.replicas
             workloads += [deployment(ctx, cluster, stage), service(stage),

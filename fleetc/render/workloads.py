@@ -241,6 +241,17 @@ def stage_warnings(ctx: Context, work: Work) -> list[Diagnostic]:
 
 
 # --------------------------------------------------------------------------- stage objects
+def gang_pod_template(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
+    """The pod template of a gang stage's pods, whichever batch scheduler admits them: restarted
+    in place on failure, with the governing platform's PriorityClass."""
+    level = training_priority(ctx, stage)
+    priority = {"priorityClassName": priority_class_name(level)} if level else {}
+    mounted = data_mounts(ctx, stage)
+    pod = _pod_spec(ctx, cluster, stage, _container(ctx, stage, mounted), mounted, restartPolicy="OnFailure",
+                    **priority)
+    return {"metadata": {"labels": stage_labels(stage)}, "spec": pod}
+
+
 def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
     """A gang stage as a Volcano Job: all its pods (``stage.replicas``, each split into
     ``pods_per_replica`` that fit a node) start together or not at all.
@@ -250,10 +261,7 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
     :func:`distributed_plugins`)."""
     level = training_priority(ctx, stage)
     priority = {"priorityClassName": priority_class_name(level)} if level else {}
-    mounted = data_mounts(ctx, stage)
-    pod = _pod_spec(ctx, cluster, stage, _container(ctx, stage, mounted), mounted, restartPolicy="OnFailure",
-                    **priority)
-    template = {"metadata": {"labels": stage_labels(stage)}, "spec": pod}
+    template = gang_pod_template(ctx, cluster, stage)
     if stage.pods > 1:
         tasks = [{"name": MASTER_TASK, "replicas": 1, "template": template},
                  {"name": WORKER_TASK, "replicas": stage.pods - 1, "template": template}]

@@ -11,6 +11,15 @@ after:
   a Job whose ``spec.queue`` does not exist is refused, on dry runs too (the webhook is
   registered ``sideEffects: NoneOnDryRun``), and so is any change to an existing Job's spec
   (``validateJobUpdate``);
+* Kueue (kubernetes-sigs/kueue): its Job webhook creates every ``batch/v1`` Job that names a
+  queue (``kueue.x-k8s.io/queue-name``) suspended and refuses none for a missing LocalQueue
+  (``pkg/controller/jobs/job/job_webhook.go`` ``Default``, ``pkg/controller/jobframework``
+  ``WorkloadShouldBeSuspended``); its controller unsuspends a Job once its LocalQueue, that
+  queue's ClusterQueue and the ClusterQueue's ResourceFlavors exist (:meth:`Cluster.kueue_admit`;
+  quota is :mod:`support.runtime`'s). The API server refuses a change to a Job's pod template,
+  completions or completion mode (``pkg/apis/batch/validation``); a field the manifest does not
+  set, such as ``suspend``, keeps what the controllers made of it (server-side apply and
+  ``kubectl apply`` alike leave fields they do not own);
 * Flux's kustomize-controller (:func:`flux_reconcile`): per Kustomization, the objects of
   ``kustomize build <path>``; CRDs, Namespaces, ClusterRoles and ``*Class`` kinds applied
   first, then every other object dry-run together and applied only if all pass (fluxcd/pkg
@@ -24,7 +33,7 @@ after:
   the sync and later waves do not run.
 
 The cluster starts with the platform fleetc's output needs installed: the CRDs of Volcano,
-Fluid, Flux and Argo CD and the namespaces of those and of the GPU Operator
+Kueue, Fluid, Flux and Argo CD and the namespaces of those and of the GPU Operator
 (:data:`PREINSTALLED_NAMESPACES`).
 """
 
@@ -43,7 +52,7 @@ Obj = dict[str, Any]
 Key = tuple[str, str, str, str]
 
 PREINSTALLED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "flux-system", "argocd",
-                                     "gpu-operator", "volcano-system", "fluid-system"})
+                                     "gpu-operator", "volcano-system", "kueue-system", "fluid-system"})
 SYNC_WAVE = "argocd.argoproj.io/sync-wave"
 
 #: Kinds the model's API server serves: (group, kind) -> namespaced.
@@ -53,6 +62,8 @@ SERVED: dict[tuple[str, str], bool] = {
     ("policy", "PodDisruptionBudget"): True, ("networking.k8s.io", "NetworkPolicy"): True,
     ("scheduling.k8s.io", "PriorityClass"): False,
     ("batch.volcano.sh", "Job"): True, ("scheduling.volcano.sh", "Queue"): False,
+    ("batch", "Job"): True, ("kueue.x-k8s.io", "ResourceFlavor"): False,
+    ("kueue.x-k8s.io", "ClusterQueue"): False, ("kueue.x-k8s.io", "LocalQueue"): True,
     ("data.fluid.io", "Dataset"): True, ("data.fluid.io", "AlluxioRuntime"): True,
     ("data.fluid.io", "DataLoad"): True,
     ("source.toolkit.fluxcd.io", "GitRepository"): True,
@@ -78,6 +89,16 @@ _YAML = YAML(typ="safe")
 def load(text: str) -> Any:
     """One parsed YAML document per distinct text (trees are parsed many times; never mutated)."""
     return _YAML.load(text)
+
+
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+def _kueue_default(k: Key, obj: Obj) -> Obj:
+    """Kueue's mutating Job webhook on create: a Job that names a queue starts suspended."""
+    if k[:2] == ("batch", "Job") and KUEUE_QUEUE_LABEL in obj["metadata"].get("labels", {}):
+        return {**obj, "spec": {**obj["spec"], "suspend": True}}
+    return obj
 
 
 class Refused(Exception):
@@ -128,11 +149,19 @@ class Cluster:
         live = self.objects.get(k)
         if live is None:
             self._uids += 1
-            self.objects[k] = Live(obj, self._uids)
+            self.objects[k] = Live(_kueue_default(k, obj), self._uids)
+        elif k[:2] == ("batch", "Job") and "suspend" not in obj["spec"] and "suspend" in live.obj["spec"]:
+            live.obj = {**obj, "spec": {**obj["spec"], "suspend": live.obj["spec"]["suspend"]}}
         else:
             live.obj = obj
 
     def _admit(self, k: Key, obj: Obj) -> None:
+        if k[:2] == ("batch", "Job"):
+            live = self.objects.get(k)
+            for name in ("template", "completions", "completionMode"):
+                if live is not None and live.obj["spec"].get(name) != obj["spec"].get(name):
+                    raise Refused(f"{describe(k)}: Job.batch is invalid: spec.{name}: field is immutable")
+            return
         if k[:2] != ("batch.volcano.sh", "Job"):
             return
         queue = obj["spec"].get("queue", "default")
@@ -144,6 +173,34 @@ class Cluster:
             raise Refused(f"{describe(k)}: admission webhook validatejob.volcano.sh denied the request: "
                           "job updates may not change fields other than minAvailable, tasks[*].replicas "
                           "under spec")
+
+    def kueue_admit(self) -> list[Key]:
+        """Kueue's controller: every suspended Job whose queue chain exists is started
+        (unsuspended); the Jobs it started."""
+        started = []
+        for k, live in sorted(self.objects.items()):
+            if k[:2] != ("batch", "Job") or not live.obj["spec"].get("suspend"):
+                continue
+            if self.kueue_queue_problem(k[2], live.obj) is None:
+                live.obj = {**live.obj, "spec": {**live.obj["spec"], "suspend": False}}
+                started.append(k)
+        return started
+
+    def kueue_queue_problem(self, namespace: str, job: Obj) -> str | None:
+        """Why Kueue cannot admit ``job`` on this cluster now (None: its queues all exist)."""
+        name = job["metadata"].get("labels", {}).get(KUEUE_QUEUE_LABEL)
+        local = self.objects.get(("kueue.x-k8s.io", "LocalQueue", namespace, name or ""))
+        if local is None:
+            return f"LocalQueue {namespace}/{name} does not exist"
+        queue = local.obj["spec"]["clusterQueue"]
+        cluster_queue = self.objects.get(("kueue.x-k8s.io", "ClusterQueue", "", queue))
+        if cluster_queue is None:
+            return f"ClusterQueue {queue} does not exist"
+        for group in cluster_queue.obj["spec"].get("resourceGroups", []):
+            for flavor in group["flavors"]:
+                if ("kueue.x-k8s.io", "ResourceFlavor", "", flavor["name"]) not in self.objects:
+                    return f"ResourceFlavor {flavor['name']} of ClusterQueue {queue} does not exist"
+        return None
 
     def delete(self, k: Key) -> None:
         self.objects.pop(k, None)

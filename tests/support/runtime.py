@@ -12,6 +12,15 @@ and answers:
   select a ``-SHARED`` product) need a time-sliced node, whose GPUs count as
   ``slots`` each; a node serves one kind or the other. Work fleetc does not place
   (``utilization``) is not modelled: the nodes are the cluster's, whole.
+* **whether Kueue admits every batch Job** (:func:`kueue_problems`): on a cluster that runs
+  Kueue, each Job's LocalQueue and ClusterQueue exist and take its namespace, every resource
+  its pods ask for is covered, and the ClusterQueue has a flavor whose node labels agree with
+  the pods' node selector and quota for all of the cluster's Jobs at once (so none waits).
+
+``batch/v1`` Jobs are expanded as the Job controller does (kubernetes ``pkg/controller/job``):
+``parallelism`` pods; in an Indexed Job each pod is annotated with its completion index, gets
+``JOB_COMPLETION_INDEX`` and the hostname ``<job>-<index>``, resolvable as
+``<job>-<index>.<subdomain>`` when a headless Service of that name selects it.
 """
 
 from __future__ import annotations
@@ -65,6 +74,15 @@ class Pod:
         return str(self.spec.get("nodeSelector", {}).get(PRODUCT, "")).endswith("-SHARED")
 
 
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+JOB_NAME = "batch.kubernetes.io/job-name"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+def is_batch_job(obj: Mapping[str, Any]) -> bool:
+    return obj["kind"] == "Job" and obj["apiVersion"] == "batch/v1"
+
+
 def objects(files: Mapping[str, str]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(cluster, object) of every object under ``clusters/``."""
     yaml = YAML(typ="safe")
@@ -89,6 +107,12 @@ def pods(files: Mapping[str, str]) -> list[Pod]:
                 for index in range(task["replicas"]):
                     found.append(Pod(cluster, meta["namespace"], owner, _stage(template), task["name"],
                                      index, template["spec"]))
+        elif is_batch_job(obj):
+            template = obj["spec"]["template"]
+            task = "index" if obj["spec"].get("completionMode") == "Indexed" else ""
+            for index in range(obj["spec"].get("parallelism", 1)):
+                found.append(Pod(cluster, meta["namespace"], owner, _stage(template), task, index,
+                                 template["spec"]))
         elif obj["kind"] == "Deployment":
             template = obj["spec"]["template"]
             for index in range(minimum[(cluster, meta["namespace"], meta["name"])]):
@@ -224,7 +248,165 @@ def rendezvous_problems(files: Mapping[str, str]) -> list[str]:
             problems.append(f"{where}: ranks {sorted(ranks)} are not 0..{size - 1}")
         elif any(pod_env(job, t, 0).get("MASTER_ADDR") != ranks[0] for t in tasks):
             problems.append(f"{where}: MASTER_ADDR is not the rank-0 pod {ranks[0]}")
+    return problems + _batch_rendezvous_problems(files)
+
+
+def _batch_jobs(files: Mapping[str, str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for cluster, obj in objects(files):
+        if is_batch_job(obj):
+            yield cluster, obj
+
+
+def container_env(job: Mapping[str, Any], container: Mapping[str, Any], index: int) -> dict[str, str]:
+    """A container's environment in pod ``index`` of a batch Job: its own variables, with
+    ``fieldRef``s to the pod's completion-index annotation resolved, and, in an Indexed Job,
+    ``JOB_COMPLETION_INDEX`` (the Job controller's, kubernetes ``pkg/controller/job/
+    indexed_job_utils.go``); an unresolvable reference is left out."""
+    indexed = job["spec"].get("completionMode") == "Indexed"
+    annotations = {COMPLETION_INDEX: str(index)} if indexed else {}
+    env: dict[str, str] = {}
+    for item in container.get("env", []):
+        if "value" in item:
+            env[item["name"]] = item["value"]
+            continue
+        path = item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")
+        found = re.fullmatch(r"metadata\.annotations\['([^']+)'\]", path)
+        if found and found.group(1) in annotations:
+            env[item["name"]] = annotations[found.group(1)]
+    if indexed:
+        env["JOB_COMPLETION_INDEX"] = str(index)
+    return env
+
+
+def _resolvable(files: Mapping[str, str], cluster: str, job: Mapping[str, Any]) -> set[str]:
+    """``<job>-<index>.<subdomain>`` of every pod of an Indexed Job a headless Service named
+    ``subdomain`` selects (the pods' labels: the template's and ``batch.kubernetes.io/job-name``)."""
+    spec = job["spec"]
+    subdomain = spec["template"]["spec"].get("subdomain")
+    if spec.get("completionMode") != "Indexed" or not subdomain:
+        return set()
+    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    labels = {**spec["template"]["metadata"].get("labels", {}), JOB_NAME: name}
+    for where, obj in objects(files):
+        if (where == cluster and obj["kind"] == "Service" and obj["metadata"]["name"] == subdomain
+                and obj["metadata"]["namespace"] == namespace and obj["spec"].get("clusterIP") == "None"
+                and obj["spec"]["selector"].items() <= labels.items()):
+            return {f"{name}-{i}.{subdomain}" for i in range(spec.get("parallelism", 1))
+                    if len(f"{name}-{i}") <= 63}
+    return set()
+
+
+def _batch_rendezvous_problems(files: Mapping[str, str]) -> list[str]:
+    """:func:`rendezvous_problems` for Indexed batch Jobs (the Kueue path)."""
+    problems = []
+    for cluster, job in _batch_jobs(files):
+        size = job["spec"].get("parallelism", 1)
+        if size < 2:
+            continue
+        name = job["metadata"]["name"]
+        where = f"{cluster}: Job/{name}"
+        hosts = _resolvable(files, cluster, job)
+        ranks: dict[int, str] = {}
+        addresses = set()
+        for index in range(size):
+            host = f"{name}-{index}"
+            env = container_env(job, job["spec"]["template"]["spec"]["containers"][0], index)
+            if env.get("WORLD_SIZE") != str(size):
+                problems.append(f"{where}: {host} has WORLD_SIZE {env.get('WORLD_SIZE')}, the gang {size}")
+            if "RANK" not in env or int(env["RANK"]) in ranks:
+                problems.append(f"{where}: {host} has no rank of its own ({env.get('RANK')})")
+            else:
+                ranks[int(env["RANK"])] = f"{host}.{job['spec']['template']['spec'].get('subdomain')}"
+            if env.get("MASTER_ADDR") not in hosts:
+                problems.append(f"{where}: {host} cannot resolve MASTER_ADDR {env.get('MASTER_ADDR')}")
+            addresses.add(env.get("MASTER_ADDR"))
+        if sorted(ranks) != list(range(size)):
+            problems.append(f"{where}: ranks {sorted(ranks)} are not 0..{size - 1}")
+        elif addresses != {ranks[0]}:
+            problems.append(f"{where}: MASTER_ADDR is not the rank-0 pod {ranks[0]}")
     return problems
+
+
+# --------------------------------------------------------------------------- Kueue
+def _pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
+    """What Kueue counts for one pod: per resource, the larger of the containers' sum and any
+    init container's request (kueue ``pkg/util/resource``, as the scheduler does)."""
+    def amounts(container: Mapping[str, Any]) -> dict[str, int]:
+        requests = container.get("resources", {}).get("requests", {})
+        return {"cpu": cpu_millis(requests.get("cpu", 0)), "memory": memory_bytes(requests.get("memory", 0)),
+                GPU: int(requests.get(GPU, 0))}
+    total = {"cpu": 0, "memory": 0, GPU: 0}
+    for container in spec["containers"]:
+        for name, value in amounts(container).items():
+            total[name] += value
+    for container in spec.get("initContainers", []):
+        for name, value in amounts(container).items():
+            total[name] = max(total[name], value)
+    return {name: value for name, value in total.items() if value}
+
+
+def _quota(resource: str, value: Any) -> int:
+    if resource == "cpu":
+        return cpu_millis(value)
+    return memory_bytes(value) if resource == "memory" else int(value)
+
+
+def kueue_problems(files: Mapping[str, str]) -> list[str]:
+    """Every batch Job that names a Kueue queue is admitted, all at once on its cluster: its
+    LocalQueue and ClusterQueue exist and take its namespace, and every resource its pods ask for
+    gets a flavor (the first, in the ClusterQueue's order, whose node labels agree with the
+    pods' node selector and whose quota is not used up by the Jobs admitted before it)."""
+    problems = []
+    by_cluster: dict[str, list[dict[str, Any]]] = {}
+    for cluster, obj in objects(files):
+        by_cluster.setdefault(cluster, []).append(obj)
+    for cluster, found in sorted(by_cluster.items()):
+        named = {(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o for o in found}
+        used: dict[tuple[str, str], int] = {}
+        for job in (o for o in found if is_batch_job(o) and QUEUE_LABEL in o["metadata"].get("labels", {})):
+            where = f"{cluster}: Job/{job['metadata']['name']}"
+            problem = _admit(named, job, used)
+            if problem:
+                problems.append(f"{where}: {problem}")
+    return problems
+
+
+def _admit(named: Mapping[tuple[str, str, str], Any], job: Mapping[str, Any],
+           used: dict[tuple[str, str], int]) -> str | None:
+    namespace = job["metadata"]["namespace"]
+    local = named.get(("LocalQueue", namespace, job["metadata"]["labels"][QUEUE_LABEL]))
+    if local is None:
+        return f"no LocalQueue {job['metadata']['labels'][QUEUE_LABEL]} in {namespace}"
+    queue = named.get(("ClusterQueue", "", local["spec"]["clusterQueue"]))
+    if queue is None:
+        return f"no ClusterQueue {local['spec']['clusterQueue']}"
+    labels = named.get(("Namespace", "", namespace), {"metadata": {}})["metadata"].get("labels", {})
+    if not queue["spec"].get("namespaceSelector", {}).get("matchLabels", {None: None}).items() <= labels.items():
+        return f"ClusterQueue {queue['metadata']['name']} does not take namespace {namespace}"
+    template = job["spec"]["template"]["spec"]
+    selector = template.get("nodeSelector", {})
+    pods = job["spec"].get("parallelism", 1)
+    for resource, amount in sorted(_pod_requests(template).items()):
+        group = next((g for g in queue["spec"]["resourceGroups"] if resource in g["coveredResources"]), None)
+        if group is None:
+            return f"ClusterQueue {queue['metadata']['name']} covers no {resource}"
+        short = []
+        for flavor in group["flavors"]:
+            definition = named.get(("ResourceFlavor", "", flavor["name"]))
+            node_labels = definition["spec"].get("nodeLabels", {}) if definition else None
+            if node_labels is None or any(selector.get(k, v) != v for k, v in node_labels.items()):
+                continue
+            quota = next(_quota(resource, r["nominalQuota"]) for r in flavor["resources"] if r["name"] == resource)
+            taken = used.get((flavor["name"], resource), 0)
+            if taken + amount * pods <= quota:
+                used[(flavor["name"], resource)] = taken + amount * pods
+                break
+            short.append(f"{flavor['name']} has {quota - taken} of {quota} left")
+        else:
+            if not short:
+                return f"no flavor of ClusterQueue {queue['metadata']['name']} matches its node selector {selector}"
+            return f"needs {amount * pods} {resource}: {'; '.join(short)}"
+    return None
 
 
 # --------------------------------------------------------------------------- serving
@@ -328,6 +510,9 @@ def command_problems(files: Mapping[str, str]) -> list[str]:
         elif obj["kind"] == "Deployment":
             spec = obj["spec"]["template"]["spec"]
             cases = [(spec, {e["name"]: e["value"] for e in spec["containers"][0].get("env", [])})]
+        elif is_batch_job(obj):
+            problems += _batch_command_problems(cluster, obj)
+            continue
         else:
             continue
         for spec, env in cases:
@@ -343,6 +528,18 @@ def command_problems(files: Mapping[str, str]) -> list[str]:
                             problems.append(f"{cluster}: {obj['kind']}/{obj['metadata']['name']} "
                                             f"{container['name']}: $({name}) is not set")
     return sorted(set(problems))
+
+
+def _batch_command_problems(cluster: str, job: Mapping[str, Any]) -> list[str]:
+    problems = []
+    spec = job["spec"]["template"]["spec"]
+    for index in range(job["spec"].get("parallelism", 1)):
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            known = container_env(job, container, index)
+            for word in container.get("command", []) + container.get("args", []):
+                problems += [f"{cluster}: Job/{job['metadata']['name']} {container['name']}: $({name}) is not set"
+                             for name in _REFERENCE.findall(word) if name not in known]
+    return problems
 
 
 # --------------------------------------------------------------------------- order
@@ -382,6 +579,17 @@ def markers_written(files: Mapping[str, str]) -> dict[str, set[tuple[str, str]]]
                     for content, path in _WRITE.findall(script):
                         written.setdefault(_stage(task["template"]), set()).add(
                             (_where(shlex.split(path)[0], spec, container), content))
+    for _, job in _batch_jobs(files):
+        template = job["spec"]["template"]
+        main, *others = template["spec"]["containers"]
+        for index in range(job["spec"].get("parallelism", 1)):
+            for container in others:
+                if container["name"] != "fleetc-mark" or main["command"][:3] != ["sh", "-c", _WRAPPED]:
+                    continue
+                script = _expand(container["command"][2], container_env(job, container, index))
+                for content, path in _WRITE.findall(script):
+                    written.setdefault(_stage(template), set()).add(
+                        (_where(shlex.split(path)[0], template["spec"], container), content))
     return written
 
 

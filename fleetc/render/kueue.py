@@ -1,0 +1,203 @@
+"""Gang stages on a cluster that runs Kueue (Fleet ``batchScheduler: kueue``) instead of Volcano.
+
+Per cluster, in the infra layer (docs/gitops.md says why that layer comes first):
+
+* a ResourceFlavor per kind of node the gangs use: :data:`CPU_FLAVOR` (no node labels) for CPU
+  and memory, and one per GPU type, ``fleetc-<gpu-type>``, whose ``nodeLabels`` are the
+  ``nvidia.com/gpu.product`` label fleetc's GPU pods select (``-shared``: the ``-SHARED``
+  product of time-sliced nodes, only where time-sliced gang pods run). Kueue admits a pod set
+  only on a flavor whose labels agree with the pods' node selector, and injects the flavor's
+  labels into the pods it starts (kubernetes-sigs/kueue
+  ``site/content/en/docs/concepts/resource_flavor.md``, ``pkg/scheduler/flavorassigner``);
+* a ClusterQueue :data:`QUEUE_NAME` covering those flavors with the cluster's capacity (one
+  group for CPU and memory, one for GPUs; ``apis/kueue/v1beta2/clusterqueue_types.go``), open
+  to the namespaces fleetc manages. It is where per-team quotas go: one ClusterQueue per team in
+  a cohort, each with its share (:func:`cluster_queue` is the one place that decides them);
+* a LocalQueue :data:`QUEUE_NAME` in every namespace whose gangs run here, pointing at it.
+
+In the workloads layer, each gang stage is a ``batch/v1`` Job labelled
+``kueue.x-k8s.io/queue-name``, ``parallelism = completions =`` its pods: Kueue admits the Job's
+pod set as one Workload, all its pods' quota at once or none (``pkg/controller/jobs/job/
+job_controller.go`` ``PodSets``); Kueue's ``waitForPodsReady`` (a manager setting) makes that
+all-or-nothing on the nodes too. A gang of more than one pod is an Indexed Job with a headless
+Service named after it: the Job controller names each pod's host ``<job>-<index>`` and, with
+``subdomain`` set, ``<job>-<index>.<job>`` resolves; ``torchrun``'s variables are set on every
+container as Volcano's ``pytorch`` plugin sets them (``MASTER_ADDR`` the index-0 pod,
+``MASTER_PORT``, ``WORLD_SIZE``, ``RANK`` the completion index).
+
+``spec.suspend`` is not rendered: Kueue's mutating webhook creates every Job with a queue name
+suspended (``pkg/controller/jobs/job/job_webhook.go`` ``Default``,
+``pkg/controller/jobframework/defaults.go`` ``WorkloadShouldBeSuspended``) and unsuspends it on
+admission; a rendered ``suspend: true`` would be applied again by Flux (server-side apply with
+forced ownership) or Argo CD's self-heal and stop the running Job. The webhook refuses no Job
+whose LocalQueue is missing: the Job waits, suspended, until the queue exists
+(``test/e2e/singlecluster/e2e_test.go``, "Creating a Job without a matching LocalQueue").
+"""
+
+from __future__ import annotations
+
+from fleetc.model import Cluster, Stage
+from fleetc.render.common import (
+    GPU_RESOURCE,
+    MANAGED_BY,
+    MAX_NAME,
+    Obj,
+    content_name,
+    cpu_quantity,
+    dns_label,
+    memory_quantity,
+    metadata,
+    stage_metadata,
+)
+from fleetc.render.context import Context, Work
+from fleetc.render.workloads import (
+    MAX_RETRY,
+    RENDEZVOUS_PORT,
+    SHARED_PRODUCT_SUFFIX,
+    gang_pod_template,
+    time_sliced,
+)
+
+API_VERSION = "kueue.x-k8s.io/v1beta2"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: The ClusterQueue of each Kueue cluster and the LocalQueue of each namespace on it.
+QUEUE_NAME = "fleetc"
+CPU_FLAVOR = "fleetc-default"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+#: The Job controller annotates each pod of an Indexed Job with its index
+#: (kubernetes ``pkg/controller/job/indexed_job_utils.go``).
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+#: The label the Job controller puts on the Job's pods (what the headless Service selects).
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+def gangs(work: Work) -> list[Stage]:
+    return [stage for stage, _ in work if stage.is_gang]
+
+
+def gpu_flavor(cluster: Cluster, shared: bool) -> str:
+    """``fleetc-<gpu-type>`` (``-shared`` for time-sliced nodes), a DNS name whatever the type's
+    label-value spelling (``a100_80gb``: ``fleetc-a100-80gb``)."""
+    name = f"fleetc-{cluster.gpu_type}" + ("-shared" if shared else "")
+    return dns_label(name.replace("_", "-"))
+
+
+# --------------------------------------------------------------------------- infra
+def kueue_queues(ctx: Context, cluster: Cluster, work: Work) -> list[Obj]:
+    """The ResourceFlavors, the ClusterQueue and the LocalQueues the cluster's gangs need;
+    nothing when no gang runs there."""
+    mine = gangs(work)
+    if not mine:
+        return []
+    shared = cluster.gpus > 0 and any(s.gpus > 0 and time_sliced(ctx, cluster, s) for s in mine)
+    flavors = [_flavor(cluster, CPU_FLAVOR, {})]
+    if cluster.gpus > 0:
+        flavors.append(_flavor(cluster, gpu_flavor(cluster, False), {PRODUCT_LABEL: cluster.gpu_product}))
+        if shared:
+            flavors.append(_flavor(cluster, gpu_flavor(cluster, True),
+                                   {PRODUCT_LABEL: cluster.gpu_product + SHARED_PRODUCT_SUFFIX}))
+    namespaces = sorted({s.namespace for s in mine})
+    return [*flavors, cluster_queue(ctx, cluster, shared), *(local_queue(ctx, n) for n in namespaces)]
+
+
+def _flavor(cluster: Cluster, name: str, labels: dict[str, str]) -> Obj:
+    return {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": metadata(name, source=cluster.source),
+            "spec": {"nodeLabels": labels} if labels else {}}
+
+
+def cluster_queue(ctx: Context, cluster: Cluster, shared: bool) -> Obj:
+    """The cluster's ClusterQueue: CPU and memory on :data:`CPU_FLAVOR`, GPUs on the GPU type's
+    flavor (and its time-sliced one, as many slots as the GPUs advertise time-sliced), each
+    with the cluster's capacity, for the namespaces fleetc manages."""
+    groups: list[Obj] = [{
+        "coveredResources": ["cpu", "memory"],
+        "flavors": [{"name": CPU_FLAVOR, "resources": [
+            {"name": "cpu", "nominalQuota": cpu_quantity(cluster.cpu_millis)},
+            {"name": "memory", "nominalQuota": memory_quantity(cluster.memory_bytes)}]}],
+    }]
+    if cluster.gpus > 0:
+        gpu_flavors = [{"name": gpu_flavor(cluster, False),
+                        "resources": [{"name": GPU_RESOURCE, "nominalQuota": str(cluster.gpus)}]}]
+        if shared:
+            gpu_flavors.append({"name": gpu_flavor(cluster, True),
+                                "resources": [{"name": GPU_RESOURCE,
+                                               "nominalQuota": str(cluster.gpus * ctx.gpu_slots)}]})
+        groups.append({"coveredResources": [GPU_RESOURCE], "flavors": gpu_flavors})
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ClusterQueue",
+        "metadata": metadata(QUEUE_NAME, source=cluster.source),
+        "spec": {
+            "namespaceSelector": {"matchLabels": dict(MANAGED_BY)},
+            "queueingStrategy": "BestEffortFIFO",
+            "resourceGroups": groups,
+        },
+    }
+
+
+def local_queue(ctx: Context, namespace: str) -> Obj:
+    pipelines = sorted(ctx.namespace_pipelines[namespace])
+    source = ctx.pipeline_sources[pipelines[0]]
+    return {"apiVersion": API_VERSION, "kind": "LocalQueue",
+            "metadata": metadata(QUEUE_NAME, namespace, source, "metadata.namespace"),
+            "spec": {"clusterQueue": QUEUE_NAME}}
+
+
+# --------------------------------------------------------------------------- workloads
+def kueue_job(ctx: Context, cluster: Cluster, stage: Stage) -> list[Obj]:
+    """A gang stage as a ``batch/v1`` Job Kueue admits whole, and for a gang of more than one
+    pod the headless Service its pods find each other by.
+
+    The Job is named after its content, as the Volcano Job is: a Job's pod template cannot
+    change once created (the API server's Job validation), so a changed stage is a new Job."""
+    pods = stage.pods
+    meta = stage_metadata(stage)
+    meta["labels"][QUEUE_LABEL] = QUEUE_NAME
+    spec: Obj = {"parallelism": pods, "completions": pods}
+    if pods > 1:
+        spec["completionMode"] = "Indexed"
+    spec["backoffLimit"] = MAX_RETRY
+    spec["template"] = gang_pod_template(ctx, cluster, stage)
+    # Hostnames are <job>-<index> and must stay DNS labels of at most 63 characters.
+    name = content_name(meta["name"], spec, MAX_NAME - len(f"-{pods - 1}"))
+    meta["name"] = name
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+    if pods == 1:
+        return [job]
+    _rendezvous(spec["template"]["spec"], name, pods)
+    return [job, _headless_service(stage, name)]
+
+
+def _rendezvous(pod: Obj, job: str, pods: int) -> None:
+    """What ``torchrun`` needs, appended to every container's environment (as Volcano's
+    ``pytorch`` plugin does): the index-0 pod's DNS name, the port, the gang's size and the
+    pod's rank, its completion index."""
+    env: list[Obj] = [
+        {"name": "MASTER_ADDR", "value": f"{job}-0.{job}"},
+        {"name": "MASTER_PORT", "value": str(RENDEZVOUS_PORT)},
+        {"name": "WORLD_SIZE", "value": str(pods)},
+        {"name": "RANK", "valueFrom": {"fieldRef": {
+            "fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}}},
+    ]
+    pod["subdomain"] = job
+    for container in pod["containers"]:
+        container["env"] = [*container.get("env", []), *env]
+
+
+def _headless_service(stage: Stage, job: str) -> Obj:
+    """``<job>-<index>.<job>`` resolves to each pod, ready or not (the rendezvous starts before
+    any pod is ready)."""
+    meta = stage_metadata(stage)
+    meta["name"] = job
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta,
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {JOB_NAME_LABEL: job},
+            "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT,
+                       "protocol": "TCP"}],
+        },
+    }

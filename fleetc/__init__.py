@@ -24,6 +24,9 @@ _HOMES = {
     "compile_fleet": "fleetc.compiler",
     "explain_stage": "fleetc.compiler",
     "diff_fleet": "fleetc.compiler",
+    "what_if_fleet": "fleetc.compiler",
+    "Scenario": "fleetc.scenario",
+    "WhatIf": "fleetc.git.report",
     "Compiled": "fleetc.compiler",
     "Placement": "fleetc.model",
     "StagePlacement": "fleetc.model",
@@ -42,15 +45,15 @@ _HOMES = {
 __all__ = [
     "__version__",
     # the front doors and their one options object
-    "Options", "compile_fleet", "explain_stage", "diff_fleet",
+    "Options", "compile_fleet", "explain_stage", "diff_fleet", "what_if_fleet", "Scenario",
     # what they return
-    "Compiled", "Placement", "StagePlacement", "Assignment", "Explanation", "Report",
+    "Compiled", "Placement", "StagePlacement", "Assignment", "Explanation", "Report", "WhatIf",
     # what they raise: every error a user can cause is a FleetcError
     "FleetcError", "PolicyError", "PlacementError", "UsageError", "InternalError", "Diagnostic", "ExitCode",
 ]
 
 if TYPE_CHECKING:
-    from fleetc.compiler import Compiled, Options, compile_fleet, diff_fleet, explain_stage
+    from fleetc.compiler import Compiled, Options, compile_fleet, diff_fleet, explain_stage, what_if_fleet
     from fleetc.errors import (
         Diagnostic,
         ExitCode,
@@ -60,9 +63,10 @@ if TYPE_CHECKING:
         PolicyError,
         UsageError,
     )
-    from fleetc.git.report import Report
+    from fleetc.git.report import Report, WhatIf
     from fleetc.model import Assignment, Placement, StagePlacement
     from fleetc.placement.explain import Explanation
+    from fleetc.scenario import Scenario
 
 
 def __getattr__(name: str) -> object:

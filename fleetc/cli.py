@@ -270,8 +270,13 @@ def _commit(compiled: Any, out: Path, output_format: str, paths: Sequence[str]) 
 
 
 @cli.command()
-@click.option("--base", "base_ref", required=True, metavar="REF",
+@click.option("--base", "base_ref", metavar="REF", default=None,
               help="Git revision to compare with: a branch, tag or commit.")
+@click.option("--what-if", "what_if", metavar="SETTING", multiple=True,
+              help="Compare the placement now with a scenario instead (repeatable): drain=CLUSTER, "
+                   "gpus=CLUSTER[:TYPE]=N, price=CLUSTER=X (per GPU-hour), pipeline=FILE.")
+@click.option("--scenario", "scenario_file", metavar="FILE", default=None,
+              help="A scenario file: YAML 'whatIf:' with a list of --what-if settings.")
 @paths_argument
 @click.option("--out", "out_dir", default=DEFAULT_OUT, show_default=True,
               help="Output folder: its placement.yaml (at REF, and now) is each side's previous placement.")
@@ -280,17 +285,29 @@ def _commit(compiled: Any, out: Path, output_format: str, paths: Sequence[str]) 
 @click.option("--format", "output_format", type=click.Choice(["text", "markdown", "json"]),
               default="text", show_default=True, help="Output format (markdown: a pull-request comment).")
 @click.option("--exit-code", "exit_code", is_flag=True, help="Exit 1 when there are differences, like git diff.")
-def diff(base_ref: str, paths: Sequence[str], out_dir: str, time_limit: float | None,
-         output_format: str, exit_code: bool) -> None:
+def diff(base_ref: str | None, what_if: Sequence[str], scenario_file: str | None, paths: Sequence[str],
+         out_dir: str, time_limit: float | None, output_format: str, exit_code: bool) -> None:
     """Compare the compile of the policies at REF with the compile of the working tree.
 
     The policies at REF are read from git's objects: nothing is checked out or written. When
     the PATHs did not exist at REF, that side is empty and everything shows as added. Each side
     is compiled with its own out/placement.yaml as the previous placement, so each gives exactly
     what "compile --check" verifies on that side.
+
+    With --what-if or --scenario instead of --base: the placement now (the output folder's
+    placement.yaml the previous one) against the placement in the scenario, which changes no
+    policy: the stages that move, those left unplaced, the cost and the GPUs left free.
     """
     from fleetc.compiler import diff_fleet
     from fleetc.git.report import as_json, format_markdown, format_text
+
+    if what_if or scenario_file is not None:
+        _what_if(base_ref, what_if, scenario_file, paths, out_dir, time_limit, output_format, exit_code)
+        return
+    if base_ref is None:
+        _run(lambda: _usage("diff needs --base REF, or a scenario (--what-if SETTING or --scenario FILE)"),
+             output_format)
+    assert base_ref is not None
 
     report = _run(lambda: diff_fleet(base_ref, _options(paths, out_dir, time_limit=time_limit)), output_format)
     if output_format == "json":
@@ -298,6 +315,31 @@ def diff(base_ref: str, paths: Sequence[str], out_dir: str, time_limit: float | 
     else:
         click.echo(format_markdown(report) if output_format == "markdown" else format_text(report), nl=False)
     if exit_code and report.changed:
+        sys.exit(ExitCode.FAILED)
+
+
+def _what_if(base_ref: str | None, settings: Sequence[str], scenario_file: str | None, paths: Sequence[str],
+             out_dir: str, time_limit: float | None, output_format: str, exit_code: bool) -> None:
+    from fleetc import scenario as scenarios
+    from fleetc.compiler import what_if_fleet
+    from fleetc.git.report import format_what_if_markdown, format_what_if_text, what_if_json
+
+    def run() -> Any:
+        if base_ref is not None:
+            _usage("--base and a scenario cannot be combined: a scenario is compared with the placement now")
+        if settings and scenario_file is not None:
+            _usage("give the scenario as --what-if settings or as --scenario FILE, not both")
+        scenario = (scenarios.read_file(Path.cwd() / scenario_file, scenario_file) if scenario_file is not None
+                    else scenarios.parse(settings))
+        return scenario, what_if_fleet(scenario, _options(paths, out_dir, time_limit=time_limit))
+
+    scenario, found = _run(run, output_format)
+    if output_format == "json":
+        _emit_json(what_if_json(found, scenario.settings))
+    else:
+        click.echo(format_what_if_markdown(found) if output_format == "markdown" else format_what_if_text(found),
+                   nl=False)
+    if exit_code and found.changed:
         sys.exit(ExitCode.FAILED)
 
 

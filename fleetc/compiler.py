@@ -1,7 +1,7 @@
 """The front doors: paths -> validated policies -> model -> placement -> rendered files.
 
 One function per command, each over one :class:`Options` (built once, by the CLI):
-:func:`compile_fleet`, :func:`explain_stage` and :func:`diff_fleet`. They read (policies, the
+:func:`compile_fleet`, :func:`explain_stage`, :func:`diff_fleet` and :func:`what_if_fleet`. They read (policies, the
 previous ``placement.yaml``, git objects) and never write; the CLI decides where results go.
 Below them ``compile_policies`` is pure (its result depends on the policies and options alone).
 Nothing here reads the environment or the current directory: relative paths are taken from
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fleetc.errors import Diagnostic, FleetcError, PlacementError, PolicyError
+from fleetc.errors import Diagnostic, FleetcError, PlacementError, PolicyError, UsageError
 from fleetc.model import Assignment, FleetModel, Placement, StagePlacement
 from fleetc.placement import PLACEMENT_VERSION
 from fleetc.placement.previous import PLACEMENT_FILE, Previous, read_previous
@@ -32,8 +32,9 @@ from fleetc.progress import NULL_REPORTER, Reporter, phase
 from fleetc.resolve import degraded_serving, resolve
 
 if TYPE_CHECKING:  # imported where used: explain needs the score matrix (numpy), diff gitpython
-    from fleetc.git.report import Report
+    from fleetc.git.report import Report, WhatIf
     from fleetc.placement.explain import Explanation
+    from fleetc.scenario import Scenario
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,36 @@ def diff_fleet(base_ref: str, options: Options) -> Report:
         compiled = compile_fleet(options)
     head = snapshot(compiled.model, compiled.placement, compiled.files)
     return compare(base, head, base_label=base_ref, head_label="working tree", out=options.out)
+
+
+def what_if_fleet(scenario: Scenario, options: Options) -> WhatIf:
+    """``fleetc diff --what-if``: the compile of the policies as they are (the output folder's
+    placement.yaml the previous placement) against a compile of them in ``scenario`` (clusters
+    lost, GPU counts or prices changed, pipelines added), without changing a policy. The scenario
+    starts from the current placement, so a stage moves only where the scenario makes that worth
+    its move cost, and what no longer fits is listed as unplaced, not an error."""
+    from fleetc import scenario as scenarios
+    from fleetc.git.report import capacity, snapshot, what_if
+
+    for path in scenario.pipelines:
+        if not (options.workdir / path).is_file():
+            raise UsageError(f"--what-if pipeline={path}: no such file\n"
+                             "  hint: name a policy file with the AIGCPipeline(s) to add")
+    with _side("as they are"):
+        now = compile_fleet(options)
+    with _side("in the scenario"):
+        loaded = load_policies((*options.paths, *scenario.pipelines), options.reporter, options.workdir)
+        # Provenance stays relative to the policy paths, so only what the scenario changes differs.
+        changed = dataclasses.replace(loaded, policies=scenarios.apply(loaded.policies, scenario),
+                                      roots=tuple(options.paths))
+        previous, _ = read_previous(Path(options.out), options.workdir)
+        # A scenario is never the compile its placement.yaml was made from: it is solved, from there.
+        settings = dataclasses.replace(options, drain=(*options.drain, *scenario.drain), allow_unplaced=True,
+                                       previous=dataclasses.replace(previous, inputs=""))
+        then = compile_policies(changed, settings)
+    unplaced = [(p.stage, p.reason) for p in then.placement.stages if not any(a.replicas for a in p.assignments)]
+    return what_if(snapshot(now.model, now.placement, now.files), snapshot(then.model, then.placement, then.files),
+                   (capacity(now.model), capacity(then.model)), unplaced, scenario.label, options.out)
 
 
 @contextlib.contextmanager

@@ -256,14 +256,21 @@ def format_text(report: Report) -> str:
     """A terminal report: the summary, then every diff (like ``git diff``)."""
     if not report.changed:
         return f"no differences between {report.base} and {report.head}\n"
+    return _summary_text(report) + _diffs_text(report)
+
+
+def _summary_text(report: Report) -> str:
     lines = [f"fleetc diff {report.base} -> {report.head}", ""]
     for c in report.clusters:
         lines.append(f"{c.name}: {_counts(c)}; GPUs {_gpus(c.gpus_before)} -> {_gpus(c.gpus_after)}; "
                      f"cost/h {_money(c.cost_before)} -> {_money(c.cost_after)}")
         lines += [f"  + {s}" for s in c.moved_in] + [f"  - {s}" for s in c.moved_out]
     lines += ["", *(f"GPUs {t}: {b} -> {a} ({a - b:+d})" for t, (b, a) in report.gpu_totals.items() if a != b)]
-    body = "\n".join(lines).rstrip("\n") + "\n"
-    return body + "".join(f"\n{o.diff}" for o in report.objects)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _diffs_text(report: Report) -> str:
+    return "".join(f"\n{o.diff}" for o in report.objects)
 
 
 def as_json(report: Report) -> dict[str, Any]:
@@ -298,6 +305,102 @@ def _gpus(per_type: Mapping[str, int]) -> str:
 
 def _money(value: float | None) -> str:
     return "n/a" if value is None else f"{value:,.2f}"
+
+
+# --------------------------------------------------------------------------- what-if
+@dataclass(frozen=True)
+class Headroom:
+    """One GPU type over the fleet's clusters that take work: GPUs there and GPUs left free."""
+
+    gpu_type: str
+    capacity: tuple[int, int]  # (now, in the scenario)
+    free: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """``fleetc diff --what-if``: the placement now against the placement in a scenario."""
+
+    report: Report  # base: now; head: the scenario
+    unplaced: tuple[tuple[str, str], ...]  # (stage key, why) the scenario leaves out
+    cost: tuple[float, float]  # fleet cost per hour (now, in the scenario)
+    headroom: tuple[Headroom, ...]  # by GPU type
+
+    @property
+    def changed(self) -> bool:
+        return self.report.changed or bool(self.unplaced)
+
+
+def capacity(model: FleetModel) -> dict[str, int]:
+    """GPUs per type on the clusters that take work (not cordoned or drained)."""
+    found: dict[str, int] = defaultdict(int)
+    for c in model.clusters:
+        if c.gpu_type and not c.cordoned:
+            found[c.gpu_type] += c.gpus
+    return dict(found)
+
+
+def what_if(now: Snapshot, scenario: Snapshot, capacities: tuple[Mapping[str, int], Mapping[str, int]],
+            unplaced: Sequence[tuple[str, str]], label: str, out: str = "out") -> WhatIf:
+    """The comparison, the stages the scenario leaves out, the fleet's cost and its headroom;
+    ``capacities``: :func:`capacity` now and in the scenario."""
+    report = compare(now, scenario, base_label="now", head_label=label, out=out)
+    taken = [_taken(side) for side in (now, scenario)]
+    types = sorted(set(capacities[0]) | set(capacities[1]) | set(taken[0]) | set(taken[1]))
+    headroom = tuple(Headroom(t, (capacities[0].get(t, 0), capacities[1].get(t, 0)),
+                              (capacities[0].get(t, 0) - taken[0].get(t, 0),
+                               capacities[1].get(t, 0) - taken[1].get(t, 0))) for t in types)
+    cost = (sum((now.cost or {}).values()), sum((scenario.cost or {}).values()))
+    return WhatIf(report, tuple(sorted(unplaced)), cost, headroom)
+
+
+def _taken(side: Snapshot) -> dict[str, int]:
+    found: dict[str, int] = defaultdict(int)
+    for per_type in side.gpus.values():
+        for gpu_type, n in per_type.items():
+            found[gpu_type] += n
+    return dict(found)
+
+
+def _what_if_lines(w: WhatIf) -> list[str]:
+    lines = [f"unplaced in the scenario: {_count(len(w.unplaced), 'stage')}"]
+    lines += [f"  {stage}: {why}" for stage, why in w.unplaced]
+    before, after = w.cost
+    lines.append(f"cost/h: {_money(before)} -> {_money(after)} ({after - before:+,.2f})")
+    lines.append("headroom (free / capacity GPUs): " + ("; ".join(
+        f"{h.gpu_type} {h.free[0]}/{h.capacity[0]} -> {h.free[1]}/{h.capacity[1]}" for h in w.headroom) or "none"))
+    return lines
+
+
+def format_what_if_text(w: WhatIf) -> str:
+    """The diff's summary, then what the scenario leaves out, costs and leaves free, then the
+    diffs of the rendered objects."""
+    head = _summary_text(w.report) if w.report.changed else (
+        f"fleetc diff {w.report.base} -> {w.report.head}\n\nno stage moves and no object changes\n")
+    return head + "\n" + "\n".join(_what_if_lines(w)) + "\n" + _diffs_text(w.report)
+
+
+def what_if_json(w: WhatIf, settings: Sequence[str]) -> dict[str, Any]:
+    return {
+        **as_json(w.report),
+        "changed": w.changed,
+        "whatIf": {
+            "settings": list(settings),
+            "unplaced": [{"stage": stage, "reason": why} for stage, why in w.unplaced],
+            "costPerHour": {"before": round(w.cost[0], 4), "after": round(w.cost[1], 4)},
+            "headroom": {h.gpu_type: {"capacity": {"before": h.capacity[0], "after": h.capacity[1]},
+                                      "free": {"before": h.free[0], "after": h.free[1]}} for h in w.headroom},
+        },
+    }
+
+
+def format_what_if_markdown(w: WhatIf, limit: int = MARKDOWN_BUDGET) -> str:
+    """The pull-request comment of the diff, with the scenario's findings under its title."""
+    lines = "\n".join(_what_if_lines(w))
+    section = f"#### What-if `{w.report.head}`\n\n```text\n{lines}\n```\n\n"
+    comment = format_markdown(w.report, limit - len(section))
+    title, _, rest = comment.partition("\n\n")
+    return f"{title}\n\n{section}{rest}"
 
 
 # --------------------------------------------------------------------------- Markdown

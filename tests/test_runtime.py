@@ -294,3 +294,15 @@ def test_time_sliced_gangs_on_kueue_get_a_shared_flavor_and_are_admitted(tmp_pat
     assert selectors == {"p/score": "Tesla-T4-SHARED", "p/tune": "Tesla-T4"}
     assert kueue_problems(result.files) == []
     assert fit_problems(result.model, result.files) == []
+
+
+def test_stages_on_kueue_wait_for_each_other_and_serving_elsewhere_waits_for_them() -> None:
+    result = compiled_in(KUEUE_CASE)
+    written = markers_written(result.files)
+    assert {path for path, _ in written["llm/train"]} == {":s3:models/llm/v3/_SUCCESS.0",
+                                                         ":s3:models/llm/v3/_SUCCESS.1"}
+    assert {path for path, _ in written["llm/tokenize"]} == {":s3:corpus/tokens/_SUCCESS"}
+    waits = {(p.stage, p.cluster): [c["name"] for c in p.spec.get("initContainers", [])] for p in pods(result.files)}
+    assert waits == {("llm/tokenize", "train-kueue"): [], ("llm/train", "train-kueue"): ["fleetc-wait-tokenize"],
+                     ("llm/serve", "serve-l4"): ["fleetc-wait-train"]}
+    assert order_problems(result.model, result.files, set()) == []

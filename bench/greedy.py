@@ -31,7 +31,7 @@ from collections.abc import Callable
 import numpy as np
 
 from fleetc.model import Assignment, FleetModel, Placement, Stage, StagePlacement
-from fleetc.placement.program import EPSILON
+from fleetc.placement.problem import EPSILON
 from fleetc.placement.rules import (
     ha_clusters,
     min_replicas_per_cluster,

@@ -18,6 +18,7 @@ from bench.generate import Spec
 from fleetc.cli import cli
 from fleetc.compiler import Options, inputs_digest, load_policies
 from fleetc.placement import cvx, optimize
+from fleetc.placement.problem import problems
 from fleetc.placement.program import Program, build_program, solve_program
 from fleetc.placement.scoring import score_matrix
 from fleetc.placement.solvers import DEFAULT_SOLVER, installed_milp_solvers, solver_label
@@ -29,10 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def programs(spec: Spec) -> list[Program]:
     """The exact program of every component of a generated fleet."""
     model = optimize._canonical(model_of(spec))
-    scores = score_matrix(model)
-    blocked = optimize._blocked(model, scores)
-    kept = optimize._previous_matrix(model, {})
-    return [build_program(model, scores, blocked, kept, part) for part in optimize._parts(scores.allowed)]
+    return [build_program(problem) for problem in problems(model, score_matrix(model), {})[0]]
 
 
 @pytest.mark.parametrize("spec", [

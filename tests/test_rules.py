@@ -6,7 +6,9 @@ candidate placements, some sound and some not:
 
 - every pair the filters allow is one no rule excludes, and every pair no rule excludes and
   whose cluster holds one replica is allowed;
-- the placement program accepts a candidate (its integral vector is feasible) exactly when the
+- the problem built of the fleet (:class:`fleetc.placement.problem.Problem`) holds the rules'
+  demands, capacities, slots, minimums and HA clusters;
+- its placement program accepts a candidate (its integral vector is feasible) exactly when the
   rules do (:func:`fleetc.placement.verify.verify`, which reads only the rules);
 - the program's capacity rows count, per cluster, what :func:`rules.taken` counts.
 """
@@ -16,14 +18,15 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.builders import GPU_TAINT, make_cluster, make_fleet, make_gpu_policy, make_platform, make_stage
 
 from fleetc.model import Assignment, FleetModel, Placement, StagePlacement, StageType, Toleration
 from fleetc.placement import rules
-from fleetc.placement.optimize import _blocked
-from fleetc.placement.program import Part, Program, build_program, is_feasible
+from fleetc.placement.problem import Part, Problem, multicluster_conflicts
+from fleetc.placement.program import Program, build_program, is_feasible
 from fleetc.placement.scoring import GIB, score_matrix
 from fleetc.placement.verify import verify
 
@@ -164,7 +167,9 @@ def _check_against_the_rules(data: st.DataObject, model: FleetModel) -> None:
                                            min_size=len(model.stages), max_size=len(model.stages))))
     previous = np.minimum(previous, [[s.replicas] for s in model.stages]).reshape(scores.allowed.shape)
     everything = Part(np.arange(len(model.stages)), np.arange(len(model.clusters)))
-    program = build_program(model, scores, _blocked(model, scores), previous, everything)
+    problem = Problem.of(model, scores, multicluster_conflicts(model, scores), previous, everything)
+    _assert_problem_states_the_rules(model, problem)
+    program = build_program(problem)
     for _ in range(6):
         replicas_at = data.draw(candidates(model, scores.allowed))
         placement = placement_of(model, replicas_at)
@@ -175,6 +180,22 @@ def _check_against_the_rules(data: st.DataObject, model: FleetModel) -> None:
         if v is not None:
             _assert_same_usage(model, program, v, replicas_at)
             _assert_same_headroom(model, program, v, replicas_at)
+
+
+def _assert_problem_states_the_rules(model: FleetModel, problem: Problem) -> None:
+    """The problem's per-stage and per-cluster arrays are the rules' figures."""
+    names = [c.name for c in model.clusters]
+    for s, stage in enumerate(model.stages):
+        used = rules.replica_usage(model, stage, stage.replicas)
+        assert problem.demand[0, s] * stage.replicas == used.gpus + used.slots
+        assert problem.shared[s] == (used.slots > 0)
+        assert problem.demand[1, s] * stage.replicas * 1000 == pytest.approx(used.millis)
+        assert problem.minimum[s] == rules.min_replicas_per_cluster(stage)
+        assert [names[c] for c in problem.ha[s]] == [n for n in rules.ha_clusters(model, stage) if n in names]
+    for c, cluster in enumerate(model.clusters):
+        gpus, millis, memory = rules.usable_capacity(model, cluster)
+        assert problem.capacity[:, c].tolist() == [gpus, millis / 1000, memory / GIB]
+    assert problem.slots == rules.slots_per_gpu(model)
 
 
 def _assert_same_usage(model: FleetModel, program: Program, v: np.ndarray, replicas_at: np.ndarray) -> None:

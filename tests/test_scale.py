@@ -236,14 +236,14 @@ def test_a_larger_generated_fleet(large: None) -> None:
 
 def test_each_improving_stage_gets_its_best_column_when_a_stage_has_no_pairs() -> None:
     from fleetc.placement import colgen
-    from fleetc.placement.optimize import _parts, _previous_matrix
+    from fleetc.placement.problem import Problem, components, previous_matrix
     from fleetc.placement.scoring import score_matrix
 
     model = model_of(Spec(clusters=10, stages=60, load=0.9))
     scores = score_matrix(model)
-    [part] = [p for p in _parts(scores.allowed) if len(p.stages) > 1]
+    [part] = [p for p in components(scores.allowed) if len(p.stages) > 1]
     blocked = {int(part.stages[1]): "blocked for this test"}  # the second stage: no pairs
-    large = colgen._large(model, scores, blocked, _previous_matrix(model, {}), part)
+    large = colgen._large(Problem.of(model, scores, blocked, previous_matrix(model, {}), part))
     assert large.pair_range[1] == large.pair_range[2]
     pricing = -np.linspace(1.0, 2.0, len(large.pair_stage))[::-1]  # every pair improves
     new = colgen._new_columns(large, pricing, pricing < 0)

@@ -18,27 +18,10 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
-from fleetc.model import FleetModel, Stage
+from fleetc.model import Stage
 from fleetc.placement import highs
-from fleetc.placement.program import (
-    OutOfTime,
-    Part,
-    Program,
-    Solved,
-    build_program,
-    capacity_of,
-    demand_of,
-    replicas_of,
-    solve_program,
-    stage_values,
-)
-from fleetc.placement.rules import (
-    ha_clusters,
-    min_replicas_per_cluster,
-    slots_per_gpu,
-    uses_shared_slots,
-)
-from fleetc.placement.scoring import Scores
+from fleetc.placement.problem import Budget, Problem
+from fleetc.placement.program import OutOfTime, Program, Solved, build_program, replicas_of, solve_program
 
 #: Seconds the rounded MILP may use on a large component (less when the time limit leaves less).
 ROUNDED_MILP_SECONDS = 10.0
@@ -228,36 +211,29 @@ COLUMNS_PER_ROUND = 10
 PRICING_TOLERANCE = 1e-7
 
 
-def _large(model: FleetModel, scores: Scores, blocked: dict[int, str], kept: np.ndarray, part: Part) -> _Large:
-    stages = tuple(model.stages[s] for s in part.stages)
-    clusters = tuple(model.clusters[c] for c in part.clusters)
-    allowed = scores.allowed[np.ix_(part.stages, part.clusters)]
-    is_blocked = np.array([int(s) in blocked for s in part.stages], dtype=bool)
-    allowed[is_blocked] = False
+def _large(problem: Problem) -> _Large:
+    allowed = problem.allowed.copy()
+    allowed[problem.blocked] = False
     pair_stage, pair_cluster = (a.astype(np.int32) for a in np.nonzero(allowed))
     del allowed
-    total = scores.total[part.stages[pair_stage], part.clusters[pair_cluster]]
-    values = stage_values(model, stages)
-    replicas = np.array([s.replicas for s in stages], dtype=float)
-    gang = np.array([s.is_gang for s in stages], dtype=bool)
-    shared_stage = np.array([uses_shared_slots(model, s) for s in stages], dtype=bool)
-    demand = demand_of(stages) * replicas
+    total = problem.total_at(pair_stage, pair_cluster)
+    values, replicas, gang, shared_stage = problem.values, problem.replicas, problem.gang, problem.shared
+    n_clusters = len(problem.clusters)
+    demand = problem.demand * replicas
     coefficients = np.stack([np.where(shared_stage, 0.0, demand[0]), demand[1], demand[2],
                              np.where(shared_stage, demand[0], 0.0)])
-    previous = kept[part.stages[pair_stage], part.clusters[pair_cluster]]
-    move = np.where(gang[pair_stage], model.move_cost * values[pair_stage] * previous / replicas[pair_stage], 0.0)
+    previous = problem.previous_at(pair_stage, pair_cluster)
+    move = np.where(gang[pair_stage], problem.move_cost * values[pair_stage] * previous / replicas[pair_stage], 0.0)
     keep_pair = np.flatnonzero((previous > 0) & ~gang[pair_stage])
-    minimum = np.array([min_replicas_per_cluster(s) for s in stages], dtype=float)
     pair_lower = np.zeros(len(pair_stage))
-    names = {c.name: i for i, c in enumerate(clusters)}
-    key = pair_stage.astype(np.int64) * len(clusters) + pair_cluster
-    for s, stage in enumerate(stages):
-        for name in ha_clusters(model, stage) if not is_blocked[s] else ():
-            hit = np.searchsorted(key, s * len(clusters) + names[name])  # not blocked: allowed here
-            pair_lower[hit] = minimum[s] / replicas[s]
+    key = pair_stage.astype(np.int64) * n_clusters + pair_cluster
+    for s in np.flatnonzero(~problem.blocked).tolist():
+        for c in problem.ha[s]:
+            hit = np.searchsorted(key, s * n_clusters + c)  # not blocked: allowed here
+            pair_lower[hit] = problem.minimum[s] / replicas[s]
     # Ties go to the first cluster by name: a later cluster gives up a relative TIE_BREAK at most
     # (the objective is computed from the scores, the bound divides by 1 - TIE_BREAK).
-    gain = values[pair_stage] * (1.0 + total) * (1.0 - TIE_BREAK * pair_cluster / len(clusters))
+    gain = values[pair_stage] * (1.0 + total) * (1.0 - TIE_BREAK * pair_cluster / n_clusters)
     return _Large(
         pair_stage=pair_stage,
         pair_cluster=pair_cluster,
@@ -266,14 +242,14 @@ def _large(model: FleetModel, scores: Scores, blocked: dict[int, str], kept: np.
         pair_lower=pair_lower,
         coefficients=coefficients,
         replicas=replicas,
-        stages=len(stages),
-        clusters=len(clusters),
+        stages=len(problem.stages),
+        clusters=n_clusters,
         shared=bool(shared_stage.any()),
-        slots=slots_per_gpu(model),
-        capacity=capacity_of(model, clusters),
+        slots=problem.slots,
+        capacity=problem.capacity,
         keep_pair=keep_pair,
         keep_upper=previous[keep_pair] / replicas[pair_stage[keep_pair]],
-        keep_reward=model.move_cost * values[pair_stage[keep_pair]],
+        keep_reward=problem.move_cost * values[pair_stage[keep_pair]],
         penalty=UNPLACED_PENALTY * values,
     )
 
@@ -512,21 +488,18 @@ def _lagrangian(large: _Large, master: _Master, row_dual: np.ndarray, objective:
     return -(lagrangian + float(np.minimum(others, 0.0) @ master.fixed_upper[s:])), reduced
 
 
-def solve_large(
-    model: FleetModel, scores: Scores, blocked: dict[int, str], kept: np.ndarray, part: Part, deadline: float | None,
-    on_gap: Callable[[float], None] = lambda gap: None,
-) -> Solved:
+def solve_large(problem: Problem, budget: Budget) -> Solved:
     """Column generation for the LP, fix what it places whole, a small MILP over the rest (with a
-    deadline), then a greedy repair; see ``docs/optimizer.md``. ``on_gap`` hears the LP's gap
-    to its bound after each round."""
-    large = _large(model, scores, blocked, kept, part)
+    deadline), then a greedy repair; see ``docs/optimizer.md``. ``budget.on_gap`` hears the
+    LP's gap to its bound after each round."""
+    large = _large(problem)
     master = _start_master(large)
-    relaxed = _generate_columns(large, master, large.gain + large.move, deadline, on_gap)
-    replicas_at, proven = _round(_Rounding(model, large, part, relaxed, scores, blocked, kept, deadline))
-    objective = _score_of(model, part, scores, replicas_at)
+    relaxed = _generate_columns(large, master, large.gain + large.move, budget.deadline, budget.on_gap)
+    replicas_at, proven = _round(_Rounding(problem, large, relaxed, budget.deadline))
+    objective = problem.score_of(replicas_at)
     in_lp = np.bincount(large.pair_stage, minlength=large.stages) > 0  # multiCluster conflicts are not
     left_out = bool(np.any(in_lp & ~replicas_at.any(axis=1)))
-    bound = _bound(large, master, relaxed, left_out, deadline)
+    bound = _bound(large, master, relaxed, left_out, budget.deadline)
     return Solved(replicas_at, objective, max(bound, objective), "colgen-lp-round", proven)
 
 
@@ -553,16 +526,12 @@ ROUNDING_PAIRS = 50_000
 
 @dataclass(frozen=True, eq=False)
 class _Rounding:
-    """What every rounding step reads: the component, its LP solution, and the inputs of the
-    program the rounding MILPs are built from."""
+    """What every rounding step reads: the component's problem, in the column generation's
+    terms, and its LP solution."""
 
-    model: FleetModel
+    problem: Problem
     large: _Large
-    part: Part
     relaxed: _Relaxed
-    scores: Scores
-    blocked: dict[int, str]
-    kept: np.ndarray
     deadline: float | None
 
 
@@ -571,12 +540,11 @@ def _round(r: _Rounding) -> tuple[np.ndarray, bool]:
     a MILP over the rest on their LP clusters plus a few alternatives, a greedy repair, and
     exact MILPs around what is still left out (:func:`_reach`); and whether what it leaves out
     is proven not to fit."""
-    model, large, part, relaxed, blocked = r.model, r.large, r.part, r.relaxed, r.blocked
-    stages = [model.stages[s] for s in part.stages]
-    replicas = np.array([s.replicas for s in stages])
-    gang = np.array([s.is_gang for s in stages], dtype=bool)
-    minimum = np.array([min_replicas_per_cluster(s) for s in stages])
-    is_blocked = np.array([int(s) in blocked for s in part.stages], dtype=bool)
+    large, relaxed, problem = r.large, r.relaxed, r.problem
+    replicas = problem.replicas.astype(int)
+    gang = problem.gang
+    minimum = problem.minimum.astype(int)
+    is_blocked = problem.blocked
     stage, cluster = large.pair_stage[relaxed.pairs], large.pair_cluster[relaxed.pairs]
     units = relaxed.shares * np.where(gang[stage], 1, replicas[stage])
     whole = np.rint(units)
@@ -591,7 +559,7 @@ def _round(r: _Rounding) -> tuple[np.ndarray, bool]:
     rest = np.flatnonzero(~fixed & ~is_blocked)
     if len(rest):
         _round_rest(r, rest, replicas_at)
-    _repair(model, large, part, replicas_at, is_blocked)
+    _repair(problem, large, replicas_at)
     return replicas_at, _reach(r, replicas_at, is_blocked)
 
 
@@ -630,9 +598,7 @@ def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
         columns = np.flatnonzero(allowed[stages].any(axis=0))
         before = replicas_at[stages].copy()
         replicas_at[stages] = 0
-        sub = Part(r.part.stages[stages], r.part.clusters[columns])
-        program = build_program(r.model, r.scores, r.blocked, r.kept, sub,
-                                allowed=allowed[np.ix_(stages, columns)],
+        program = build_program(r.problem.restrict(stages, columns), allowed=allowed[np.ix_(stages, columns)],
                                 taken=_taken(large, replicas_at)[:, columns])
         result = solve_program(program, require_all=True, integral=True, deadline=time.monotonic() + budget)
         if result.values is not None:
@@ -661,9 +627,8 @@ def _place_most(r: _Rounding, program: Program, stages: np.ndarray, columns: np.
     after = np.zeros_like(replicas_at[stages])
     after[:, columns] = replicas_of(program, result.values)
     before = replicas_at[stages]
-    sub = Part(r.part.stages[stages], r.part.clusters)
-    placed = (int(after.any(axis=1).sum()), _score_of(r.model, sub, r.scores, after))
-    if placed > (int(before.any(axis=1).sum()), _score_of(r.model, sub, r.scores, before)):
+    placed = (int(after.any(axis=1).sum()), r.problem.score_of(after, stages))
+    if placed > (int(before.any(axis=1).sum()), r.problem.score_of(before, stages)):
         replicas_at[stages] = after
 
 
@@ -698,16 +663,14 @@ def _place_what_fits(r: _Rounding, stages: np.ndarray, replicas_at: np.ndarray, 
     taken = _taken(large, replicas_at)
     candidates, columns = _candidates(large, r.relaxed, stages, _free(large, taken))
     if candidates.sum() <= ROUNDING_PAIRS:
-        sub = Part(r.part.stages[stages], r.part.clusters[columns])
-        program = build_program(r.model, r.scores, r.blocked, r.kept, sub, allowed=candidates[:, columns],
+        program = build_program(r.problem.restrict(stages, columns), allowed=candidates[:, columns],
                                 taken=taken[:, columns])
         result = solve_program(program, require_all=False, integral=True,
                                deadline=time.monotonic() + _budget(start, r.deadline))
         if result.values is not None:
             after = np.zeros_like(before)
             after[:, columns] = replicas_of(program, result.values)
-            sub = Part(r.part.stages[stages], r.part.clusters)
-            if _score_of(r.model, sub, r.scores, after) >= _score_of(r.model, sub, r.scores, before) - 1e-9:
+            if r.problem.score_of(after, stages) >= r.problem.score_of(before, stages) - 1e-9:
                 before = after
     replicas_at[stages] = before
     left_out: np.ndarray = stages[~before.any(axis=1)]
@@ -778,18 +741,17 @@ def _taken(large: _Large, replicas_at: np.ndarray) -> np.ndarray:
     ]).astype(float)
 
 
-def _repair(model: FleetModel, large: _Large, part: Part, replicas_at: np.ndarray, is_blocked: np.ndarray) -> None:
+def _repair(problem: Problem, large: _Large, replicas_at: np.ndarray) -> None:
     """Place each stage still left out greedily (in place): most valuable per GPU first, on its
     best-scoring clusters with room left; a stage that fits nowhere stays out."""
-    stages = [model.stages[s] for s in part.stages]
+    stages = problem.stages
     taken = _taken(large, replicas_at)
-    left = [s for s in range(large.stages) if not is_blocked[s] and not replicas_at[s].any()]
+    left = [s for s in range(large.stages) if not problem.blocked[s] and not replicas_at[s].any()]
     if not left:
         return
-    values = stage_values(model, tuple(stages))
+    values = problem.values
     left.sort(key=lambda s: (-values[s] / max(stages[s].total_gpus, 1), s))
     starts = large.pair_range
-    names = {model.clusters[c].name: i for i, c in enumerate(part.clusters)}
     per_replica = large.coefficients / large.replicas
     room = _Room(large.capacity, taken, large.slots)
 
@@ -797,8 +759,8 @@ def _repair(model: FleetModel, large: _Large, part: Part, replicas_at: np.ndarra
         pairs = np.arange(starts[s], starts[s + 1])
         by_score = [c for c in large.pair_cluster[pairs[np.argsort(-large.gain[pairs], kind="stable")]].tolist()
                     if c != avoid]
-        ha = [names[name] for name in ha_clusters(model, stages[s])]
-        return _greedy_plan(stages[s], per_replica[:, s], by_score, ha, room)
+        ha = list(problem.ha[s])
+        return _greedy_plan(stages[s], int(problem.minimum[s]), per_replica[:, s], by_score, ha, room)
 
     def apply(s: int, plan: dict[int, int], sign: int) -> None:
         for c, count in plan.items():
@@ -900,15 +862,16 @@ class _Room:
         self.taken[:, c] += demand * count
 
 
-def _greedy_plan(stage: Stage, demand: np.ndarray, by_score: list[int], ha: list[int], room: _Room) -> dict[int, int]:
-    """Clusters and replicas for ``stage`` in ``room`` (taken from it), or {} when it does not fit."""
+def _greedy_plan(stage: Stage, minimum: int, demand: np.ndarray, by_score: list[int], ha: list[int], room: _Room
+                 ) -> dict[int, int]:
+    """Clusters and replicas for ``stage`` in ``room`` (taken from it), at least ``minimum`` on each
+    cluster that serves a Deployment, or {} when it does not fit."""
     if stage.is_gang:
         for c in by_score:
             if room.fits(c, demand) >= stage.replicas:
                 room.take(c, demand, stage.replicas)
                 return {c: stage.replicas}
         return {}
-    minimum = min_replicas_per_cluster(stage)
     plan: dict[int, int] = {}
     remaining = stage.replicas
     for c in ha:
@@ -931,15 +894,3 @@ def _greedy_plan(stage: Stage, demand: np.ndarray, by_score: list[int], ha: list
             room.take(c, demand, -count)
         return {}
     return plan
-
-
-def _score_of(model: FleetModel, part: Part, scores: Scores, replicas_at: np.ndarray) -> float:
-    """The reported objective of ``replicas_at`` (no move-cost terms)."""
-    stage, cluster = np.nonzero(replicas_at)
-    stages = tuple(model.stages[s] for s in part.stages)
-    values = stage_values(model, stages)
-    replicas = np.array([s.replicas for s in stages], dtype=float)
-    total = scores.total[part.stages[stage], part.clusters[cluster]]
-    return float(np.sum(values[stage] / replicas[stage] * (1.0 + total) * replicas_at[stage, cluster]))
-
-

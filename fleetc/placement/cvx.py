@@ -72,33 +72,29 @@ def solve(program: Program, *, require_all: bool, integral: bool, deadline: floa
     return Result(values=values, optimal=problem.status == cp.OPTIMAL)
 
 
+#: Per solver: its fixed settings (one thread, seed 0, quiet), its names for the MILP's relative
+#: and absolute gaps and the time limit (None: it has no such setting), and the keyword cvxpy
+#: passes its settings under (None: as keywords of their own).
+_SETTINGS: dict[str, tuple[dict[str, Any], str, str | None, str, str | None]] = {
+    "HIGHS": ({"threads": 1, "random_seed": 0, "output_flag": False}, "mip_rel_gap", "mip_abs_gap", "time_limit",
+              None),
+    "SCIP": ({"parallel/maxnthreads": 1, "randomization/randomseedshift": 0}, "limits/gap", "limits/absgap",
+             "limits/time", "scip_params"),
+    "SCIPY": ({}, "mip_rel_gap", None, "time_limit", "scipy_options"),
+}
+
+
 def _options(solver: str, integral: bool, seconds: float | None, absolute_gap: float | None) -> dict[str, Any]:
     """The solver's own names for one thread, seed 0, the time limit and the MILP gaps; a solver
     not listed here runs with its defaults (no time limit: ``--time-limit`` cannot stop it)."""
-    gap = {"rel": 0.0 if absolute_gap is not None else 1e-4, "abs": absolute_gap}
-    if solver == "HIGHS":
-        options: dict[str, Any] = {"threads": 1, "random_seed": 0, "output_flag": False}
-        if integral:
-            options["mip_rel_gap"] = gap["rel"]
-            if gap["abs"] is not None:
-                options["mip_abs_gap"] = gap["abs"]
-        if seconds is not None:
-            options["time_limit"] = seconds
-        return options
-    if solver == "SCIP":
-        params: dict[str, Any] = {"parallel/maxnthreads": 1, "randomization/randomseedshift": 0}
-        if integral:
-            params["limits/gap"] = gap["rel"]
-            if gap["abs"] is not None:
-                params["limits/absgap"] = gap["abs"]
-        if seconds is not None:
-            params["limits/time"] = seconds
-        return {"scip_params": params}
-    if solver == "SCIPY":
-        scipy_options: dict[str, Any] = {}
-        if integral:
-            scipy_options["mip_rel_gap"] = gap["rel"]
-        if seconds is not None:
-            scipy_options["time_limit"] = seconds
-        return {"scipy_options": scipy_options}
-    return {}
+    if solver not in _SETTINGS:
+        return {}
+    fixed, relative, absolute, time_limit, keyword = _SETTINGS[solver]
+    options = dict(fixed)
+    if integral:
+        options[relative] = 0.0 if absolute_gap is not None else 1e-4
+        if absolute is not None and absolute_gap is not None:
+            options[absolute] = absolute_gap
+    if seconds is not None:
+        options[time_limit] = seconds
+    return options if keyword is None else {keyword: options}

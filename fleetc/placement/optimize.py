@@ -55,26 +55,14 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.sparse.csgraph import connected_components
 
 from fleetc.errors import InternalError, PlacementError, SearchLimitError, TimeLimitError
 from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
 from fleetc.placement import cvx
 from fleetc.placement.colgen import solve_large
-from fleetc.placement.program import (
-    OutOfTime,
-    Part,
-    PreviousClusters,
-    Result,
-    Solved,
-    build_program,
-    capacity_of,
-    demand_of,
-    replicas_of,
-)
+from fleetc.placement.problem import Budget, PreviousClusters, Problem, capacity_of, demand_of, problems
+from fleetc.placement.program import OutOfTime, Result, Solved, build_program, replicas_of
 from fleetc.placement.rules import (
-    ha_clusters,
     min_replicas_per_cluster,
     slots_per_gpu,
     uses_shared_slots,
@@ -120,20 +108,19 @@ def place(
         by_key = {p.stage: p for p in placed.stages}
         return replace(placed, stages=tuple(by_key[stage.key] for stage in model.stages))
     deadline = None if time_limit is None else time.monotonic() + time_limit
+    budget = Budget(deadline, solver, on_gap)
     scores = score_matrix(model)
-    blocked = _blocked(model, scores)
-    kept = _previous_matrix(model, previous or {})
+    components, blocked = problems(model, scores, previous or {})
     replicas_at = np.zeros(scores.allowed.shape, dtype=np.int32)
     objective = bound = 0.0
     methods = set()
     proven = True
-    for part in _parts(scores.allowed):
+    for problem in components:
         try:
-            solved = _solve_part(model, scores, blocked, kept, part, deadline, on_gap,
-                                 LARGE if large is None else large, solver)
+            solved = _solve(problem, budget, LARGE if large is None else large)
         except OutOfTime:
             raise _no_placement(time_limit, deadline) from None
-        replicas_at[np.ix_(part.stages, part.clusters)] = solved.replicas_at
+        replicas_at[np.ix_(problem.part.stages, problem.part.clusters)] = solved.replicas_at
         objective += solved.objective
         bound += solved.bound
         methods.add(solved.method)
@@ -160,10 +147,10 @@ def place(
         time_limit=ran_out,
         optimal=methods == {"milp"} and proven and ran_out is None and not unplaced,
     )
-    problems = verify(model, placement, allow_unplaced=allow_unplaced)
-    if problems:
+    broken = verify(model, placement, allow_unplaced=allow_unplaced)
+    if broken:
         raise InternalError(
-            "the solver's placement breaks hard constraints:\n" + "\n".join(problems)
+            "the solver's placement breaks hard constraints:\n" + "\n".join(broken)
         )
     return placement
 
@@ -178,91 +165,17 @@ def _canonical(model: FleetModel) -> FleetModel:
     )
 
 
-def _parts(allowed: np.ndarray) -> list[Part]:
-    """Connected components of the bipartite stage-cluster graph, ordered by first stage.
-
-    Capacity only couples stages that share an allowed cluster, so each component is an
-    independent problem; clusters no stage may use are left out.
-    """
-    n_stages, n_clusters = allowed.shape
-    pairs = sp.csr_matrix(allowed)  # stage rows; built straight as CSR: no index triplets at scale
-    indptr = np.concatenate([pairs.indptr, np.full(n_clusters, pairs.indptr[-1])])
-    graph = sp.csr_matrix(
-        (np.ones(pairs.nnz), pairs.indices + n_stages, indptr), shape=(n_stages + n_clusters,) * 2
-    )
-    _, labels = connected_components(graph, directed=False)
-    parts = []
-    for label in dict.fromkeys(labels[:n_stages].tolist()):
-        members = np.flatnonzero(labels == label)
-        parts.append(Part(members[members < n_stages], members[members >= n_stages] - n_stages))
-    return parts
+def _solve(problem: Problem, budget: Budget, large: int) -> Solved:
+    """Solve one component: all stages placed if possible, else the best partial placement;
+    exactly up to ``large`` allowed pairs, else by column generation."""
+    return _solve_exact(problem, budget) if problem.pairs <= large else solve_large(problem, budget)
 
 
-def _blocked(model: FleetModel, scores: Scores) -> dict[int, str]:
-    """Serving stages ``multiCluster`` makes unplaceable whatever the capacity, and why."""
-    names = {c.name: i for i, c in enumerate(model.clusters)}
-    blocked = {}
-    for s, stage in enumerate(model.stages):
-        ha = ha_clusters(model, stage)
-        minimum = min_replicas_per_cluster(stage)
-        filtered = [
-            f"{name} is not in the fleet" if names.get(name) is None
-            else f"{name} is filtered out ({scores.reasons[(s, names[name])]})"
-            for name in ha
-            if names.get(name) is None or not scores.allowed[s, names[name]]
-        ]
-        if filtered:
-            blocked[s] = f"{stage.key}: multiCluster runs it on {', '.join(ha)}, but {'; '.join(filtered)}"
-        elif len(ha) * minimum > stage.replicas:
-            blocked[s] = (
-                f"{stage.key}: multiCluster runs it on {len(ha)} clusters ({', '.join(ha)}) "
-                f"with at least {minimum} replicas each, the stage has {stage.replicas}"
-            )
-    return blocked
-
-
-def _previous_matrix(model: FleetModel, previous: PreviousClusters) -> np.ndarray:
-    """(S, C) replicas each stage had on each cluster (capped at its replicas); unknown stages
-    and clusters are ignored."""
-    kept = np.zeros((len(model.stages), len(model.clusters)), dtype=np.int32)
-    names = {c.name: i for i, c in enumerate(model.clusters)}
-    for s, stage in enumerate(model.stages):
-        for name, replicas in previous.get(stage.key, {}).items():
-            if name in names and replicas > 0:
-                kept[s, names[name]] = min(int(replicas), stage.replicas)
-    return kept
-
-
-def _solve_part(
-    model: FleetModel,
-    scores: Scores,
-    blocked: dict[int, str],
-    kept: np.ndarray,
-    part: Part,
-    deadline: float | None,
-    on_gap: Callable[[float], None],
-    large: int,
-    solver: str,
-) -> Solved:
-    """Solve one component: all stages placed if possible, else the best partial placement."""
-    pairs = int(scores.allowed[np.ix_(part.stages, part.clusters)].sum())
-    if pairs <= large:
-        return _solve_exact(model, scores, blocked, kept, part, deadline, solver)
-    return solve_large(model, scores, blocked, kept, part, deadline, on_gap)
-
-
-def _solve_exact(
-    model: FleetModel,
-    scores: Scores,
-    blocked: dict[int, str],
-    kept: np.ndarray,
-    part: Part,
-    deadline: float | None,
-    solver: str,
-) -> Solved:
+def _solve_exact(problem: Problem, budget: Budget) -> Solved:
     """The whole MILP of one component: every stage placed if possible (else the most valuable
     placement), and its LP relaxation as the bound."""
-    program = build_program(model, scores, blocked, kept, part)
+    deadline, solver = budget.deadline, budget.solver
+    program = build_program(problem)
     result = Result(values=None, optimal=False, infeasible=bool(program.blocked.any()))
     if not result.infeasible:
         result = cvx.solve(program, require_all=True, integral=True, deadline=deadline, solver=solver)
@@ -342,7 +255,7 @@ def _unplaced_reason(
 ) -> str:
     """``0/3 clusters fit p/s: 2 have no a100, 1 has 8 of 16 free a100`` for stage index ``s``,
     against the (3, C) capacity ``free`` the placed stages leave of ``total`` (a
-    ``multiCluster`` conflict is reported by :func:`_blocked` instead)."""
+    ``multiCluster`` conflict is reported by :func:`fleetc.placement.problem.multicluster_conflicts` instead)."""
     stage = model.stages[s]
     why = [
         _capacity_reason(model, stage, cluster, free[:, c], total[:, c])

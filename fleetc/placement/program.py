@@ -1,47 +1,23 @@
 """The placement MILP in matrix form, and its solve with HiGHS (:mod:`fleetc.placement.highs`).
 
 One vector ``v = [x | y | u | z | w | k]`` over the allowed (stage, cluster) pairs of one
-component (see :mod:`fleetc.placement.optimize` and ``docs/optimizer.md`` for what each part means); every
-constraint is a ``scipy.sparse`` matrix times ``v``. :mod:`fleetc.placement.optimize` solves small
-components exactly with :func:`solve_program`; :mod:`fleetc.placement.colgen` reuses the same matrices for
-the rounding MILP of large ones.
+problem (:class:`fleetc.placement.problem.Problem`; see :mod:`fleetc.placement.optimize` and
+``docs/optimizer.md`` for what each part means); every constraint is a ``scipy.sparse`` matrix
+times ``v``. The exact path solves it through cvxpy (:mod:`fleetc.placement.cvx`);
+:mod:`fleetc.placement.colgen` solves the programs of restricted problems with
+:func:`solve_program` for its rounding and neighbourhood MILPs.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
-from fleetc.model import Cluster, FleetModel, Stage
 from fleetc.placement import highs
-from fleetc.placement.rules import (
-    failover_groups,
-    ha_clusters,
-    min_replicas_per_cluster,
-    slots_per_gpu,
-    usable_capacity,
-    uses_shared_slots,
-)
-from fleetc.placement.scoring import GIB, Scores
-
-#: A previous placement: stage key -> cluster name -> replicas (see :mod:`fleetc.placement.previous`).
-PreviousClusters = Mapping[str, Mapping[str, int]]
-
-#: The value of a stage whose workload class has weight 0: it still must be placed.
-EPSILON = 1e-3
-
-
-@dataclass(frozen=True, eq=False)
-class Part:
-    """One independent subproblem: stage and cluster indices into the full model."""
-
-    stages: np.ndarray
-    clusters: np.ndarray
-
+from fleetc.placement.problem import Problem
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,12 +58,12 @@ class _Columns:
     keep: np.ndarray  # y pairs (indices) that held replicas in the previous placement
 
     @classmethod
-    def of(cls, stages: tuple[Stage, ...], allowed: np.ndarray, shared: int, kept: np.ndarray) -> _Columns:
+    def of(cls, problem: Problem, allowed: np.ndarray, shared: int) -> _Columns:
         pair_stage, pair_cluster = np.nonzero(allowed)
-        gang = np.array([s.is_gang for s in stages], dtype=bool)[pair_stage]
+        gang = problem.gang[pair_stage]
         y_stage, y_cluster = pair_stage[~gang], pair_cluster[~gang]
-        keep = np.flatnonzero(kept[y_stage, y_cluster] > 0)
-        return cls(pair_stage[gang], pair_cluster[gang], y_stage, y_cluster, len(stages), shared, keep)
+        keep = np.flatnonzero(problem.previous_at(y_stage, y_cluster) > 0)
+        return cls(pair_stage[gang], pair_cluster[gang], y_stage, y_cluster, len(problem.stages), shared, keep)
 
     @property
     def units(self) -> int:
@@ -160,83 +136,40 @@ class Program:
         return len(self.unit_stage)
 
 
-def stage_values(model: FleetModel, stages: tuple[Stage, ...]) -> np.ndarray:
-    """Each stage's worth: its class weight (``EPSILON`` if 0) times its GPUs (at least 1)."""
-    return np.array(
-        [(model.class_weights.of(s.workload_class) or EPSILON) * max(s.total_gpus, 1) for s in stages],
-        dtype=float,
-    )
-
-
-def demand_of(stages: tuple[Stage, ...]) -> np.ndarray:
-    """(3, S) per-replica demand: GPUs, cores, GiB."""
-    return (
-        np.array([[s.gpus, s.cpu_millis / 1000, s.memory_bytes / GIB] for s in stages], dtype=float)
-        .reshape(len(stages), 3)
-        .T
-    )
-
-
-def capacity_of(model: FleetModel, clusters: tuple[Cluster, ...]) -> np.ndarray:
-    """(3, C) usable capacity: GPUs, cores, GiB."""
-    usable = [usable_capacity(model, c) for c in clusters]
-    return (
-        np.array([[g, millis / 1000, memory / GIB] for g, millis, memory in usable], dtype=float)
-        .reshape(len(clusters), 3)
-        .T
-    )
-
-
-def build_program(
-    model: FleetModel,
-    scores: Scores,
-    blocked: dict[int, str],
-    kept: np.ndarray,
-    part: Part,
-    allowed: np.ndarray | None = None,
-    taken: np.ndarray | None = None,
-) -> Program:
-    """The program of ``part``; ``allowed`` narrows its pairs (the large path's candidates) and
-    ``taken`` (4, C) is what fixed stages already use of each cluster: GPUs, cores, GiB, and
+def build_program(problem: Problem, allowed: np.ndarray | None = None, taken: np.ndarray | None = None) -> Program:
+    """The program of ``problem``; ``allowed`` narrows its pairs (the large path's candidates)
+    and ``taken`` (4, C) is what fixed stages already use of each cluster: GPUs, cores, GiB, and
     shared slots."""
-    stages = tuple(model.stages[s] for s in part.stages)
-    clusters = tuple(model.clusters[c] for c in part.clusters)
     if allowed is None:
-        allowed = scores.allowed[np.ix_(part.stages, part.clusters)]
-    total = scores.total[np.ix_(part.stages, part.clusters)]
-    part_kept = kept[np.ix_(part.stages, part.clusters)]
-    slots = slots_per_gpu(model)
-    shared_stage = np.array([uses_shared_slots(model, s) for s in stages], dtype=bool)
-    taken = np.zeros((4, len(clusters))) if taken is None else taken
-    any_shared = bool(shared_stage.any() or taken[3].any())
-    columns = _Columns.of(stages, allowed, len(clusters) if any_shared else 0, part_kept)
-    replicas = np.array([s.replicas for s in stages], dtype=float)
+        allowed = problem.allowed
+    replicas = problem.replicas
+    taken = np.zeros((4, len(problem.clusters))) if taken is None else taken
+    any_shared = bool(problem.shared.any() or taken[3].any())
+    columns = _Columns.of(problem, allowed, len(problem.clusters) if any_shared else 0)
     unit_stage = np.concatenate([columns.x_stage, columns.y_stage])
     unit_cluster = np.concatenate([columns.x_cluster, columns.y_cluster])
     unit_replicas = np.concatenate([replicas[columns.x_stage], np.ones(len(columns.y_stage))])
-    values = stage_values(model, stages)
-    capacity = capacity_of(model, clusters) - taken[:3]
+    values = problem.values
+    capacity = problem.capacity - taken[:3]
 
     score = np.zeros(columns.size)
     per_replica = values[unit_stage] / replicas[unit_stage]
-    score[: columns.units] = per_replica * (1.0 + total[unit_stage, unit_cluster]) * unit_replicas
+    score[: columns.units] = per_replica * (1.0 + problem.total_at(unit_stage, unit_cluster)) * unit_replicas
     objective = score.copy()
-    gang_kept = part_kept[columns.x_stage, columns.x_cluster] / replicas[columns.x_stage]
-    objective[: len(columns.x_stage)] += model.move_cost * values[columns.x_stage] * gang_kept
-    objective[columns.k] = model.move_cost * per_replica[len(columns.x_stage) + columns.keep]
+    gang_kept = problem.previous_at(columns.x_stage, columns.x_cluster) / replicas[columns.x_stage]
+    objective[: len(columns.x_stage)] += problem.move_cost * values[columns.x_stage] * gang_kept
+    objective[columns.k] = problem.move_cost * per_replica[len(columns.x_stage) + columns.keep]
 
     lower = np.zeros(columns.size)
     upper = np.ones(columns.size)
     upper[columns.y] = replicas[columns.y_stage]
-    is_blocked = np.array([int(s) in blocked for s in part.stages], dtype=bool)
-    upper[columns.z[is_blocked]] = 0.0
+    upper[columns.z[problem.blocked]] = 0.0
     if columns.shared:
         upper[columns.w] = capacity[0]
-    upper[columns.k] = part_kept[columns.y_stage[columns.keep], columns.y_cluster[columns.keep]]
-    usage, usable = _usage_rows(columns, unit_stage, unit_cluster, unit_replicas, demand_of(stages),
-                                shared_stage, capacity, slots, taken[3])
-    usage, usable = _headroom_rows(model, stages, clusters, usage, usable,
-                                   (unit_stage, unit_cluster, unit_replicas), shared_stage, slots)
+    upper[columns.k] = problem.previous_at(columns.y_stage[columns.keep], columns.y_cluster[columns.keep])
+    usage, usable = _usage_rows(columns, unit_stage, unit_cluster, unit_replicas, problem.demand,
+                                problem.shared, capacity, problem.slots, taken[3])
+    usage, usable = _headroom_rows(problem, usage, usable, (unit_stage, unit_cluster, unit_replicas))
     return Program(
         unit_stage=unit_stage,
         unit_cluster=unit_cluster,
@@ -245,15 +178,15 @@ def build_program(
         placement=_placement_rows(columns, unit_stage, unit_replicas, replicas),
         usage=usage,
         capacity=usable,
-        linking=_linking_rows(model, columns, stages, clusters, replicas),
+        linking=_linking_rows(problem, columns),
         lower=lower,
         upper=upper,
         z=columns.z,
         w=columns.w,
         k=columns.k,
         k_of=columns.y[columns.keep],
-        blocked=is_blocked,
-        clusters=len(clusters),
+        blocked=problem.blocked,
+        clusters=len(problem.clusters),
         gangs=len(columns.x_stage),
         smallest_value=float(values.min()),
         score=score,
@@ -316,32 +249,21 @@ def _usage_rows(
 
 
 def _headroom_rows(
-    model: FleetModel,
-    stages: tuple[Stage, ...],
-    clusters: tuple[Cluster, ...],
-    usage: sp.csr_matrix,
-    usable: np.ndarray,
-    units: tuple[np.ndarray, np.ndarray, np.ndarray],
-    shared_stage: np.ndarray,
-    slots: int,
+    problem: Problem, usage: sp.csr_matrix, usable: np.ndarray, units: tuple[np.ndarray, np.ndarray, np.ndarray]
 ) -> tuple[sp.csr_matrix, np.ndarray]:
     """``usage`` and ``usable`` with the failover headroom rows of
     :func:`~fleetc.placement.rules.failover_groups` added: per platform, lost cluster ``h`` and
     resource ``r``, what the other clusters of its set use plus what its serving stages use on
     ``h`` (time-sliced GPUs as ``1 / slots`` each) <= what the others may use."""
-    groups = failover_groups(model)
-    if not groups:
+    if not problem.failover:
         return usage, usable
     unit_stage, unit_cluster, unit_replicas = units
-    n_clusters = len(clusters)
-    local = {c.name: i for i, c in enumerate(clusters)}
-    demand = demand_of(stages)
-    coefficients = demand[:, unit_stage] * unit_replicas
-    coefficients[0] = np.where(shared_stage[unit_stage], coefficients[0] / slots, coefficients[0])
+    n_clusters = len(problem.clusters)
+    coefficients = problem.demand[:, unit_stage] * unit_replicas
+    coefficients[0] = np.where(problem.shared[unit_stage], coefficients[0] / problem.slots, coefficients[0])
     rows, bounds = [], []
-    for _name, members, serving in groups:
-        ha = [local[n] for n in members if n in local]
-        is_serving = np.array([s.key in serving for s in stages], dtype=bool)[unit_stage]
+    for ha, serving in problem.failover:
+        is_serving = serving[unit_stage]
         for h in ha if len(ha) > 1 else []:
             others = [o for o in ha if o != h]
             on_h = np.flatnonzero(is_serving & (unit_cluster == h))
@@ -356,30 +278,22 @@ def _headroom_rows(
     return sp.vstack([usage, *rows], format="csr"), np.concatenate([usable, bounds])
 
 
-def _linking_rows(
-    model: FleetModel,
-    columns: _Columns,
-    stages: tuple[Stage, ...],
-    clusters: tuple[Cluster, ...],
-    replicas: np.ndarray,
-) -> sp.csr_matrix:
+def _linking_rows(problem: Problem, columns: _Columns) -> sp.csr_matrix:
     """Rows ``<= 0``: ``y - replicas * u`` and ``min * u - y`` per Deployment pair, ``z - u`` per
     pair on a ``multiCluster`` cluster, ``k - y`` per kept pair."""
     n_y = len(columns.y_stage)
-    minimum = np.array([min_replicas_per_cluster(s) for s in stages], dtype=float)[columns.y_stage]
+    minimum = problem.minimum[columns.y_stage]
     rows = np.arange(n_y)
-    ha_of = [set(ha_clusters(model, stage)) for stage in stages]
-    ha = np.array(
-        [clusters[c].name in ha_of[s] for s, c in zip(columns.y_stage, columns.y_cluster, strict=True)],
-        dtype=bool,
-    )
+    ha_of = [set(ha) for ha in problem.ha]
+    ha = np.array([c in ha_of[s] for s, c in zip(columns.y_stage.tolist(), columns.y_cluster.tolist(), strict=True)],
+                  dtype=bool)
     ha_pairs = np.flatnonzero(ha)
     ha_rows = 2 * n_y + np.arange(len(ha_pairs))
     keep_rows = 2 * n_y + len(ha_pairs) + np.arange(len(columns.keep))
     return _sparse(
         [
             (np.ones(n_y), rows, columns.y),
-            (-replicas[columns.y_stage], rows, columns.u),
+            (-problem.replicas[columns.y_stage], rows, columns.u),
             (minimum, n_y + rows, columns.u),
             (-np.ones(n_y), n_y + rows, columns.y),
             (np.ones(len(ha_pairs)), ha_rows, columns.z[columns.y_stage[ha_pairs]]),

@@ -1,0 +1,271 @@
+"""The placement problem, built once per component from the model: what every solver reads.
+
+:func:`problems` splits the fleet's allowed (stage, cluster) pairs into connected components
+(capacity only couples stages that share a cluster) and builds one :class:`Problem` each: the
+pairs the filters allow, each stage's value, replicas, demand, per-cluster minimum, HA clusters
+and previous replicas, each cluster's usable capacity, the time-slicing slots, and the failover
+headroom groups, as arrays indexed by the component's own stage and cluster numbers. They are
+the rules of :mod:`fleetc.placement.rules` in vector form; ``tests/test_rules.py`` holds the
+two together.
+
+Every solver takes a problem and a :class:`Budget` and returns a placement of the component
+(:class:`~fleetc.placement.program.Solved`): the exact path (:mod:`fleetc.placement.cvx` over
+the program :func:`fleetc.placement.program.build_program` writes of it), and the large path's
+column generation, rounding, repair and reach (:mod:`fleetc.placement.colgen`), whose smaller
+MILPs solve :meth:`Problem.restrict`-ed problems.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+
+from fleetc.model import Cluster, FleetModel, Stage
+from fleetc.placement import rules
+from fleetc.placement.scoring import GIB, Scores
+from fleetc.placement.solvers import DEFAULT_SOLVER
+
+#: A previous placement: stage key -> cluster name -> replicas (see :mod:`fleetc.placement.previous`).
+PreviousClusters = Mapping[str, Mapping[str, int]]
+
+#: The value of a stage whose workload class has weight 0: it still must be placed.
+EPSILON = 1e-3
+
+
+@dataclass(frozen=True, eq=False)
+class Part:
+    """One independent subproblem: stage and cluster indices into the full model."""
+
+    stages: np.ndarray
+    clusters: np.ndarray
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a solver may spend: the time left (``deadline``, a ``time.monotonic()`` instant, or
+    None), the MILP solver cvxpy runs the exact path on, and who hears the large path's gap
+    after each round of column generation (progress)."""
+
+    deadline: float | None = None
+    solver: str = DEFAULT_SOLVER
+    on_gap: Callable[[float], None] = field(default=lambda gap: None, compare=False)
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    """The placement problem of one component, in its own stage and cluster numbers.
+
+    Per stage (shape (S,)): ``values`` (class weight times GPUs), ``replicas`` (float),
+    ``gang``, ``minimum`` (replicas per serving cluster, :func:`rules.min_replicas_per_cluster`),
+    ``shared`` (GPUs as time-sliced slots), ``blocked`` (``multiCluster`` makes it unplaceable)
+    and ``ha`` (the clusters it must serve on); ``demand`` (3, S) per replica: GPUs, cores,
+    GiB. Per cluster: ``capacity`` (3, C) usable (:func:`rules.usable_capacity`). ``allowed``
+    (S, C): the pairs the filters allow. ``failover``: per platform asking for failover
+    headroom, its clusters here and which stages serve it. Scores and previous replicas are
+    read per pair from the fleet-wide matrices (:meth:`total_at`, :meth:`previous_at`), never
+    copied whole.
+    """
+
+    model: FleetModel
+    part: Part
+    stages: tuple[Stage, ...]
+    clusters: tuple[Cluster, ...]
+    allowed: np.ndarray
+    blocked: np.ndarray
+    values: np.ndarray
+    replicas: np.ndarray
+    gang: np.ndarray
+    minimum: np.ndarray
+    shared: np.ndarray
+    demand: np.ndarray
+    capacity: np.ndarray
+    slots: int
+    ha: tuple[tuple[int, ...], ...]
+    failover: tuple[tuple[tuple[int, ...], np.ndarray], ...]
+    move_cost: float
+    total: np.ndarray = field(repr=False)  # (all stages, all clusters) of the model: scores
+    kept: np.ndarray = field(repr=False)  # (all stages, all clusters): previous replicas
+
+    @classmethod
+    def of(cls, model: FleetModel, scores: Scores, blocked: Mapping[int, str], kept: np.ndarray,
+           part: Part) -> Problem:
+        """The problem of ``part``: ``blocked`` names the model's stages ``multiCluster`` makes
+        unplaceable (:func:`multicluster_conflicts`), ``kept`` the replicas each had on each
+        cluster (:func:`previous_matrix`)."""
+        stages = tuple(model.stages[s] for s in part.stages)
+        clusters = tuple(model.clusters[c] for c in part.clusters)
+        local = {c.name: i for i, c in enumerate(clusters)}
+        failover = tuple(
+            (tuple(local[n] for n in members if n in local), np.array([s.key in serving for s in stages], dtype=bool))
+            for _name, members, serving in rules.failover_groups(model)
+        )
+        return cls(
+            model=model,
+            part=part,
+            stages=stages,
+            clusters=clusters,
+            allowed=scores.allowed[np.ix_(part.stages, part.clusters)],
+            blocked=np.array([int(s) in blocked for s in part.stages], dtype=bool),
+            values=stage_values(model, stages),
+            replicas=np.array([s.replicas for s in stages], dtype=float),
+            gang=np.array([s.is_gang for s in stages], dtype=bool),
+            minimum=np.array([rules.min_replicas_per_cluster(s) for s in stages], dtype=float),
+            shared=np.array([rules.uses_shared_slots(model, s) for s in stages], dtype=bool),
+            demand=demand_of(stages),
+            capacity=capacity_of(model, clusters),
+            slots=rules.slots_per_gpu(model),
+            ha=tuple(tuple(local[n] for n in rules.ha_clusters(model, s) if n in local) for s in stages),
+            failover=failover,
+            move_cost=model.move_cost,
+            total=scores.total,
+            kept=kept,
+        )
+
+    @property
+    def pairs(self) -> int:
+        """How many (stage, cluster) pairs the filters allow."""
+        return int(self.allowed.sum())
+
+    def total_at(self, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
+        """The score of each (``stage``, ``cluster``) pair, in this problem's numbers."""
+        total: np.ndarray = self.total[self.part.stages[stage], self.part.clusters[cluster]]
+        return total
+
+    def previous_at(self, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
+        """The replicas each (``stage``, ``cluster``) pair had in the previous placement."""
+        kept: np.ndarray = self.kept[self.part.stages[stage], self.part.clusters[cluster]]
+        return kept
+
+    def restrict(self, stages: np.ndarray, clusters: np.ndarray | None = None) -> Problem:
+        """The problem of ``stages`` on ``clusters`` (None: all) only, numbered in their order."""
+        clusters = np.arange(len(self.clusters)) if clusters is None else clusters
+        position = np.full(len(self.clusters), -1)
+        position[clusters] = np.arange(len(clusters))
+
+        def renumber(indices: tuple[int, ...]) -> tuple[int, ...]:
+            return tuple(int(position[c]) for c in indices if position[c] >= 0)
+
+        return Problem(
+            model=self.model,
+            part=Part(self.part.stages[stages], self.part.clusters[clusters]),
+            stages=tuple(self.stages[s] for s in stages.tolist()),
+            clusters=tuple(self.clusters[c] for c in clusters.tolist()),
+            allowed=self.allowed[np.ix_(stages, clusters)],
+            blocked=self.blocked[stages],
+            values=self.values[stages],
+            replicas=self.replicas[stages],
+            gang=self.gang[stages],
+            minimum=self.minimum[stages],
+            shared=self.shared[stages],
+            demand=self.demand[:, stages],
+            capacity=self.capacity[:, clusters],
+            slots=self.slots,
+            ha=tuple(renumber(self.ha[s]) for s in stages.tolist()),
+            failover=tuple((renumber(members), serving[stages]) for members, serving in self.failover),
+            move_cost=self.move_cost,
+            total=self.total,
+            kept=self.kept,
+        )
+
+    def score_of(self, replicas_at: np.ndarray, stages: np.ndarray | None = None) -> float:
+        """The reported objective (no move-cost terms) of ``replicas_at``, (S, C) or, with
+        ``stages``, the rows of those stages."""
+        rows = np.arange(len(self.stages)) if stages is None else stages
+        stage, cluster = np.nonzero(replicas_at)
+        s = rows[stage]
+        total = self.total_at(s, cluster)
+        return float(np.sum(self.values[s] / self.replicas[s] * (1.0 + total) * replicas_at[stage, cluster]))
+
+
+def problems(model: FleetModel, scores: Scores, previous: PreviousClusters) -> tuple[list[Problem], dict[int, str]]:
+    """The problem of each connected component of ``scores.allowed`` (first stage first), and
+    the stages ``multiCluster`` makes unplaceable with why (:func:`multicluster_conflicts`)."""
+    blocked = multicluster_conflicts(model, scores)
+    kept = previous_matrix(model, previous)
+    return [Problem.of(model, scores, blocked, kept, part) for part in components(scores.allowed)], blocked
+
+
+def components(allowed: np.ndarray) -> list[Part]:
+    """Connected components of the bipartite stage-cluster graph, ordered by first stage.
+
+    Capacity only couples stages that share an allowed cluster, so each component is an
+    independent problem; clusters no stage may use are left out.
+    """
+    n_stages, n_clusters = allowed.shape
+    pairs = sp.csr_matrix(allowed)  # stage rows; built straight as CSR: no index triplets at scale
+    indptr = np.concatenate([pairs.indptr, np.full(n_clusters, pairs.indptr[-1])])
+    graph = sp.csr_matrix(
+        (np.ones(pairs.nnz), pairs.indices + n_stages, indptr), shape=(n_stages + n_clusters,) * 2
+    )
+    _, labels = connected_components(graph, directed=False)
+    parts = []
+    for label in dict.fromkeys(labels[:n_stages].tolist()):
+        members = np.flatnonzero(labels == label)
+        parts.append(Part(members[members < n_stages], members[members >= n_stages] - n_stages))
+    return parts
+
+
+def multicluster_conflicts(model: FleetModel, scores: Scores) -> dict[int, str]:
+    """Serving stages ``multiCluster`` makes unplaceable whatever the capacity, and why."""
+    names = {c.name: i for i, c in enumerate(model.clusters)}
+    blocked = {}
+    for s, stage in enumerate(model.stages):
+        ha = rules.ha_clusters(model, stage)
+        minimum = rules.min_replicas_per_cluster(stage)
+        filtered = [
+            f"{name} is not in the fleet" if names.get(name) is None
+            else f"{name} is filtered out ({scores.reasons[(s, names[name])]})"
+            for name in ha
+            if names.get(name) is None or not scores.allowed[s, names[name]]
+        ]
+        if filtered:
+            blocked[s] = f"{stage.key}: multiCluster runs it on {', '.join(ha)}, but {'; '.join(filtered)}"
+        elif len(ha) * minimum > stage.replicas:
+            blocked[s] = (
+                f"{stage.key}: multiCluster runs it on {len(ha)} clusters ({', '.join(ha)}) "
+                f"with at least {minimum} replicas each, the stage has {stage.replicas}"
+            )
+    return blocked
+
+
+def previous_matrix(model: FleetModel, previous: PreviousClusters) -> np.ndarray:
+    """(S, C) replicas each stage had on each cluster (capped at its replicas); unknown stages
+    and clusters are ignored."""
+    kept = np.zeros((len(model.stages), len(model.clusters)), dtype=np.int32)
+    names = {c.name: i for i, c in enumerate(model.clusters)}
+    for s, stage in enumerate(model.stages):
+        for name, replicas in previous.get(stage.key, {}).items():
+            if name in names and replicas > 0:
+                kept[s, names[name]] = min(int(replicas), stage.replicas)
+    return kept
+
+
+def stage_values(model: FleetModel, stages: tuple[Stage, ...]) -> np.ndarray:
+    """Each stage's worth: its class weight (``EPSILON`` if 0) times its GPUs (at least 1)."""
+    return np.array(
+        [(model.class_weights.of(s.workload_class) or EPSILON) * max(s.total_gpus, 1) for s in stages],
+        dtype=float,
+    )
+
+
+def demand_of(stages: tuple[Stage, ...]) -> np.ndarray:
+    """(3, S) per-replica demand: GPUs, cores, GiB."""
+    return (
+        np.array([[s.gpus, s.cpu_millis / 1000, s.memory_bytes / GIB] for s in stages], dtype=float)
+        .reshape(len(stages), 3)
+        .T
+    )
+
+
+def capacity_of(model: FleetModel, clusters: tuple[Cluster, ...]) -> np.ndarray:
+    """(3, C) usable capacity (:func:`rules.usable_capacity`): GPUs, cores, GiB."""
+    usable = [rules.usable_capacity(model, c) for c in clusters]
+    return (
+        np.array([[g, millis / 1000, memory / GIB] for g, millis, memory in usable], dtype=float)
+        .reshape(len(clusters), 3)
+        .T
+    )

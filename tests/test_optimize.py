@@ -38,6 +38,7 @@ from fleetc.model import (
 from fleetc.placement import optimize
 from fleetc.placement.optimize import place
 from fleetc.placement.previous import parse_previous
+from fleetc.placement.problem import components
 from fleetc.placement.verify import verify
 from fleetc.resolve import region_jurisdiction, resolve
 
@@ -514,7 +515,7 @@ def test_independent_jurisdictions_are_solved_apart() -> None:
         make_stage("c", type=StageType.FINETUNING, jurisdiction="cn"),
     )
     scores = optimize.score_matrix(make_fleet(clusters, stages))
-    parts = optimize._parts(scores.allowed)
+    parts = components(scores.allowed)
     assert [(p.stages.tolist(), p.clusters.tolist()) for p in parts] == [([0, 2], [0]), ([1], [1])]
     with pytest.raises(PlacementError) as raised:  # two 8-GPU gangs, one 8-GPU cn cluster
         place(make_fleet(clusters, stages))

@@ -242,6 +242,19 @@ def test_kueue_second_compile_converges_and_keeps_unchanged_runs() -> None:
     assert_second_pass_keeps_unchanged_runs(before, after)
 
 
+def test_bundled_example_on_kueue_converges_in_one_pass_and_again_after_a_change() -> None:
+    policies = read_policies(ROOT / "policies")
+    path = "policies/fleet.yaml"
+    kueue = re.sub(r"(\n  - name: [a-z-]+\n)(\s+)", r"\1\2batchScheduler: kueue\n\2", policies[path])
+    assert kueue.count("batchScheduler: kueue") == 3
+    policies = {**policies, path: kueue}
+    before = compile_texts(policies)
+    assert any("kind: ClusterQueue" in text for text in before.values())
+    training = "policies/llm-training-pipeline.yaml"
+    after = compile_texts({**policies, training: _set_image(policies[training], "model-training", "trainer:v2")})
+    assert_second_pass_keeps_unchanged_runs(before, after)
+
+
 def _dump(obj: dict) -> str:
     from fleetc.render.yamlout import dump
     return dump(obj)

@@ -4,6 +4,8 @@ example, every golden case and a generated fleet: what would actually happen on 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -306,3 +308,21 @@ def test_stages_on_kueue_wait_for_each_other_and_serving_elsewhere_waits_for_the
     assert waits == {("llm/tokenize", "train-kueue"): [], ("llm/train", "train-kueue"): ["fleetc-wait-tokenize"],
                      ("llm/serve", "serve-l4"): ["fleetc-wait-train"]}
     assert order_problems(result.model, result.files, set()) == []
+
+
+def test_the_bundled_example_with_every_cluster_on_kueue_runs_as_on_volcano(tmp_path: Path) -> None:
+    """Every gang of the bundled example (Fluid caches, nfs, time-slicing, a platform) as Kueue
+    Jobs: admitted at once, on nodes, ordered, its commands' variables set."""
+    shutil.copytree(ROOT / "policies", tmp_path / "policies")
+    fleet = tmp_path / "policies" / "fleet.yaml"
+    text = re.sub(r"(\n  - name: [a-z-]+\n)(\s+)", r"\1\2batchScheduler: kueue\n\2", fleet.read_text())
+    assert text.count("batchScheduler: kueue") == 3
+    fleet.write_text(text)
+    result = compiled_in(tmp_path)
+    jobs = [o for p, o in result.files.items() if "/workloads/job-" in p]
+    assert len(jobs) == 5 and all(o.startswith("apiVersion: batch/v1\n") for o in jobs)
+    assert not any("kind: Queue\n" in text for text in result.files.values())
+    assert kueue_problems(result.files) == []
+    assert fit_problems(result.model, result.files) == []
+    assert order_problems(result.model, result.files, warned_order(result)) == []
+    assert command_problems(result.files) == []

@@ -77,7 +77,7 @@ def test_where_a_full_packing_exists_the_large_path_places_every_stage() -> None
 
 
 def test_a_search_that_leaves_stages_out_unproven_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(colgen, "REACH_SECONDS", 0.0)  # round and repair only: one stage stays out
+    monkeypatch.setattr(colgen, "REACH_WORK", 0)  # round and repair only: one stage stays out
     model = model_of(FULL)
     with pytest.raises(SearchLimitError) as search:
         optimize.place(model)

@@ -563,11 +563,18 @@ def _round(r: _Rounding) -> tuple[np.ndarray, bool]:
     return replicas_at, _reach(r, replicas_at, is_blocked)
 
 
-#: Seconds the neighbourhood MILPs of :func:`_reach` may take in all (less when the time limit
-#: leaves less).
-REACH_SECONDS = 10.0
 #: Pairs above which a neighbourhood of :func:`_reach` grows no further.
 REACH_PAIRS = 60_000
+#: Pairs the neighbourhoods :func:`_reach` tries may hold in all: a measure of work, not of
+#: time, so that every machine tries the same neighbourhoods and places the same stages.
+REACH_WORK = 2 * REACH_PAIRS
+#: Branch-and-bound nodes one neighbourhood MILP may explore (a count, like the rest of the
+#: budget; the ones measured closed at the root node, in 1-13 s here).
+REACH_NODES = 1_000
+#: Seconds :func:`_reach` may take at most, a safety net far beyond :data:`REACH_WORK` on this
+#: machine (when it is what stops a run, the placement depends on the machine's speed), and
+#: never beyond the time limit.
+REACH_SECONDS = 60.0
 
 
 def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> bool:
@@ -575,7 +582,8 @@ def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
     them and every stage on a cluster they may use, each free to go to any cluster it may use,
     in the capacity the other stages leave, every one of them placed. When that is impossible
     the neighbourhood grows by the stages on the clusters its stages may use, up to
-    :data:`REACH_PAIRS` pairs, within :data:`REACH_SECONDS`.
+    :data:`REACH_PAIRS` pairs, while the neighbourhoods tried hold :data:`REACH_WORK` pairs in
+    all (each MILP within :data:`REACH_NODES` nodes; :data:`REACH_SECONDS` a safety net).
 
     The repair moves one or two stages out of the way; a full fleet can need a chain of moves
     across many clusters, which the MILP finds as a whole. Whether the stages left out are
@@ -589,18 +597,22 @@ def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
     large = r.large
     allowed = np.zeros((large.stages, large.clusters), dtype=bool)
     allowed[large.pair_stage, large.pair_cluster] = True
+    work = 0
     while True:
         grown = members | replicas_at[:, allowed[members].any(axis=0)].any(axis=1)
         stages = np.flatnonzero(grown)
         budget = _reach_budget(start, r.deadline)
-        if int(allowed[stages].sum()) > REACH_PAIRS or budget <= 0:
+        pairs = int(allowed[stages].sum())
+        work += pairs
+        if pairs > REACH_PAIRS or work > REACH_WORK or budget <= 0:
             return False
         columns = np.flatnonzero(allowed[stages].any(axis=0))
         before = replicas_at[stages].copy()
         replicas_at[stages] = 0
         program = build_program(r.problem.restrict(stages, columns), allowed=allowed[np.ix_(stages, columns)],
                                 taken=_taken(large, replicas_at)[:, columns])
-        result = solve_program(program, require_all=True, integral=True, deadline=time.monotonic() + budget)
+        result = solve_program(program, require_all=True, integral=True, deadline=time.monotonic() + budget,
+                               nodes=REACH_NODES)
         if result.values is not None:
             replicas_at[np.ix_(stages, columns)] = replicas_of(program, result.values)
             return True
@@ -621,7 +633,7 @@ def _place_most(r: _Rounding, program: Program, stages: np.ndarray, columns: np.
     if budget <= 0:
         return
     result = solve_program(program, require_all=False, integral=True, deadline=time.monotonic() + budget,
-                           absolute_gap=0.5 * program.smallest_value)
+                           absolute_gap=0.5 * program.smallest_value, nodes=REACH_NODES)
     if result.values is None:
         return
     after = np.zeros_like(replicas_at[stages])

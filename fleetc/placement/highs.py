@@ -169,15 +169,18 @@ class MasterLP:
 
 def solve(cost: np.ndarray, lower: np.ndarray, upper: np.ndarray, matrix: sp.spmatrix,
           row_lower: np.ndarray, row_upper: np.ndarray, integrality: np.ndarray,
-          seconds: float | None, absolute_gap: float | None = None) -> Solution:
+          seconds: float | None, absolute_gap: float | None = None, nodes: int | None = None) -> Solution:
     """Minimise ``cost @ v`` over ``row_lower <= matrix @ v <= row_upper``, bounds and
     integrality (an LP when none is integral), within ``seconds`` (HiGHS's own limit; a solve
     interrupted by it returns its best feasible point, with ``optimal`` False). A MILP stops
-    within a relative 1e-4 of optimal, or within ``absolute_gap``. Integral values come back
-    rounded."""
+    within a relative 1e-4 of optimal, or within ``absolute_gap``, or after ``nodes``
+    branch-and-bound nodes (like the time limit, but the same on every machine). Integral
+    values come back rounded."""
     options: dict[str, OptionValue] = {"mip_rel_gap": 1e-4}
     if seconds is not None:
         options["time_limit"] = max(0.01, seconds)
+    if nodes is not None:
+        options["mip_max_nodes"] = nodes
     if absolute_gap is not None:
         options.update(mip_rel_gap=0.0, mip_abs_gap=absolute_gap)
     solver = _new(options)

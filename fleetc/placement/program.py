@@ -317,12 +317,13 @@ class Result:
 
 def solve_program(
     program: Program, *, require_all: bool, integral: bool, deadline: float | None,
-    absolute_gap: float | None = None,
+    absolute_gap: float | None = None, nodes: int | None = None,
 ) -> Result:
     """Solve the MILP (or its LP relaxation); ``require_all`` fixes every stage's ``z`` to 1.
 
-    A MILP stops within a relative 1e-4 of optimal, or within ``absolute_gap``. Integral values
-    are rounded to the integers HiGHS found them within tolerance of.
+    A MILP stops within a relative 1e-4 of optimal, or within ``absolute_gap``, or after
+    ``nodes`` branch-and-bound nodes (None: no limit). Integral values are rounded to the
+    integers HiGHS found them within tolerance of.
     """
     lower = program.lower.copy()
     if require_all:
@@ -336,7 +337,7 @@ def solve_program(
     solution = highs.solve(
         -program.objective, lower, program.upper, matrix, row_lower, row_upper,
         np.full(program.size, integral), None if deadline is None else deadline - time.monotonic(),
-        absolute_gap=absolute_gap if integral else None,
+        absolute_gap=absolute_gap if integral else None, nodes=nodes if integral else None,
     )
     if solution.infeasible:
         return Result(values=None, optimal=False, infeasible=True)

@@ -10,7 +10,9 @@ candidate placements, some sound and some not:
   demands, capacities, slots, minimums and HA clusters;
 - its placement program accepts a candidate (its integral vector is feasible) exactly when the
   rules do (:func:`fleetc.placement.verify.verify`, which reads only the rules);
-- the program's capacity rows count, per cluster, what :func:`rules.taken` counts.
+- the program's capacity rows count, per cluster, what :func:`rules.taken` counts;
+- the large path's repair (:class:`fleetc.placement.colgen._Room`) fits as many more replicas
+  of a stage on a cluster as the rules do.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from hypothesis import strategies as st
 from support.builders import GPU_TAINT, make_cluster, make_fleet, make_gpu_policy, make_platform, make_stage
 
 from fleetc.model import Assignment, FleetModel, Placement, StagePlacement, StageType, Toleration
-from fleetc.placement import rules
+from fleetc.placement import colgen, rules
 from fleetc.placement.problem import Part, Problem, multicluster_conflicts
 from fleetc.placement.program import Program, build_program, is_feasible
 from fleetc.placement.scoring import GIB, score_matrix
@@ -180,6 +182,7 @@ def _check_against_the_rules(data: st.DataObject, model: FleetModel) -> None:
         if v is not None:
             _assert_same_usage(model, program, v, replicas_at)
             _assert_same_headroom(model, program, v, replicas_at)
+        _assert_repair_room_follows_the_rules(model, problem, replicas_at)
 
 
 def _assert_problem_states_the_rules(model: FleetModel, problem: Problem) -> None:
@@ -229,3 +232,22 @@ def _assert_same_headroom(model: FleetModel, program: Program, v: np.ndarray, re
                 assert (slack[row] >= -1e-6) == (what not in short), (lost, what)
                 row += 1
     assert row == len(slack)
+
+
+def _assert_repair_room_follows_the_rules(model: FleetModel, problem: Problem, replicas_at: np.ndarray) -> None:
+    """The large path's repair counts, for every stage and cluster, as many more replicas
+    fitting beside ``replicas_at`` as the rules let fit (capacity and time-sliced slots), on
+    every cluster ``replicas_at`` does not already overfill (the repair never sees one)."""
+    large = colgen._large(problem)
+    room = colgen._Room(large.capacity, colgen._taken(large, replicas_at), large.slots)
+    per_replica = large.coefficients / large.replicas
+    for c, cluster in enumerate(model.clusters):
+        placed = [(stage, int(replicas_at[s, c])) for s, stage in enumerate(model.stages)]
+        if rules.overuse(model, cluster, rules.usage(model, placed)):
+            continue
+        for s, stage in enumerate(model.stages):
+            fitting = 0
+            while fitting < 12 and not rules.overuse(
+                    model, cluster, rules.usage(model, [*placed, (stage, fitting + 1)])):
+                fitting += 1
+            assert min(room.fits(c, per_replica[:, s]), 12) == fitting, (stage.key, cluster.name)

@@ -58,16 +58,11 @@ import numpy as np
 
 from fleetc.errors import InternalError, PlacementError, SearchLimitError, TimeLimitError
 from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
-from fleetc.placement import cvx
+from fleetc.placement import cvx, rules
 from fleetc.placement.colgen import solve_large
 from fleetc.placement.problem import Budget, PreviousClusters, Problem, capacity_of, demand_of, problems
 from fleetc.placement.program import OutOfTime, Result, Solved, build_program, replicas_of
-from fleetc.placement.rules import (
-    min_replicas_per_cluster,
-    slots_per_gpu,
-    uses_shared_slots,
-)
-from fleetc.placement.scoring import Scores, score_matrix
+from fleetc.placement.scoring import GIB, Scores, score_matrix
 from fleetc.placement.solvers import DEFAULT_SOLVER
 from fleetc.placement.verify import verify
 
@@ -240,13 +235,14 @@ def _unplaced(
 
 
 def _used(model: FleetModel, replicas_at: np.ndarray) -> np.ndarray:
-    """(3, C) capacity (GPUs, cores, GiB) ``replicas_at`` uses; shared slots count as whole
-    GPUs per ``slots_per_gpu`` started."""
-    demand = demand_of(model.stages)
-    shared = np.array([uses_shared_slots(model, s) for s in model.stages], dtype=bool)
-    used: np.ndarray = np.einsum("rs,sc->rc", demand, replicas_at)
-    slots = (demand[0] * shared) @ replicas_at
-    used[0] = (demand[0] * ~shared) @ replicas_at + np.ceil(slots / slots_per_gpu(model) - 1e-9)
+    """(3, C) what ``replicas_at`` takes of each cluster as the rules count it
+    (:func:`rules.taken`: shared slots as whole GPUs per ``slots_per_gpu`` started): GPUs,
+    cores, GiB."""
+    used = np.zeros((3, len(model.clusters)))
+    for c in np.flatnonzero(replicas_at.any(axis=0)).tolist():
+        placed = [(model.stages[s], int(replicas_at[s, c])) for s in np.flatnonzero(replicas_at[:, c]).tolist()]
+        gpus, millis, memory = rules.taken(model, rules.usage(model, placed))
+        used[:, c] = (gpus, millis / 1000, memory / GIB)
     return used
 
 
@@ -284,10 +280,10 @@ def _capacity_reason(
     is short overall when the clusters together have room for fewer replicas than it has.
     Time-sliced GPUs count ``1 / slots_per_gpu`` of a GPU per requested GPU.
     """
-    need = stage.replicas if stage.is_gang else min_replicas_per_cluster(stage)
+    need = stage.replicas if stage.is_gang else rules.min_replicas_per_cluster(stage)
     demand = demand_of((stage,))[:, 0]
-    if uses_shared_slots(model, stage):
-        demand[0] /= slots_per_gpu(model)
+    if rules.uses_shared_slots(model, stage):
+        demand[0] /= rules.slots_per_gpu(model)
     for r, (have, capacity) in enumerate(zip(free, total, strict=True)):
         required = need * demand[r]
         if have < (math.ceil(required - 1e-9) if r == 0 else required) - 1e-9:

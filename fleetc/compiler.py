@@ -280,12 +280,12 @@ def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
     """The placement of ``model``, tagged with its ``inputs`` digest: the previous one when it
     was compiled from the same inputs and still holds (see :func:`_given_back`), else the
     optimizer's."""
-    from fleetc.placement.hints import capacity_hints, refused_stages, taint_hints
-    from fleetc.placement.optimize import place  # imports numpy, scipy, HiGHS: only when compiling
-
     given_back = _given_back(model, inputs, options)
-    if given_back is not None:
+    if given_back is not None:  # neither cvxpy nor HiGHS is imported: `--check` stays light
         return given_back
+    from fleetc.placement.hints import capacity_hints, refused_stages, taint_hints
+    from fleetc.placement.optimize import place  # imports scipy and HiGHS: only when solving
+
     check_solver(options.solver)
     try:
         placement = place(model, time_limit=options.time_limit, previous=options.previous.clusters,

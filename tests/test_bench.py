@@ -4,13 +4,17 @@ measured path (the same one ``python -m bench.run`` takes at scale). No timing i
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from fleetc.placement import optimize
 from fleetc.placement.rules import slots_per_gpu, usable_capacity, uses_shared_slots
+from fleetc.placement.verify import verify
 from fleetc.policy.load import load_sources
 from fleetc.policy.validate import validate
 from fleetc.resolve import resolve
@@ -19,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # bench/ is a folder of the repository, not an installed package
     sys.path.insert(0, str(ROOT))
 
+from bench.churn import churn  # noqa: E402
 from bench.generate import Spec, generate  # noqa: E402
 from bench.greedy import (  # noqa: E402
     ORDERS,
@@ -29,6 +34,7 @@ from bench.greedy import (  # noqa: E402
     place_greedy,
 )
 from bench.run import fit_exponent, measure, verify_placed  # noqa: E402
+from bench.startup import SOLVERS, imported  # noqa: E402
 from bench.strong import place_strong  # noqa: E402
 
 
@@ -173,3 +179,52 @@ def test_the_runner_measures_in_a_child_process_and_prints_the_table(tmp_path: P
     assert "error" not in result["cli"] and result["cli"]["rss_mib"] > 10  # the real CLI compiled it
     assert "\n  fleetc compile (the CLI, fresh process): " in out.stdout
     assert not list(tmp_path.glob("fleetc-bench-cli-*"))
+
+
+def test_check_on_unchanged_inputs_imports_neither_cvxpy_nor_highs(tmp_path: Path) -> None:
+    """What ``bench.startup`` reports, on the real CLI (``python -X importtime -m fleetc``)."""
+    shutil.copytree(ROOT / "policies", tmp_path / "policies")
+    assert set(SOLVERS) <= imported(["compile", "policies", "--out", "out"], tmp_path)  # it solved
+    assert imported(["compile", "policies", "--out", "out", "--check"], tmp_path) & set(SOLVERS) == set()
+
+
+def test_every_untouched_stage_a_recompile_moves_gains_more_than_the_move_cost_or_was_displaced() -> None:
+    """``bench.churn`` at a small size: raise one Training stage's GPUs, cordon the busiest
+    cluster, recompile each on top of the first compile's placement.yaml (the real CLI). A
+    stage the change did not touch may move only when its own score gains more than
+    ``moveCost`` per replica moved, or when it cannot go back (the verifier refuses the new
+    placement with that stage put back where it was)."""
+    result = churn(Spec(clusters=12, stages=120, load=0.9, seed=1))
+    assert "error" not in result["first"] and result["first"]["placed"] == 120
+    assert set(result["changes"]) == {"gpu", "cordon"}
+    for change in result["changes"].values():
+        assert "error" not in change and change["touched"] >= 1
+        for move in change["moves"]:
+            assert move["kind"] in ("justified", "displaced"), move
+            assert (move["gain"] > move["move_cost"]) == (move["kind"] == "justified")
+
+
+def _placed_whole_where_the_exact_path_packs_everything(spec: Spec) -> None:
+    model = model_of(spec)
+    exact = optimize.place(model, large=10**9, allow_unplaced=True)  # the exact MILP, through cvxpy
+    assert exact.method == "milp" and all(p.assignments for p in exact.stages)  # a full packing exists
+    large = optimize.place(model, large=0)  # every component on the large path; raises if any is left out
+    assert large.method == "colgen-lp-round"
+    assert verify(model, large) == []
+    assert large.objective <= exact.bound + 1e-6
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_where_a_full_packing_exists_the_large_path_places_every_stage(seed: int) -> None:
+    """Issue 16: an exact solver packed 2,000/2,000 at 100 x 2,000, load 1.0, where fleetc's
+    large path placed 1,999. The same check at a size CI affords: the exact path proves every
+    stage fits, then the large path (forced) must place every one."""
+    _placed_whole_where_the_exact_path_packs_everything(Spec(clusters=20, stages=300, load=1.0, seed=seed))
+
+
+@pytest.mark.slow
+def test_where_a_full_packing_exists_at_scale_the_large_path_places_every_stage() -> None:
+    """As above at ``FLEETC_SCALE`` clusters (20 stages each; 100 is the issue's instance)."""
+    clusters = int(os.environ.get("FLEETC_SCALE", "25"))
+    _placed_whole_where_the_exact_path_packs_everything(Spec(clusters=clusters, stages=20 * clusters, load=1.0))
+

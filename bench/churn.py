@@ -1,0 +1,249 @@
+"""What a one-line policy change costs: the recompile's time and which stages it moves.
+
+    python -m bench.churn --clusters 200 --stages 4000 --load 0.9 --scratch
+    python -m bench.churn --clusters 1000 --stages 20000 --load 0.9 --changes gpu --write-to /dev/shm
+
+The instance is compiled with the real CLI (``fleetc compile``, a fresh process: wall time and
+peak memory), then each change is made to a copy of its policies and compiled again with the
+first compile's ``placement.yaml`` as the previous placement, as a user's next commit would be:
+
+* ``gpu``: one line, the first Training stage's ``gpu:`` raised by one;
+* ``cordon``: ``cordoned: true`` on the cluster that holds the most stages.
+
+Stages the change touches are the changed stage, or those on the cordoned cluster. Every other
+stage that moved is listed with its gain: what its own objective term gained, per replica
+moved, in score units, against ``moveCost``. A move is **justified** when that gain is more
+than ``moveCost``; **displaced** when it is not, but the stage could not go back (its clusters
+no longer have room for it beside the new placement, or no longer allow it); otherwise it is
+**unjustified**: the stage could have stayed where it was (checked by
+:func:`fleetc.placement.verify.verify` on the new placement with that one stage put back) and
+did not gain ``moveCost`` by leaving. ``--scratch`` also compiles the changed policies without
+a previous placement, for the moves a compile without stability would make.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.generate import Spec, generate
+from bench.run import _run_measured
+
+CHANGES = ("gpu", "cordon")
+
+
+@dataclass(frozen=True)
+class Move:
+    """An untouched stage the recompile moved."""
+
+    stage: str
+    before: dict[str, int]
+    after: dict[str, int]
+    gain: float  # its own objective term's gain per replica moved, in score units
+    move_cost: float  # the Fleet's moveCost, in the same units
+    kind: str  # justified, displaced or unjustified
+
+
+def compile_cli(policies: Path, out: Path, timeout: float | None) -> dict[str, Any]:
+    """``fleetc compile POLICIES --out OUT --allow-unplaced`` in a fresh process: wall, peak
+    RSS (MiB) and what its placement.yaml says (``placement``, a :class:`Previous`)."""
+    from fleetc.placement.previous import parse_previous
+
+    command = [sys.executable, "-m", "fleetc", "compile", str(policies), "--out", str(out),
+               "--allow-unplaced"]
+    run = _run_measured(command, timeout)
+    run.pop("stdout", None)
+    if "error" not in run:
+        run["placement"] = parse_previous((out / "placement.yaml").read_text(encoding="utf-8"))
+    return run
+
+
+def raise_training_gpus(folder: Path) -> tuple[set[str], str]:
+    """Raise the first Training stage's ``gpu:`` by one (one line of the generated YAML)."""
+    for path in sorted((folder / "pipelines").glob("*.yaml")):
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        pipeline = stage = ""
+        training = False
+        for i, line in enumerate(lines):
+            if match := re.fullmatch(r"  name: (\S+)\n", line):
+                pipeline = match[1]
+            elif match := re.fullmatch(r"    - name: (\S+)\n", line):
+                stage, training = match[1], False
+            elif line == "      type: Training\n":
+                training = True
+            elif training and (match := re.fullmatch(r"( +)gpu: (\d+)\n", line)):
+                lines[i] = f"{match[1]}gpu: {int(match[2]) + 1}\n"
+                path.write_text("".join(lines), encoding="utf-8")
+                key = f"{pipeline}/{stage}"
+                return {key}, f"{key}: gpu {match[2]} -> {int(match[2]) + 1}"
+    raise ValueError(f"no Training stage with GPUs under {folder}")
+
+
+def cordon_busiest(folder: Path, placed: dict[str, dict[str, int]]) -> tuple[set[str], str]:
+    """Cordon the cluster holding the most stages (ties: the first name); the stages on it."""
+    count: dict[str, int] = {}
+    for clusters in placed.values():
+        for name in clusters:
+            count[name] = count.get(name, 0) + 1
+    cluster = min(count, key=lambda name: (-count[name], name))
+    fleet = folder / "fleet.yaml"
+    text = fleet.read_text(encoding="utf-8")
+    entry = f"    - name: {cluster}\n"
+    fleet.write_text(text.replace(entry, f"{entry}      cordoned: true\n", 1), encoding="utf-8")
+    forced = {key for key, clusters in placed.items() if cluster in clusters}
+    return forced, f"cordon {cluster} ({len(forced)} stages on it)"
+
+
+def untouched_moves(policies: Path, before: dict[str, dict[str, int]],
+                    after: dict[str, dict[str, int]], touched: set[str]) -> list[Move]:
+    """The stages outside ``touched`` placed differently in ``after`` than in ``before``, with
+    their gain and whether the move was justified, displaced or unjustified."""
+    from fleetc.compiler import load_policies
+    from fleetc.placement.scoring import score_matrix
+    from fleetc.resolve import resolve
+
+    model = resolve(load_policies([str(policies)]).policies, str(policies))
+    scores = score_matrix(model)
+    index = {c.name: i for i, c in enumerate(model.clusters)}
+    moves = []  # gains in score units: the objective term divided by the stage's value per replica
+    for s, stage in enumerate(model.stages):
+        old, new = before.get(stage.key, {}), after.get(stage.key, {})
+        if stage.key in touched or old == new or not old:
+            continue
+        moved = sum(max(0, n - new.get(c, 0)) for c, n in old.items())
+        term = sum(n * (1 + float(scores.total[s, index[c]])) for c, n in new.items()) \
+            - sum(n * (1 + float(scores.total[s, index[c]])) for c, n in old.items() if c in index)
+        gain = term / max(moved, 1)
+        if gain > model.move_cost + 1e-9:
+            kind = "justified"
+        elif _could_go_back(model, after, stage.key, old):
+            kind = "unjustified"
+        else:
+            kind = "displaced"
+        moves.append(Move(stage.key, old, new, round(gain, 6), model.move_cost, kind))
+    return moves
+
+
+def _could_go_back(model: Any, after: dict[str, dict[str, int]], key: str,
+                   old: dict[str, int]) -> bool:
+    """Whether the placement ``after``, with stage ``key`` put back on ``old``, keeps every
+    hard rule (fleetc's verifier, unplaced stages allowed)."""
+    from fleetc.model import Assignment, Placement, StagePlacement
+    from fleetc.placement.verify import verify
+
+    gpus = {stage.key: stage.gpus for stage in model.stages}
+    stages = tuple(
+        StagePlacement(stage.key, tuple(Assignment(c, n, n * gpus[stage.key]) for c, n in sorted(
+            (old if stage.key == key else after.get(stage.key, {})).items())), 0.0)
+        for stage in model.stages)
+    return not verify(model, Placement(stages=stages, objective=0.0, bound=0.0, method="check"),
+                      allow_unplaced=True)
+
+
+def moved_count(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]],
+                touched: set[str]) -> int:
+    return sum(1 for key in set(before) | set(after)
+               if key not in touched and before.get(key) != after.get(key))
+
+
+def churn(spec: Spec, changes: Sequence[str] = CHANGES, *, scratch: bool = False,
+          write_to: Path | None = None, timeout: float | None = None) -> dict[str, Any]:
+    """Compile ``spec``'s instance, then each change on top of it; what each recompile took and
+    moved (see the module's docstring)."""
+    result: dict[str, Any] = {"spec": vars(spec), "changes": {}}
+    with tempfile.TemporaryDirectory(prefix="fleetc-churn-", dir=write_to) as work:
+        root = Path(work)
+        base = generate(spec).write(root / "policies")
+        first = compile_cli(base, root / "out", timeout)
+        result["first"] = _figures(first)
+        if "error" in first:
+            return result
+        before = first["placement"].clusters
+        for change in changes:
+            policies = root / f"policies-{change}"
+            shutil.copytree(base, policies)
+            touched, what = (raise_training_gpus(policies) if change == "gpu"
+                             else cordon_busiest(policies, before))
+            out = root / f"out-{change}"
+            shutil.copytree(root / "out", out, symlinks=True)  # the committed out/ of the last compile
+            run = compile_cli(policies, out, timeout)
+            record: dict[str, Any] = {"what": what, "touched": len(touched), **_figures(run)}
+            if "error" not in run:
+                after = run["placement"].clusters
+                record["moves"] = [vars(m) for m in untouched_moves(policies, before, after, touched)]
+                if scratch:
+                    fresh = compile_cli(policies, root / f"out-{change}-scratch", timeout)
+                    if "error" not in fresh:
+                        record["from_scratch_moved"] = moved_count(before, fresh["placement"].clusters,
+                                                                   touched)
+            result["changes"][change] = record
+    return result
+
+
+def _figures(run: dict[str, Any]) -> dict[str, Any]:
+    figures = {k: run[k] for k in ("wall", "rss_mib", "error") if k in run}
+    if "placement" in run:
+        placement = run["placement"]
+        figures.update(objective=placement.objective, bound=placement.bound,
+                       placed=len(placement.clusters), stages=len(placement.stages),
+                       gap=1 - placement.objective / placement.bound if placement.bound else 0.0)
+    return figures
+
+
+def report(result: dict[str, Any]) -> list[str]:
+    spec, first = result["spec"], result["first"]
+    lines = [f"{spec['clusters']} clusters x {spec['stages']} stages, load {spec['load']:.0%}, "
+             f"seed {spec['seed']}: compile {_describe(first)}"]
+    for change in result["changes"].values():
+        lines.append(f"  {change['what']}: recompile {_describe(change)}")
+        moves = change.get("moves", [])
+        kinds = {k: sum(1 for m in moves if m["kind"] == k)
+                 for k in ("justified", "displaced", "unjustified")}
+        scratch = (f"; from scratch {change['from_scratch_moved']} would move"
+                   if "from_scratch_moved" in change else "")
+        lines.append(f"    untouched stages moved: {len(moves)} ({', '.join(f'{n} {k}' for k, n in kinds.items())})"
+                     f"{scratch}")
+        lines += [f"    {m['stage']:<32} {_where(m['before'])} -> {_where(m['after'])}  "
+                  f"gain {m['gain']:+.4f} per replica (moveCost {m['move_cost']:g})  {m['kind']}"
+                  for m in moves]
+    return lines
+
+
+def _describe(run: dict[str, Any]) -> str:
+    if "error" in run:
+        return f"failed after {run.get('wall', 0):.2f}s: {run['error']}"
+    return (f"{run['wall']:.2f}s wall, peak RSS {run['rss_mib']:,.0f} MiB, {run['placed']}/{run['stages']} "
+            f"placed, objective {run['objective']:.3f}, gap {run['gap']:.2%}")
+
+
+def _where(clusters: dict[str, int]) -> str:
+    return ",".join(f"{c}x{n}" for c, n in sorted(clusters.items())) or "(unplaced)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clusters", type=int, default=200)
+    parser.add_argument("--stages", type=int, default=4000)
+    parser.add_argument("--load", type=float, default=0.9)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--changes", nargs="+", choices=CHANGES, default=list(CHANGES))
+    parser.add_argument("--scratch", action="store_true",
+                        help="also compile each change without a previous placement")
+    parser.add_argument("--timeout", type=float, default=None, help="kill a compile after this (s)")
+    parser.add_argument("--write-to", type=Path, help="folder for the instance and outputs")
+    args = parser.parse_args(argv)
+    result = churn(Spec(args.clusters, args.stages, args.load, args.seed), args.changes,
+                   scratch=args.scratch, write_to=args.write_to, timeout=args.timeout)
+    print("\n".join(report(result)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

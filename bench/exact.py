@@ -1,0 +1,110 @@
+"""The exact path's program solved through cvxpy and through HiGHS direct, side by side.
+
+    python -m bench.exact --instance 20x200 50x1000 --load 0.9
+
+For every component of a generated fleet (:func:`fleetc.placement.problem.problems`) the exact program
+(:func:`fleetc.placement.program.build_program`,
+what ``fleetc compile`` solves up to its ``LARGE`` pairs) is solved as a MILP twice, every stage
+placed where possible as :func:`fleetc.placement.optimize.place` does: through cvxpy on HiGHS
+(:func:`fleetc.placement.cvx.solve`, the exact path's solve) and by HiGHS through highspy with
+the matrices passed directly (:func:`fleetc.placement.program.solve_program`). Both objectives
+(the program's score, as the placement reports it) and both times are printed; ``import cvxpy``
+is timed once, apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bench.generate import Spec, generate
+
+
+def model_of(spec: Spec) -> Any:
+    """The resolved model of a generated instance (in memory, no files)."""
+    from fleetc.policy.load import load_sources
+    from fleetc.policy.validate import validate
+    from fleetc.resolve import resolve
+
+    instance = generate(spec)
+    loaded = load_sources((path, text.encode()) for path, text in sorted(instance.files.items()))
+    policies, problems = validate(loaded.documents)
+    if loaded.diagnostics or problems:
+        raise ValueError(f"{len(loaded.diagnostics) + len(problems)} policy errors in {spec}")
+    return resolve(policies, "bench")
+
+
+def side_by_side(spec: Spec, time_limit: float | None = None) -> dict[str, Any]:
+    """Per component: pairs, and per backend its objective, time and whether it is optimal."""
+    from fleetc.placement import cvx, optimize
+    from fleetc.placement.problem import problems
+    from fleetc.placement.program import Result, build_program, solve_program
+    from fleetc.placement.scoring import score_matrix
+
+    model = optimize._canonical(model_of(spec))
+    parts = []
+    for problem in problems(model, score_matrix(model), {})[0]:
+        program = build_program(problem)
+        row: dict[str, Any] = {"stages": len(problem.part.stages), "clusters": len(problem.part.clusters),
+                               "pairs": int(problem.allowed.sum())}
+        backends: dict[str, Callable[..., Result]] = {"cvxpy (HiGHS)": cvx.solve,
+                                                      "HiGHS direct": solve_program}
+        for name, solve in backends.items():
+            start = time.perf_counter()
+            deadline = None if time_limit is None else time.monotonic() + time_limit
+            result = solve(program, require_all=True, integral=True, deadline=deadline)
+            every = not result.infeasible
+            if result.infeasible:  # as the exact path: the most valuable partial placement
+                result = solve(program, require_all=False, integral=True, deadline=deadline,
+                               absolute_gap=0.5 * program.smallest_value)
+            values = result.values
+            row[name] = {
+                "time": time.perf_counter() - start, "optimal": result.optimal, "every_stage": every,
+                "objective": None if values is None else float(program.score @ values),
+                "placed": None if values is None else int(values[program.z].round().sum()),
+            }
+        parts.append(row)
+    return {"spec": vars(spec), "parts": parts}
+
+
+def import_cvxpy_seconds() -> float:
+    start = time.perf_counter()
+    import cvxpy  # noqa: F401 - the cost measured
+
+    return time.perf_counter() - start
+
+
+def report(result: dict[str, Any]) -> list[str]:
+    spec = result["spec"]
+    lines = [f"{spec['clusters']} clusters x {spec['stages']} stages, load {spec['load']:.0%}, seed {spec['seed']}"]
+    for part in result["parts"]:
+        lines.append(f"  component: {part['stages']} stages x {part['clusters']} clusters, {part['pairs']} pairs")
+        for name in ("cvxpy (HiGHS)", "HiGHS direct"):
+            run = part[name]
+            figure = "no placement" if run["objective"] is None else f"objective {run['objective']:.6f}"
+            lines.append(f"    {name:<14} {figure}, {run['placed']} placed, {run['time']:.2f}s"
+                         f"{'' if run['optimal'] else ' (not proven optimal)'}")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--instance", nargs="+", default=["20x200", "50x1000"],
+                        help="CLUSTERSxSTAGES, one or more")
+    parser.add_argument("--load", type=float, default=0.9)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--time-limit", type=float, default=None, help="per solve (s)")
+    args = parser.parse_args(argv)
+    print(f"import cvxpy: {import_cvxpy_seconds():.2f}s (once, before the solves)")
+    for instance in args.instance:
+        clusters, stages = (int(n) for n in instance.lower().split("x"))
+        result = side_by_side(Spec(clusters, stages, args.load, args.seed), args.time_limit)
+        print("\n".join(report(result)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -188,7 +188,7 @@ def churn(spec: Spec, changes: Sequence[str] = CHANGES, *, scratch: bool = False
 
 
 def _figures(run: dict[str, Any]) -> dict[str, Any]:
-    figures = {k: run[k] for k in ("wall", "rss_mib", "error") if k in run}
+    figures = {k: run[k] for k in ("wall", "cpu", "rss_mib", "error") if k in run}
     if "placement" in run:
         placement = run["placement"]
         figures.update(objective=placement.objective, bound=placement.bound,
@@ -219,8 +219,8 @@ def report(result: dict[str, Any]) -> list[str]:
 def _describe(run: dict[str, Any]) -> str:
     if "error" in run:
         return f"failed after {run.get('wall', 0):.2f}s: {run['error']}"
-    return (f"{run['wall']:.2f}s wall, peak RSS {run['rss_mib']:,.0f} MiB, {run['placed']}/{run['stages']} "
-            f"placed, objective {run['objective']:.3f}, gap {run['gap']:.2%}")
+    return (f"{run['wall']:.2f}s wall ({run['cpu']:.2f}s CPU), peak RSS {run['rss_mib']:,.0f} MiB, "
+            f"{run['placed']}/{run['stages']} placed, objective {run['objective']:.3f}, gap {run['gap']:.2%}")
 
 
 def _where(clusters: dict[str, int]) -> str:

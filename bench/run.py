@@ -210,7 +210,8 @@ def _run_measured(command: list[str], timeout: float | None) -> dict[str, Any]:
         if code or not stdout.strip():
             tail = err.read().decode().strip().splitlines()[-3:]
             return {"error": f"exit {code}: {' | '.join(tail)}", "wall": wall, "rss_mib": rss_mib}
-    return {"wall": wall, "rss_mib": rss_mib, "stdout": stdout}
+    cpu = usage.ru_utime + usage.ru_stime  # the process's own CPU seconds: what load does not inflate
+    return {"wall": wall, "cpu": cpu, "rss_mib": rss_mib, "stdout": stdout}
 
 
 def best_of(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -313,7 +314,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 result["cli"] = run_compile(folder, time_limit=args.time_limit, timeout=args.timeout,
                                             write_to=args.write_to)
                 cli = result["cli"]
-                print(f"  fleetc compile (the CLI, fresh process): {cli['wall']:.2f}s wall, "
+                print(f"  fleetc compile (the CLI, fresh process): {cli['wall']:.2f}s wall"
+                      + (f" ({cli['cpu']:.2f}s CPU)" if "cpu" in cli else "") + ", "
                       f"peak RSS {cli['rss_mib']:,.0f} MiB" + (f", {cli['error']}" if "error" in cli else ""))
             records.append({"spec": vars(spec), "result": result})
     if args.fit:

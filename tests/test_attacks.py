@@ -424,20 +424,17 @@ def test_gitops_values_are_what_their_fields_accept(project: Path, field: str, v
     assert not (project / "out").exists()
 
 
-@pytest.mark.parametrize(("tagged", "tag"), [
-    ("spec: !!python/object/apply:os.system", "tag:yaml.org,2002:python/object/apply:os.system"),
-    ("spec: !!set", "tag:yaml.org,2002:set"),
-    ("spec: !custom", "!custom"),
-])
-def test_a_tag_on_a_mapping_is_refused(project: Path, tagged: str, tag: str) -> None:
+@pytest.mark.parametrize("tag", ["!!python/object/apply:os.system", "!!set", "!custom", "!!map"])
+def test_a_tag_on_a_mapping_is_refused(project: Path, tag: str) -> None:
     policy = project / "policies" / "gpu-optimization.yaml"
     text = policy.read_text()
     line = text.splitlines().index("spec:") + 1
-    policy.write_text(text.replace("spec:\n", tagged + "\n", 1))
+    policy.write_text(text.replace("spec:\n", f"spec: {tag}\n", 1))
     result = fleetc(project, "validate")
     assert (result.returncode, result.stdout) == (1, "")
-    assert result.stderr == (f"policies/gpu-optimization.yaml:{line}:7: error: spec: unsupported "
-                             f"YAML tag '{tag}'\n  hint: remove the tag\n1 error in 1 file\n")
+    assert result.stderr == (f"policies/gpu-optimization.yaml:{line}:7: error: spec: YAML tag '{tag}' is not "
+                             "allowed: policies are plain YAML\n  hint: remove the tag; quote a value to make it "
+                             "text\n1 error in 1 file\n")
 
 
 @pytest.mark.parametrize(("limit", "why"), [

@@ -268,7 +268,8 @@ CASES: dict[str, tuple[Breakage, str]] = {
         '1 error in 1 file\n'),
     "binary-tag": (
         add("binary.yaml", "apiVersion: !!binary aGVsbG8=\nkind: Fleet\n"),
-        'policies/binary.yaml:1:13: error: apiVersion: binary values are not supported\n'
+        "policies/binary.yaml:1:13: error: apiVersion: YAML tag '!!binary' is not allowed: policies are plain YAML\n"
+        '  hint: remove the tag; quote a value to make it text\n'
         '1 error in 1 file\n'),
     "infeasible": (
         edit(PIPELINE, "      gpu: 8\n", "      gpu: 80\n"),

@@ -224,27 +224,53 @@ def test_merge_key() -> None:
                  "  hint: write the fields out in full"]
 
 
-def test_custom_tag() -> None:
-    assert errors("a: !foo bar\n") == [
-        "f.yaml:1:4: error: a: unsupported YAML tag '!foo'\n  hint: remove the tag"
+TAG_REFUSED = "is not allowed: policies are plain YAML\n  hint: remove the tag; quote a value to make it text"
+
+
+@pytest.mark.parametrize(("text", "where", "tag"), [
+    ("a: !foo bar\n", "1:4: error: a", "!foo"),  # a custom tag on a scalar
+    ("a: !!str 12\n", "1:4: error: a", "!!str"),  # standard tags, written, on a scalar
+    ("a: !!int '7'\n", "1:4: error: a", "!!int"),
+    ("a: !!binary aGVsbG8=\n", "1:4: error: a", "!!binary"),
+    ("a: !<tag:yaml.org,2002:str> 5\n", "1:4: error: a", "!<tag:yaml.org,2002:str>"),  # verbatim
+    ("a: ! 5\n", "1:4: error: a", "!"),  # the non-specific tag
+    ("a: !!seq\n- 1\n", "1:4: error: a", "!!seq"),  # on a sequence
+    ("a:\n  - x\n  - !!str y\n", "3:5: error: a[1]", "!!str"),  # on a sequence item
+    ("a: !!map\n  b: 1\n", "1:4: error: a", "!!map"),  # on a mapping
+    ("!!map\na: 1\n", "1:1: error", "!!map"),  # on the document
+    ("--- !!null\n", "1:5: error", "!!null"),  # on an empty document
+    ("a:\n  !!str b: 1\n", "2:3: error: a", "!!str"),  # on a key
+    ("a: {b: !!int 1}\n", "1:8: error: a.b", "!!int"),  # in a flow mapping
+    ("a: {!!str b: 1}\n", "1:5: error: a", "!!str"),  # on a key in a flow mapping
+    ("a: [!!float 1]\n", "1:5: error: a[0]", "!!float"),  # in a flow sequence
+    ("spec: !!python/object/apply:os.system\n", "1:7: error: spec", "!!python/object/apply:os.system"),
+    ("%TAG !e! tag:example.com,2000:\n---\na: !e!x 1\n", "3:4: error: a", "!e!x"),
+])
+def test_every_written_tag_is_refused(text: str, where: str, tag: str) -> None:
+    assert errors(text) == [f"f.yaml:{where}: YAML tag '{tag}' {TAG_REFUSED}"]
+
+
+def test_every_tag_is_reported_with_the_other_problems_of_its_document() -> None:
+    assert errors("a: !foo x\nb: !!binary aGk=\nc: 1\nc: 2\n") == [
+        f"f.yaml:1:4: error: a: YAML tag '!foo' {TAG_REFUSED}",
+        f"f.yaml:2:4: error: b: YAML tag '!!binary' {TAG_REFUSED}",
+        "f.yaml:4:1: error: c: duplicate key 'c' (first defined at line 3)\n  hint: remove one of the two",
     ]
 
 
-def test_binary_tag() -> None:
-    assert errors("a: !!binary aGVsbG8=\n") == [
-        "f.yaml:1:4: error: a: binary values are not supported"
-    ]
+@pytest.mark.parametrize(("text", "message"), [
+    ("a: 0x_\n", "'0x_' is not a valid YAML int"), ("a: ._\n", "'._' is not a valid YAML float"),
+    ("a: =\n", "'=' is not a valid YAML value"), ("a: <<\n", "'<<' is not a valid YAML merge"),
+])
+def test_a_plain_value_yaml_cannot_read_says_so_without_a_tag(text: str, message: str) -> None:
+    assert errors(text) == [f"f.yaml:1:4: error: a: {message}\n  hint: quote it to make it text"]
 
 
-def test_all_problems_of_a_document_are_reported() -> None:
-    assert errors("a: !foo x\nb: !!binary aGk=\n") == [
-        "f.yaml:1:4: error: a: unsupported YAML tag '!foo'\n  hint: remove the tag",
-        "f.yaml:2:4: error: b: binary values are not supported",
-    ]
-
-
-def test_standard_tags_are_fine() -> None:
-    assert one_doc("a: !!str 12\nb: !!int '7'\n").data == {"a": "12", "b": 7}
+@pytest.mark.parametrize("number", ["1" * 101, "-" + "1" * 101, "1" * 5000, "0x" + "f" * 90])
+def test_an_integer_of_more_than_100_digits_is_refused(number: str) -> None:
+    assert errors(f"a: {number}\n") == [
+        "f.yaml:1:4: error: a: integer of more than 100 digits\n  hint: no policy field takes a number this large"]
+    assert one_doc(f"a: {'9' * 100}\n").data == {"a": int("9" * 100)}
 
 
 # --- YAML 1.2 semantics ------------------------------------------------------------------------

@@ -24,10 +24,13 @@ from pathlib import Path
 from typing import Any, cast
 
 from ruamel.yaml import YAML
+from ruamel.yaml.composer import Composer
 from ruamel.yaml.constructor import ConstructorError, SafeConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import AliasEvent
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
+from ruamel.yaml.tag import Tag
 
 from fleetc.errors import Diagnostic, UsageError
 from fleetc.policy import fastcompose
@@ -40,6 +43,9 @@ MAX_FILE_BYTES = 4 * 1024 * 1024
 MAX_NODES = 200_000
 #: How deep mappings and lists may nest.
 MAX_DEPTH = 64
+#: Integers of more digits are refused: no policy field takes one, and Python will not even
+#: print one of more than 4,300 digits in a message.
+MAX_INT_DIGITS = 100
 
 POLICY_SUFFIXES = (".yaml", ".yml")
 
@@ -401,7 +407,7 @@ def _parse(text: str, display: str, fast: list[Any] | None) -> tuple[list[Docume
         return documents, [] if documents else [_empty_file(display)]
     yaml = YAML(typ="safe", pure=True)
     try:
-        nodes = _compose(text, yaml)
+        nodes, written = _compose(text, yaml)
     except MarkedYAMLError as err:
         return [], [_syntax_diagnostic(err, display)]
     except ReaderError as err:
@@ -411,7 +417,7 @@ def _parse(text: str, display: str, fast: list[Any] | None) -> tuple[list[Docume
     except RecursionError:
         return [], [Diagnostic(display, 0, 0, "", f"nesting is deeper than {MAX_DEPTH} levels")]
     documents, diagnostics = [], []
-    for index, converter in _converted(nodes, display, yaml.constructor):
+    for index, converter in _converted(nodes, written, display, yaml.constructor):
         if converter.diagnostics:
             diagnostics.extend(converter.diagnostics)
         else:
@@ -447,18 +453,54 @@ _PLAIN_VALUES: dict[str, Any] = {}
 _MAX_PLAIN_VALUES = 100_000
 
 
-def _compose(text: str, yaml: YAML) -> list[Node]:
-    """The node graph of every document: libyaml's (same nodes, ~6x faster), else ruamel's."""
+#: ``id(node)`` -> the tag written on that node, as written (``!!str``, ``!custom``, ``!``).
+WrittenTags = Mapping[int, str]
+
+
+def _compose(text: str, yaml: YAML) -> tuple[list[Node], WrittenTags]:
+    """The node graph of every document and the tags written in ``text``: libyaml's nodes (same
+    nodes, ~6x faster; it declines every file with a tag), else ruamel's."""
     fast = fastcompose.compose_all(text, yaml.resolver)
-    return fast if fast is not None else list(yaml.compose_all(text))
+    if fast is not None:
+        return fast, {}
+    yaml.Composer = _TagNotingComposer
+    return list(yaml.compose_all(text)), yaml.composer.written
 
 
-def _converted(nodes: list[Node], display: str,
+class _TagNotingComposer(Composer):
+    """ruamel's composer, noting every node whose tag is written in the file.
+
+    A node does not say whether its tag was written: ``!!str 5`` composes to the node ``'5'``
+    does, and a lone ``!`` to the tag the value resolves to. Every written tag is refused (a tag
+    would change what a value means, or be dropped without a word), so it is noted here, by
+    the node's ``id``, valid while the nodes live.
+    """
+
+    def __init__(self, loader: Any = None):
+        super().__init__(loader)
+        self.written: dict[int, str] = {}
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.parser.peek_event()
+        node = super().compose_node(parent, index)
+        if not isinstance(event, AliasEvent) and event.ctag is not None:
+            self.written[id(node)] = _as_written(event.ctag)
+        return node
+
+
+def _as_written(tag: Tag) -> str:
+    """A tag as the file wrote it: ``!!str``, ``!custom``, ``!e!x``, ``!<tag:...>``, ``!``."""
+    if tag.handle is not None:
+        return f"{tag.handle}{tag.suffix}"
+    return "!" if tag.suffix == "!" else f"!<{tag.suffix}>"
+
+
+def _converted(nodes: list[Node], written: WrittenTags, display: str,
                scalars: SafeConstructor) -> Iterator[tuple[int, _Converter]]:
     """Each document that is not null, by its index in the file, converted."""
     for index, node in enumerate(nodes):
-        if not _is_null(node):
-            converter = _Converter(display, scalars)
+        if not _is_null(node) or id(node) in written:
+            converter = _Converter(display, scalars, written)
             converter.data = converter.convert(node, ())
             yield index, converter
 
@@ -484,8 +526,9 @@ class _Positions:
     def of(self, index: int, *, key: bool) -> dict[FieldPath, Position]:
         if not self.tables:
             yaml = YAML(typ="safe", pure=True)
+            nodes, written = _compose(self.text, yaml)
             self.tables = {index: (converter.values, converter.keys) for index, converter
-                           in _converted(_compose(self.text, yaml), "", yaml.constructor)}
+                           in _converted(nodes, written, "", yaml.constructor)}
         return self.tables[index][key]
 
 
@@ -509,28 +552,56 @@ class _LazyTable(Mapping[FieldPath, Position]):
 
 
 class _ScalarValues:
-    """A scalar node -> its value as :class:`_Converter` makes it, or ``fastcompose.DECLINE``
-    where the converter reports it (tags it cannot construct, merge keys, binary values)."""
+    """A plain scalar node -> its value as :class:`_Converter` makes it, or
+    ``fastcompose.DECLINE`` where the converter reports it."""
 
     def __init__(self, scalars: SafeConstructor):
         self.scalars = scalars
 
     def __call__(self, node: ScalarNode) -> Any:
         try:
-            value = _scalar_value(node, self.scalars)
-        except (ConstructorError, ValueError):
+            return _scalar_value(node, self.scalars)
+        except _Unreadable:
             return fastcompose.DECLINE
-        return fastcompose.DECLINE if isinstance(value, bytes | bytearray) else value
+
+
+class _Unreadable(Exception):
+    def __init__(self, message: str, hint: str):
+        super().__init__(message)
+        self.message, self.hint = message, hint
 
 
 #: Strings, and dates kept as text: no policy field is a timestamp.
 _TEXT_TAGS = ("tag:yaml.org,2002:str", "tag:yaml.org,2002:timestamp")
+_INT_TAG = "tag:yaml.org,2002:int"
 
 
 def _scalar_value(node: ScalarNode, scalars: SafeConstructor) -> Any:
-    """The value of a scalar node; raises ConstructorError or ValueError for a tag (merge keys
-    included) that fleetc does not read."""
-    return node.value if node.tag in _TEXT_TAGS else scalars.construct_object(node)
+    """The value of an untagged scalar node. Raises :class:`_Unreadable` for a plain value that
+    YAML resolves to a type it then cannot construct (``0x_``, ``=``, ``<<`` outside a key) and
+    for an integer of more than :data:`MAX_INT_DIGITS` digits."""
+    tag = node.tag
+    if tag in _TEXT_TAGS:
+        return node.value
+    if tag == _INT_TAG and len(node.value) > MAX_INT_DIGITS + 2:  # a sign, or 0x
+        raise _too_many_digits()  # before Python converts it, in time quadratic in its length
+    try:
+        value = scalars.construct_object(node)
+    except (ConstructorError, ValueError):
+        shown = node.value if len(node.value) <= 40 else node.value[:37] + "..."
+        raise _Unreadable(f"'{shown}' is not a valid YAML {str(tag).rsplit(':', 1)[-1]}",
+                          "quote it to make it text") from None
+    if type(value) is int and abs(value) >= _INT_LIMIT:
+        raise _too_many_digits()
+    return value
+
+
+_INT_LIMIT = 10**MAX_INT_DIGITS
+
+
+def _too_many_digits() -> _Unreadable:
+    return _Unreadable(f"integer of more than {MAX_INT_DIGITS} digits",
+                       "no policy field takes a number this large")
 
 
 def _is_null(node: Node) -> bool:
@@ -561,20 +632,17 @@ def _syntax_diagnostic(err: MarkedYAMLError, display: str) -> Diagnostic:
     return Diagnostic(display, line, column, "", f"invalid YAML: {problem}", hint)
 
 
-_COLLECTION_TAGS: dict[type[Node], str] = {MappingNode: "tag:yaml.org,2002:map",
-                                           SequenceNode: "tag:yaml.org,2002:seq"}
-
-
 class _Converter:
     """Turns a composed node graph into plain data, recording positions and problems."""
 
-    def __init__(self, display: str, scalars: SafeConstructor):
+    def __init__(self, display: str, scalars: SafeConstructor, written: WrittenTags):
         self.display = display
         self.values: dict[FieldPath, Position] = {}
         self.keys: dict[FieldPath, Position] = {}
         self.diagnostics: list[Diagnostic] = []
         self.budget = MAX_NODES
         self.scalars = scalars
+        self.written = written
         self.data: Any = None
 
     def convert(self, node: Node, path: FieldPath) -> Any:
@@ -589,10 +657,7 @@ class _Converter:
                 self._error(node, (), f"nesting is deeper than {MAX_DEPTH} levels")
             return None
         self.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
-        if isinstance(node, MappingNode | SequenceNode) and node.tag != _COLLECTION_TAGS[type(node)]:
-            # A tag on a mapping or list (!!python/object/apply:..., !!set, !!omap) would be
-            # read as a plain one and its meaning dropped without a word.
-            self._error(node, path, f"unsupported YAML tag '{node.tag}'", "remove the tag")
+        if self._tagged(node, path):
             return None
         if isinstance(node, MappingNode):
             return self._mapping(node, path)
@@ -600,9 +665,21 @@ class _Converter:
             return [self.convert(item, path + (i,)) for i, item in enumerate(node.value)]
         return self._scalar(cast(ScalarNode, node), path)  # ruamel's third and last kind of node
 
+    def _tagged(self, node: Node, path: FieldPath) -> bool:
+        """Report a tag written on ``node``: even a standard one (``!!str``, ``!!map``) changes
+        what the value means or is read as if it were not there, and ``!!python/...`` or a
+        ``!custom`` tag would be dropped without a word."""
+        tag = self.written.get(id(node))
+        if tag is not None:
+            self._error(node, path, f"YAML tag '{tag}' is not allowed: policies are plain YAML",
+                        "remove the tag; quote a value to make it text")
+        return tag is not None
+
     def _mapping(self, node: MappingNode, path: FieldPath) -> dict[str, Any]:
         result: dict[str, Any] = {}
         for key_node, value_node in node.value:
+            if self._tagged(key_node, path):
+                continue
             if key_node.tag == "tag:yaml.org,2002:merge":
                 self._error(key_node, path, "merge keys ('<<') are not supported",
                             "write the fields out in full")
@@ -624,14 +701,10 @@ class _Converter:
 
     def _scalar(self, node: ScalarNode, path: FieldPath) -> Any:
         try:
-            value = _scalar_value(node, self.scalars)
-        except (ConstructorError, ValueError):
-            self._error(node, path, f"unsupported YAML tag '{node.tag}'", "remove the tag")
+            return _scalar_value(node, self.scalars)
+        except _Unreadable as problem:
+            self._error(node, path, problem.message, problem.hint)
             return None
-        if isinstance(value, bytes | bytearray):
-            self._error(node, path, "binary values are not supported")
-            return None
-        return value
 
     def _error(self, node: Node, path: FieldPath, message: str, hint: str = "") -> None:
         mark = node.start_mark

@@ -109,11 +109,14 @@ def check_policies(loaded: Loaded) -> FleetModel:
     return resolve(loaded.policies, loaded.where, roots=loaded.roots, workdir=loaded.workdir)
 
 
-def load_policy_sources(sources: Sequence[tuple[str, bytes]], where: str,
-                        roots: Sequence[str] = (), workdir: Path = Path(".")) -> Loaded:
+def load_policy_sources(sources: Sequence[tuple[str, bytes]], where: str, roots: Sequence[str] = (),
+                        workdir: Path = Path("."), unread: Sequence[Diagnostic] = ()) -> Loaded:
     """Validate policies given as (display path, content) pairs, e.g. read from git at a revision;
-    ``roots``: the policy paths they were read under, relative to ``workdir`` unless absolute."""
-    return _validated(load_sources(sources), where, NULL_REPORTER, tuple(roots), workdir)
+    ``roots``: the policy paths they were read under, relative to ``workdir`` unless absolute;
+    ``unread``: the entries there that could not be read, reported with the policies' errors."""
+    loaded = load_sources(sources)
+    return _validated(LoadResult(loaded.documents, (*unread, *loaded.diagnostics)), where, NULL_REPORTER,
+                      tuple(roots), workdir)
 
 
 def _validated(loaded: LoadResult, where: str, reporter: Reporter, roots: tuple[str, ...],
@@ -175,13 +178,13 @@ def diff_fleet(base_ref: str, options: Options) -> Report:
     from fleetc.git.flow import policy_sources_at
     from fleetc.git.report import EMPTY, compare, snapshot
 
-    sources, base_previous = policy_sources_at(base_ref, options.paths, options.out, options.workdir)
+    sources, unread, base_previous = policy_sources_at(base_ref, options.paths, options.out, options.workdir)
     at_base = f"at {base_ref}"
     base = EMPTY
-    if sources:
+    if sources or unread:
         with _side(at_base):
             loaded = load_policy_sources(sources, f"{', '.join(options.paths)} {at_base}", options.paths,
-                                         options.workdir)
+                                         options.workdir, unread)
             compiled = compile_policies(loaded, dataclasses.replace(options, previous=base_previous))
         base = snapshot(compiled.model, compiled.placement, compiled.files)
     with _side("in the working tree"):

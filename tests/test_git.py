@@ -190,6 +190,99 @@ def test_diff_names_the_side_whose_policies_are_invalid(repo: Repo) -> None:
     assert json.loads(now.stdout)["side"] == "in the working tree"
 
 
+# --------------------------------------------------------------------------- diff: links and submodules at a revision
+def _linked_layout(folder: Path) -> None:
+    """The policies in config/policies, named through the link policies; the training pipeline
+    only through links into a hidden folder (which the walk itself skips): one to the file, one
+    to the folder (the file is read once, under its first name)."""
+    (folder / "config").mkdir()
+    (folder / "policies").rename(folder / "config" / "policies")
+    (folder / "policies").symlink_to("config/policies")
+    hidden = folder / "config" / "policies" / ".library"
+    hidden.mkdir()
+    (folder / TRAINING).rename(hidden / "training.yaml")
+    (folder / TRAINING).symlink_to(".library/training.yaml")
+    (folder / "policies" / "team").symlink_to(".library")
+
+
+def test_diff_follows_links_at_a_revision_as_the_working_tree_loader_does(repo: Repo) -> None:
+    folder = Path(repo.working_tree_dir)
+    _linked_layout(folder)
+    commit_all(repo, "policies behind links")
+    assert run("validate").stdout == "policies: 6 policy documents valid\n"
+    same = run("diff", "--base", "HEAD", "--exit-code")
+    assert (same.exit_code, same.stdout) == (0, "no differences between HEAD and working tree\n")
+    move_training_to_t4(folder)  # through the link: the base side has the stage where it was
+    stages = json.loads(run("diff", "--base", "HEAD", "--format", "json").stdout)["stages"]
+    assert stages == [{"stage": MOVED, "before": ["gpu-cluster-huawei"], "after": ["inference-cluster-aliyun"]}]
+
+
+LINK_PROBLEMS = {
+    "outside-the-root": ("../README.md", "policies/linked.yaml: error: symbolic link points outside the policy "
+                         "folders\n  hint: copy the file into the policy folder instead\n"),
+    "outside-the-repository": ("/etc/passwd", "policies/linked.yaml: error: symbolic link points outside the "
+                               "policy folders\n  hint: copy the file into the policy folder instead\n"),
+    "loop": ("linked.yaml", "policies/linked.yaml: error: symbolic link loop\n"
+             "  hint: remove the link, or point it at a policy file or folder\n"),
+    "broken": ("nowhere.yaml", "policies/linked.yaml: error: broken symbolic link\n"
+               "  hint: remove the link, or point it at a policy file or folder\n"),
+    "folder-outside-the-root": ("..", "policies/linked.yaml: error: symbolic link points outside the policy "
+                                "folders\n  hint: copy the file into the policy folder instead\n"),
+}
+
+
+@pytest.mark.parametrize("case", LINK_PROBLEMS)
+def test_a_link_at_a_revision_is_the_error_the_working_tree_loader_gives(repo: Repo, case: str) -> None:
+    folder = Path(repo.working_tree_dir)
+    target, message = LINK_PROBLEMS[case]
+    (folder / "README.md").write_text("fleet\n")
+    (folder / "policies" / "linked.yaml").symlink_to(target)
+    now = run("validate")
+    assert (now.exit_code, now.stderr) == (1, message + "1 error in 1 file\n")
+    commit_all(repo, case)
+    (folder / "policies" / "linked.yaml").unlink()  # the working tree side compiles
+    result = run("diff", "--base", "HEAD")
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == f"error: the policies at HEAD do not compile:\n{message}1 error in 1 file\n"
+
+
+def test_a_submodule_at_a_revision_is_an_error_naming_it(repo: Repo) -> None:
+    repo.git.update_index("--add", "--cacheinfo", f"160000,{repo.head.commit.hexsha},policies/vendored")
+    repo.git.commit("--quiet", "--message", "a submodule among the policies")
+    result = run("diff", "--base", "HEAD")
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == ("error: the policies at HEAD do not compile:\n"
+                             "policies/vendored: error: a git submodule: its files are in another repository, "
+                             "which fleetc does not read\n  hint: copy the policies into this repository\n"
+                             "1 error in 1 file\n")
+
+
+def test_a_file_over_the_limit_at_a_revision_is_refused_unread(repo: Repo) -> None:
+    folder = Path(repo.working_tree_dir)
+    (folder / "policies" / "huge.yaml").write_bytes(b"#" * (4 * 1024 * 1024 + 1))
+    commit_all(repo, "huge")
+    (folder / "policies" / "huge.yaml").unlink()
+    result = run("diff", "--base", "HEAD")
+    assert (result.exit_code, result.stderr) == (1, (
+        "error: the policies at HEAD do not compile:\npolicies/huge.yaml: error: file is 4194305 bytes; the limit "
+        "is 4194304\n  hint: split it into several policy files\n1 error in 1 file\n"))
+
+
+@pytest.mark.parametrize(("target", "problem"), [("policies", "symbolic link loop"),
+                                                 ("missing", "broken symbolic link"),
+                                                 ("/etc", "symbolic link points outside the repository")])
+def test_a_named_path_whose_link_cannot_be_followed_at_a_revision_is_a_usage_error(
+        repo: Repo, target: str, problem: str) -> None:
+    folder = Path(repo.working_tree_dir)
+    (folder / "policies").rename(folder / "real")
+    (folder / "policies").symlink_to(target)
+    commit_all(repo, "policies is a link")
+    (folder / "policies").unlink()
+    (folder / "real").rename(folder / "policies")
+    result = run("diff", "--base", "HEAD")
+    assert (result.exit_code, result.stdout, result.stderr) == (2, "", f"error: policies: {problem} at HEAD\n")
+
+
 # --------------------------------------------------------------------------- compile --commit
 def test_commit_commits_out_with_the_policies_it_came_from_and_leaves_the_rest_alone(repo: Repo) -> None:
     folder = Path(repo.working_tree_dir)

@@ -9,7 +9,7 @@ from pathlib import Path, PurePosixPath
 
 from fleetc.compiler import Compiled
 from fleetc.emit import RECORD, is_users, write_tree
-from fleetc.errors import FleetcError, UsageError
+from fleetc.errors import Diagnostic, FleetcError, UsageError
 from fleetc.git import repo as gitrepo
 from fleetc.git.report import commit_message, compare, snapshot, snapshot_of_output
 from fleetc.placement.previous import PLACEMENT_FILE, Previous, parse_previous
@@ -18,21 +18,26 @@ from fleetc.policy.load import POLICY_SUFFIXES, discover, display_path
 Sources = list[tuple[str, bytes]]
 
 
-def policy_sources_at(ref: str, paths: Sequence[str], out_dir: str, workdir: Path) -> tuple[Sources, Previous]:
-    """The policy files under ``paths`` at ``ref``, and the previous placement in ``out_dir``
-    at ``ref`` (empty when missing or malformed); both relative to ``workdir`` unless absolute.
+def policy_sources_at(ref: str, paths: Sequence[str], out_dir: str,
+                      workdir: Path) -> tuple[Sources, list[Diagnostic], Previous]:
+    """The policy files under ``paths`` at ``ref``, every entry there that could not be read
+    (as the working-tree loader reports it), and the previous placement in ``out_dir`` at
+    ``ref`` (empty when missing or malformed); all relative to ``workdir`` unless absolute.
 
     Files are named as the working tree's would be, so provenance annotations do not differ just
     because one side of a diff came from git.
     """
     root = gitrepo.repo_root(workdir)
+    read = gitrepo.read_tree_files(root, ref, [gitrepo.relative_to_root(root, workdir / p) for p in paths])
+
+    def shown(found: gitrepo.Found) -> str:
+        return display_path(Path(paths[found.given]) / found.inner, workdir)
+
     found: dict[str, bytes] = {}
-    for path in paths:
-        folder = gitrepo.relative_to_root(root, workdir / path)
-        for name, data in gitrepo.read_tree_files(root, ref, [folder]):
-            inner = PurePosixPath(name).relative_to(folder) if folder not in ("", ".") else PurePosixPath(name)
-            found.setdefault(display_path(Path(path) / inner, workdir), data)
-    return sorted(found.items()), previous_at(ref, out_dir, workdir)
+    for entry, data in read.files:
+        found.setdefault(shown(entry), data)
+    problems = [Diagnostic(shown(entry), 0, 0, "", message, hint) for entry, message, hint in read.problems]
+    return sorted(found.items()), problems, previous_at(ref, out_dir, workdir)
 
 
 def previous_at(ref: str, out_dir: str, workdir: Path) -> Previous:

@@ -11,15 +11,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import cast
 
-from git import Blob, GitCommandError, InvalidGitRepositoryError, NoSuchPathError, Repo, Tree
+from git import Blob, GitCommandError, InvalidGitRepositoryError, NoSuchPathError, Repo, Submodule, Tree
 from git.exc import BadName, BadObject
 from git.objects import Commit
 
 from fleetc.errors import FleetcError, UsageError
-from fleetc.policy.load import POLICY_SUFFIXES
+from fleetc.policy.load import (
+    BROKEN_LINK,
+    LINK_HINT,
+    LINK_LOOP,
+    LINK_OUTSIDE,
+    LINK_OUTSIDE_HINT,
+    MAX_FILE_BYTES,
+    POLICY_SUFFIXES,
+    too_large,
+)
 
 _SYMLINK_MODE = 0o120000
 
@@ -52,24 +63,218 @@ def relative_to_root(root: Path, path: Path) -> str:
     return relative.as_posix()
 
 
-def read_tree_files(root: Path, ref: str, paths: Sequence[str]) -> list[tuple[str, bytes]]:
-    """Policy files (``*.yaml``/``*.yml``, hidden entries skipped) under ``paths`` at ``ref``.
+@dataclass(frozen=True)
+class Found:
+    """An entry :func:`read_tree_files` met: under ``paths[given]``, at ``inner`` below it as
+    found (through links, not resolved; ``""`` for the named path itself)."""
 
-    Follows :func:`fleetc.policy.load.discover`: a folder is searched recursively, a file named directly
-    is read whatever its name. A path that does not exist at ``ref`` contributes nothing (the
-    caller decides what an empty side means). Symbolic links are skipped: at a revision they are
-    just text naming a target.
+    given: int
+    inner: str
+
+
+@dataclass(frozen=True)
+class TreeFiles:
+    """The policy files at a revision, and every entry there that could not be read or was left
+    out for a reason that is an error (message and hint, as the working-tree loader words them)."""
+
+    files: tuple[tuple[Found, bytes], ...]
+    problems: tuple[tuple[Found, str, str], ...]
+
+
+def read_tree_files(root: Path, ref: str, paths: Sequence[str]) -> TreeFiles:
+    """Policy files under ``paths`` (repository paths) at ``ref``, found as
+    :func:`fleetc.policy.load.discover` finds them in the working tree.
+
+    A folder is searched recursively (``*.yaml``/``*.yml``, hidden entries skipped), a file
+    named directly is read whatever its name. A symbolic link is followed through the tree at
+    ``ref`` when it stays inside the named paths, each file read once under the first of its
+    names; a link that is broken, loops or leaves them is a problem, as is a submodule (its
+    files are in another repository) and a file over the size limit (never read). A link
+    leaving the repository is a problem whatever it points at: at a revision fleetc cannot
+    tell. A named path that does not exist at ``ref`` contributes nothing (the caller decides
+    what an empty side means); one whose links are broken, loop or leave the repository is a
+    :class:`UsageError`, as on the command line.
     """
-    tree = _commit(Repo(root), ref).tree
-    found: dict[str, bytes] = {}
-    for path in paths:
-        item = _lookup(tree, path)
+    repo = Repo(root)
+    walk = _TreeWalk(_commit(repo, ref).tree, Path(root), paths)
+    named = []
+    for given, path in enumerate(paths):
+        try:
+            real, item = walk.resolve(path)
+        except _Missing as missing:
+            if missing.followed:
+                raise UsageError(f"{path}: {BROKEN_LINK} at {ref}") from None
+            continue
+        except _Unresolved as err:
+            raise UsageError(f"{path}: {err.message} at {ref}") from None
+        named.append((Found(given, ""), real, item))
+    walk.roots = [real for _, real, _ in named]
+    for found, real, item in named:
         if isinstance(item, Tree):
-            for blob in _policy_blobs(item):
-                found[os.fspath(blob.path)] = blob.data_stream.read()
-        elif isinstance(item, Blob) and item.mode != _SYMLINK_MODE:
-            found[os.fspath(item.path)] = item.data_stream.read()
-    return sorted(found.items())
+            walk.folder(found, real, item)
+        else:
+            walk.entry(found, real, item, named=True)
+    return TreeFiles(tuple(sorted(walk.files.values(), key=lambda f: walk.shown(f[0]))),
+                     tuple(walk.problems))
+
+
+#: Links followed while resolving one path before it counts as a loop (Linux's MAXSYMLINKS).
+MAX_LINKS = 40
+
+_Item = Blob | Tree | Submodule
+_Real = tuple[str, ...]  # a path in the tree at the revision with every link resolved
+
+
+class _Missing(Exception):
+    def __init__(self, followed: bool):
+        super().__init__()
+        self.followed = followed  # whether a link was followed on the way (then it is broken)
+
+
+class _Unresolved(Exception):
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class _TreeWalk:
+    """:class:`fleetc.policy.load._Walk` over a tree at a revision: folders with a stack, links
+    resolved in the tree as the kernel resolves them on disk."""
+
+    def __init__(self, tree: Tree, root: Path, paths: Sequence[str]):
+        self.tree, self.paths = tree, paths
+        self.checkouts = (root.absolute(), root.resolve())  # where an absolute link could land inside
+        self.roots: list[_Real] = []
+        self.files: dict[_Real, tuple[Found, bytes]] = {}
+        self.folders: set[_Real] = set()
+        self.problems: list[tuple[Found, str, str]] = []
+
+    def shown(self, found: Found) -> str:
+        """The entry's path as found, for ordering like the working-tree loader."""
+        given = PurePosixPath(self.paths[found.given]).as_posix()
+        return f"{given}/{found.inner}" if found.inner else given
+
+    def resolve(self, path: str) -> tuple[_Real, _Item]:
+        """The entry at ``path`` with every link on the way followed. Raises :class:`_Missing`
+        when there is none, :class:`_Unresolved` for a loop or a link leaving the repository."""
+        pending = path.split("/")[::-1]
+        real: list[str] = []
+        items: list[_Item] = [self.tree]
+        links = 0
+        while pending:
+            part = pending.pop()
+            if part in ("", "."):
+                continue
+            if not isinstance(items[-1], Tree):  # a path through a file
+                raise _Missing(links > 0)
+            if part == "..":
+                if not real:
+                    raise _Unresolved(LINK_OUTSIDE_REPOSITORY)
+                real.pop()
+                items.pop()
+                continue
+            child = _child(items[-1], part)
+            if child is None:
+                raise _Missing(links > 0)
+            if child.mode != _SYMLINK_MODE:
+                real.append(part)
+                items.append(child)
+                continue
+            links += 1
+            if links > MAX_LINKS:
+                raise _Unresolved(LINK_LOOP)
+            target = os.fsdecode(cast(Blob, child).data_stream.read())
+            if not target:
+                raise _Missing(True)
+            if target.startswith("/"):
+                target = self._inside_checkout(target)
+                real, items = [], [self.tree]
+            pending.extend(target.split("/")[::-1])
+        return tuple(real), items[-1]
+
+    def _inside_checkout(self, target: str) -> str:
+        """An absolute link target as a repository path; it may name this very checkout."""
+        for checkout in self.checkouts:
+            with suppress(ValueError):
+                return PurePosixPath(target).relative_to(checkout.as_posix()).as_posix()
+        raise _Unresolved(LINK_OUTSIDE_REPOSITORY)
+
+    def folder(self, top: Found, top_real: _Real, top_tree: Tree) -> None:
+        stack = [(top, top_real, top_tree)]
+        while stack:
+            found, real, tree = stack.pop()
+            if real in self.folders:
+                continue  # a link to a folder read under its own name (or to an ancestor)
+            self.folders.add(real)
+            subfolders = []
+            for item in sorted((i for i in tree if not _name(i).startswith(".")), key=_name):
+                name = _name(item)
+                inner = Found(found.given, f"{found.inner}/{name}" if found.inner else name)
+                if item.mode == _SYMLINK_MODE:
+                    subfolders += self._link(inner, "/".join((*real, name)))
+                elif isinstance(item, Tree):
+                    subfolders.append((inner, (*real, name), item))
+                else:
+                    self.entry(inner, (*real, name), item, named=False)
+            stack.extend(reversed(subfolders))
+
+    def _link(self, found: Found, path: str) -> list[tuple[Found, _Real, Tree]]:
+        """The folder the link at ``path`` leads to, to walk; a file it leads to is taken here,
+        and a link that is broken, loops or leaves the roots is reported."""
+        try:
+            real, item = self.resolve(path)
+        except _Missing:
+            self._problem(found, BROKEN_LINK, LINK_HINT)
+            return []
+        except _Unresolved as err:
+            self._problem(found, err.message if err.message == LINK_LOOP else LINK_OUTSIDE,
+                          LINK_HINT if err.message == LINK_LOOP else LINK_OUTSIDE_HINT)
+            return []
+        folder = isinstance(item, Tree)
+        if not any(real[:len(r)] == r for r in self.roots):
+            if folder or path.endswith(POLICY_SUFFIXES):
+                self._problem(found, LINK_OUTSIDE, LINK_OUTSIDE_HINT)
+            return []
+        if isinstance(item, Tree):
+            return [(found, real, item)]
+        self.entry(found, real, item, named=False)
+        return []
+
+    def entry(self, found: Found, real: _Real, item: _Item, *, named: bool) -> None:
+        """A file (or what a link leads to) in a folder, or one the user named (any name)."""
+        if isinstance(item, Submodule):
+            self._problem(found, "a git submodule: its files are in another repository, which "
+                          "fleetc does not read", "copy the policies into this repository")
+        elif named or self.shown(found).endswith(POLICY_SUFFIXES):
+            self._file(found, real, cast(Blob, item))
+
+    def _file(self, found: Found, real: _Real, blob: Blob) -> None:
+        known = self.files.get(real)
+        if known is not None and self.shown(known[0]) <= self.shown(found):
+            return
+        if blob.size > MAX_FILE_BYTES:  # never read: it could be any size
+            problem = too_large("", blob.size)
+            self._problem(found, problem.message, problem.hint)
+            return
+        self.files[real] = (found, blob.data_stream.read())
+
+    def _problem(self, found: Found, message: str, hint: str) -> None:
+        self.problems.append((found, message, hint))
+
+
+#: What a link leaving the repository is called when it is named on the command line.
+LINK_OUTSIDE_REPOSITORY = "symbolic link points outside the repository"
+
+
+def _name(item: _Item) -> str:
+    return PurePosixPath(item.path).name  # a Submodule read from a tree knows no name
+
+
+def _child(tree: Tree, name: str) -> _Item | None:
+    try:
+        return tree / name
+    except KeyError:
+        return None
 
 
 def read_folder(root: Path, ref: str, folder: str) -> dict[str, str]:
@@ -191,13 +396,3 @@ def _lookup(tree: Tree, path: str) -> Blob | Tree | None:
         return tree / clean
     except KeyError:
         return None
-
-
-def _policy_blobs(tree: Tree) -> Iterator[Blob]:
-    for item in tree:
-        if item.name.startswith("."):
-            continue
-        if isinstance(item, Tree):
-            yield from _policy_blobs(item)
-        elif isinstance(item, Blob) and item.mode != _SYMLINK_MODE and item.name.endswith(POLICY_SUFFIXES):
-            yield item

@@ -49,6 +49,14 @@ MAX_INT_DIGITS = 100
 
 POLICY_SUFFIXES = (".yaml", ".yml")
 
+#: What discovery says of a link it cannot follow; :mod:`fleetc.git.repo` says the same of a
+#: link at a revision.
+LINK_LOOP = "symbolic link loop"
+BROKEN_LINK = "broken symbolic link"
+LINK_HINT = "remove the link, or point it at a policy file or folder"
+LINK_OUTSIDE = "symbolic link points outside the policy folders"
+LINK_OUTSIDE_HINT = "copy the file into the policy folder instead"
+
 FieldPath = tuple[str | int, ...]
 Position = tuple[int, int]  # 1-based line and column
 
@@ -132,9 +140,9 @@ def discover(paths: Sequence[str], workdir: Path = Path(".")) -> Discovery:
 
 def _stat_problem(err: OSError, path: Path) -> str:
     if err.errno == errno.ELOOP:
-        return "symbolic link loop"
+        return LINK_LOOP
     if err.errno == errno.ENOENT:
-        return "broken symbolic link" if os.path.islink(path) else "no such file or directory"
+        return BROKEN_LINK if os.path.islink(path) else "no such file or directory"
     return err.strerror or str(err)
 
 
@@ -184,15 +192,13 @@ class _Walk:
         try:
             info = os.stat(path)
         except OSError as err:
-            self._problem(path, _stat_problem(err, path),
-                          "remove the link, or point it at a policy file or folder")
+            self._problem(path, _stat_problem(err, path), LINK_HINT)
             return False
         target = Path(os.path.realpath(path))
         folder = stat.S_ISDIR(info.st_mode)
         if not _inside(target, self.roots):
             if folder or path.name.endswith(POLICY_SUFFIXES):
-                self._problem(path, "symbolic link points outside the policy folders",
-                              "copy the file into the policy folder instead")
+                self._problem(path, LINK_OUTSIDE, LINK_OUTSIDE_HINT)
             return False
         if not folder:
             self.entry(path, info, named=False)
@@ -279,8 +285,8 @@ def _read_bounded(path: Path) -> bytes:
             raise _Refused(f"not a regular file ({_file_kind(info.st_mode)}); fleetc never "
                            "reads one", "policies are regular files; remove it")
         if info.st_size > MAX_FILE_BYTES:
-            too_large = _too_large("", info.st_size)
-            raise _Refused(too_large.message, too_large.hint)
+            problem = too_large("", info.st_size)
+            raise _Refused(problem.message, problem.hint)
         chunks: list[bytes] = []
         size = 0
         while chunk := os.read(fd, min(_CHUNK, MAX_FILE_BYTES + 1 - size)):
@@ -331,7 +337,7 @@ def _load_sources(sources: Iterable[tuple[str, bytes]]) -> LoadResult:
     diagnostics: list[Diagnostic] = []
     for display, raw in sources:
         if len(raw) > MAX_FILE_BYTES:
-            diagnostics.append(_too_large(display, len(raw)))
+            diagnostics.append(too_large(display, len(raw)))
             continue
         text, problem = _decode(raw, display)
         if problem:
@@ -363,7 +369,8 @@ def _inside(target: Path, roots: Sequence[Path]) -> bool:
     return any(target == r or r in target.parents for r in roots)
 
 
-def _too_large(display: str, size: int) -> Diagnostic:
+def too_large(display: str, size: int) -> Diagnostic:
+    """A file of ``size`` bytes, over :data:`MAX_FILE_BYTES`."""
     return Diagnostic(display, 0, 0, "", f"file is {size} bytes; the limit is {MAX_FILE_BYTES}",
                       hint="split it into several policy files")
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from fleetc.errors import Diagnostic, FleetcError, PlacementError, PolicyError, UsageError
 from fleetc.model import Assignment, FleetModel, Placement, StagePlacement
-from fleetc.placement import PLACEMENT_VERSION
+from fleetc.placement import LARGE, PLACEMENT_VERSION
 from fleetc.placement.previous import PLACEMENT_FILE, Previous, read_previous
 from fleetc.placement.solvers import DEFAULT_SOLVER, check_solver, solver_label
 from fleetc.policy.load import Document, FieldPath, LoadResult, load_paths, load_sources
@@ -310,14 +310,18 @@ def _about_capacity(reason: str) -> bool:
 def inputs_digest(policies: PolicySet, options: Options) -> str:
     """What the placement depends on, hashed: the placement version (bumped on purpose when how
     fleetc places changes, see :data:`fleetc.placement.PLACEMENT_VERSION`), the solver and its
-    version (:func:`fleetc.placement.solvers.solver_label`), the drained clusters
-    and every policy document's data (not its file: moving a policy between files changes
-    nothing). fleetc's release and its source bytes are left out on purpose: an upgrade or a
-    comment edit that places the same must not make every committed ``out/`` stale."""
+    version (:func:`fleetc.placement.solvers.solver_label`), the drained clusters, the size
+    above which a component takes the large path when it is not :data:`fleetc.placement.LARGE`
+    (``FLEETC_LARGE``: the paths place differently; left out otherwise, so that the digests
+    committed before it counted stay as they were), and every policy document's data (not its
+    file: moving a policy between files changes nothing). fleetc's release and its source bytes
+    are left out on purpose: an upgrade or a comment edit that places the same must not make
+    every committed ``out/`` stale."""
     documents = sorted(json.dumps(parsed.doc.data, sort_keys=True, ensure_ascii=False)
                        for kind in dataclasses.fields(policies) for parsed in getattr(policies, kind.name))
+    large = {} if options.large in (None, LARGE) else {"large": options.large}
     payload = json.dumps({"placement": PLACEMENT_VERSION, "solver": solver_label(options.solver),
-                          "drain": sorted(options.drain),
+                          "drain": sorted(options.drain), **large,
                           "policies": documents})
     return "sha256:" + hashlib.sha256(payload.encode("utf-8")).hexdigest()
 

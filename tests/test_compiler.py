@@ -52,6 +52,17 @@ def test_the_digest_depends_on_the_policies_and_the_drain_not_on_file_names(file
     assert inputs_digest(changed.policies, Options()) != digest
 
 
+def test_the_digest_holds_the_large_path_threshold_when_it_is_not_the_default(files: dict[str, str]) -> None:
+    """Another FLEETC_LARGE sends components down the other path, which places differently: a
+    placement compiled under it is not given back to, nor passes --check for, a compile without."""
+    from fleetc.placement import LARGE
+
+    policies = loaded_of(files).policies
+    digest = inputs_digest(policies, Options())
+    assert inputs_digest(policies, Options(large=LARGE)) == digest
+    assert len({digest, inputs_digest(policies, Options(large=0)), inputs_digest(policies, Options(large=10**9))}) == 3
+
+
 def test_the_digest_changes_with_the_placement_version(files: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     from fleetc import compiler
 

@@ -115,6 +115,11 @@ def test_the_large_path_threshold_is_an_option_and_fleetc_large_reaches_it_throu
     result = run("compile", "--out", "large", env={"FLEETC_LARGE": "0"})
     assert result.exit_code == 0, result.output
     assert "method: colgen-lp-round\n" in (project / "large" / "placement.yaml").read_text()
+    assert run("compile", "--out", "large", "--check", env={"FLEETC_LARGE": "0"}).exit_code == 0
+    monkeypatch.delenv("FLEETC_LARGE")
+    stale = run("compile", "--out", "large", "--check")  # the exact path would place it otherwise
+    assert stale.exit_code == 1
+    assert stale.stderr.startswith("would change large/placement.yaml\nwarning: ")
     bad = run("compile", "--out", "large", env={"FLEETC_LARGE": "many"})
     assert (bad.exit_code, bad.stderr) == (2, "error: FLEETC_LARGE='many': expected a whole number of "
                                               "stage-cluster pairs (0 sends every component down the large path)\n")

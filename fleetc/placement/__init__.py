@@ -7,3 +7,9 @@ one back (previous)."""
 #: same commit as any change that can change a placement, so that committed outputs are solved
 #: again; tests/test_placement_version.py fails when placements change without a bump.
 PLACEMENT_VERSION = "4"  # 4: placement.yaml says whether a placement is proven optimal
+
+#: Allowed pairs in one component above which the exact MILP gives way to column generation,
+#: unless :func:`fleetc.placement.optimize.place` is given another threshold (the CLI's
+#: ``FLEETC_LARGE``; 0 sends every instance down the large path). The two paths may place
+#: differently: another threshold is part of the inputs digest.
+LARGE = 2500

@@ -58,18 +58,13 @@ import numpy as np
 
 from fleetc.errors import InternalError, PlacementError, SearchLimitError, TimeLimitError
 from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
-from fleetc.placement import cvx, rules
+from fleetc.placement import LARGE, cvx, rules
 from fleetc.placement.colgen import solve_large
 from fleetc.placement.problem import Budget, PreviousClusters, Problem, capacity_of, demand_of, problems
 from fleetc.placement.program import OutOfTime, Result, Solved, build_program, replicas_of
 from fleetc.placement.scoring import GIB, Scores, score_matrix
 from fleetc.placement.solvers import DEFAULT_SOLVER
 from fleetc.placement.verify import verify
-
-#: Allowed pairs in one component above which the exact MILP gives way to column generation,
-#: unless :func:`place` is given another threshold (the CLI's ``FLEETC_LARGE``; 0 sends every
-#: instance down the large path).
-LARGE = 2500
 
 
 def place(

@@ -147,8 +147,9 @@ def compile_fleet(options: Options) -> Compiled:
 def explain_stage(target: str, options: Options) -> Explanation:
     """``fleetc explain``: why stage ``target`` (``PIPELINE/STAGE``) is where the placement in the
     output folder puts it. Solves nothing: a placement.yaml that is missing, unreadable or
-    compiled from other inputs (the policies, the placement version or ``--drain`` changed)
-    is an error saying so, since explaining it against these policies would mislead."""
+    compiled from other inputs (the policies, the placement version, ``--drain``,
+    ``FLEETC_LARGE`` or the solver's version changed) is an error saying so, since explaining
+    it against these policies would mislead. The solver is the one the placement records."""
     from fleetc.placement import explain as why
 
     loaded = load_policies(options.paths, options.reporter, options.workdir)
@@ -161,10 +162,12 @@ def explain_stage(target: str, options: Options) -> Explanation:
         raise FleetcError(f"cannot explain: {ignored}")
     if not previous.inputs:
         raise FleetcError(f"cannot explain: {where} does not exist; run `fleetc compile` first")
-    placement = _placement_in_out(model, previous, inputs_digest(loaded.policies, options))
+    compiled_with = dataclasses.replace(options, solver=previous.solver or DEFAULT_SOLVER)
+    placement = _placement_in_out(model, previous, inputs_digest(loaded.policies, compiled_with))
     if placement is None:
         raise FleetcError(f"cannot explain: {where} is stale: it does not hold for these policies (they, "
-                          "--drain or fleetc's placement version changed since); run `fleetc compile` first")
+                          "--drain, FLEETC_LARGE, the solver's version or fleetc's placement version changed "
+                          "since); run `fleetc compile` first")
     from fleetc.placement.hints import taint_hints
 
     explanation = why.explain(model, placement, key, previous.clusters)
@@ -299,7 +302,8 @@ def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
         capacity = capacity_hints(model) if any(_about_capacity(r) for r in err.reasons) else []
         err.hint = "\n  hint: ".join(hints + taint_hints(model, refused_stages(model, err.reasons)) + capacity)
         raise
-    return dataclasses.replace(placement, inputs=inputs)
+    return dataclasses.replace(placement, inputs=inputs,
+                               solver="" if options.solver == DEFAULT_SOLVER else options.solver)
 
 
 def _about_capacity(reason: str) -> bool:
@@ -358,5 +362,5 @@ def _placement_in_out(model: FleetModel, previous: Previous, inputs: str, *,
             previous.scores[stage.key], previous.reasons.get(stage.key, ""))
             for stage in model.stages),
         objective=previous.objective, bound=previous.bound, method=previous.method, inputs=inputs,
-        time_limit=previous.time_limit, optimal=previous.optimal)
+        time_limit=previous.time_limit, optimal=previous.optimal, solver=previous.solver)
     return None if verify(model, placement, allow_unplaced=allow_unplaced) else placement

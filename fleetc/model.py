@@ -361,6 +361,9 @@ class Placement:
     time_limit: float | None = None
     #: Proven optimal (see the class docstring).
     optimal: bool = False
+    #: The ``--solver`` it was compiled with when not the default (set by :mod:`fleetc.compiler`;
+    #: '' for the default): ``explain`` needs it to tell the placement is not stale.
+    solver: str = ""
 
     @property
     def gap(self) -> float:

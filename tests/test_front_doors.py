@@ -17,13 +17,14 @@ from git import Repo
 from fleetc.cli import cli
 from fleetc.compiler import Options, compile_fleet, diff_fleet, explain_stage
 from fleetc.emit import RECORD
-from fleetc.errors import FleetcError, PolicyError
+from fleetc.errors import FleetcError, PolicyError, SearchLimitError
 from fleetc.placement import optimize
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = "llm-chinese-training/model-training"
 STALE = ("error: cannot explain: out/placement.yaml is stale: it does not hold for these policies (they, "
-         "--drain or fleetc's placement version changed since); run `fleetc compile` first\n")
+         "--drain, FLEETC_LARGE, the solver's version or fleetc's placement version changed since); run "
+         "`fleetc compile` first\n")
 
 
 def run(*args: str, env: Mapping[str, str] | None = None) -> Result:
@@ -137,6 +138,24 @@ def test_explain_reads_the_placement_in_out_and_never_solves(project: Path,
     assert "chosen: gpu-cluster-huawei" in result.stdout
 
 
+def test_explain_takes_the_solver_the_placement_records(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A placement compiled with --solver is explained as it is, not called stale: its digest is
+    worked out with the solver placement.yaml names (which the default's does not)."""
+    from fleetc.placement.solvers import installed_milp_solvers
+
+    solver = "SCIP" if "SCIP" in installed_milp_solvers() else "SCIPY"  # scipy comes with cvxpy
+    monkeypatch.chdir(project)
+    assert "solver:" not in (project / "out" / "placement.yaml").read_text()
+    compiled = run("compile", "--solver", solver)
+    assert compiled.exit_code == 0, compiled.output
+    assert f"\nsolver: {solver}\nmethod: milp\n" in (project / "out" / "placement.yaml").read_text()
+    explained = run("explain", TRAINING)
+    assert (explained.exit_code, explained.stderr) == (0, "")
+    assert "chosen: gpu-cluster-huawei" in explained.stdout
+    assert run("compile", "--check", "--solver", solver).exit_code == 0
+    assert run("compile", "--check").exit_code == 1  # HiGHS would have to solve it again
+
+
 def test_explain_says_when_out_is_stale_or_missing(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(project)
     fleet = project / "policies" / "fleet.yaml"
@@ -176,3 +195,26 @@ def test_diff_is_one_front_door_and_names_the_side_that_failed(project: Path) ->
     with pytest.raises(PolicyError) as raised:
         diff_fleet("HEAD", options)
     assert raised.value.side == "in the working tree"
+
+
+def test_a_search_out_of_budget_exits_1_with_the_message_the_readme_states(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The large path's search (tests/test_scale.py makes it run out) ends in exit 1, its own
+    headline and the --allow-unplaced hint, nothing written; the README says both."""
+    headline = "the search found no placement of every stage within its budget (it did not prove that none exists)"
+
+    def out_of_budget(*args: object, **kwargs: object) -> None:
+        raise SearchLimitError([f"{TRAINING}: left out where the search had put the others"])
+
+    monkeypatch.setattr(optimize, "place", out_of_budget)
+    monkeypatch.chdir(project)
+    result = run("compile", "--out", "fresh")
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == (f"error: {headline}:\n  {TRAINING}: left out where the search had put the others\n"
+                             "  hint: pass --allow-unplaced to render what was placed\n")
+    assert not (project / "fresh").exists()
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"(`{headline}`)" in readme
+    assert "| 1 | policy errors, no placement satisfies the hard constraints (or the large path's search found " \
+           "none within its budget)" in readme
+

@@ -30,6 +30,8 @@ class Previous:
     clusters: dict[str, dict[str, int]] = field(default_factory=dict)
     #: The digest of the inputs it was compiled from ('' when it does not say).
     inputs: str = ""
+    #: The ``--solver`` it was compiled with ('' when it does not say: the default).
+    solver: str = ""
     method: str = ""
     #: The ``--time-limit`` (seconds) that ran out while it was solved, if one did.
     time_limit: float | None = None
@@ -77,6 +79,7 @@ def parse_previous(text: str) -> Previous:
     return Previous(
         clusters=placed,
         inputs=_text(document.get("inputs")),
+        solver=_text(document.get("solver")),
         method=_text(document.get("method")),
         time_limit=_seconds(document.get("timeLimitReached")),
         objective=_number(document.get("objective")),

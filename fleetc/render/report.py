@@ -26,6 +26,8 @@ def placement_report(model: FleetModel, placement: Placement) -> Obj:
         "kind": "Placement",
         "fleet": model.name,
         **({"inputs": placement.inputs} if placement.inputs else {}),
+        # the --solver it was compiled with, part of the inputs digest; written when not HiGHS
+        **({"solver": placement.solver} if placement.solver else {}),
         "method": placement.method,
         # seconds, as a float whatever the caller gave, so a given-back placement writes the same
         # bytes; more time may place better

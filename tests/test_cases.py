@@ -14,19 +14,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support.corpus import CASES, read_tree
 
 from fleetc.cli import cli
 
-CASES = Path(__file__).parent / "cases"
 UPDATE = os.environ.get("FLEETC_UPDATE_GOLDEN") == "1"
-
-
-def read_tree(root: Path) -> dict[str, str]:
-    return {
-        p.relative_to(root).as_posix(): p.read_text(encoding="utf-8")
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 def tree_diff(expected: dict[str, str], actual: dict[str, str]) -> str:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
+from support.corpus import CASES, GOLDEN, ROOT, compile_texts, read_policies, read_tree
 from support.engines import (
     ArgoState,
     Cluster,
@@ -23,32 +23,13 @@ from support.engines import (
 )
 
 from bench.generate import Spec, generate
-from fleetc.compiler import compile_policies, load_policy_sources
 
-ROOT = Path(__file__).resolve().parents[1]
-CASES = Path(__file__).parent / "cases"
-GOLDEN = sorted(p.name for p in CASES.iterdir() if (p / "expected").is_dir())
 _YAML = YAML(typ="safe", pure=True)
 
 Files = Mapping[str, str]
 
 
 # --------------------------------------------------------------------------- helpers
-def read_policies(folder: Path) -> dict[str, str]:
-    return {p.relative_to(folder.parent).as_posix(): p.read_text(encoding="utf-8")
-            for p in sorted(folder.rglob("*.yaml"))}
-
-
-def compile_texts(policies: Mapping[str, str]) -> dict[str, str]:
-    loaded = load_policy_sources([(path, text.encode()) for path, text in sorted(policies.items())], "test")
-    return dict(compile_policies(loaded).files)
-
-
-def read_tree(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8")
-            for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 def clusters(files: Files) -> list[str]:
     return sorted({path.split("/")[1] for path in files if path.startswith("clusters/")})
 

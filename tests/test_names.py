@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.corpus import CASES, GOLDEN, ROOT, compile_texts, read_policies, read_tree
 from support.engines import load
 from support.k8s import require_upstream_schemas, validate_tree
-from test_engines import CASES, GOLDEN, ROOT, Fleet, compile_texts, read_policies, read_tree
+from test_engines import Fleet
 
 from bench.generate import Spec, generate
 from fleetc.compiler import load_policy_sources

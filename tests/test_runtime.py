@@ -3,12 +3,12 @@ example, every golden case and a generated fleet: what would actually happen on 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from pathlib import Path
 
 import pytest
+from support.corpus import CASES, GOLDEN, ROOT, compiled_in
 from support.runtime import (
     bind,
     command_problems,
@@ -24,20 +24,7 @@ from support.runtime import (
 from support.tree import logical_path
 
 from bench.generate import Spec, generate
-from fleetc.compiler import Compiled, compile_policies, load_policies
-
-ROOT = Path(__file__).resolve().parents[1]
-CASES = Path(__file__).parent / "cases"
-GOLDEN = sorted(p.name for p in CASES.iterdir() if (p / "expected").is_dir())
-
-
-def compiled_in(folder: Path, policies: str = "policies") -> Compiled:
-    cwd = os.getcwd()
-    os.chdir(folder)
-    try:
-        return compile_policies(load_policies([policies]))
-    finally:
-        os.chdir(cwd)
+from fleetc.compiler import Compiled
 
 
 @pytest.fixture(scope="module")

@@ -68,94 +68,53 @@ spec:
             - /spec/replicas
 """
 
-GIT_REPOSITORY = """\
-apiVersion: source.toolkit.fluxcd.io/v1
-kind: GitRepository
+def flux_object(kind: str, api_version: str, name: str, spec: str) -> str:
+    """A Flux object as fleetc writes it: in flux-system, labelled and annotated as fleetc's."""
+    return f"""\
+apiVersion: {api_version}
+kind: {kind}
 metadata:
-  name: fleetc
+  name: {name}
   namespace: flux-system
   labels:
     app.kubernetes.io/managed-by: fleetc
   annotations:
     fleetc.dev/source: fleet.yaml#spec.gitops
 spec:
+{spec}"""
+
+
+def kustomization(layer: str, path: str, depends_on: tuple[str, ...] = (), waits: bool = False) -> str:
+    """The Flux Kustomization of one layer of a cluster's folder."""
+    needs = "".join(f"    - name: fleetc-{other}\n" for other in depends_on)
+    return flux_object("Kustomization", "kustomize.toolkit.fluxcd.io/v1", f"fleetc-{layer}", (
+        f"  dependsOn:\n{needs}" if needs else "") + f"""\
+  interval: 10m
+  retryInterval: 1m
+  sourceRef:
+    kind: GitRepository
+    name: fleetc
+  path: {path}
+  prune: true
+  deletionPolicy: Orphan
+""" + ("  wait: true\n  timeout: 5m\n" if waits else ""))
+
+
+GIT_REPOSITORY = flux_object("GitRepository", "source.toolkit.fluxcd.io/v1", "fleetc", """\
   interval: 5m
   url: https://git.example.org/team/fleet.git
   ref:
     branch: release
   secretRef:
     name: fleet-repo-credentials
-"""
+""")
 
 FLUX_KUSTOMIZATIONS = {
-    "infra": """\
-apiVersion: kustomize.toolkit.fluxcd.io/v1
-kind: Kustomization
-metadata:
-  name: fleetc-infra
-  namespace: flux-system
-  labels:
-    app.kubernetes.io/managed-by: fleetc
-  annotations:
-    fleetc.dev/source: fleet.yaml#spec.gitops
-spec:
-  interval: 10m
-  retryInterval: 1m
-  sourceRef:
-    kind: GitRepository
-    name: fleetc
-  path: ./deploy/fleet/clusters/gpu-west/infra
-  prune: true
-  deletionPolicy: Orphan
-  wait: true
-  timeout: 5m
-""",
-    "local": """\
-apiVersion: kustomize.toolkit.fluxcd.io/v1
-kind: Kustomization
-metadata:
-  name: fleetc-local
-  namespace: flux-system
-  labels:
-    app.kubernetes.io/managed-by: fleetc
-  annotations:
-    fleetc.dev/source: fleet.yaml#spec.gitops
-spec:
-  dependsOn:
-    - name: fleetc-infra
-  interval: 10m
-  retryInterval: 1m
-  sourceRef:
-    kind: GitRepository
-    name: fleetc
-  path: ./deploy/fleet/local/gpu-west
-  prune: true
-  deletionPolicy: Orphan
-""",
-    "workloads": """\
-apiVersion: kustomize.toolkit.fluxcd.io/v1
-kind: Kustomization
-metadata:
-  name: fleetc-workloads
-  namespace: flux-system
-  labels:
-    app.kubernetes.io/managed-by: fleetc
-  annotations:
-    fleetc.dev/source: fleet.yaml#spec.gitops
-spec:
-  dependsOn:
-    - name: fleetc-infra
-    - name: fleetc-local
-  interval: 10m
-  retryInterval: 1m
-  sourceRef:
-    kind: GitRepository
-    name: fleetc
-  path: ./deploy/fleet/clusters/gpu-west/workloads
-  prune: true
-  deletionPolicy: Orphan
-""",
+    "infra": kustomization("infra", "./deploy/fleet/clusters/gpu-west/infra", waits=True),
+    "local": kustomization("local", "./deploy/fleet/local/gpu-west", ("infra",)),
+    "workloads": kustomization("workloads", "./deploy/fleet/clusters/gpu-west/workloads", ("infra", "local")),
 }
+
 
 CUSTOM = GitOps(repo_url="https://git.example.org/team/fleet.git", branch="release", path="./deploy/fleet/",
                 secret_name="fleet-repo-credentials")

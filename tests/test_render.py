@@ -526,13 +526,34 @@ stages:
 """
 
 
+#: What both rclone containers of a Job with object-store data (the init container that waits for
+#: an upstream stage's output, and the sidecar that marks the stage's own output done) are given.
+RCLONE_SIDECAR = """\
+              env:
+                - name: RCLONE_S3_ENV_AUTH
+                  value: "true"
+                - name: RCLONE_S3_PROVIDER
+                  value: Other
+              envFrom:
+                - secretRef:
+                    name: fleetc-storage
+                    optional: true
+              resources:
+                requests:
+                  cpu: 10m
+                  memory: 32Mi
+                limits:
+                  cpu: 100m
+                  memory: 128Mi"""
+
+
 def test_sample_job_exact_text() -> None:
     """Pins the full shape of a rendered Volcano Job (the reference sample in the docs)."""
     text = by_logical_path(rendered(*fleet()))["clusters/gpu-east/job-ml-llm-train.yaml"]
     # the marker scripts are long and checked by tests/support/runtime.py; pinned here by their start
     text = re.sub(r'- "(deadline=|until ).*"$', r'- "\1..."', text, flags=re.M)
     text = re.sub(r"^  name: llm-train-[0-9a-f]{8}$", "  name: llm-train-HASH", text, flags=re.M)
-    assert text == """\
+    assert text == f"""\
 apiVersion: batch.volcano.sh/v1alpha1
 kind: Job
 metadata:
@@ -581,22 +602,7 @@ spec:
                 - sh
                 - -c
                 - "deadline=..."
-              env:
-                - name: RCLONE_S3_ENV_AUTH
-                  value: "true"
-                - name: RCLONE_S3_PROVIDER
-                  value: Other
-              envFrom:
-                - secretRef:
-                    name: fleetc-storage
-                    optional: true
-              resources:
-                requests:
-                  cpu: 10m
-                  memory: 32Mi
-                limits:
-                  cpu: 100m
-                  memory: 128Mi
+{RCLONE_SIDECAR}
           containers:
             - name: training
               image: registry.example.com/train:1.0
@@ -644,26 +650,11 @@ spec:
                 - sh
                 - -c
                 - "until ..."
-              env:
-                - name: RCLONE_S3_ENV_AUTH
-                  value: "true"
-                - name: RCLONE_S3_PROVIDER
-                  value: Other
-              envFrom:
-                - secretRef:
-                    name: fleetc-storage
-                    optional: true
-              resources:
-                requests:
-                  cpu: 10m
-                  memory: 32Mi
-                limits:
-                  cpu: 100m
-                  memory: 128Mi
+{RCLONE_SIDECAR}
               volumeMounts:
                 - name: fleetc-status
                   mountPath: /fleetc/status
           volumes:
             - name: fleetc-status
-              emptyDir: {}
+              emptyDir: {{}}
 """

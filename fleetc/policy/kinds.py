@@ -36,60 +36,31 @@ OUTPUT_REF_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.outputs\.[a-z0-9]([-a-z0-
 #: Custom schema keyword: what a value should look like, in words, for error messages.
 EXPECTED = "x-fleetc-expected"
 
-DNSLabel = Annotated[
-    str,
-    WithJsonSchema({
-        "type": "string", "pattern": DNS_LABEL_PATTERN, "maxLength": 63,
-        EXPECTED: "a DNS-1123 label (lower-case letters, digits and '-', starting and ending "
-                  "with a letter or digit, at most 63 characters)",
-    }),
-]
+
+def _text(pattern: str, expected: str, max_length: int | None = None) -> WithJsonSchema:
+    """The JSON Schema of a string field: the pattern it must match, its length limit, and what
+    it should look like, in words (:data:`EXPECTED`, for messages and editors)."""
+    length = {} if max_length is None else {"maxLength": max_length}
+    return WithJsonSchema({"type": "string", "pattern": pattern, **length, EXPECTED: expected})
+
+
 _LABEL_VALUE_WORDS = "letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
-LabelValue = Annotated[
-    str,
-    WithJsonSchema({
-        "type": "string", "pattern": LABEL_VALUE_PATTERN, "maxLength": 63,
-        EXPECTED: "a Kubernetes label value (letters, digits, '-', '_' and '.', starting and "
-                  "ending with a letter or digit, at most 63 characters)",
-    }),
-]
-SecretName = Annotated[
-    str,
-    WithJsonSchema({
-        "type": "string", "pattern": DNS_SUBDOMAIN_PATTERN, "maxLength": 253,
-        EXPECTED: "the name of a Kubernetes Secret (a DNS-1123 subdomain: lower-case letters, "
-                  "digits, '-' and '.', at most 253 characters)",
-    }),
-]
-CIDR = Annotated[
-    str,
-    WithJsonSchema({
-        "type": "string", "pattern": CIDR_PATTERN,
-        EXPECTED: "an IPv4 or IPv6 CIDR block, e.g. 10.20.0.0/16",
-    }),
-]
-NonEmptyLabelValue = Annotated[
-    str,
-    WithJsonSchema({
-        "type": "string", "pattern": NONEMPTY_LABEL_VALUE_PATTERN, "maxLength": 63,
-        EXPECTED: f"a Kubernetes label value ({_LABEL_VALUE_WORDS}, at most 63 characters)",
-    }),
-]
-RegionName = Annotated[
-    str,
-    WithJsonSchema({
-        "type": "string", "pattern": REGION_PATTERN, "maxLength": 253,
-        EXPECTED: "a region name: printable text, no line breaks or other control characters",
-    }),
-]
-QualifiedName = Annotated[
-    str,
-    WithJsonSchema({
-        "type": "string", "pattern": QUALIFIED_NAME_PATTERN, "maxLength": 317,
-        EXPECTED: f"a Kubernetes key such as example.com/gpu ({_LABEL_VALUE_WORDS}, after an "
-                  "optional DNS prefix and '/')",
-    }),
-]
+DNSLabel = Annotated[str, _text(
+    DNS_LABEL_PATTERN, "a DNS-1123 label (lower-case letters, digits and '-', starting and ending with a "
+    "letter or digit, at most 63 characters)", 63)]
+LabelValue = Annotated[str, _text(
+    LABEL_VALUE_PATTERN, f"a Kubernetes label value ({_LABEL_VALUE_WORDS}, at most 63 characters)", 63)]
+SecretName = Annotated[str, _text(
+    DNS_SUBDOMAIN_PATTERN, "the name of a Kubernetes Secret (a DNS-1123 subdomain: lower-case letters, "
+    "digits, '-' and '.', at most 253 characters)", 253)]
+CIDR = Annotated[str, _text(CIDR_PATTERN, "an IPv4 or IPv6 CIDR block, e.g. 10.20.0.0/16")]
+NonEmptyLabelValue = Annotated[str, _text(
+    NONEMPTY_LABEL_VALUE_PATTERN, f"a Kubernetes label value ({_LABEL_VALUE_WORDS}, at most 63 characters)", 63)]
+RegionName = Annotated[str, _text(
+    REGION_PATTERN, "a region name: printable text, no line breaks or other control characters", 253)]
+QualifiedName = Annotated[str, _text(
+    QUALIFIED_NAME_PATTERN, f"a Kubernetes key such as example.com/gpu ({_LABEL_VALUE_WORDS}, after an "
+    "optional DNS prefix and '/')", 317)]
 Quantity = Annotated[
     int | float | str,
     WithJsonSchema({
@@ -97,34 +68,10 @@ Quantity = Annotated[
         EXPECTED: "a Kubernetes quantity such as 16, 500m or 64Gi",
     }),
 ]
-Percentage = Annotated[
-    str,
-    WithJsonSchema({
-        "type": "string", "pattern": PERCENTAGE_PATTERN,
-        EXPECTED: "a percentage such as 80%",
-    }),
-]
-Duration = Annotated[
-    str,
-    WithJsonSchema({
-        "type": "string", "pattern": DURATION_PATTERN,
-        EXPECTED: "a duration such as 500ms, 5s, 2m or 1h",
-    }),
-]
-StorageURL = Annotated[
-    str,
-    WithJsonSchema({
-        "type": "string", "pattern": URL_PATTERN,
-        EXPECTED: "a storage URL such as cos://bucket/path/ or nfs://server/export/",
-    }),
-]
-OutputRef = Annotated[
-    str,
-    WithJsonSchema({
-        "type": "string", "pattern": OUTPUT_REF_PATTERN,
-        EXPECTED: "a reference of the form <stage>.outputs.<output>",
-    }),
-]
+Percentage = Annotated[str, _text(PERCENTAGE_PATTERN, "a percentage such as 80%")]
+Duration = Annotated[str, _text(DURATION_PATTERN, "a duration such as 500ms, 5s, 2m or 1h")]
+StorageURL = Annotated[str, _text(URL_PATTERN, "a storage URL such as cos://bucket/path/ or nfs://server/export/")]
+OutputRef = Annotated[str, _text(OUTPUT_REF_PATTERN, "a reference of the form <stage>.outputs.<output>")]
 Weight = Annotated[float, Field(ge=0, le=1)]
 AttributeValue = Annotated[
     str | int | float | bool,

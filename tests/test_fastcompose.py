@@ -167,6 +167,17 @@ def test_the_data_fast_path_declines_what_the_node_path_reports(text: str) -> No
     assert _load_all(text) is None
 
 
+@pytest.mark.parametrize(("text", "deeper"), [
+    ("[" * 64 + "]" * 64 + "\n", False), ("[" * 65 + "]" * 65 + "\n", True),
+    ("a: " + "[" * 3000 + "]" * 3000 + "\n", True),  # past libyaml's own limit of 1,000 flow levels
+    ("".join("  " * i + f"k{i}:\n" for i in range(65)), True),
+    ("".join("  " * i + f"k{i}:\n" for i in range(64)), False),
+    ("[" * 70 + "\n", True), ("a: b: c\n" + "[" * 70, False),  # an error before the depth: not deeper
+])
+def test_deeper_than_counts_mappings_and_lists(text: str, deeper: bool) -> None:
+    assert fastcompose.deeper_than(text, 64) is deeper
+
+
 def _load_all(text: str) -> list | None:
     from ruamel.yaml import YAML
 

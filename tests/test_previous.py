@@ -62,6 +62,10 @@ def test_parse_previous_keeps_the_reported_figures_and_inputs() -> None:
             "kind: Placement\nstages: [{pipeline: p, stage: s, clusters: [{name: a, replicas: x}]}]\n",
             "stages[0].clusters has an entry without a name and replicas",
         ),
+        ("kind: Placement\ndeep: " + "[" * 65 + "]" * 65 + "\n", "nested too deeply to be a placement report"),
+        ("kind: Placement\ndeep: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply to be a placement report"),
+        ("kind: Placement\n" + "".join("  " * i + f"k{i}:\n" for i in range(3000)), "nested too deeply to be a "
+         "placement report"),
     ],
 )
 def test_parse_previous_says_what_is_wrong(text: str, problem: str) -> None:

@@ -89,6 +89,34 @@ def compose_all(text: str, resolver: Any) -> list[Node] | None:
         parser.dispose()
 
 
+def deeper_than(text: str, limit: int) -> bool:
+    """Whether mappings and lists in ``text`` nest more than ``limit`` deep, told by libyaml's
+    events; ruamel's pure-Python scanner takes time quadratic in the depth to find out (about
+    10 s for 2,000 levels). False where libyaml is missing or stops at another error first."""
+    if CParser is None:
+        return False
+    parser = CParser(text)
+    depth = 0
+    try:
+        while (event := parser.get_event()) is not None:
+            kind = type(event)
+            if kind is MappingStartEvent or kind is SequenceStartEvent:
+                depth += 1
+                if depth > limit:
+                    return True
+            elif kind is MappingEndEvent or kind is SequenceEndEvent:
+                depth -= 1
+    except _CError as err:  # libyaml's scanner looks ahead, and stops at 1,000 flow levels
+        return limit < _LIBYAML_MAX_NESTING and "maximum nesting depth" in str(err)
+    finally:
+        parser.dispose()
+    return False
+
+
+#: The flow nesting at which libyaml's scanner stops (``yaml_set_max_nest_level``'s default).
+_LIBYAML_MAX_NESTING = 1000
+
+
 #: What a ``scalar`` callback of :func:`load_all` returns for a value it leaves to the node path.
 DECLINE = object()
 

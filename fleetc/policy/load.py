@@ -439,7 +439,9 @@ def yaml_documents(text: str) -> list[Any]:
     """Every document of ``text`` as ruamel's safe loader reads it, for files fleetc wrote itself
     (the previous ``placement.yaml``): through libyaml where it reads as ruamel would (a
     1,000-cluster fleet's report holds ~500,000 values, which ruamel's pure-Python parser took
-    ~30 s over), through ruamel otherwise. Raises ruamel's ``YAMLError``."""
+    ~30 s over), through ruamel otherwise. Raises ruamel's ``YAMLError``, and
+    ``RecursionError`` for nesting deeper than :data:`MAX_DEPTH` (found by libyaml at once,
+    where ruamel's parser would take seconds before running out of stack)."""
     yaml = YAML(typ="safe", pure=True)
 
     def scalar(node: ScalarNode) -> Any:
@@ -450,7 +452,11 @@ def yaml_documents(text: str) -> list[Any]:
 
     with gc_paused():
         documents = fastcompose.load_all(text, yaml.resolver, scalar, max_depth=MAX_DEPTH, max_values=sys.maxsize)
-        return list(yaml.load_all(text)) if documents is None else documents
+        if documents is not None:
+            return documents
+        if fastcompose.deeper_than(text, MAX_DEPTH):
+            raise RecursionError(f"nesting is deeper than {MAX_DEPTH} levels")
+        return list(yaml.load_all(text))
 
 
 #: Plain scalar -> its value (or ``fastcompose.DECLINE``), across files: the same names,

@@ -250,7 +250,7 @@ def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
     with phase(report, "render"):
         rendered = render(model, placement)
     warnings = positioned([dataclasses.replace(w, path=model.display(w.path))
-                           for w in (*degraded_serving(model), *rendered.warnings)], loaded.policies)
+                           for w in (*degraded_serving(model, placement), *rendered.warnings)], loaded.policies)
     return Compiled(model, placement, rendered.files, warnings)
 
 

@@ -15,6 +15,7 @@ from pathlib import PurePath
 from fleetc import model as m
 from fleetc import nodefit
 from fleetc.errors import Diagnostic, PolicyError, UsageError, did_you_mean
+from fleetc.placement.rules import degraded_platforms
 from fleetc.policy import kinds as p
 from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage
 from fleetc.policy.validate import Parsed, PolicySet, governed, pipeline_namespace, stage_edges
@@ -282,12 +283,14 @@ def _gpu_type(attributes: Mapping[str, object]) -> str | None:
     return str(attributes["gpu-type"]).lower() if gpus and "gpu-type" in attributes else None
 
 
-def degraded_serving(model: m.FleetModel) -> list[Diagnostic]:
+def degraded_serving(model: m.FleetModel, placement: m.Placement) -> list[Diagnostic]:
     """A warning for every cluster of a platform's ``multiCluster`` set that is cordoned or
     drained: it drops out of the active-active set, and the platform's serving runs degraded on
-    the clusters left (see :func:`fleetc.placement.rules.ha_clusters`)."""
+    the clusters left (see :func:`fleetc.placement.rules.ha_clusters`); and one for every
+    serving stage that runs there with fewer replicas than it asks for, because only those fit
+    (:func:`fleetc.placement.rules.least_replicas`)."""
     clusters = {c.name: c for c in model.clusters}
-    found = []
+    found = _short_serving(model, placement)
     for platform in model.platforms:
         if not platform.primary_cluster:
             continue
@@ -305,6 +308,25 @@ def degraded_serving(model: m.FleetModel) -> list[Diagnostic]:
             found.append(Diagnostic(platform.source.path, 0, 0, field,
                                     f"serving of {platform.name} runs degraded: {name} is {state}; {rest}",
                                     severity="warning"))
+    return found
+
+
+def _short_serving(model: m.FleetModel, placement: m.Placement) -> list[Diagnostic]:
+    platforms = {p.name: p for p in model.platforms}
+    placed_of = {p.stage: p.assignments for p in placement.stages}
+    found = []
+    for stage in model.stages:
+        assignments = placed_of.get(stage.key, ())
+        placed = sum(a.replicas for a in assignments)
+        degraded = degraded_platforms(model, stage)
+        if not degraded or not 0 < placed < stage.replicas:
+            continue
+        platform = platforms[degraded[0]]
+        where = ", ".join(f"{a.replicas} on {a.cluster}" for a in assignments)
+        found.append(Diagnostic(platform.source.path, 0, 0, "spec.multiCluster",
+                                f"serving of {platform.name} runs degraded: {stage.key} runs {placed} of its "
+                                f"{stage.replicas} replicas ({where}), no cluster it may use has room for more",
+                                severity="warning"))
     return found
 
 

@@ -1,14 +1,16 @@
 """Golden cases: ``tests/cases/<name>/policies/`` in, ``expected/`` or ``expected_error.txt`` out.
 
 Each case is compiled by the real CLI from inside its folder (so messages name
-``policies/...``). A mismatch fails with a unified diff. To accept new output after a deliberate
-change, run ``FLEETC_UPDATE_GOLDEN=1 pytest tests/test_cases.py`` and review the diff in git.
+``policies/...``), with the extra arguments its ``args`` file holds, if any (``--drain a``).
+A mismatch fails with a unified diff. To accept new output after a deliberate change,
+run ``FLEETC_UPDATE_GOLDEN=1 pytest tests/test_cases.py`` and review the diff in git.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+import shlex
 import shutil
 from pathlib import Path
 
@@ -35,7 +37,8 @@ def tree_diff(expected: dict[str, str], actual: dict[str, str]) -> str:
 
 def compile_case(case: Path, out: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.chdir(case)
-    return CliRunner().invoke(cli, ["compile", "policies", "--out", str(out)])
+    args = shlex.split((case / "args").read_text()) if (case / "args").exists() else []
+    return CliRunner().invoke(cli, ["compile", "policies", "--out", str(out), *args])
 
 
 @pytest.mark.parametrize("case", sorted(p.name for p in CASES.iterdir() if p.is_dir()))

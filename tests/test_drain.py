@@ -205,3 +205,66 @@ def test_the_verifier_refuses_a_placement_without_the_headroom() -> None:
     assert verify(compiled.model, crowded) == [
         "failover headroom of chat: losing a leaves 0 GPUs free on b for its 2",
     ]
+
+
+DEGRADED_CASE = ROOT / "tests" / "cases" / "degraded-serving"
+
+
+def test_degraded_serving_runs_the_replicas_that_fit_and_says_so(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drained a leaves b and d room for 6 of the 10 serving replicas (the golden case compiles
+    the same with its args file): serving runs those 6, at least the warm minimum of 2 on each
+    surviving HA cluster, and the warning names the stage, the replicas asked and placed."""
+    shutil.copytree(DEGRADED_CASE / "policies", tmp_path / "policies")
+    monkeypatch.chdir(tmp_path)
+    whole = compile_here()
+    assert whole.exit_code == 0, whole.output
+    assert "runs degraded" not in whole.stderr
+    result = compile_here("--drain", "a")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (
+        "warning: policies/platform.yaml:6:3: spec.multiCluster: serving of chat runs degraded: llm/serve "
+        "runs 6 of its 10 replicas (4 on b, 2 on d), no cluster it may use has room for more\n"
+        "warning: policies/platform.yaml:7:5: spec.multiCluster.primaryCluster: serving of chat runs "
+        "degraded: a is drained; it serves active-active on b, d\n")
+    placed = parse_previous((tmp_path / "out" / "placement.yaml").read_text()).clusters
+    assert placed["llm/serve"] == {"b": 4, "d": 2}
+    compiled = compile_policies(load_policies(["policies"]), Options(drain=("a",)))
+    assert verify(compiled.model, compiled.placement) == []
+
+
+@pytest.mark.parametrize("large", [None, 0])  # the exact path, and the large path (column generation)
+def test_both_paths_place_the_degraded_replicas_that_fit(large: int | None) -> None:
+    compiled = compile_policies(load_policies([str(DEGRADED_CASE / "policies")]),
+                                Options(drain=("a",), large=large))
+    assert {a.cluster: a.replicas for a in compiled.placement.of("llm/serve").assignments} == {"b": 4, "d": 2}
+    assert verify(compiled.model, compiled.placement) == []
+
+
+def test_the_verifier_accepts_a_short_serving_stage_only_when_nothing_more_fits() -> None:
+    """Running short is accepted for a degraded serving stage with no room left for one more
+    replica, and for nothing weaker: room left, below the warm minimum of a surviving HA
+    cluster, or a stage that is not degraded at all."""
+    degraded = compile_policies(load_policies([str(DEGRADED_CASE / "policies")]), Options(drain=("a",)))
+    model, placement = degraded.model, degraded.placement
+
+    def serving(*assignments: Assignment) -> list[str]:
+        return verify(model, dataclasses.replace(placement, stages=(
+            StagePlacement("llm/serve", assignments, 0.8),)))
+
+    assert serving(Assignment("b", 4, 4), Assignment("d", 2, 2)) == []
+    assert serving(Assignment("b", 3, 3), Assignment("d", 2, 2)) == [
+        "llm/serve: 5 of 10 replicas placed while it runs degraded, but b has room for 1 more"]
+    assert serving(Assignment("b", 4, 4), Assignment("d", 1, 1)) == [
+        "llm/serve on d: 1 replicas, below the minimum of 2",
+        "llm/serve: 5 of 10 replicas placed while it runs degraded, but d has room for 1 more",
+        "llm/serve: multiCluster needs at least 2 replicas on d, 1 placed",
+    ]
+    assert serving(Assignment("b", 3, 3)) == [
+        "llm/serve: 3 replicas placed, the stage has 10 (at least 4 while it runs degraded)",
+        "llm/serve: multiCluster needs at least 2 replicas on d, 0 placed",
+    ]
+    whole = compile_policies(load_policies([str(DEGRADED_CASE / "policies")]))
+    assert verify(whole.model, dataclasses.replace(whole.placement, stages=(
+        StagePlacement("llm/serve", (Assignment("a", 4, 4), Assignment("b", 2, 2), Assignment("d", 2, 2)),
+                       0.8),))) == ["llm/serve: 8 replicas placed, the stage has 10"]

@@ -772,7 +772,8 @@ def _repair(problem: Problem, large: _Large, replicas_at: np.ndarray) -> None:
         by_score = [c for c in large.pair_cluster[pairs[np.argsort(-large.gain[pairs], kind="stable")]].tolist()
                     if c != avoid]
         ha = list(problem.ha[s])
-        return _greedy_plan(stages[s], int(problem.minimum[s]), per_replica[:, s], by_score, ha, room)
+        return _greedy_plan(stages[s], int(problem.minimum[s]), per_replica[:, s], by_score, ha, room,
+                            int(problem.least[s]))
 
     def apply(s: int, plan: dict[int, int], sign: int) -> None:
         for c, count in plan.items():
@@ -874,10 +875,11 @@ class _Room:
         self.taken[:, c] += demand * count
 
 
-def _greedy_plan(stage: Stage, minimum: int, demand: np.ndarray, by_score: list[int], ha: list[int], room: _Room
-                 ) -> dict[int, int]:
+def _greedy_plan(stage: Stage, minimum: int, demand: np.ndarray, by_score: list[int], ha: list[int], room: _Room,
+                 least: int) -> dict[int, int]:
     """Clusters and replicas for ``stage`` in ``room`` (taken from it), at least ``minimum`` on each
-    cluster that serves a Deployment, or {} when it does not fit."""
+    cluster that serves a Deployment and at least ``least`` of its replicas (fewer than all only
+    when it runs degraded), or {} when it does not fit."""
     if stage.is_gang:
         for c in by_score:
             if room.fits(c, demand) >= stage.replicas:
@@ -901,7 +903,7 @@ def _greedy_plan(stage: Stage, minimum: int, demand: np.ndarray, by_score: list[
                 room.take(c, demand, count)
                 plan[c] = plan.get(c, 0) + count
                 remaining -= count
-    if remaining or len(plan) < len(ha):
+    if stage.replicas - remaining < least or len(plan) < len(ha):
         for c, count in plan.items():
             room.take(c, demand, -count)
         return {}

@@ -1,7 +1,7 @@
 """The placement program written in cvxpy: how the exact path solves it, on any MILP solver.
 
 The program of one component (:class:`fleetc.placement.program.Program`, ``docs/optimizer.md``)
-over its vector ``v = [x | y | u | z | w | k]``:
+over its vector ``v = [x | y | u | z | w | k | d]``:
 
     maximise    objective . v
     subject to  placement @ v == 0          each stage's replicas on its clusters = replicas * z

@@ -6,7 +6,7 @@ merges them, re-checks the result with :mod:`fleetc.placement.verify` and explai
 
 The formulation, the policy fields it reads and the large-instance path are documented in
 ``docs/optimizer.md``; in short, variables exist only for (stage, cluster) pairs the filters
-allow (:func:`fleetc.placement.scoring.score_matrix`) and form one vector ``v = [x | y | u | z | w | k]``:
+allow (:func:`fleetc.placement.scoring.score_matrix`) and form one vector ``v = [x | y | u | z | w | k | d]``:
 
 - ``x[p]`` binary per allowed pair of a gang stage: the whole gang runs on that cluster.
 - ``y[p]`` integer in [0, replicas] per allowed pair of a Deployment: replicas served there;
@@ -15,11 +15,13 @@ allow (:func:`fleetc.placement.scoring.score_matrix`) and form one vector ``v = 
 - ``w[c]`` integer per cluster, only when GPUs are time-sliced: GPUs given over to shared slots.
 - ``k[q]`` integer per Deployment pair that held replicas in the previous placement: replicas
   kept there (``k <= y``, ``k <= previous``), rewarded by the move cost.
+- ``d[s]`` integer per serving stage running degraded: replicas it goes short of (at most
+  ``replicas - least_replicas``), penalised above anything the rest can gain.
 
 Constraints (all ``scipy.sparse`` matrices times ``v``): per cluster, exclusive GPUs + ``w`` <=
 usable GPUs (:func:`fleetc.placement.rules.usable_capacity`: utilisation and defragmentation headroom),
 shared slots <= ``slots_per_gpu * w``, cores and GiB <= usable; ``multiCluster`` forces
-``u >= z`` on every HA cluster of a serving stage.
+``u >= z`` on every HA cluster of a serving stage; ``sum(replicas placed) + d = replicas * z``.
 
 Objective: maximise ``sum value_s / replicas_s * (1 + total[s, c])`` per placed replica plus
 ``move_cost * value_s / replicas_s`` per replica left where the previous placement had it, where
@@ -115,6 +117,7 @@ def place(
         bound += solved.bound
         methods.add(solved.method)
         proven = proven and solved.proven
+    _top_up(model, scores, replicas_at)
     unplaced = _unplaced(model, scores, blocked, replicas_at)
     # A solve the deadline cut short ends past it; one that ends past it may just have finished
     # late, and is then only solved again by a later compile without that limit.
@@ -143,6 +146,28 @@ def place(
             "the solver's placement breaks hard constraints:\n" + "\n".join(broken)
         )
     return placement
+
+
+def _top_up(model: FleetModel, scores: Scores, replicas_at: np.ndarray) -> None:
+    """Give each serving stage that runs degraded and short the replicas that still fit (in
+    place), best-scoring cluster first, until no cluster has room for one more
+    (:func:`~fleetc.placement.rules.room_left`, the rule the verifier checks): a solve that
+    stopped within its gap, or the large path's rounding, may leave a few out."""
+    short = [s for s, stage in enumerate(model.stages)
+             if 0 < replicas_at[s].sum() < stage.replicas and rules.least_replicas(model, stage) < stage.replicas]
+    if not short:
+        return
+    names = {c.name: i for i, c in enumerate(model.clusters)}
+    stage_of, cluster_of = np.nonzero(replicas_at)
+    ledger = rules.Ledger(model, ((model.stages[s], model.clusters[c].name, int(replicas_at[s, c]))
+                                  for s, c in zip(stage_of.tolist(), cluster_of.tolist(), strict=True)))
+    for s in short:
+        stage = model.stages[s]
+        while room := rules.room_left(model, stage, {model.clusters[c].name: int(replicas_at[s, c])
+                                                     for c in np.flatnonzero(replicas_at[s])}, ledger):
+            name, more = max(room, key=lambda option: (scores.total[s, names[option[0]]], -names[option[0]]))
+            replicas_at[s, names[name]] += more
+            ledger.add(stage, name, more)
 
 
 def _canonical(model: FleetModel) -> FleetModel:

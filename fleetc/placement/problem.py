@@ -60,7 +60,9 @@ class Problem:
     """The placement problem of one component, in its own stage and cluster numbers.
 
     Per stage (shape (S,)): ``values`` (class weight times GPUs), ``replicas`` (float),
-    ``gang``, ``minimum`` (replicas per serving cluster, :func:`rules.min_replicas_per_cluster`),
+    ``least`` (the fewest it may be placed with, :func:`rules.least_replicas`: fewer than
+    ``replicas`` only for serving running degraded), ``gang``, ``minimum`` (replicas per
+    serving cluster, :func:`rules.min_replicas_per_cluster`),
     ``shared`` (GPUs as time-sliced slots), ``blocked`` (``multiCluster`` makes it unplaceable)
     and ``ha`` (the clusters it must serve on); ``demand`` (3, S) per replica: GPUs, cores,
     GiB. Per cluster: ``capacity`` (3, C) usable (:func:`rules.usable_capacity`). ``allowed``
@@ -78,6 +80,7 @@ class Problem:
     blocked: np.ndarray
     values: np.ndarray
     replicas: np.ndarray
+    least: np.ndarray
     gang: np.ndarray
     minimum: np.ndarray
     shared: np.ndarray
@@ -112,6 +115,7 @@ class Problem:
             blocked=np.array([int(s) in blocked for s in part.stages], dtype=bool),
             values=stage_values(model, stages),
             replicas=np.array([s.replicas for s in stages], dtype=float),
+            least=np.array([rules.least_replicas(model, s) for s in stages], dtype=float),
             gang=np.array([s.is_gang for s in stages], dtype=bool),
             minimum=np.array([rules.min_replicas_per_cluster(s) for s in stages], dtype=float),
             shared=np.array([rules.uses_shared_slots(model, s) for s in stages], dtype=bool),
@@ -158,6 +162,7 @@ class Problem:
             blocked=self.blocked[stages],
             values=self.values[stages],
             replicas=self.replicas[stages],
+            least=self.least[stages],
             gang=self.gang[stages],
             minimum=self.minimum[stages],
             shared=self.shared[stages],

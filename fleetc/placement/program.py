@@ -1,6 +1,6 @@
 """The placement MILP in matrix form, and its solve with HiGHS (:mod:`fleetc.placement.highs`).
 
-One vector ``v = [x | y | u | z | w | k]`` over the allowed (stage, cluster) pairs of one
+One vector ``v = [x | y | u | z | w | k | d]`` over the allowed (stage, cluster) pairs of one
 problem (:class:`fleetc.placement.problem.Problem`; see :mod:`fleetc.placement.optimize` and
 ``docs/optimizer.md`` for what each part means); every constraint is a ``scipy.sparse`` matrix
 times ``v``. The exact path solves it through cvxpy (:mod:`fleetc.placement.cvx`);
@@ -47,7 +47,7 @@ def replicas_of(program: Program, values: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class _Columns:
-    """Where each part of ``v = [x | y | u | z | w | k]`` lives; pairs sorted by stage, cluster."""
+    """Where each part of ``v = [x | y | u | z | w | k | d]`` lives; pairs sorted by stage, cluster."""
 
     x_stage: np.ndarray
     x_cluster: np.ndarray
@@ -56,6 +56,7 @@ class _Columns:
     stages: int
     shared: int  # w entries: one per cluster when GPUs are time-sliced, else none
     keep: np.ndarray  # y pairs (indices) that held replicas in the previous placement
+    short: np.ndarray  # stages (indices) that may run short: one d entry each
 
     @classmethod
     def of(cls, problem: Problem, allowed: np.ndarray, shared: int) -> _Columns:
@@ -63,7 +64,9 @@ class _Columns:
         gang = problem.gang[pair_stage]
         y_stage, y_cluster = pair_stage[~gang], pair_cluster[~gang]
         keep = np.flatnonzero(problem.previous_at(y_stage, y_cluster) > 0)
-        return cls(pair_stage[gang], pair_cluster[gang], y_stage, y_cluster, len(problem.stages), shared, keep)
+        short = np.flatnonzero(problem.least < problem.replicas)
+        return cls(pair_stage[gang], pair_cluster[gang], y_stage, y_cluster, len(problem.stages), shared, keep,
+                   short)
 
     @property
     def units(self) -> int:
@@ -91,8 +94,12 @@ class _Columns:
         return self.units + len(self.y_stage) + self.stages + self.shared + np.arange(len(self.keep))
 
     @property
+    def d(self) -> np.ndarray:
+        return self.units + len(self.y_stage) + self.stages + self.shared + len(self.keep) + np.arange(len(self.short))
+
+    @property
     def size(self) -> int:
-        return self.units + len(self.y_stage) + self.stages + self.shared + len(self.keep)
+        return self.units + len(self.y_stage) + self.stages + self.shared + len(self.keep) + len(self.short)
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,6 +125,8 @@ class Program:
     w: np.ndarray  # the w columns (one per cluster with time-slicing, else none)
     k: np.ndarray  # the k columns
     k_of: np.ndarray  # the y column each k column keeps replicas of
+    d: np.ndarray  # the d columns: replicas a stage running degraded goes short of
+    d_of: np.ndarray  # the stage (index in the part) each d column belongs to
     blocked: np.ndarray  # per stage of the part: multiCluster makes it unplaceable
     clusters: int
     gangs: int  # the x columns come first
@@ -159,6 +168,9 @@ def build_program(problem: Problem, allowed: np.ndarray | None = None, taken: np
     gang_kept = problem.previous_at(columns.x_stage, columns.x_cluster) / replicas[columns.x_stage]
     objective[: len(columns.x_stage)] += problem.move_cost * values[columns.x_stage] * gang_kept
     objective[columns.k] = problem.move_cost * per_replica[len(columns.x_stage) + columns.keep]
+    # A replica a degraded stage goes short of costs more than any placement of the rest can
+    # gain: it is placed whenever the capacity left by the other stages holds it.
+    objective[columns.d] = -(1.0 + float(np.abs(objective) @ _upper_of(columns, replicas, capacity)))
 
     lower = np.zeros(columns.size)
     upper = np.ones(columns.size)
@@ -167,6 +179,7 @@ def build_program(problem: Problem, allowed: np.ndarray | None = None, taken: np
     if columns.shared:
         upper[columns.w] = capacity[0]
     upper[columns.k] = problem.previous_at(columns.y_stage[columns.keep], columns.y_cluster[columns.keep])
+    upper[columns.d] = (replicas - problem.least)[columns.short]
     usage, usable = _usage_rows(columns, unit_stage, unit_cluster, unit_replicas, problem.demand,
                                 problem.shared, capacity, problem.slots, taken[3])
     usage, usable = _headroom_rows(problem, usage, usable, (unit_stage, unit_cluster, unit_replicas))
@@ -185,12 +198,25 @@ def build_program(problem: Problem, allowed: np.ndarray | None = None, taken: np
         w=columns.w,
         k=columns.k,
         k_of=columns.y[columns.keep],
+        d=columns.d,
+        d_of=columns.short,
         blocked=problem.blocked,
         clusters=len(problem.clusters),
         gangs=len(columns.x_stage),
         smallest_value=float(values.min()),
         score=score,
     )
+
+
+def _upper_of(columns: _Columns, replicas: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Upper bounds of ``v`` before the move-cost and shortfall bounds are known (those columns
+    carry no score): what the shortfall penalty must outweigh."""
+    upper = np.ones(columns.size)
+    upper[columns.y] = replicas[columns.y_stage]
+    if columns.shared:
+        upper[columns.w] = np.maximum(capacity[0], 0.0)
+    upper[columns.k] = replicas[columns.y_stage[columns.keep]]
+    return upper
 
 
 def _sparse(
@@ -204,10 +230,12 @@ def _sparse(
 def _placement_rows(
     columns: _Columns, unit_stage: np.ndarray, unit_replicas: np.ndarray, replicas: np.ndarray
 ) -> sp.csr_matrix:
-    """One row per stage: replicas placed - replicas * z == 0."""
+    """One row per stage: replicas placed + replicas short (``d``, degraded stages only) -
+    replicas * z == 0."""
     stages = np.arange(columns.stages)
     return _sparse(
-        [(unit_replicas, unit_stage, np.arange(columns.units)), (-replicas, stages, columns.z)],
+        [(unit_replicas, unit_stage, np.arange(columns.units)), (-replicas, stages, columns.z),
+         (np.ones(len(columns.short)), columns.short, columns.d)],
         (columns.stages, columns.size),
     )
 

@@ -1,6 +1,8 @@
 """The hard rules of placement, stated once, as plain functions in whole units.
 
-A placement is sound when every stage is placed once, whole (:func:`replicas_sound`), on
+A placement is sound when every stage is placed once, whole (:func:`replicas_sound`; a
+serving stage running degraded with the replicas that fit, :func:`least_replicas`,
+:func:`room_left`), on
 clusters that may run it (:func:`exclusions`: cordons, data sovereignty, GPUs and their type,
 taints), on every cluster ``multiCluster`` runs it on with at least its per-cluster minimum
 (:func:`ha_clusters`, :func:`min_replicas_per_cluster`), and when what is placed on each
@@ -89,14 +91,17 @@ def min_replicas_per_cluster(stage: Stage) -> int:
     return max(1, min(stage.min_replicas_per_cluster, stage.replicas))
 
 
-def replicas_sound(stage: Stage, replicas: Sequence[int]) -> list[str]:
+def replicas_sound(stage: Stage, replicas: Sequence[int], least: int | None = None) -> list[str]:
     """What is wrong with ``replicas`` (one count per cluster that runs the stage) as the
-    placement of ``stage``: all its replicas placed, a gang on one cluster (a Deployment's
-    per-cluster minimum is :func:`below_minimum`)."""
+    placement of ``stage``: all its replicas placed (at least ``least`` of them when it runs
+    degraded, :func:`least_replicas`), a gang on one cluster (a Deployment's per-cluster
+    minimum is :func:`below_minimum`)."""
     problems = []
     placed = sum(replicas)
-    if placed != stage.replicas:
-        problems.append(f"{placed} replicas placed, the stage has {stage.replicas}")
+    least = stage.replicas if least is None else least
+    if placed > stage.replicas or placed < least:
+        floor = f" (at least {least} while it runs degraded)" if placed < least < stage.replicas else ""
+        problems.append(f"{placed} replicas placed, the stage has {stage.replicas}{floor}")
     if stage.is_gang and len(replicas) > 1:
         problems.append(f"gang split across {len(replicas)} clusters")
     return problems
@@ -120,6 +125,28 @@ def ha_clusters(model: FleetModel, stage: Stage) -> tuple[str, ...]:
             names += [platform.primary_cluster, *platform.secondary_clusters]
     lost = {c.name for c in model.clusters if c.cordoned}
     return tuple(name for name in dict.fromkeys(names) if name not in lost)
+
+
+def degraded_platforms(model: FleetModel, stage: Stage) -> tuple[str, ...]:
+    """The platforms governing serving ``stage`` whose active-active set lost a cluster (cordoned
+    or drained): the stage then runs degraded (see :func:`least_replicas`)."""
+    if stage.type is not StageType.DEPLOYMENT:
+        return ()
+    lost = {c.name for c in model.clusters if c.cordoned}
+    return tuple(platform.name for platform in model.platforms
+                 if platform.primary_cluster and stage.pipeline in platform.pipelines
+                 and lost & {platform.primary_cluster, *platform.secondary_clusters})
+
+
+def least_replicas(model: FleetModel, stage: Stage) -> int:
+    """The fewest replicas ``stage`` may be placed with: all of them, but for a serving stage
+    running degraded (:func:`degraded_platforms`): during the outage it serves with what fits,
+    at least its per-cluster minimum on each surviving HA cluster (on one cluster when none
+    survives). A placement that runs it short must leave no room for one more of its replicas
+    (:func:`room_left`): the replicas that fit are placed."""
+    if not degraded_platforms(model, stage):
+        return stage.replicas
+    return min(stage.replicas, max(1, len(ha_clusters(model, stage))) * min_replicas_per_cluster(stage))
 
 
 # --- capacity ----------------------------------------------------------------------------------
@@ -246,3 +273,63 @@ def failover_shortfalls(model: FleetModel, lost: Usage, others: Iterable[tuple[C
             free[r] += (have - busy) * scale[r]
     names = ("GPU slots" if slots > 1 else "GPUs", *RESOURCES[1:])
     return [(what, n, f) for what, n, f in zip(names, need, free, strict=True) if n > f]
+
+
+# --- degraded serving: the replicas that fit ---------------------------------------------------
+
+
+class Ledger:
+    """What is placed on each cluster (:class:`Usage`), and what the serving stages of each
+    platform asking for failover headroom take of each of its clusters: whether a few more
+    replicas of a stage fit a cluster (:meth:`room_for`), for the optimizer and the verifier
+    alike."""
+
+    def __init__(self, model: FleetModel, placed: Iterable[tuple[Stage, str, int]]) -> None:
+        self.model = model
+        self.clusters = {c.name: c for c in model.clusters}
+        self.used = {name: Usage() for name in self.clusters}
+        self.groups = failover_groups(model)
+        self.serving = [{h: Usage() for h in members} for _, members, _ in self.groups]
+        for stage, cluster, replicas in placed:
+            self.add(stage, cluster, replicas)
+
+    def add(self, stage: Stage, cluster: str, replicas: int) -> None:
+        """Count ``replicas`` more (fewer, when negative) of ``stage`` on ``cluster``."""
+        more = replica_usage(self.model, stage, replicas)
+        self.used[cluster] += more
+        for (_name, _members, serving), on in zip(self.groups, self.serving, strict=True):
+            if stage.key in serving and cluster in on:
+                on[cluster] += more
+
+    def fits(self, cluster: str) -> bool:
+        """What is placed on ``cluster`` fits its usable capacity (:func:`overuse`), and every
+        platform whose active-active set it is in keeps its failover headroom."""
+        if overuse(self.model, self.clusters[cluster], self.used[cluster]):
+            return False
+        return not any(
+            failover_shortfalls(self.model, on[lost], [(self.clusters[o], self.used[o]) for o in members if o != lost])
+            for (_name, members, _serving), on in zip(self.groups, self.serving, strict=True) if cluster in members
+            for lost in members)
+
+    def room_for(self, stage: Stage, cluster: str, replicas: int) -> bool:
+        """Whether ``replicas`` more of ``stage`` fit ``cluster`` where everything else is."""
+        self.add(stage, cluster, replicas)
+        try:
+            return self.fits(cluster)
+        finally:
+            self.add(stage, cluster, -replicas)
+
+
+def room_left(model: FleetModel, stage: Stage, here: dict[str, int], ledger: Ledger) -> list[tuple[str, int]]:
+    """The clusters that may run ``stage`` (:func:`exclusions`) with room (:meth:`Ledger.room_for`)
+    for more of its replicas, placed ``here`` (cluster -> replicas), each with the replicas it
+    would take next: one where the stage runs, its per-cluster minimum elsewhere; never beyond
+    the stage's replicas. A stage running degraded and short has none (:func:`least_replicas`)."""
+    placed = sum(here.values())
+    found = []
+    for cluster in model.clusters:
+        more = 1 if here.get(cluster.name) else min_replicas_per_cluster(stage)
+        if placed + more <= stage.replicas and not exclusions(stage, cluster) \
+                and ledger.room_for(stage, cluster.name, more):
+            found.append((cluster.name, more))
+    return found

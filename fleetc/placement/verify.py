@@ -22,11 +22,13 @@ def verify(model: FleetModel, placement: Placement, *, allow_unplaced: bool = Fa
     problems = _stage_order_problems(model, placement)
     known = {c.name: c for c in model.clusters}
     stages = {s.key: s for s in model.stages}
+    ledger: list[rules.Ledger] = []  # built for the first stage placed short
     for stage_placement in placement.stages:
         stage = stages.get(stage_placement.stage)
         if stage is None or (allow_unplaced and not stage_placement.assignments):
             continue
-        problems += _stage_problems(stage, stage_placement, known)
+        problems += _stage_problems(model, stage, stage_placement, known)
+        problems += _short_problems(model, stage, stage_placement, placement, ledger)
         problems += _ha_problems(model, stage, stage_placement)
     problems += _capacity_problems(model, placement)
     problems += _headroom_problems(model, placement)
@@ -46,14 +48,15 @@ def _stage_order_problems(model: FleetModel, placement: Placement) -> list[str]:
 
 
 def _stage_problems(
-    stage: Stage, placement: StagePlacement, clusters: dict[str, Cluster]
+    model: FleetModel, stage: Stage, placement: StagePlacement, clusters: dict[str, Cluster]
 ) -> list[str]:
     key = stage.key
     names = [a.cluster for a in placement.assignments]
     problems = []
     if names != sorted(set(names)):
         problems.append(f"{key}: assignments are not sorted by unique cluster name")
-    problems += [f"{key}: {p}" for p in rules.replicas_sound(stage, [a.replicas for a in placement.assignments])]
+    problems += [f"{key}: {p}" for p in rules.replicas_sound(
+        stage, [a.replicas for a in placement.assignments], rules.least_replicas(model, stage))]
     for assignment in placement.assignments:
         cluster = clusters.get(assignment.cluster)
         if cluster is None:
@@ -64,6 +67,30 @@ def _stage_problems(
             for p in _assignment_problems(stage, cluster, assignment.replicas, assignment.gpus)
         ]
     return problems
+
+
+def _short_problems(model: FleetModel, stage: Stage, stage_placement: StagePlacement, placement: Placement,
+                    ledger: list[rules.Ledger]) -> list[str]:
+    """A serving stage running degraded with fewer replicas than it has, but at least
+    :func:`rules.least_replicas`: accepted only when no cluster it may use has room for one
+    more replica (its per-cluster minimum where it does not run yet), :func:`rules.room_left`.
+    ``ledger`` holds the placement's :class:`rules.Ledger` once built."""
+    here = {a.cluster: a.replicas for a in stage_placement.assignments}
+    placed = sum(here.values())
+    if not rules.least_replicas(model, stage) <= placed < stage.replicas:
+        return []
+    if not ledger:
+        stages = {s.key: s for s in model.stages}
+        known = {c.name for c in model.clusters}
+        ledger.append(rules.Ledger(model, (
+            (stages[p.stage], a.cluster, a.replicas) for p in placement.stages if p.stage in stages
+            for a in p.assignments if a.cluster in known)))
+    room = rules.room_left(model, stage, here, ledger[0])
+    if not room:
+        return []
+    cluster, more = room[0]
+    return [f"{stage.key}: {placed} of {stage.replicas} replicas placed while it runs degraded, "
+            f"but {cluster} has room for {more} more"]
 
 
 def _assignment_problems(stage: Stage, cluster: Cluster, replicas: int, gpus: int) -> list[str]:

@@ -268,3 +268,67 @@ def test_the_verifier_accepts_a_short_serving_stage_only_when_nothing_more_fits(
     assert verify(whole.model, dataclasses.replace(whole.placement, stages=(
         StagePlacement("llm/serve", (Assignment("a", 4, 4), Assignment("b", 2, 2), Assignment("d", 2, 2)),
                        0.8),))) == ["llm/serve: 8 replicas placed, the stage has 10"]
+
+
+def headroom_fleet(clusters: int, trainings: int) -> str:
+    """``clusters`` a100 clusters of 8 GPUs, the first two (fast network and cheap, so every
+    stage scores best there) serving active-active with failover headroom; 6 serving replicas of 1 GPU, at
+    least 3 per cluster, and ``trainings`` training gangs of 4 GPUs."""
+    names = [f"gpu-{i:02d}" for i in range(clusters)]
+    fleet = "".join(
+        f"  - name: {name}\n    provider: aliyun\n    region: cn-east-1\n    attributes:\n"
+        f"      gpu-type: a100\n      gpu-count: '8'\n      network-tier: {'high-performance' if i < 2 else 'low'}\n"
+        + ("" if i < 2 else "    pricing:\n      gpuHour: 9.0\n")
+        for i, name in enumerate(names))
+    stages = "".join(f"  - name: train-{i:02d}\n    type: Training\n    resources:\n      gpu: 4\n      gpuType: a100\n"
+                     for i in range(trainings))
+    return (
+        "apiVersion: fleet.kurator.dev/v1alpha1\nkind: Fleet\nmetadata:\n  name: demo\nspec:\n  clusters:\n" + fleet
+        + "---\napiVersion: aigc.kurator.dev/v1alpha1\nkind: AIGCPipeline\nmetadata:\n  name: jobs\nspec:\n"
+        "  stages:\n" + stages
+        + "---\napiVersion: aigc.kurator.dev/v1alpha1\nkind: AIGCPipeline\nmetadata:\n  name: llm\nspec:\n  stages:\n"
+        "  - name: serve\n    type: Deployment\n    replicas: 6\n    minReplicasPerCluster: 3\n"
+        "    resources:\n      gpu: 1\n      gpuType: a100\n"
+        "      sharedGPU: false\n"
+        "---\napiVersion: aigc.kurator.dev/v1alpha1\nkind: AIGCPlatform\nmetadata:\n  name: chat\nspec:\n"
+        f"  multiCluster:\n    primaryCluster: {names[0]}\n    secondaryClusters: [{names[1]}]\n"
+        "    failoverHeadroom: true\n")
+
+
+@pytest.mark.parametrize("policies", ["case", "generated"])
+def test_failover_headroom_holds_on_the_large_path(policies: str, tmp_path: Path) -> None:
+    """Column generation, its rounding and its repair keep the failover headroom too (karmada#5179):
+    the placement passes the verifier; losing either HA cluster, its serving replicas fit on the
+    other one where the placement left everything else (the work that ran on the lost cluster
+    aside); and ``--drain`` of either places every serving replica again."""
+    folder, ha = HEADROOM, ["a", "b"]
+    if policies == "generated":
+        folder = tmp_path / "policies"
+        folder.mkdir()
+        (folder / "fleet.yaml").write_text(headroom_fleet(clusters=12, trainings=16))
+        ha = ["gpu-00", "gpu-01"]
+    compiled = compile_policies(load_policies([str(folder)]), Options(large=0))
+    assert compiled.placement.method == "colgen-lp-round"
+    assert verify(compiled.model, compiled.placement) == []
+    assert set(ha) <= {a.cluster for a in compiled.placement.of("llm/serve").assignments}
+    for lost in ha:
+        survivor = ha[1 - ha.index(lost)]
+        drained = compile_policies(load_policies([str(folder)]), Options(drain=(lost,), large=0))
+        failed_over = dataclasses.replace(compiled.placement, stages=tuple(
+            failover(p, lost, survivor) for p in compiled.placement.stages))
+        assert verify(drained.model, failed_over, allow_unplaced=True) == []
+        assert verify(drained.model, drained.placement) == []
+        after = {a.cluster: a.replicas for a in drained.placement.of("llm/serve").assignments}
+        assert sum(after.values()) == 6 and lost not in after
+
+
+def failover(placement: StagePlacement, lost: str, survivor: str) -> StagePlacement:
+    """``placement`` once ``lost`` is gone: serving replicas there move to ``survivor``, other
+    work there is left out."""
+    moved = {a.cluster: a.replicas for a in placement.assignments}
+    gone = moved.pop(lost, 0)
+    if placement.stage != "llm/serve":
+        return dataclasses.replace(placement, assignments=() if gone else placement.assignments)
+    moved[survivor] += gone
+    return dataclasses.replace(placement, assignments=tuple(
+        Assignment(cluster, replicas, replicas) for cluster, replicas in sorted(moved.items())))

@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from fleetc.model import Stage
-from fleetc.placement import highs
+from fleetc.placement import highs, rules
 from fleetc.placement.problem import Budget, Problem
 from fleetc.placement.program import OutOfTime, Program, Solved, build_program, replicas_of, solve_program
 
@@ -36,8 +36,9 @@ class _Large:
     One column per allowed pair, in stage units: ``t[p]`` is the share of stage ``pair_stage``'s
     replicas on ``pair_cluster`` (a gang: 0 or 1; a Deployment: replicas there / replicas).
     Rows: one per stage (``sum t + unplaced = 1``), GPUs / cores / GiB per cluster, shared slots
-    per cluster (time-slicing only), one per kept Deployment pair (``k - t <= 0``), one per
-    ``multiCluster`` pair (``t + floor * unplaced >= floor``: the floor holds only while the
+    per cluster (time-slicing only), one per kept Deployment pair (``k - t <= 0``), the failover
+    headroom rows (:class:`_Headroom`), one per ``multiCluster`` pair
+    (``t + floor * unplaced >= floor``: the floor holds only while the
     stage is placed, so a stage the HA clusters cannot hold is left out, not the LP). Further
     columns: ``unplaced`` per stage (penalised), ``w`` per cluster (GPUs given to slots), ``k``
     per kept Deployment pair (the move-cost reward).
@@ -59,6 +60,7 @@ class _Large:
     keep_upper: np.ndarray  # their previous share (previous replicas / replicas)
     keep_reward: np.ndarray  # move_cost * value_s per unit of k
     penalty: np.ndarray  # per stage and unit left unplaced
+    headroom: _Headroom
 
     @cached_property
     def pair_range(self) -> np.ndarray:
@@ -87,10 +89,20 @@ class _Large:
         return np.flatnonzero(self.pair_lower > 0)
 
     @property
+    def headroom_rows(self) -> int:
+        """The first failover headroom row (after the stage, capacity and kept-pair rows)."""
+        return self.stages + (4 if self.shared else 3) * self.clusters + len(self.keep_pair)
+
+    @property
     def relaxed_rows(self) -> int:
         """The rows before the multiCluster rows: the stage rows, then the ``<=`` rows the
-        Lagrangian bound relaxes (capacity, kept pairs)."""
-        return self.stages + (4 if self.shared else 3) * self.clusters + len(self.keep_pair)
+        Lagrangian bound relaxes (capacity, kept pairs, failover headroom)."""
+        return self.headroom_rows + len(self.headroom.bound)
+
+    def headroom_coefficients(self, row: int, pairs: np.ndarray) -> np.ndarray:
+        """Failover headroom row ``row``'s coefficients of ``pairs`` (per stage unit)."""
+        return self.headroom.coefficients(row, self.pair_stage[pairs], self.pair_cluster[pairs],
+                                          self.coefficients, self.slots)
 
     @property
     def rows(self) -> int:
@@ -117,6 +129,12 @@ class _Large:
             rows.append(base + kept[is_kept])
             data.append(-np.ones(int(is_kept.sum())))
             index.append(cols[is_kept])
+        for row in range(len(self.headroom.bound)):
+            coefficient = self.headroom_coefficients(row, pairs)
+            nonzero = coefficient != 0
+            rows.append(np.full(int(nonzero.sum()), self.headroom_rows + row))
+            data.append(coefficient[nonzero])
+            index.append(cols[nonzero])
         is_floored = self.pair_lower[pairs] > 0
         if is_floored.any():
             rows.append(self.relaxed_rows + np.searchsorted(self.floored, pairs[is_floored]))
@@ -141,6 +159,11 @@ class _Large:
             rows += [self.stages + np.arange(c), self.stages + 3 * c + np.arange(c)]
             data += [np.ones(c), np.full(c, -float(self.slots))]
             index += [w, w]
+            for row in np.flatnonzero(self.headroom.resource == 0):  # w counts as GPUs the others use
+                others = np.flatnonzero(self.headroom.others[row])
+                rows.append(np.full(len(others), self.headroom_rows + row))
+                data.append(np.ones(len(others)))
+                index.append(w[others])
             upper.append(self.capacity[0])
             gain.append(np.zeros(c))
         first_k = s + (c if self.shared else 0)
@@ -162,6 +185,7 @@ class _Large:
         if self.shared:
             upper.append(np.zeros(c))
         upper.append(np.zeros(len(self.keep_pair)))
+        upper.append(self.headroom.bound)
         upper.append(np.full(len(self.floored), highs.INF))
         lower = np.full(self.rows, -highs.INF)
         lower[: self.stages] = 1.0
@@ -176,6 +200,9 @@ class _Large:
             dual = row_dual[self.stages + r * c: self.stages + (r + 1) * c]
             if dual.any():  # a resource no cluster is short of costs nothing: skip 10M products
                 reduced -= self.coefficients[r, self.pair_stage] * dual[self.pair_cluster]
+        every = np.arange(len(self.pair_stage))
+        for row in np.flatnonzero(row_dual[self.headroom_rows: self.relaxed_rows]):
+            reduced -= self.headroom_coefficients(int(row), every) * row_dual[self.headroom_rows + row]
         return reduced
 
 
@@ -251,7 +278,75 @@ def _large(problem: Problem) -> _Large:
         keep_upper=previous[keep_pair] / replicas[pair_stage[keep_pair]],
         keep_reward=problem.move_cost * values[pair_stage[keep_pair]],
         penalty=UNPLACED_PENALTY * values,
+        headroom=_Headroom.of(problem),
     )
+
+
+@dataclass(frozen=True, eq=False)
+class _Headroom:
+    """The failover headroom rule (:func:`~fleetc.placement.rules.failover_groups`) as rows over
+    a problem: row ``i`` says that what the HA clusters other than ``lost[i]`` use of
+    ``resource[i]`` (GPUs, cores, GiB), plus what the platform's serving stages use on
+    ``lost[i]``, stays within what those others may use (``bound[i]``). Time-sliced GPUs count
+    as ``1 / slots`` of a GPU on ``lost[i]``; on the others they count through ``w`` (the
+    master) or as that fraction (the greedy repair)."""
+
+    lost: np.ndarray  # (H,) cluster index
+    resource: np.ndarray  # (H,)
+    others: np.ndarray  # (H, C) bool
+    serving: np.ndarray  # (H, S) bool
+    bound: np.ndarray  # (H,)
+    keys: list[tuple[int, int]]  # per row: the group's index, the lost cluster's index in the model
+    members: np.ndarray  # the clusters of every group
+
+    @classmethod
+    def of(cls, problem: Problem) -> _Headroom:
+        clusters, capacity = len(problem.clusters), problem.capacity
+        keys, lost, resource, others, serving = [], [], [], [], []
+        groups = rules.failover_groups(problem.model)
+        for group, (ha, is_serving) in enumerate(problem.failover):
+            if not is_serving.any() or len(ha) < len(groups[group][1]):
+                continue  # the group's serving stages are in another component
+            for h in ha:
+                mask = np.zeros(clusters, dtype=bool)
+                mask[[o for o in ha if o != h]] = True
+                for r in range(3):
+                    keys.append((group, int(problem.part.clusters[h])))
+                    lost.append(h)
+                    resource.append(r)
+                    others.append(mask)
+                    serving.append(is_serving)
+        others_matrix = np.array(others, dtype=bool).reshape(len(others), clusters)
+        resources = np.array(resource, dtype=np.int64)
+        bound = np.array([capacity[r, mask].sum() for r, mask in zip(resources, others_matrix, strict=True)])
+        return cls(np.array(lost, dtype=np.int64), resources, others_matrix,
+                   np.array(serving, dtype=bool).reshape(len(serving), len(problem.stages)), bound, keys,
+                   np.unique(np.array(lost, dtype=np.int64)))
+
+    def coefficients(self, row: int, stage: np.ndarray, cluster: np.ndarray, per_unit: np.ndarray,
+                     slots: int, shared_on_others: bool = False) -> np.ndarray:
+        """Row ``row``'s coefficients of (``stage``, ``cluster``) pairs given the (4, S)
+        ``per_unit`` use (exclusive GPUs, cores, GiB, shared slots): on the others, their use
+        of the resource (exclusive GPUs only, shared ones counting through ``w``, unless
+        ``shared_on_others``); on the lost cluster, a serving stage's use (shared slots as
+        ``1 / slots`` of a GPU each)."""
+        r = int(self.resource[row])
+        need = per_unit[0, stage] + per_unit[3, stage] / slots if r == 0 else per_unit[r, stage]
+        use = need if shared_on_others else per_unit[r, stage]
+        on_lost = self.serving[row, stage] & (cluster == self.lost[row])
+        coefficient: np.ndarray = np.where(self.others[row, cluster], use, 0.0) + np.where(on_lost, need, 0.0)
+        return coefficient
+
+    def fixed_need(self, replicas_at: np.ndarray, per_replica: np.ndarray, slots: int
+                   ) -> dict[tuple[int, int], np.ndarray]:
+        """What the serving stages placed in ``replicas_at`` need back per (group, lost cluster's
+        index in the model): GPUs (shared slots as fractions), cores, GiB."""
+        need: dict[tuple[int, int], np.ndarray] = {}
+        for row, key in enumerate(self.keys):
+            r, h = int(self.resource[row]), int(self.lost[row])
+            use = per_replica[0] + per_replica[3] / slots if r == 0 else per_replica[r]
+            need.setdefault(key, np.zeros(3))[r] = float((replicas_at[:, h] * self.serving[row]) @ use)
+        return need
 
 
 @dataclass
@@ -474,7 +569,7 @@ def _lagrangian(large: _Large, master: _Master, row_dual: np.ndarray, objective:
     reduced = cost - row_dual[large.pair_stage]
     reduced[large.floored] -= row_dual[relaxed:]
     if len(large.keep_pair):
-        cost[large.keep_pair] += mu[len(mu) - len(large.keep_pair):]
+        cost[large.keep_pair] += mu[large.headroom_rows - s - len(large.keep_pair): large.headroom_rows - s]
     starts, stages = large.segments
     best = np.minimum.reduceat(cost, starts)
     floor, floor_stage = large.floored, large.pair_stage[large.floored]
@@ -606,11 +701,11 @@ def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
         work += pairs
         if pairs > REACH_PAIRS or work > REACH_WORK or budget <= 0:
             return False
-        columns = np.flatnonzero(allowed[stages].any(axis=0))
+        columns = np.union1d(np.flatnonzero(allowed[stages].any(axis=0)), large.headroom.members)
         before = replicas_at[stages].copy()
         replicas_at[stages] = 0
         program = build_program(r.problem.restrict(stages, columns), allowed=allowed[np.ix_(stages, columns)],
-                                taken=_taken(large, replicas_at)[:, columns])
+                                taken=_taken(large, replicas_at)[:, columns], fixed_need=_fixed_need(r, replicas_at))
         result = solve_program(program, require_all=True, integral=True, deadline=time.monotonic() + budget,
                                nodes=REACH_NODES)
         if result.values is not None:
@@ -674,9 +769,10 @@ def _place_what_fits(r: _Rounding, stages: np.ndarray, replicas_at: np.ndarray, 
     replicas_at[stages] = 0
     taken = _taken(large, replicas_at)
     candidates, columns = _candidates(large, r.relaxed, stages, _free(large, taken))
+    columns = np.union1d(columns, large.headroom.members)
     if candidates.sum() <= ROUNDING_PAIRS:
         program = build_program(r.problem.restrict(stages, columns), allowed=candidates[:, columns],
-                                taken=taken[:, columns])
+                                taken=taken[:, columns], fixed_need=_fixed_need(r, replicas_at))
         result = solve_program(program, require_all=False, integral=True,
                                deadline=time.monotonic() + _budget(start, r.deadline))
         if result.values is not None:
@@ -743,6 +839,12 @@ def _free(large: _Large, taken: np.ndarray) -> np.ndarray:
                      large.capacity[2] - taken[2], unshared * large.slots - taken[3]])
 
 
+def _fixed_need(r: _Rounding, replicas_at: np.ndarray) -> dict[tuple[int, int], np.ndarray]:
+    """What the serving stages placed in ``replicas_at`` need back per (group, lost cluster)."""
+    large = r.large
+    return large.headroom.fixed_need(replicas_at, large.coefficients / large.replicas, large.slots)
+
+
 def _taken(large: _Large, replicas_at: np.ndarray) -> np.ndarray:
     """(4, C) what ``replicas_at`` uses per cluster: exclusive GPUs, cores, GiB, shared slots."""
     stage, cluster = np.nonzero(replicas_at)
@@ -765,15 +867,14 @@ def _repair(problem: Problem, large: _Large, replicas_at: np.ndarray) -> None:
     left.sort(key=lambda s: (-values[s] / max(stages[s].total_gpus, 1), s))
     starts = large.pair_range
     per_replica = large.coefficients / large.replicas
-    room = _Room(large.capacity, taken, large.slots)
+    room = _Room(large.capacity, taken, large.slots, large.headroom, per_replica, replicas_at)
 
     def plan_of(s: int, avoid: int = -1) -> dict[int, int]:
         pairs = np.arange(starts[s], starts[s + 1])
         by_score = [c for c in large.pair_cluster[pairs[np.argsort(-large.gain[pairs], kind="stable")]].tolist()
                     if c != avoid]
         ha = list(problem.ha[s])
-        return _greedy_plan(stages[s], int(problem.minimum[s]), per_replica[:, s], by_score, ha, room,
-                            int(problem.least[s]))
+        return _greedy_plan(stages[s], s, int(problem.minimum[s]), by_score, ha, room, int(problem.least[s]))
 
     def apply(s: int, plan: dict[int, int], sign: int) -> None:
         for c, count in plan.items():
@@ -783,7 +884,7 @@ def _repair(problem: Problem, large: _Large, replicas_at: np.ndarray) -> None:
     for s in left:
         plan = plan_of(s)
         if not plan and moves > 0:
-            plan, tried = _evict(s, plan_of, apply, replicas_at, room, per_replica, large, moves)
+            plan, tried = _evict(s, plan_of, apply, replicas_at, room, large, moves)
             moves -= tried
         apply(s, plan, 1)
 
@@ -797,8 +898,7 @@ EVICTION_MOVES = 5_000
 
 
 def _evict(s: int, plan_of: Callable[..., dict[int, int]], apply: Callable[[int, dict[int, int], int], None],
-           replicas_at: np.ndarray, room: _Room, per_replica: np.ndarray, large: _Large,
-           budget: int) -> tuple[dict[int, int], int]:
+           replicas_at: np.ndarray, room: _Room, large: _Large, budget: int) -> tuple[dict[int, int], int]:
     """Make room for stage ``s`` on one of its best clusters by moving stages there elsewhere
     (a one-level ejection chain: each resident alone, then the first 2, 3, ... together, the
     most movable first), trying at most ``budget`` groups; the plan for ``s`` ({} when nothing
@@ -817,23 +917,23 @@ def _evict(s: int, plan_of: Callable[..., dict[int, int]], apply: Callable[[int,
             if tried == budget:
                 return {}, tried
             tried += 1
-            plan = _move_away(s, c, group, plan_of, apply, replicas_at, room, per_replica)
+            plan = _move_away(s, c, group, plan_of, apply, replicas_at, room)
             if plan:
                 return plan, tried
     return {}, tried
 
 
 def _move_away(s: int, c: int, group: list[int], plan_of: Callable[..., dict[int, int]],
-               apply: Callable[[int, dict[int, int], int], None], replicas_at: np.ndarray, room: _Room,
-               per_replica: np.ndarray) -> dict[int, int]:
+               apply: Callable[[int, dict[int, int], int], None], replicas_at: np.ndarray,
+               room: _Room) -> dict[int, int]:
     """Take the ``group`` of stages off (all their clusters), place ``s``, re-place the group
     avoiding ``c``; the plan for ``s`` when all of that works, else {} with nothing changed."""
-    saved_taken = room.taken.copy()
+    saved = room.saved()
     moved = []
     for resident in group:
         old = {int(k): int(replicas_at[resident, k]) for k in np.flatnonzero(replicas_at[resident])}
         for k, count in old.items():
-            room.take(k, per_replica[:, resident], -count)
+            room.take(k, resident, -count)
         apply(resident, old, -1)
         moved.append((resident, old))
     plan = plan_of(s)
@@ -842,22 +942,47 @@ def _move_away(s: int, c: int, group: list[int], plan_of: Callable[..., dict[int
         for resident, new in replaced:
             apply(resident, new, 1)
         return plan
-    room.taken = saved_taken
+    room.restore(saved)
     for resident, old in moved:
         apply(resident, old, 1)
     return {}
 
 
 class _Room:
-    """Residual capacity per cluster while the greedy repair places stages."""
+    """Residual capacity per cluster, and failover headroom left per headroom row, while the
+    greedy repair places stages (``per_replica`` (4, S): exclusive GPUs, cores, GiB, slots)."""
 
-    def __init__(self, capacity: np.ndarray, taken: np.ndarray, slots: int) -> None:
+    def __init__(self, capacity: np.ndarray, taken: np.ndarray, slots: int, headroom: _Headroom,
+                 per_replica: np.ndarray, replicas_at: np.ndarray) -> None:
         self.capacity = capacity
         self.taken = taken.copy()
         self.slots = slots
+        self.headroom = headroom
+        self.per_replica = per_replica
+        stage, cluster = np.nonzero(replicas_at)
+        count = replicas_at[stage, cluster]
+        self.used = np.array([self._headroom_of(row, stage, cluster) @ count for row in range(len(headroom.bound))])
 
-    def fits(self, c: int, demand: np.ndarray) -> int:
-        """Replicas of per-replica ``demand`` (exclusive GPUs, cores, GiB, slots) that fit ``c``."""
+    def _headroom_of(self, row: int, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
+        return self.headroom.coefficients(row, stage, cluster, self.per_replica, self.slots, shared_on_others=True)
+
+    def saved(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.taken.copy(), self.used.copy()
+
+    def restore(self, saved: tuple[np.ndarray, np.ndarray]) -> None:
+        self.taken, self.used = saved
+
+    def fits(self, c: int, s: int) -> int:
+        """Replicas of stage ``s`` that fit ``c``: its capacity, and the failover headroom."""
+        demand = self.per_replica[:, s]
+        limits = [self._capacity_fits(c, demand)]
+        for row in range(len(self.headroom.bound)):
+            coefficient = float(self._headroom_of(row, np.array([s]), np.array([c]))[0])
+            if coefficient > 0:
+                limits.append(math.floor((self.headroom.bound[row] - self.used[row]) / coefficient + 1e-9))
+        return max(0, min(limits))
+
+    def _capacity_fits(self, c: int, demand: np.ndarray) -> int:
         excl, cores, gib, slots = self.taken[:, c]
         limits = []
         if demand[0] > 0:
@@ -871,40 +996,42 @@ class _Room:
                 limits.append(math.floor((self.capacity[r, c] - used) / demand[r] + 1e-9))
         return max(0, min(limits, default=1 << 30))
 
-    def take(self, c: int, demand: np.ndarray, count: int) -> None:
-        self.taken[:, c] += demand * count
+    def take(self, c: int, s: int, count: int) -> None:
+        self.taken[:, c] += self.per_replica[:, s] * count
+        for row in range(len(self.headroom.bound)):
+            self.used[row] += float(self._headroom_of(row, np.array([s]), np.array([c]))[0]) * count
 
 
-def _greedy_plan(stage: Stage, minimum: int, demand: np.ndarray, by_score: list[int], ha: list[int], room: _Room,
+def _greedy_plan(stage: Stage, s: int, minimum: int, by_score: list[int], ha: list[int], room: _Room,
                  least: int) -> dict[int, int]:
     """Clusters and replicas for ``stage`` in ``room`` (taken from it), at least ``minimum`` on each
     cluster that serves a Deployment and at least ``least`` of its replicas (fewer than all only
     when it runs degraded), or {} when it does not fit."""
     if stage.is_gang:
         for c in by_score:
-            if room.fits(c, demand) >= stage.replicas:
-                room.take(c, demand, stage.replicas)
+            if room.fits(c, s) >= stage.replicas:
+                room.take(c, s, stage.replicas)
                 return {c: stage.replicas}
         return {}
     plan: dict[int, int] = {}
     remaining = stage.replicas
     for c in ha:
-        if room.fits(c, demand) < minimum:
+        if room.fits(c, s) < minimum:
             break
-        room.take(c, demand, minimum)
+        room.take(c, s, minimum)
         plan[c] = minimum
         remaining -= minimum
     else:
         for c in by_score:
             if not remaining:
                 break
-            count = min(room.fits(c, demand), remaining)
+            count = min(room.fits(c, s), remaining)
             if count and (c in plan or count >= minimum):
-                room.take(c, demand, count)
+                room.take(c, s, count)
                 plan[c] = plan.get(c, 0) + count
                 remaining -= count
     if stage.replicas - remaining < least or len(plan) < len(ha):
         for c, count in plan.items():
-            room.take(c, demand, -count)
+            room.take(c, s, -count)
         return {}
     return plan

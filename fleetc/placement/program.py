@@ -11,6 +11,7 @@ times ``v``. The exact path solves it through cvxpy (:mod:`fleetc.placement.cvx`
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,10 +146,13 @@ class Program:
         return len(self.unit_stage)
 
 
-def build_program(problem: Problem, allowed: np.ndarray | None = None, taken: np.ndarray | None = None) -> Program:
+def build_program(problem: Problem, allowed: np.ndarray | None = None, taken: np.ndarray | None = None,
+                  fixed_need: Mapping[tuple[int, int], np.ndarray] | None = None) -> Program:
     """The program of ``problem``; ``allowed`` narrows its pairs (the large path's candidates)
     and ``taken`` (4, C) is what fixed stages already use of each cluster: GPUs, cores, GiB, and
-    shared slots."""
+    shared slots; ``fixed_need`` what the fixed serving stages of a platform with failover
+    headroom need back per (its index in ``problem.failover``, lost cluster's index in the
+    model): GPUs, cores, GiB (the problem then holds every cluster of that platform's set)."""
     if allowed is None:
         allowed = problem.allowed
     replicas = problem.replicas
@@ -182,7 +186,8 @@ def build_program(problem: Problem, allowed: np.ndarray | None = None, taken: np
     upper[columns.d] = (replicas - problem.least)[columns.short]
     usage, usable = _usage_rows(columns, unit_stage, unit_cluster, unit_replicas, problem.demand,
                                 problem.shared, capacity, problem.slots, taken[3])
-    usage, usable = _headroom_rows(problem, usage, usable, (unit_stage, unit_cluster, unit_replicas))
+    usage, usable = _headroom_rows(problem, usage, usable, (unit_stage, unit_cluster, unit_replicas),
+                                   fixed_need or {})
     return Program(
         unit_stage=unit_stage,
         unit_cluster=unit_cluster,
@@ -277,12 +282,14 @@ def _usage_rows(
 
 
 def _headroom_rows(
-    problem: Problem, usage: sp.csr_matrix, usable: np.ndarray, units: tuple[np.ndarray, np.ndarray, np.ndarray]
+    problem: Problem, usage: sp.csr_matrix, usable: np.ndarray, units: tuple[np.ndarray, np.ndarray, np.ndarray],
+    fixed_need: Mapping[tuple[int, int], np.ndarray],
 ) -> tuple[sp.csr_matrix, np.ndarray]:
     """``usage`` and ``usable`` with the failover headroom rows of
     :func:`~fleetc.placement.rules.failover_groups` added: per platform, lost cluster ``h`` and
     resource ``r``, what the other clusters of its set use plus what its serving stages use on
-    ``h`` (time-sliced GPUs as ``1 / slots`` each) <= what the others may use."""
+    ``h`` (time-sliced GPUs as ``1 / slots`` each) <= what the others may use, less what its
+    serving stages outside the program (``fixed_need``) need back for ``h``."""
     if not problem.failover:
         return usage, usable
     unit_stage, unit_cluster, unit_replicas = units
@@ -290,7 +297,7 @@ def _headroom_rows(
     coefficients = problem.demand[:, unit_stage] * unit_replicas
     coefficients[0] = np.where(problem.shared[unit_stage], coefficients[0] / problem.slots, coefficients[0])
     rows, bounds = [], []
-    for ha, serving in problem.failover:
+    for group, (ha, serving) in enumerate(problem.failover):
         is_serving = serving[unit_stage]
         for h in ha if len(ha) > 1 else []:
             others = [o for o in ha if o != h]
@@ -300,7 +307,8 @@ def _headroom_rows(
                                      shape=(1, usage.shape[1]))
                 picked = [r * n_clusters + o for o in others]
                 rows.append(sp.csr_matrix(usage[picked].sum(axis=0)) + need)
-                bounds.append(float(usable[picked].sum()))
+                bounds.append(float(usable[picked].sum())
+                              - float(fixed_need.get((group, int(problem.part.clusters[h])), np.zeros(3))[r]))
     if not rows:
         return usage, usable
     return sp.vstack([usage, *rows], format="csr"), np.concatenate([usable, bounds])

@@ -242,11 +242,13 @@ def _assert_same_headroom(model: FleetModel, program: Program, v: np.ndarray, re
 
 def _assert_repair_room_follows_the_rules(model: FleetModel, problem: Problem, replicas_at: np.ndarray) -> None:
     """The large path's repair counts, for every stage and cluster, as many more replicas
-    fitting beside ``replicas_at`` as the rules let fit (capacity and time-sliced slots), on
+    fitting beside ``replicas_at`` as the rules let fit (capacity and time-sliced slots; the
+    failover headroom it also keeps is held by tests/test_drain.py), on
     every cluster ``replicas_at`` does not already overfill (the repair never sees one)."""
     large = colgen._large(problem)
-    room = colgen._Room(large.capacity, colgen._taken(large, replicas_at), large.slots)
     per_replica = large.coefficients / large.replicas
+    room = colgen._Room(large.capacity, colgen._taken(large, replicas_at), large.slots, large.headroom, per_replica,
+                        replicas_at)
     for c, cluster in enumerate(model.clusters):
         placed = [(stage, int(replicas_at[s, c])) for s, stage in enumerate(model.stages)]
         if rules.overuse(model, cluster, rules.usage(model, placed)):
@@ -256,4 +258,4 @@ def _assert_repair_room_follows_the_rules(model: FleetModel, problem: Problem, r
             while fitting < 12 and not rules.overuse(
                     model, cluster, rules.usage(model, [*placed, (stage, fitting + 1)])):
                 fitting += 1
-            assert min(room.fits(c, per_replica[:, s]), 12) == fitting, (stage.key, cluster.name)
+            assert min(room.capacity_fits(c, per_replica[:, s]), 12) == fitting, (stage.key, cluster.name)

@@ -975,14 +975,15 @@ class _Room:
     def fits(self, c: int, s: int) -> int:
         """Replicas of stage ``s`` that fit ``c``: its capacity, and the failover headroom."""
         demand = self.per_replica[:, s]
-        limits = [self._capacity_fits(c, demand)]
+        limits = [self.capacity_fits(c, demand)]
         for row in range(len(self.headroom.bound)):
             coefficient = float(self._headroom_of(row, np.array([s]), np.array([c]))[0])
             if coefficient > 0:
                 limits.append(math.floor((self.headroom.bound[row] - self.used[row]) / coefficient + 1e-9))
         return max(0, min(limits))
 
-    def _capacity_fits(self, c: int, demand: np.ndarray) -> int:
+    def capacity_fits(self, c: int, demand: np.ndarray) -> int:
+        """Replicas of per-replica ``demand`` (exclusive GPUs, cores, GiB, slots) ``c`` has room for."""
         excl, cores, gib, slots = self.taken[:, c]
         limits = []
         if demand[0] > 0:

@@ -404,14 +404,19 @@ def test_shared_stages_use_slots(replicas: int, fits: bool) -> None:
 
 
 def test_slots_and_exclusive_gpus_share_the_cluster() -> None:
-    # 2 exclusive GPUs for the training leave 2 GPUs = 4 slots: 4 shared replicas fit, 5 do not.
+    # Two nodes of 2 GPUs: the training's 2 exclusive GPUs take one, the other is time-sliced
+    # into 4 slots: 4 shared replicas fit, 5 do not (a node is time-sliced or not, never half).
     train = make_stage(gpus=2, cores=1, memory_gib=1, shared_gpu=True)  # Training never shares
     four = make_serving(replicas=4, shared_gpu=True, cores=1, memory_gib=1)
-    model = make_fleet((make_cluster(gpus=4),), (train, four), gpu_policy=SLICED)
+    nodes_of_two = make_cluster(gpus=4, gpus_per_node=2)
+    model = make_fleet((nodes_of_two,), (train, four), gpu_policy=SLICED)
     assert verify(model, place(model)) == []
     five = dataclasses.replace(four, replicas=5)
     with pytest.raises(PlacementError):
-        place(make_fleet((make_cluster(gpus=4),), (train, five), gpu_policy=SLICED))
+        place(make_fleet((nodes_of_two,), (train, five), gpu_policy=SLICED))
+    # on one node of 4 GPUs, the training leaves no whole node to time-slice
+    with pytest.raises(PlacementError):
+        place(make_fleet((make_cluster(gpus=4),), (train, four), gpu_policy=SLICED))
 
 
 def test_stages_without_shared_gpu_take_whole_gpus() -> None:

@@ -126,7 +126,7 @@ def placement_of(model: FleetModel, replicas_at: np.ndarray) -> Placement:
 
 def vector_of(model: FleetModel, program: Program, replicas_at: np.ndarray, previous: np.ndarray) -> np.ndarray | None:
     """The program's integral ``v = [x | y | u | z | w | k | d]`` for ``replicas_at`` (the fewest
-    GPUs given over to slots, every replica kept that can be, the replicas a placed stage
+    time-sliced units given over to slots, every replica kept that can be, the replicas a placed stage
     running degraded goes short of), or None when it has no variables for it (a pair the
     filters refuse, part of a gang)."""
     units = np.zeros(replicas_at.shape, dtype=bool)
@@ -141,7 +141,8 @@ def vector_of(model: FleetModel, program: Program, replicas_at: np.ndarray, prev
     if len(program.w):
         shared = np.array([rules.uses_shared_slots(model, s) for s in model.stages])
         slots = (np.array([s.gpus for s in model.stages]) * shared) @ replicas_at
-        v[program.w] = -(-slots // rules.slots_per_gpu(model))
+        unit = np.array([rules.time_sliced_unit(c) for c in model.clusters])
+        v[program.w] = -(-slots // (rules.slots_per_gpu(model) * unit))  # whole time-sliced units
     kept_unit = program.k_of  # the y entries of v the k entries keep replicas of
     v[program.k] = np.minimum(v[kept_unit], previous[program.unit_stage[kept_unit], program.unit_cluster[kept_unit]])
     placed = replicas_at[program.d_of].sum(axis=1)
@@ -213,7 +214,7 @@ def _assert_same_usage(model: FleetModel, program: Program, v: np.ndarray, repli
     n = len(model.clusters)
     for c, cluster in enumerate(model.clusters):
         used = rules.usage(model, [(stage, int(replicas_at[s, c])) for s, stage in enumerate(model.stages)])
-        gpus, millis, memory = rules.taken(model, used)
+        gpus, millis, memory = rules.taken(model, cluster, used)
         assert rows[c] == gpus, cluster.name
         assert abs(rows[n + c] - millis / 1000) < 1e-9
         assert abs(rows[2 * n + c] - memory / GIB) < 1e-9

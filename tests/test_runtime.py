@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from ruamel.yaml import YAML
 from support.corpus import CASES, GOLDEN, ROOT, compiled_in
 from support.runtime import (
     bind,
@@ -23,8 +25,9 @@ from support.runtime import (
 )
 from support.tree import logical_path
 
-from bench.generate import Spec, generate
+from bench.generate import Instance, Spec, generate
 from fleetc.compiler import Compiled
+from fleetc.render.yamlout import dump
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +35,25 @@ def bundled() -> Compiled:
     return compiled_in(ROOT)
 
 
+def time_sliced_fleet(instance: Instance) -> Instance:
+    """``instance`` with every cluster's device plugin reading fleetc's time-sliced config
+    (attribute ``device-plugin-configured``), so its serving pods take shared slots."""
+    fleet = YAML(typ="safe").load(instance.files["fleet.yaml"])
+    for cluster in fleet["spec"]["clusters"]:
+        cluster["attributes"]["device-plugin-configured"] = "true"
+    return replace(instance, files={**instance.files, "fleet.yaml": dump(fleet)})
+
+
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> Compiled:
+    """A generated fleet with the GPU policy (time-slicing) and its data policy: shared slots
+    and exclusive GPUs compete for the same clusters' nodes."""
     folder = tmp_path_factory.mktemp("generated")
-    # Without the GPU policy: with time-slicing, the optimizer may give one node's worth of GPUs
-    # to both exclusive and time-sliced pods, and a node is one or the other (see the report).
-    spec = Spec(clusters=8, stages=60, load=0.8, seed=7, platform=True, policies=False)
-    generate(spec).write(folder / "policies")
-    return compiled_in(folder)
+    spec = Spec(clusters=8, stages=60, load=0.8, seed=6, platform=True)
+    time_sliced_fleet(generate(spec)).write(folder / "policies")
+    result = compiled_in(folder)
+    assert any(p.shared for p in pods(result.files))  # time-sliced pods beside exclusive ones
+    return result
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,13 @@ from support.builders import (
 )
 
 from fleetc.model import Assignment, FleetModel, Placement, StagePlacement, StageType
-from fleetc.placement.rules import slots_per_gpu, usable_capacity, uses_shared_slots
+from fleetc.placement.rules import (
+    slots_per_gpu,
+    time_sliced_gpus,
+    time_sliced_unit,
+    usable_capacity,
+    uses_shared_slots,
+)
 from fleetc.placement.scoring import GIB
 from fleetc.placement.verify import verify
 
@@ -176,15 +182,28 @@ def test_verify_catches_a_missing_multi_cluster_replica() -> None:
     ]
 
 
-def test_verify_counts_shared_slots_per_started_gpu() -> None:
+def test_verify_counts_shared_slots_per_started_time_sliced_node() -> None:
+    """A node's device plugin reads one config, time-sliced or not: shared slots take whole
+    nodes (8 GPUs here), the rest is left to exclusive pods."""
     sliced = make_gpu_policy(time_slicing=4, sharing=True, max_sharers=2)
-    stages = (make_stage(gpus=5, cores=1, memory_gib=1), make_serving(replicas=5, shared_gpu=True))
-    model = make_fleet((make_cluster(gpus=8),), stages, gpu_policy=sliced)
-    sound = placed(one("llm/train", Assignment("c1", 1, 5)), one("llm/serve", Assignment("c1", 5, 5)))
-    assert verify(model, sound) == []  # 5 exclusive + ceil(5 / 2) = 8
-    model = dataclasses.replace(model, stages=(dataclasses.replace(stages[0], gpus=6), stages[1]))
-    too_many = placed(one("llm/train", Assignment("c1", 1, 6)), one("llm/serve", Assignment("c1", 5, 5)))
-    assert verify(model, too_many) == ["c1: 9 GPUs placed, capacity 8"]
+    stages = (make_stage(gpus=8, cores=1, memory_gib=1), make_serving(replicas=5, shared_gpu=True))
+    model = make_fleet((make_cluster(gpus=16),), stages, gpu_policy=sliced)
+    sound = placed(one("llm/train", Assignment("c1", 1, 8)), one("llm/serve", Assignment("c1", 5, 5)))
+    assert verify(model, sound) == []  # 8 exclusive + one time-sliced node of 8 (16 slots)
+    model = dataclasses.replace(model, stages=(dataclasses.replace(stages[0], gpus=9), stages[1]))
+    too_many = placed(one("llm/train", Assignment("c1", 1, 9)), one("llm/serve", Assignment("c1", 5, 5)))
+    assert verify(model, too_many) == ["c1: 17 GPUs placed, capacity 16"]
+    # where the device plugin does not read fleetc's config yet, slots are counted per GPU
+    # (compile warns those pods take whole GPUs): 9 + ceil(5 / 2) = 12
+    unconfigured = dataclasses.replace(model, clusters=(make_cluster(gpus=16, device_plugin_configured=False),))
+    assert verify(unconfigured, too_many) == []
+
+
+def test_time_sliced_gpus_come_in_whole_units() -> None:
+    assert [time_sliced_gpus(slots, 2, 8) for slots in (0, 1, 16, 17, 32)] == [0, 8, 8, 16, 16]
+    assert [time_sliced_gpus(slots, 2, 1) for slots in (0, 1, 2, 3)] == [0, 1, 1, 2]
+    assert time_sliced_unit(make_cluster(gpus=16)) == 8
+    assert time_sliced_unit(make_cluster(gpus=16, device_plugin_configured=False)) == 1
 
 
 def test_verify_applies_headroom_and_utilization() -> None:

@@ -22,6 +22,7 @@ from fleetc.model import Stage
 from fleetc.placement import highs, rules
 from fleetc.placement.problem import Budget, Problem
 from fleetc.placement.program import OutOfTime, Program, Solved, build_program, replicas_of, solve_program
+from fleetc.placement.rules import time_sliced_gpus
 
 #: Seconds the rounded MILP may use on a large component (less when the time limit leaves less).
 ROUNDED_MILP_SECONDS = 10.0
@@ -55,6 +56,7 @@ class _Large:
     clusters: int
     shared: bool  # slot rows and w columns exist
     slots: int
+    unit: np.ndarray  # (C,) GPUs turned time-sliced at once (whole nodes where configured)
     capacity: np.ndarray  # (3, C) usable
     keep_pair: np.ndarray  # kept Deployment pairs (indices into the pairs)
     keep_upper: np.ndarray  # their previous share (previous replicas / replicas)
@@ -157,14 +159,14 @@ class _Large:
         if self.shared:
             w = s + np.arange(c)
             rows += [self.stages + np.arange(c), self.stages + 3 * c + np.arange(c)]
-            data += [np.ones(c), np.full(c, -float(self.slots))]
+            data += [self.unit, -float(self.slots) * self.unit]  # w: time-sliced units (nodes)
             index += [w, w]
-            for row in np.flatnonzero(self.headroom.resource == 0):  # w counts as GPUs the others use
+            for row in np.flatnonzero(self.headroom.resource == 0):  # w counts units of GPUs the others use
                 others = np.flatnonzero(self.headroom.others[row])
                 rows.append(np.full(len(others), self.headroom_rows + row))
-                data.append(np.ones(len(others)))
+                data.append(self.unit[others].astype(float))
                 index.append(w[others])
-            upper.append(self.capacity[0])
+            upper.append(np.floor(np.maximum(self.capacity[0], 0.0) / self.unit))
             gain.append(np.zeros(c))
         first_k = s + (c if self.shared else 0)
         base = self.stages + (4 if self.shared else 3) * c
@@ -273,6 +275,7 @@ def _large(problem: Problem) -> _Large:
         clusters=n_clusters,
         shared=bool(shared_stage.any()),
         slots=problem.slots,
+        unit=problem.unit,
         capacity=problem.capacity,
         keep_pair=keep_pair,
         keep_upper=previous[keep_pair] / replicas[pair_stage[keep_pair]],
@@ -651,6 +654,13 @@ def _round(r: _Rounding) -> tuple[np.ndarray, bool]:
     replicas_at = np.zeros((large.stages, large.clusters), dtype=np.int32)
     keep = fixed[stage] & (placed > 0)
     replicas_at[stage[keep], cluster[keep]] = placed[keep]
+    # The LP gives shared slots fractional time-sliced units: a cluster whose whole stages need
+    # more whole units than it has gives them back to the rounding MILP.
+    overfull = (_free(large, _taken(large, replicas_at))[:3] < -1e-6).any(axis=0)
+    if overfull.any():
+        returned = replicas_at[:, overfull].any(axis=1)
+        replicas_at[returned] = 0
+        fixed &= ~returned
     rest = np.flatnonzero(~fixed & ~is_blocked)
     if len(rest):
         _round_rest(r, rest, replicas_at)
@@ -835,8 +845,10 @@ def _free(large: _Large, taken: np.ndarray) -> np.ndarray:
     """(4, C) room left per cluster in the master's rows (exclusive GPUs, cores, GiB, shared
     slots), counting shared slots against GPUs as the MILP does when they take whole GPUs."""
     unshared = large.capacity[0] - taken[0]
-    return np.stack([unshared - np.ceil(taken[3] / large.slots - 1e-9), large.capacity[1] - taken[1],
-                     large.capacity[2] - taken[2], unshared * large.slots - taken[3]])
+    shared_gpus = np.ceil(taken[3] / (large.slots * large.unit) - 1e-9) * large.unit
+    whole_units = np.floor(np.maximum(unshared, 0.0) / large.unit) * large.unit
+    return np.stack([unshared - shared_gpus, large.capacity[1] - taken[1],
+                     large.capacity[2] - taken[2], whole_units * large.slots - taken[3]])
 
 
 def _fixed_need(r: _Rounding, replicas_at: np.ndarray) -> dict[tuple[int, int], np.ndarray]:
@@ -867,7 +879,7 @@ def _repair(problem: Problem, large: _Large, replicas_at: np.ndarray) -> None:
     left.sort(key=lambda s: (-values[s] / max(stages[s].total_gpus, 1), s))
     starts = large.pair_range
     per_replica = large.coefficients / large.replicas
-    room = _Room(large.capacity, taken, large.slots, large.headroom, per_replica, replicas_at)
+    room = _Room(large.capacity, taken, large.slots, large.unit, large.headroom, per_replica, replicas_at)
 
     def plan_of(s: int, avoid: int = -1) -> dict[int, int]:
         pairs = np.arange(starts[s], starts[s + 1])
@@ -952,11 +964,12 @@ class _Room:
     """Residual capacity per cluster, and failover headroom left per headroom row, while the
     greedy repair places stages (``per_replica`` (4, S): exclusive GPUs, cores, GiB, slots)."""
 
-    def __init__(self, capacity: np.ndarray, taken: np.ndarray, slots: int, headroom: _Headroom,
+    def __init__(self, capacity: np.ndarray, taken: np.ndarray, slots: int, unit: np.ndarray, headroom: _Headroom,
                  per_replica: np.ndarray, replicas_at: np.ndarray) -> None:
         self.capacity = capacity
         self.taken = taken.copy()
         self.slots = slots
+        self.unit = unit  # GPUs turned time-sliced at once: slots come in whole nodes where configured
         self.headroom = headroom
         self.per_replica = per_replica
         stage, cluster = np.nonzero(replicas_at)
@@ -986,11 +999,12 @@ class _Room:
         """Replicas of per-replica ``demand`` (exclusive GPUs, cores, GiB, slots) ``c`` has room for."""
         excl, cores, gib, slots = self.taken[:, c]
         limits = []
+        unit = int(self.unit[c])
         if demand[0] > 0:
-            free = self.capacity[0, c] - excl - math.ceil(slots / self.slots - 1e-9)
+            free = self.capacity[0, c] - excl - time_sliced_gpus(round(slots), self.slots, unit)
             limits.append(math.floor(free / demand[0] + 1e-9))
         if demand[3] > 0:
-            free_slots = (self.capacity[0, c] - excl) * self.slots - slots
+            free_slots = (self.capacity[0, c] - excl) // unit * unit * self.slots - slots
             limits.append(math.floor(free_slots / demand[3] + 1e-9))
         for r, used in ((1, cores), (2, gib)):
             if demand[r] > 0:

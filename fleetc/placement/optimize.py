@@ -256,12 +256,12 @@ def _unplaced(
 
 def _used(model: FleetModel, replicas_at: np.ndarray) -> np.ndarray:
     """(3, C) what ``replicas_at`` takes of each cluster as the rules count it
-    (:func:`rules.taken`: shared slots as whole GPUs per ``slots_per_gpu`` started): GPUs,
+    (:func:`rules.taken`: shared slots as whole time-sliced units started): GPUs,
     cores, GiB."""
     used = np.zeros((3, len(model.clusters)))
     for c in np.flatnonzero(replicas_at.any(axis=0)).tolist():
         placed = [(model.stages[s], int(replicas_at[s, c])) for s in np.flatnonzero(replicas_at[:, c]).tolist()]
-        gpus, millis, memory = rules.taken(model, rules.usage(model, placed))
+        gpus, millis, memory = rules.taken(model, model.clusters[c], rules.usage(model, placed))
         used[:, c] = (gpus, millis / 1000, memory / GIB)
     return used
 
@@ -302,12 +302,17 @@ def _capacity_reason(
     """
     need = stage.replicas if stage.is_gang else rules.min_replicas_per_cluster(stage)
     demand = demand_of((stage,))[:, 0]
+    unit = 1
     if rules.uses_shared_slots(model, stage):
         demand[0] /= rules.slots_per_gpu(model)
+        unit = rules.time_sliced_unit(cluster)
+        free = free.copy()
+        free[0] = math.floor(free[0] / unit + 1e-9) * unit  # time-sliced GPUs come in whole nodes
     for r, (have, capacity) in enumerate(zip(free, total, strict=True)):
         required = need * demand[r]
         if have < (math.ceil(required - 1e-9) if r == 0 else required) - 1e-9:
-            return _free_of(r, have, capacity, cluster)
+            reason = _free_of(r, have, capacity, cluster)
+            return f"{reason} (whole nodes of {unit}, as time-sliced)" if r == 0 and unit > 1 else reason
     return f"room for {_fitting_replicas(stage, demand, free)} of {stage.replicas} replicas"
 
 

@@ -65,7 +65,9 @@ class Problem:
     serving cluster, :func:`rules.min_replicas_per_cluster`),
     ``shared`` (GPUs as time-sliced slots), ``blocked`` (``multiCluster`` makes it unplaceable)
     and ``ha`` (the clusters it must serve on); ``demand`` (3, S) per replica: GPUs, cores,
-    GiB. Per cluster: ``capacity`` (3, C) usable (:func:`rules.usable_capacity`). ``allowed``
+    GiB. Per cluster: ``capacity`` (3, C) usable (:func:`rules.usable_capacity`) and ``unit`` (C,)
+    the GPUs it turns time-sliced at once (:func:`rules.time_sliced_unit`: whole nodes where
+    its device plugin is configured). ``allowed``
     (S, C): the pairs the filters allow. ``failover``: per platform asking for failover
     headroom, its clusters here and which stages serve it. Scores and previous replicas are
     read per pair from the fleet-wide matrices (:meth:`total_at`, :meth:`previous_at`), never
@@ -87,6 +89,7 @@ class Problem:
     demand: np.ndarray
     capacity: np.ndarray
     slots: int
+    unit: np.ndarray  # (C,) GPUs turned time-sliced at once: :func:`rules.time_sliced_unit`
     ha: tuple[tuple[int, ...], ...]
     failover: tuple[tuple[tuple[int, ...], np.ndarray], ...]
     move_cost: float
@@ -122,6 +125,7 @@ class Problem:
             demand=demand_of(stages),
             capacity=capacity_of(model, clusters),
             slots=rules.slots_per_gpu(model),
+            unit=np.array([rules.time_sliced_unit(c) for c in clusters], dtype=float),
             ha=tuple(tuple(local[n] for n in rules.ha_clusters(model, s) if n in local) for s in stages),
             failover=failover,
             move_cost=model.move_cost,
@@ -169,6 +173,7 @@ class Problem:
             demand=self.demand[:, stages],
             capacity=self.capacity[:, clusters],
             slots=self.slots,
+            unit=self.unit[clusters],
             ha=tuple(renumber(self.ha[s]) for s in stages.tolist()),
             failover=tuple((renumber(members), serving[stages]) for members, serving in self.failover),
             move_cost=self.move_cost,

@@ -181,11 +181,11 @@ def build_program(problem: Problem, allowed: np.ndarray | None = None, taken: np
     upper[columns.y] = replicas[columns.y_stage]
     upper[columns.z[problem.blocked]] = 0.0
     if columns.shared:
-        upper[columns.w] = capacity[0]
+        upper[columns.w] = np.floor(np.maximum(capacity[0], 0.0) / problem.unit)
     upper[columns.k] = problem.previous_at(columns.y_stage[columns.keep], columns.y_cluster[columns.keep])
     upper[columns.d] = (replicas - problem.least)[columns.short]
     usage, usable = _usage_rows(columns, unit_stage, unit_cluster, unit_replicas, problem.demand,
-                                problem.shared, capacity, problem.slots, taken[3])
+                                problem.shared, capacity, problem.slots * problem.unit, taken[3], problem.unit)
     usage, usable = _headroom_rows(problem, usage, usable, (unit_stage, unit_cluster, unit_replicas),
                                    fixed_need or {})
     return Program(
@@ -253,12 +253,16 @@ def _usage_rows(
     demand: np.ndarray,
     shared_stage: np.ndarray,
     capacity: np.ndarray,
-    slots: int,
+    unit_slots: np.ndarray,
     taken_slots: np.ndarray,
+    unit: np.ndarray,
 ) -> tuple[sp.csr_matrix, np.ndarray]:
     """Rows ``r * C + c`` for resource ``r`` (GPUs, cores, GiB) of cluster ``c``, then (with
-    time-slicing) one slot row per cluster: ``slots used - slots_per_gpu * w <= 0``. A shared
-    stage's GPUs count as slots, and the GPU row counts ``w`` instead."""
+    time-slicing) one slot row per cluster: ``slots used - unit_slots * w <= 0``, ``w`` the
+    cluster's time-sliced units of ``unit`` GPUs (whole nodes where the device plugin is
+    configured, :func:`fleetc.placement.rules.time_sliced_unit`; ``unit_slots`` = slots per
+    GPU x ``unit``). A shared stage's GPUs count as slots, and the GPU row counts ``unit * w``
+    instead."""
     clusters = capacity.shape[1]
     units = np.arange(columns.units)
     shared_unit = shared_stage[unit_stage]
@@ -272,9 +276,9 @@ def _usage_rows(
     if columns.shared:
         cluster_ids = np.arange(clusters)
         entries += [
-            (np.ones(clusters), cluster_ids, columns.w),
+            (unit, cluster_ids, columns.w),
             (np.where(shared_unit, gpus, 0.0), rows + unit_cluster, units),
-            (np.full(clusters, -float(slots)), rows + cluster_ids, columns.w),
+            (-unit_slots, rows + cluster_ids, columns.w),
         ]
         rows += clusters
         usable = np.concatenate([usable, -taken_slots])

@@ -192,6 +192,29 @@ def uses_shared_slots(model: FleetModel, stage: Stage) -> bool:
     )
 
 
+def time_sliced_unit(cluster: Cluster) -> int:
+    """The GPUs a cluster turns over to time-slicing at once: a whole node where its device
+    plugin reads fleetc's config (attribute ``device-plugin-configured``), else one GPU.
+
+    The device plugin's config-manager links one config per node, the one its
+    ``nvidia.com/device-plugin.config`` label names (NVIDIA/k8s-device-plugin
+    ``cmd/config-manager/main.go``: ``updateSymlink``), so a node advertises either
+    time-sliced or whole GPUs, never both: shared slots come in whole nodes. Where the plugin
+    is not configured no node is time-sliced; compile warns that those pods take whole GPUs
+    (:func:`fleetc.render.gpu.cluster_gpu_warnings`) and their slots are counted per GPU."""
+    return cluster.gpus_per_node if cluster.device_plugin_configured and cluster.gpus_per_node > 0 else 1
+
+
+def time_sliced_gpus(shared_slots: int, slots: int, unit: int) -> int:
+    """The GPUs ``shared_slots`` time-sliced slots take on a cluster whose GPUs turn
+    time-sliced ``unit`` at a time (:func:`time_sliced_unit`): whole units of ``slots * unit``
+    slots each. With exclusive pods rounded to the node's divisor chain (:mod:`fleetc.nodefit`),
+    a cluster whose exclusive GPUs plus this fit its GPUs packs onto its nodes."""
+    if shared_slots <= 0:
+        return 0
+    return -(-shared_slots // (slots * unit)) * unit
+
+
 @dataclass(frozen=True)
 class Usage:
     """What replicas take of one cluster: whole GPUs, time-sliced slots, millicores, bytes."""
@@ -223,17 +246,21 @@ def usage(model: FleetModel, placed: Iterable[tuple[Stage, int]]) -> Usage:
     return total
 
 
-def taken(model: FleetModel, used: Usage) -> tuple[int, int, int]:
-    """GPUs, millicores and bytes ``used`` takes of a cluster's capacity: time-sliced slots
-    take whole GPUs, ``slots_per_gpu`` to a GPU (shared by whichever stages use them)."""
-    return used.gpus + -(-used.slots // slots_per_gpu(model)), used.millis, used.memory
+def taken(model: FleetModel, cluster: Cluster, used: Usage) -> tuple[int, int, int]:
+    """GPUs, millicores and bytes ``used`` takes of ``cluster``'s capacity: time-sliced slots
+    take whole time-sliced units (:func:`time_sliced_gpus`: whole nodes where the device
+    plugin is configured), ``slots_per_gpu`` slots to a GPU, shared by whichever stages use
+    them."""
+    shared = time_sliced_gpus(used.slots, slots_per_gpu(model), time_sliced_unit(cluster))
+    return used.gpus + shared, used.millis, used.memory
 
 
 def overuse(model: FleetModel, cluster: Cluster, used: Usage) -> list[tuple[str, int, int]]:
     """``(resource, taken, usable)`` for each resource ``used`` takes more of than ``cluster``'s
     usable capacity; [] when it fits."""
+    needed = taken(model, cluster, used)
     return [(what, need, have)
-            for what, need, have in zip(RESOURCES, taken(model, used), usable_capacity(model, cluster), strict=True)
+            for what, need, have in zip(RESOURCES, needed, usable_capacity(model, cluster), strict=True)
             if need > have]
 
 
@@ -269,7 +296,8 @@ def failover_shortfalls(model: FleetModel, lost: Usage, others: Iterable[tuple[C
     free = [0, 0, 0]
     for cluster, used in others:
         scale = (slots, 1, 1)
-        for r, (have, busy) in enumerate(zip(usable_capacity(model, cluster), taken(model, used), strict=True)):
+        busy_of = taken(model, cluster, used)
+        for r, (have, busy) in enumerate(zip(usable_capacity(model, cluster), busy_of, strict=True)):
             free[r] += (have - busy) * scale[r]
     names = ("GPU slots" if slots > 1 else "GPUs", *RESOURCES[1:])
     return [(what, n, f) for what, n, f in zip(names, need, free, strict=True) if n > f]

@@ -16,6 +16,7 @@ from fleetc.model import (
     Taint,
     Toleration,
 )
+from fleetc.nodefit import default_gpus_per_node
 from fleetc.placement.scoring import GIB
 from fleetc.resolve import GPU_PRODUCT_LABELS
 
@@ -43,6 +44,7 @@ def make_cluster(
     utilization: float = 0.0,
     cordoned: bool = False,
     device_plugin_configured: bool = True,
+    gpus_per_node: int | None = None,
 ) -> Cluster:
     return Cluster(
         name=name,
@@ -66,6 +68,7 @@ def make_cluster(
         cordoned=cordoned,
         gpu_product=GPU_PRODUCT_LABELS.get(gpu_type, "") if gpu_type else "",
         device_plugin_configured=device_plugin_configured,
+        gpus_per_node=default_gpus_per_node(gpus) if gpus_per_node is None else gpus_per_node,
     )
 
 

@@ -153,6 +153,10 @@ def test_warnings_name_lookahead_and_uncacheable_inputs() -> None:
         "the stage reads it directly",
         "pipelines/llm.yaml: warning: spec.stages.prep.inputs[1]: a URL without a scheme cannot be cached by "
         "Fluid/Alluxio; the stage reads it directly",
+        "policies/data.yaml: warning: spec.prefetching.enabled: no DataLoad for s3://data/tokens, s3://models/ckpt: "
+        "stages of the compile write them, and a DataLoad runs once when created, maybe before its writer "
+        "completed; the stages that read them wait for the writer's completion marker and fill the cache on "
+        "first read",
         "policies/data.yaml: warning: spec.prefetching.lookahead: has no Fluid form (a DataLoad warms the whole "
         "dataset once); not rendered",
     ]

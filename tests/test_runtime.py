@@ -18,8 +18,10 @@ from support.runtime import (
     kueue_problems,
     markers_written,
     mount_problems,
+    objects,
     order_problems,
     pods,
+    prefetch_problems,
     probe_problems,
     rendezvous_problems,
 )
@@ -173,6 +175,26 @@ def test_every_dependency_is_waited_for(compiles: list[tuple[str, Compiled]], bu
                                                       "ticket-cleaning", "lora-finetuning"}
     training = written["llm-chinese-training/model-training"]
     assert {path for path, _ in training} == {":s3:models/llm/v1/_SUCCESS"}
+
+
+def test_no_prefetch_caches_an_output_before_its_stage_completed(compiles: list[tuple[str, Compiled]],
+                                                                  bundled: Compiled) -> None:
+    for name, result in compiles:
+        assert prefetch_problems(result.model, result.files) == [], name
+    loads = {o["spec"]["dataset"]["name"] for _, o in objects(bundled.files) if o["kind"] == "DataLoad"}
+    datasets = {path: next(objects({path: text}))[1] for path, text in bundled.files.items()
+                if "/dataset-" in logical_path(path)}
+    # the trained model: cached for evaluation and serving, written by training
+    (path, model), *_ = [(p, d) for p, d in datasets.items() if d["spec"]["mounts"][0]["mountPoint"]
+                         == "cos://models/llm/v1/"]
+    assert loads and model["metadata"]["name"] not in loads
+    load = {"apiVersion": "data.fluid.io/v1alpha1", "kind": "DataLoad",
+            "metadata": {"name": f"{model['metadata']['name']}-prefetch", "namespace": "aigc-prod"},
+            "spec": {"dataset": {"name": model["metadata"]["name"], "namespace": "aigc-prod"}}}
+    early = {**bundled.files, path.replace("/dataset-", "/dataload-"): dump(load)}
+    assert [p.split(": ", 1)[1] for p in prefetch_problems(bundled.model, early)] == [
+        f"DataLoad/{model['metadata']['name']}-prefetch caches cos://models/llm/v1/ when it is created, before "
+        "llm-chinese-training/model-training, which writes it, completed"]
 
 
 def test_a_two_cluster_pipeline_serves_only_after_training_completed() -> None:

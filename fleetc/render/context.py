@@ -39,6 +39,7 @@ def _input_secrets(model: FleetModel) -> dict[tuple[str, str], str]:
 class Context:
     model: FleetModel
     output_urls: Mapping[tuple[str, str], str]  # (stage key, output name) -> url
+    produced: frozenset[str]  # every URL a stage of the compile writes
     namespace_pipelines: Mapping[str, frozenset[str]]  # namespace -> pipelines using it
     governing: Mapping[str, tuple[Platform, ...]]  # pipeline -> platforms governing it, by name
     pipeline_sources: Mapping[str, Source]  # pipeline -> its policy file (field: metadata)
@@ -57,6 +58,7 @@ class Context:
         return cls(
             model=model,
             output_urls={(s.key, o.name): o.url for s in model.stages for o in s.outputs},
+            produced=frozenset(o.url for s in model.stages for o in s.outputs),
             namespace_pipelines={ns: frozenset(p) for ns, p in pipelines.items()},
             governing={n: tuple(p for p in model.platforms if n in p.pipelines) for n in names},
             pipeline_sources={s.pipeline: Source(s.source.path, "metadata") for s in model.stages},

@@ -10,9 +10,9 @@ policy's ``caching.enabled``:
   with step factor 0, which makes LRFU pure LFU);
 * the stage pods mount the Dataset's volume read-only at ``/fleetc/inputs/<input name>``
   (``FLEETC_INPUT_<NAME>_PATH``; ``FLEETC_INPUT_<NAME>`` keeps the URL);
-* a ``DataLoad`` that warms the cache once when ``prefetching.enabled``. Fluid has no
-  "lookahead" (a DataLoad loads the dataset, not the next N files), so
-  ``prefetching.lookahead`` is reported, not rendered.
+* a ``DataLoad`` that warms the cache once when ``prefetching.enabled``, for data no stage of
+  the compile writes (:func:`prefetched`). Fluid has no "lookahead" (a DataLoad loads the
+  dataset, not the next N files), so ``prefetching.lookahead`` is reported, not rendered.
 
 Names are ``data-<url slug>-<8 hex of sha256(url)>``: stable, different for different URLs, and
 short enough for the Helm releases Fluid makes of them (:func:`dataset_name`, :func:`data_load_name`).
@@ -25,6 +25,7 @@ under the keys Alluxio names for the scheme (:data:`fleetc.model.STORAGE_CREDENT
 from __future__ import annotations
 
 import functools
+from operator import itemgetter
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
@@ -182,6 +183,17 @@ def alluxio_runtime(policy: DataPolicy, namespace: str, url: str, share: int = 1
     }
 
 
+def prefetched(ctx: Context, url: str) -> bool:
+    """Whether a cached URL gets a DataLoad: only when no stage writes it. A DataLoad runs once,
+    when it is created (Fluid's DataLoad controller; ``runAfter`` waits only for another Fluid
+    data operation to reach phase Complete, fluid ``pkg/controllers/v1alpha1/dataflow/
+    operations.go``), so one of a stage's output would cache whatever is there before the
+    stage completed, a half-written output, and serve it to every reader. The readers wait
+    for the stage's completion marker (:mod:`fleetc.render.order`) and fill the cache on
+    first read instead; docs/pipelines.md says why not a Fluid DataProcess gate."""
+    return url not in ctx.produced
+
+
 def data_load(policy: DataPolicy, namespace: str, url: str) -> Obj:
     name = dataset_name(url)
     return {
@@ -206,7 +218,7 @@ def fluid_objects(ctx: Context, work: Work) -> list[Obj]:
     for namespace, url in cached:
         objects += [dataset(policy, namespace, url, ctx.input_secrets.get((namespace, url))),
                     alluxio_runtime(policy, namespace, url, len(cached))]
-        if policy.prefetching_enabled:
+        if policy.prefetching_enabled and prefetched(ctx, url):
             objects.append(data_load(policy, namespace, url))
     return objects
 
@@ -221,6 +233,15 @@ def data_warnings(ctx: Context, work_by_cluster: dict[str, Work]) -> list[Diagno
     if policy.prefetching_enabled and policy.prefetch_lookahead > 0:
         found.append(warning(policy.source, "spec.prefetching.lookahead",
                              "has no Fluid form (a DataLoad warms the whole dataset once); not rendered"))
+    produced = sorted({url for work in work_by_cluster.values() for url in map(itemgetter(1), cached_urls(ctx, work))
+                       if policy.prefetching_enabled and not prefetched(ctx, url)})
+    if produced:
+        found.append(warning(policy.source, "spec.prefetching.enabled",
+                             f"no DataLoad for {', '.join(produced)}: stages of the compile write "
+                             f"{'it' if len(produced) == 1 else 'them'}, and a DataLoad runs once when "
+                             "created, maybe before its writer completed; the stages that read "
+                             f"{'it' if len(produced) == 1 else 'them'} wait for the writer's completion "
+                             "marker and fill the cache on first read"))
     uncached: dict[tuple[str, str], str] = {}
     for work in work_by_cluster.values():
         for stage, _ in work:

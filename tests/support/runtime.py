@@ -495,6 +495,30 @@ def mount_problems(files: Mapping[str, str]) -> list[str]:
     return sorted(set(problems))
 
 
+# --------------------------------------------------------------------------- prefetch
+def prefetch_problems(model: FleetModel, files: Mapping[str, str]) -> list[str]:
+    """No Fluid DataLoad caches what a stage writes before that stage completed. A DataLoad
+    runs once, when it is created (its ``runAfter`` waits only for another Fluid data
+    operation: fluid ``pkg/controllers/v1alpha1/dataflow/operations.go``), so one whose
+    Dataset mounts a stage's output would cache a half-written output."""
+    writers = {o.url: s.key for s in model.stages for o in s.outputs}
+    everything = list(objects(files))
+    mounted = {(c, o["metadata"]["namespace"], o["metadata"]["name"]): o["spec"]["mounts"][0]["mountPoint"]
+               for c, o in everything if o["kind"] == "Dataset"}
+    problems = []
+    for cluster, obj in everything:
+        if obj["kind"] != "DataLoad":
+            continue
+        dataset = obj["spec"]["dataset"]
+        url = mounted.get((cluster, dataset.get("namespace", obj["metadata"]["namespace"]), dataset["name"]))
+        if url is None:
+            problems.append(f"{cluster}: DataLoad/{obj['metadata']['name']} loads a Dataset that is not there")
+        elif url in writers:
+            problems.append(f"{cluster}: DataLoad/{obj['metadata']['name']} caches {url} when it is created, "
+                            f"before {writers[url]}, which writes it, completed")
+    return problems
+
+
 # --------------------------------------------------------------------------- commands
 _REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 

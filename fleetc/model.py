@@ -151,6 +151,8 @@ class Output:
     url: str
     location: str | None
     jurisdiction: str | None = None  # when the policy names it
+    #: The Secret with the storage credentials the output is written with (None: the pod's own).
+    secret_name: str | None = None
 
 
 @dataclass(frozen=True)

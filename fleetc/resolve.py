@@ -430,7 +430,8 @@ def _stage(pipeline: Parsed[p.AIGCPipeline], index: int, stage: p.PipelineStage,
         type=kind,
         dependencies=tuple(stage_edges(stage)),
         inputs=tuple(_input(i, outputs) for i in stage.inputs or []),
-        outputs=tuple(m.Output(o.name, o.storage, o.location, o.jurisdiction) for o in stage.outputs or []),
+        outputs=tuple(m.Output(o.name, o.storage, o.location, o.jurisdiction, o.secretName)
+                      for o in stage.outputs or []),
         cpu_millis=cpu_millis(res.cpu if res.cpu is not None
                               else 4 if kind is m.StageType.DATAPROC else 8),
         memory_bytes=memory_bytes(res.memory if res.memory is not None

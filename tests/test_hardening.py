@@ -86,17 +86,17 @@ CASES: dict[str, tuple[Breakage, str]] = {
         '1 error in 1 file\n'),
     "wrong-type": (
         edit(PIPELINE, "    replicas: 4\n", "    replicas: four\n"),
-        'policies/llm-training-pipeline.yaml:65:15: error: spec.stages[3].replicas: '
+        'policies/llm-training-pipeline.yaml:67:15: error: spec.stages[3].replicas: '
         "expected an integer, got 'four'\n"
         '1 error in 1 file\n'),
     "negative-number": (
         edit(PIPELINE, "    replicas: 4\n", "    replicas: -4\n"),
-        'policies/llm-training-pipeline.yaml:65:15: error: spec.stages[3].replicas: '
+        'policies/llm-training-pipeline.yaml:67:15: error: spec.stages[3].replicas: '
         'expected an integer >= 1, got -4\n'
         '1 error in 1 file\n'),
     "huge-integer": (
         edit(PIPELINE, "    replicas: 4\n", "    replicas: 100000000000000000000000000000\n"),
-        'policies/llm-training-pipeline.yaml:65:15: error: spec.stages[3].replicas: '
+        'policies/llm-training-pipeline.yaml:67:15: error: spec.stages[3].replicas: '
         'expected an integer <= 100000, got 100000000000000000000000000000\n'
         '1 error in 1 file\n'),
     "infinite-number": (
@@ -121,7 +121,7 @@ CASES: dict[str, tuple[Breakage, str]] = {
         '1 error in 1 file\n'),
     "unknown-field": (
         edit(PIPELINE, "    replicas: 4\n", "    replica: 4\n"),
-        'policies/llm-training-pipeline.yaml:65:5: error: spec.stages[3].replica: unknown '
+        'policies/llm-training-pipeline.yaml:67:5: error: spec.stages[3].replica: unknown '
         "field 'replica'\n"
         "  hint: did you mean 'replicas'?\n"
         '1 error in 1 file\n'),
@@ -137,19 +137,19 @@ CASES: dict[str, tuple[Breakage, str]] = {
         '1 error in 1 file\n'),
     "duplicate-key": (
         edit(PIPELINE, "    replicas: 4\n", "    replicas: 4\n    replicas: 5\n"),
-        'policies/llm-training-pipeline.yaml:66:5: error: spec.stages[3].replicas: '
-        "duplicate key 'replicas' (first defined at line 65)\n"
+        'policies/llm-training-pipeline.yaml:68:5: error: spec.stages[3].replicas: '
+        "duplicate key 'replicas' (first defined at line 67)\n"
         '  hint: remove one of the two\n'
         '1 error in 1 file\n'),
     "duplicate-stage-name": (
         edit(PIPELINE, "  - name: model-evaluation\n", "  - name: model-training\n"),
-        'policies/llm-training-pipeline.yaml:48:11: error: spec.stages[2].name: duplicate '
+        'policies/llm-training-pipeline.yaml:50:11: error: spec.stages[2].name: duplicate '
         "stage name 'model-training' (also spec.stages[1])\n"
-        'policies/llm-training-pipeline.yaml:50:20: error: '
+        'policies/llm-training-pipeline.yaml:52:20: error: '
         'spec.stages[2].dependencies[0]: a stage cannot depend on itself\n'
-        'policies/llm-training-pipeline.yaml:53:15: error: spec.stages[2].inputs[0].from: '
+        'policies/llm-training-pipeline.yaml:55:15: error: spec.stages[2].inputs[0].from: '
         'a stage cannot read its own output\n'
-        'policies/llm-training-pipeline.yaml:61:20: error: '
+        'policies/llm-training-pipeline.yaml:63:20: error: '
         "spec.stages[3].dependencies[0]: no stage named 'model-evaluation' in this "
         'pipeline\n'
         "  hint: did you mean 'model-deployment'?\n"
@@ -161,7 +161,7 @@ CASES: dict[str, tuple[Breakage, str]] = {
         '1 error in 1 file\n'),
     "broken-reference": (
         edit(PIPELINE, 'dependencies: ["model-evaluation"]', 'dependencies: ["model-evaluaton"]'),
-        'policies/llm-training-pipeline.yaml:61:20: error: '
+        'policies/llm-training-pipeline.yaml:63:20: error: '
         "spec.stages[3].dependencies[0]: no stage named 'model-evaluaton' in this "
         'pipeline\n'
         "  hint: did you mean 'model-evaluation'?\n"
@@ -175,18 +175,18 @@ CASES: dict[str, tuple[Breakage, str]] = {
         '1 error in 1 file\n'),
     "dependency-cycle": (
         edit(PIPELINE, 'dependencies: ["model-training"]', 'dependencies: ["model-training", "model-deployment"]'),
-        'policies/llm-training-pipeline.yaml:50:19: error: spec.stages[2].dependencies: '
+        'policies/llm-training-pipeline.yaml:52:19: error: spec.stages[2].dependencies: '
         'dependency cycle: model-evaluation -> model-deployment -> model-evaluation\n'
         '1 error in 1 file\n'),
     "bad-quantity": (
         edit(PIPELINE, "      memory: 256Gi\n", "      memory: 256Gb\n"),
-        'policies/llm-training-pipeline.yaml:43:15: error: '
+        'policies/llm-training-pipeline.yaml:45:15: error: '
         'spec.stages[1].resources.memory: expected a Kubernetes quantity such as 16, 500m '
         "or 64Gi, got '256Gb'\n"
         '1 error in 1 file\n'),
     "negative-quantity": (
         edit(PIPELINE, "      memory: 256Gi\n", "      memory: -256Gi\n"),
-        'policies/llm-training-pipeline.yaml:43:15: error: '
+        'policies/llm-training-pipeline.yaml:45:15: error: '
         'spec.stages[1].resources.memory: expected a Kubernetes quantity such as 16, 500m '
         "or 64Gi, got '-256Gi'\n"
         '1 error in 1 file\n'),

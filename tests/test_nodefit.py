@@ -83,4 +83,5 @@ def test_inputs_and_outputs_whose_variables_collide_are_refused() -> None:
     stage = "{name: s, type: DataProc, inputs: [{name: x, source: 's3://a/'}, {name: x-path, source: 's3://b/'}]}"
     assert check(FLEET, pipeline(stage)) == [
         "f1.yaml:7:47: error: spec.stages[0].inputs[0].name: its environment variable FLEETC_INPUT_X_PATH is "
-        "also inputs[1]'s\n  hint: rename one: names that differ only in '-' and '_path' collide"]
+        "also inputs[1]'s\n  hint: rename one: names that differ only in '-' and a '_path' or '_credentials' "
+        "ending collide"]

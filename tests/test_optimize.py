@@ -586,7 +586,7 @@ def test_sovereignty_follows_from_chains_and_rejects_two_jurisdictions(tmp_path:
     # model-training reads both directly; evaluation and deployment read its output.
     assert [d.field for d in raised.value.diagnostics] == ["spec.stages[1]", "spec.stages[2]", "spec.stages[3]"]
     assert raised.value.diagnostics[0].format() == (
-        f"{folder}/llm-training-pipeline.yaml:29:5: error: spec.stages[1]: data sovereignty: stage "
+        f"{folder}/llm-training-pipeline.yaml:30:5: error: spec.stages[1]: data sovereignty: stage "
         "'model-training' reads data of jurisdictions cn (cn-north-1) and eu (eu-west-1), and may run "
         "in only one\n"
         "  hint: keep the data a stage reads (and the data its from: inputs were made of) in one "

@@ -533,11 +533,7 @@ RCLONE_SIDECAR = """\
                 - name: RCLONE_S3_ENV_AUTH
                   value: "true"
                 - name: RCLONE_S3_PROVIDER
-                  value: Other
-              envFrom:
-                - secretRef:
-                    name: fleetc-storage
-                    optional: true
+                  value: AWS
               resources:
                 requests:
                   cpu: 10m

@@ -42,7 +42,7 @@ BUNDLED_WARNINGS = [
       for line, index, name in ((15, 0, "gpu-cluster-huawei"), (28, 1, "inference-cluster-aliyun"))),
     "warning: policies/gpu-optimization.yaml:13:5: spec.memoryManagement.compactionStrategy: has no "
     "Kubernetes form (the device plugin does not compact GPU memory); not rendered",
-    "warning: policies/llm-training-pipeline.yaml:33:9: spec.stages[1].inputs[0]: nfs:// cannot be cached by "
+    "warning: policies/llm-training-pipeline.yaml:34:9: spec.stages[1].inputs[0]: nfs:// cannot be cached by "
     "Fluid/Alluxio; the stage reads it directly",
 ]
 

@@ -14,6 +14,7 @@ from support.corpus import CASES, GOLDEN, ROOT, compiled_in
 from support.runtime import (
     bind,
     command_problems,
+    credential_problems,
     fit_problems,
     kueue_problems,
     markers_written,
@@ -174,7 +175,8 @@ def test_every_dependency_is_waited_for(compiles: list[tuple[str, Compiled]], bu
     assert {key.split("/")[1] for key in written} == {"data-preparation", "model-training", "model-evaluation",
                                                       "ticket-cleaning", "lora-finetuning"}
     training = written["llm-chinese-training/model-training"]
-    assert {path for path, _ in training} == {":s3:models/llm/v1/_SUCCESS"}
+    # Tencent COS through rclone: the bucket is <bucket>-<app id>, the app id from the Secret
+    assert {path for path, _ in training} == {":s3:models-$(FLEETC_COS_APP_ID)/llm/v1/_SUCCESS"}
 
 
 def test_no_prefetch_caches_an_output_before_its_stage_completed(compiles: list[tuple[str, Compiled]],
@@ -195,6 +197,29 @@ def test_no_prefetch_caches_an_output_before_its_stage_completed(compiles: list[
     assert [p.split(": ", 1)[1] for p in prefetch_problems(bundled.model, early)] == [
         f"DataLoad/{model['metadata']['name']}-prefetch caches cos://models/llm/v1/ when it is created, before "
         "llm-chinese-training/model-training, which writes it, completed"]
+
+
+def test_storage_is_reached_with_the_secret_named_for_it(compiles: list[tuple[str, Compiled]]) -> None:
+    for name, result in compiles:
+        assert credential_problems(result.model, result.files) == [], name
+    result = compiled_in(CASES / "two-cluster-pipeline")
+    train, serve = ([p for p in pods(result.files) if p.stage == f"llm/{name}"][0] for name in ("train", "serve"))
+    ref = {"secretKeyRef": {"name": "model-store", "key": "aws.accessKeyId"}}
+    mark = next(c for c in train.spec["containers"] if c["name"] == "fleetc-mark")
+    assert {"name": "RCLONE_S3_ACCESS_KEY_ID", "valueFrom": ref} in mark["env"]
+    assert {"name": "RCLONE_S3_ACCESS_KEY_ID", "valueFrom": ref} in serve.spec["initContainers"][0]["env"]
+    assert {"name": "credentials-model", "secret": {"secretName": "model-store"}} in train.spec["volumes"]
+    assert {"name": "FLEETC_OUTPUT_MODEL_CREDENTIALS", "value": "/fleetc/credentials/model"} in train.container["env"]
+    files = dict(result.files)
+    (path,) = [p for p in files if logical_path(p).endswith("/deployment-ml-llm-serve.yaml")]
+    literal = files[path].replace("RCLONE_S3_ACCESS_KEY_ID\n              valueFrom:\n                secretKeyRef:\n"
+                                  "                  name: model-store\n                  key: aws.accessKeyId\n",
+                                  "RCLONE_S3_ACCESS_KEY_ID\n              value: AKIAIOSFODNN7EXAMPLE\n")
+    assert literal != files[path]
+    files[path] = literal
+    assert credential_problems(result.model, files) == [
+        "serve-l4: Deployment/llm-serve fleetc-wait-train: RCLONE_S3_ACCESS_KEY_ID has a literal value",
+        "serve-l4: Deployment/llm-serve fleetc-wait-train: reaches s3://models/llm/v2/ without Secret model-store"]
 
 
 def test_a_two_cluster_pipeline_serves_only_after_training_completed() -> None:

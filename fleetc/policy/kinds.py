@@ -277,6 +277,13 @@ class StageOutput(_Spec):
     name: DNSLabel = Field(description="Output name, unique within the stage.")
     storage: StorageURL = Field(description="Where the output is written: a storage URL.")
     location: RegionName | None = describe("Region where the storage lives.")
+    secretName: SecretName | None = describe(
+        "Secret, in the pipeline's namespace on every cluster that runs the stage or a stage "
+        "reading the output, holding the storage credentials the output is written, marked "
+        "complete and read with, under the keys Alluxio names for the URL scheme (as for an "
+        "input's secretName). The stage's container finds them as files in the folder "
+        "FLEETC_OUTPUT_<NAME>_CREDENTIALS. Omit it for nfs, or where the pods' own cloud "
+        "identity reaches the storage.")
     jurisdiction: NonEmptyLabelValue | None = describe(
         "Legal jurisdiction of the stored data, when it is not that of its location's region.")
 

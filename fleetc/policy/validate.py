@@ -317,7 +317,7 @@ def semantic_checks(policies: PolicySet,
         _object_name_collisions(policies),
         *(_fleet_checks(f) for f in policies.fleets),
         *(_pipeline_checks(pl) for pl in policies.pipelines),
-        _input_secret_checks(policies),
+        _storage_secret_checks(policies),
         *(_platform_checks(pf, policies, invalid) for pf in policies.platforms),
         *(_gpu_policy_checks(g) for g in policies.gpu_policies),
         *(_data_policy_checks(d) for d in policies.data_policies),
@@ -658,7 +658,8 @@ def _stage_checks(doc: Document, base: FieldPath, stage: p.PipelineStage,
 
 def _env_names_distinct(doc: Document, base: FieldPath, stage: p.PipelineStage) -> Iterator[Diagnostic]:
     """Inputs and outputs reach the container as FLEETC_INPUT_<NAME>, FLEETC_INPUT_<NAME>_PATH,
-    FLEETC_OUTPUT_<NAME> and FLEETC_OUTPUT_<NAME>_PATH (upper case, '-' as '_'): two that would
+    FLEETC_OUTPUT_<NAME>, FLEETC_OUTPUT_<NAME>_PATH and FLEETC_OUTPUT_<NAME>_CREDENTIALS (upper
+    case, '-' as '_'): two that would
     share a variable are an error, as one URL or path would silently replace the other."""
     seen: dict[str, FieldPath] = {}
     texts: dict[str, str] = {}
@@ -666,13 +667,15 @@ def _env_names_distinct(doc: Document, base: FieldPath, stage: p.PipelineStage) 
     names += [(f"FLEETC_INPUT_{i.name}_PATH", ("inputs", j)) for j, i in enumerate(stage.inputs or [])]
     names += [(f"FLEETC_OUTPUT_{o.name}", ("outputs", j)) for j, o in enumerate(stage.outputs or [])]
     names += [(f"FLEETC_OUTPUT_{o.name}_PATH", ("outputs", j)) for j, o in enumerate(stage.outputs or [])]
+    names += [(f"FLEETC_OUTPUT_{o.name}_CREDENTIALS", ("outputs", j)) for j, o in enumerate(stage.outputs or [])]
     for raw, where in names:
         variable = raw.upper().replace("-", "_")
         if variable in seen and texts[variable] != raw:  # the same name twice is a duplicate, said once
             first = f"{seen[variable][0]}[{seen[variable][1]}]"
             yield doc.diagnostic(base + where + ("name",),
                                  f"its environment variable {variable} is also {first}'s",
-                                 hint="rename one: names that differ only in '-' and '_path' collide")
+                                 hint="rename one: names that differ only in '-' and a '_path' or '_credentials' "
+                                      "ending collide")
         seen.setdefault(variable, where)
         texts.setdefault(variable, raw)
 
@@ -734,33 +737,39 @@ def _input_checks(doc: Document, path: FieldPath, item: p.StageInput, reader: st
                              hint=hint)
 
 
-def _input_secret_checks(policies: PolicySet) -> Iterator[Diagnostic]:
-    """An input's ``secretName`` must fit its URL's scheme, and the inputs of one namespace that
-    read one URL (one Fluid Dataset) may not name two different Secrets."""
+def _storage_secret_checks(policies: PolicySet) -> Iterator[Diagnostic]:
+    """An input's or output's ``secretName`` must fit its URL's scheme, and one URL may not be
+    named with two different Secrets in one namespace (one Fluid Dataset mounts it, and its
+    writer and completion marker reach it, with one Secret)."""
     named: dict[tuple[str, str], tuple[str, str]] = {}  # (namespace, url) -> (secret, where)
     for pipeline in sorted(policies.pipelines, key=lambda pl: pl.doc.path):
         doc, stages = pipeline.doc, pipeline.obj.spec.stages
         outputs = {(s.name, o.name): o.storage for s in stages for o in s.outputs or []}
         namespace = pipeline.obj.metadata.namespace or "default"
         for i, stage in enumerate(stages):
-            for j, item in enumerate(stage.inputs or []):
-                url = _input_url(item, outputs)
-                if item.secretName is None or url is None:
+            named_here = [("inputs", j, _input_url(item, outputs), item.secretName)
+                          for j, item in enumerate(stage.inputs or [])]
+            named_here += [("outputs", j, item.storage, item.secretName) for j, item in enumerate(stage.outputs or [])]
+            for kind, j, url, secret_name in named_here:
+                if secret_name is None or url is None:
                     continue
-                path: FieldPath = ("spec", "stages", i, "inputs", j, "secretName")
+                path: FieldPath = ("spec", "stages", i, kind, j, "secretName")
                 if url_scheme(url) not in STORAGE_CREDENTIAL_KEYS:
-                    yield doc.diagnostic(path, f"{url} takes no credentials fleetc can pass to Fluid",
+                    to = "Fluid" if kind == "inputs" else "the stage's containers"
+                    yield doc.diagnostic(path, f"{url} takes no credentials fleetc can pass to {to}",
                                          hint="credentials are named for "
                                               f"{', '.join(s + '://' for s in sorted(STORAGE_CREDENTIAL_KEYS))}"
                                               " URLs; remove secretName")
                     continue
-                where = f"{doc.path}: spec.stages[{i}].inputs[{j}]"
-                secret, first = named.setdefault((namespace, url), (item.secretName, where))
-                if secret != item.secretName:
-                    yield doc.diagnostic(path, f"{url} is read in namespace {namespace} with Secret "
-                                               f"'{secret}' ({first}) and '{item.secretName}' here; "
-                                               "one Fluid Dataset mounts it with one Secret",
-                                         hint="name the same Secret in both inputs")
+                where = f"{doc.path}: spec.stages[{i}].{kind}[{j}]"
+                secret, first = named.setdefault((namespace, url), (secret_name, where))
+                if secret != secret_name:
+                    verb = "read" if kind == "inputs" else "written"
+                    yield doc.diagnostic(path, f"{url} is {verb} in namespace {namespace} with Secret "
+                                               f"'{secret}' ({first}) and '{secret_name}' here; "
+                                               "one Fluid Dataset mounts it, and its writers reach it, "
+                                               "with one Secret",
+                                         hint="name the same Secret wherever the URL is named")
 
 
 def _input_url(item: p.StageInput, outputs: dict[tuple[str, str], str]) -> str | None:

@@ -23,15 +23,20 @@ from fleetc.placement.rules import slots_per_gpu, uses_shared_slots
 Work = list[tuple[Stage, Assignment]]
 
 
-def _input_secrets(model: FleetModel) -> dict[tuple[str, str], str]:
+def _storage_secrets(model: FleetModel) -> dict[tuple[str, str], str]:
+    """(namespace, url) -> the Secret an input reading or an output writing ``url`` there names
+    (validated: at most one per namespace and URL)."""
     urls = {(s.key, o.name): o.url for s in model.stages for o in s.outputs}
     found: dict[tuple[str, str], str] = {}
     for stage in model.stages:
+        named: list[tuple[str | None, str | None]] = [(o.url, o.secret_name) for o in stage.outputs]
         for item in stage.inputs:
             url = item.url if item.from_stage is None else urls.get((f"{stage.pipeline}/{item.from_stage}",
                                                                      str(item.from_output)))
-            if item.secret_name is not None and url is not None:
-                found.setdefault((stage.namespace, url), item.secret_name)
+            named.append((url, item.secret_name))
+        for url, secret in named:
+            if secret is not None and url is not None:
+                found.setdefault((stage.namespace, url), secret)
     return found
 
 
@@ -46,8 +51,8 @@ class Context:
     gpu_slots: int  # time-sliced slots per GPU; 1 when GPUs are not shared
     stages: Mapping[tuple[str, str], Stage]  # (pipeline, stage name) -> stage
     waited_for: frozenset[str]  # keys of the stages another stage depends on
-    #: (namespace, url) -> the Secret an input reading it there names (validated: at most one)
-    input_secrets: Mapping[tuple[str, str], str]
+    #: (namespace, url) -> the Secret an input or output naming it there names (at most one)
+    storage_secrets: Mapping[tuple[str, str], str]
 
     @classmethod
     def of(cls, model: FleetModel) -> Context:
@@ -65,7 +70,7 @@ class Context:
             gpu_slots=slots_per_gpu(model),
             stages={(s.pipeline, s.name): s for s in model.stages},
             waited_for=frozenset(f"{s.pipeline}/{d}" for s in model.stages for d in s.dependencies),
-            input_secrets=_input_secrets(model),
+            storage_secrets=_storage_secrets(model),
         )
 
     @property
@@ -78,6 +83,10 @@ class Context:
         """The data policy of this compile (fleetc reads at most one; it has no selector, so it
         applies to every pipeline)."""
         return self.model.data_policies[0] if self.model.data_policies else None
+
+    def storage_secret(self, stage: Stage, url: str) -> str | None:
+        """The Secret ``stage``'s pods reach ``url`` with, if one is named for it in their namespace."""
+        return self.storage_secrets.get((stage.namespace, url))
 
     def stage(self, pipeline: str, name: str) -> Stage | None:
         return self.stages.get((pipeline, name))

@@ -58,6 +58,8 @@ _ANNOTATORS = {
 MOUNT_ROOT = "/fleetc/inputs"
 #: Where it writes an ``nfs://`` output: ``<OUTPUT_ROOT>/<output name>``.
 OUTPUT_ROOT = "/fleetc/outputs"
+#: Where it finds the keys of an object-store output's Secret: ``<CREDENTIALS_ROOT>/<output name>``.
+CREDENTIALS_ROOT = "/fleetc/credentials"
 
 
 @functools.lru_cache(maxsize=1 << 14)  # every stage reading a URL names its dataset
@@ -93,6 +95,8 @@ class DataMounts(NamedTuple):
     mounts: list[Obj]  # container volumeMounts: inputs read-only, outputs read-write
     paths: dict[str, str]  # input name -> mount path, for FLEETC_INPUT_<NAME>_PATH
     output_paths: dict[str, str]  # output name -> mount path, for FLEETC_OUTPUT_<NAME>_PATH
+    #: output name -> the folder its Secret's keys are files in, FLEETC_OUTPUT_<NAME>_CREDENTIALS
+    credentials: dict[str, str]
 
 
 def _nfs_volume(name: str, url: str, read_only: bool) -> Obj:
@@ -113,8 +117,11 @@ def output_volume(name: str) -> str:
 def data_mounts(ctx: Context, stage: Stage) -> DataMounts:
     """The stage's cached and ``nfs://`` inputs (read-only, at ``/fleetc/inputs/<name>``) and its
     ``nfs://`` outputs (read-write, at ``/fleetc/outputs/<name>``) as pod volumes, container
-    volumeMounts and env values: the container is told each path it is given."""
-    found = DataMounts([], [], {}, {})
+    volumeMounts and env values: the container is told each path it is given. An object-store
+    output with a Secret (``secretName``) has the Secret mounted read-only at
+    ``/fleetc/credentials/<name>``, one file per key (the keys Alluxio names for the scheme):
+    the container writes with them; the Secret is named, its values never rendered."""
+    found = DataMounts([], [], {}, {}, {})
     for index, url in ctx.input_urls(stage):
         nfs = url_scheme(url) == "nfs"
         if not nfs and not is_cached(ctx, url):
@@ -135,6 +142,14 @@ def data_mounts(ctx: Context, stage: Stage) -> DataMounts:
         found.volumes.append(_nfs_volume(volume, output.url, read_only=False))
         found.mounts.append({"name": volume, "mountPath": f"{OUTPUT_ROOT}/{output.name}"})
         found.output_paths[output.name] = f"{OUTPUT_ROOT}/{output.name}"
+    for output in stage.outputs:
+        secret = ctx.storage_secret(stage, output.url)
+        if secret is None or url_scheme(output.url) not in STORAGE_CREDENTIAL_KEYS:
+            continue
+        volume = dns_label(f"credentials-{output.name}")
+        found.volumes.append({"name": volume, "secret": {"secretName": secret}})
+        found.mounts.append({"name": volume, "mountPath": f"{CREDENTIALS_ROOT}/{output.name}", "readOnly": True})
+        found.credentials[output.name] = f"{CREDENTIALS_ROOT}/{output.name}"
     return found
 
 
@@ -216,7 +231,7 @@ def fluid_objects(ctx: Context, work: Work) -> list[Obj]:
     objects: list[Obj] = []
     cached = cached_urls(ctx, work)
     for namespace, url in cached:
-        objects += [dataset(policy, namespace, url, ctx.input_secrets.get((namespace, url))),
+        objects += [dataset(policy, namespace, url, ctx.storage_secrets.get((namespace, url))),
                     alluxio_runtime(policy, namespace, url, len(cached))]
         if policy.prefetching_enabled and prefetched(ctx, url):
             objects.append(data_load(policy, namespace, url))

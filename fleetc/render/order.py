@@ -18,10 +18,11 @@ wait for them (docs/pipelines.md says why this and not Volcano JobFlow).
 
 Markers are read and written with rclone (:data:`MARKER_IMAGE`): ``nfs://`` outputs are mounted
 (the producing pod's own output volume) and used as local paths; object stores as rclone's
-on-the-fly remotes (``:s3:``, ``:gcs:``, ``:hdfs:``) configured from the environment, which the optional Secret
-:data:`STORAGE_SECRET` of the namespace supplies (endpoint and keys as ``RCLONE_S3_*``
-variables; nothing is rendered when it is absent, and cloud workload identity works through
-``env_auth``).
+on-the-fly remotes (``:s3:``, ``:gcs:``, ``:hdfs:``) configured by environment variables. Where
+the output names a Secret (``secretName``, under the keys Alluxio names for its scheme,
+:data:`fleetc.model.STORAGE_CREDENTIAL_KEYS`), the S3-compatible remote's provider, keys and
+endpoint come from that Secret by reference (:data:`S3_CREDENTIALS`; no value is rendered);
+otherwise rclone takes the pod's own cloud identity (``env_auth``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import shlex
 from urllib.parse import urlsplit
 
 from fleetc.errors import Diagnostic
-from fleetc.model import Stage
+from fleetc.model import STORAGE_CREDENTIAL_KEYS, Stage, url_scheme
 from fleetc.render.common import Obj, dns_label, warning
 from fleetc.render.context import Context, Work
 from fleetc.render.data import output_volume
@@ -41,12 +42,41 @@ MARKER = "_SUCCESS"
 STATUS_PATH = "/fleetc/status"
 STATUS_VOLUME = "fleetc-status"
 MARKER_ROOT = "/fleetc/markers"
-STORAGE_SECRET = "fleetc-storage"
 POLL_SECONDS = 30
 WAIT_TIMEOUT_SECONDS = 24 * 3600
 #: URL scheme -> rclone backend reached as an on-the-fly remote.
 REMOTES = {"s3": "s3", "s3a": "s3", "cos": "s3", "cosn": "s3", "oss": "s3", "obs": "s3", "gs": "gcs",
            "hdfs": "hdfs"}
+#: Schemes whose endpoint only a Secret names (AWS and GCS have well-known endpoints and
+#: workload identity).
+ENDPOINT_IN_SECRET = frozenset({"cos", "oss", "obs"})
+#: The Tencent COS app id, from the Secret: rclone names a COS bucket ``<bucket>-<app id>``,
+#: Alluxio's ``cos://<bucket>`` takes the app id apart (``fs.cos.app.id``).
+COS_APP_ID = "FLEETC_COS_APP_ID"
+#: URL scheme -> (rclone's S3 provider, rclone variable -> the key of the output's Secret, plain
+#: variables that may name the Secret's ones as ``$(VAR)``): the Alluxio keys fleetc's Secrets
+#: hold for each scheme, mapped onto rclone's S3 backend (rclone/rclone ``backend/s3/provider/
+#: {AWS,Alibaba,HuaweiOBS,TencentCOS,GCS}.yaml``; GCS through its S3 interoperability with HMAC
+#: keys).
+S3_CREDENTIALS: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {
+    "s3": ("AWS", {"RCLONE_S3_ACCESS_KEY_ID": "aws.accessKeyId", "RCLONE_S3_SECRET_ACCESS_KEY": "aws.secretKey"},
+           {}),
+    "s3a": ("AWS", {"RCLONE_S3_ACCESS_KEY_ID": "aws.accessKeyId", "RCLONE_S3_SECRET_ACCESS_KEY": "aws.secretKey"},
+            {}),
+    "oss": ("Alibaba", {"RCLONE_S3_ACCESS_KEY_ID": "fs.oss.accessKeyId",
+                        "RCLONE_S3_SECRET_ACCESS_KEY": "fs.oss.accessKeySecret",
+                        "RCLONE_S3_ENDPOINT": "fs.oss.endpoint"}, {}),
+    "obs": ("HuaweiOBS", {"RCLONE_S3_ACCESS_KEY_ID": "fs.obs.accessKey",
+                          "RCLONE_S3_SECRET_ACCESS_KEY": "fs.obs.secretKey",
+                          "RCLONE_S3_ENDPOINT": "fs.obs.endpoint"}, {}),
+    "cos": ("TencentCOS", {"RCLONE_S3_ACCESS_KEY_ID": "fs.cos.access.key",
+                           "RCLONE_S3_SECRET_ACCESS_KEY": "fs.cos.secret.key", "RCLONE_S3_REGION": "fs.cos.region",
+                           COS_APP_ID: "fs.cos.app.id"},
+            {"RCLONE_S3_ENDPOINT": "cos.$(RCLONE_S3_REGION).myqcloud.com"}),
+    "gs": ("GCS", {"RCLONE_S3_ACCESS_KEY_ID": "fs.gcs.accessKeyId",
+                   "RCLONE_S3_SECRET_ACCESS_KEY": "fs.gcs.secretAccessKey"},
+           {"RCLONE_S3_ENDPOINT": "https://storage.googleapis.com"}),
+}
 
 
 def run_id(stage: Stage) -> str:
@@ -76,20 +106,28 @@ def reachable(url: str) -> bool:
     return scheme == "nfs" or scheme in REMOTES
 
 
-def _location(url: str, slot: int) -> tuple[str, Obj | None, dict[str, str]]:
-    """(rclone path of the folder, the NFS volume it needs or None, env the remote needs)."""
+def _location(url: str, slot: int, secret: str | None) -> tuple[str, Obj | None, list[Obj]]:
+    """(rclone path of the folder, the NFS volume it needs or None, the env the remote needs:
+    the Secret's keys by reference first, so later plain values may name them as ``$(VAR)``)."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     path = parts.path.strip("/")
     if scheme == "nfs":
         volume = {"name": f"fleetc-marker-{slot}", "nfs": {"server": parts.hostname or "", "path": f"/{path}"}}
-        return f"{MARKER_ROOT}/{slot}", volume, {}
+        return f"{MARKER_ROOT}/{slot}", volume, []
     backend = REMOTES[scheme]
     if backend == "hdfs":
-        return f":hdfs:/{path}", None, {"RCLONE_HDFS_NAMENODE": parts.netloc}
-    env = {"RCLONE_S3_PROVIDER": "Other", "RCLONE_S3_ENV_AUTH": "true"} if backend == "s3" else {
-        "RCLONE_GCS_ENV_AUTH": "true"}
-    return f":{backend}:{parts.netloc}/{path}", None, env
+        return f":hdfs:/{path}", None, _env({"RCLONE_HDFS_NAMENODE": parts.netloc})
+    if secret is not None and scheme in S3_CREDENTIALS:
+        provider, keys, plain = S3_CREDENTIALS[scheme]
+        bucket = f"{parts.netloc}-$({COS_APP_ID})" if COS_APP_ID in keys else parts.netloc
+        env = [{"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": keys[name]}}}
+               for name in sorted(keys)]
+        return f":s3:{bucket}/{path}", None, env + _env({"RCLONE_S3_PROVIDER": provider, **plain})
+    if backend == "s3":
+        provider = S3_CREDENTIALS[scheme][0] if scheme in S3_CREDENTIALS else "Other"
+        return f":s3:{parts.netloc}/{path}", None, _env({"RCLONE_S3_PROVIDER": provider, "RCLONE_S3_ENV_AUTH": "true"})
+    return f":gcs:{parts.netloc}/{path}", None, _env({"RCLONE_GCS_ENV_AUTH": "true"})
 
 
 def _marker_names(stage: Stage) -> list[str]:
@@ -100,19 +138,15 @@ def _env(values: dict[str, str]) -> list[Obj]:
     return [{"name": k, "value": values[k]} for k in sorted(values)]
 
 
-def _storage_env_from() -> list[Obj]:
-    return [{"secretRef": {"name": STORAGE_SECRET, "optional": True}}]
-
-
 def wrap_command(command: list[str]) -> list[str]:
     """Run ``command`` and record its exit code for the ``fleetc-mark`` container."""
     script = f'"$@"; code=$?; echo "$code" > {STATUS_PATH}/exit-code; exit "$code"'
     return ["sh", "-c", script, "fleetc-run", *command]
 
 
-def mark_container(stage: Stage) -> tuple[Obj, list[Obj]]:
+def mark_container(ctx: Context, stage: Stage) -> tuple[Obj, list[Obj]]:
     """The ``fleetc-mark`` container of a marking stage's pods, and the volumes it needs."""
-    folder, volume, env = _location(stage.outputs[0].url, 0)
+    folder, volume, env = _location(stage.outputs[0].url, 0, ctx.storage_secret(stage, stage.outputs[0].url))
     name = MARKER if stage.pods == 1 else f"{MARKER}.$(RANK)"
     target = f"{shlex.quote(folder)}/{name}"  # $(RANK) is the kubelet's to expand
     script = (f"until [ \"$(cat {STATUS_PATH}/exit-code 2>/dev/null)\" = 0 ]; do sleep 5; done; "
@@ -124,8 +158,7 @@ def mark_container(stage: Stage) -> tuple[Obj, list[Obj]]:
         mounts.append({"name": output_volume(stage.outputs[0].name), "mountPath": folder})
     container: Obj = {"name": "fleetc-mark", "image": MARKER_IMAGE, "command": ["sh", "-c", script]}
     if env:
-        container["env"] = _env(env)
-    container["envFrom"] = _storage_env_from()
+        container["env"] = env
     container["resources"] = {"requests": {"cpu": "10m", "memory": "32Mi"},
                               "limits": {"cpu": "100m", "memory": "128Mi"}}
     container["volumeMounts"] = mounts
@@ -139,7 +172,8 @@ def wait_containers(ctx: Context, stage: Stage) -> tuple[list[Obj], list[Obj]]:
     for slot, upstream in enumerate(producers(ctx, stage), start=1):
         if not marks(ctx, upstream):
             continue
-        folder, volume, env = _location(upstream.outputs[0].url, slot)
+        folder, volume, env = _location(upstream.outputs[0].url, slot,
+                                        ctx.storage_secret(upstream, upstream.outputs[0].url))
         checks = " && ".join(
             f"[ \"$(rclone cat {shlex.quote(folder + '/' + name)} 2>/dev/null)\" = {run_id(upstream)} ]"
             for name in _marker_names(upstream))
@@ -153,8 +187,7 @@ def wait_containers(ctx: Context, stage: Stage) -> tuple[list[Obj], list[Obj]]:
         container: Obj = {"name": dns_label(f"fleetc-wait-{upstream.name}"), "image": MARKER_IMAGE,
                           "command": ["sh", "-c", script]}
         if env:
-            container["env"] = _env(env)
-        container["envFrom"] = _storage_env_from()
+            container["env"] = env
         container["resources"] = {"requests": {"cpu": "10m", "memory": "32Mi"},
                                   "limits": {"cpu": "100m", "memory": "128Mi"}}
         if volume is not None:
@@ -166,8 +199,18 @@ def wait_containers(ctx: Context, stage: Stage) -> tuple[list[Obj], list[Obj]]:
 
 
 def order_warnings(ctx: Context, work: Work) -> list[Diagnostic]:
-    """Dependencies fleetc cannot enforce, each named with its fix."""
+    """Dependencies fleetc cannot enforce, and completion markers that cannot reach their store
+    (an S3-compatible store other than AWS, with no Secret naming its endpoint and keys), each
+    named with its fix."""
     found = []
+    for stage, _ in work:
+        url = stage.outputs[0].url if stage.outputs else ""
+        if (marks(ctx, stage) and url_scheme(url) in ENDPOINT_IN_SECRET
+                and ctx.storage_secret(stage, url) is None):
+            found.append(warning(stage.source, f"{stage.source.field}.outputs[0].secretName",
+                                 f"stage '{stage.name}' writes its completion marker to {url} with no "
+                                 f"Secret, and {url_scheme(url)}:// needs the endpoint and keys one holds; "
+                                 f"name a Secret with {', '.join(STORAGE_CREDENTIAL_KEYS[url_scheme(url)])}"))
     for stage, _ in work:
         for upstream in producers(ctx, stage):
             if marks(ctx, upstream):

@@ -120,6 +120,8 @@ def env_vars(ctx: Context, stage: Stage, mounted: DataMounts) -> list[Obj]:
     * ``FLEETC_INPUT_<NAME>`` / ``FLEETC_OUTPUT_<NAME>``: the data URLs;
     * ``FLEETC_INPUT_<NAME>_PATH`` / ``FLEETC_OUTPUT_<NAME>_PATH``: where a cached or ``nfs://``
       input, or an ``nfs://`` output, is mounted (``mounted``, from :func:`.data.data_mounts`);
+    * ``FLEETC_OUTPUT_<NAME>_CREDENTIALS``: the folder an object-store output's Secret is
+      mounted in, one file per key;
     * DataProc stages, with a data policy: ``FLEETC_PREPROCESS_PARALLELISM`` and
       ``FLEETC_PREPROCESS_COMPRESSION`` (``preprocessing``; env vars rather than more task
       replicas, because the gang's size and resources are what the placement reserved);
@@ -129,6 +131,7 @@ def env_vars(ctx: Context, stage: Stage, mounted: DataMounts) -> list[Obj]:
     env |= {_env_name("FLEETC_INPUT_", name) + "_PATH": path for name, path in mounted.paths.items()}
     env |= {_env_name("FLEETC_OUTPUT_", o.name): o.url for o in stage.outputs}
     env |= {_env_name("FLEETC_OUTPUT_", name) + "_PATH": path for name, path in mounted.output_paths.items()}
+    env |= {_env_name("FLEETC_OUTPUT_", name) + "_CREDENTIALS": path for name, path in mounted.credentials.items()}
     data = ctx.data_policy
     if data is not None and stage.type is StageType.DATAPROC:
         env["FLEETC_PREPROCESS_PARALLELISM"] = str(data.parallelization)
@@ -208,7 +211,7 @@ def _pod_spec(ctx: Context, cluster: Cluster, stage: Stage, container: Obj, moun
     if marks(ctx, stage):
         container["command"] = wrap_command(container["command"])
         container.setdefault("volumeMounts", []).append({"name": STATUS_VOLUME, "mountPath": STATUS_PATH})
-        marker, marker_volumes = mark_container(stage)
+        marker, marker_volumes = mark_container(ctx, stage)
         spec["containers"].append(marker)
         volumes += marker_volumes
     volumes = mounted.volumes + volumes

@@ -193,7 +193,7 @@ def pod_env(job: Mapping[str, Any], task: Mapping[str, Any], index: int) -> dict
     """A Volcano Job pod's environment after the job plugins ran (volcano-sh/volcano
     pkg/controllers/job/plugins: env/env.go, distributed-framework/pytorch/pytorch.go)."""
     container = task["template"]["spec"]["containers"][0]
-    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    env = {e["name"]: e.get("value", "") for e in container.get("env", [])}
     plugins = job["spec"].get("plugins", {})
     name = job["metadata"]["name"]
     if "env" in plugins:
@@ -268,6 +268,10 @@ def container_env(job: Mapping[str, Any], container: Mapping[str, Any], index: i
     for item in container.get("env", []):
         if "value" in item:
             env[item["name"]] = item["value"]
+            continue
+        secret = item.get("valueFrom", {}).get("secretKeyRef")
+        if secret is not None:  # set from the Secret at run time: its value stays a reference here
+            env[item["name"]] = f"$({item['name']})"
             continue
         path = item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")
         found = re.fullmatch(r"metadata\.annotations\['([^']+)'\]", path)
@@ -453,7 +457,7 @@ def _templates(files: Mapping[str, str]) -> Iterator[tuple[str, str, Mapping[str
         if obj["kind"] == "Job" and obj["apiVersion"].startswith("batch.volcano.sh/"):
             for task in obj["spec"]["tasks"]:
                 yield cluster, f"{owner} task {task['name']}", task["template"]["spec"]
-        elif obj["kind"] == "Deployment":
+        elif obj["kind"] == "Deployment" or is_batch_job(obj):
             yield cluster, owner, obj["spec"]["template"]["spec"]
 
 
@@ -495,6 +499,78 @@ def mount_problems(files: Mapping[str, str]) -> list[str]:
     return sorted(set(problems))
 
 
+# --------------------------------------------------------------------------- credentials
+_CREDENTIAL_VARIABLE = re.compile(r"ACCESS_KEY|SECRET|PASSWORD|TOKEN")
+
+
+def _named_secrets(model: FleetModel) -> dict[tuple[str, str], str]:
+    """(namespace, url) -> the Secret the policies name for it (on an output or an input)."""
+    urls = {(s.key, o.name): o.url for s in model.stages for o in s.outputs}
+    named = {}
+    for stage in model.stages:
+        for output in stage.outputs:
+            if output.secret_name:
+                named[(stage.namespace, output.url)] = output.secret_name
+        for item in stage.inputs:
+            url = item.url if item.from_stage is None else urls[(f"{stage.pipeline}/{item.from_stage}",
+                                                                  str(item.from_output))]
+            if item.secret_name and url:
+                named.setdefault((stage.namespace, url), item.secret_name)
+    return named
+
+
+def credential_problems(model: FleetModel, files: Mapping[str, str]) -> list[str]:
+    """Storage is reached with the Secret the policies name for it, by reference only: no
+    container has a credential-like variable with a literal value; a completion marker written
+    to, or waited for at, a URL with a Secret takes its keys from that Secret; a stage's
+    container finds each output's Secret mounted where ``FLEETC_OUTPUT_<NAME>_CREDENTIALS``
+    says."""
+    named = _named_secrets(model)
+    stages = {s.key: s for s in model.stages}
+    problems = []
+    for cluster, obj in objects(files):
+        if obj["kind"] == "Job" and obj["apiVersion"].startswith("batch.volcano.sh/"):
+            templates = [t["template"] for t in obj["spec"]["tasks"]]
+        elif obj["kind"] == "Deployment" or is_batch_job(obj):
+            templates = [obj["spec"]["template"]]
+        else:
+            continue
+        namespace = obj["metadata"]["namespace"]
+        where = f"{cluster}: {obj['kind']}/{obj['metadata']['name']}"
+        for template in templates:
+            spec, stage = template["spec"], stages[_stage(template)]
+            volumes = {v["name"]: v for v in spec.get("volumes", [])}
+            for container in spec.get("initContainers", []) + spec["containers"]:
+                env = container.get("env", [])
+                problems += [f"{where} {container['name']}: {e['name']} has a literal value"
+                             for e in env if _CREDENTIAL_VARIABLE.search(e["name"]) and "value" in e
+                             and not e["name"].startswith("FLEETC_")]  # fleetc's own name URLs and paths
+                if "envFrom" in container:
+                    problems.append(f"{where} {container['name']}: takes a whole Secret or ConfigMap (envFrom)")
+                url = None
+                if container["name"] == "fleetc-mark":
+                    url = stage.outputs[0].url
+                elif container["name"].startswith("fleetc-wait-"):
+                    url = stages[f"{stage.pipeline}/{container['name'][len('fleetc-wait-'):]}"].outputs[0].url
+                secret = named.get((namespace, url)) if url else None
+                from_secrets = [e for e in env if "secretKeyRef" in e.get("valueFrom", {})]
+                refs = {e["valueFrom"]["secretKeyRef"]["name"] for e in from_secrets}
+                if secret is not None and (refs != {secret} or not any(
+                        "ACCESS_KEY_ID" in e["name"] for e in from_secrets)):
+                    problems.append(f"{where} {container['name']}: reaches {url} without Secret {secret}")
+            told = {e["name"]: e["value"] for e in spec["containers"][0].get("env", []) if "value" in e}
+            mounts = {m["mountPath"]: m["name"] for m in spec["containers"][0].get("volumeMounts", [])}
+            for output in stage.outputs:
+                secret = named.get((namespace, output.url))
+                if secret is None or output.url.startswith("nfs://"):
+                    continue
+                folder = told.get("FLEETC_OUTPUT_" + re.sub(r"[^A-Z0-9_]", "_", output.name.upper()) + "_CREDENTIALS")
+                volume = volumes.get(mounts.get(folder or "", ""), {})
+                if volume.get("secret", {}).get("secretName") != secret:
+                    problems.append(f"{where}: output {output.name} is written without Secret {secret}")
+    return sorted(set(problems))
+
+
 # --------------------------------------------------------------------------- prefetch
 def prefetch_problems(model: FleetModel, files: Mapping[str, str]) -> list[str]:
     """No Fluid DataLoad caches what a stage writes before that stage completed. A DataLoad
@@ -533,19 +609,19 @@ def command_problems(files: Mapping[str, str]) -> list[str]:
                      for i in range(t["replicas"])]
         elif obj["kind"] == "Deployment":
             spec = obj["spec"]["template"]["spec"]
-            cases = [(spec, {e["name"]: e["value"] for e in spec["containers"][0].get("env", [])})]
+            cases = [(spec, {e["name"]: e.get("value", "") for e in spec["containers"][0].get("env", [])})]
         elif is_batch_job(obj):
             problems += _batch_command_problems(cluster, obj)
             continue
         else:
             continue
         for spec, env in cases:
-            own = {e["name"]: e["value"] for e in spec["containers"][0].get("env", [])}
+            own = {e["name"]: e.get("value", "") for e in spec["containers"][0].get("env", [])}
             plugins = {k: v for k, v in env.items() if k not in own}  # Volcano's, on every container
             for container in spec.get("initContainers", []) + spec["containers"]:
-                known = {**plugins, **{e["name"]: e["value"] for e in container.get("env", [])}}
+                known = {**plugins, **{e["name"]: e.get("value", "") for e in container.get("env", [])}}
                 if container in spec.get("initContainers", []):
-                    known = {e["name"]: e["value"] for e in container.get("env", [])}
+                    known = {e["name"]: e.get("value", "") for e in container.get("env", [])}
                 for word in container.get("command", []) + container.get("args", []):
                     for name in _REFERENCE.findall(word):
                         if name not in known:

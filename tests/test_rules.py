@@ -248,8 +248,8 @@ def _assert_repair_room_follows_the_rules(model: FleetModel, problem: Problem, r
     every cluster ``replicas_at`` does not already overfill (the repair never sees one)."""
     large = colgen._large(problem)
     per_replica = large.coefficients / large.replicas
-    room = colgen._Room(large.capacity, colgen._taken(large, replicas_at), large.slots, large.headroom, per_replica,
-                        replicas_at)
+    room = colgen._Room(large.capacity, colgen._taken(large, replicas_at), large.slots, large.unit, large.headroom,
+                        per_replica, replicas_at)
     for c, cluster in enumerate(model.clusters):
         placed = [(stage, int(replicas_at[s, c])) for s, stage in enumerate(model.stages)]
         if rules.overuse(model, cluster, rules.usage(model, placed)):

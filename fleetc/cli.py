@@ -133,6 +133,9 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, base_ref: str | Non
     if allow_unplaced:
         for hint in _taint_hints(compiled):
             click.echo(f"  hint: {hint}", err=True)
+        if output_format == "text":
+            for fix in _fixes(compiled):
+                click.echo(f"  fix: {fix}", err=True)
     # --check and --commit change only where the rendered files go, never how they are made.
     if commit:
         _commit(compiled, Path(out_dir), output_format, paths or [DEFAULT_POLICIES])
@@ -173,9 +176,22 @@ def _taint_hints(compiled: Any) -> list[str]:
     return taint_hints(compiled.model, [p.stage for p in compiled.placement.stages if not p.assignments])
 
 
+def _fixes(compiled: Any) -> list[str]:
+    """The smallest change that places each stage left out (:mod:`fleetc.placement.fixes`)."""
+    from fleetc.compiler import placed_clusters
+    from fleetc.placement.fixes import fixes
+
+    left_out = [p.stage for p in compiled.placement.stages if not p.assignments]
+    if not left_out:
+        return []
+    return [fix.text for fix in fixes(compiled.model, placed_clusters(compiled.placement), left_out)]
+
+
 def _summary(compiled: Any, out: Path) -> dict[str, Any]:
     placement = compiled.placement
+    fixes = _fixes(compiled)
     return {
+        **({"fixes": fixes} if fixes else {}),
         "out": out.as_posix(),
         "files": len(compiled.files),
         "stages": sum(1 for p in placement.stages if p.assignments),
@@ -397,6 +413,7 @@ def _report(err: FleetcError, output_format: str) -> None:
             "error": type(err).__name__,
             "diagnostics": [d.as_dict() for d in diagnostics],
             "messages": [] if diagnostics else str(err).splitlines(),
+            **({"fixes": list(err.fixes)} if isinstance(err, PlacementError) and err.fixes else {}),
             **({"side": side} if side else {}),
         })
         return
@@ -416,6 +433,8 @@ def _report(err: FleetcError, output_format: str) -> None:
             click.echo(f"  {reason}", err=True)
         if err.hint:
             click.echo(f"  hint: {err.hint}", err=True)
+        for fix in err.fixes:
+            click.echo(f"  fix: {fix}", err=True)
     elif isinstance(err, InternalError):
         click.echo(f"fleetc: internal error: {err}\n{BUG_REPORT}", err=True)
     else:

@@ -168,10 +168,17 @@ def explain_stage(target: str, options: Options) -> Explanation:
         raise FleetcError(f"cannot explain: {where} is stale: it does not hold for these policies (they, "
                           "--drain, FLEETC_LARGE, the solver's version or fleetc's placement version changed "
                           "since); run `fleetc compile` first")
+    from fleetc.placement.fixes import fixes
     from fleetc.placement.hints import taint_hints
 
     explanation = why.explain(model, placement, key, previous.clusters)
-    return dataclasses.replace(explanation, hints=tuple(taint_hints(model, [key])))
+    fix = "" if explanation.chosen else fixes(model, placed_clusters(placement), [key])[0].text
+    return dataclasses.replace(explanation, hints=tuple(taint_hints(model, [key])), fix=fix)
+
+
+def placed_clusters(placement: Placement) -> dict[str, dict[str, int]]:
+    """Stage key -> cluster -> replicas of the stages ``placement`` places."""
+    return {p.stage: {a.cluster: a.replicas for a in p.assignments} for p in placement.stages if p.assignments}
 
 
 def diff_fleet(base_ref: str, options: Options) -> Report:
@@ -289,6 +296,7 @@ def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
     given_back = _given_back(model, inputs, options)
     if given_back is not None:  # neither cvxpy nor HiGHS is imported: `--check` stays light
         return given_back
+    from fleetc.placement.fixes import fixes
     from fleetc.placement.hints import capacity_hints, refused_stages, taint_hints
     from fleetc.placement.optimize import place  # imports scipy and HiGHS: only when solving
 
@@ -300,7 +308,9 @@ def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
     except PlacementError as err:
         hints = [err.hint] if err.hint else []
         capacity = capacity_hints(model) if any(_about_capacity(r) for r in err.reasons) else []
-        err.hint = "\n  hint: ".join(hints + taint_hints(model, refused_stages(model, err.reasons)) + capacity)
+        refused = refused_stages(model, err.reasons)
+        err.hint = "\n  hint: ".join(hints + taint_hints(model, refused) + capacity)
+        err.fixes = tuple(fix.text for fix in fixes(model, err.placed, refused))
         raise
     return dataclasses.replace(placement, inputs=inputs,
                                solver="" if options.solver == DEFAULT_SOLVER else options.solver)

@@ -8,7 +8,7 @@ one place, :meth:`Diagnostic.format`, so tests can assert exact messages.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -97,6 +97,12 @@ class PlacementError(FleetcError):
 
     def __init__(self, reasons: Sequence[str]):
         self.reasons = tuple(reasons)
+        #: Stage key -> cluster -> replicas of the stages that were placed when the others could
+        #: not be (what-would-fit reads it), empty when no placement was found at all.
+        self.placed: Mapping[str, Mapping[str, int]] = {}
+        #: One line per stage left out: the smallest change that places it
+        #: (:mod:`fleetc.placement.fixes`).
+        self.fixes: tuple[str, ...] = ()
         super().__init__("\n".join(self.reasons))
 
 

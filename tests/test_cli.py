@@ -207,6 +207,7 @@ def test_explain_names_the_toleration_that_admits_a_stage(tmp_path: Path, monkey
     assert result.stdout.endswith(
         "  gpu-h: filtered out: untolerated taint gpu-type=h100:NoSchedule\n"
         "not placed: 0/1 clusters fit llm/prepare: 1 has untolerated taint gpu-type=h100:NoSchedule\n"
+        "fix: llm/prepare: tolerate the taint gpu-type=h100:NoSchedule (it fits on gpu-h)\n"
         "hint: llm/prepare: the toleration {key: gpu-type, operator: Equal, value: h100, effect: NoSchedule} "
         "admits it to clusters tainted gpu-type=h100:NoSchedule; write it under spec.stages[0].tolerations in "
         "policies/pipeline.yaml (this stage), or under spec.placement.clusterTolerations in "

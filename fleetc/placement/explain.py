@@ -50,6 +50,8 @@ class Explanation:
     runner_up_lost: str = ""
     #: Where a taint keeps the stage off a cluster: the toleration that would admit it.
     hints: tuple[str, ...] = ()
+    #: For a stage not placed: the smallest change that places it (:mod:`fleetc.placement.fixes`).
+    fix: str = ""
 
 
 def find_stage(model: FleetModel, target: str) -> str:
@@ -153,6 +155,8 @@ def format_text(explanation: Explanation) -> str:
         lines.append(f"chosen: {', '.join(explanation.chosen)}")
     else:
         lines.append(f"not placed: {explanation.unplaced}")
+        if explanation.fix:
+            lines.append(f"fix: {explanation.fix}")
     if explanation.runner_up is not None and explanation.margin is not None:
         why = f": it scores higher; {explanation.runner_up_lost}" if explanation.runner_up_lost else ""
         lines.append(f"runner-up: {explanation.runner_up} (margin {explanation.margin:+.4f}{why})")

@@ -124,11 +124,15 @@ def place(
     ran_out = time_limit if time_limit is not None and _ran_out(deadline) else None  # the limit that ran out
     if unplaced and not allow_unplaced:
         if ran_out is not None:  # then nothing is proven
-            raise TimeLimitError(ran_out, list(unplaced.values()),
-                                 hint="raise --time-limit, or pass --allow-unplaced to render what was placed")
-        if not proven:
-            raise SearchLimitError(list(unplaced.values()))
-        raise PlacementError(list(unplaced.values()))
+            error: PlacementError = TimeLimitError(
+                ran_out, list(unplaced.values()),
+                hint="raise --time-limit, or pass --allow-unplaced to render what was placed")
+        else:
+            error = SearchLimitError(list(unplaced.values())) if not proven else PlacementError(list(unplaced.values()))
+        error.placed = {stage.key: {model.clusters[c].name: int(replicas_at[s, c])
+                                    for c in np.flatnonzero(replicas_at[s])}
+                        for s, stage in enumerate(model.stages) if replicas_at[s].any()}
+        raise error
     placement = Placement(
         stages=tuple(
             _stage_placement(stage, model.clusters, replicas_at[s], scores.total[s], unplaced.get(s, ""))

@@ -69,9 +69,10 @@ def running(out: Path) -> list[str]:
 
 
 def errors_only(stderr: str) -> str:
-    """stderr without warnings (they describe the policies, not the drain)."""
+    """stderr without warnings (they describe the policies, not the drain) and fix lines
+    (tests/test_fixes.py checks those)."""
     return "".join(line for line in stderr.splitlines(keepends=True)
-                   if not line.startswith("warning: "))
+                   if not line.startswith(("warning: ", "  fix: ")))
 
 
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))

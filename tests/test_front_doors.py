@@ -211,7 +211,10 @@ def test_a_search_out_of_budget_exits_1_with_the_message_the_readme_states(
     result = run("compile", "--out", "fresh")
     assert (result.exit_code, result.stdout) == (1, "")
     assert result.stderr == (f"error: {headline}:\n  {TRAINING}: left out where the search had put the others\n"
-                             "  hint: pass --allow-unplaced to render what was placed\n")
+                             "  hint: pass --allow-unplaced to render what was placed\n"
+                             f"  fix: {TRAINING}: it fits on gpu-cluster-huawei beside what is placed there now (the "
+                             "search stopped short); or ask for t4 instead of a100 (gpuType) (it fits on "
+                             "inference-cluster-aliyun)\n")
     assert not (project / "fresh").exists()
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert f"(`{headline}`)" in readme

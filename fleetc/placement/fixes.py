@@ -193,8 +193,8 @@ def _new_cluster(model: FleetModel, stage: Stage) -> str:
     when no GPU policy headroom leaves room."""
     if not stage.gpus or not model.clusters:
         return ""
-    need = rules.taken(model, rules.replica_usage(model, stage, stage.replicas))[0]
     template = replace(model.clusters[0], gpus=0, utilization=0.0, taints=(), cordoned=False)
+    need = rules.taken(model, template, rules.replica_usage(model, stage, stage.replicas))[0]
     gpus = need
     while rules.usable_capacity(model, replace(template, gpus=gpus))[0] < need:
         gpus += 1
@@ -213,7 +213,7 @@ def _amounts(stage: Stage, add: tuple[int, int, int]) -> str:
 
 
 def _taken_by_others(model: FleetModel, cluster: Cluster, used: rules.Usage) -> str:
-    gpus = rules.taken(model, used)[0]
+    gpus = rules.taken(model, cluster, used)[0]
     usable = rules.usable_capacity(model, cluster)[0]
     return f" (other stages take {gpus} of its {usable} usable GPUs)" if gpus else ""
 

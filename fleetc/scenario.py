@@ -31,8 +31,8 @@ from fleetc.policy.load import yaml_documents
 from fleetc.policy.validate import Parsed, PolicySet
 
 SETTINGS = ("drain=CLUSTER", "gpus=CLUSTER[:TYPE]=N", "price=CLUSTER=X", "pipeline=FILE")
-_GPUS = re.compile(r"^([^:=]+)(?::([^:=]+))?=([^=]*)$")
-_PRICE = re.compile(r"^([^=]+)=([^=]*)$")
+_GPUS = re.compile(r"([^:=]+)(?::([^:=]+))?=([^=]*)")  # each used with fullmatch
+_PRICE = re.compile(r"([^=]+)=([^=]*)")
 _GPU_TYPE = re.compile(p.NONEMPTY_LABEL_VALUE_PATTERN)
 MAX_PRICE = 1e6
 
@@ -84,19 +84,19 @@ def parse(settings: Sequence[str], origin: str = "") -> Scenario:
 
 
 def _gpu_change(setting: str, value: str) -> GPUChange:
-    match = _GPUS.match(value)
+    match = _GPUS.fullmatch(value)
     if match is None:
         raise _fail(setting, "expected gpus=CLUSTER=N or gpus=CLUSTER:TYPE=N", "for example gpus=gpu-east:a100=16")
     cluster, gpu_type, count = match.groups()
-    if not count.isdigit():
+    if not (count.isascii() and count.isdigit()):
         raise _fail(setting, f"expected a whole number of GPUs, got {count!r}", "for example gpus=gpu-east=16")
-    if gpu_type is not None and not _GPU_TYPE.match(gpu_type):
+    if gpu_type is not None and not _GPU_TYPE.fullmatch(gpu_type):
         raise _fail(setting, f"{gpu_type!r} is not a GPU type", "a Kubernetes label value such as a100 or h100")
     return GPUChange(cluster, gpu_type.lower() if gpu_type else None, int(count))
 
 
 def _price(setting: str, value: str) -> tuple[str, float]:
-    match = _PRICE.match(value)
+    match = _PRICE.fullmatch(value)
     if match is None:
         raise _fail(setting, "expected price=CLUSTER=X", "for example price=gpu-east=2.5 (per GPU-hour)")
     cluster, text = match.groups()

@@ -144,6 +144,12 @@ def test_a_scenario_file_says_the_same_as_the_settings(project: Path) -> None:
     (["--what-if", "gpus=train-a100=eight"],
      "error: --what-if gpus=train-a100=eight: expected a whole number of GPUs, got 'eight'\n"
      "  hint: for example gpus=gpu-east=16\n"),
+    (["--what-if", "gpus=train-a100=\u00b2"],  # a digit to str.isdigit, not to int()
+     "error: --what-if gpus=train-a100=\u00b2: expected a whole number of GPUs, got '\u00b2'\n"
+     "  hint: for example gpus=gpu-east=16\n"),
+    (["--what-if", "gpus=train-a100:a100\n=8"],  # a trailing newline is not part of a label value
+     "error: --what-if gpus=train-a100:a100\n=8: 'a100\\n' is not a GPU type\n"
+     "  hint: a Kubernetes label value such as a100 or h100\n"),
     (["--what-if", "price=serve-l4=-1"],
      "error: --what-if price=serve-l4=-1: expected a GPU-hour price from 0 to 1e+06, got '-1'\n"
      "  hint: for example price=gpu-east=2.5\n"),

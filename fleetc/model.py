@@ -180,7 +180,10 @@ class Stage:
     cpu_millis: int  # per replica
     memory_bytes: int  # per replica
     gpus: int  # per replica, as reserved: rounded up so pods pack onto nodes (fleetc.nodefit)
-    gpu_type: str | None  # None: any GPU type (or none needed when gpus == 0)
+    #: The GPU types it may run on, in order of preference (``gpuType``, lower case); empty:
+    #: any type (or none needed when gpus == 0). Each cluster has one type, so a gang (on one
+    #: cluster) runs on one type; a serving stage's clusters may differ in type.
+    gpu_types: tuple[str, ...]
     replicas: int  # Deployment: serving replicas; other types: pods in the gang
     min_replicas_per_cluster: int  # Deployment only: a cluster that serves runs at least this many
     tolerations: tuple[Toleration, ...]  # the stage's own plus the Fleet's clusterTolerations
@@ -199,6 +202,13 @@ class Stage:
     @property
     def key(self) -> str:
         return f"{self.pipeline}/{self.name}"
+
+    def preference(self, gpu_type: str | None) -> int | None:
+        """The rank of ``gpu_type`` among the stage's GPU types (0: its first choice; 0 for
+        every type when it names none), None when it may not run on that type."""
+        if not self.gpu_types:
+            return 0
+        return self.gpu_types.index(gpu_type) if gpu_type in self.gpu_types else None
 
     @property
     def workload_class(self) -> WorkloadClass:
@@ -338,7 +348,7 @@ class Assignment:
 class StagePlacement:
     stage: str  # Stage.key
     assignments: tuple[Assignment, ...]  # sorted by cluster name
-    score: float  # weighted score in [0, 1], replica-weighted over assignments
+    score: float  # weighted score in [0, 1] less the GPU type preference, replica-weighted
     reason: str = ""  # why the stage is unplaced (empty assignments, --allow-unplaced)
 
 

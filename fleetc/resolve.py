@@ -159,7 +159,7 @@ def _fitted(stage: m.Stage, clusters: Sequence[m.Cluster]) -> m.Stage:
     """Node fit (:mod:`fleetc.nodefit`): a gang replica larger than a node is split into pods,
     and ``gpus`` becomes what the replica reserves, so any placement packs onto nodes."""
     nodes = [c.gpus_per_node for c in clusters
-             if c.gpus > 0 and c.gpu_type and stage.gpu_type in (None, c.gpu_type)]
+             if c.gpus > 0 and c.gpu_type and stage.preference(c.gpu_type) is not None]
     if stage.is_gang:
         pods, reserved = nodefit.reserved_per_replica(stage.gpus, nodes)
     else:  # a serving replica is one pod; validation refused one larger than a node
@@ -266,13 +266,14 @@ def _derived_gpu_taints(fleet: Parsed[p.Fleet]) -> tuple[m.Taint, ...]:
 
 def _with_gpu_tolerations(stage: m.Stage, gpu_taints: tuple[m.Taint, ...]) -> m.Stage:
     """What Kubernetes' ExtendedResourceToleration admission plugin does for device resources:
-    a stage that asks for GPUs of type T tolerates the taint fleetc derives for T, and a stage
-    that asks for any GPU every derived GPU taint. CPU-only stages get nothing: the taint keeps
-    them off GPU clusters unless they tolerate it themselves. Tolerations a stage already has
+    a stage that asks for GPUs of type T tolerates the taint fleetc derives for T (of each type
+    it lists as an alternative), and a stage that asks for any GPU every derived GPU taint.
+    CPU-only stages get nothing: the taint keeps them off GPU clusters unless they tolerate it
+    themselves. Tolerations a stage already has
     that cover the taint are left as they are (no duplicates in the rendered pods)."""
     if stage.gpus <= 0:
         return stage
-    wanted = [t for t in gpu_taints if stage.gpu_type in (None, t.value)]
+    wanted = [t for t in gpu_taints if stage.preference(t.value) is not None]
     added = tuple(m.Toleration(t.key, "Equal", t.value, t.effect) for t in wanted
                   if m.untolerated((t,), stage.tolerations))
     return replace(stage, tolerations=stage.tolerations + added) if added else stage
@@ -438,7 +439,7 @@ def _stage(pipeline: Parsed[p.AIGCPipeline], index: int, stage: p.PipelineStage,
                                   else "16Gi" if kind in (m.StageType.DATAPROC,
                                                           m.StageType.DEPLOYMENT) else "32Gi"),
         gpus=res.gpu if res.gpu is not None else default_gpus,
-        gpu_type=res.gpuType.lower() if res.gpuType else None,
+        gpu_types=res.gpu_types(),
         replicas=stage.replicas or (2 if deployment else 1),
         min_replicas_per_cluster=stage.minReplicasPerCluster or 1,
         tolerations=tuple(_toleration(t) for t in stage.tolerations or []) + fleet_tolerations,

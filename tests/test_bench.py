@@ -75,7 +75,7 @@ def test_perfect_instances_split_every_gpu_into_gangs() -> None:
     spec = Spec(clusters=5, stages=25, seed=3, perfect=True)
     model = model_of(spec)
     assert sum(s.total_gpus for s in model.stages) == sum(c.gpus for c in model.clusters)
-    assert all(s.is_gang and s.gpu_type for s in model.stages)
+    assert all(s.is_gang and s.gpu_types for s in model.stages)
     assert all(s.total_gpus <= 16 for s in model.stages)
 
 

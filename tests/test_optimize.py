@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.builders import (
     GPU_TAINT,
+    GPU_TYPE_CHOICES,
     make_cluster,
     make_fleet,
     make_gpu_policy,
@@ -300,7 +301,7 @@ def fleets(draw: st.DrawFn) -> FleetModel:
             f"s{i}",
             type=(kind := draw(st.sampled_from(list(StageType)))),
             gpus=draw(st.sampled_from([0, 1, 2, 4, 8])),
-            gpu_type=draw(gpu_types),
+            gpu_types=draw(st.sampled_from(GPU_TYPE_CHOICES)),
             replicas=draw(st.integers(1, 4)),
             cores=draw(st.sampled_from([1, 4, 16])),
             memory_gib=draw(st.sampled_from([4, 32, 128])),

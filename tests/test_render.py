@@ -53,7 +53,7 @@ def cluster(name: str, gpu_type: str | None, gpus: int, **kw: Any) -> Cluster:
 def stage(pipeline: str, name: str, type_: StageType, **kw: Any) -> Stage:
     fields: dict[str, Any] = dict(
         pipeline=pipeline, namespace="ml", name=name, type=type_, dependencies=(), inputs=(), outputs=(),
-        cpu_millis=4000, memory_bytes=16 * GI, gpus=0, gpu_type=None, replicas=1, min_replicas_per_cluster=1,
+        cpu_millis=4000, memory_bytes=16 * GI, gpus=0, gpu_types=(), replicas=1, min_replicas_per_cluster=1,
         tolerations=(), image=f"registry.example.com/{name}:1.0", command=(),
         source=Source("pipelines/llm.yaml", f"spec.stages.{name}"),
     )
@@ -78,7 +78,7 @@ def fleet() -> tuple[FleetModel, Placement]:
         ),
         stage(
             "llm", "train", StageType.TRAINING, cpu_millis=32_000, memory_bytes=256 * GI, gpus=8,
-            gpu_type="a100", replicas=1, dependencies=("prep",), tolerations=gpu_tol,
+            gpu_types=("a100",), replicas=1, dependencies=("prep",), tolerations=gpu_tol,
             inputs=(Input("tokens", None, "prep", "tokens", None),),
             outputs=(Output("checkpoint", "s3://models/ckpt", None), Output("metrics", "s3://models/metrics", None)),
             command=("torchrun", "--nproc-per-node", "8", "train.py"),
@@ -460,7 +460,7 @@ def test_placement_report_exact_text() -> None:
     model = FleetModel(
         name="small", namespace="fleetc-system", clusters=(cluster("c1", "a100", 8), cluster("c2", "t4", 4)),
         stages=(
-            stage("p", "train", StageType.TRAINING, gpus=4, gpu_type="a100", replicas=2),
+            stage("p", "train", StageType.TRAINING, gpus=4, gpu_types=("a100",), replicas=2),
             stage("p", "serve", StageType.DEPLOYMENT, gpus=1, replicas=3),
             stage("p", "eval", StageType.EVALUATION),
         ),

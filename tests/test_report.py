@@ -53,7 +53,7 @@ def cluster(name: str, gpu_type: str | None, **kw: Any) -> Cluster:
 def stage(name: str, type_: StageType, **kw: Any) -> Stage:
     fields: dict[str, Any] = dict(
         pipeline="llm", namespace="ml", name=name, type=type_, dependencies=(), inputs=(), outputs=(),
-        cpu_millis=4000, memory_bytes=16 * GI, gpus=0, gpu_type=None, replicas=1, min_replicas_per_cluster=1,
+        cpu_millis=4000, memory_bytes=16 * GI, gpus=0, gpu_types=(), replicas=1, min_replicas_per_cluster=1,
         tolerations=(), image="img:1", command=(), source=Source("p.yaml", "spec.stages"),
     )
     fields.update(kw)
@@ -63,7 +63,7 @@ def stage(name: str, type_: StageType, **kw: Any) -> Stage:
 MODEL = FleetModel(
     name="fleet", namespace="fleetc-system",
     clusters=(cluster("east", "a100"), cluster("west", "t4", gpu_hour_cost=0.5)),
-    stages=(stage("train", StageType.TRAINING, gpus=8, gpu_type=None, cpu_millis=32_000, memory_bytes=256 * GI),
+    stages=(stage("train", StageType.TRAINING, gpus=8, gpu_types=(), cpu_millis=32_000, memory_bytes=256 * GI),
             stage("serve", StageType.DEPLOYMENT, gpus=1, replicas=3)),
 )
 
@@ -264,8 +264,8 @@ def test_time_sliced_replicas_count_as_the_gpus_they_take() -> None:
     """40 serving replicas on T4s time-sliced 4 ways take 10 GPUs, not 40: in the diff's GPU
     columns, in cost, and read back from placement.yaml; an exclusive stage counts whole."""
     t4 = cluster("west", "t4", gpus=16, gpu_hour_cost=0.5, cpu_hour_cost=0.0, memory_gib_hour_cost=0.0)
-    serve = stage("serve", StageType.DEPLOYMENT, gpus=1, gpu_type="t4", replicas=40, shared_gpu=True)
-    batch = stage("batch", StageType.TRAINING, gpus=2, gpu_type="t4")
+    serve = stage("serve", StageType.DEPLOYMENT, gpus=1, gpu_types=("t4",), replicas=40, shared_gpu=True)
+    batch = stage("batch", StageType.TRAINING, gpus=2, gpu_types=("t4",))
     policy = GPUPolicy("gpu", 4, None, None, False, 1, Source("gpu.yaml", "spec"))
     model = FleetModel("f", "ml", (t4,), (serve, batch), gpu_policy=policy)
     placement = Placement((StagePlacement("llm/serve", (Assignment("west", 40, 40),), 0.8),

@@ -56,9 +56,9 @@ def test_bare_stages_get_documented_defaults(model) -> None:
     prep, train, evaluation, deploy = model.stages
     assert (prep.type, prep.gpus, prep.cpu_millis, prep.memory_bytes) == (
         StageType.DATAPROC, 0, 16_000, 64 * GIB)
-    assert (train.gpus, train.gpu_type, train.replicas) == (8, "a100", 1)
-    assert (evaluation.gpus, evaluation.gpu_type, evaluation.cpu_millis,
-            evaluation.memory_bytes, evaluation.replicas) == (1, None, 8000, 32 * GIB, 1)
+    assert (train.gpus, train.gpu_types, train.replicas) == (8, ("a100",), 1)
+    assert (evaluation.gpus, evaluation.gpu_types, evaluation.cpu_millis,
+            evaluation.memory_bytes, evaluation.replicas) == (1, (), 8000, 32 * GIB, 1)
     assert (deploy.gpus, deploy.replicas, deploy.min_replicas_per_cluster, deploy.shared_gpu,
             deploy.cpu_millis, deploy.memory_bytes) == (1, 2, 1, True, 8000, 16 * GIB)
     assert deploy.image == "nvcr.io/nvidia/tritonserver:24.05-py3"

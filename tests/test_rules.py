@@ -25,7 +25,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.builders import GPU_TAINT, make_cluster, make_fleet, make_gpu_policy, make_platform, make_stage
+from support.builders import (
+    GPU_TAINT,
+    GPU_TYPE_CHOICES,
+    make_cluster,
+    make_fleet,
+    make_gpu_policy,
+    make_platform,
+    make_stage,
+)
 
 from fleetc.model import Assignment, FleetModel, Placement, StagePlacement, StageType, Toleration
 from fleetc.placement import colgen, rules
@@ -63,7 +71,7 @@ def fleets(draw: st.DrawFn, failover: bool = False) -> FleetModel:
             pipeline=draw(st.sampled_from(["p", "p" if failover else "q"])),
             type=(kind := draw(st.sampled_from([StageType.DEPLOYMENT, *StageType]))),
             gpus=draw(st.sampled_from([0, 1, 2, 4])),
-            gpu_type=draw(gpu_types),
+            gpu_types=draw(st.sampled_from(GPU_TYPE_CHOICES)),
             replicas=draw(st.integers(1, 5)),
             cores=draw(st.sampled_from([1, 4, 16])),
             memory_gib=draw(st.sampled_from([2, 16, 64])),

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.builders import GPU_TAINT, make_cluster, make_fleet, make_input, make_stage
+from support.builders import GPU_TAINT, GPU_TYPE_CHOICES, make_cluster, make_fleet, make_input, make_stage
 
 from fleetc.model import (
     Cluster,
@@ -305,7 +305,7 @@ _clusters = st.builds(
 _stages = st.builds(
     make_stage,
     gpus=st.integers(0, 12),
-    gpu_type=st.sampled_from(_GPU_TYPES),
+    gpu_types=st.sampled_from(GPU_TYPE_CHOICES),
     cores=st.sampled_from((0, 4, 32, 96)),
     memory_gib=st.sampled_from((0, 16, 256, 600)),
     tolerations=st.lists(st.sampled_from(_TOLERATIONS), max_size=2, unique=True).map(tuple),

@@ -18,6 +18,7 @@ from ruamel.yaml.error import YAMLError
 
 from fleetc.errors import Diagnostic
 from fleetc.model import FleetModel, Placement
+from fleetc.placement.alternatives import choices, describe
 from fleetc.placement.rules import slots_per_gpu, uses_shared_slots
 from fleetc.policy.load import yaml_documents
 
@@ -50,6 +51,8 @@ class Snapshot:
     stages: Mapping[str, frozenset[str]] = field(default_factory=dict)  # stage key -> clusters
     gpus: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # cluster -> type -> GPUs
     cost: Mapping[str, float] | None = field(default_factory=dict)  # cluster -> per hour; None: unknown
+    #: Stage key -> the GPU alternative it got and why no earlier one (stages listing several).
+    gpu_choices: Mapping[str, str] = field(default_factory=dict)
 
 
 EMPTY = Snapshot()
@@ -74,14 +77,15 @@ def snapshot(model: FleetModel, placement: Placement, files: Mapping[str, str]) 
         where[p.stage] = frozenset(a.cluster for a in placed)
         for a in placed:
             cluster = clusters[a.cluster]
-            usage.add(a.cluster, cluster.gpu_type or stage.gpu_type or "gpu", a.gpus,
+            usage.add(a.cluster, cluster.gpu_type or "gpu", a.gpus,
                       shared=uses_shared_slots(model, stage))
             cost[a.cluster] += (a.replicas * stage.cpu_millis / 1000 * cluster.cpu_hour_cost
                                 + a.replicas * stage.memory_bytes / _GIB * cluster.memory_gib_hour_cost)
     gpus = usage.gpus()
     for name, per_type in gpus.items():
         cost[name] += sum(per_type.values()) * clusters[name].gpu_hour_cost
-    return Snapshot(dict(files), where, gpus, dict(cost))
+    gpu_choices = {key: choice.text for key, choice in choices(model, placement).items()}
+    return Snapshot(dict(files), where, gpus, dict(cost), gpu_choices)
 
 
 class _Usage:
@@ -111,6 +115,7 @@ def snapshot_of_output(files: Mapping[str, str], gpu_types: Mapping[str, str | N
     """
     report = _parse_placement(files.get("placement.yaml", ""))
     where: dict[str, frozenset[str]] = {}
+    gpu_choices: dict[str, str] = {}
     sliced = [s for e in report if isinstance(s := e.get("timeSlicing"), dict)]
     usage = _Usage(max((_whole(s.get("slotsPerGPU")) for s in sliced), default=1))
     for entry in report:
@@ -118,11 +123,32 @@ def snapshot_of_output(files: Mapping[str, str], gpu_types: Mapping[str, str | N
         placed = [a for a in entry.get("clusters") or [] if isinstance(a, dict) and a.get("replicas")]
         where[key] = frozenset(str(a.get("name")) for a in placed)
         shared = isinstance(entry.get("timeSlicing"), dict)
+        stated = entry.get("gpuType")
         for a in placed:
             name = str(a.get("name"))
-            usage.add(name, gpu_types.get(name) or entry.get("gpuType") or "gpu",
+            usage.add(name, gpu_types.get(name) or _text(a.get("gpuType")) or _text(stated) or "gpu",
                       _whole(a.get("slots" if shared else "gpus")), shared=shared)
-    return Snapshot(dict(files), where, usage.gpus(), None)
+        choice = _gpu_choice(entry)
+        if choice:
+            gpu_choices[key] = choice
+    return Snapshot(dict(files), where, usage.gpus(), None, gpu_choices)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _gpu_choice(entry: Mapping[str, Any]) -> str:
+    """The line of a placement.yaml entry's ``gpuChoice`` ('' when it has none, or not as
+    fleetc writes it)."""
+    choice, listed = entry.get("gpuChoice"), entry.get("gpuType")
+    if not isinstance(choice, dict) or not isinstance(listed, list):
+        return ""
+    chosen, passed = choice.get("chosen"), choice.get("passed")
+    if not isinstance(chosen, list) or not isinstance(passed, list):
+        return ""
+    return describe([_text(t) for t in chosen], _whole(choice.get("alternative")), [_text(t) for t in listed],
+                    [(_text(p.get("gpuType")), _text(p.get("why"))) for p in passed if isinstance(p, dict)])
 
 
 def _whole(value: Any) -> int:
@@ -180,6 +206,9 @@ class Report:
     objects: tuple[ObjectDiff, ...]  # by group (fleet-wide first), then path
     moves: tuple[StageMove, ...]  # by stage key
     gpu_totals: Mapping[str, tuple[int, int]]  # GPU type -> (before, after), over all clusters
+    #: Stages listing GPU alternatives whose choice (or its why) differs: (key, before, after),
+    #: '' for a side where the stage does not run (:mod:`fleetc.placement.alternatives`).
+    gpu_choices: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -206,7 +235,10 @@ def compare(base: Snapshot, head: Snapshot, *, base_label: str, head_label: str,
     types = sorted({t for side in (base, head) for per in side.gpus.values() for t in per})
     totals = {t: (sum(per.get(t, 0) for per in base.gpus.values()),
                   sum(per.get(t, 0) for per in head.gpus.values())) for t in types}
-    return Report(base_label, head_label, out, clusters, objects, moves, totals)
+    gpu_choices = tuple((key, base.gpu_choices.get(key, ""), head.gpu_choices.get(key, ""))
+                        for key in sorted(set(base.gpu_choices) | set(head.gpu_choices))
+                        if base.gpu_choices.get(key) != head.gpu_choices.get(key))
+    return Report(base_label, head_label, out, clusters, objects, moves, totals, gpu_choices)
 
 
 def _changed_keys(before: Mapping[str, Any], after: Mapping[str, Any]) -> set[str]:
@@ -266,7 +298,16 @@ def _summary_text(report: Report) -> str:
                      f"cost/h {_money(c.cost_before)} -> {_money(c.cost_after)}")
         lines += [f"  + {s}" for s in c.moved_in] + [f"  - {s}" for s in c.moved_out]
     lines += ["", *(f"GPUs {t}: {b} -> {a} ({a - b:+d})" for t, (b, a) in report.gpu_totals.items() if a != b)]
+    lines += ["", *_choice_lines(report)]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _choice_lines(report: Report) -> list[str]:
+    """Per stage whose GPU alternative changed: the type it got before and now, and why."""
+    lines = []
+    for key, before, after in report.gpu_choices:
+        lines += [f"GPU type of {key}:", f"  before: {before or 'not placed'}", f"  now:    {after or 'not placed'}"]
+    return lines
 
 
 def _diffs_text(report: Report) -> str:
@@ -286,6 +327,8 @@ def as_json(report: Report) -> dict[str, Any]:
         } for c in report.clusters],
         "stages": [{"stage": m.stage, "before": list(m.before), "after": list(m.after)} for m in report.moves],
         "gpus": {t: {"before": b, "after": a} for t, (b, a) in report.gpu_totals.items()},
+        "gpuChoices": [{"stage": key, "before": before or None, "after": after or None}
+                       for key, before, after in report.gpu_choices],
         "objects": [{"path": o.path, "cluster": None if o.group == FLEET_WIDE else o.group,
                      "status": o.status, "diff": o.diff} for o in report.objects],
     }
@@ -439,7 +482,9 @@ def _markdown_head(report: Report) -> str:
     moved = len(report.moved)
     summary = (f"{_count(moved, 'stage')} moved; {_count(len(report.objects), 'file')} changed"
                + (f"; GPUs {', '.join(totals)}" if totals else "") + ".\n\n")
-    return title + summary + "\n".join(rows) + "\n\n" + _chart(report)
+    choices = "".join(f"- GPU type of `{key}`: {before or 'not placed'} → {after or 'not placed'}\n"
+                      for key, before, after in report.gpu_choices)
+    return title + summary + "\n".join(rows) + "\n\n" + (choices + "\n" if choices else "") + _chart(report)
 
 
 def _stage_list(keys: tuple[str, ...]) -> str:

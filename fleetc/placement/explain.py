@@ -3,8 +3,11 @@
 :func:`explain` is pure: it reads the model, the placement and the score matrix and returns an
 :class:`Explanation`; the CLI formats it as text or JSON (:func:`as_dict`, :func:`format_text`).
 Each term is shown with its weight (normalised so the weights sum to 1) and the weighted value;
-the weighted values add up to the cluster's total score, the number the optimizer maximises
-(before class weights, capacity and the move cost decide between stages).
+the weighted values, less the GPU type preference penalty of a stage listing alternatives
+(:data:`fleetc.placement.scoring.PREFERENCE_PENALTY` per rank), add up to the cluster's total
+score, the number the optimizer maximises (before class weights, capacity and the move cost
+decide between stages). For such a stage it also says which alternative it got and why no
+earlier one (:mod:`fleetc.placement.alternatives`).
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from dataclasses import asdict, dataclass, replace
 
 from fleetc.errors import UsageError, did_you_mean
 from fleetc.model import Assignment, FleetModel, Placement
-from fleetc.placement.scoring import score_matrix
+from fleetc.placement.alternatives import choices
+from fleetc.placement.scoring import PREFERENCE_PENALTY, score_matrix
 from fleetc.placement.verify import verify
 
 TERMS = ("compute", "cost", "network", "energy")
@@ -34,8 +38,11 @@ class ClusterVerdict:
     allowed: bool
     reason: str  # why not allowed ('' when allowed)
     terms: tuple[Term, ...]  # empty when not allowed
-    total: float  # the weighted sum (0 when not allowed)
+    total: float  # the weighted sum less the preference (0 when not allowed)
     replicas: int  # replicas the placement put here
+    #: The GPU type preference penalty here (0 on the stage's first choice; :mod:`scoring`).
+    preference: float = 0.0
+    gpu_type: str | None = None  # the cluster's GPU type
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,8 @@ class Explanation:
     hints: tuple[str, ...] = ()
     #: For a stage not placed: the smallest change that places it (:mod:`fleetc.placement.fixes`).
     fix: str = ""
+    #: For a stage listing GPU alternatives: the ones it got and why no earlier one.
+    gpu_choice: str = ""
 
 
 def find_stage(model: FleetModel, target: str) -> str:
@@ -75,6 +84,7 @@ def explain(model: FleetModel, placement: Placement, stage_key: str,
     chosen = placement.of(stage_key)
     placed = {a.cluster: a.replicas for a in chosen.assignments}
     row = scores.terms_of(s)
+    penalty = scores.preference_of(s)
     verdicts = []
     for c, cluster in enumerate(model.clusters):
         allowed = bool(scores.allowed[s, c])
@@ -85,7 +95,7 @@ def explain(model: FleetModel, placement: Placement, stage_key: str,
         ) if allowed else ()
         verdicts.append(ClusterVerdict(
             cluster.name, allowed, scores.reasons.get((s, c), ""), terms,
-            _round(scores.total[s, c]), placed.get(cluster.name, 0),
+            _round(scores.total[s, c]), placed.get(cluster.name, 0), _round(penalty[c]), cluster.gpu_type,
         ))
     others = [v for v in verdicts if v.allowed and v.cluster not in placed]
     runner_up = max(others, key=lambda v: v.total) if others else None  # first of equals wins
@@ -102,6 +112,7 @@ def explain(model: FleetModel, placement: Placement, stage_key: str,
         margin=margin,
         unplaced="" if placed else chosen.reason,
         runner_up_lost=lost,
+        gpu_choice=choice.text if (choice := choices(model, placement).get(stage_key)) else "",
     )
 
 
@@ -151,8 +162,12 @@ def format_text(explanation: Explanation) -> str:
         here = f" <- {v.replicas} replica{'s' if v.replicas != 1 else ''}" if v.replicas else ""
         lines.append(f"  {v.cluster}: total {v.total:.4f}{here}")
         lines += [f"    {t.name:<8} {t.value:.4f} x {t.weight:.2f} = {t.weighted:.4f}" for t in v.terms]
+        if v.preference:
+            rank = round(v.preference / PREFERENCE_PENALTY) + 1
+            lines.append(f"    preference -{v.preference:.4f} ({v.gpu_type} is alternative {rank})")
     if explanation.chosen:
         lines.append(f"chosen: {', '.join(explanation.chosen)}")
+        lines += [f"GPU type: {explanation.gpu_choice}"] if explanation.gpu_choice else []
     else:
         lines.append(f"not placed: {explanation.unplaced}")
         if explanation.fix:

@@ -132,7 +132,7 @@ def _capacity_option(model: FleetModel, stage: Stage, ha: tuple[str, ...], minim
     new = _new_cluster(model, stage) if not ha else ""
     if best is None:
         return f"add a new cluster{new}" if new else ""
-    parts = [f"{_amounts(stage, add)} to {name}{_taken_by_others(model, clusters[name], used[name])}"
+    parts = [f"{_amounts(clusters[name].gpu_type, add)} to {name}{_taken_by_others(model, clusters[name], used[name])}"
              for name, add in sorted(best[2].items())]
     return "add " + " and ".join(parts) + (f", or a new cluster{new}" if new else "")
 
@@ -201,12 +201,12 @@ def _new_cluster(model: FleetModel, stage: Stage) -> str:
         if gpus > 100 * need:
             return ""
     where = f" in {stage.jurisdiction}" if stage.jurisdiction else ""
-    return f"{where} with {gpus} {stage.gpu_type or 'GPUs'}"
+    return f"{where} with {gpus} {stage.gpu_types[0] if stage.gpu_types else 'GPUs'}"
 
 
-def _amounts(stage: Stage, add: tuple[int, int, int]) -> str:
+def _amounts(gpu_type: str | None, add: tuple[int, int, int]) -> str:
     gpus, millis, memory = add
-    parts = [f"{gpus} {stage.gpu_type or 'GPUs'}"] if gpus else []
+    parts = [f"{gpus} {gpu_type or 'GPUs'}"] if gpus else []
     parts += [f"{millis / 1000:g} cores"] if millis else []
     parts += [f"{memory // rules.MIB / 1024:g}Gi memory"] if memory else []
     return " and ".join(parts)
@@ -245,7 +245,8 @@ def _single_rule(stage: Stage, cluster: Cluster) -> str:
     if rules.lacks_gpus(stage, cluster):
         return ""
     if rules.lacks_gpu_type(stage, cluster):
-        rules_found.append(f"ask for {cluster.gpu_type} instead of {stage.gpu_type} (gpuType)")
+        rules_found.append(f"ask for {cluster.gpu_type} instead of {stage.gpu_types[0]} (gpuType)"
+                           if len(stage.gpu_types) == 1 else f"add {cluster.gpu_type} to its gpuType alternatives")
     taints = rules.repelling_taints(stage, cluster)
     if len(taints) > 1:
         return ""

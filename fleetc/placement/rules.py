@@ -52,8 +52,15 @@ def lacks_gpus(stage: Stage, cluster: Cluster) -> bool:
 
 
 def lacks_gpu_type(stage: Stage, cluster: Cluster) -> bool:
-    """The stage names a GPU type the cluster (which has GPUs) does not have."""
-    return stage.gpus > 0 and bool(stage.gpu_type) and stage.gpu_type != cluster.gpu_type
+    """The stage names GPU types (``gpuType``, one or alternatives) and the cluster's is none
+    of them. Every cluster has one GPU type, so a gang, placed whole on one cluster, runs on one
+    type; a serving stage may run on clusters of different types among its alternatives."""
+    return stage.gpus > 0 and stage.preference(cluster.gpu_type) is None
+
+
+def gpu_types_named(stage: Stage) -> str:
+    """The stage's GPU types as messages name them: ``h100`` or ``h100 or a100``."""
+    return " or ".join(stage.gpu_types)
 
 
 def repelling_taints(stage: Stage, cluster: Cluster) -> tuple[Taint, ...]:
@@ -74,7 +81,7 @@ def exclusions(stage: Stage, cluster: Cluster) -> list[str]:
     if lacks_gpus(stage, cluster):
         why.append("needs GPUs, the cluster has none")
     elif lacks_gpu_type(stage, cluster):
-        why.append(f"needs {stage.gpu_type}, the cluster has {cluster.gpu_type}")
+        why.append(f"needs {gpu_types_named(stage)}, the cluster has {cluster.gpu_type}")
     why += [f"untolerated taint {t.key}={t.value}:{t.effect}" for t in repelling_taints(stage, cluster)]
     return why
 

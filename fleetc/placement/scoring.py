@@ -44,7 +44,12 @@ Score terms, each in [0, 1] and 0 on pairs that are not allowed:
 - ``energy = cluster.energy_efficiency``.
 
 ``total`` is the weighted sum with ``model.score_weights`` divided by the weights' sum, so it
-stays in [0, 1] even when the weights do not add up to one.
+stays in [0, 1] even when the weights do not add up to one, less the **GPU type preference**:
+a stage that lists GPU types in order of preference (``gpuType: [h100, a100]``) loses
+``PREFERENCE_PENALTY`` (0.1) per rank on a cluster of a later type, 0 on its first choice
+(``preference``, in [0, 0.7]: at most 8 types are listed). The penalty is a tenth of the total's
+range: a later alternative wins only where it scores at least 0.1 per rank more on the four
+terms (a much cheaper or closer cluster), or where the earlier types have no room left.
 
 At fleet scale (1,000 clusters x 20,000 stages, 20M pairs) nothing here loops over pairs in
 Python. Stages and clusters become columns of numbers (text such as GPU types, jurisdictions
@@ -71,6 +76,10 @@ from fleetc.placement import rules
 GIB = 2**30
 
 _TIER_LINK = {"high-performance": 1.0, "standard": 0.5, "low": 0.25}
+
+#: Score a stage loses per rank its cluster's GPU type comes after its first choice (the
+#: module docstring); a tenth of the total's range.
+PREFERENCE_PENALTY = 0.1
 
 #: Pairs per block of rows: bounds each temporary array to about 8 MB whatever the fleet's size.
 _BLOCK_PAIRS = 1 << 20
@@ -141,6 +150,11 @@ class Scores:
     def energy(self) -> np.ndarray:
         return self._term("energy")
 
+    def preference_of(self, stage: int) -> np.ndarray:
+        """One stage's GPU type preference penalty over all clusters (0 where not allowed)."""
+        row: np.ndarray = _Block.of(self._columns, slice(stage, stage + 1)).preference[0]
+        return row
+
     def terms_of(self, stage: int) -> dict[str, np.ndarray]:
         """One stage's four terms over all clusters, without building the full matrices (what
         ``explain`` needs: a row, not 4 x S x C floats)."""
@@ -160,20 +174,34 @@ def score_matrix(model: FleetModel) -> Scores:
     shape = (len(model.stages), len(model.clusters))
     allowed = np.zeros(shape, dtype=bool)
     total = np.zeros(shape)
-    weights = model.score_weights
-    weight_sum = weights.compute + weights.cost + weights.network + weights.energy
     for rows in _blocks(columns):
         block = _Block.of(columns, rows)
         allowed[rows] = block.allowed
-        if weight_sum > 0:
-            weighted = (
-                weights.compute * block.compute
-                + weights.cost * block.cost
-                + weights.network * block.network
-                + weights.energy * block.energy
-            )
-            total[rows] = weighted / weight_sum
+        total[rows] = _total(model, block)
     return Scores(allowed, Reasons(model, allowed), total, columns)
+
+
+def stage_totals(model: FleetModel, stages: Iterable[int]) -> dict[int, np.ndarray]:
+    """The ``total`` row (all clusters) of each of ``stages`` (model indices), without the
+    full matrix: for the few stages a report explains."""
+    columns = _Columns.of(model)
+    return {s: _total(model, _Block.of(columns, slice(s, s + 1)))[0] for s in stages}
+
+
+def _total(model: FleetModel, block: _Block) -> np.ndarray:
+    """The weighted terms over the weights' sum (0 when they sum to 0), less the preference."""
+    weights = model.score_weights
+    weight_sum = weights.compute + weights.cost + weights.network + weights.energy
+    if weight_sum <= 0:
+        return 0.0 - block.preference  # 0.0, never -0.0, where there is none
+    weighted = (
+        weights.compute * block.compute
+        + weights.cost * block.cost
+        + weights.network * block.network
+        + weights.energy * block.energy
+    )
+    total: np.ndarray = weighted / weight_sum - block.preference
+    return total
 
 
 def filter_reason(stage: Stage, cluster: Cluster) -> str:
@@ -190,7 +218,7 @@ def filter_reason(stage: Stage, cluster: Cluster) -> str:
     if rules.lacks_gpus(stage, cluster):
         return "no GPUs"
     if rules.lacks_gpu_type(stage, cluster):
-        return f"no {stage.gpu_type}"
+        return f"no {rules.gpu_types_named(stage)}"
     repelling = rules.repelling_taints(stage, cluster)
     if repelling:
         taint = repelling[0]
@@ -246,7 +274,7 @@ class _Columns:
     c_tier_link: np.ndarray  # link score for the other stages
     s_jurisdiction: np.ndarray  # code; -1 when the stage may run anywhere
     s_needs_gpus: np.ndarray
-    s_gpu_type: np.ndarray  # code of the required type; -1 when any will do
+    s_rank: np.ndarray  # (S, GPU type codes): the type's rank among the stage's; -1: not one
     s_tolerations: np.ndarray  # code of the stage's toleration tuple
     s_gpus: np.ndarray
     s_cpu_millis: np.ndarray
@@ -307,11 +335,7 @@ class _Columns:
                 np.int64,
             ),
             s_needs_gpus=s_col((s.gpus > 0 for s in stages), bool),
-            s_gpu_type=s_col(
-                (gpu_types.setdefault(s.gpu_type, len(gpu_types)) if s.gpus > 0 and s.gpu_type else -1
-                 for s in stages),
-                np.int64,
-            ),
+            s_rank=_ranks(stages, gpu_types),
             s_tolerations=s_tolerations,
             s_gpus=s_col((s.gpus for s in stages), np.int64),
             s_cpu_millis=s_col((s.cpu_millis for s in stages), np.int64),
@@ -328,6 +352,17 @@ class _Columns:
                 dtype=np.bool_,
             ).reshape(len(toleration_sets), len(taint_sets)),
         )
+
+
+def _ranks(stages: tuple[Stage, ...], gpu_types: dict[Hashable, int]) -> np.ndarray:
+    """(S, T) each GPU type code's rank among each stage's GPU types (:meth:`Stage.preference`),
+    -1 where the stage may not run on it; all 0 for a stage that needs no GPUs or names none."""
+    ranks = np.zeros((len(stages), len(gpu_types)), dtype=np.int64)
+    for s, stage in enumerate(stages):
+        if stage.gpus > 0 and stage.gpu_types:
+            ranks[s] = [-1 if (rank := stage.preference(t)) is None else rank  # type: ignore[arg-type]
+                        for t in gpu_types]
+    return ranks
 
 
 def _gib_per_core(memory_gib: np.ndarray, cores: np.ndarray) -> np.ndarray:
@@ -397,12 +432,12 @@ class _Block:
     def of(cls, columns: _Columns, rows: slice) -> _Block:
         k = columns
         column = np.s_[rows, np.newaxis]
-        jurisdiction, gpu_type = k.s_jurisdiction[column], k.s_gpu_type[column]
+        jurisdiction = k.s_jurisdiction[column]
         allowed = (
             k.c_usable
             & ((jurisdiction < 0) | (jurisdiction == k.c_jurisdiction))
             & (~k.s_needs_gpus[column] | k.c_has_gpus)
-            & ((gpu_type < 0) | (gpu_type == k.c_gpu_type))
+            & (k.s_rank[rows][:, k.c_gpu_type] >= 0)
             & k.tolerated[k.s_tolerations[column], k.c_taints]
             & (k.s_gpus[column] <= k.c_gpus)
             & (k.s_cpu_millis[column] <= k.c_cpu_millis)
@@ -443,3 +478,9 @@ class _Block:
     @property
     def energy(self) -> np.ndarray:
         return np.where(self.allowed, self.columns.c_energy, 0.0)
+
+    @property
+    def preference(self) -> np.ndarray:
+        """``PREFERENCE_PENALTY`` times the rank of the cluster's GPU type among the stage's."""
+        rank = self.columns.s_rank[self.rows][:, self.columns.c_gpu_type]
+        return np.where(self.allowed, PREFERENCE_PENALTY * rank, 0.0)

@@ -288,17 +288,43 @@ class StageOutput(_Spec):
         "Legal jurisdiction of the stored data, when it is not that of its location's region.")
 
 
+#: Most GPU types one stage may list: the optimizer's preference penalty (0.1 per rank, see
+#: :mod:`fleetc.placement.scoring`) then stays below 1, so every allowed pair still adds value.
+MAX_GPU_ALTERNATIVES = 8
+
+GPUTypes = Annotated[
+    str | list[str],
+    WithJsonSchema({
+        "type": ["string", "array"], "pattern": NONEMPTY_LABEL_VALUE_PATTERN, "maxLength": 63,
+        "items": {"type": "string", "pattern": NONEMPTY_LABEL_VALUE_PATTERN, "maxLength": 63,
+                  EXPECTED: f"a GPU type: a Kubernetes label value ({_LABEL_VALUE_WORDS}, at most 63 characters)"},
+        "minItems": 1, "maxItems": MAX_GPU_ALTERNATIVES,
+        EXPECTED: "a GPU type such as a100, or a list of them in order of preference such as [h100, a100]",
+    }),
+]
+
+
 class StageResources(_Spec):
     cpu: Quantity | None = describe("CPU per replica (default: 4 for DataProc, 8 otherwise).")
     memory: Quantity | None = describe("Memory per replica (default: 16Gi for DataProc and "
                                        "Deployment, 32Gi otherwise).")
     gpu: int | None = describe("GPUs per replica (default: 0 for DataProc, 1 otherwise).",
                                ge=0, le=1024)
-    gpuType: NonEmptyLabelValue | None = describe("GPU model required, e.g. a100 (default: any).")
+    gpuType: GPUTypes | None = describe(
+        "GPU model required, e.g. a100, or the models it may run on in order of preference, "
+        "e.g. [h100, a100]: it runs on one of them (a gang's pods all on one), and the optimizer "
+        "prefers earlier entries (default: any).")
     sharedGPU: bool | None = describe(
         "Accept time-sliced, shared GPU slots (GPUOptimizationPolicy) instead of whole GPUs "
         "(default: true for Deployment stages, false otherwise; never for Training and "
         "Finetuning, whose GPUs stay exclusive).")
+
+    def gpu_types(self) -> tuple[str, ...]:
+        """``gpuType`` as the ordered tuple of lower-case types it names (empty: any)."""
+        if self.gpuType is None:
+            return ()
+        listed = [self.gpuType] if isinstance(self.gpuType, str) else self.gpuType
+        return tuple(t.lower() for t in listed)
 
 
 HTTP_PATH_PATTERN = r"^/[!-~]*$"

@@ -300,6 +300,8 @@ def _translate(doc: Document, error: SchemaError) -> Iterator[Diagnostic]:
     elif kind == "minItems":
         yield doc.diagnostic(path, f"expected at least {rule} item(s), got "
                                    f"{len(value)}")
+    elif kind == "maxItems":
+        yield doc.diagnostic(path, f"expected at most {rule} item(s), got {len(value)}")
     else:
         yield doc.diagnostic(path, error.message)
 
@@ -322,6 +324,7 @@ def semantic_checks(policies: PolicySet,
         *(_gpu_policy_checks(g) for g in policies.gpu_policies),
         *(_data_policy_checks(d) for d in policies.data_policies),
         _serving_fit_checks(policies),
+        _gpu_alternatives_checks(policies),
     ]
     return [d for check in checks for d in check]
 
@@ -532,8 +535,8 @@ def _serving_fit_checks(policies: PolicySet) -> Iterator[Diagnostic]:
             res = stage.resources
             if stage.type != "Deployment" or res is None or not res.gpu:
                 continue
-            wanted = res.gpuType.lower() if res.gpuType else None
-            small = [(n, c) for c, t, n in sizes if wanted in (None, t) and n < res.gpu]
+            wanted = res.gpu_types()
+            small = [(n, c) for c, t, n in sizes if (not wanted or t in wanted) and n < res.gpu]
             if small:
                 node, cluster = min(small)
                 yield pipeline.doc.diagnostic(
@@ -542,6 +545,34 @@ def _serving_fit_checks(policies: PolicySet) -> Iterator[Diagnostic]:
                     f"per replica, but a node of cluster {cluster} carries {node}",
                     hint=f"ask for at most {node} GPUs per replica"
                          + ("" if wanted else ", or set gpuType to a type with larger nodes"))
+
+
+def _gpu_alternatives_checks(policies: PolicySet) -> Iterator[Diagnostic]:
+    """A stage's list of GPU alternatives names each type once (GPU types are compared in lower
+    case), and only types some cluster of the Fleet has: a type none has is a typo or a cluster
+    yet to come, and would only ever be skipped. (A single ``gpuType`` may name a type the fleet
+    lacks: compile then says what to add.)"""
+    known = sorted({t for _, t, _ in node_sizes(policies.fleets[0].obj)}) if policies.fleets else None
+    for pipeline in policies.pipelines:
+        for i, stage in enumerate(pipeline.obj.spec.stages):
+            listed = stage.resources.gpuType if stage.resources else None
+            if not isinstance(listed, list):
+                continue
+            path = ("spec", "stages", i, "resources", "gpuType")
+            first: dict[str, int] = {}
+            for j, gpu_type in enumerate(t.lower() for t in listed):
+                if gpu_type in first:
+                    yield pipeline.doc.diagnostic(path + (j,), f"GPU type {gpu_type} listed twice "
+                                                               f"(also gpuType[{first[gpu_type]}])",
+                                                  hint="list each alternative once, in order of preference")
+                    continue
+                first[gpu_type] = j
+                if known is not None and gpu_type not in known:
+                    fleet = policies.fleets[0].name
+                    yield pipeline.doc.diagnostic(
+                        path + (j,), f"no cluster of Fleet '{fleet}' has GPU type {gpu_type}",
+                        hint=did_you_mean(gpu_type, known)
+                        or (f"the fleet's GPU types: {', '.join(known)}" if known else "the fleet has no GPUs"))
 
 
 def _quantity_check(doc: Document, path: FieldPath, value: Any, convert: Any,

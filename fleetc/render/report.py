@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fleetc.model import FleetModel, Placement, Stage, StagePlacement
+from fleetc.placement.alternatives import Choice, choices
 from fleetc.placement.rules import slots_per_gpu, uses_shared_slots
 from fleetc.render.common import Obj
 from fleetc.render.context import placements
@@ -21,6 +22,8 @@ def placement_report(model: FleetModel, placement: Placement) -> Obj:
     """
     figures = Placement((), round(placement.objective, 6), round(placement.bound, 6), placement.method,
                         optimal=placement.optimal)
+    chosen = choices(model, placement)
+    gpu_types = {c.name: c.gpu_type for c in model.clusters}
     return {
         "apiVersion": "fleetc.dev/v1alpha1",
         "kind": "Placement",
@@ -39,21 +42,28 @@ def placement_report(model: FleetModel, placement: Placement) -> Obj:
         "bound": figures.bound,
         # what is proven of this placement: 0 when optimal, else 1 - objective / bound
         "gap": round(figures.gap, 6),
-        "stages": [_stage_report(s, p, slots_per_gpu(model) if uses_shared_slots(model, s) else 0)
+        "stages": [_stage_report(s, p, slots_per_gpu(model) if uses_shared_slots(model, s) else 0,
+                                 chosen.get(s.key), gpu_types)
                    for s, p in placements(model, placement)],
     }
 
 
-def _stage_report(stage: Stage, placement: StagePlacement, slots_per_gpu: int) -> Obj:
+def _stage_report(stage: Stage, placement: StagePlacement, slots_per_gpu: int, choice: Choice | None,
+                  gpu_types: dict[str, str | None]) -> Obj:
     """One stage's entry. A time-sliced stage (``slots_per_gpu`` > 0) takes slots, not GPUs: its
     entry says how many slots share a GPU, and each cluster's ``slots`` and the ``gpus`` they
-    take (slots / slots per GPU, a fraction where they share a GPU with another stage's)."""
+    take (slots / slots per GPU, a fraction where they share a GPU with another stage's).
+
+    A stage listing GPU alternatives has them as its ``gpuType`` list, each cluster's
+    ``gpuType``, and ``gpuChoice`` (:mod:`fleetc.placement.alternatives`): the types chosen,
+    which alternative the least preferred is, and why each earlier one was not taken."""
+    alternatives = len(stage.gpu_types) > 1
     report: Obj = {
         "pipeline": stage.pipeline,
         "stage": stage.name,
         "type": str(stage.type),
         "class": str(stage.workload_class),
-        "gpuType": stage.gpu_type,
+        "gpuType": list(stage.gpu_types) if alternatives else (stage.gpu_types or (None,))[0],
         "gpusPerReplica": stage.gpus,
         "replicas": stage.replicas,
         "clusters": [{"name": a.cluster, "replicas": a.replicas, "gpus": a.gpus} for a in placement.assignments],
@@ -63,6 +73,12 @@ def _stage_report(stage: Stage, placement: StagePlacement, slots_per_gpu: int) -
         report["timeSlicing"] = {"slotsPerGPU": slots_per_gpu}
         report["clusters"] = [{"name": a.cluster, "replicas": a.replicas, "slots": a.gpus,
                                "gpus": shared_gpus(a.gpus, slots_per_gpu)} for a in placement.assignments]
+    if alternatives:
+        for entry in report["clusters"]:
+            entry["gpuType"] = gpu_types.get(entry["name"])
+    if choice is not None:
+        report["gpuChoice"] = {"chosen": list(choice.chosen), "alternative": choice.alternative,
+                               "passed": [{"gpuType": p.gpu_type, "why": p.why} for p in choice.passed]}
     if stage.gpu_request is not None:  # node fit split or rounded it (fleetc.nodefit)
         report["nodeFit"] = {"gpusAskedPerReplica": stage.gpu_request, "podsPerReplica": stage.pods_per_replica,
                              "gpusPerPod": stage.pod_gpus}

@@ -24,6 +24,9 @@ SOURCE = Source("fleet.yaml", "spec")
 
 GPU_TAINT = Taint("gpu-type", "a100", "NoSchedule")
 
+#: What generated stages ask of GPU types: any, one, or alternatives in either order.
+GPU_TYPE_CHOICES: tuple[tuple[str, ...], ...] = ((), ("a100",), ("h100",), ("h100", "a100"), ("a100", "h100"))
+
 
 def make_cluster(
     name: str = "c1",
@@ -79,6 +82,7 @@ def make_stage(
     type: StageType = StageType.TRAINING,
     gpus: int = 8,
     gpu_type: str | None = None,
+    gpu_types: tuple[str, ...] = (),
     replicas: int = 1,
     cores: float = 8,
     memory_gib: float = 64,
@@ -99,7 +103,7 @@ def make_stage(
         cpu_millis=int(cores * 1000),
         memory_bytes=int(memory_gib * GIB),
         gpus=gpus,
-        gpu_type=gpu_type,
+        gpu_types=gpu_types or ((gpu_type,) if gpu_type else ()),
         replicas=replicas,
         min_replicas_per_cluster=min_replicas_per_cluster,
         tolerations=tolerations,

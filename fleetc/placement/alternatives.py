@@ -1,0 +1,140 @@
+"""Which of its GPU types a stage got, and why not an earlier one (``gpuType: [h100, a100]``).
+
+A stage that lists GPU types in order of preference runs on clusters of one or more of them (a
+gang on one cluster, so on one type). :func:`choices` says, for every placed stage that lists
+two or more, which types it runs on, which alternative (1 = its first choice) the least
+preferred of them is, and for each earlier type why the replicas on that least preferred
+cluster are not there: no cluster of that type may run the stage (the filters' reasons,
+:func:`fleetc.placement.scoring.filter_reason`), none has room beside what is placed (the
+rules' capacity count, :class:`fleetc.placement.rules.Ledger`), or one has room and the stage
+scores less there, the preference penalty counted (:mod:`fleetc.placement.scoring`).
+``placement.yaml``, ``fleetc explain`` and the diff show it. Pure: model and placement in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fleetc.model import Cluster, FleetModel, Placement, Stage
+from fleetc.placement import rules
+from fleetc.placement.scoring import filter_reason, stage_totals
+
+#: How many clusters one reason names before "and N more".
+_NAMED = 3
+
+
+@dataclass(frozen=True)
+class Passed:
+    """An earlier alternative the stage (or part of it) does not run on, and why."""
+
+    gpu_type: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The GPU types a stage runs on (in its order of preference), which alternative the least
+    preferred of them is (1-based), and the earlier types passed over."""
+
+    listed: tuple[str, ...]
+    chosen: tuple[str, ...]
+    alternative: int
+    passed: tuple[Passed, ...]
+
+    @property
+    def text(self) -> str:
+        """``a100, alternative 2 of [h100, a100]; h100: gpu-h has no room ...``"""
+        return describe(self.chosen, self.alternative, self.listed, [(p.gpu_type, p.why) for p in self.passed])
+
+
+def describe(chosen: Sequence[str], alternative: int, listed: Sequence[str],
+             passed: Sequence[tuple[str, str]]) -> str:
+    """One line of a :class:`Choice` (also read back from ``placement.yaml`` by the diff)."""
+    head = f"{', '.join(chosen)}, alternative {alternative} of [{', '.join(listed)}]"
+    return "; ".join([head, *(f"{gpu_type} not taken: {why}" for gpu_type, why in passed)])
+
+
+def choices(model: FleetModel, placement: Placement) -> dict[str, Choice]:
+    """Stage key -> its :class:`Choice`, for each placed stage listing two GPU types or more."""
+    stages = {s.key: (i, s) for i, s in enumerate(model.stages)}
+    wanted = [(stages[p.stage], p) for p in placement.stages
+              if p.stage in stages and p.assignments and len(stages[p.stage][1].gpu_types) > 1
+              and stages[p.stage][1].gpus > 0]
+    if not wanted:
+        return {}
+    clusters = {c.name: c for c in model.clusters}
+    ledger = rules.Ledger(model, ((stages[p.stage][1], a.cluster, a.replicas) for p in placement.stages
+                                  if p.stage in stages for a in p.assignments if a.cluster in clusters))
+    totals = stage_totals(model, [s for (s, _), _ in wanted])
+    found = {}
+    for (s, stage), stage_placement in wanted:
+        here = {a.cluster: a.replicas for a in stage_placement.assignments if a.cluster in clusters}
+        found[stage.key] = _choice(model, stage, here, ledger, totals[s])
+    return found
+
+
+def _choice(model: FleetModel, stage: Stage, here: Mapping[str, int], ledger: rules.Ledger,
+            total: np.ndarray) -> Choice:
+    names = {c.name: i for i, c in enumerate(model.clusters)}
+
+    def rank(name: str) -> int:
+        found = stage.preference(model.clusters[names[name]].gpu_type)
+        return len(stage.gpu_types) if found is None else found
+
+    chosen_ranks = sorted({rank(name) for name in here})
+    worst = max(here, key=lambda name: (rank(name), total[names[name]], name))
+    moved = here[worst]
+    ledger.add(stage, worst, -moved)  # the stage's replicas there, taken out to try elsewhere
+    try:
+        passed = tuple(Passed(t, _why_not(model, stage, t, worst, here, moved, ledger, total, names))
+                       for t in stage.gpu_types[: rank(worst)])
+    finally:
+        ledger.add(stage, worst, moved)
+    return Choice(stage.gpu_types, tuple(stage.gpu_types[r] for r in chosen_ranks if r < len(stage.gpu_types)),
+                  rank(worst) + 1, passed)
+
+
+def _why_not(model: FleetModel, stage: Stage, gpu_type: str, worst: str, here: Mapping[str, int], moved: int,
+             ledger: rules.Ledger, total: np.ndarray, names: Mapping[str, int]) -> str:
+    """Why the ``moved`` replicas on ``worst`` do not run on a cluster of ``gpu_type``."""
+    of_type = [c for c in model.clusters if c.gpu_type == gpu_type]
+    if not of_type:
+        return f"no cluster of the fleet has {gpu_type}"
+    reasons: list[str] = []
+    roomy: list[Cluster] = []
+    for cluster in of_type:
+        filtered = filter_reason(stage, cluster)
+        if filtered:
+            reasons.append(f"{cluster.name} is filtered out ({filtered})")
+            continue
+        more = moved if here.get(cluster.name) or not rules.below_minimum(stage, moved) \
+            else rules.min_replicas_per_cluster(stage)
+        if ledger.room_for(stage, cluster.name, more):
+            roomy.append(cluster)
+        else:
+            word = "more replica" if here.get(cluster.name) else "replica"
+            reasons.append(f"{cluster.name} has no room for {_count(more, word)}"
+                           f"{_short_of(model, stage, cluster, ledger, more)}")
+    if roomy:
+        best = max(roomy, key=lambda c: (total[names[c.name]], -names[c.name]))
+        return (f"{best.name} has room, but the stage scores {total[names[best.name]]:.4f} there against "
+                f"{total[names[worst]]:.4f} on {worst} (preference penalty counted)")
+    shown = "; ".join(reasons[:_NAMED])
+    return shown + (f"; and {len(reasons) - _NAMED} more clusters" if len(reasons) > _NAMED else "")
+
+
+def _short_of(model: FleetModel, stage: Stage, cluster: Cluster, ledger: rules.Ledger, more: int) -> str:
+    """`` (would take 24 of its 16 usable GPUs)``: the first resource they overrun, or the
+    failover headroom they would break."""
+    over = rules.overuse(model, cluster, ledger.used[cluster.name] + rules.replica_usage(model, stage, more))
+    if not over:
+        return " (the failover headroom of its platform would break)"
+    what, need, have = over[0]
+    return f" (would take {need} of its {have} usable {what})"
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"

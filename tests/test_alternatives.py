@@ -1,0 +1,115 @@
+"""GPU alternatives (``gpuType: [h100, a100]``): the stage runs on one of its types, the
+optimizer prefers earlier ones, and placement.yaml, explain and the diff say which it got and why.
+
+The golden case ``tests/cases/gpu-alternatives`` holds the placement.yaml of the fallback;
+here the choice is held to the rules on generated fleets, and explain and the diff to exact
+text on that case's policies.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.builders import make_cluster, make_fleet, make_stage
+from support.corpus import CASES
+
+from fleetc.compiler import Options, compile_fleet
+from fleetc.errors import PlacementError
+from fleetc.git.report import as_json, compare, format_markdown, format_text, snapshot, snapshot_of_output
+from fleetc.model import StageType
+from fleetc.placement.alternatives import choices
+from fleetc.placement.explain import explain
+from fleetc.placement.explain import format_text as explain_text
+from fleetc.placement.optimize import place
+from fleetc.placement.scoring import PREFERENCE_PENALTY, score_matrix
+from fleetc.placement.verify import verify
+
+CASE = CASES / "gpu-alternatives" / "policies"
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    order=st.sampled_from([("h100", "a100"), ("a100", "h100")]),
+    kind=st.sampled_from([StageType.TRAINING, StageType.DEPLOYMENT]),
+    replicas=st.integers(1, 3),
+    gpus=st.sampled_from([1, 2, 4]),
+    room=st.tuples(st.sampled_from([2, 4, 8, 16]), st.sampled_from([2, 4, 8, 16])),
+)
+def test_the_first_type_with_room_wins_between_equal_clusters(
+        order: tuple[str, str], kind: StageType, replicas: int, gpus: int, room: tuple[int, int]) -> None:
+    """Two clusters alike but for their GPU type: the stage runs where its first choice is
+    whenever that has room for all of it, else on the second; never on a type it does not
+    list, a gang on one type; placement.yaml's choice names the same."""
+    clusters = tuple(make_cluster(name, gpu_type=name, gpus=n) for name, n in zip(("a100", "h100"), room, strict=True))
+    stage = make_stage("s", type=kind, gpus=gpus, replicas=replicas, gpu_types=order)
+    model = make_fleet(clusters, (stage,))
+    scores = score_matrix(model)
+    first, second = (model.clusters.index(next(c for c in model.clusters if c.gpu_type == t)) for t in order)
+    if scores.allowed[0, first] and scores.allowed[0, second]:  # both hold one replica
+        assert scores.total[0, second] == pytest.approx(scores.total[0, first] - PREFERENCE_PENALTY)
+    need = gpus * replicas
+    try:
+        placement = place(model)
+    except PlacementError:
+        assert need > max(room) if kind is StageType.TRAINING else need > sum(room)
+        return
+    assert verify(model, placement) == []
+    where = {model.cluster(a.cluster).gpu_type: a.replicas for a in placement.of(stage.key).assignments}
+    assert set(where) <= set(order)
+    if kind is StageType.TRAINING:
+        assert len(where) == 1
+    room_first = dict(zip(("a100", "h100"), room, strict=True))[order[0]]
+    fits_first = room_first >= need
+    if fits_first:
+        assert where == {order[0]: replicas}
+    elif kind is StageType.DEPLOYMENT:  # as many replicas on the first choice as it has room for
+        assert where.get(order[0], 0) == room_first // gpus
+    choice = choices(model, placement)[stage.key]
+    assert choice.alternative == (1 if fits_first else 2)
+    assert [p.gpu_type for p in choice.passed] == ([] if fits_first else [order[0]])
+
+
+def _compile(tmp_path: Path, *, with_finetune: bool) -> Options:
+    policies = tmp_path / "policies"
+    shutil.copytree(CASE, policies, dirs_exist_ok=True)
+    if not with_finetune:
+        text = (policies / "pipeline.yaml").read_text()
+        (policies / "pipeline.yaml").write_text(text[: text.index("  - name: finetune")])
+    return Options(paths=(str(policies),), out=str(tmp_path / "out"), workdir=tmp_path)
+
+
+def test_explain_names_the_alternative_and_why_not_the_first(tmp_path: Path) -> None:
+    compiled = compile_fleet(_compile(tmp_path, with_finetune=True))
+    text = explain_text(explain(compiled.model, compiled.placement, "llm/pretrain"))
+    assert "    preference -0.1000 (a100 is alternative 2)" in text.splitlines()
+    assert text.splitlines()[-3:-1] == [
+        "chosen: gpu-a100",
+        "GPU type: a100, alternative 2 of [h100, a100]; h100 not taken: gpu-h100 has no room for 2 replicas "
+        "(would take 32 of its 16 usable GPUs)",
+    ]
+
+
+def test_diff_shows_the_type_chosen_before_and_after(tmp_path: Path) -> None:
+    before = compile_fleet(_compile(tmp_path / "before", with_finetune=False))
+    after = compile_fleet(_compile(tmp_path / "after", with_finetune=True))
+    report = compare(snapshot(before.model, before.placement, before.files),
+                     snapshot(after.model, after.placement, after.files), base_label="main", head_label="tree")
+    assert report.gpu_choices == (("llm/pretrain", "h100, alternative 1 of [h100, a100]",
+                                   "a100, alternative 2 of [h100, a100]; h100 not taken: gpu-h100 has no room "
+                                   "for 2 replicas (would take 32 of its 16 usable GPUs)"),)
+    text = format_text(report)
+    assert ("GPU type of llm/pretrain:\n  before: h100, alternative 1 of [h100, a100]\n"
+            "  now:    a100, alternative 2 of [h100, a100]; h100 not taken: gpu-h100 has no room for 2 replicas "
+            "(would take 32 of its 16 usable GPUs)\n") in text
+    assert as_json(report)["gpuChoices"] == [{"stage": "llm/pretrain", "before": report.gpu_choices[0][1],
+                                              "after": report.gpu_choices[0][2]}]
+    assert f"- GPU type of `llm/pretrain`: {report.gpu_choices[0][1]} → {report.gpu_choices[0][2]}\n" \
+        in format_markdown(report)
+    # A committed out/ tells the same from its placement.yaml alone.
+    read_back = compare(snapshot_of_output(before.files, {}), snapshot_of_output(after.files, {}),
+                        base_label="main", head_label="tree")
+    assert read_back.gpu_choices == report.gpu_choices

@@ -291,8 +291,9 @@ def _commit(compiled: Any, out: Path, output_format: str, paths: Sequence[str]) 
 @click.option("--what-if", "what_if", metavar="SETTING", multiple=True,
               help="Compare the placement now with a scenario instead (repeatable): drain=CLUSTER, "
                    "gpus=CLUSTER[:TYPE]=N, price=CLUSTER=X (per GPU-hour), pipeline=FILE.")
-@click.option("--scenario", "scenario_file", metavar="FILE", default=None,
-              help="A scenario file: YAML 'whatIf:' with a list of --what-if settings.")
+@click.option("--scenario", "scenario_paths", metavar="PATH", multiple=True,
+              help="A scenario file (YAML 'whatIf:' with a list of --what-if settings), or a folder of them "
+                   "(repeatable; with --base, each is reported below the diff).")
 @paths_argument
 @click.option("--out", "out_dir", default=DEFAULT_OUT, show_default=True,
               help="Output folder: its placement.yaml (at REF, and now) is each side's previous placement.")
@@ -301,7 +302,7 @@ def _commit(compiled: Any, out: Path, output_format: str, paths: Sequence[str]) 
 @click.option("--format", "output_format", type=click.Choice(["text", "markdown", "json"]),
               default="text", show_default=True, help="Output format (markdown: a pull-request comment).")
 @click.option("--exit-code", "exit_code", is_flag=True, help="Exit 1 when there are differences, like git diff.")
-def diff(base_ref: str | None, what_if: Sequence[str], scenario_file: str | None, paths: Sequence[str],
+def diff(base_ref: str | None, what_if: Sequence[str], scenario_paths: Sequence[str], paths: Sequence[str],
          out_dir: str, time_limit: float | None, output_format: str, exit_code: bool) -> None:
     """Compare the compile of the policies at REF with the compile of the working tree.
 
@@ -312,20 +313,26 @@ def diff(base_ref: str | None, what_if: Sequence[str], scenario_file: str | None
 
     With --what-if or --scenario instead of --base: the placement now (the output folder's
     placement.yaml the previous one) against the placement in the scenario, which changes no
-    policy: the stages that move, those left unplaced, the cost and the GPUs left free.
+    policy: the stages that move, those left unplaced, the cost and the GPUs left free. With
+    --base too, each scenario is compared so with the working tree and reported below the diff
+    (the pull-request comment of a repository that keeps scenarios, e.g. in scenarios/).
     """
     from fleetc.compiler import diff_fleet
     from fleetc.git.report import as_json, format_markdown, format_text
 
-    if what_if or scenario_file is not None:
-        _what_if(base_ref, what_if, scenario_file, paths, out_dir, time_limit, output_format, exit_code)
+    if base_ref is None and (what_if or scenario_paths):
+        _what_if(what_if, scenario_paths, paths, out_dir, time_limit, output_format, exit_code)
         return
     if base_ref is None:
         _run(lambda: _usage("diff needs --base REF, or a scenario (--what-if SETTING or --scenario FILE)"),
              output_format)
     assert base_ref is not None
 
-    report = _run(lambda: diff_fleet(base_ref, _options(paths, out_dir, time_limit=time_limit)), output_format)
+    def run() -> Any:
+        return diff_fleet(base_ref, _options(paths, out_dir, time_limit=time_limit),
+                          _scenarios(what_if, scenario_paths))
+
+    report = _run(run, output_format)
     if output_format == "json":
         _emit_json(as_json(report))
     else:
@@ -334,24 +341,31 @@ def diff(base_ref: str | None, what_if: Sequence[str], scenario_file: str | None
         sys.exit(ExitCode.FAILED)
 
 
-def _what_if(base_ref: str | None, settings: Sequence[str], scenario_file: str | None, paths: Sequence[str],
-             out_dir: str, time_limit: float | None, output_format: str, exit_code: bool) -> None:
+def _scenarios(settings: Sequence[str], scenario_paths: Sequence[str]) -> tuple[Any, ...]:
+    """The --what-if settings (one scenario) and the scenarios under the --scenario paths."""
     from fleetc import scenario as scenarios
+
+    given = (scenarios.parse(settings),) if settings else ()
+    return given + (scenarios.read_paths(scenario_paths, Path.cwd()) if scenario_paths else ())
+
+
+def _what_if(settings: Sequence[str], scenario_paths: Sequence[str], paths: Sequence[str], out_dir: str,
+             time_limit: float | None, output_format: str, exit_code: bool) -> None:
     from fleetc.compiler import what_if_fleet
     from fleetc.git.report import format_what_if_markdown, format_what_if_text, what_if_json
 
     def run() -> Any:
-        if base_ref is not None:
-            _usage("--base and a scenario cannot be combined: a scenario is compared with the placement now")
-        if settings and scenario_file is not None:
+        if settings and scenario_paths:
             _usage("give the scenario as --what-if settings or as --scenario FILE, not both")
-        scenario = (scenarios.read_file(Path.cwd() / scenario_file, scenario_file) if scenario_file is not None
-                    else scenarios.parse(settings))
-        return scenario, what_if_fleet(scenario, _options(paths, out_dir, time_limit=time_limit))
+        found = _scenarios(settings, scenario_paths)
+        if len(found) > 1:
+            _usage(f"{len(found)} scenarios under {', '.join(scenario_paths)}: without --base, give one\n"
+                   "  hint: --base REF --scenario PATH reports each below the diff from REF")
+        return what_if_fleet(found[0], _options(paths, out_dir, time_limit=time_limit))
 
-    scenario, found = _run(run, output_format)
+    found = _run(run, output_format)
     if output_format == "json":
-        _emit_json(what_if_json(found, scenario.settings))
+        _emit_json(what_if_json(found))
     else:
         click.echo(format_what_if_markdown(found) if output_format == "markdown" else format_what_if_text(found),
                    nl=False)

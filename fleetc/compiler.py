@@ -181,13 +181,18 @@ def placed_clusters(placement: Placement) -> dict[str, dict[str, int]]:
     return {p.stage: {a.cluster: a.replicas for a in p.assignments} for p in placement.stages if p.assignments}
 
 
-def diff_fleet(base_ref: str, options: Options) -> Report:
+def diff_fleet(base_ref: str, options: Options, scenarios: Sequence[Scenario] = ()) -> Report:
     """``fleetc diff``: the compile of the policies at ``base_ref`` (read from git's objects,
     nothing checked out) against the compile of the working tree, each with its own side's
-    placement.yaml as the previous placement. An error in one side's compile carries ``side``."""
+    placement.yaml as the previous placement. An error in one side's compile carries ``side``.
+    Each of ``scenarios`` is compared with the working tree's placement as
+    :func:`what_if_fleet` does, and reported below the diff (``Report.scenarios``: the
+    pull-request comment of a repository that keeps scenario files)."""
     from fleetc.git.flow import policy_sources_at
     from fleetc.git.report import EMPTY, compare, snapshot
 
+    for scenario in scenarios:
+        _check_pipelines(scenario, options)
     sources, unread, base_previous = policy_sources_at(base_ref, options.paths, options.out, options.workdir)
     at_base = f"at {base_ref}"
     base = EMPTY
@@ -200,7 +205,8 @@ def diff_fleet(base_ref: str, options: Options) -> Report:
     with _side("in the working tree"):
         compiled = compile_fleet(options)
     head = snapshot(compiled.model, compiled.placement, compiled.files)
-    return compare(base, head, base_label=base_ref, head_label="working tree", out=options.out)
+    report = compare(base, head, base_label=base_ref, head_label="working tree", out=options.out)
+    return dataclasses.replace(report, scenarios=tuple(_what_if(s, options, compiled) for s in scenarios))
 
 
 def what_if_fleet(scenario: Scenario, options: Options) -> WhatIf:
@@ -209,16 +215,26 @@ def what_if_fleet(scenario: Scenario, options: Options) -> WhatIf:
     lost, GPU counts or prices changed, pipelines added), without changing a policy. The scenario
     starts from the current placement, so a stage moves only where the scenario makes that worth
     its move cost, and what no longer fits is listed as unplaced, not an error."""
+    _check_pipelines(scenario, options)
+    with _side("as they are"):
+        now = compile_fleet(options)
+    return _what_if(scenario, options, now)
+
+
+def _check_pipelines(scenario: Scenario, options: Options) -> None:
+    settings = [s for s in scenario.settings if s.startswith("pipeline=")]  # in the order of its pipelines
+    for setting, path in zip(settings, scenario.pipelines, strict=True):
+        if not (options.workdir / path).is_file():
+            raise UsageError(f"{scenario.named(setting)}: no such file\n"
+                             "  hint: name a policy file with the AIGCPipeline(s) to add")
+
+
+def _what_if(scenario: Scenario, options: Options, now: Compiled) -> WhatIf:
+    """``scenario`` compiled from the placement ``now`` (the policies as they are) and compared with it."""
     from fleetc import scenario as scenarios
     from fleetc.git.report import capacity, snapshot, what_if
 
-    for path in scenario.pipelines:
-        if not (options.workdir / path).is_file():
-            raise UsageError(f"--what-if pipeline={path}: no such file\n"
-                             "  hint: name a policy file with the AIGCPipeline(s) to add")
-    with _side("as they are"):
-        now = compile_fleet(options)
-    with _side("in the scenario"):
+    with _side(f"in the scenario {scenario.file}" if scenario.file else "in the scenario"):
         loaded = load_policies((*options.paths, *scenario.pipelines), options.reporter, options.workdir)
         # Provenance stays relative to the policy paths, so only what the scenario changes differs.
         changed = dataclasses.replace(loaded, policies=scenarios.apply(loaded.policies, scenario),
@@ -230,7 +246,8 @@ def what_if_fleet(scenario: Scenario, options: Options) -> WhatIf:
         then = compile_policies(changed, settings)
     unplaced = [(p.stage, p.reason) for p in then.placement.stages if not any(a.replicas for a in p.assignments)]
     return what_if(snapshot(now.model, now.placement, now.files), snapshot(then.model, then.placement, then.files),
-                   (capacity(now.model), capacity(then.model)), unplaced, scenario.label, options.out)
+                   (capacity(now.model), capacity(then.model)), unplaced, scenario.label, options.out,
+                   source=scenario.file, settings=scenario.settings)
 
 
 @contextlib.contextmanager

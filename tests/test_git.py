@@ -452,7 +452,7 @@ def test_workflow_pins_actions_and_keeps_permissions_minimal() -> None:
     assert "fleetc validate --format github" in runs
     assert any('fleetc compile --check --base "$BASE"' in r for r in runs)  # tests/test_attacks.py runs it
     assert jobs["test"]["steps"][0]["with"]["fetch-depth"] == 0
-    assert any(r.startswith("fleetc diff --base \"origin/${BASE_REF}\" --format markdown") for r in runs)
+    assert any('fleetc diff --base "origin/${BASE_REF}" "$@" --format markdown' in r for r in runs)  # test_what_if
     assert jobs["diff"]["steps"][0]["with"]["fetch-depth"] == 0
     tests = {step.get("name"): step for step in jobs["test"]["steps"]}
     assert tests["Test"]["env"] == {"CI": "false"}

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from git import Repo
+from ruamel.yaml import YAML
 
 from fleetc import Options, Scenario, what_if_fleet
 from fleetc.cli import cli
 
 CASES = Path(__file__).parent / "cases"
+ROOT = Path(__file__).resolve().parents[1]
 NEW_PIPELINE = """\
 apiVersion: aigc.kurator.dev/v1alpha1
 kind: AIGCPipeline
@@ -29,6 +37,12 @@ spec:
       gpu: 2
       gpuType: l4
 """
+
+
+def load_workflow() -> dict[str, Any]:
+    workflow = YAML(typ="safe", pure=True).load((ROOT / ".github" / "workflows" / "fleetc.yml").read_text())
+    assert isinstance(workflow, dict)
+    return workflow
 
 
 def run(*args: str) -> Result:
@@ -161,8 +175,9 @@ def test_a_scenario_file_says_the_same_as_the_settings(project: Path) -> None:
     (["--what-if", "pipeline=missing.yaml"],
      "error: --what-if pipeline=missing.yaml: no such file\n"
      "  hint: name a policy file with the AIGCPipeline(s) to add\n"),
-    (["--what-if", "drain=serve-l4", "--base", "HEAD"],
-     "error: --base and a scenario cannot be combined: a scenario is compared with the placement now\n"),
+    (["--what-if", "drain=serve-l4", "--scenario", "policies"],
+     "error: give the scenario as --what-if settings or as --scenario FILE, not both\n"),
+    (["--scenario", "nowhere"], "error: --scenario nowhere: no such file or directory\n"),
     (["--scenario", "policies/fleet.yaml"],
      "error: --scenario policies/fleet.yaml: expected one YAML document 'whatIf:' with a list of settings\n"
      "  hint: for example whatIf: [drain=gpu-east, \"gpus=gpu-west:a100=16\"]\n"),
@@ -194,3 +209,145 @@ def test_the_front_door_reads_from_its_workdir_and_the_markdown_carries_the_scen
     assert comment.startswith("### fleetc: placement diff `now` → `what-if drain=serve-l4`\n\n"
                               "#### What-if `what-if drain=serve-l4`\n\n```text\nunplaced in the scenario: 1 stage\n")
     assert "| `serve-l4` | 0 / 0 / 6 |" in comment
+
+
+# --------------------------------------------------------------------------- scenarios in review
+LOSE_L4 = "whatIf:\n- drain=serve-l4\n"
+ADD_EXTRA = "whatIf:\n- pipeline=pipelines/extra.yaml\n- price=serve-l4=2\n"
+
+
+def keep_scenarios(project: Path) -> None:
+    """scenarios/ beside policies/: two scenarios, and the pipeline file one of them adds."""
+    (project / "scenarios" / "pipelines").mkdir(parents=True)
+    (project / "scenarios" / "pipelines" / "extra.yaml").write_text(NEW_PIPELINE)
+    (project / "scenarios" / "lose-l4.yaml").write_text(LOSE_L4)
+    (project / "scenarios" / "extra.yaml").write_text(ADD_EXTRA)
+
+
+SCENARIOS_TEXT = (
+    "scenarios/extra.yaml: what-if pipeline=pipelines/extra.yaml price=serve-l4=2\n"
+    "stages moved in the scenario: 1 stage\n"
+    "  extra/tune: (none) -> serve-l4\n"
+    "unplaced in the scenario: 0 stages\n"
+    "cost/h: 51.36 -> 58.24 (+6.88)\n"
+    "headroom (free / capacity GPUs): a100 0/16 -> 0/16; l4 6/8 -> 4/8\n"
+    "\n"
+    "scenarios/lose-l4.yaml: what-if drain=serve-l4\n"
+    "stages moved in the scenario: 1 stage\n"
+    "  llm/serve: serve-l4 -> (none)\n"
+    "unplaced in the scenario: 1 stage\n"
+    "  llm/serve: 0/2 clusters fit llm/serve: 1 is cordoned, 1 has no l4\n"
+    "cost/h: 51.36 -> 48.96 (-2.40)\n"
+    "headroom (free / capacity GPUs): a100 0/16 -> 0/16; l4 6/8 -> 0/0\n")
+
+
+@pytest.fixture
+def reviewed(project: Path) -> Path:
+    """The project in git with scenarios/, origin/main its first commit; the pull request then
+    grows the training cluster to 24 a100."""
+    repo = Repo.init(project, initial_branch="main")
+    with repo.config_writer() as config:
+        config.set_value("user", "name", "Test")
+        config.set_value("user", "email", "test@example.com")
+        config.set_value("commit", "gpgsign", "false")
+    keep_scenarios(project)
+    repo.git.add("--all")
+    repo.git.commit("--quiet", "--message", "policies, out/ and scenarios")
+    repo.git.update_ref("refs/remotes/origin/main", "HEAD")
+    fleet = project / "policies" / "fleet.yaml"
+    fleet.write_text(fleet.read_text().replace('gpu-count: "16"', 'gpu-count: "24"'))
+    assert run("compile").exit_code == 0
+    return project
+
+
+def test_the_pull_request_report_adds_each_scenario_on_the_head(reviewed: Path) -> None:
+    """The workflow's own diff step, run in the repository: the report is the diff from the
+    base, then each scenario under scenarios/ compared with the pull request's placement."""
+    [step] = [s for s in load_workflow()["jobs"]["diff"]["steps"]
+              if s.get("name") == "Diff the placement against the base branch"]
+    environment = {**os.environ, "BASE_REF": "main", "PYTHONPATH": str(ROOT),
+                   "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=reviewed, env=environment,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    report = (reviewed / "report.md").read_text()
+    head, scenarios = report.split("#### What-if scenarios on the working tree\n\n", 1)
+    assert head.startswith("### fleetc: placement diff `origin/main` → `working tree`\n\n0 stages moved; ")
+    assert "| `train-a100` | 0 / 1 / 0 | 16 a100 → 16 a100 |" in head  # its Queue grows
+    with_more_a100 = SCENARIOS_TEXT.replace("a100 0/16 -> 0/16", "a100 8/24 -> 8/24")
+    assert scenarios.split("<details>", 1)[0] == "".join(
+        f"```text\n{section.rstrip()}\n```\n\n" for section in with_more_a100.split("\n\n"))
+
+
+def test_scenarios_below_the_text_and_json_diff(reviewed: Path) -> None:
+    result = run("diff", "--base", "origin/main", "--scenario", "scenarios")
+    assert result.exit_code == 0, result.output
+    summary, rest = result.stdout.split("\n\nscenarios/extra.yaml: ", 1)
+    assert summary == ("fleetc diff origin/main -> working tree\n\n"
+                       "train-a100: +0 ~1 -0 objects; GPUs 16 a100 -> 16 a100; cost/h 48.96 -> 48.96")
+    assert ("scenarios/extra.yaml: " + rest).startswith(SCENARIOS_TEXT.replace("a100 0/16 -> 0/16", "a100 8/24 -> 8/24")
+                                                        + "\n--- a/out/")
+    report = json.loads(run("diff", "--base", "origin/main", "--scenario", "scenarios/lose-l4.yaml",
+                            "--format", "json").stdout)
+    assert report["scenarios"] == [{
+        "file": "scenarios/lose-l4.yaml", "settings": ["drain=serve-l4"],
+        "stages": [{"stage": "llm/serve", "before": ["serve-l4"], "after": []}],
+        "unplaced": [{"stage": "llm/serve", "reason": "0/2 clusters fit llm/serve: 1 is cordoned, 1 has no l4"}],
+        "costPerHour": {"before": 51.36, "after": 48.96},
+        "headroom": {"a100": {"capacity": {"before": 24, "after": 24}, "free": {"before": 8, "after": 8}},
+                     "l4": {"capacity": {"before": 8, "after": 0}, "free": {"before": 6, "after": 0}}},
+    }]
+    unchanged = run("diff", "--base", "HEAD", "--scenario", "scenarios/lose-l4.yaml", "--exit-code")
+    assert unchanged.exit_code == 1  # the pull request's own change counts; the scenario does not
+
+
+@pytest.mark.parametrize(("files", "args", "message"), [
+    ({"scenarios/notes.yaml": "owner: platform\n"}, ["--scenario", "scenarios"],
+     "error: --scenario scenarios/notes.yaml: neither a what-if scenario (one YAML document 'whatIf:') nor a "
+     "pipeline file a scenario there adds (pipeline=FILE)\n"
+     "  hint: keep only scenarios and the pipelines they add under a scenario folder\n"),
+    ({"scenarios/lose-l4.yaml": "whatIf:\n- drain=serve-l4\n- gpus=serve-l5=8\n"},
+     ["--scenario", "scenarios/lose-l4.yaml"],
+     "error: scenarios/lose-l4.yaml:3:3: whatIf[1]: gpus=serve-l5=8: no cluster 'serve-l5' in Fleet 'fleet' "
+     "(policies/fleet.yaml)\n  hint: did you mean 'serve-l4'?\n"),
+    ({"scenarios/extra.yaml": "whatIf:\n- pipeline=pipelines/gone.yaml\n"}, ["--scenario", "scenarios/extra.yaml"],
+     "error: scenarios/extra.yaml:2:3: whatIf[0]: pipeline=pipelines/gone.yaml: no such file\n"
+     "  hint: name a policy file with the AIGCPipeline(s) to add\n"),
+    ({}, ["--scenario", "scenarios"],
+     "error: 2 scenarios under scenarios: without --base, give one\n"
+     "  hint: --base REF --scenario PATH reports each below the diff from REF\n"),
+    ({"scenarios/empty/.keep": ""}, ["--scenario", "scenarios/empty"],
+     "error: --scenario scenarios/empty: no scenario file there (*.yaml or *.yml, one YAML document 'whatIf:')\n"),
+])
+def test_a_scenario_folder_reads_every_file_or_names_it(project: Path, files: dict[str, str], args: list[str],
+                                                         message: str) -> None:
+    keep_scenarios(project)
+    for name, text in files.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    result = run("diff", *args)
+    assert (result.exit_code, result.stdout, result.stderr) == (2, "", message)
+
+
+def test_a_scenario_among_the_policies_is_refused_with_where_it_belongs(project: Path) -> None:
+    (project / "policies" / "lose-l4.yaml").write_text(LOSE_L4)
+    result = run("validate")
+    assert (result.exit_code, result.stderr) == (1, (
+        "policies/lose-l4.yaml:1:1: error: whatIf: a what-if scenario is not a policy\n"
+        "  hint: keep scenario files out of the policy folders (e.g. in scenarios/) and run "
+        "`fleetc diff --scenario FILE`\n1 error in 1 file\n"))
+
+
+def test_scenarios_cut_whole_to_fit_the_comment() -> None:
+    from fleetc.git.report import EMPTY, Report, WhatIf, compare, format_markdown
+
+    found = WhatIf(compare(EMPTY, EMPTY, base_label="now", head_label="what-if drain=a"),
+                   tuple((f"p/s{i}", "no room") for i in range(25)), (1.0, 2.0), (), "scenarios/a.yaml")
+    report: Report = replace(compare(EMPTY, EMPTY, base_label="main", head_label="working tree"),
+                             scenarios=(found, replace(found, source="scenarios/b.yaml")))
+    comment = format_markdown(report)
+    assert comment.count("  p/s") == 2 * 20 and comment.count("  ... and 5 more\n") == 2
+    section = comment.split("#### What-if scenarios on the working tree\n\n")[1].split("```\n\n")[0] + "```\n\n"
+    cut = format_markdown(report, limit=2 * (len("#### What-if scenarios on the working tree\n\n") + len(section)))
+    assert cut.endswith(section + "> **Cut to fit GitHub's comment limit:** 1 scenario left out: "
+                        "`scenarios/b.yaml`. Run `fleetc diff --scenario FILE` to see each.\n")

@@ -37,6 +37,8 @@ PER_CLUSTER_FOLDERS = ("clusters", "flux")
 FLEET_WIDE = "(fleet-wide)"
 #: The Markdown names at most this many omitted objects; the rest are counted.
 MAX_OMITTED_NAMES = 40
+#: A scenario below the diff lists at most this many moved and unplaced stages each; the rest are counted.
+MAX_SCENARIO_LINES = 20
 #: The chart shows at most this many clusters (those whose GPUs changed most); more is unreadable.
 MAX_CHART_CLUSTERS = 20
 
@@ -209,6 +211,9 @@ class Report:
     #: Stages listing GPU alternatives whose choice (or its why) differs: (key, before, after),
     #: '' for a side where the stage does not run (:mod:`fleetc.placement.alternatives`).
     gpu_choices: tuple[tuple[str, str, str], ...] = ()
+    #: Scenarios compared with the head's placement (``diff --base REF --scenario PATH``), in order;
+    #: reported below the diff, never part of it (``changed`` does not count them).
+    scenarios: tuple[WhatIf, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -286,9 +291,10 @@ def _cluster_summary(name: str, base: Snapshot, head: Snapshot, objects: tuple[O
 # --------------------------------------------------------------------------- text and JSON
 def format_text(report: Report) -> str:
     """A terminal report: the summary, then every diff (like ``git diff``)."""
+    scenarios = "".join("\n" + "\n".join(_scenario_lines(w)) + "\n" for w in report.scenarios)
     if not report.changed:
-        return f"no differences between {report.base} and {report.head}\n"
-    return _summary_text(report) + _diffs_text(report)
+        return f"no differences between {report.base} and {report.head}\n" + scenarios
+    return _summary_text(report) + scenarios + _diffs_text(report)
 
 
 def _summary_text(report: Report) -> str:
@@ -331,6 +337,11 @@ def as_json(report: Report) -> dict[str, Any]:
                        for key, before, after in report.gpu_choices],
         "objects": [{"path": o.path, "cluster": None if o.group == FLEET_WIDE else o.group,
                      "status": o.status, "diff": o.diff} for o in report.objects],
+        **({"scenarios": [{
+            "file": w.source or None,
+            **_what_if_facts(w),
+            "stages": [{"stage": m.stage, "before": list(m.before), "after": list(m.after)} for m in w.report.moves],
+        } for w in report.scenarios]} if report.scenarios else {}),
     }
 
 
@@ -368,6 +379,8 @@ class WhatIf:
     unplaced: tuple[tuple[str, str], ...]  # (stage key, why) the scenario leaves out
     cost: tuple[float, float]  # fleet cost per hour (now, in the scenario)
     headroom: tuple[Headroom, ...]  # by GPU type
+    source: str = ""  # the scenario file ('' for --what-if settings)
+    settings: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -384,9 +397,10 @@ def capacity(model: FleetModel) -> dict[str, int]:
 
 
 def what_if(now: Snapshot, scenario: Snapshot, capacities: tuple[Mapping[str, int], Mapping[str, int]],
-            unplaced: Sequence[tuple[str, str]], label: str, out: str = "out") -> WhatIf:
+            unplaced: Sequence[tuple[str, str]], label: str, out: str = "out", *, source: str = "",
+            settings: Sequence[str] = ()) -> WhatIf:
     """The comparison, the stages the scenario leaves out, the fleet's cost and its headroom;
-    ``capacities``: :func:`capacity` now and in the scenario."""
+    ``capacities``: :func:`capacity` now and in the scenario; ``source``: the scenario file."""
     report = compare(now, scenario, base_label="now", head_label=label, out=out)
     taken = [_taken(side) for side in (now, scenario)]
     types = sorted(set(capacities[0]) | set(capacities[1]) | set(taken[0]) | set(taken[1]))
@@ -394,7 +408,7 @@ def what_if(now: Snapshot, scenario: Snapshot, capacities: tuple[Mapping[str, in
                               (capacities[0].get(t, 0) - taken[0].get(t, 0),
                                capacities[1].get(t, 0) - taken[1].get(t, 0))) for t in types)
     cost = (sum((now.cost or {}).values()), sum((scenario.cost or {}).values()))
-    return WhatIf(report, tuple(sorted(unplaced)), cost, headroom)
+    return WhatIf(report, tuple(sorted(unplaced)), cost, headroom, source, tuple(settings))
 
 
 def _taken(side: Snapshot) -> dict[str, int]:
@@ -415,6 +429,23 @@ def _what_if_lines(w: WhatIf) -> list[str]:
     return lines
 
 
+def _scenario_lines(w: WhatIf, shown: int | None = None) -> list[str]:
+    """One scenario below a diff: its title, the stages that move (at most ``shown`` of each
+    list, the rest counted), then :func:`_what_if_lines`."""
+    title = f"{w.source}: {w.report.head}" if w.source else w.report.head
+    lines = [title, f"stages moved in the scenario: {_count(len(w.report.moves), 'stage')}"]
+    lines += _capped([f"  {m.stage}: {', '.join(m.before) or '(none)'} -> {', '.join(m.after) or '(none)'}"
+                      for m in w.report.moves], shown)
+    found = _what_if_lines(w)
+    return lines + found[:1] + _capped(found[1:len(w.unplaced) + 1], shown) + found[len(w.unplaced) + 1:]
+
+
+def _capped(lines: list[str], shown: int | None) -> list[str]:
+    if shown is None or len(lines) <= shown:
+        return lines
+    return [*lines[:shown], f"  ... and {len(lines) - shown} more"]
+
+
 def format_what_if_text(w: WhatIf) -> str:
     """The diff's summary, then what the scenario leaves out, costs and leaves free, then the
     diffs of the rendered objects."""
@@ -423,17 +454,17 @@ def format_what_if_text(w: WhatIf) -> str:
     return head + "\n" + "\n".join(_what_if_lines(w)) + "\n" + _diffs_text(w.report)
 
 
-def what_if_json(w: WhatIf, settings: Sequence[str]) -> dict[str, Any]:
+def what_if_json(w: WhatIf) -> dict[str, Any]:
+    return {**as_json(w.report), "changed": w.changed, "whatIf": _what_if_facts(w)}
+
+
+def _what_if_facts(w: WhatIf) -> dict[str, Any]:
     return {
-        **as_json(w.report),
-        "changed": w.changed,
-        "whatIf": {
-            "settings": list(settings),
-            "unplaced": [{"stage": stage, "reason": why} for stage, why in w.unplaced],
-            "costPerHour": {"before": round(w.cost[0], 4), "after": round(w.cost[1], 4)},
-            "headroom": {h.gpu_type: {"capacity": {"before": h.capacity[0], "after": h.capacity[1]},
-                                      "free": {"before": h.free[0], "after": h.free[1]}} for h in w.headroom},
-        },
+        "settings": list(w.settings),
+        "unplaced": [{"stage": stage, "reason": why} for stage, why in w.unplaced],
+        "costPerHour": {"before": round(w.cost[0], 4), "after": round(w.cost[1], 4)},
+        "headroom": {h.gpu_type: {"capacity": {"before": h.capacity[0], "after": h.capacity[1]},
+                                  "free": {"before": h.free[0], "after": h.free[1]}} for h in w.headroom},
     }
 
 
@@ -453,9 +484,10 @@ def format_markdown(report: Report, limit: int = MARKDOWN_BUDGET) -> str:
     When the whole comment would exceed ``limit`` characters, trailing per-object diffs are left
     out whole (never cut mid-diff), and a note counts and names them.
     """
-    head = _markdown_head(report)
+    scenarios = _scenarios_markdown(report, limit // 2)
     if not report.changed:
-        return head
+        return _markdown_head(report) + (f"\n{scenarios}".rstrip("\n") + "\n" if scenarios else "")
+    head = _markdown_head(report) + scenarios
     low, high = 0, len(report.objects)
     while low < high:  # the largest number of objects that fits; length grows with it
         middle = (low + high + 1) // 2
@@ -485,6 +517,24 @@ def _markdown_head(report: Report) -> str:
     choices = "".join(f"- GPU type of `{key}`: {before or 'not placed'} → {after or 'not placed'}\n"
                       for key, before, after in report.gpu_choices)
     return title + summary + "\n".join(rows) + "\n\n" + (choices + "\n" if choices else "") + _chart(report)
+
+
+def _scenarios_markdown(report: Report, limit: int) -> str:
+    """The scenarios' findings on the head, whole scenarios within ``limit`` characters (a note
+    names those left out)."""
+    if not report.scenarios:
+        return ""
+    title = f"#### What-if scenarios on the {report.head}\n\n"
+    sections = [f"```text\n{_fence_safe(chr(10).join(_scenario_lines(w, MAX_SCENARIO_LINES)))}\n```\n\n"
+                for w in report.scenarios]
+    kept = 0
+    while kept < len(sections) and len(title) + sum(map(len, sections[:kept + 1])) <= limit:
+        kept += 1
+    left = [w.source or w.report.head for w in report.scenarios[kept:]]
+    note = (f"> **Cut to fit GitHub's comment limit:** {_count(len(left), 'scenario')} left out: "
+            f"{', '.join(f'`{name}`' for name in left)}. Run `fleetc diff --scenario FILE` to see each.\n\n"
+            if left else "")
+    return title + "".join(sections[:kept]) + note
 
 
 def _stage_list(keys: tuple[str, ...]) -> str:

@@ -221,6 +221,10 @@ def _nan_paths(data: Any, path: FieldPath) -> Iterator[FieldPath]:
 def _check_kind(doc: Document, data: dict[str, Any]) -> Diagnostic | None:
     kind = data.get("kind")
     if kind is None:
+        if set(data) == {"whatIf"}:  # fleetc's other YAML input, in the wrong folder
+            return doc.diagnostic(("whatIf",), "a what-if scenario is not a policy", key=True,
+                                  hint="keep scenario files out of the policy folders (e.g. in scenarios/) and "
+                                       "run `fleetc diff --scenario FILE`")
         return doc.diagnostic(("kind",), "missing required field 'kind'",
                               hint=f"one of: {', '.join(sorted(p.KINDS))}")
     if not isinstance(kind, str) or kind not in p.KINDS:

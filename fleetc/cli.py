@@ -259,7 +259,7 @@ def _write(compiled: Any, out: Path, output_format: str) -> None:
     if output_format == "json":
         _emit_json(_summary(compiled, out))
     else:
-        placed = _summary(compiled, out)["stages"]
+        placed = sum(1 for p in compiled.placement.stages if p.assignments)  # no _summary: it computes the fixes
         left_out = len(compiled.placement.stages) - placed
         limit = compiled.placement.time_limit
         ran_out = "" if limit is None else f", the time limit of {limit:g}s ran out"

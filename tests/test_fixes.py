@@ -93,3 +93,66 @@ def test_two_rules_on_every_cluster_leave_a_new_cluster_or_no_single_change() ->
     [fix] = fixes(cpu_only, {}, ["llm/train"])
     assert fix.text == ("llm/train: no single change places it: every cluster is kept off by two rules or more, "
                         "or taking it would leave a platform short of its failover headroom")
+
+
+def _places(model: FleetModel, placed: dict[str, dict[str, int]]) -> set[str]:
+    """The stages the optimizer places, re-solving ``model`` from ``placed``."""
+    from fleetc.placement.optimize import place
+
+    return {p.stage for p in place(model, previous=placed, allow_unplaced=True).stages if p.assignments}
+
+
+def test_a_new_cluster_names_the_cores_and_memory_that_bind() -> None:
+    """A new cluster gets 16 cores and 128Gi per GPU; a stage that needs more says so, and the
+    verifier accepts it on that cluster, not on one with the defaults."""
+    hungry = make_stage("hungry", gpus=8, gpu_type="a100", cores=200, memory_gib=1536, jurisdiction="EU")
+    model = make_fleet((make_cluster("a", gpus=8, cores=64),), (hungry,))
+    [fix] = fixes(model, {}, ["llm/hungry"])
+    assert fix.text == ("llm/hungry: add 136 cores and 1024Gi memory to a, or a new cluster in EU with 8 a100, "
+                        "200 cores and 1536Gi memory (cores bind: 16 per GPU and memory binds: 128Gi per GPU "
+                        "are not enough)")
+    hungry_cpu = dataclasses.replace(hungry, memory_bytes=64 * 2**30)
+    [fix] = fixes(dataclasses.replace(model, stages=(hungry_cpu,)), {}, ["llm/hungry"])
+    assert fix.text.endswith("or a new cluster in EU with 8 a100 and 200 cores (cores bind: 16 per GPU is not "
+                             "enough)")
+    new = make_cluster("new", gpus=8, cores=200, memory_gib=1536)
+    for cores, problems in ((200, []), (128, ["new: 200000 CPU millicores placed, capacity 128000"])):
+        grown = dataclasses.replace(model, clusters=(dataclasses.replace(new, cpu_millis=cores * 1000),))
+        assert verify(grown, _placed_with(grown, {"llm/hungry": {"new": 1}})) == problems
+
+
+def test_several_stages_left_out_get_a_joint_fix_re_solved_not_summed() -> None:
+    """Alone each stage needs 4 more GPUs on a; together 4 + 4 is not enough (a's 4-GPU nodes
+    hold pretrain's 12 beside them), 12 is; a new cluster of 12 takes pretrain and frees a."""
+    a = make_cluster("a", gpus=16, cores=256, memory_gib=2048, gpus_per_node=4)
+    stages = (make_stage("pretrain", gpus=12, gpu_type="h100"), make_stage("tune", gpus=8, gpu_type="h100"),
+              make_stage("eval", gpus=8, gpu_type="h100"))
+    model = make_fleet((dataclasses.replace(a, gpu_type="h100"),), stages)
+    placed = {"llm/pretrain": {"a": 1}}
+    found = fixes(model, placed, ["llm/tune", "llm/eval"])
+    assert [f.text for f in found] == [
+        "llm/tune: add 4 h100 to a (other stages take 12 of its 16 usable GPUs), or a new cluster with 8 h100",
+        "llm/eval: add 4 h100 to a (other stages take 12 of its 16 usable GPUs), or a new cluster with 8 h100",
+        "llm/tune, llm/eval together: add 12 h100 to a, or a new cluster with 12 h100 (re-solved: each places "
+        "them all)"]
+    assert found[-1].stage == "llm/tune, llm/eval"
+    everything = {"llm/pretrain", "llm/tune", "llm/eval"}
+    grown = [dataclasses.replace(model, clusters=(dataclasses.replace(model.clusters[0], gpus=16 + n),))
+             for n in (8, 12)]
+    assert [_places(m, placed) == everything for m in grown] == [False, True]  # the sum is not enough
+    new = [dataclasses.replace(model, clusters=(*model.clusters, make_cluster("b", gpu_type="h100", gpus=n,
+                                                                                 cores=16 * n, memory_gib=128 * n,
+                                                                                 gpus_per_node=4)))
+           for n in (8, 12)]
+    assert [_places(m, placed) == everything for m in new] == [False, True]
+
+
+def test_a_joint_fix_names_the_fleet_too_large_to_re_solve(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleetc.placement import fixes as module
+
+    monkeypatch.setattr(module, "JOINT_MAX_PAIRS", 5)
+    model = make_fleet((make_cluster("a", gpus=8),), tuple(make_stage(n, gpus=8, gpu_type="a100")
+                                                            for n in ("x", "y", "z")))
+    assert fixes(model, {"llm/x": {"a": 1}}, ["llm/y", "llm/z"])[-1].text == (
+        "llm/y, llm/z together: not re-solved: the fleet has 6 stage-cluster pairs, more than the 5 fleetc "
+        "re-solves for a joint fix")

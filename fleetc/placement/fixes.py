@@ -9,27 +9,43 @@ of :mod:`fleetc.placement.rules`, beside what is placed on each cluster, under s
 - one rule: on each cluster exactly one rule keeps it off (data sovereignty, the GPU type, a
   taint, a cordon) and where it fits beside what is placed, relaxing that rule places it.
 
+A new cluster has the cores and memory a cluster gets per GPU by default, and more where the
+stage needs more: the fix then names them and says they bind (``a new cluster in eu with 8
+h100 and 200 cores (cores bind: 16 per GPU is not enough)``); the verifier checks the stage on
+it beside the placement now.
+
 A serving stage's replicas go on its whole HA set (``multiCluster``), its minimum on each; a
 cluster of that set no change admits makes the HA set the rule that binds. A change that would
 leave a platform short of its failover headroom (:func:`rules.failover_shortfalls`) is not
-offered. Nothing is solved: the cost is one pass over the clusters per stage, and the answer
-depends on the model and the placement alone.
+offered. None of this solves: one pass over the clusters per stage.
+
+When two or more stages left out ask for one GPU type in one jurisdiction, one more line gives
+the smallest change that places them together, found by re-solving the fleet with it (one
+cluster grown in GPUs, or a new cluster, sized by bisection; :func:`_joint_fixes`): the stages'
+own fixes do not add up, since together they may need more than the sum (node packing beside
+what is placed) or less (a placed stage moves to the new cluster and frees room).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from fleetc.model import Cluster, FleetModel, Stage
+from fleetc.errors import PlacementError
+from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
 from fleetc.placement import rules
+from fleetc.placement.verify import verify
+from fleetc.policy.quantity import GIB
+from fleetc.resolve import CORES_PER_GPU, MEMORY_PER_GPU
 
 #: Cluster fields that hold each resource of :data:`rules.RESOURCES`, and the step one unit adds.
 _FIELDS = (("gpus", 1), ("cpu_millis", 1), ("memory_bytes", rules.MIB))
 
 #: How many clusters a relaxation names before "and N more".
 _NAMED = 3
+#: The largest fleet (stages x clusters) whose joint fix is re-solved; each takes a few solves.
+JOINT_MAX_PAIRS = 20_000
 
 
 @dataclass(frozen=True)
@@ -54,7 +70,123 @@ def fixes(model: FleetModel, placed: Mapping[str, Mapping[str, int]], stage_keys
             if key in stages and name in on and replicas > 0:
                 on[name].append((stages[key], replicas))
     used = {name: rules.usage(model, there) for name, there in on.items()}
-    return [Fix(s.key, f"{s.key}: {_fix(model, s, on, used)}") for s in model.stages if s.key in wanted]
+    found = [Fix(s.key, f"{s.key}: {_fix(model, s, on, used)}") for s in model.stages if s.key in wanted]
+    return found + _joint_fixes(model, placed, [s for s in model.stages if s.key in wanted])
+
+
+def _joint_fixes(model: FleetModel, placed: Mapping[str, Mapping[str, int]], left_out: list[Stage]) -> list[Fix]:
+    """For each jurisdiction and GPU type that two or more stages left out ask for (and no HA
+    set ties to clusters of their own), the smallest new cluster there that places them all
+    together, found by re-solving: the optimizer places the fleet with the cluster added
+    (sticky to ``placed``), and the fewest GPUs (a bisection between the largest stage's own
+    new cluster and one for them all) with which every stage placed now stays placed and each
+    of them is placed too. Cores and memory follow :func:`_sized` (named where they bind)."""
+    groups: dict[tuple[str, str], list[Stage]] = {}
+    for stage in left_out:
+        first = _first_type(stage)
+        if stage.gpus and first and not rules.ha_clusters(model, stage):
+            groups.setdefault((stage.jurisdiction or "", first), []).append(stage)
+    joint = []
+    for (jurisdiction, gpu_type), stages in sorted(groups.items()):
+        if len(stages) < 2:
+            continue
+        keys = ", ".join(s.key for s in stages)
+        pairs = len(model.stages) * (len(model.clusters) + 1)
+        if pairs > JOINT_MAX_PAIRS:
+            joint.append(Fix(keys, f"{keys} together: not re-solved: the fleet has {pairs} stage-cluster pairs, "
+                                   f"more than the {JOINT_MAX_PAIRS} fleetc re-solves for a joint fix"))
+            continue
+        grow = [f"{gpus} {gpu_type} to {name}" for name, gpus in _joint_growth(model, placed, stages, gpu_type)]
+        new = _joint_cluster(model, placed, stages, jurisdiction or None, gpu_type)
+        if new is not None:
+            where, why = _described(new, jurisdiction or None)
+            grow.append(f"a new cluster{where}{f' ({why})' if why else ''}")
+        text = (f"add {', or '.join(grow)} (re-solved: {'it places' if len(grow) == 1 else 'each places'} them all)"
+                if grow else "no cluster grown in GPUs and no new cluster places them all (re-solved)")
+        joint.append(Fix(keys, f"{keys} together: {text}"))
+    return joint
+
+
+def _places_all(model: FleetModel, placed: Mapping[str, Mapping[str, int]], stages: list[Stage],
+                cluster: Cluster) -> bool:
+    """Whether the fleet re-solved with ``cluster`` (added, or in place of its namesake) places
+    ``stages`` and keeps every stage placed now, as the verifier accepts."""
+    from fleetc.placement.optimize import place  # the solver: imported when a joint fix is asked for
+
+    clusters = tuple(cluster if c.name == cluster.name else c for c in model.clusters)
+    grown = replace(model, clusters=clusters if cluster.name in {c.name for c in model.clusters}
+                    else (*clusters, cluster))
+    try:
+        solved = place(grown, previous=placed, allow_unplaced=True)
+    except PlacementError:  # the large path's search ran out: not shown to place them
+        return False
+    done = {p.stage for p in solved.stages if p.assignments}
+    wanted = {s.key for s in stages} | {key for key, there in placed.items() if any(there.values())}
+    return wanted <= done and not verify(grown, solved, allow_unplaced=True)
+
+
+def _joint_growth(model: FleetModel, placed: Mapping[str, Mapping[str, int]], stages: list[Stage],
+                  gpu_type: str) -> list[tuple[str, int]]:
+    """The fewest GPUs to add to one cluster that takes every one of ``stages`` (of their GPU
+    type, in their jurisdiction: no rule keeps any off it) for the re-solved fleet to place them
+    all; the best cluster, and those that need as few (at most :data:`_NAMED`)."""
+    together = _sized(model, _fresh(model, None, gpu_type), [(s, s.replicas) for s in stages])
+    found = []
+    for cluster in model.clusters:
+        if together is None or not cluster.gpus or any(rules.exclusions(s, cluster) for s in stages):
+            continue
+        most = together.gpus  # to add: with utilisation and headroom, what gives that many usable GPUs
+        usable = rules.usable_capacity(model, cluster)[0]
+        while rules.usable_capacity(model, replace(cluster, gpus=cluster.gpus + most))[0] - usable < together.gpus:
+            most += together.gpus
+            if most > 100 * together.gpus:
+                break
+
+        def places_all(n: int, cluster: Cluster = cluster) -> bool:
+            return _places_all(model, placed, stages, replace(cluster, gpus=cluster.gpus + n))
+
+        if places_all(most):
+            found.append((_least(1, most, places_all), cluster.name))
+    found.sort()
+    return [(name, gpus) for gpus, name in found if gpus == found[0][0]][:_NAMED]
+
+
+def _joint_cluster(model: FleetModel, placed: Mapping[str, Mapping[str, int]], stages: list[Stage],
+                   jurisdiction: str | None, gpu_type: str) -> Cluster | None:
+    """The smallest new cluster the re-solved fleet places ``stages`` on (with everything placed
+    now): the fewest GPUs with the cores and memory they all need, then the fewest cores, then
+    the least memory (whole cores and GiB, never below the default per GPU)."""
+    empty = _fresh(model, jurisdiction, gpu_type)
+    alone = [_sized(model, empty, [(s, s.replicas)]) for s in stages]
+    together = _sized(model, empty, [(s, s.replicas) for s in stages])
+    if together is None or any(a is None for a in alone):
+        return None
+    def places_all(new: Cluster) -> bool:
+        return _places_all(model, placed, stages, new)
+
+    if not places_all(together):
+        return None
+    gpus = _least(max(a.gpus for a in alone if a is not None), together.gpus,
+                  lambda n: places_all(_with_gpus(together, n, together.cpu_millis, together.memory_bytes)))
+    new = _with_gpus(together, gpus, together.cpu_millis, together.memory_bytes)
+    cores = _least(gpus * CORES_PER_GPU, new.cpu_millis // 1000,
+                   lambda n: places_all(replace(new, cpu_millis=n * 1000)))
+    new = replace(new, cpu_millis=cores * 1000)
+    gib = _least(gpus * MEMORY_PER_GPU // GIB, new.memory_bytes // GIB,
+                 lambda n: places_all(replace(new, memory_bytes=n * GIB)))
+    return replace(new, memory_bytes=gib * GIB)
+
+
+def _least(low: int, high: int, holds: Callable[[int], bool]) -> int:
+    """The least n in [low, high] for which ``holds`` (true at ``high``, and for all n above the
+    least: more capacity never places less), by bisection."""
+    while low < high:
+        middle = (low + high) // 2
+        if holds(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return high
 
 
 def _fix(model: FleetModel, stage: Stage, on: Mapping[str, list[tuple[Stage, int]]],
@@ -129,7 +261,7 @@ def _capacity_option(model: FleetModel, stage: Stage, ha: tuple[str, ...], minim
             rank = tuple(sum(a[r] for a in adds.values()) for r in range(3)) + (len(adds),)
             if best is None or (rank, cluster.name) < (best[0], best[1]):
                 best = (rank, cluster.name, adds)
-    new = _new_cluster(model, stage) if not ha else ""
+    new = _new_cluster(model, stage, on) if not ha else ""
     if best is None:
         return f"add a new cluster{new}" if new else ""
     parts = [f"{_amounts(clusters[name].gpu_type, add)} to {name}{_taken_by_others(model, clusters[name], used[name])}"
@@ -187,21 +319,91 @@ def _headroom_kept(model: FleetModel, stage: Stage, spread: Mapping[str, int], g
     return True
 
 
-def _new_cluster(model: FleetModel, stage: Stage) -> str:
+def _new_cluster(model: FleetModel, stage: Stage, on: Mapping[str, list[tuple[Stage, int]]]) -> str:
     """`` in eu with 16 h100``: the fewest GPUs a new cluster (nothing used, no taints) needs to
-    run all the stage's replicas, as the rules count its usable GPUs; '' without GPUs or
-    when no GPU policy headroom leaves room."""
+    run all the stage's replicas, as the rules count its usable GPUs, and the cores or memory
+    beyond what a cluster has per GPU by default where those bind (`` with 8 h100 and 200 cores
+    (cores bind: ...)``); checked by the verifier with the stage there beside the placement
+    now; '' without GPUs, when no GPU policy headroom leaves room, or when the verifier refuses."""
     if not stage.gpus or not model.clusters:
         return ""
-    template = replace(model.clusters[0], gpus=0, utilization=0.0, taints=(), cordoned=False)
-    need = rules.taken(model, template, rules.replica_usage(model, stage, stage.replicas))[0]
-    gpus = need
-    while rules.usable_capacity(model, replace(template, gpus=gpus))[0] < need:
+    new = _sized(model, _fresh(model, stage.jurisdiction, _first_type(stage)), [(stage, stage.replicas)])
+    if new is None:
+        return ""
+    grown = replace(model, clusters=(*model.clusters, new))
+    placed = {key: dict(there) for key, there in _placed(on).items()}
+    placed[stage.key] = {new.name: stage.replicas}
+    if verify(grown, _placement(grown, placed), allow_unplaced=True):
+        return ""
+    where, why = _described(new, stage.jurisdiction)
+    return f"{where} ({why})" if why else where
+
+
+def _first_type(stage: Stage) -> str | None:
+    """The GPU type a new cluster for ``stage`` has: its first choice (None: any type)."""
+    return stage.gpu_types[0] if stage.gpu_types else None
+
+
+def _fresh(model: FleetModel, jurisdiction: str | None, gpu_type: str | None) -> Cluster:
+    """An empty cluster (no GPUs yet) in ``jurisdiction``, named apart from the fleet's."""
+    names = {c.name for c in model.clusters}
+    name = next(f"new-cluster-{i}" for i in range(len(names) + 1) if f"new-cluster-{i}" not in names)
+    template = model.clusters[0]
+    return replace(template, name=name, jurisdiction=jurisdiction or template.jurisdiction,
+                   gpu_type=gpu_type or template.gpu_type, gpus=0, cpu_millis=0, memory_bytes=0, utilization=0.0,
+                   taints=(), cordoned=False, drained=False)
+
+
+def _sized(model: FleetModel, empty: Cluster, placed: Iterable[tuple[Stage, int]]) -> Cluster | None:
+    """``empty`` with the fewest GPUs for ``placed`` to fit, and the cores and memory a cluster
+    has per GPU by default (:data:`resolve.CORES_PER_GPU`), more (in whole cores and GiB) where
+    ``placed`` needs more; None when headroom leaves no room."""
+    used = rules.usage(model, placed)
+    need = rules.taken(model, replace(empty, gpus=1), used)
+    gpus = need[0]
+    while rules.usable_capacity(model, replace(empty, gpus=gpus))[0] < need[0]:
         gpus += 1
-        if gpus > 100 * need:
-            return ""
-    where = f" in {stage.jurisdiction}" if stage.jurisdiction else ""
-    return f"{where} with {gpus} {stage.gpu_types[0] if stage.gpu_types else 'GPUs'}"
+        if gpus > 100 * max(need[0], 1):
+            return None
+    return _with_gpus(empty, gpus, need[1], need[2])
+
+
+def _with_gpus(empty: Cluster, gpus: int, millis: int, memory: int) -> Cluster:
+    """``empty`` with ``gpus`` GPUs and the default cores and memory for them, or ``millis`` and
+    ``memory`` (rounded up to whole cores and GiB) where more."""
+    return replace(empty, gpus=gpus, cpu_millis=max(gpus * CORES_PER_GPU * 1000, -(-millis // 1000) * 1000),
+                   memory_bytes=max(gpus * MEMORY_PER_GPU, -(-memory // GIB) * GIB))
+
+
+def _described(new: Cluster, jurisdiction: str | None) -> tuple[str, str]:
+    """(`` in eu with 8 h100 and 200 cores``, ``cores bind: 16 per GPU is not enough``): the
+    cluster, naming the cores or memory beyond the default per GPU, and which of them bind."""
+    parts = [f"{new.gpus} {new.gpu_type or 'GPUs'}"]
+    binding = []
+    if new.cpu_millis > new.gpus * CORES_PER_GPU * 1000:
+        parts.append(f"{new.cpu_millis // 1000} cores")
+        binding.append(f"cores bind: {CORES_PER_GPU} per GPU")
+    if new.memory_bytes > new.gpus * MEMORY_PER_GPU:
+        parts.append(f"{new.memory_bytes // GIB}Gi memory")
+        binding.append(f"memory binds: {MEMORY_PER_GPU // GIB}Gi per GPU")
+    what = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    why = f"{' and '.join(binding)} {'is' if len(binding) == 1 else 'are'} not enough" if binding else ""
+    return f"{f' in {jurisdiction}' if jurisdiction else ''} with {what}", why
+
+
+def _placed(on: Mapping[str, list[tuple[Stage, int]]]) -> dict[str, dict[str, int]]:
+    """Stage key -> cluster -> replicas, from ``on`` (cluster -> what is placed there)."""
+    placed: dict[str, dict[str, int]] = {}
+    for cluster, there in on.items():
+        for stage, replicas in there:
+            placed.setdefault(stage.key, {})[cluster] = replicas
+    return placed
+
+
+def _placement(model: FleetModel, placed: Mapping[str, Mapping[str, int]]) -> Placement:
+    return Placement(stages=tuple(StagePlacement(s.key, tuple(
+        Assignment(c, n, n * s.gpus) for c, n in sorted(placed.get(s.key, {}).items())), 0.0)
+        for s in model.stages), objective=0.0, bound=0.0, method="milp")
 
 
 def _amounts(gpu_type: str | None, add: tuple[int, int, int]) -> str:

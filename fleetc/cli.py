@@ -378,14 +378,18 @@ def _what_if(settings: Sequence[str], scenario_paths: Sequence[str], paths: Sequ
 @paths_argument
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=DEFAULT_OUT,
               show_default=True, help="Output folder whose placement.yaml is explained.")
+@click.option("--drain", "drain", metavar="CLUSTER", multiple=True,
+              help="The placement was compiled with --drain CLUSTER: explain it so (repeatable).")
 @format_option
-def explain(target: str, paths: Sequence[str], out_dir: str, output_format: str) -> None:
+def explain(target: str, paths: Sequence[str], out_dir: str, drain: Sequence[str], output_format: str) -> None:
     """Say why a stage runs where the placement in the output folder puts it: each cluster's
-    filter verdict or score terms. Solves nothing; a stale placement is an error."""
+    filter verdict or score terms. Solves nothing; a stale placement is an error. A placement
+    compiled with --drain is explained with the same --drain (the drained clusters filtered
+    out as drained); without it, or with others, it is stale."""
     from fleetc.compiler import explain_stage
     from fleetc.placement import explain as why
 
-    explanation = _run(lambda: explain_stage(target, _options(paths, out_dir)), output_format)
+    explanation = _run(lambda: explain_stage(target, _options(paths, out_dir, drain=tuple(drain))), output_format)
     if output_format == "json":
         _emit_json(why.as_dict(explanation))
     else:

@@ -165,9 +165,11 @@ def explain_stage(target: str, options: Options) -> Explanation:
     compiled_with = dataclasses.replace(options, solver=previous.solver or DEFAULT_SOLVER)
     placement = _placement_in_out(model, previous, inputs_digest(loaded.policies, compiled_with))
     if placement is None:
+        drained = "".join(f" --drain {name}" for name in options.drain)
         raise FleetcError(f"cannot explain: {where} is stale: it does not hold for these policies (they, "
                           "--drain, FLEETC_LARGE, the solver's version or fleetc's placement version changed "
-                          "since); run `fleetc compile` first")
+                          f"since); run `fleetc compile{drained}` first"
+                          + ("" if drained else ", or give explain the --drain it was compiled with"))
     from fleetc.placement.fixes import fixes
     from fleetc.placement.hints import taint_hints
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,28 @@ def test_cli_explain_text_json_and_unknown_stage(monkeypatch: pytest.MonkeyPatch
     unknown = runner.invoke(cli, ["explain", "llm-chinese-training/model-trainin"])
     assert unknown.exit_code == 2
     assert "did you mean 'llm-chinese-training/model-training'?" in unknown.stderr
+
+
+def test_cli_explain_takes_the_drain_the_placement_was_compiled_with(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """explain --drain explains a placement compiled with --drain (the drained cluster filtered
+    out); without it, or with another, the placement is stale and the error says what to run."""
+    shutil.copytree(ROOT / "tests" / "cases" / "degraded-serving" / "policies", tmp_path / "policies")
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    assert runner.invoke(cli, ["compile", "--drain", "a"]).exit_code == 0
+    drained = runner.invoke(cli, ["explain", "llm/serve", "--drain", "a"])
+    assert drained.exit_code == 0, drained.output
+    assert drained.stdout.startswith("llm/serve:\n  a: filtered out: cordoned\n  b: total 0.8170 <- 4 replicas\n")
+    assert drained.stdout.endswith("chosen: b, d\nrunner-up: none (every allowed cluster runs it)\n")
+    stale = ("error: cannot explain: out/placement.yaml is stale: it does not hold for these policies (they, "
+             "--drain, FLEETC_LARGE, the solver's version or fleetc's placement version changed since); run "
+             "`fleetc compile{}` first{}\n")
+    plain = runner.invoke(cli, ["explain", "llm/serve"])
+    hint = ", or give explain the --drain it was compiled with"
+    assert (plain.exit_code, plain.stderr) == (1, stale.format("", hint))
+    other = runner.invoke(cli, ["explain", "llm/serve", "--drain", "b"])
+    assert (other.exit_code, other.stderr) == (1, stale.format(" --drain b", ""))
+    unknown = runner.invoke(cli, ["explain", "llm/serve", "--drain", "nope"])
+    assert (unknown.exit_code, unknown.stderr) == (2, "error: --drain nope: no cluster of that name in Fleet 'demo' "
+                                                      "(policies/fleet.yaml); its clusters: a, b, c, d\n")

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAINING = "llm-chinese-training/model-training"
 STALE = ("error: cannot explain: out/placement.yaml is stale: it does not hold for these policies (they, "
          "--drain, FLEETC_LARGE, the solver's version or fleetc's placement version changed since); run "
-         "`fleetc compile` first\n")
+         "`fleetc compile` first, or give explain the --drain it was compiled with\n")
 
 
 def run(*args: str, env: Mapping[str, str] | None = None) -> Result:

@@ -14,6 +14,8 @@ from click.testing import CliRunner, Result
 from git import Repo
 
 from fleetc.cli import cli
+from fleetc.git.flow import previous_at
+from fleetc.git.repo import read_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = "policies/llm-training-pipeline.yaml"
@@ -504,8 +506,70 @@ def test_a_failed_commit_leaves_the_working_tree_and_the_index_as_they_were(repo
     hook.chmod(0o755)
     result = run("compile", "--commit")
     assert result.exit_code == 1
-    assert result.stderr == "error: git commit failed: hook: refusing\n"
+    assert result.stderr == ("error: git commit failed: the pre-commit hook (.git/hooks/pre-commit) exited with 1: "
+                             "hook: refusing\n")
     assert state(Path(repo.working_tree_dir) / "out") == before_out
     assert index.read_bytes() == before_index
     assert repo.git.status("--porcelain") == status
     assert not [p for p in Path(repo.working_tree_dir).iterdir() if p.name.startswith(".out.")]
+
+
+@pytest.mark.parametrize(("hook", "script", "message"), [
+    ("pre-commit", "#!/bin/sh\nexit 3\n",
+     "error: git commit failed: the pre-commit hook (.git/hooks/pre-commit) exited with 3 and said nothing\n"),
+    ("commit-msg", "#!/bin/sh\necho 'subject too long' >&2\nexit 5\n",
+     "error: git commit failed: the commit-msg hook (.git/hooks/commit-msg) exited with 5: subject too long\n"),
+])
+def test_a_hook_that_refuses_the_commit_is_named_with_its_exit_code(repo: Repo, hook: str, script: str,
+                                                                    message: str) -> None:
+    path = Path(repo.git_dir) / "hooks" / hook
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(script)
+    path.chmod(0o755)
+    head = repo.head.commit.hexsha
+    result = run("compile", "--commit")
+    assert (result.exit_code, result.stderr) == (1, message)
+    assert repo.head.commit.hexsha == head and not (Path(repo.working_tree_dir) / "out").exists()
+
+
+def test_an_output_folder_linked_elsewhere_is_followed_at_a_revision(repo: Repo) -> None:
+    """out -> build/out, committed: the placement at a revision is read through the link, as
+    in the working tree, so --check --base and --commit see what was committed."""
+    folder = Path(repo.working_tree_dir)
+    (folder / "build").mkdir()
+    (folder / "out").symlink_to("build/out")
+    assert run("compile").exit_code == 0
+    commit_all(repo, "out/ through a link")
+    assert previous_at("HEAD", "out", folder).stages  # read through the link
+    assert set(read_folder(folder, "HEAD", "out")) == {p.relative_to(folder / "build" / "out").as_posix()
+                                                        for p in (folder / "build" / "out").rglob("*") if p.is_file()}
+    move_training_to_t4(folder)
+    committed = run("compile", "--commit")
+    assert committed.exit_code == 0, committed.output
+    assert committed.stdout.startswith("committed ")
+    assert run("compile", "--check", "--base", "HEAD~1").exit_code == 0
+
+
+@pytest.mark.parametrize(("target", "message"), [
+    ("../../elsewhere.yaml", "error: out/placement.yaml: symbolic link points outside the repository at HEAD\n"),
+    ("missing.yaml", "error: out/placement.yaml: broken symbolic link at HEAD\n"),
+])
+def test_a_placement_linked_out_of_reach_at_a_revision_is_named(repo: Repo, target: str, message: str) -> None:
+    folder = Path(repo.working_tree_dir)
+    assert run("compile").exit_code == 0
+    (folder / "out" / "placement.yaml").unlink()
+    (folder / "out" / "placement.yaml").symlink_to(target)
+    commit_all(repo, "a linked placement")
+    result = run("compile", "--check", "--base", "HEAD")
+    assert (result.exit_code, result.stderr) == (2, message)
+
+
+def test_a_link_inside_the_committed_output_folder_is_named_by_commit(repo: Repo) -> None:
+    folder = Path(repo.working_tree_dir)
+    assert run("compile").exit_code == 0
+    (folder / "out" / "notes.md").symlink_to("placement.yaml")
+    commit_all(repo, "a link in out/")
+    result = run("compile", "--commit")
+    assert (result.exit_code, result.stderr) == (2, (
+        "error: out/notes.md: a symbolic link in the output folder at HEAD: fleetc writes only files there, and "
+        "does not read it\n  hint: remove it from out/ and commit that\n"))

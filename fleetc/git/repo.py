@@ -9,12 +9,13 @@ repository root. Every failure a user can cause (not a repository, an unknown re
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import cast
+from typing import Any, cast
 
 from git import Blob, GitCommandError, InvalidGitRepositoryError, NoSuchPathError, Repo, Submodule, Tree
 from git.exc import BadName, BadObject
@@ -278,26 +279,57 @@ def _child(tree: Tree, name: str) -> _Item | None:
 
 
 def read_folder(root: Path, ref: str, folder: str) -> dict[str, str]:
-    """Every file under ``folder`` at ``ref``, keyed by its path relative to ``folder``.
+    """Every file under ``folder`` (the output folder) at ``ref``, keyed by its path relative to
+    ``folder``; links to it on the way are followed as on disk (``out -> build/out``).
 
-    Empty when the folder does not exist there or the repository has no commits yet.
+    Empty when the folder does not exist there or the repository has no commits yet. fleetc
+    writes only files there: a symbolic link or a submodule inside it at ``ref`` is a
+    :class:`UsageError` naming it, never left out of what was committed.
     """
     repo = Repo(root)
     if not repo.head.is_valid():
         return {}
-    item = _lookup(_commit(repo, ref).tree, folder)
+    item = _resolved(repo, root, ref, folder)
     if not isinstance(item, Tree):
         return {}
     folder_path = os.fspath(item.path)
     prefix = len(folder_path) + 1 if folder_path else 0
-    return {os.fspath(b.path)[prefix:]: b.data_stream.read().decode("utf-8", "replace")
-            for b in item.traverse() if isinstance(b, Blob) and b.mode != _SYMLINK_MODE}
+    found = {}
+    for entry in item.traverse():
+        if not isinstance(entry, Blob | Submodule):  # a folder
+            continue
+        inner = os.fspath(entry.path)[prefix:]
+        if not isinstance(entry, Blob) or entry.mode == _SYMLINK_MODE:
+            what = "a symbolic link" if isinstance(entry, Blob) else "a git submodule"
+            raise UsageError(f"{folder}/{inner}: {what} in the output folder at {ref}: fleetc writes only files "
+                             f"there, and does not read it\n  hint: remove it from {folder}/ and commit that")
+        found[inner] = entry.data_stream.read().decode("utf-8", "replace")
+    return found
 
 
 def read_file(root: Path, ref: str, path: str) -> bytes | None:
-    """The content of the file ``path`` at ``ref``; None when there is no such file there."""
-    item = _lookup(_commit(Repo(root), ref).tree, path)
-    return item.data_stream.read() if isinstance(item, Blob) and item.mode != _SYMLINK_MODE else None
+    """The content of the file ``path`` at ``ref``, links on the way followed as on disk; None
+    when there is no such file there. A link that is broken, loops or leaves the repository is
+    a :class:`UsageError` naming it (as for the policies), and so is a submodule."""
+    repo = Repo(root)
+    item = _resolved(repo, root, ref, path)
+    if isinstance(item, Submodule):
+        raise UsageError(f"{path}: a git submodule at {ref}: its files are in another repository, which fleetc "
+                         "does not read")
+    return item.data_stream.read() if isinstance(item, Blob) else None
+
+
+def _resolved(repo: Repo, root: Path, ref: str, path: str) -> _Item | None:
+    """The entry at ``path`` at ``ref`` with every link on the way followed in the tree there
+    (:meth:`_TreeWalk.resolve`); None when there is none."""
+    try:
+        return _TreeWalk(_commit(repo, ref).tree, root, [path]).resolve(path)[1]
+    except _Missing as missing:
+        if missing.followed:
+            raise UsageError(f"{path}: {BROKEN_LINK} at {ref}") from None
+        return None
+    except _Unresolved as err:
+        raise UsageError(f"{path}: {err.message} at {ref}") from None
 
 
 def uncommitted(root: Path, *paths: str) -> list[str]:
@@ -347,11 +379,50 @@ def commit_paths(root: Path, paths: Sequence[str], message: str) -> str | None:
             staged = repo.git.ls_files("--cached", "--", *paths)
         if not staged:
             return None
-        repo.git.commit("--only", "--quiet", "--message", message, "--", *paths)
+        # git's trace2 events on stderr say which hook ran and how it exited (git says neither)
+        repo.git.commit("--only", "--quiet", "--message", message, "--", *paths,
+                        env={"GIT_TRACE2_EVENT": "1", "GIT_TRACE2_EVENT_NESTING": "1"})
     except GitCommandError as err:
-        detail = (err.stderr or err.stdout or "").strip().removeprefix("stderr: ").strip("'\n ")
-        raise GitError(f"git {err.command[1] if len(err.command) > 1 else ''} failed: {detail}") from None
+        raise GitError(_failure(err)) from None
     return repo.head.commit.hexsha
+
+
+def _failure(err: GitCommandError) -> str:
+    """``git commit failed: the pre-commit hook (.git/hooks/pre-commit) exited with 3: <what it
+    said>``: the hook that refused (from git's trace2 events), its exit code and its output, or
+    git's exit code and message when no hook failed; never an empty detail."""
+    command = f"git {err.command[1] if len(err.command) > 1 else ''}".rstrip()
+    text = str(err.stderr or "").strip().removeprefix("stderr: ").strip("'")
+    said, hooks, exits = [], {}, {}
+    for line in text.splitlines():
+        event = _trace_event(line)
+        if event is None:
+            said.append(line)
+        elif event.get("event") == "child_start" and event.get("child_class") == "hook":
+            argv = event.get("argv") or ["?"]
+            hooks[event.get("child_id")] = (str(event.get("hook_name") or PurePosixPath(str(argv[0])).name),
+                                            str(argv[0]))
+        elif event.get("event") == "child_exit" and event.get("child_id") in hooks:
+            exits[event.get("child_id")] = event.get("code")
+    detail = "\n".join(said).strip("\n ") or str(err.stdout or "").strip().removeprefix("stdout: ").strip("'\n ")
+    refused = next(((hooks[child], code) for child, code in exits.items() if code), None)
+    if refused is not None:
+        (name, path), code = refused
+        return (f"{command} failed: the {name} hook ({path}) exited with {code}"
+                + (f": {detail}" if detail else " and said nothing"))
+    return f"{command} failed (exit {err.status}): {detail}" if detail else \
+        f"{command} failed with exit code {err.status} and said nothing"
+
+
+def _trace_event(line: str) -> dict[str, Any] | None:
+    """A git trace2 event (one JSON object per line), or None for any other line."""
+    if not line.startswith('{"event":'):
+        return None
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) and "sid" in event else None
 
 
 def ignored(root: Path, paths: Sequence[str]) -> list[str]:
@@ -387,12 +458,3 @@ def _commit(repo: Repo, ref: str) -> Commit:
             raise UsageError(f"{ref}: unknown revision (the repository has no commits yet)") from None
         raise UsageError(f"{ref}: unknown revision (not a branch, tag or commit in this repository)") from None
 
-
-def _lookup(tree: Tree, path: str) -> Blob | Tree | None:
-    clean = PurePosixPath(path).as_posix()
-    if clean in ("", "."):
-        return tree
-    try:
-        return tree / clean
-    except KeyError:
-        return None

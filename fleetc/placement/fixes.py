@@ -45,7 +45,7 @@ _FIELDS = (("gpus", 1), ("cpu_millis", 1), ("memory_bytes", rules.MIB))
 #: How many clusters a relaxation names before "and N more".
 _NAMED = 3
 #: The largest fleet (stages x clusters) whose joint fix is re-solved; each takes a few solves.
-JOINT_MAX_PAIRS = 20_000
+JOINT_MAX_PAIRS = 5_000
 
 
 @dataclass(frozen=True)
@@ -71,10 +71,11 @@ def fixes(model: FleetModel, placed: Mapping[str, Mapping[str, int]], stage_keys
                 on[name].append((stages[key], replicas))
     used = {name: rules.usage(model, there) for name, there in on.items()}
     found = [Fix(s.key, f"{s.key}: {_fix(model, s, on, used)}") for s in model.stages if s.key in wanted]
-    return found + _joint_fixes(model, placed, [s for s in model.stages if s.key in wanted])
+    return found + _joint_fixes(model, placed, on, [s for s in model.stages if s.key in wanted])
 
 
-def _joint_fixes(model: FleetModel, placed: Mapping[str, Mapping[str, int]], left_out: list[Stage]) -> list[Fix]:
+def _joint_fixes(model: FleetModel, placed: Mapping[str, Mapping[str, int]], on: Mapping[str, list[tuple[Stage, int]]],
+                 left_out: list[Stage]) -> list[Fix]:
     """For each jurisdiction and GPU type that two or more stages left out ask for (and no HA
     set ties to clusters of their own), the smallest new cluster there that places them all
     together, found by re-solving: the optimizer places the fleet with the cluster added
@@ -96,7 +97,7 @@ def _joint_fixes(model: FleetModel, placed: Mapping[str, Mapping[str, int]], lef
             joint.append(Fix(keys, f"{keys} together: not re-solved: the fleet has {pairs} stage-cluster pairs, "
                                    f"more than the {JOINT_MAX_PAIRS} fleetc re-solves for a joint fix"))
             continue
-        grow = [f"{gpus} {gpu_type} to {name}" for name, gpus in _joint_growth(model, placed, stages, gpu_type)]
+        grow = [f"{gpus} {gpu_type} to {name}" for name, gpus in _joint_growth(model, placed, on, stages, gpu_type)]
         new = _joint_cluster(model, placed, stages, jurisdiction or None, gpu_type)
         if new is not None:
             where, why = _described(new, jurisdiction or None)
@@ -125,16 +126,20 @@ def _places_all(model: FleetModel, placed: Mapping[str, Mapping[str, int]], stag
     return wanted <= done and not verify(grown, solved, allow_unplaced=True)
 
 
-def _joint_growth(model: FleetModel, placed: Mapping[str, Mapping[str, int]], stages: list[Stage],
-                  gpu_type: str) -> list[tuple[str, int]]:
+def _joint_growth(model: FleetModel, placed: Mapping[str, Mapping[str, int]], on: Mapping[str, list[tuple[Stage, int]]],
+                  stages: list[Stage], gpu_type: str) -> list[tuple[str, int]]:
     """The fewest GPUs to add to one cluster that takes every one of ``stages`` (of their GPU
     type, in their jurisdiction: no rule keeps any off it) for the re-solved fleet to place them
-    all; the best cluster, and those that need as few (at most :data:`_NAMED`)."""
+    all; the best cluster, and those that need as few. Of the clusters that take them, the
+    :data:`_NAMED` with the most usable GPUs free are tried (each takes a few solves)."""
     together = _sized(model, _fresh(model, None, gpu_type), [(s, s.replicas) for s in stages])
+    admitting = [c for c in model.clusters if c.gpus and not any(rules.exclusions(s, c) for s in stages)]
+    free = {c.name: rules.usable_capacity(model, c)[0] - rules.taken(model, c, rules.usage(model, on[c.name]))[0]
+            for c in admitting}
     found = []
-    for cluster in model.clusters:
-        if together is None or not cluster.gpus or any(rules.exclusions(s, cluster) for s in stages):
-            continue
+    for cluster in sorted(admitting, key=lambda c: (-free[c.name], c.name))[:_NAMED]:
+        if together is None:
+            break
         most = together.gpus  # to add: with utilisation and headroom, what gives that many usable GPUs
         usable = rules.usable_capacity(model, cluster)[0]
         while rules.usable_capacity(model, replace(cluster, gpus=cluster.gpus + most))[0] - usable < together.gpus:

@@ -133,13 +133,13 @@ def _joint_growth(model: FleetModel, placed: Mapping[str, Mapping[str, int]], on
     all; the best cluster, and those that need as few. Of the clusters that take them, the
     :data:`_NAMED` with the most usable GPUs free are tried (each takes a few solves)."""
     together = _sized(model, _fresh(model, None, gpu_type), [(s, s.replicas) for s in stages])
+    if together is None:
+        return []
     admitting = [c for c in model.clusters if c.gpus and not any(rules.exclusions(s, c) for s in stages)]
     free = {c.name: rules.usable_capacity(model, c)[0] - rules.taken(model, c, rules.usage(model, on[c.name]))[0]
             for c in admitting}
     found = []
     for cluster in sorted(admitting, key=lambda c: (-free[c.name], c.name))[:_NAMED]:
-        if together is None:
-            break
         most = together.gpus  # to add: with utilisation and headroom, what gives that many usable GPUs
         usable = rules.usable_capacity(model, cluster)[0]
         while rules.usable_capacity(model, replace(cluster, gpus=cluster.gpus + most))[0] - usable < together.gpus:
@@ -166,6 +166,7 @@ def _joint_cluster(model: FleetModel, placed: Mapping[str, Mapping[str, int]], s
     together = _sized(model, empty, [(s, s.replicas) for s in stages])
     if together is None or any(a is None for a in alone):
         return None
+
     def places_all(new: Cluster) -> bool:
         return _places_all(model, placed, stages, new)
 

@@ -351,3 +351,22 @@ def test_scenarios_cut_whole_to_fit_the_comment() -> None:
     cut = format_markdown(report, limit=2 * (len("#### What-if scenarios on the working tree\n\n") + len(section)))
     assert cut.endswith(section + "> **Cut to fit GitHub's comment limit:** 1 scenario left out: "
                         "`scenarios/b.yaml`. Run `fleetc diff --scenario FILE` to see each.\n")
+
+
+
+def test_the_bundled_scenarios_run_on_the_bundled_policies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for folder in ("policies", "out", "scenarios"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    monkeypatch.chdir(tmp_path)
+    found = {}
+    for name in ("half-the-t4s", "lose-gpu-cluster-huawei"):
+        result = run("diff", "--scenario", f"scenarios/{name}.yaml", "--format", "json")
+        assert result.exit_code == 0, result.output
+        found[name] = json.loads(result.stdout)["whatIf"]
+    assert [u["stage"] for u in found["lose-gpu-cluster-huawei"]["unplaced"]] == [
+        "customer-service-assistant/lora-finetuning", "llm-chinese-training/model-training"]
+    assert found["lose-gpu-cluster-huawei"]["headroom"]["a100"] == {"capacity": {"before": 64, "after": 0},
+                                                                   "free": {"before": 50, "after": 0}}
+    assert found["half-the-t4s"]["unplaced"] == []
+    assert found["half-the-t4s"]["headroom"]["t4"] == {"capacity": {"before": 32, "after": 16},
+                                                       "free": {"before": 28, "after": 12}}

@@ -260,23 +260,32 @@ def reviewed(project: Path) -> Path:
     return project
 
 
-def test_the_pull_request_report_adds_each_scenario_on_the_head(reviewed: Path) -> None:
-    """The workflow's own diff step, run in the repository: the report is the diff from the
-    base, then each scenario under scenarios/ compared with the pull request's placement."""
+def run_diff_step(folder: Path) -> str:
+    """The workflow's own diff step, run in ``folder`` against main: the report it writes."""
     [step] = [s for s in load_workflow()["jobs"]["diff"]["steps"]
               if s.get("name") == "Diff the placement against the base branch"]
     environment = {**os.environ, "BASE_REF": "main", "PYTHONPATH": str(ROOT),
                    "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    result = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=reviewed, env=environment,
+    result = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=folder, env=environment,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    report = (reviewed / "report.md").read_text()
+    return (folder / "report.md").read_text()
+
+
+def test_the_pull_request_report_adds_each_scenario_on_the_head(reviewed: Path) -> None:
+    """The report is the diff from the base, then each scenario under scenarios/ compared
+    with the pull request's placement; without scenarios/ it is the diff alone."""
+    report = run_diff_step(reviewed)
     head, scenarios = report.split("#### What-if scenarios on the working tree\n\n", 1)
     assert head.startswith("### fleetc: placement diff `origin/main` → `working tree`\n\n0 stages moved; ")
     assert "| `train-a100` | 0 / 1 / 0 | 16 a100 → 16 a100 |" in head  # its Queue grows
     with_more_a100 = SCENARIOS_TEXT.replace("a100 0/16 -> 0/16", "a100 8/24 -> 8/24")
     assert scenarios.split("<details>", 1)[0] == "".join(
         f"```text\n{section.rstrip()}\n```\n\n" for section in with_more_a100.split("\n\n"))
+    shutil.rmtree(reviewed / "scenarios")
+    alone = run_diff_step(reviewed)
+    assert "What-if" not in alone and alone == report.replace(
+        "#### What-if scenarios on the working tree\n\n" + scenarios.split("<details>", 1)[0], "")
 
 
 def test_scenarios_below_the_text_and_json_diff(reviewed: Path) -> None:

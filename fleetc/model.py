@@ -273,6 +273,30 @@ class Platform:
 
 
 @dataclass(frozen=True)
+class Team:
+    """A team of an AIGCPlatform (``spec.teams``): its pipelines, its fleet-wide GPU quota per
+    type (lower case) and the part of it the in-cluster schedulers guarantee, and its hourly
+    cost cap (the rules: :func:`fleetc.placement.rules.caps`)."""
+
+    name: str
+    platform: str
+    pipelines: tuple[str, ...]  # sorted
+    gpu_quota: tuple[tuple[str, int], ...]  # (GPU type, GPUs), sorted by type
+    guaranteed: tuple[tuple[str, int], ...]
+    max_hourly_cost: float | None
+    source: Source  # field: spec.teams[i]
+
+
+@dataclass(frozen=True)
+class PipelineBudget:
+    """A pipeline's hourly cost cap (``spec.maxHourlyCost``)."""
+
+    pipeline: str
+    max_hourly_cost: float
+    source: Source
+
+
+@dataclass(frozen=True)
 class GPUPolicy:
     name: str
     time_slicing_replicas: int  # 1 when time-slicing is off
@@ -323,6 +347,12 @@ class FleetModel:
     #: (provenance name, name in messages) of every policy file: sources name files relative
     #: to the policy root (the same from any folder), messages as the user named them.
     policy_files: tuple[tuple[str, str], ...] = ()
+    teams: tuple[Team, ...] = ()  # by platform, then team name
+    budgets: tuple[PipelineBudget, ...] = ()  # by pipeline
+
+    def team_of(self, pipeline: str) -> Team | None:
+        """The team ``pipeline`` belongs to, if any (validation allows at most one)."""
+        return next((t for t in self.teams if pipeline in t.pipelines), None)
 
     def display(self, path: str) -> str:
         """How messages name the policy file a :class:`Source` names."""

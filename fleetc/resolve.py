@@ -18,7 +18,7 @@ from fleetc.errors import Diagnostic, PolicyError, UsageError, did_you_mean
 from fleetc.placement.rules import degraded_platforms
 from fleetc.policy import kinds as p
 from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage
-from fleetc.policy.validate import Parsed, PolicySet, governed, pipeline_namespace, stage_edges
+from fleetc.policy.validate import Parsed, PolicySet, governed, pipeline_namespace, stage_edges, team_pipelines
 
 GPU_HOUR_PRICE = {"a100": 3.0, "h100": 5.0, "l4": 0.8, "a10": 1.0, "v100": 2.0, "t4": 0.5}
 DEFAULT_GPU_HOUR_PRICE = 2.0
@@ -111,6 +111,8 @@ def _renamed(model: m.FleetModel, names: dict[str, str]) -> m.FleetModel:
         platforms=tuple(replace(p, source=named(p.source)) for p in model.platforms),
         gpu_policy=replace(gpu, source=named(gpu.source)) if gpu is not None else None,
         data_policies=tuple(replace(d, source=named(d.source)) for d in model.data_policies),
+        teams=tuple(replace(t, source=named(t.source)) for t in model.teams),
+        budgets=tuple(replace(b, source=named(b.source)) for b in model.budgets),
         policy_files=tuple(sorted((name, path) for path, name in names.items())),
     )
 
@@ -152,7 +154,32 @@ def _resolve(policies: PolicySet, where: str, drained: Sequence[str], names: dic
         data_policies=tuple(_data_policy(d) for d in policies.data_policies),
         move_cost=_or(spec.placement.moveCost if spec.placement else None, 0.05),
         gitops=_gitops(spec.gitops),
+        teams=tuple(team for pf in sorted(policies.platforms, key=lambda x: x.name)
+                    for team in _teams(pf, policies)),
+        budgets=tuple(m.PipelineBudget(pl.name, float(pl.obj.spec.maxHourlyCost),
+                                       m.Source(pl.doc.path, "spec.maxHourlyCost"))
+                      for pl in sorted(policies.pipelines, key=lambda pl: pl.name)
+                      if pl.obj.spec.maxHourlyCost is not None),
     )
+
+
+def _teams(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> list[m.Team]:
+    """The platform's teams, by name, each with the governed pipelines it selects."""
+    mine = set(governed(platform, policies))
+    pipelines = [pl for pl in policies.pipelines if pl.name in mine]
+    teams = [
+        m.Team(
+            name=team.name,
+            platform=platform.name,
+            pipelines=tuple(sorted(team_pipelines(team, pipelines))),
+            gpu_quota=tuple(sorted((k.lower(), v) for k, v in (team.gpuQuota or {}).items())),
+            guaranteed=tuple(sorted((k.lower(), v) for k, v in (team.guaranteed or {}).items())),
+            max_hourly_cost=team.maxHourlyCost,
+            source=m.Source(platform.doc.path, f"spec.teams[{i}]"),
+        )
+        for i, team in enumerate(platform.obj.spec.teams or [])
+    ]
+    return sorted(teams, key=lambda t: t.name)
 
 
 def _fitted(stage: m.Stage, clusters: Sequence[m.Cluster]) -> m.Stage:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, replace
 
 from fleetc.errors import UsageError, did_you_mean
 from fleetc.model import Assignment, FleetModel, Placement
+from fleetc.placement import rules
 from fleetc.placement.alternatives import choices
 from fleetc.placement.scoring import PREFERENCE_PENALTY, score_matrix
 from fleetc.placement.verify import verify
@@ -61,6 +62,9 @@ class Explanation:
     fix: str = ""
     #: For a stage listing GPU alternatives: the ones it got and why no earlier one.
     gpu_choice: str = ""
+    #: The team quotas and cost caps over the stage, each with what the placement uses of it,
+    #: and whether it binds (:func:`cap_lines`).
+    caps: tuple[str, ...] = ()
 
 
 def find_stage(model: FleetModel, target: str) -> str:
@@ -113,7 +117,44 @@ def explain(model: FleetModel, placement: Placement, stage_key: str,
         unplaced="" if placed else chosen.reason,
         runner_up_lost=lost,
         gpu_choice=choice.text if (choice := choices(model, placement).get(stage_key)) else "",
+        caps=cap_lines(model, placement, stage_key),
     )
+
+
+def cap_lines(model: FleetModel, placement: Placement, stage_key: str) -> tuple[str, ...]:
+    """Each limit of each cap over the stage's pipeline (:func:`rules.caps`) with what the
+    placement uses of it: ``team research's h100 quota: 16 of 16 used (binds: 0 left, the stage
+    takes 8)``. A limit binds when what is left of it is less than the stage takes of it: the
+    stage could not be placed again on clusters of that type (or at that cost) beside the rest."""
+    stage = model.stage(stage_key)
+    found = [cap for cap in rules.caps(model) if stage.pipeline in cap.pipelines]
+    if not found:
+        return ()
+    stages = {s.key: s for s in model.stages}
+    clusters = {c.name: c for c in model.clusters}
+    placed = [(stages[p.stage], clusters[a.cluster], a.replicas) for p in placement.stages if p.stage in stages
+              for a in p.assignments if a.cluster in clusters]
+    mine = [(clusters[a.cluster], a.replicas) for a in placement.of(stage_key).assignments if a.cluster in clusters]
+    per_gpu = rules.slots_per_gpu(model)
+    lines = []
+    for cap in found:
+        used = rules.cap_usage(model, cap, placed)
+        own = rules.cap_usage(model, cap, [(stage, c, n) for c, n in mine])
+        for gpu_type, quota in cap.gpu_quota:
+            left = quota * per_gpu - used.of(gpu_type)
+            takes = own.of(gpu_type) or rules.quota_slots(model, stage, stage.replicas)
+            binds = (f" (binds: {rules.as_gpus(left, per_gpu)} left, the stage takes {rules.as_gpus(takes, per_gpu)})"
+                     if stage.gpus > 0 and left < takes else "")
+            lines.append(f"{cap.name}'s {gpu_type} quota: {rules.as_gpus(used.of(gpu_type), per_gpu)} of {quota} "
+                         f"used{binds}")
+        limit = cap.max_cost_micros
+        if limit is not None:
+            takes = own.cost or min((stage.replicas * rules.replica_cost_micros(model, stage, c)
+                                     for c in model.clusters if not rules.exclusions(stage, c)), default=0)
+            binds = (f" (binds: {rules.money(limit - used.cost)}/h left, the stage costs {rules.money(takes)}/h)"
+                     if limit - used.cost < takes else "")
+            lines.append(f"{cap.name}'s cost cap: {rules.money(used.cost)}/h of {rules.money(limit)}/h used{binds}")
+    return tuple(lines)
 
 
 def _why_lost(model: FleetModel, placement: Placement, stage_key: str, weakest: ClusterVerdict,
@@ -177,5 +218,6 @@ def format_text(explanation: Explanation) -> str:
         lines.append(f"runner-up: {explanation.runner_up} (margin {explanation.margin:+.4f}{why})")
     elif explanation.chosen:
         lines.append("runner-up: none (every allowed cluster runs it)")
+    lines += [f"cap: {line}" for line in explanation.caps]
     lines += [f"hint: {hint}" for hint in explanation.hints]
     return "\n".join(lines)

@@ -205,6 +205,9 @@ def _fix(model: FleetModel, stage: Stage, on: Mapping[str, list[tuple[Stage, int
         return binding
     options = []
     capacity = _capacity_option(model, stage, ha, minimum, clusters, on, used)
+    cap = _cap_binding(model, stage, minimum, on)
+    if cap:
+        return cap if capacity.startswith("it fits") or not capacity else f"{cap}, and {capacity}"
     if capacity:
         options.append(capacity)
     options += _rule_options(model, stage, ha, used)
@@ -232,6 +235,45 @@ def _ha_binding(model: FleetModel, stage: Stage, ha: tuple[str, ...], minimum: i
         return (f"the HA set binds: {len(ha)} clusters with at least {minimum} replicas each need "
                 f"{len(ha) * minimum}, the stage has {stage.replicas}; raise its replicas or shrink {where}")
     return ""
+
+
+def _cap_binding(model: FleetModel, stage: Stage, minimum: int, on: Mapping[str, list[tuple[Stage, int]]]) -> str:
+    """A team quota or cost cap as the binding rule: on every cluster the rules admit the stage
+    to, a cap over its pipeline leaves too little for it (its replicas, or a serving stage's
+    minimum); the smallest raise that admits it somewhere (``raise team research's h100 quota
+    by 8 (policies/platform.yaml spec.teams[0].gpuQuota)``). '' when some cluster is within
+    every cap."""
+    found = [cap for cap in rules.caps(model) if stage.pipeline in cap.pipelines]
+    if not found:
+        return ""
+    clusters = {c.name: c for c in model.clusters}
+    placed = [(s, clusters[name], n) for name, there in on.items() for s, n in there]
+    used = [(cap, rules.cap_usage(model, cap, placed)) for cap in found]
+    need = stage.replicas if stage.is_gang else minimum
+    per_gpu = rules.slots_per_gpu(model)
+    raises: list[tuple[int, int, str]] = []
+    for cluster in model.clusters:
+        if rules.exclusions(stage, cluster):
+            continue
+        short = []
+        for cap, usage in used:
+            quota = dict(cap.gpu_quota).get(cluster.gpu_type or "")
+            over = rules.quota_slots(model, stage, need) - (quota or 0) * per_gpu + usage.of(cluster.gpu_type or "")
+            if quota is not None and stage.gpus > 0 and over > 0:
+                gpus = -(-over // per_gpu)
+                short.append((gpus, f"raise {cap.name}'s {cluster.gpu_type} quota by {gpus} "
+                                    f"({model.display(cap.path)} {cap.field}.gpuQuota)"))
+            limit = cap.max_cost_micros
+            cost = need * rules.replica_cost_micros(model, stage, cluster)
+            if limit is not None and usage.cost + cost > limit:
+                short.append((0, f"raise {cap.name}'s cost cap by {rules.money(usage.cost + cost - limit)}/h "
+                                 f"({model.display(cap.path)} {cap.cost_field})"))
+        if not short:
+            return ""
+        raises.append((len(short), sum(gpus for gpus, _ in short), " and ".join(text for _, text in short)))
+    if not raises:
+        return ""
+    return "a cap binds: " + min(raises)[2]
 
 
 def _candidates(stage: Stage, ha: tuple[str, ...], minimum: int, where: str) -> dict[str, int]:

@@ -186,8 +186,9 @@ def _canonical(model: FleetModel) -> FleetModel:
 
 def _solve(problem: Problem, budget: Budget, large: int) -> Solved:
     """Solve one component: all stages placed if possible, else the best partial placement;
-    exactly up to ``large`` allowed pairs, else by column generation."""
-    return _solve_exact(problem, budget) if problem.pairs <= large else solve_large(problem, budget)
+    exactly up to ``large`` allowed pairs, else by column generation. A component under a team
+    quota or cost cap is solved exactly whatever its size: the large path does not keep caps."""
+    return _solve_exact(problem, budget) if problem.pairs <= large or problem.caps else solve_large(problem, budget)
 
 
 def _solve_exact(problem: Problem, budget: Budget) -> Solved:
@@ -255,7 +256,40 @@ def _unplaced(
         return {}
     total = capacity_of(model, model.clusters)
     free = total - _used(model, replicas_at)
-    return {s: blocked.get(s) or _unplaced_reason(model, scores, s, free, total) for s in left_out}
+    capped = _cap_used(model, replicas_at)
+    return {s: blocked.get(s) or _unplaced_reason(model, scores, s, free, total, capped) for s in left_out}
+
+
+def _cap_used(model: FleetModel, replicas_at: np.ndarray) -> list[tuple[rules.Cap, rules.CapUsage]]:
+    """Each cap (:func:`rules.caps`) with what ``replicas_at`` takes of it."""
+    found = rules.caps(model)
+    if not found:
+        return []
+    stage_of, cluster_of = np.nonzero(replicas_at)
+    placed = [(model.stages[s], model.clusters[c], int(replicas_at[s, c]))
+              for s, c in zip(stage_of.tolist(), cluster_of.tolist(), strict=True)]
+    return [(cap, rules.cap_usage(model, cap, placed)) for cap in found]
+
+
+def _cap_reason(model: FleetModel, stage: Stage, cluster: Cluster,
+                capped: list[tuple[rules.Cap, rules.CapUsage]]) -> str:
+    """The first cap over ``stage`` that leaves too little for it on ``cluster`` (a gang's
+    replicas, a Deployment's per-cluster minimum): ``over team research's h100 quota (8 of 32
+    left)``; '' when none does."""
+    need = stage.replicas if stage.is_gang else rules.min_replicas_per_cluster(stage)
+    per_gpu = rules.slots_per_gpu(model)
+    for cap, used in capped:
+        if stage.pipeline not in cap.pipelines:
+            continue
+        for gpu_type, quota in cap.gpu_quota:
+            left = quota * per_gpu - used.of(gpu_type)
+            if stage.gpus > 0 and cluster.gpu_type == gpu_type and rules.quota_slots(model, stage, need) > left:
+                return f"over {cap.name}'s {gpu_type} quota ({rules.as_gpus(max(left, 0), per_gpu)} of {quota} left)"
+        limit = cap.max_cost_micros
+        if limit is not None and need * rules.replica_cost_micros(model, stage, cluster) > limit - used.cost:
+            return (f"over {cap.name}'s cost cap ({rules.money(max(limit - used.cost, 0))}/h of "
+                    f"{rules.money(limit)}/h left)")
+    return ""
 
 
 def _used(model: FleetModel, replicas_at: np.ndarray) -> np.ndarray:
@@ -271,14 +305,16 @@ def _used(model: FleetModel, replicas_at: np.ndarray) -> np.ndarray:
 
 
 def _unplaced_reason(
-    model: FleetModel, scores: Scores, s: int, free: np.ndarray, total: np.ndarray
+    model: FleetModel, scores: Scores, s: int, free: np.ndarray, total: np.ndarray,
+    capped: list[tuple[rules.Cap, rules.CapUsage]] | None = None,
 ) -> str:
     """``0/3 clusters fit p/s: 2 have no a100, 1 has 8 of 16 free a100`` for stage index ``s``,
     against the (3, C) capacity ``free`` the placed stages leave of ``total`` (a
     ``multiCluster`` conflict is reported by :func:`fleetc.placement.problem.multicluster_conflicts` instead)."""
     stage = model.stages[s]
     why = [
-        _capacity_reason(model, stage, cluster, free[:, c], total[:, c])
+        _capacity_reason(model, stage, cluster, free[:, c], total[:, c],
+                         _cap_reason(model, stage, cluster, capped or []))
         if scores.allowed[s, c]
         else scores.reasons[(s, c)]
         for c, cluster in enumerate(model.clusters)
@@ -290,15 +326,16 @@ def _unplaced_reason(
 
 def _counted(count: int, reason: str) -> str:
     """``2 have no a100``, ``1 is too small: ...``: the verb agrees with the count."""
-    is_state = reason.startswith(("too small", "cordoned", "in "))
+    is_state = reason.startswith(("too small", "cordoned", "in ", "over "))
     singular, plural = ("is", "are") if is_state else ("has", "have")
     return f"{count} {singular if count == 1 else plural} {reason}"
 
 
 def _capacity_reason(
-    model: FleetModel, stage: Stage, cluster: Cluster, free: np.ndarray, total: np.ndarray
+    model: FleetModel, stage: Stage, cluster: Cluster, free: np.ndarray, total: np.ndarray, over_cap: str = ""
 ) -> str:
-    """What ``cluster`` lacks for ``stage`` given ``free`` of ``total`` (GPUs, cores, GiB).
+    """What ``cluster`` lacks for ``stage`` given ``free`` of ``total`` (GPUs, cores, GiB), or
+    when it has the room, ``over_cap``: the cap that leaves too little (:func:`_cap_reason`).
 
     A gang needs all its replicas at once; a Deployment needs its per-cluster minimum here and
     is short overall when the clusters together have room for fewer replicas than it has.
@@ -317,7 +354,7 @@ def _capacity_reason(
         if have < (math.ceil(required - 1e-9) if r == 0 else required) - 1e-9:
             reason = _free_of(r, have, capacity, cluster)
             return f"{reason} (whole nodes of {unit}, as time-sliced)" if r == 0 and unit > 1 else reason
-    return f"room for {_fitting_replicas(stage, demand, free)} of {stage.replicas} replicas"
+    return over_cap or f"room for {_fitting_replicas(stage, demand, free)} of {stage.replicas} replicas"
 
 
 def _free_of(resource: int, free: float, total: float, cluster: Cluster) -> str:

@@ -18,6 +18,7 @@ MILPs solve :meth:`Problem.restrict`-ed problems.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +54,19 @@ class Budget:
     deadline: float | None = None
     solver: str = DEFAULT_SOLVER
     on_gap: Callable[[float], None] = field(default=lambda gap: None, compare=False)
+
+
+@dataclass(frozen=True, eq=False)
+class CapRows:
+    """One cap (:func:`rules.caps`) in a problem's numbers: which of its stages it covers, one
+    ``(clusters of the GPU type, quota in slots)`` per GPU type it caps, and its cost cap in
+    micros (None: none). A cap couples every stage it covers, so :func:`problems` keeps them in
+    one component."""
+
+    name: str
+    members: np.ndarray  # (S,) bool
+    quotas: tuple[tuple[str, np.ndarray, int], ...]  # (GPU type, (C,) bool, quota in slots)
+    cost: int | None
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,6 +109,14 @@ class Problem:
     move_cost: float
     total: np.ndarray = field(repr=False)  # (all stages, all clusters) of the model: scores
     kept: np.ndarray = field(repr=False)  # (all stages, all clusters): previous replicas
+    #: Team quotas and cost caps (:class:`CapRows`), with what each stage's replica counts
+    #: against them: ``quota_unit`` (S,) its quota slots (:func:`rules.quota_slots`), ``billed``
+    #: (3, S) its billed GPUs, cores and GiB and ``prices`` (3, C) each cluster's prices for them
+    #: (:meth:`cost_at`).
+    caps: tuple[CapRows, ...] = ()
+    quota_unit: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+    billed: np.ndarray = field(default_factory=lambda: np.zeros((3, 0)), repr=False)
+    prices: np.ndarray = field(default_factory=lambda: np.zeros((3, 0)), repr=False)
 
     @classmethod
     def of(cls, model: FleetModel, scores: Scores, blocked: Mapping[int, str], kept: np.ndarray,
@@ -109,6 +131,7 @@ class Problem:
             (tuple(local[n] for n in members if n in local), np.array([s.key in serving for s in stages], dtype=bool))
             for _name, members, serving in rules.failover_groups(model)
         )
+        caps, quota_unit, billed, prices = _cap_fields(model, stages, clusters)
         return cls(
             model=model,
             part=part,
@@ -131,6 +154,10 @@ class Problem:
             move_cost=model.move_cost,
             total=scores.total,
             kept=kept,
+            caps=caps,
+            quota_unit=quota_unit,
+            billed=billed,
+            prices=prices,
         )
 
     @property
@@ -179,7 +206,30 @@ class Problem:
             move_cost=self.move_cost,
             total=self.total,
             kept=self.kept,
+            **self._restricted_caps(stages, clusters),
         )
+
+    def _restricted_caps(self, stages: np.ndarray, clusters: np.ndarray) -> dict[str, Any]:
+        """The cap fields of :meth:`restrict`: none when the problem has no caps."""
+        if not self.caps:
+            return {}
+        return {
+            "caps": tuple(CapRows(cap.name, cap.members[stages],
+                                  tuple((t, on[clusters], quota) for t, on, quota in cap.quotas), cap.cost)
+                          for cap in self.caps),
+            "quota_unit": self.quota_unit[stages],
+            "billed": self.billed[:, stages],
+            "prices": self.prices[:, clusters],
+        }
+
+    def cost_at(self, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
+        """The hourly cost of one replica of each (``stage``, ``cluster``) pair, in micros:
+        :func:`rules.replica_cost_micros` vectorised (the same floating-point operations, so the
+        same integers)."""
+        b, p = self.billed, self.prices
+        per_hour = b[0, stage] * p[0, cluster] + b[1, stage] * p[1, cluster] + b[2, stage] * p[2, cluster]
+        cost: np.ndarray = np.rint(rules.MICROS * per_hour)
+        return cost
 
     def score_of(self, replicas_at: np.ndarray, stages: np.ndarray | None = None) -> float:
         """The reported objective (no move-cost terms) of ``replicas_at``, (S, C) or, with
@@ -196,27 +246,61 @@ def problems(model: FleetModel, scores: Scores, previous: PreviousClusters) -> t
     the stages ``multiCluster`` makes unplaceable with why (:func:`multicluster_conflicts`)."""
     blocked = multicluster_conflicts(model, scores)
     kept = previous_matrix(model, previous)
-    return [Problem.of(model, scores, blocked, kept, part) for part in components(scores.allowed)], blocked
+    linked = [np.array([s for s, stage in enumerate(model.stages) if stage.pipeline in cap.pipelines], dtype=np.int64)
+              for cap in rules.caps(model)]
+    return [Problem.of(model, scores, blocked, kept, part) for part in components(scores.allowed, linked)], blocked
 
 
-def components(allowed: np.ndarray) -> list[Part]:
+def components(allowed: np.ndarray, linked: list[np.ndarray] | None = None) -> list[Part]:
     """Connected components of the bipartite stage-cluster graph, ordered by first stage.
 
-    Capacity only couples stages that share an allowed cluster, so each component is an
-    independent problem; clusters no stage may use are left out.
+    Capacity only couples stages that share an allowed cluster, and a cap (a team quota, a cost
+    cap) the stages it covers: each group of ``linked`` stages (indices) is kept in one
+    component, through a node of its own. So each component is an independent problem;
+    clusters no stage may use are left out.
     """
     n_stages, n_clusters = allowed.shape
+    linked = [group for group in linked or [] if len(group) > 1]
     pairs = sp.csr_matrix(allowed)  # stage rows; built straight as CSR: no index triplets at scale
-    indptr = np.concatenate([pairs.indptr, np.full(n_clusters, pairs.indptr[-1])])
+    if linked:  # one extra column per group, joined to each of its stages
+        extra = sp.csr_matrix((np.ones(sum(len(g) for g in linked)),
+                               (np.concatenate(linked), np.repeat(np.arange(len(linked)), [len(g) for g in linked]))),
+                              shape=(n_stages, len(linked)))
+        pairs = sp.hstack([pairs, extra], format="csr")
+    n_columns = pairs.shape[1]
+    indptr = np.concatenate([pairs.indptr, np.full(n_columns, pairs.indptr[-1])])
     graph = sp.csr_matrix(
-        (np.ones(pairs.nnz), pairs.indices + n_stages, indptr), shape=(n_stages + n_clusters,) * 2
+        (np.ones(pairs.nnz), pairs.indices + n_stages, indptr), shape=(n_stages + n_columns,) * 2
     )
     _, labels = connected_components(graph, directed=False)
     parts = []
     for label in dict.fromkeys(labels[:n_stages].tolist()):
-        members = np.flatnonzero(labels == label)
+        members = np.flatnonzero(labels[: n_stages + n_clusters] == label)
         parts.append(Part(members[members < n_stages], members[members >= n_stages] - n_stages))
     return parts
+
+
+def _cap_fields(model: FleetModel, stages: tuple[Stage, ...], clusters: tuple[Cluster, ...]
+                ) -> tuple[tuple[CapRows, ...], np.ndarray, np.ndarray, np.ndarray]:
+    """The :class:`Problem` fields of the caps (:func:`rules.caps`) over ``stages`` and
+    ``clusters``: ``caps``, ``quota_unit``, ``billed`` and ``prices`` (empty when no cap covers
+    any of the stages)."""
+    found = [cap for cap in rules.caps(model) if any(s.pipeline in cap.pipelines for s in stages)]
+    if not found:
+        return (), np.zeros(0), np.zeros((3, 0)), np.zeros((3, 0))
+    slots = rules.slots_per_gpu(model)
+    types = np.array([c.gpu_type or "" for c in clusters], dtype=object)
+    shared = [rules.uses_shared_slots(model, s) for s in stages]
+    return (
+        tuple(CapRows(cap.name, np.array([s.pipeline in cap.pipelines for s in stages], dtype=bool),
+                      tuple((t, types == t, quota * slots) for t, quota in cap.gpu_quota), cap.max_cost_micros)
+              for cap in found),
+        np.array([rules.quota_slots(model, s, 1) for s in stages], dtype=float),
+        np.array([[s.gpus / slots if sh else float(s.gpus), s.cpu_millis / 1000, s.memory_bytes / 2**30]
+                  for s, sh in zip(stages, shared, strict=True)], dtype=float).reshape(len(stages), 3).T,
+        np.array([[c.gpu_hour_cost, c.cpu_hour_cost, c.memory_gib_hour_cost] for c in clusters],
+                 dtype=float).reshape(len(clusters), 3).T,
+    )
 
 
 def multicluster_conflicts(model: FleetModel, scores: Scores) -> dict[int, str]:

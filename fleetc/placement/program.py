@@ -147,12 +147,15 @@ class Program:
 
 
 def build_program(problem: Problem, allowed: np.ndarray | None = None, taken: np.ndarray | None = None,
-                  fixed_need: Mapping[tuple[int, int], np.ndarray] | None = None) -> Program:
+                  fixed_need: Mapping[tuple[int, int], np.ndarray] | None = None,
+                  cap_taken: np.ndarray | None = None) -> Program:
     """The program of ``problem``; ``allowed`` narrows its pairs (the large path's candidates)
     and ``taken`` (4, C) is what fixed stages already use of each cluster: GPUs, cores, GiB, and
     shared slots; ``fixed_need`` what the fixed serving stages of a platform with failover
     headroom need back per (its index in ``problem.failover``, lost cluster's index in the
-    model): GPUs, cores, GiB (the problem then holds every cluster of that platform's set)."""
+    model): GPUs, cores, GiB (the problem then holds every cluster of that platform's set);
+    ``cap_taken`` what stages outside the program already take of each cap row
+    (:func:`cap_rows`' order)."""
     if allowed is None:
         allowed = problem.allowed
     replicas = problem.replicas
@@ -188,6 +191,10 @@ def build_program(problem: Problem, allowed: np.ndarray | None = None, taken: np
                                 problem.shared, capacity, problem.slots * problem.unit, taken[3], problem.unit)
     usage, usable = _headroom_rows(problem, usage, usable, (unit_stage, unit_cluster, unit_replicas),
                                    fixed_need or {})
+    if problem.caps:
+        rows, limits = cap_rows(problem, unit_stage, unit_cluster, unit_replicas, columns.size)
+        usage = sp.vstack([usage, rows], format="csr")
+        usable = np.concatenate([usable, limits - (0.0 if cap_taken is None else cap_taken)])
     return Program(
         unit_stage=unit_stage,
         unit_cluster=unit_cluster,
@@ -316,6 +323,35 @@ def _headroom_rows(
     if not rows:
         return usage, usable
     return sp.vstack([usage, *rows], format="csr"), np.concatenate([usable, bounds])
+
+
+def cap_rows(problem: Problem, unit_stage: np.ndarray, unit_cluster: np.ndarray, unit_replicas: np.ndarray,
+             size: int) -> tuple[sp.csr_matrix, np.ndarray]:
+    """The rows of the caps (:class:`~fleetc.placement.problem.CapRows`, the rule
+    :func:`~fleetc.placement.rules.cap_overuse`) over the first ``len(unit_stage)`` columns of a
+    ``size``-column program, and their limits, in whole integers as the rule counts: per cap,
+    one row per GPU type it caps (quota slots of its stages on clusters of that type), then one
+    for its cost (micros), if it has one."""
+    entries: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    limits: list[float] = []
+    units = np.arange(len(unit_stage))
+    cost: np.ndarray | None = None
+    for cap in problem.caps:
+        mine = cap.members[unit_stage]
+        for _gpu_type, on, quota in cap.quotas:
+            hit = np.flatnonzero(mine & on[unit_cluster])
+            entries.append((problem.quota_unit[unit_stage[hit]] * unit_replicas[hit], np.full(len(hit), len(limits)),
+                            units[hit]))
+            limits.append(float(quota))
+        if cap.cost is not None:
+            if cost is None:
+                cost = problem.cost_at(unit_stage, unit_cluster) * unit_replicas
+            hit = np.flatnonzero(mine)
+            entries.append((cost[hit], np.full(len(hit), len(limits)), units[hit]))
+            limits.append(float(cap.cost))
+    if not entries:
+        return sp.csr_matrix((0, size)), np.zeros(0)
+    return _sparse(entries, (len(limits), size)), np.array(limits)
 
 
 def _linking_rows(problem: Problem, columns: _Columns) -> sp.csr_matrix:

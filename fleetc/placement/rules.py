@@ -310,6 +310,113 @@ def failover_shortfalls(model: FleetModel, lost: Usage, others: Iterable[tuple[C
     return [(what, n, f) for what, n, f in zip(names, need, free, strict=True) if n > f]
 
 
+# --- team quotas and cost caps ----------------------------------------------------------------
+
+#: Hourly cost is counted in whole millionths of a currency unit, so that every cap compares
+#: integers: the optimizer's rows carry the same integers (:class:`fleetc.placement.problem.Problem`).
+MICROS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Cap:
+    """A fleet-wide cap on what the stages of some pipelines take together: a team's GPU quota
+    per type and hourly cost cap (AIGCPlatform ``spec.teams``), or a pipeline's hourly cost cap
+    (AIGCPipeline ``spec.maxHourlyCost``). ``name`` is how messages name it (``team research``,
+    ``pipeline llm``); ``field`` the policy field (with ``path``, the file) that states it."""
+
+    name: str
+    pipelines: frozenset[str]
+    gpu_quota: tuple[tuple[str, int], ...]  # (GPU type, GPUs)
+    max_cost: float | None  # per hour
+    path: str
+    field: str
+
+    @property
+    def cost_field(self) -> str:
+        """The policy field of the cost cap."""
+        return self.field if self.field.endswith("maxHourlyCost") else f"{self.field}.maxHourlyCost"
+
+    @property
+    def max_cost_micros(self) -> int | None:
+        return None if self.max_cost is None else math.floor(self.max_cost * MICROS + _ROUNDING)
+
+
+def caps(model: FleetModel) -> list[Cap]:
+    """Every cap of the model that caps anything: the teams' (in model order), then the
+    pipelines' budgets."""
+    found = [Cap(f"team {t.name}", frozenset(t.pipelines), t.gpu_quota, t.max_hourly_cost, t.source.path,
+                 t.source.field)
+             for t in model.teams if t.gpu_quota or t.max_hourly_cost is not None]
+    found += [Cap(f"pipeline {b.pipeline}", frozenset({b.pipeline}), (), b.max_hourly_cost, b.source.path,
+                  b.source.field) for b in model.budgets]
+    return found
+
+
+def quota_slots(model: FleetModel, stage: Stage, replicas: int) -> int:
+    """The GPUs ``replicas`` of ``stage`` take of a quota, counted in time-sliced slots
+    (:func:`slots_per_gpu` to a GPU) so that shared replicas need no fractions: an exclusive GPU
+    is all of its slots, a time-sliced one a slot."""
+    gpus = replicas * stage.gpus
+    return gpus if uses_shared_slots(model, stage) else gpus * slots_per_gpu(model)
+
+
+def replica_cost_micros(model: FleetModel, stage: Stage, cluster: Cluster) -> int:
+    """The hourly cost of one replica of ``stage`` on ``cluster``, in :data:`MICROS`: its GPUs
+    (a time-sliced GPU ``1 / slots_per_gpu`` of one) x GPU-hour + cores x core-hour + GiB x
+    GiB-hour, the prices the cost score uses (:mod:`fleetc.placement.scoring`)."""
+    gpus = stage.gpus / slots_per_gpu(model) if uses_shared_slots(model, stage) else float(stage.gpus)
+    per_hour = (gpus * cluster.gpu_hour_cost + stage.cpu_millis / 1000 * cluster.cpu_hour_cost
+                + stage.memory_bytes / 2**30 * cluster.memory_gib_hour_cost)
+    return round(MICROS * per_hour)
+
+
+@dataclass(frozen=True)
+class CapUsage:
+    """What stages under a cap take together: quota slots per GPU type, cost in micros."""
+
+    slots: tuple[tuple[str, int], ...] = ()
+    cost: int = 0
+
+    def of(self, gpu_type: str) -> int:
+        return dict(self.slots).get(gpu_type, 0)
+
+
+def cap_usage(model: FleetModel, cap: Cap, placed: Iterable[tuple[Stage, Cluster, int]]) -> CapUsage:
+    """What the ``(stage, cluster, replicas)`` placed take of ``cap`` (stages of other
+    pipelines take nothing): GPUs by the type of the cluster they run on."""
+    slots: dict[str, int] = {}
+    cost = 0
+    for stage, cluster, replicas in placed:
+        if stage.pipeline not in cap.pipelines or replicas <= 0:
+            continue
+        if stage.gpus > 0 and cluster.gpu_type is not None:
+            slots[cluster.gpu_type] = slots.get(cluster.gpu_type, 0) + quota_slots(model, stage, replicas)
+        cost += replicas * replica_cost_micros(model, stage, cluster)
+    return CapUsage(tuple(sorted(slots.items())), cost)
+
+
+def as_gpus(slots: int, per_gpu: int) -> str:
+    """Quota slots in GPUs: ``12``, or ``12.5`` where time-sliced slots leave a fraction."""
+    return str(slots // per_gpu) if slots % per_gpu == 0 else f"{slots / per_gpu:.3f}".rstrip("0")
+
+
+def money(micros: int) -> str:
+    """Micros as currency with cents: ``123.45``."""
+    return f"{micros / MICROS:,.2f}"
+
+
+def cap_overuse(model: FleetModel, cap: Cap, used: CapUsage) -> list[str]:
+    """Each limit of ``cap`` that ``used`` exceeds, as a phrase (``48 h100 placed, quota 32``;
+    ``cost 120.50/h, cap 100.00/h``); [] when it holds."""
+    per_gpu = slots_per_gpu(model)
+    problems = [f"{as_gpus(used.of(gpu_type), per_gpu)} {gpu_type} placed, quota {quota}"
+                for gpu_type, quota in cap.gpu_quota if used.of(gpu_type) > quota * per_gpu]
+    limit = cap.max_cost_micros
+    if limit is not None and used.cost > limit:
+        problems.append(f"cost {money(used.cost)}/h, cap {money(limit)}/h")
+    return problems
+
+
 # --- degraded serving: the replicas that fit ---------------------------------------------------
 
 
@@ -325,6 +432,8 @@ class Ledger:
         self.used = {name: Usage() for name in self.clusters}
         self.groups = failover_groups(model)
         self.serving = [{h: Usage() for h in members} for _, members, _ in self.groups]
+        self.caps = caps(model)
+        self.capped = [CapUsage() for _ in self.caps]
         for stage, cluster, replicas in placed:
             self.add(stage, cluster, replicas)
 
@@ -335,6 +444,14 @@ class Ledger:
         for (_name, _members, serving), on in zip(self.groups, self.serving, strict=True):
             if stage.key in serving and cluster in on:
                 on[cluster] += more
+        for i, cap in enumerate(self.caps):
+            if stage.pipeline in cap.pipelines:
+                more_capped = cap_usage(self.model, cap, [(stage, self.clusters[cluster], abs(replicas))])
+                sign = 1 if replicas >= 0 else -1
+                slots = dict(self.capped[i].slots)
+                for gpu_type, n in more_capped.slots:
+                    slots[gpu_type] = slots.get(gpu_type, 0) + sign * n
+                self.capped[i] = CapUsage(tuple(sorted(slots.items())), self.capped[i].cost + sign * more_capped.cost)
 
     def fits(self, cluster: str) -> bool:
         """What is placed on ``cluster`` fits its usable capacity (:func:`overuse`), and every
@@ -346,11 +463,16 @@ class Ledger:
             for (_name, members, _serving), on in zip(self.groups, self.serving, strict=True) if cluster in members
             for lost in members)
 
+    def within_caps(self) -> bool:
+        """Every cap (:func:`caps`) holds."""
+        return not any(cap_overuse(self.model, cap, used) for cap, used in zip(self.caps, self.capped, strict=True))
+
     def room_for(self, stage: Stage, cluster: str, replicas: int) -> bool:
-        """Whether ``replicas`` more of ``stage`` fit ``cluster`` where everything else is."""
+        """Whether ``replicas`` more of ``stage`` fit ``cluster`` where everything else is, within
+        the caps its pipeline is under."""
         self.add(stage, cluster, replicas)
         try:
-            return self.fits(cluster)
+            return self.fits(cluster) and self.within_caps()
         finally:
             self.add(stage, cluster, -replicas)
 

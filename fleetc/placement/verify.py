@@ -32,7 +32,22 @@ def verify(model: FleetModel, placement: Placement, *, allow_unplaced: bool = Fa
         problems += _ha_problems(model, stage, stage_placement)
     problems += _capacity_problems(model, placement)
     problems += _headroom_problems(model, placement)
+    problems += cap_problems(model, placement)
     return problems
+
+
+def cap_problems(model: FleetModel, placement: Placement) -> list[str]:
+    """Each team quota and cost cap (:func:`rules.caps`) the placement exceeds
+    (:func:`rules.cap_overuse`): ``team research: 48 h100 placed, quota 32``."""
+    found = rules.caps(model)
+    if not found:
+        return []
+    stages = {s.key: s for s in model.stages}
+    clusters = {c.name: c for c in model.clusters}
+    placed = [(stages[p.stage], clusters[a.cluster], a.replicas) for p in placement.stages if p.stage in stages
+              for a in p.assignments if a.cluster in clusters]
+    return [f"{cap.name}: {problem}" for cap in found
+            for problem in rules.cap_overuse(model, cap, rules.cap_usage(model, cap, placed))]
 
 
 def _stage_order_problems(model: FleetModel, placement: Placement) -> list[str]:

@@ -381,6 +381,10 @@ class PipelineStage(_Spec):
 
 class PipelineSpec(_Spec):
     stages: list[PipelineStage] = Field(description="The pipeline's stages.", min_length=1)
+    maxHourlyCost: float | None = describe(
+        "Cap on the hourly cost of the pipeline's stages together (replicas x (GPUs x GPU-hour + "
+        "cores x core-hour + GiB x GiB-hour) on the clusters they run on): capped, placement "
+        "trades score for cost within it.", ge=0, le=1e9)
 
 
 class AIGCPipeline(_Spec):
@@ -431,12 +435,41 @@ class MultiCluster(_Spec):
         "optimizer keeps that room free and the verifier checks it.")
 
 
+GPUCount = Annotated[int, Field(ge=0, le=10_000_000)]
+
+
+class Team(_Spec):
+    name: DNSLabel = Field(description="Team name, unique within the platform. Names its queue on "
+                                       "every cluster (Volcano Queue or Kueue ClusterQueue fleetc-team-<name>).")
+    namespaces: list[DNSLabel] | None = describe(
+        "The team's pipelines: those (governed by the platform) whose namespace is one of these.")
+    pipelineSelector: dict[QualifiedName, LabelValue] | None = describe(
+        "The team's pipelines: those (governed by the platform) whose metadata.labels carry all "
+        "of these labels. With namespaces too, a pipeline matching either belongs to the team.")
+    gpuQuota: dict[NonEmptyLabelValue, GPUCount] | None = describe(
+        "Fleet-wide cap of GPUs per GPU type, e.g. {h100: 32}: the team's stages never take more "
+        "GPUs of that type over all clusters together (time-sliced slots count 1 / slotsPerGPU of a "
+        "GPU each). A hard rule of placement; each cluster's queue for the team caps it at the "
+        "team's GPUs placed there.")
+    guaranteed: dict[NonEmptyLabelValue, GPUCount] | None = describe(
+        "GPUs per type the in-cluster schedulers keep for the team (at most its gpuQuota of that "
+        "type): rendered as Volcano Queue guarantee and as the part of its Kueue quota the team "
+        "does not lend, over the clusters its GPUs are placed on.")
+    maxHourlyCost: float | None = describe(
+        "Cap on the hourly cost of the team's stages together (replicas x (GPUs x GPU-hour + cores "
+        "x core-hour + GiB x GiB-hour) on the clusters they run on): capped, placement trades score "
+        "for cost within it.", ge=0, le=1e9)
+
+
 class PlatformSpec(_Spec):
     security: Security | None = describe("Compliance settings.")
     performance: Performance | None = describe("Serving and scheduling performance settings.")
     multiCluster: MultiCluster | None = describe("High-availability layout of serving stages.")
     pipelines: list[DNSLabel] | None = describe(
         "Pipelines the platform governs (default: every pipeline compiled with it).")
+    teams: list[Team] | None = describe(
+        "Teams and their fleet-wide GPU quotas and budgets. A governed pipeline belongs to the "
+        "team whose namespaces or pipelineSelector it matches (to at most one).")
 
 
 class AIGCPlatform(_Spec):

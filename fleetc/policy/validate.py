@@ -888,6 +888,58 @@ def _platform_checks(platform: Parsed[p.AIGCPlatform], policies: PolicySet,
                 yield doc.diagnostic(("spec", "pipelines", j), f"no AIGCPipeline named '{name}'",
                                      hint=did_you_mean(name, known))
     yield from _governed_once(platform, policies)
+    yield from _team_checks(platform, policies)
+
+
+def team_pipelines(team: p.Team, pipelines: Iterable[Parsed[p.AIGCPipeline]]) -> list[str]:
+    """Names of the ``pipelines`` that belong to ``team``: their namespace is one of its
+    ``namespaces``, or their labels carry all of its ``pipelineSelector`` (an empty selector
+    selects none)."""
+    namespaces = set(team.namespaces or [])
+    selector = team.pipelineSelector or {}
+    return [pl.name for pl in pipelines
+            if pipeline_namespace(pl.obj) in namespaces
+            or (selector and all((pl.obj.metadata.labels or {}).get(k) == v for k, v in selector.items()))]
+
+
+def _team_checks(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> Iterator[Diagnostic]:
+    """Teams: unique names, each selecting its pipelines somehow, quotas of GPU types the Fleet
+    has, guarantees within the quota, and every governed pipeline in at most one team."""
+    doc, teams = platform.doc, platform.obj.spec.teams or []
+    mine = set(governed(platform, policies))
+    pipelines = [pl for pl in policies.pipelines if pl.name in mine]
+    fleet_types = sorted({str(c.attributes["gpu-type"]).lower() for f in policies.fleets[:1]
+                          for c in f.obj.spec.clusters if c.attributes and "gpu-type" in c.attributes})
+    owner: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for i, team in enumerate(teams):
+        base: FieldPath = ("spec", "teams", i)
+        if team.name in seen:
+            yield doc.diagnostic(base + ("name",), f"duplicate team name '{team.name}' "
+                                                   f"(also spec.teams[{seen[team.name]}])")
+        seen.setdefault(team.name, i)
+        if not team.namespaces and not team.pipelineSelector:
+            yield doc.diagnostic(base, f"team '{team.name}' selects no pipelines",
+                                 hint="give it namespaces: [<namespace>, ...] or pipelineSelector: {<label>: <value>}")
+        for field in ("gpuQuota", "guaranteed"):
+            for gpu_type in getattr(team, field) or {}:
+                if policies.fleets and gpu_type.lower() not in fleet_types:
+                    yield doc.diagnostic(base + (field, gpu_type), f"no cluster of the Fleet has GPU type "
+                                                                   f"'{gpu_type}'",
+                                         hint=did_you_mean(gpu_type.lower(), fleet_types)
+                                         or f"its GPU types: {', '.join(fleet_types) or 'none'}", key=True)
+        quota = {k.lower(): v for k, v in (team.gpuQuota or {}).items()}
+        for gpu_type, count in (team.guaranteed or {}).items():
+            if gpu_type.lower() in quota and count > quota[gpu_type.lower()]:
+                yield doc.diagnostic(base + ("guaranteed", gpu_type),
+                                     f"guarantees {count} {gpu_type}, more than its gpuQuota of "
+                                     f"{quota[gpu_type.lower()]}")
+        for name in team_pipelines(team, pipelines):
+            if name in owner:
+                yield doc.diagnostic(base, f"pipeline '{name}' belongs to teams '{owner[name]}' and "
+                                           f"'{team.name}'; a pipeline belongs to at most one team",
+                                     hint="narrow the teams' namespaces or pipelineSelector")
+            owner.setdefault(name, team.name)
 
 
 def _governed_once(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> Iterator[

@@ -34,13 +34,13 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fleetc.errors import Diagnostic
 from fleetc.model import KUEUE, Cluster, FleetModel, Placement
-from fleetc.render.cluster import egress_policy, namespace, queue, security_warnings, sovereign_platform
+from fleetc.render.cluster import egress_policy, namespace, queue, security_warnings, sovereign_platform, team_queues
 from fleetc.render.common import Obj, cpu_quantity, folder_files, memory_quantity, object_name, stage_labels
-from fleetc.render.context import Context, Work, placements, work_by_cluster
+from fleetc.render.context import Context, Work, placements, team_guarantees, work_by_cluster
 from fleetc.render.data import data_warnings, fluid_objects
 from fleetc.render.gitops import (
     INFRA,
@@ -112,9 +112,9 @@ def _cyclic_gc_paused() -> Iterator[None]:
 
 
 def _render(model: FleetModel, placement: Placement) -> Rendered:
-    ctx = Context.of(model)
     files = {"placement.yaml": dump(placement_report(model, placement))}
     work = work_by_cluster(placements(model, placement))
+    ctx = replace(Context.of(model), guarantees=team_guarantees(model, work))
     for cluster in model.clusters:
         files |= _cluster_files(ctx, cluster, work.get(cluster.name, []))
     files |= gitops_files(model.gitops, ctx.fleet_path, [c.name for c in model.clusters])
@@ -166,6 +166,7 @@ def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> tuple[list[O
         infra += kueue_queues(ctx, cluster, work)
     else:
         infra += [queue(ctx, cluster, c) for c in sorted({stage.workload_class for stage, _ in work})]
+        infra += team_queues(ctx, cluster, work)
     infra += _priority_classes(ctx, work)
     if ctx.model.gpu_policy is not None:
         infra += device_plugin_config(ctx.model.gpu_policy, cluster, ctx.gpu_slots)

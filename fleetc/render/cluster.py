@@ -21,7 +21,7 @@
 from __future__ import annotations
 
 from fleetc.errors import Diagnostic
-from fleetc.model import ClassWeights, Cluster, Platform, Source, WorkloadClass
+from fleetc.model import ClassWeights, Cluster, Platform, Source, Stage, Team, WorkloadClass
 from fleetc.render.common import (
     GPU_RESOURCE,
     MANAGED_BY,
@@ -30,10 +30,11 @@ from fleetc.render.common import (
     dns_label,
     metadata,
     provenance,
+    team_queue_name,
     warning,
     whole_gib,
 )
-from fleetc.render.context import Context
+from fleetc.render.context import Context, Work, queue_gpus
 
 JURISDICTION_LABEL = "fleetc.dev/jurisdiction"
 EGRESS_POLICY_NAME = "fleetc-jurisdiction-egress"
@@ -76,6 +77,43 @@ def queue(ctx: Context, cluster: Cluster, workload_class: WorkloadClass) -> Obj:
             "reclaimable": True,
             "capability": capability,
         },
+    }
+
+
+def team_queues(ctx: Context, cluster: Cluster, work: Work) -> list[Obj]:
+    """The Volcano Queue of each team whose gangs run on ``cluster`` (:func:`team_queue`)."""
+    by_team: dict[str, tuple[Team, list[Stage]]] = {}
+    for stage, _ in work:
+        team = ctx.team(stage)
+        if stage.is_gang and team is not None:
+            by_team.setdefault(team.name, (team, []))[1].append(stage)
+    return [team_queue(ctx, cluster, team, gangs) for _, (team, gangs) in sorted(by_team.items())]
+
+
+def team_queue(ctx: Context, cluster: Cluster, team: Team, gangs: list[Stage]) -> Obj:
+    """A team's Volcano Queue on ``cluster``, where its ``gangs`` run (instead of their class's
+    queue). Where the team has a quota of the cluster's GPU type, ``capability`` caps its GPUs
+    at what its gangs placed here request: the team's share of its fleet-wide quota, which the
+    placement keeps. Volcano reads a capability without cpu and memory as unlimited in those
+    (``capability.MilliCPU <= 0`` -> ``math.MaxFloat64``) and a missing scalar resource as
+    unlimited (``MinDimensionResource(..., Infinity)``: volcano-sh/volcano
+    ``pkg/scheduler/plugins/capacity/capacity.go`` and ``proportion/proportion.go``
+    ``newQueueAttr``), so only GPUs are capped. ``guarantee`` keeps the team's share of its
+    ``guaranteed`` GPUs (:func:`fleetc.render.context.team_guarantees`) from every other queue:
+    Volcano subtracts all queues' guarantees from the others' real capability. The weight is
+    the highest of its gangs' classes."""
+    weights: ClassWeights = ctx.model.class_weights
+    spec: Obj = {"weight": max(1, round(max(weights.of(s.workload_class) for s in gangs) * 10)), "reclaimable": True}
+    if cluster.gpu_type is not None and cluster.gpu_type in dict(team.gpu_quota):
+        spec["capability"] = {GPU_RESOURCE: str(queue_gpus(gangs))}
+    guaranteed = ctx.guarantees.get((team.name, cluster.name), 0)
+    if guaranteed:
+        spec["guarantee"] = {"resource": {GPU_RESOURCE: str(guaranteed)}}
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": metadata(team_queue_name(team.name), source=team.source),
+        "spec": spec,
     }
 
 

@@ -52,6 +52,13 @@ def dns_label(name: str) -> str:
     return shorten(name, MAX_NAME)
 
 
+def team_queue_name(team: str) -> str:
+    """``fleetc-team-<team>``: the queue a team's gangs go to, on every cluster (Volcano Queue,
+    Kueue ClusterQueue and LocalQueue), a label value (Kueue's queue-name label) at most 63
+    characters long."""
+    return dns_label(f"fleetc-team-{team}")
+
+
 def dns1035_label(name: str, limit: int = MAX_NAME) -> str:
     """A DNS-1035 label (what Services need: it starts with a letter) of at most ``limit``
     characters: ``name`` shortened, with ``x-`` in front when it starts with a digit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fleetc.errors import InternalError
 from fleetc.model import (
@@ -17,6 +17,7 @@ from fleetc.model import (
     Source,
     Stage,
     StagePlacement,
+    Team,
 )
 from fleetc.placement.rules import slots_per_gpu, uses_shared_slots
 
@@ -53,6 +54,9 @@ class Context:
     waited_for: frozenset[str]  # keys of the stages another stage depends on
     #: (namespace, url) -> the Secret an input or output naming it there names (at most one)
     storage_secrets: Mapping[tuple[str, str], str]
+    #: (team, cluster) -> the GPUs of the team's ``guaranteed`` the cluster's queue keeps for it
+    #: (:func:`team_guarantees`)
+    guarantees: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, model: FleetModel) -> Context:
@@ -94,6 +98,10 @@ class Context:
     def depended_on(self, stage: Stage) -> bool:
         return stage.key in self.waited_for
 
+    def team(self, stage: Stage) -> Team | None:
+        """The team of the stage's pipeline (AIGCPlatform ``spec.teams``), if any."""
+        return self.model.team_of(stage.pipeline)
+
     def platforms(self, pipeline: str) -> tuple[Platform, ...]:
         return self.governing.get(pipeline, ())
 
@@ -131,3 +139,29 @@ def work_by_cluster(placed: list[tuple[Stage, StagePlacement]]) -> dict[str, Wor
             if a.replicas > 0:
                 work[a.cluster].append((stage, a))
     return dict(work)
+
+
+def queue_gpus(stages: list[Stage]) -> int:
+    """The ``nvidia.com/gpu`` the pods of ``stages`` request together (time-sliced slots one
+    each): what a queue admitting them all must hold."""
+    return sum(stage.pods * stage.pod_gpus for stage in stages)
+
+
+def team_guarantees(model: FleetModel, work: Mapping[str, Work]) -> dict[tuple[str, str], int]:
+    """(team, cluster) -> the part of the team's ``guaranteed`` GPUs of the cluster's type that
+    the cluster's queue for the team keeps (Volcano Queue ``guarantee``): the guaranteed GPUs of
+    a type go to the clusters of that type where the team's gangs run, in cluster name order,
+    each at most the GPUs those gangs request there (:func:`queue_gpus`)."""
+    shares: dict[tuple[str, str], int] = {}
+    for team in model.teams:
+        for gpu_type, guaranteed in team.guaranteed:
+            left = guaranteed
+            for cluster in model.clusters:
+                if cluster.gpu_type != gpu_type or left <= 0:
+                    continue
+                gangs = [s for s, _ in work.get(cluster.name, []) if s.is_gang and s.pipeline in team.pipelines]
+                share = min(left, queue_gpus(gangs))
+                if share:
+                    shares[(team.name, cluster.name)] = share
+                    left -= share
+    return shares

@@ -11,9 +11,19 @@ Per cluster, in the infra layer (docs/gitops.md says why that layer comes first)
   ``site/content/en/docs/concepts/resource_flavor.md``, ``pkg/scheduler/flavorassigner``);
 * a ClusterQueue :data:`QUEUE_NAME` covering those flavors with the cluster's capacity (one
   group for CPU and memory, one for GPUs; ``apis/kueue/v1beta2/clusterqueue_types.go``), open
-  to the namespaces fleetc manages. It is where per-team quotas go: one ClusterQueue per team in
-  a cohort, each with its share (:func:`cluster_queue` is the one place that decides them);
-* a LocalQueue :data:`QUEUE_NAME` in every namespace whose gangs run here, pointing at it.
+  to the namespaces fleetc manages;
+* per team (AIGCPlatform ``spec.teams``) whose gangs run here, a ClusterQueue
+  ``fleetc-team-<team>`` whose GPU ``nominalQuota`` is the team's share here: the GPUs its gangs
+  placed here request, out of its fleet-wide quota, which the placement keeps. The
+  cluster's own ClusterQueue keeps the rest of the GPUs, so the GPU quotas add up to the
+  cluster's GPUs. No ClusterQueue is in a cohort (``cohortName`` empty: "this ClusterQueue
+  cannot borrow from any other ClusterQueue and vice versa", the same file): a team's quota
+  is then both its cap and its guarantee here, and no other queue's work can take it.
+  CPU and memory are not part of a team's quota: each team queue covers them with the
+  cluster's capacity, as Kueue admits no workload asking for a resource its ClusterQueue does
+  not cover (:func:`cluster_queue` is the one place that decides the quotas);
+* a LocalQueue :data:`QUEUE_NAME` in every namespace whose gangs run here, pointing at it (a
+  team's gangs: a LocalQueue ``fleetc-team-<team>`` pointing at the team's ClusterQueue).
 
 In the workloads layer, each gang stage is a ``batch/v1`` Job labelled
 ``kueue.x-k8s.io/queue-name``, ``parallelism = completions =`` its pods: Kueue admits the Job's
@@ -36,7 +46,7 @@ whose LocalQueue is missing: the Job waits, suspended, until the queue exists
 
 from __future__ import annotations
 
-from fleetc.model import Cluster, Stage
+from fleetc.model import Cluster, Source, Stage
 from fleetc.render.common import (
     GPU_RESOURCE,
     MANAGED_BY,
@@ -48,8 +58,9 @@ from fleetc.render.common import (
     memory_quantity,
     metadata,
     stage_metadata,
+    team_queue_name,
 )
-from fleetc.render.context import Context, Work
+from fleetc.render.context import Context, Work, queue_gpus
 from fleetc.render.workloads import (
     MAX_RETRY,
     RENDEZVOUS_PORT,
@@ -96,8 +107,13 @@ def kueue_queues(ctx: Context, cluster: Cluster, work: Work) -> list[Obj]:
         if shared:
             flavors.append(_flavor(cluster, gpu_flavor(cluster, True),
                                    {PRODUCT_LABEL: cluster.gpu_product + SHARED_PRODUCT_SUFFIX}))
-    namespaces = sorted({s.namespace for s in mine})
-    return [*flavors, cluster_queue(ctx, cluster, shared), *(local_queue(ctx, n) for n in namespaces)]
+    teams: dict[str, list[Stage]] = {}
+    for stage in mine:
+        team = ctx.team(stage)
+        teams.setdefault(QUEUE_NAME if team is None else team_queue_name(team.name), []).append(stage)
+    queues = [cluster_queue(ctx, cluster, shared, name, gangs_of, teams) for name, gangs_of in sorted(teams.items())]
+    local = sorted({(s.namespace, name) for name, gangs_of in teams.items() for s in gangs_of})
+    return [*flavors, *queues, *(local_queue(ctx, n, name) for n, name in local)]
 
 
 def _flavor(cluster: Cluster, name: str, labels: dict[str, str]) -> Obj:
@@ -105,10 +121,14 @@ def _flavor(cluster: Cluster, name: str, labels: dict[str, str]) -> Obj:
             "spec": {"nodeLabels": labels} if labels else {}}
 
 
-def cluster_queue(ctx: Context, cluster: Cluster, shared: bool) -> Obj:
-    """The cluster's ClusterQueue: CPU and memory on :data:`CPU_FLAVOR`, GPUs on the GPU type's
-    flavor (and its time-sliced one, as many slots as the GPUs advertise time-sliced), each
-    with the cluster's capacity, for the namespaces fleetc manages."""
+def cluster_queue(ctx: Context, cluster: Cluster, shared: bool, name: str = QUEUE_NAME,
+                  gangs_of: list[Stage] | None = None, queues: dict[str, list[Stage]] | None = None) -> Obj:
+    """A ClusterQueue of the cluster: CPU and memory on :data:`CPU_FLAVOR` with the cluster's
+    capacity, GPUs on the GPU type's flavor (and its time-sliced one), for the namespaces fleetc
+    manages. The cluster's own queue (:data:`QUEUE_NAME`) has the cluster's GPUs (as many slots
+    as they advertise time-sliced) less the teams' shares; a team's queue (``name``, admitting
+    ``gangs_of``), its share: what those gangs request of each flavor. ``queues``: every queue
+    of the cluster by name, with the gangs it admits."""
     groups: list[Obj] = [{
         "coveredResources": ["cpu", "memory"],
         "flavors": [{"name": CPU_FLAVOR, "resources": [
@@ -116,17 +136,26 @@ def cluster_queue(ctx: Context, cluster: Cluster, shared: bool) -> Obj:
             {"name": "memory", "nominalQuota": memory_quantity(cluster.memory_bytes)}]}],
     }]
     if cluster.gpus > 0:
+        teams = [gangs for other, gangs in (queues or {}).items() if other != QUEUE_NAME]
+
+        def quota(flavor_shared: bool, total: int) -> str:
+            def requested(gangs: list[Stage]) -> int:
+                return queue_gpus([s for s in gangs if time_sliced(ctx, cluster, s) == flavor_shared])
+            if name != QUEUE_NAME:
+                return str(requested(gangs_of or []))
+            return str(max(0, total - sum(requested(gangs) for gangs in teams)))
+
         gpu_flavors = [{"name": gpu_flavor(cluster, False),
-                        "resources": [{"name": GPU_RESOURCE, "nominalQuota": str(cluster.gpus)}]}]
+                        "resources": [{"name": GPU_RESOURCE, "nominalQuota": quota(False, cluster.gpus)}]}]
         if shared:
             gpu_flavors.append({"name": gpu_flavor(cluster, True),
                                 "resources": [{"name": GPU_RESOURCE,
-                                               "nominalQuota": str(cluster.gpus * ctx.gpu_slots)}]})
+                                               "nominalQuota": quota(True, cluster.gpus * ctx.gpu_slots)}]})
         groups.append({"coveredResources": [GPU_RESOURCE], "flavors": gpu_flavors})
     return {
         "apiVersion": API_VERSION,
         "kind": "ClusterQueue",
-        "metadata": metadata(QUEUE_NAME, source=cluster.source),
+        "metadata": metadata(name, source=_queue_source(ctx, cluster, name, gangs_of or [])),
         "spec": {
             "namespaceSelector": {"matchLabels": dict(MANAGED_BY)},
             "queueingStrategy": "BestEffortFIFO",
@@ -135,12 +164,19 @@ def cluster_queue(ctx: Context, cluster: Cluster, shared: bool) -> Obj:
     }
 
 
-def local_queue(ctx: Context, namespace: str) -> Obj:
+def _queue_source(ctx: Context, cluster: Cluster, name: str, gangs_of: list[Stage]) -> Source:
+    """Where a ClusterQueue comes from: the cluster (its own queue), or the team's entry."""
+    team = ctx.team(gangs_of[0]) if name != QUEUE_NAME and gangs_of else None
+    return cluster.source if team is None else team.source
+
+
+def local_queue(ctx: Context, namespace: str, name: str = QUEUE_NAME) -> Obj:
+    """The LocalQueue ``name`` of ``namespace``, pointing at the ClusterQueue of that name."""
     pipelines = sorted(ctx.namespace_pipelines[namespace])
     source = ctx.pipeline_sources[pipelines[0]]
     return {"apiVersion": API_VERSION, "kind": "LocalQueue",
-            "metadata": metadata(QUEUE_NAME, namespace, source, "metadata.namespace"),
-            "spec": {"clusterQueue": QUEUE_NAME}}
+            "metadata": metadata(name, namespace, source, "metadata.namespace"),
+            "spec": {"clusterQueue": name}}
 
 
 # --------------------------------------------------------------------------- workloads
@@ -152,7 +188,8 @@ def kueue_job(ctx: Context, cluster: Cluster, stage: Stage) -> list[Obj]:
     change once created (the API server's Job validation), so a changed stage is a new Job."""
     pods = stage.pods
     meta = stage_metadata(stage)
-    meta["labels"][QUEUE_LABEL] = QUEUE_NAME
+    team = ctx.team(stage)
+    meta["labels"][QUEUE_LABEL] = QUEUE_NAME if team is None else team_queue_name(team.name)
     spec: Obj = {"parallelism": pods, "completions": pods}
     if pods > 1:
         spec["completionMode"] = "Indexed"

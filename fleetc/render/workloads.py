@@ -41,6 +41,7 @@ from fleetc.render.common import (
     selector,
     stage_labels,
     stage_metadata,
+    team_queue_name,
     warning,
 )
 from fleetc.render.context import Context, Work
@@ -277,7 +278,7 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
         "metadata": stage_metadata(stage),
         "spec": {
             "schedulerName": "volcano",
-            "queue": f"fleetc-{stage.workload_class}",
+            "queue": job_queue(ctx, stage),
             **priority,
             "minAvailable": stage.pods,
             "maxRetry": MAX_RETRY,
@@ -288,6 +289,13 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
     }
     job["metadata"]["name"] = job_name(job)
     return job
+
+
+def job_queue(ctx: Context, stage: Stage) -> str:
+    """The Volcano Queue of a gang stage: its team's (:func:`fleetc.render.common.team_queue_name`),
+    else its workload class's."""
+    team = ctx.team(stage)
+    return team_queue_name(team.name) if team is not None else f"fleetc-{stage.workload_class}"
 
 
 def job_name(job: Obj) -> str:

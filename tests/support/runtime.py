@@ -16,6 +16,8 @@ and answers:
   Kueue, each Job's LocalQueue and ClusterQueue exist and take its namespace, every resource
   its pods ask for is covered, and the ClusterQueue has a flavor whose node labels agree with
   the pods' node selector and quota for all of the cluster's Jobs at once (so none waits).
+* **whether Volcano's queues hold their Jobs** (:func:`volcano_queue_problems`): each Job's
+  Queue exists, and a Queue's GPU capability holds all its Jobs at once.
 
 ``batch/v1`` Jobs are expanded as the Job controller does (kubernetes ``pkg/controller/job``):
 ``parallelism`` pods; in an Indexed Job each pod is annotated with its completion index, gets
@@ -366,7 +368,7 @@ def kueue_problems(files: Mapping[str, str]) -> list[str]:
         by_cluster.setdefault(cluster, []).append(obj)
     for cluster, found in sorted(by_cluster.items()):
         named = {(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o for o in found}
-        used: dict[tuple[str, str], int] = {}
+        used: dict[tuple[str, str, str], int] = {}
         for job in (o for o in found if is_batch_job(o) and QUEUE_LABEL in o["metadata"].get("labels", {})):
             where = f"{cluster}: Job/{job['metadata']['name']}"
             problem = _admit(named, job, used)
@@ -376,7 +378,7 @@ def kueue_problems(files: Mapping[str, str]) -> list[str]:
 
 
 def _admit(named: Mapping[tuple[str, str, str], Any], job: Mapping[str, Any],
-           used: dict[tuple[str, str], int]) -> str | None:
+           used: dict[tuple[str, str, str], int]) -> str | None:
     namespace = job["metadata"]["namespace"]
     local = named.get(("LocalQueue", namespace, job["metadata"]["labels"][QUEUE_LABEL]))
     if local is None:
@@ -401,9 +403,11 @@ def _admit(named: Mapping[tuple[str, str, str], Any], job: Mapping[str, Any],
             if node_labels is None or any(selector.get(k, v) != v for k, v in node_labels.items()):
                 continue
             quota = next(_quota(resource, r["nominalQuota"]) for r in flavor["resources"] if r["name"] == resource)
-            taken = used.get((flavor["name"], resource), 0)
+            # Quota is each ClusterQueue's own (none is in a cohort, so none borrows).
+            key = (queue["metadata"]["name"], flavor["name"], resource)
+            taken = used.get(key, 0)
             if taken + amount * pods <= quota:
-                used[(flavor["name"], resource)] = taken + amount * pods
+                used[key] = taken + amount * pods
                 break
             short.append(f"{flavor['name']} has {quota - taken} of {quota} left")
         else:
@@ -411,6 +415,38 @@ def _admit(named: Mapping[tuple[str, str, str], Any], job: Mapping[str, Any],
                 return f"no flavor of ClusterQueue {queue['metadata']['name']} matches its node selector {selector}"
             return f"needs {amount * pods} {resource}: {'; '.join(short)}"
     return None
+
+
+def volcano_queue_problems(files: Mapping[str, str]) -> list[str]:
+    """Every Volcano Job's Queue exists on its cluster, and a Queue whose ``capability`` names
+    ``nvidia.com/gpu`` holds the GPUs all its Jobs' pods request at once, its ``guarantee``
+    within it: Volcano's capacity and proportion plugins cap a queue's allocation at its
+    capability, a resource it does not name being unlimited (volcano-sh/volcano
+    ``pkg/scheduler/plugins/capacity/capacity.go`` ``newQueueAttr``), so a Job beyond it
+    waits."""
+    problems = []
+    queues: dict[tuple[str, str], dict[str, Any]] = {}
+    asked: dict[tuple[str, str], int] = {}
+    everything = list(objects(files))
+    for cluster, obj in everything:
+        if obj["kind"] == "Queue":
+            queues[(cluster, obj["metadata"]["name"])] = obj
+    for cluster, job in _volcano_jobs(files):
+        key = (cluster, job["spec"]["queue"])
+        if key not in queues:
+            problems.append(f"{cluster}: Job/{job['metadata']['name']}: no Queue {key[1]}")
+            continue
+        asked[key] = asked.get(key, 0) + sum(
+            task["replicas"] * _pod_requests(task["template"]["spec"]).get(GPU, 0) for task in job["spec"]["tasks"])
+    for (cluster, name), queue in sorted(queues.items()):
+        capability = int(queue["spec"].get("capability", {}).get(GPU, -1))
+        guarantee = int(queue["spec"].get("guarantee", {}).get("resource", {}).get(GPU, 0))
+        if 0 <= capability < asked.get((cluster, name), 0):
+            problems.append(f"{cluster}: Queue/{name}: its Jobs ask for {asked[(cluster, name)]} {GPU}, "
+                            f"capability {capability}")
+        if 0 <= capability < guarantee:
+            problems.append(f"{cluster}: Queue/{name}: guarantee {guarantee} {GPU} above capability {capability}")
+    return problems
 
 
 # --------------------------------------------------------------------------- serving

@@ -1,0 +1,159 @@
+"""Team quotas and cost caps (AIGCPlatform ``spec.teams``, AIGCPipeline ``spec.maxHourlyCost``):
+the rule (:func:`fleetc.placement.rules.caps`), the optimizer keeping it, the verifier checking
+it, explain naming it, and the queues each cluster renders for a team."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from support.builders import make_cluster, make_fleet, make_gpu_policy, make_stage
+from support.corpus import CASES, compile_texts, compiled_in, read_policies
+from support.runtime import GPU, kueue_problems, objects, volcano_queue_problems
+
+from fleetc.errors import PlacementError, PolicyError
+from fleetc.model import Assignment, FleetModel, Placement, Source, StagePlacement, StageType, Team
+from fleetc.placement import rules
+from fleetc.placement.optimize import place
+from fleetc.placement.problem import components, problems
+from fleetc.placement.scoring import score_matrix
+from fleetc.placement.verify import verify
+
+QUOTAS = CASES / "team-quotas"
+
+
+def team(name: str = "research", pipelines: tuple[str, ...] = ("llm",), quota: tuple[tuple[str, int], ...] = (),
+         cost: float | None = None) -> Team:
+    return Team(name, "platform", pipelines, quota, (), cost, Source("platform.yaml", "spec.teams[0]"))
+
+
+def capped_fleet(quota: int, cost: float | None = None) -> FleetModel:
+    """Two h100 clusters and an a100 one; the llm pipeline's two 8-GPU stages under one team."""
+    clusters = (make_cluster("a", gpus=16, gpu_type="h100"), make_cluster("b", gpus=16, gpu_type="h100"),
+                make_cluster("c", gpus=16, gpu_type="a100", gpu_hour_cost=4.0))
+    stages = (make_stage("pretrain", gpus=8, gpu_type="h100"), make_stage("tune", gpus=8))
+    return make_fleet(clusters, stages, teams=(team(quota=(("h100", quota),), cost=cost),))
+
+
+def placed(*where: tuple[str, str, int]) -> Placement:
+    return Placement(tuple(StagePlacement(f"llm/{stage}", (Assignment(cluster, 1, gpus),), 0.5)
+                           for stage, cluster, gpus in where), 1.0, 1.0, "milp")
+
+
+def test_the_verifier_counts_a_team_quota_over_the_whole_fleet() -> None:
+    model = capped_fleet(8)
+    assert verify(model, placed(("pretrain", "a", 8), ("tune", "b", 8))) == [
+        "team research: 16 h100 placed, quota 8"]
+    assert verify(model, placed(("pretrain", "a", 8), ("tune", "c", 8))) == []
+
+
+def test_the_optimizer_keeps_the_quota_and_trades_score_for_it() -> None:
+    free = place(capped_fleet(16))
+    capped = place(capped_fleet(8))
+    assert [a.cluster for p in free.stages for a in p.assignments if a.cluster == "c"] == []
+    assert [a.cluster for p in capped.stages for a in p.assignments][1] == "c"  # llm/tune, on the dearer a100
+    assert capped.objective < free.objective
+
+
+def test_a_binding_quota_names_itself_in_the_refusal() -> None:
+    with pytest.raises(PlacementError) as error:
+        place(capped_fleet(4))
+    assert error.value.reasons == (
+        "0/3 clusters fit llm/pretrain: 2 are over team research's h100 quota (4 of 4 left), 1 has no h100",)
+
+
+def test_time_sliced_slots_count_a_fraction_of_a_gpu() -> None:
+    serve = make_stage("serve", type=StageType.DEPLOYMENT, gpus=1, replicas=3, shared_gpu=True)
+    model = make_fleet((make_cluster("a", gpus=8, gpu_type="h100"),), (serve,),
+                       gpu_policy=make_gpu_policy(time_slicing=2), teams=(team(quota=(("h100", 1),)),))
+    cap = rules.caps(model)[0]
+    used = rules.cap_usage(model, cap, [(serve, model.clusters[0], 3)])
+    assert used.of("h100") == 3  # slots, two to a GPU
+    assert rules.cap_overuse(model, cap, used) == ["1.5 h100 placed, quota 1"]
+
+
+def test_the_cost_rule_and_the_problem_count_the_same_micros() -> None:
+    model = capped_fleet(16, cost=100.0)
+    (problem,), _ = problems(model, score_matrix(model), {})
+    s, c = np.nonzero(problem.allowed)
+    expected = [rules.replica_cost_micros(model, problem.stages[i], problem.clusters[j])
+                for i, j in zip(s.tolist(), c.tolist(), strict=True)]
+    assert problem.cost_at(s, c).tolist() == expected
+
+
+def test_a_cost_cap_binds_the_optimizer_and_the_verifier() -> None:
+    model = capped_fleet(16, cost=30.0)  # one stage: 8 GPUs at 2.00, 8 cores at 0.05, 64Gi at 0.01: 17.04/h
+    with pytest.raises(PlacementError) as error:
+        place(model)
+    assert error.value.reasons == (
+        "0/3 clusters fit llm/tune: 3 are over team research's cost cap (12.96/h of 30.00/h left)",)
+    assert verify(model, placed(("pretrain", "a", 8), ("tune", "c", 8))) == [
+        "team research: cost 50.08/h, cap 30.00/h"]
+    assert rules.caps(capped_fleet(16, cost=34.08))[0].max_cost_micros == 34_080_000
+    assert [a.cluster for p in place(capped_fleet(16, cost=34.08)).stages for a in p.assignments] != []
+
+
+def test_a_cap_joins_the_components_of_the_stages_it_covers() -> None:
+    allowed = np.array([[True, False], [False, True], [False, True]])
+    assert [p.stages.tolist() for p in components(allowed)] == [[0], [1, 2]]
+    assert [(p.stages.tolist(), p.clusters.tolist()) for p in components(allowed, [np.array([0, 2])])] == [
+        ([0, 1, 2], [0, 1])]
+
+
+def test_the_golden_case_renders_each_teams_share_where_it_runs() -> None:
+    files = dict(compiled_in(QUOTAS).files)
+    assert volcano_queue_problems(files) == []
+    assert kueue_problems(files) == []
+    queues = {(cluster, o["kind"], o["metadata"]["name"]): o["spec"] for cluster, o in objects(files)
+              if o["kind"] in ("Queue", "ClusterQueue")}
+    research = queues[("virginia", "Queue", "fleetc-team-research")]
+    assert (research["capability"], research["guarantee"]) == ({GPU: "16"}, {"resource": {GPU: "8"}})
+    assert ("oregon", "ClusterQueue", "fleetc") not in queues  # every gang on oregon is a team's
+    gpu_quota = {name: spec["resourceGroups"][1]["flavors"] for cluster, kind, name in queues
+                 if kind == "ClusterQueue" for spec in [queues[(cluster, kind, name)]]}
+    assert gpu_quota == {
+        "fleetc-team-prod": [{"name": "fleetc-a100", "resources": [{"name": GPU, "nominalQuota": "8"}]}],
+        "fleetc-team-research": [{"name": "fleetc-a100", "resources": [{"name": GPU, "nominalQuota": "8"}]}],
+    }
+
+
+def test_a_queue_over_its_capability_is_caught_by_the_runtime_model() -> None:
+    files = dict(compiled_in(QUOTAS).files)
+    path = "clusters/virginia/infra/queue-fleetc-team-research.yaml"
+    short = {**files, path: files[path].replace('nvidia.com/gpu: "16"', 'nvidia.com/gpu: "8"')}
+    assert volcano_queue_problems(short) == [
+        "virginia: Queue/fleetc-team-research: its Jobs ask for 16 nvidia.com/gpu, capability 8"]
+
+
+TEAMS = """\
+apiVersion: aigc.kurator.dev/v1alpha1
+kind: AIGCPlatform
+metadata:
+  name: shared-fleet
+spec:
+  teams:
+  - name: research
+    namespaces: [research]
+    gpuQuota: {h100: 16, h10: 4}
+    guaranteed: {h100: 32}
+  - name: research
+    pipelineSelector: {team: prod}
+  - name: all
+    namespaces: [research]
+  - name: none
+"""
+
+
+def test_team_mistakes_are_errors_with_their_place() -> None:
+    policies = read_policies(QUOTAS / "policies")
+    policies["policies/platform.yaml"] = TEAMS
+    with pytest.raises(PolicyError) as error:
+        compile_texts(policies)
+    assert [(d.line, d.column, d.field, d.message, d.hint) for d in error.value.diagnostics] == [
+        (9, 26, "spec.teams[0].gpuQuota.h10", "no cluster of the Fleet has GPU type 'h10'", "did you mean 'h100'?"),
+        (10, 24, "spec.teams[0].guaranteed.h100", "guarantees 32 h100, more than its gpuQuota of 16", ""),
+        (11, 11, "spec.teams[1].name", "duplicate team name 'research' (also spec.teams[0])", ""),
+        (13, 5, "spec.teams[2]", "pipeline 'llm' belongs to teams 'research' and 'all'; a pipeline belongs to at "
+                                 "most one team", "narrow the teams' namespaces or pipelineSelector"),
+        (15, 5, "spec.teams[3]", "team 'none' selects no pipelines",
+         "give it namespaces: [<namespace>, ...] or pipelineSelector: {<label>: <value>}"),
+    ]

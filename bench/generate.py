@@ -63,6 +63,12 @@ class Spec:
     policies: bool = True  # add a GPUOptimizationPolicy and a DataOptimizationPolicy
     platform: bool = False  # add an AIGCPlatform governing every pipeline
     sovereignty: bool = False  # the platform keeps data in its jurisdiction
+    #: Team quotas (with the platform): each of the TEAMS teams (a namespace each) gets a GPU
+    #: quota per type of ``quotas`` x the GPUs of that type its stages ask for (0: no teams).
+    quotas: float = 0.0
+    #: With ``quotas``: each team's maxHourlyCost is ``budget`` x the GPU-hours its stages ask
+    #: for at their type's default price (0: no cost cap).
+    budget: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -124,8 +130,9 @@ def generate(spec: Spec) -> Instance:
     if spec.policies:
         files["gpu-optimization.yaml"] = dump(GPU_POLICY)
         files["data-optimization.yaml"] = dump(DATA_POLICY)
-    if spec.platform:
-        files["platform.yaml"] = dump(_platform(spec.sovereignty))
+    if spec.platform or spec.quotas:
+        teams = _teams(pipelines, slots, spec.quotas, spec.budget) if spec.quotas else []
+        files["platform.yaml"] = dump(_platform(spec.sovereignty, teams))
     stages = [s for p in pipelines for s in p]
     return Instance(
         spec=spec,
@@ -133,7 +140,7 @@ def generate(spec: Spec) -> Instance:
         gpu_capacity=sum(c.gpus for c in clusters),
         gpu_demand=sum(s.total * s.slots for s in stages) / slots,
         stages=len(stages),
-        documents=1 + len(documents) + 2 * spec.policies + spec.platform,
+        documents=1 + len(documents) + 2 * spec.policies + bool(spec.platform or spec.quotas),
     )
 
 
@@ -390,14 +397,41 @@ DATA_POLICY = {
 }
 
 
-def _platform(sovereignty: bool) -> dict[str, Any]:
+def _platform(sovereignty: bool, teams: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"security": {"dataSovereignty": sovereignty, "auditEnabled": True},
+                            "performance": {"inferenceTimeout": "5s", "trainingPriority": "high"}}
+    if teams:
+        spec["teams"] = teams
     return {
         "apiVersion": "aigc.kurator.dev/v1alpha1",
         "kind": "AIGCPlatform",
         "metadata": {"name": "bench-platform", "namespace": "kurator-system"},
-        "spec": {"security": {"dataSovereignty": sovereignty, "auditEnabled": True},
-                 "performance": {"inferenceTimeout": "5s", "trainingPriority": "high"}},
+        "spec": spec,
     }
+
+
+#: The default price of a GPU-hour per type (fleetc.resolve's), for the teams' budgets.
+GPU_HOUR = {"a100": 3.0, "h100": 5.0, "t4": 0.5, "l4": 0.8}
+
+
+def _teams(pipelines: list[list[_Stage]], slots: int, quotas: float, budget: float) -> list[dict[str, Any]]:
+    """One team per namespace (``team-NN``, pipelines ``index % TEAMS``): a GPU quota of every
+    type, ``quotas`` x the GPUs of that type its stages ask for (rounded down; 0 where it asks
+    for none, so its untyped stages stay on the types it has), and with ``budget`` a cost cap
+    of ``budget`` x those GPUs' hourly price."""
+    asked = [dict.fromkeys(GPU_TYPES, 0.0) for _ in range(TEAMS)]
+    for index, stages in enumerate(pipelines):
+        for stage in stages:
+            if stage.gpu_type:
+                asked[index % TEAMS][stage.gpu_type] += stage.total * stage.slots / slots
+    teams = []
+    for number, gpus in enumerate(asked):
+        team: dict[str, Any] = {"name": f"team-{number:02d}", "namespaces": [f"team-{number:02d}"],
+                                "gpuQuota": {t: math.floor(quotas * gpus[t]) for t in GPU_TYPES}}
+        if budget:
+            team["maxHourlyCost"] = round(budget * sum(gpus[t] * GPU_HOUR[t] for t in GPU_TYPES), 2)
+        teams.append(team)
+    return teams
 
 
 # --- command line ------------------------------------------------------------------------------
@@ -412,13 +446,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--perfect", action="store_true", help="GPUs split exactly into gangs")
     parser.add_argument("--platform", action="store_true", help="add an AIGCPlatform")
     parser.add_argument("--sovereignty", action="store_true", help="platform keeps data local")
+    parser.add_argument("--quotas", type=float, default=0.0,
+                        help="teams with GPU quotas of this share of what they ask for (0: none)")
+    parser.add_argument("--budget", type=float, default=0.0,
+                        help="with --quotas: teams' hourly cost caps, this share of their GPUs' price")
     parser.add_argument("--out", type=Path, required=True, help="folder to write")
     return parser
 
 
 def spec_of(args: argparse.Namespace) -> Spec:
     return Spec(clusters=args.clusters, stages=args.stages, load=args.load, seed=args.seed,
-                perfect=args.perfect, platform=args.platform, sovereignty=args.sovereignty)
+                perfect=args.perfect, platform=args.platform, sovereignty=args.sovereignty,
+                quotas=args.quotas, budget=args.budget)
 
 
 def describe(instance: Instance) -> Iterator[str]:

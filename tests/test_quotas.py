@@ -4,12 +4,16 @@ it, explain naming it, and the queues each cluster renders for a team."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from support.builders import make_cluster, make_fleet, make_gpu_policy, make_stage
 from support.corpus import CASES, compile_texts, compiled_in, read_policies
 from support.runtime import GPU, kueue_problems, objects, volcano_queue_problems
 
+from bench.generate import TEAMS, Spec, generate
+from fleetc.compiler import check_policies, load_policy_sources
 from fleetc.errors import PlacementError, PolicyError
 from fleetc.model import Assignment, FleetModel, Placement, Source, StagePlacement, StageType, Team
 from fleetc.placement import rules
@@ -19,6 +23,10 @@ from fleetc.placement.scoring import score_matrix
 from fleetc.placement.verify import verify
 
 QUOTAS = CASES / "team-quotas"
+
+
+def model_of(files: dict[str, str]) -> FleetModel:
+    return check_policies(load_policy_sources([(path, text.encode()) for path, text in sorted(files.items())], "bench"))
 
 
 def team(name: str = "research", pipelines: tuple[str, ...] = ("llm",), quota: tuple[tuple[str, int], ...] = (),
@@ -124,7 +132,7 @@ def test_a_queue_over_its_capability_is_caught_by_the_runtime_model() -> None:
         "virginia: Queue/fleetc-team-research: its Jobs ask for 16 nvidia.com/gpu, capability 8"]
 
 
-TEAMS = """\
+TEAM_MISTAKES = """\
 apiVersion: aigc.kurator.dev/v1alpha1
 kind: AIGCPlatform
 metadata:
@@ -145,7 +153,7 @@ spec:
 
 def test_team_mistakes_are_errors_with_their_place() -> None:
     policies = read_policies(QUOTAS / "policies")
-    policies["policies/platform.yaml"] = TEAMS
+    policies["policies/platform.yaml"] = TEAM_MISTAKES
     with pytest.raises(PolicyError) as error:
         compile_texts(policies)
     assert [(d.line, d.column, d.field, d.message, d.hint) for d in error.value.diagnostics] == [
@@ -157,3 +165,19 @@ def test_team_mistakes_are_errors_with_their_place() -> None:
         (15, 5, "spec.teams[3]", "team 'none' selects no pipelines",
          "give it namespaces: [<namespace>, ...] or pipelineSelector: {<label>: <value>}"),
     ]
+
+
+def test_the_large_path_keeps_quotas_and_cost_caps() -> None:
+    """Teams whose quotas and budgets bind: the column generation's rows, rounding and repair
+    keep every cap (``place`` re-verifies its placement and raises otherwise), and the caps
+    bind: some stage runs elsewhere or stays out compared with the fleet without them."""
+    spec = Spec(clusters=8, stages=60, load=0.8, seed=5, quotas=0.8, budget=1.2)
+    capped = model_of(generate(spec).files)
+    assert len(rules.caps(capped)) == TEAMS
+    large = place(capped, allow_unplaced=True, large=0)
+    exact = place(capped, allow_unplaced=True)
+    assert large.method == "colgen-lp-round" and exact.method == "milp"
+    assert verify(capped, large, allow_unplaced=True) == verify(capped, exact, allow_unplaced=True) == []
+    free = place(model_of(generate(replace(spec, quotas=0.0)).files), allow_unplaced=True, large=0)
+    assert large.objective < free.objective
+    assert large.objective >= 0.97 * exact.objective

@@ -257,7 +257,7 @@ def _assert_repair_room_follows_the_rules(model: FleetModel, problem: Problem, r
     large = colgen._large(problem)
     per_replica = large.coefficients / large.replicas
     room = colgen._Room(large.capacity, colgen._taken(large, replicas_at), large.slots, large.unit, large.headroom,
-                        per_replica, replicas_at)
+                        per_replica, replicas_at, large.caps)
     for c, cluster in enumerate(model.clusters):
         placed = [(stage, int(replicas_at[s, c])) for s, stage in enumerate(model.stages)]
         if rules.overuse(model, cluster, rules.usage(model, placed)):

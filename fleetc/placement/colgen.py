@@ -63,6 +63,7 @@ class _Large:
     keep_reward: np.ndarray  # move_cost * value_s per unit of k
     penalty: np.ndarray  # per stage and unit left unplaced
     headroom: _Headroom
+    caps: _Caps
 
     @cached_property
     def pair_range(self) -> np.ndarray:
@@ -96,10 +97,15 @@ class _Large:
         return self.stages + (4 if self.shared else 3) * self.clusters + len(self.keep_pair)
 
     @property
+    def cap_rows(self) -> int:
+        """The first team quota or cost cap row (after the failover headroom rows)."""
+        return self.headroom_rows + len(self.headroom.bound)
+
+    @property
     def relaxed_rows(self) -> int:
         """The rows before the multiCluster rows: the stage rows, then the ``<=`` rows the
-        Lagrangian bound relaxes (capacity, kept pairs, failover headroom)."""
-        return self.headroom_rows + len(self.headroom.bound)
+        Lagrangian bound relaxes (capacity, kept pairs, failover headroom, caps)."""
+        return self.cap_rows + len(self.caps.bound)
 
     def headroom_coefficients(self, row: int, pairs: np.ndarray) -> np.ndarray:
         """Failover headroom row ``row``'s coefficients of ``pairs`` (per stage unit)."""
@@ -135,6 +141,12 @@ class _Large:
             coefficient = self.headroom_coefficients(row, pairs)
             nonzero = coefficient != 0
             rows.append(np.full(int(nonzero.sum()), self.headroom_rows + row))
+            data.append(coefficient[nonzero])
+            index.append(cols[nonzero])
+        for row in range(len(self.caps.bound)):
+            coefficient = self.caps.coefficients(row, stage, cluster) * self.replicas[stage] * self.caps.scale[row]
+            nonzero = coefficient != 0
+            rows.append(np.full(int(nonzero.sum()), self.cap_rows + row))
             data.append(coefficient[nonzero])
             index.append(cols[nonzero])
         is_floored = self.pair_lower[pairs] > 0
@@ -188,6 +200,7 @@ class _Large:
             upper.append(np.zeros(c))
         upper.append(np.zeros(len(self.keep_pair)))
         upper.append(self.headroom.bound)
+        upper.append(self.caps.bound * self.caps.scale)
         upper.append(np.full(len(self.floored), highs.INF))
         lower = np.full(self.rows, -highs.INF)
         lower[: self.stages] = 1.0
@@ -203,8 +216,12 @@ class _Large:
             if dual.any():  # a resource no cluster is short of costs nothing: skip 10M products
                 reduced -= self.coefficients[r, self.pair_stage] * dual[self.pair_cluster]
         every = np.arange(len(self.pair_stage))
-        for row in np.flatnonzero(row_dual[self.headroom_rows: self.relaxed_rows]):
+        for row in np.flatnonzero(row_dual[self.headroom_rows: self.cap_rows]):
             reduced -= self.headroom_coefficients(int(row), every) * row_dual[self.headroom_rows + row]
+        for row in np.flatnonzero(row_dual[self.cap_rows: self.relaxed_rows]):
+            coefficient = self.caps.coefficients(int(row), self.pair_stage, self.pair_cluster)
+            price = self.caps.scale[row] * row_dual[self.cap_rows + row]
+            reduced -= coefficient * self.replicas[self.pair_stage] * price
         return reduced
 
 
@@ -282,7 +299,63 @@ def _large(problem: Problem) -> _Large:
         keep_reward=problem.move_cost * values[pair_stage[keep_pair]],
         penalty=UNPLACED_PENALTY * values,
         headroom=_Headroom.of(problem),
+        caps=_Caps.of(problem),
     )
+
+
+@dataclass(frozen=True, eq=False)
+class _Caps:
+    """The team quotas and cost caps of a problem (:class:`~fleetc.placement.problem.CapRows`)
+    as rows, in :func:`~fleetc.placement.program.cap_rows`' order (per cap, one row per GPU type
+    it caps, then its cost): row ``i`` covers the stages ``members[i]`` on the clusters ``on[i]``
+    and counts, per replica, quota slots (``cost[i]`` False) or cost micros (True), at most
+    ``bound[i]``. The master LP carries cost rows in currency units (``scale``), which keeps
+    its coefficients near the others'; everything else counts the rule's integers."""
+
+    problem: Problem
+    members: np.ndarray  # (K, S) bool
+    on: np.ndarray  # (K, C) bool
+    cost: np.ndarray  # (K,) bool
+    bound: np.ndarray  # (K,)
+
+    @classmethod
+    def of(cls, problem: Problem) -> _Caps:
+        members, on, cost, bound = [], [], [], []
+        everywhere = np.ones(len(problem.clusters), dtype=bool)
+        for cap in problem.caps:
+            for _gpu_type, of_type, quota in cap.quotas:
+                members.append(cap.members)
+                on.append(of_type)
+                cost.append(False)
+                bound.append(float(quota))
+            if cap.cost is not None:
+                members.append(cap.members)
+                on.append(everywhere)
+                cost.append(True)
+                bound.append(float(cap.cost))
+        n_stages, n_clusters = len(problem.stages), len(problem.clusters)
+        return cls(problem, np.array(members, dtype=bool).reshape(len(members), n_stages),
+                   np.array(on, dtype=bool).reshape(len(on), n_clusters), np.array(cost, dtype=bool),
+                   np.array(bound, dtype=float))
+
+    @property
+    def scale(self) -> np.ndarray:
+        """(K,) what the master LP multiplies each row by."""
+        scale: np.ndarray = np.where(self.cost, 1.0 / rules.MICROS, 1.0)
+        return scale
+
+    def coefficients(self, row: int, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
+        """Row ``row``'s use per replica of each (``stage``, ``cluster``) pair."""
+        hit = self.members[row, stage] & self.on[row, cluster]
+        per_replica = self.problem.cost_at(stage, cluster) if self.cost[row] else self.problem.quota_unit[stage]
+        coefficient: np.ndarray = np.where(hit, per_replica, 0.0)
+        return coefficient
+
+    def used(self, replicas_at: np.ndarray) -> np.ndarray:
+        """(K,) what ``replicas_at`` takes of each row."""
+        stage, cluster = np.nonzero(replicas_at)
+        count = replicas_at[stage, cluster]
+        return np.array([float(self.coefficients(row, stage, cluster) @ count) for row in range(len(self.bound))])
 
 
 @dataclass(frozen=True, eq=False)
@@ -715,7 +788,8 @@ def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
         before = replicas_at[stages].copy()
         replicas_at[stages] = 0
         program = build_program(r.problem.restrict(stages, columns), allowed=allowed[np.ix_(stages, columns)],
-                                taken=_taken(large, replicas_at)[:, columns], fixed_need=_fixed_need(r, replicas_at))
+                                taken=_taken(large, replicas_at)[:, columns], fixed_need=_fixed_need(r, replicas_at),
+                                cap_taken=large.caps.used(replicas_at))
         result = solve_program(program, require_all=True, integral=True, deadline=time.monotonic() + budget,
                                nodes=REACH_NODES)
         if result.values is not None:
@@ -782,7 +856,8 @@ def _place_what_fits(r: _Rounding, stages: np.ndarray, replicas_at: np.ndarray, 
     columns = np.union1d(columns, large.headroom.members)
     if candidates.sum() <= ROUNDING_PAIRS:
         program = build_program(r.problem.restrict(stages, columns), allowed=candidates[:, columns],
-                                taken=taken[:, columns], fixed_need=_fixed_need(r, replicas_at))
+                                taken=taken[:, columns], fixed_need=_fixed_need(r, replicas_at),
+                                cap_taken=large.caps.used(replicas_at))
         result = solve_program(program, require_all=False, integral=True,
                                deadline=time.monotonic() + _budget(start, r.deadline))
         if result.values is not None:
@@ -879,7 +954,7 @@ def _repair(problem: Problem, large: _Large, replicas_at: np.ndarray) -> None:
     left.sort(key=lambda s: (-values[s] / max(stages[s].total_gpus, 1), s))
     starts = large.pair_range
     per_replica = large.coefficients / large.replicas
-    room = _Room(large.capacity, taken, large.slots, large.unit, large.headroom, per_replica, replicas_at)
+    room = _Room(large.capacity, taken, large.slots, large.unit, large.headroom, per_replica, replicas_at, large.caps)
 
     def plan_of(s: int, avoid: int = -1) -> dict[int, int]:
         pairs = np.arange(starts[s], starts[s + 1])
@@ -965,7 +1040,7 @@ class _Room:
     greedy repair places stages (``per_replica`` (4, S): exclusive GPUs, cores, GiB, slots)."""
 
     def __init__(self, capacity: np.ndarray, taken: np.ndarray, slots: int, unit: np.ndarray, headroom: _Headroom,
-                 per_replica: np.ndarray, replicas_at: np.ndarray) -> None:
+                 per_replica: np.ndarray, replicas_at: np.ndarray, caps: _Caps) -> None:
         self.capacity = capacity
         self.taken = taken.copy()
         self.slots = slots
@@ -975,15 +1050,17 @@ class _Room:
         stage, cluster = np.nonzero(replicas_at)
         count = replicas_at[stage, cluster]
         self.used = np.array([self._headroom_of(row, stage, cluster) @ count for row in range(len(headroom.bound))])
+        self.caps = caps
+        self.capped = caps.used(replicas_at)
 
     def _headroom_of(self, row: int, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
         return self.headroom.coefficients(row, stage, cluster, self.per_replica, self.slots, shared_on_others=True)
 
-    def saved(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.taken.copy(), self.used.copy()
+    def saved(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.taken.copy(), self.used.copy(), self.capped.copy()
 
-    def restore(self, saved: tuple[np.ndarray, np.ndarray]) -> None:
-        self.taken, self.used = saved
+    def restore(self, saved: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        self.taken, self.used, self.capped = saved
 
     def fits(self, c: int, s: int) -> int:
         """Replicas of stage ``s`` that fit ``c``: its capacity, and the failover headroom."""
@@ -993,6 +1070,10 @@ class _Room:
             coefficient = float(self._headroom_of(row, np.array([s]), np.array([c]))[0])
             if coefficient > 0:
                 limits.append(math.floor((self.headroom.bound[row] - self.used[row]) / coefficient + 1e-9))
+        for row in range(len(self.caps.bound)):  # whole numbers: integer division is exact
+            coefficient = float(self.caps.coefficients(row, np.array([s]), np.array([c]))[0])
+            if coefficient > 0:
+                limits.append(int((self.caps.bound[row] - self.capped[row]) // coefficient))
         return max(0, min(limits))
 
     def capacity_fits(self, c: int, demand: np.ndarray) -> int:
@@ -1015,6 +1096,8 @@ class _Room:
         self.taken[:, c] += self.per_replica[:, s] * count
         for row in range(len(self.headroom.bound)):
             self.used[row] += float(self._headroom_of(row, np.array([s]), np.array([c]))[0]) * count
+        for row in range(len(self.caps.bound)):
+            self.capped[row] += float(self.caps.coefficients(row, np.array([s]), np.array([c]))[0]) * count
 
 
 def _greedy_plan(stage: Stage, s: int, minimum: int, by_score: list[int], ha: list[int], room: _Room,

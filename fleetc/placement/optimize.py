@@ -186,9 +186,8 @@ def _canonical(model: FleetModel) -> FleetModel:
 
 def _solve(problem: Problem, budget: Budget, large: int) -> Solved:
     """Solve one component: all stages placed if possible, else the best partial placement;
-    exactly up to ``large`` allowed pairs, else by column generation. A component under a team
-    quota or cost cap is solved exactly whatever its size: the large path does not keep caps."""
-    return _solve_exact(problem, budget) if problem.pairs <= large or problem.caps else solve_large(problem, budget)
+    exactly up to ``large`` allowed pairs, else by column generation."""
+    return _solve_exact(problem, budget) if problem.pairs <= large else solve_large(problem, budget)
 
 
 def _solve_exact(problem: Problem, budget: Budget) -> Solved:

@@ -18,8 +18,8 @@ MILPs solve :meth:`Problem.restrict`-ed problems.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp

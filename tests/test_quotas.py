@@ -13,8 +13,9 @@ from support.corpus import CASES, compile_texts, compiled_in, read_policies
 from support.runtime import GPU, kueue_problems, objects, volcano_queue_problems
 
 from bench.generate import TEAMS, Spec, generate
-from fleetc.compiler import check_policies, load_policy_sources
+from fleetc.compiler import check_policies, compile_policies, load_policy_sources
 from fleetc.errors import PlacementError, PolicyError
+from fleetc.git.report import as_json, compare, format_markdown, format_text, snapshot
 from fleetc.model import Assignment, FleetModel, Placement, Source, StagePlacement, StageType, Team
 from fleetc.placement import rules
 from fleetc.placement.optimize import place
@@ -181,3 +182,24 @@ def test_the_large_path_keeps_quotas_and_cost_caps() -> None:
     free = place(model_of(generate(replace(spec, quotas=0.0)).files), allow_unplaced=True, large=0)
     assert large.objective < free.objective
     assert large.objective >= 0.97 * exact.objective
+
+
+def test_the_diff_shows_each_teams_cost_before_and_after() -> None:
+    """Raising research's h100 quota lets llm/finetune leave the dearer a100 of oregon: the
+    diff says what each team costs per hour on each side."""
+    policies = read_policies(QUOTAS / "policies")
+    raised = {**policies, "policies/platform.yaml": policies["policies/platform.yaml"].replace(
+        "gpuQuota: {h100: 16}", "gpuQuota: {h100: 24}\n    maxHourlyCost: 200")}
+    sides = []
+    for texts in (policies, raised):
+        loaded = load_policy_sources([(p, t.encode()) for p, t in sorted(texts.items())], "test")
+        compiled = compile_policies(loaded)
+        sides.append(snapshot(compiled.model, compiled.placement, compiled.files))
+    report = compare(sides[0], sides[1], base_label="main", head_label="raised")
+    assert [(t.name, t.before, t.after, t.cap) for t in report.teams] == [
+        ("team prod", 59.28, 59.28, None), ("team research", 128.96, 120.96, 200.0)]
+    summary = format_text(report).split("\n\n---")[0].splitlines()
+    assert summary[-2:] == ["team prod: cost/h 59.28 -> 59.28", "team research: cost/h 128.96 -> 120.96 (cap 200.00)"]
+    assert "| `team research` | 128.96 → 120.96 | 200.00 |" in format_markdown(report)
+    assert as_json(report)["teams"][1] == {"name": "team research", "costPerHour": {"before": 128.96, "after": 120.96},
+                                           "cap": 200.0}

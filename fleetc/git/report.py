@@ -18,6 +18,7 @@ from ruamel.yaml.error import YAMLError
 
 from fleetc.errors import Diagnostic
 from fleetc.model import FleetModel, Placement
+from fleetc.placement import rules
 from fleetc.placement.alternatives import choices, describe
 from fleetc.placement.rules import slots_per_gpu, uses_shared_slots
 from fleetc.policy.load import yaml_documents
@@ -55,6 +56,9 @@ class Snapshot:
     cost: Mapping[str, float] | None = field(default_factory=dict)  # cluster -> per hour; None: unknown
     #: Stage key -> the GPU alternative it got and why no earlier one (stages listing several).
     gpu_choices: Mapping[str, str] = field(default_factory=dict)
+    #: "team <name>" or "pipeline <name>" (a pipeline with its own cost cap) -> its cost per hour
+    #: and its cap (None: none); None: unknown (a tree read without its policies)
+    teams: Mapping[str, tuple[float, float | None]] | None = field(default_factory=dict)
 
 
 EMPTY = Snapshot()
@@ -87,7 +91,22 @@ def snapshot(model: FleetModel, placement: Placement, files: Mapping[str, str]) 
     for name, per_type in gpus.items():
         cost[name] += sum(per_type.values()) * clusters[name].gpu_hour_cost
     gpu_choices = {key: choice.text for key, choice in choices(model, placement).items()}
-    return Snapshot(dict(files), where, gpus, dict(cost), gpu_choices)
+    return Snapshot(dict(files), where, gpus, dict(cost), gpu_choices, team_costs(model, placement))
+
+
+def team_costs(model: FleetModel, placement: Placement) -> dict[str, tuple[float, float | None]]:
+    """Each team's (AIGCPlatform ``spec.teams``) and each capped pipeline's cost per hour as the
+    caps count it (:func:`rules.replica_cost_micros`: a time-sliced GPU ``1 / slots_per_gpu``
+    of one), with its cap."""
+    stages = {s.key: s for s in model.stages}
+    clusters = {c.name: c for c in model.clusters}
+    placed = [(stages[p.stage], clusters[a.cluster], a.replicas) for p in placement.stages if p.stage in stages
+              for a in p.assignments if a.cluster in clusters]
+    groups = [(f"team {t.name}", frozenset(t.pipelines), t.max_hourly_cost) for t in model.teams]
+    groups += [(f"pipeline {b.pipeline}", frozenset({b.pipeline}), b.max_hourly_cost) for b in model.budgets]
+    return {name: (sum(n * rules.replica_cost_micros(model, s, c) for s, c, n in placed if s.pipeline in pipelines)
+                   / rules.MICROS, cap)
+            for name, pipelines, cap in groups}
 
 
 class _Usage:
@@ -133,7 +152,7 @@ def snapshot_of_output(files: Mapping[str, str], gpu_types: Mapping[str, str | N
         choice = _gpu_choice(entry)
         if choice:
             gpu_choices[key] = choice
-    return Snapshot(dict(files), where, usage.gpus(), None, gpu_choices)
+    return Snapshot(dict(files), where, usage.gpus(), None, gpu_choices, None)
 
 
 def _text(value: Any) -> str:
@@ -200,6 +219,17 @@ class StageMove:
 
 
 @dataclass(frozen=True)
+class TeamCost:
+    """A team's (or a capped pipeline's) cost per hour on each side (None: unknown there) and its
+    cap now (None: none)."""
+
+    name: str  # "team research", "pipeline llm"
+    before: float | None
+    after: float | None
+    cap: float | None
+
+
+@dataclass(frozen=True)
 class Report:
     base: str  # how to name each side, e.g. "origin/main" and "working tree"
     head: str
@@ -214,6 +244,7 @@ class Report:
     #: Scenarios compared with the head's placement (``diff --base REF --scenario PATH``), in order;
     #: reported below the diff, never part of it (``changed`` does not count them).
     scenarios: tuple[WhatIf, ...] = ()
+    teams: tuple[TeamCost, ...] = ()  # every team and capped pipeline of either side, by name
 
     @property
     def changed(self) -> bool:
@@ -243,7 +274,17 @@ def compare(base: Snapshot, head: Snapshot, *, base_label: str, head_label: str,
     gpu_choices = tuple((key, base.gpu_choices.get(key, ""), head.gpu_choices.get(key, ""))
                         for key in sorted(set(base.gpu_choices) | set(head.gpu_choices))
                         if base.gpu_choices.get(key) != head.gpu_choices.get(key))
-    return Report(base_label, head_label, out, clusters, objects, moves, totals, gpu_choices)
+    return Report(base_label, head_label, out, clusters, objects, moves, totals, gpu_choices,
+                  teams=_team_costs(base, head))
+
+
+def _team_costs(base: Snapshot, head: Snapshot) -> tuple[TeamCost, ...]:
+    before, after = base.teams, head.teams
+    names = sorted(set(before or {}) | set(after or {}))
+    return tuple(TeamCost(name, None if before is None else before.get(name, (0.0, None))[0],
+                          None if after is None else after.get(name, (0.0, None))[0],
+                          (after or {}).get(name, (0.0, (before or {}).get(name, (0.0, None))[1]))[1])
+                 for name in names)
 
 
 def _changed_keys(before: Mapping[str, Any], after: Mapping[str, Any]) -> set[str]:
@@ -304,6 +345,7 @@ def _summary_text(report: Report) -> str:
                      f"cost/h {_money(c.cost_before)} -> {_money(c.cost_after)}")
         lines += [f"  + {s}" for s in c.moved_in] + [f"  - {s}" for s in c.moved_out]
     lines += ["", *(f"GPUs {t}: {b} -> {a} ({a - b:+d})" for t, (b, a) in report.gpu_totals.items() if a != b)]
+    lines += [f"{t.name}: cost/h {_money(t.before)} -> {_money(t.after)}{_cap(t)}" for t in report.teams]
     lines += ["", *_choice_lines(report)]
     return "\n".join(lines).rstrip("\n") + "\n"
 
@@ -314,6 +356,10 @@ def _choice_lines(report: Report) -> list[str]:
     for key, before, after in report.gpu_choices:
         lines += [f"GPU type of {key}:", f"  before: {before or 'not placed'}", f"  now:    {after or 'not placed'}"]
     return lines
+
+
+def _cap(team: TeamCost) -> str:
+    return "" if team.cap is None else f" (cap {_money(team.cap)})"
 
 
 def _diffs_text(report: Report) -> str:
@@ -335,6 +381,8 @@ def as_json(report: Report) -> dict[str, Any]:
         "gpus": {t: {"before": b, "after": a} for t, (b, a) in report.gpu_totals.items()},
         "gpuChoices": [{"stage": key, "before": before or None, "after": after or None}
                        for key, before, after in report.gpu_choices],
+        "teams": [{"name": t.name, "costPerHour": {"before": _round(t.before), "after": _round(t.after)},
+                   "cap": t.cap} for t in report.teams],
         "objects": [{"path": o.path, "cluster": None if o.group == FLEET_WIDE else o.group,
                      "status": o.status, "diff": o.diff} for o in report.objects],
         **({"scenarios": [{
@@ -514,9 +562,14 @@ def _markdown_head(report: Report) -> str:
     moved = len(report.moved)
     summary = (f"{_count(moved, 'stage')} moved; {_count(len(report.objects), 'file')} changed"
                + (f"; GPUs {', '.join(totals)}" if totals else "") + ".\n\n")
+    teams = ""
+    if report.teams:
+        teams = "\n".join(["| team | cost/h before → after | cap |", "|---|---|---|",
+                           *(f"| `{t.name}` | {_money(t.before)} → {_money(t.after)} | "
+                             f"{'–' if t.cap is None else _money(t.cap)} |" for t in report.teams)]) + "\n\n"
     choices = "".join(f"- GPU type of `{key}`: {before or 'not placed'} → {after or 'not placed'}\n"
                       for key, before, after in report.gpu_choices)
-    return title + summary + "\n".join(rows) + "\n\n" + (choices + "\n" if choices else "") + _chart(report)
+    return title + summary + "\n".join(rows) + "\n\n" + (choices + "\n" if choices else "") + teams + _chart(report)
 
 
 def _scenarios_markdown(report: Report, limit: int) -> str:

@@ -21,7 +21,9 @@ A stage that fits nowhere stays unplaced (empty assignments, a reason). Two orde
 :func:`objective` mirrors :mod:`fleetc.placement.optimize`'s objective exactly (without a previous
 placement, whose move-cost term is then 0), so greedy and fleetc placements compare in the same
 units. Capacity is what :func:`fleetc.placement.rules.usable_capacity` allows, with time-sliced GPU slots
-for shared stages, and ``multiCluster`` serving clusters get their minimum first.
+for shared stages, and ``multiCluster`` serving clusters get their minimum first. Team quotas and
+cost caps are kept as fleetc keeps them (:class:`bench.caps.CapRoom`): a stage goes only where
+they leave room for it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from bench.caps import CapRoom
 from fleetc.model import Assignment, FleetModel, Placement, Stage, StagePlacement
 from fleetc.placement.problem import EPSILON
 from fleetc.placement.rules import (
@@ -91,19 +94,24 @@ def place_greedy(model: FleetModel, order: str = "value-per-gpu",
     scores = scores if scores is not None else score_matrix(model)
     demand, free = _demand_and_capacity(model)
     index = {c.name: i for i, c in enumerate(model.clusters)}
+    caps = CapRoom(model)
     placed: dict[int, dict[int, int]] = {}
     for s in _order(model, scores, order):
         stage = model.stages[s]
         candidates = np.flatnonzero(scores.allowed[s])
+        within = caps.room(s, candidates)  # the team quotas and cost caps, as fleetc keeps them
         if stage.is_gang:
-            share = _place_gang(stage, candidates, demand[s], free, scores.total[s])
+            share = _place_gang(stage, candidates[within >= stage.replicas], demand[s], free, scores.total[s])
         else:
             required = [index[name] for name in ha_clusters(model, stage)]
             share = _place_deployment(stage, candidates, demand[s], free, scores.total[s],
-                                      required)
+                                      required, dict(zip(candidates.tolist(), within.tolist(), strict=True)))
+        if share and not caps.fits(s, share):  # a Deployment over a cap's total: left out
+            share = {}
         if share:
             for c, replicas in share.items():
                 free[:, c] -= demand[s] * replicas
+            caps.add(s, share)
             placed[s] = share
     stages = tuple(_stage_placement(model, s, placed.get(s, {}), scores.total[s])
                    for s in range(len(model.stages)))
@@ -163,14 +171,18 @@ def _place_gang(stage: Stage, candidates: np.ndarray, demand: np.ndarray, free: 
 
 
 def _place_deployment(stage: Stage, candidates: np.ndarray, demand: np.ndarray,
-                      free: np.ndarray, total: np.ndarray, required: list[int]) -> dict[int, int]:
+                      free: np.ndarray, total: np.ndarray, required: list[int],
+                      within: dict[int, int] | None = None) -> dict[int, int]:
     """Divide the replicas in proportion to each cluster's room; drop clusters below the
     minimum per cluster and divide again, until every share is 0 or at least the minimum.
 
     ``required`` clusters (``multiCluster``) first get the minimum each; the rest is divided.
+    ``within``: the replicas each cluster may take within the caps (None: no cap).
     """
     minimum = min_replicas_per_cluster(stage)
     room = dict(zip(candidates.tolist(), _room(demand, free[:, candidates]).tolist(), strict=True))
+    if within is not None:
+        room = {c: min(n, within[c]) for c, n in room.items()}
     if any(room.get(c, 0) < minimum for c in required):
         return {}
     reserved = {c: minimum for c in required}

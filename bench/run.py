@@ -17,6 +17,7 @@ gap to fleetc's LP bound and time.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -129,8 +130,14 @@ def verify_placed(model: Any, placement: Any) -> list[str]:
 def _summary(model: Any, placement: Any, bound: float | None, elapsed: float,
              scores: Any) -> dict[str, Any]:
     from bench.greedy import gpus_placed, objective
+    from fleetc.placement import rules
+    from fleetc.placement.verify import cap_problems
 
     value = objective(model, placement, scores)
+    clusters = {c.name: c for c in model.clusters}
+    stages = {s.key: s for s in model.stages}
+    cost = sum(a.replicas * rules.replica_cost_micros(model, stages[p.stage], clusters[a.cluster])
+               for p in placement.stages for a in p.assignments) / rules.MICROS
     return {
         "objective": value,
         "reported_objective": placement.objective,
@@ -139,6 +146,8 @@ def _summary(model: Any, placement: Any, bound: float | None, elapsed: float,
         "gap": None if not bound else max(0.0, 1.0 - value / bound),
         "bound": bound,
         "time": elapsed,
+        "cost": cost,  # per hour, as the cost caps count it
+        "cap_violations": len(cap_problems(model, placement)),
     }
 
 
@@ -247,7 +256,8 @@ def _format_methods(result: dict[str, Any]) -> Iterator[str]:
     methods = result.get("methods", {})
     if not methods:
         return
-    yield f"  {'method':<24} {'objective':>12} {'GPUs':>11} {'stages':>11} {'gap':>8} {'time':>8}"
+    yield (f"  {'method':<24} {'objective':>12} {'GPUs':>11} {'stages':>11} {'gap':>8} {'time':>8} "
+           f"{'cost/h':>10} {'cap violations':>14}")
     capacity, demand = result.get("gpu_capacity", 0), result.get("gpu_demand", 0)
     stages = result.get("stages", 0)
     for name, m in methods.items():
@@ -257,7 +267,7 @@ def _format_methods(result: dict[str, Any]) -> Iterator[str]:
         gap = "-" if m["gap"] is None else f"{m['gap']:.2%}"
         gpus = f"{m['gpus']:g}/{min(capacity, demand):g}"
         yield (f"  {name:<24} {m['objective']:>12.3f} {gpus:>11} {m['placed']:>5}/{stages:<5} "
-               f"{gap:>8} {m['time']:>7.2f}s")
+               f"{gap:>8} {m['time']:>7.2f}s {m['cost']:>10,.2f} {m['cap_violations']:>14}")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -269,6 +279,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--perfect", action="store_true",
                         help="instances whose GPUs split exactly into gangs (100%% placeable)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quotas", type=float, default=0.0,
+                        help="also run each instance with team GPU quotas of this share of what each "
+                             "team asks for (bench.generate --quotas), side by side")
+    parser.add_argument("--budget", type=float, default=0.0,
+                        help="with --quotas: the teams' cost caps, this share of their GPUs' price")
     parser.add_argument("--repeat", type=int, default=1, help="runs per instance; best is shown")
     parser.add_argument("--baseline", action="store_true", help="also run the greedy baselines")
     parser.add_argument("--cli", action="store_true",
@@ -292,6 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     cases = ([Spec(args.clusters, n, args.load[0], args.seed, args.perfect) for n in args.fit]
              if args.fit else
              [Spec(args.clusters, args.stages, load, args.seed, args.perfect) for load in args.load])
+    if args.quotas:  # each instance without caps, then with them
+        cases = [case for spec in cases
+                 for case in (spec, dataclasses.replace(spec, quotas=args.quotas, budget=args.budget))]
     print(f"# {os.cpu_count()} cores, Python {sys.version.split()[0]}")
     records = []
     with tempfile.TemporaryDirectory(prefix="fleetc-bench-") as scratch:
@@ -303,8 +321,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     for _ in range(args.repeat)]
             result = best_of(runs)
             demand = instance.gpu_demand / max(instance.gpu_capacity, 1)
+            caps = f", team quotas {spec.quotas:g}" + (f" and budgets {spec.budget:g}" if spec.budget else "") \
+                if spec.quotas else ""
             print(f"{spec.clusters} clusters x {instance.stages} stages, load {demand:.0%}"
-                  f"{' (perfect packing)' if spec.perfect else ''}, seed {spec.seed}: "
+                  f"{' (perfect packing)' if spec.perfect else ''}{caps}, seed {spec.seed}: "
                   f"{instance.documents} documents")
             if "error" in result:
                 print(f"  error: {result['error']}")

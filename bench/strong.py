@@ -13,8 +13,9 @@ at 90% load, because untyped GPU stages grab the cheap GPUs the typed ones neede
    room and swapping clusters with a gang on one of its :data:`SWAP_CLUSTERS` best-scoring
    clusters, while that raises the objective (at most :data:`PASSES` passes).
 
-Same filters, scores, capacity rules and objective as fleetc (:mod:`bench.greedy`); its
-placements pass :func:`fleetc.placement.verify.verify`. Rooms, deficits and swap gains are
+Same filters, scores, capacity rules, team quotas and cost caps (:class:`bench.caps.CapRoom`)
+and objective as fleetc (:mod:`bench.greedy`); its placements pass
+:func:`fleetc.placement.verify.verify`. Rooms, deficits and swap gains are
 computed over numpy arrays of clusters or residents at once, so 1,000 x 20,000 takes seconds.
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from bench.caps import CapRoom
 from bench.greedy import _demand_and_capacity, _stage_placement, objective, stage_value
 from fleetc.model import FleetModel, Placement
 from fleetc.placement.rules import ha_clusters, min_replicas_per_cluster
@@ -57,20 +59,23 @@ class _State:
                          for s in model.stages]
         self.at: dict[int, dict[int, int]] = {}
         self.on: list[set[int]] = [set() for _ in model.clusters]
+        self.caps = CapRoom(model)
 
     def rooms(self, s: int, clusters: np.ndarray) -> np.ndarray:
-        """How many replicas of ``s`` each of ``clusters`` has room for now."""
+        """How many replicas of ``s`` each of ``clusters`` has room for now (within the caps)."""
         need = self.demand[s]
         used = need > 0
+        within = self.caps.room(s, clusters)
         if not used.any():
-            return np.full(len(clusters), 1 << 30, dtype=np.int64)
+            return np.minimum(within, 1 << 30)
         ratio = self.free[:, clusters][used] / need[used, np.newaxis]
-        return np.floor(np.min(ratio, axis=0) + 1e-9).astype(np.int64)
+        return np.minimum(np.floor(np.min(ratio, axis=0) + 1e-9).astype(np.int64), within)
 
     def put(self, s: int, share: dict[int, int]) -> None:
         for c, n in share.items():
             self.free[:, c] -= self.demand[s] * n
             self.on[c].add(s)
+        self.caps.add(s, share)
         self.at[s] = share
 
     def take(self, s: int) -> dict[int, int]:
@@ -78,7 +83,23 @@ class _State:
         for c, n in share.items():
             self.free[:, c] += self.demand[s] * n
             self.on[c].discard(s)
+        self.caps.add(s, share, -1)
         return share
+
+    def swap_keeps_caps(self, s: int, here: int, there: int, r: int) -> bool:
+        """Whether gang ``s`` on ``here`` and gang ``r`` on ``there`` may trade clusters within
+        the caps."""
+        if not self.caps.any:
+            return True
+        mine, theirs = self.take(s), self.take(r)
+        fits = self.caps.fits(s, {there: int(self.replicas[s])})
+        if fits:
+            self.caps.add(s, {there: int(self.replicas[s])})
+            fits = self.caps.fits(r, {here: next(iter(theirs.values()))})
+            self.caps.add(s, {there: int(self.replicas[s])}, -1)
+        self.put(r, theirs)
+        self.put(s, mine)
+        return fits
 
     def plan(self, s: int, avoid: int = -1) -> dict[int, int]:
         """Where stage ``s`` fits now ({} when nowhere), not on cluster ``avoid``."""
@@ -105,7 +126,7 @@ class _State:
             if extra > 0 and (c in share or extra >= minimum):
                 share[c] = share.get(c, 0) + extra
                 left -= extra
-        return {} if left else share
+        return {} if left or not self.caps.fits(s, share) else share
 
 
 def _best_first(scores: Scores, s: int) -> np.ndarray:
@@ -246,5 +267,9 @@ def _best_swap(state: _State, s: int, here: int, there: int) -> tuple[float, int
             + state.value[residents] * state.replicas[residents]
             * (state.total[residents, here] - state.total[residents, there]))
     gain = np.where(fits_there & fits_here, gain, 0.0)
-    best = int(np.argmax(gain))
-    return float(gain[best]), int(residents[best])
+    for best in np.argsort(-gain, kind="stable").tolist():  # the best swap within the caps
+        if gain[best] <= 0:
+            break
+        if state.swap_keeps_caps(s, here, there, int(residents[best])):
+            return float(gain[best]), int(residents[best])
+    return 0.0, -1

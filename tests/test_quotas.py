@@ -203,3 +203,18 @@ def test_the_diff_shows_each_teams_cost_before_and_after() -> None:
     assert "| `team research` | 128.96 → 120.96 | 200.00 |" in format_markdown(report)
     assert as_json(report)["teams"][1] == {"name": "team research", "costPerHour": {"before": 128.96, "after": 120.96},
                                            "cap": 200.0}
+
+
+def test_the_greedy_baselines_keep_the_same_caps() -> None:
+    """bench's baselines, given the caps, never break one: what the bench compares is fleetc and
+    the greedy schedulers under the same rules."""
+    from bench.greedy import ORDERS, place_greedy
+    from bench.strong import place_strong
+
+    spec = Spec(clusters=8, stages=60, load=0.9, seed=2, quotas=0.8, budget=1.1)
+    capped = model_of(generate(spec).files)
+    uncapped = model_of(generate(replace(spec, quotas=0.0)).files)
+    for placement in [*(place_greedy(capped, order) for order in ORDERS), place_strong(capped)]:
+        assert verify(capped, placement, allow_unplaced=True) == [], placement.method
+    # Without the caps the strong greedy would break them: the caps are no formality here.
+    assert [p for p in verify(capped, place_strong(uncapped), allow_unplaced=True) if p.startswith("team ")] != []

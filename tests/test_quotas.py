@@ -18,6 +18,8 @@ from fleetc.errors import PlacementError, PolicyError
 from fleetc.git.report import as_json, compare, format_markdown, format_text, snapshot
 from fleetc.model import Assignment, FleetModel, Placement, Source, StagePlacement, StageType, Team
 from fleetc.placement import rules
+from fleetc.placement.explain import explain
+from fleetc.placement.explain import format_text as format_explanation
 from fleetc.placement.optimize import place
 from fleetc.placement.problem import components, problems
 from fleetc.placement.scoring import score_matrix
@@ -218,3 +220,20 @@ def test_the_greedy_baselines_keep_the_same_caps() -> None:
         assert verify(capped, placement, allow_unplaced=True) == [], placement.method
     # Without the caps the strong greedy would break them: the caps are no formality here.
     assert [p for p in verify(capped, place_strong(uncapped), allow_unplaced=True) if p.startswith("team ")] != []
+
+
+def test_explain_names_the_cap_that_binds() -> None:
+    """A cost cap keeps llm/finetune off the better-scoring h100 of frankfurt: explain names it,
+    both as what the runner-up lost to and among the stage's caps."""
+    compiled = compiled_in(CASES / "cost-cap-trades-score")
+    text = format_explanation(explain(compiled.model, compiled.placement, "llm/finetune"))
+    assert text.splitlines()[-3:] == [
+        "chosen: oregon",
+        "runner-up: frankfurt (margin -0.1762: it scores higher; moving the stage there breaks a hard constraint "
+        "(pipeline llm: cost 40.48/h, cap 30.00/h))",
+        "cap: pipeline llm's cost cap: 24.48/h of 30.00/h used (binds: keeps it off frankfurt, which scores "
+        "higher: it would take 40.48/h there, the cap leaves it 30.00/h)",
+    ]
+    quotas = compiled_in(QUOTAS)
+    assert explain(quotas.model, quotas.placement, "chat/evaluate").caps == (
+        "team prod's a100 quota: 8 of 8 used", "team prod's h100 quota: 2 of 8 used")

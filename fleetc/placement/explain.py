@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 
 from fleetc.errors import UsageError, did_you_mean
-from fleetc.model import Assignment, FleetModel, Placement
+from fleetc.model import Assignment, Cluster, FleetModel, Placement
 from fleetc.placement import rules
 from fleetc.placement.alternatives import choices
 from fleetc.placement.scoring import PREFERENCE_PENALTY, score_matrix
@@ -117,15 +117,19 @@ def explain(model: FleetModel, placement: Placement, stage_key: str,
         unplaced="" if placed else chosen.reason,
         runner_up_lost=lost,
         gpu_choice=choice.text if (choice := choices(model, placement).get(stage_key)) else "",
-        caps=cap_lines(model, placement, stage_key),
+        caps=cap_lines(model, placement, stage_key, tuple(verdicts)),
     )
 
 
-def cap_lines(model: FleetModel, placement: Placement, stage_key: str) -> tuple[str, ...]:
+def cap_lines(model: FleetModel, placement: Placement, stage_key: str,
+              verdicts: tuple[ClusterVerdict, ...] = ()) -> tuple[str, ...]:
     """Each limit of each cap over the stage's pipeline (:func:`rules.caps`) with what the
-    placement uses of it: ``team research's h100 quota: 16 of 16 used (binds: 0 left, the stage
-    takes 8)``. A limit binds when what is left of it is less than the stage takes of it: the
-    stage could not be placed again on clusters of that type (or at that cost) beside the rest."""
+    placement uses of it, and when it binds, where: ``team research's h100 quota: 16 of 16
+    used (binds: keeps it off frankfurt, which scores higher: it would take 8 there, the cap
+    leaves it 0)``. A
+    limit binds when the whole stage moved to an allowed cluster scoring higher than where it
+    runs (any allowed cluster, for a stage not placed) would exceed it, what the stage uses of
+    it now given back; the best-scoring such cluster is named."""
     stage = model.stage(stage_key)
     found = [cap for cap in rules.caps(model) if stage.pipeline in cap.pipelines]
     if not found:
@@ -134,7 +138,11 @@ def cap_lines(model: FleetModel, placement: Placement, stage_key: str) -> tuple[
     clusters = {c.name: c for c in model.clusters}
     placed = [(stages[p.stage], clusters[a.cluster], a.replicas) for p in placement.stages if p.stage in stages
               for a in p.assignments if a.cluster in clusters]
-    mine = [(clusters[a.cluster], a.replicas) for a in placement.of(stage_key).assignments if a.cluster in clusters]
+    chosen = placement.of(stage_key)
+    mine = [(clusters[a.cluster], a.replicas) for a in chosen.assignments if a.cluster in clusters]
+    floor = chosen.score if mine else -1.0
+    better = [clusters[v.cluster] for v in sorted(verdicts, key=lambda v: (-v.total, v.cluster))
+              if v.allowed and v.total > floor + 1e-9 and v.cluster in clusters]
     per_gpu = rules.slots_per_gpu(model)
     lines = []
     for cap in found:
@@ -142,19 +150,28 @@ def cap_lines(model: FleetModel, placement: Placement, stage_key: str) -> tuple[
         own = rules.cap_usage(model, cap, [(stage, c, n) for c, n in mine])
         for gpu_type, quota in cap.gpu_quota:
             left = quota * per_gpu - used.of(gpu_type)
-            takes = own.of(gpu_type) or rules.quota_slots(model, stage, stage.replicas)
-            binds = (f" (binds: {rules.as_gpus(left, per_gpu)} left, the stage takes {rules.as_gpus(takes, per_gpu)})"
-                     if stage.gpus > 0 and left < takes else "")
+            takes = rules.quota_slots(model, stage, stage.replicas)
+            blocked = next((c for c in better if c.gpu_type == gpu_type and stage.gpus > 0
+                            and takes > left + own.of(gpu_type)), None)
+            leaves = rules.as_gpus(max(left + own.of(gpu_type), 0), per_gpu)
             lines.append(f"{cap.name}'s {gpu_type} quota: {rules.as_gpus(used.of(gpu_type), per_gpu)} of {quota} "
-                         f"used{binds}")
+                         f"used{_binds(blocked, mine, rules.as_gpus(takes, per_gpu), leaves)}")
         limit = cap.max_cost_micros
         if limit is not None:
-            takes = own.cost or min((stage.replicas * rules.replica_cost_micros(model, stage, c)
-                                     for c in model.clusters if not rules.exclusions(stage, c)), default=0)
-            binds = (f" (binds: {rules.money(limit - used.cost)}/h left, the stage costs {rules.money(takes)}/h)"
-                     if limit - used.cost < takes else "")
+            left = limit - used.cost
+            costs = [(c, stage.replicas * rules.replica_cost_micros(model, stage, c)) for c in better]
+            blocked_cost = next(((c, cost) for c, cost in costs if cost > left + own.cost), None)
+            binds = "" if blocked_cost is None else _binds(
+                blocked_cost[0], mine, f"{rules.money(blocked_cost[1])}/h", f"{rules.money(max(left + own.cost, 0))}/h")
             lines.append(f"{cap.name}'s cost cap: {rules.money(used.cost)}/h of {rules.money(limit)}/h used{binds}")
     return tuple(lines)
+
+
+def _binds(cluster: Cluster | None, mine: list[tuple[Cluster, int]], takes: str, left: str) -> str:
+    if cluster is None:
+        return ""
+    where = "which scores higher" if mine else "which it may use"
+    return f" (binds: keeps it off {cluster.name}, {where}: it would take {takes} there, the cap leaves it {left})"
 
 
 def _why_lost(model: FleetModel, placement: Placement, stage_key: str, weakest: ClusterVerdict,

@@ -251,29 +251,31 @@ def _cap_binding(model: FleetModel, stage: Stage, minimum: int, on: Mapping[str,
     used = [(cap, rules.cap_usage(model, cap, placed)) for cap in found]
     need = stage.replicas if stage.is_gang else minimum
     per_gpu = rules.slots_per_gpu(model)
-    raises: list[tuple[int, int, str]] = []
+    raises: list[tuple[int, int, int, str]] = []  # (limits raised, GPUs, cost micros, what)
     for cluster in model.clusters:
         if rules.exclusions(stage, cluster):
             continue
-        short = []
+        short: list[tuple[int, int, str]] = []
         for cap, usage in used:
             quota = dict(cap.gpu_quota).get(cluster.gpu_type or "")
             over = rules.quota_slots(model, stage, need) - (quota or 0) * per_gpu + usage.of(cluster.gpu_type or "")
             if quota is not None and stage.gpus > 0 and over > 0:
                 gpus = -(-over // per_gpu)
-                short.append((gpus, f"raise {cap.name}'s {cluster.gpu_type} quota by {gpus} "
-                                    f"({model.display(cap.path)} {cap.field}.gpuQuota)"))
+                short.append((gpus, 0, f"raise {cap.name}'s {cluster.gpu_type} quota by {gpus} "
+                                       f"({model.display(cap.path)} {cap.field}.gpuQuota)"))
             limit = cap.max_cost_micros
             cost = need * rules.replica_cost_micros(model, stage, cluster)
             if limit is not None and usage.cost + cost > limit:
-                short.append((0, f"raise {cap.name}'s cost cap by {rules.money(usage.cost + cost - limit)}/h "
-                                 f"({model.display(cap.path)} {cap.cost_field})"))
+                more = usage.cost + cost - limit
+                short.append((0, more, f"raise {cap.name}'s cost cap by {rules.money(more)}/h "
+                                       f"({model.display(cap.path)} {cap.cost_field})"))
         if not short:
             return ""
-        raises.append((len(short), sum(gpus for gpus, _ in short), " and ".join(text for _, text in short)))
+        raises.append((len(short), sum(g for g, _, _ in short), sum(m for _, m, _ in short),
+                       " and ".join(text for _, _, text in short)))
     if not raises:
         return ""
-    return "a cap binds: " + min(raises)[2]
+    return "a cap binds: " + min(raises)[3]
 
 
 def _candidates(stage: Stage, ha: tuple[str, ...], minimum: int, where: str) -> dict[str, int]:

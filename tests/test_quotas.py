@@ -237,3 +237,19 @@ def test_explain_names_the_cap_that_binds() -> None:
     quotas = compiled_in(QUOTAS)
     assert explain(quotas.model, quotas.placement, "chat/evaluate").caps == (
         "team prod's a100 quota: 8 of 8 used", "team prod's h100 quota: 2 of 8 used")
+
+
+@pytest.mark.parametrize("case", ["team-quotas", "cost-cap-trades-score", "error-team-quota", "error-pipeline-budget"])
+def test_the_golden_caps_hold_on_the_large_path(case: str) -> None:
+    """Every cap case on the large path: a placement the verifier accepts (``place`` checks),
+    with the same objective, or the same refusal."""
+    model = check_policies(load_policy_sources(
+        [(p, t.encode()) for p, t in sorted(read_policies(CASES / case / "policies").items())], "test"))
+    try:
+        exact = place(model)
+    except PlacementError as error:
+        with pytest.raises(PlacementError) as large:
+            place(model, large=0)
+        assert large.value.reasons == error.reasons
+    else:
+        assert place(model, large=0).objective == pytest.approx(exact.objective, rel=1e-6)

@@ -110,6 +110,8 @@ def name_problems(files: Mapping[str, str]) -> list[str]:
             found.append(f"{path}: runtime {name} is over Helm's 53 or its master pod over 63")
         if kind == "DataLoad" and len(f"{name}-loader") > HELM_RELEASE:
             found.append(f"{path}: Helm release {name}-loader is over 53 characters")
+        if kind == "DataProcess" and len(f"{name}-processor") > HELM_RELEASE:  # fluid pkg/utils/dataprocess.go
+            found.append(f"{path}: Helm release {name}-processor is over 53 characters")
         for value in label_values(obj):
             if len(value) > 63 or not LABEL_VALUE.match(value):
                 found.append(f"{path}: label value {value!r} is not valid")
@@ -229,7 +231,8 @@ def test_jurisdictions_that_label_namespaces_are_validated() -> None:
 def test_changing_a_stages_gpus_renames_exactly_that_job_and_the_jobs_that_wait_for_it() -> None:
     """Training gets 4 GPUs instead of 8: its Job is renamed; so is the Evaluation Job that waits
     for its completion marker (it must run again, on the new model; the marker names the run),
-    and the serving Deployment, which also waits for it, rolls. Nothing else changes."""
+    and so are the Fluid DataProcess and DataLoad pairs that prefetch the model after it (each
+    runs once); the serving Deployment, which also waits for it, rolls. Nothing else changes."""
     policies = read_policies(ROOT / "policies")
     before = compile_texts(policies)
     path = "policies/llm-training-pipeline.yaml"
@@ -240,10 +243,17 @@ def test_changing_a_stages_gpus_renames_exactly_that_job_and_the_jobs_that_wait_
     def renamed(paths: set[str]) -> list[tuple[str, str]]:
         return sorted((m.group(1), m.group(2)) for p in paths if (m := job.match(p)))
 
+    fluid = re.compile(r"^(clusters/[^/]+/workloads/data(load|process)-[a-z-]+-data-cos-models-llm-[0-9a-f]{8})"
+                       r"-[0-9a-f]{8}-(prefetch|wait)\.yaml$")
+
+    def prefetches(paths: set[str]) -> list[tuple[str, str]]:
+        return sorted((m.group(1), m.group(3)) for p in paths if (m := fluid.match(p)))
+
     removed, added = set(before) - set(after), set(after) - set(before)
     assert renamed(removed) == renamed(added)
     assert sorted(stage for _, stage in renamed(added)) == ["evaluation", "training"]
-    assert len(removed) == len(added) == 2
+    assert prefetches(removed) == prefetches(added) and len(prefetches(added)) == 6  # 3 caches of the model
+    assert len(removed) == len(added) == 2 + 6
     changed = sorted(p for p in set(before) & set(after) if before[p] != after[p])
     assert [p for p in changed if not p.endswith("/kustomization.yaml")] == [
         "clusters/gpu-cluster-huawei/workloads/deployment-aigc-prod-llm-chinese-training-model-deployment.yaml",

@@ -16,6 +16,7 @@ from fleetc.render.data import dataset_name
 DATA_FILE = "policies/data.yaml"
 RAW = "s3://data/raw"
 RAW_NAME = "data-s3-data-raw-6f8c904b"  # pinned: names must not drift between releases
+RUNS = "202475e2"  # digest of the run of train, the writer of s3://models/ckpt (its stage as compiled)
 
 
 def data_policy(**kw: Any) -> DataPolicy:
@@ -88,6 +89,54 @@ def test_fluid_objects_exact() -> None:
     }
 
 
+def test_the_prefetch_of_an_output_runs_after_a_data_process_that_waits_for_its_writer() -> None:
+    objs = data_objects()
+    ckpt = "s3://models/ckpt"
+    loads = {p: o for p, o in objs.items()
+             if o["kind"] == "DataLoad" and o["spec"]["dataset"]["name"] == dataset_name(ckpt)}
+    name = f"{dataset_name(ckpt)}-{RUNS}"
+    assert sorted(loads) == [f"clusters/{c}/dataload-{ns}-{name}-prefetch.yaml"
+                             for c, ns in (("gpu-east", "serving"), ("gpu-west", "ml"), ("gpu-west", "serving"))]
+    load = loads[f"clusters/gpu-west/dataload-ml-{name}-prefetch.yaml"]
+    gate = f"{name}-wait"
+    assert load["spec"] == {"dataset": {"name": dataset_name(ckpt), "namespace": "ml"}, "loadMetadata": True,
+                            "target": [{"path": "/", "replicas": 1}], "runAfter": {"kind": "DataProcess", "name": gate}}
+    process = objs[f"clusters/gpu-west/dataprocess-ml-{gate}.yaml"]
+    assert process["metadata"] == meta(gate, "ml", "spec.prefetching", wave="1")
+    assert process["spec"]["dataset"] == {"name": dataset_name(ckpt), "namespace": "ml", "mountPath": ""}
+    pod = process["spec"]["processor"]["job"]["podSpec"]
+    assert pod["restartPolicy"] == "Never"
+    # the same init container train's dependants start with: one source for the wait
+    evaluate = objs["clusters/gpu-west/job-ml-llm-eval.yaml"]["spec"]["tasks"][0]["template"]["spec"]
+    assert pod["initContainers"] == evaluate["initContainers"]
+    assert [c["name"] for c in pod["initContainers"]] == ["fleetc-wait-train"]
+    assert pod["containers"][0]["command"] == [
+        "sh", "-c", f"echo 'fleetc: llm/train completed; DataLoad {name}-prefetch may cache "
+        "s3://models/ckpt'"]
+
+
+def test_a_writer_without_a_marker_leaves_its_output_without_a_data_load() -> None:
+    model, placement = with_data()
+    train = next(s for s in model.stages if s.name == "train")
+    model = replace(model, stages=tuple(replace(s, command=()) if s is train else s for s in model.stages))
+    rendered = render(model, placement)
+    assert not any("-s3-models-ckpt-" in p and ("/dataload-" in p or "/dataprocess-" in p) for p in rendered.files)
+    assert [w.format() for w in rendered.warnings if w.field == "spec.prefetching.enabled"] == [
+        "policies/data.yaml: warning: spec.prefetching.enabled: no DataLoad for s3://models/ckpt: a DataLoad of "
+        "it waits for the completion marker of every stage that writes it, and stage 'llm/train' sets no command "
+        "for fleetc to wrap, so its completion cannot be marked; set command"]
+
+
+def test_a_changed_writer_gets_a_new_data_process_and_data_load() -> None:
+    model, placement = with_data()
+    again = replace(model, stages=tuple(replace(s, command=(*s.command, "--resume")) if s.name == "train" else s
+                                        for s in model.stages))
+    before = {p for p in objects(dict(render(model, placement).files)) if "-s3-models-ckpt-" in p and "/data" in p}
+    after = {p for p in objects(dict(render(again, placement).files)) if "-s3-models-ckpt-" in p and "/data" in p}
+    assert before - after and after - before  # a Fluid data operation runs once: new names, new runs
+    assert {p for p in before if "/dataset-" in p} == {p for p in after if "/dataset-" in p}
+
+
 def test_one_dataset_per_url_and_namespace_where_it_is_read() -> None:
     datasets = sorted(p for p in data_objects() if "/dataset-" in p)
     # gpu-east: prep reads s3://data/raw, train reads prep's tokens, serve reads the checkpoint;
@@ -153,10 +202,6 @@ def test_warnings_name_lookahead_and_uncacheable_inputs() -> None:
         "the stage reads it directly",
         "pipelines/llm.yaml: warning: spec.stages.prep.inputs[1]: a URL without a scheme cannot be cached by "
         "Fluid/Alluxio; the stage reads it directly",
-        "policies/data.yaml: warning: spec.prefetching.enabled: no DataLoad for s3://data/tokens, s3://models/ckpt: "
-        "stages of the compile write them, and a DataLoad runs once when created, maybe before its writer "
-        "completed; the stages that read them wait for the writer's completion marker and fill the cache on "
-        "first read",
         "policies/data.yaml: warning: spec.prefetching.lookahead: has no Fluid form (a DataLoad warms the whole "
         "dataset once); not rendered",
     ]

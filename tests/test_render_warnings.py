@@ -26,10 +26,7 @@ BUNDLED_WARNINGS = [
     "(audit policy is API-server configuration); not rendered",
     "warning: policies/aigc-platform.yaml:13:5: spec.security.encryptionAtRest: has no portable Kubernetes "
     "object (encryption at rest is API-server or storage-class configuration); not rendered",
-    "warning: policies/data-optimization.yaml:16:5: spec.prefetching.enabled: no DataLoad for "
-    "cos://cs-bucket/adapters/v1/, cos://cs-bucket/dialogues/, cos://models/llm/v1/: stages of the compile "
-    "write them, and a DataLoad runs once when created, maybe before its writer completed; the stages that "
-    "read them wait for the writer's completion marker and fill the cache on first read",
+    # the DataLoads of the outputs stages write wait for their writers: no prefetching warning
     "warning: policies/data-optimization.yaml:17:5: spec.prefetching.lookahead: has no Fluid form (a DataLoad "
     "warms the whole dataset once); not rendered",
     # repoURL is not written: the warning points at the spec that would hold it

@@ -183,20 +183,50 @@ def test_no_prefetch_caches_an_output_before_its_stage_completed(compiles: list[
                                                                   bundled: Compiled) -> None:
     for name, result in compiles:
         assert prefetch_problems(result.model, result.files) == [], name
-    loads = {o["spec"]["dataset"]["name"] for _, o in objects(bundled.files) if o["kind"] == "DataLoad"}
-    datasets = {path: next(objects({path: text}))[1] for path, text in bundled.files.items()
-                if "/dataset-" in logical_path(path)}
-    # the trained model: cached for evaluation and serving, written by training
-    (path, model), *_ = [(p, d) for p, d in datasets.items() if d["spec"]["mounts"][0]["mountPoint"]
-                         == "cos://models/llm/v1/"]
-    assert loads and model["metadata"]["name"] not in loads
-    load = {"apiVersion": "data.fluid.io/v1alpha1", "kind": "DataLoad",
-            "metadata": {"name": f"{model['metadata']['name']}-prefetch", "namespace": "aigc-prod"},
-            "spec": {"dataset": {"name": model["metadata"]["name"], "namespace": "aigc-prod"}}}
-    early = {**bundled.files, path.replace("/dataset-", "/dataload-"): dump(load)}
-    assert [p.split(": ", 1)[1] for p in prefetch_problems(bundled.model, early)] == [
-        f"DataLoad/{model['metadata']['name']}-prefetch caches cos://models/llm/v1/ when it is created, before "
-        "llm-chinese-training/model-training, which writes it, completed"]
+    fluid = {logical_path(path): next(objects({path: text}))[1] for path, text in bundled.files.items()
+             if "/data" in logical_path(path)}
+    # the trained model: cached for evaluation and serving, written by training, loaded after it
+    (load_path, load), *_ = [(p, o) for p, o in sorted(fluid.items()) if o["kind"] == "DataLoad"
+                             and o["spec"]["dataset"]["name"].startswith("data-cos-models-llm-v1-")
+                             and o["metadata"]["namespace"] == "aigc-prod"]
+    gate_name = load["spec"]["runAfter"]["name"]
+    gate_path = load_path.replace("/dataload-", "/dataprocess-").replace("-prefetch.yaml", "-wait.yaml")
+    gate = fluid[gate_path]
+    assert load["spec"]["runAfter"] == {"kind": "DataProcess", "name": gate_name} == {
+        "kind": "DataProcess", "name": gate["metadata"]["name"]}
+    pod = gate["spec"]["processor"]["job"]["podSpec"]
+    assert [c["name"] for c in pod["initContainers"]] == ["fleetc-wait-model-training"]
+    assert gate["spec"]["dataset"] == {"name": load["spec"]["dataset"]["name"], "namespace": "aigc-prod",
+                                       "mountPath": ""}
+    files = dict(bundled.files)
+    model = "cos://models/llm/v1/"
+    writer = "llm-chinese-training/model-training"
+    where = f"{load_path.split('/')[1]}: DataLoad/{load['metadata']['name']}"
+
+    def problems(suffix: str, old: str, new: str) -> list[str]:
+        edited = _edited(files, suffix, old, new)
+        return [p for p in prefetch_problems(bundled.model, edited) if p.startswith(where.split(":")[0])]
+
+    assert problems(load_path, "  runAfter:\n    kind: DataProcess\n    name: " + gate_name + "\n", "") == [
+        f"{where}: caches {model} when it is created, before {writer}, which writes it, completed"]
+    assert problems(load_path, "name: " + gate_name, "name: elsewhere") == [
+        f"{where}: runs after DataProcess/elsewhere, which is not there, so never"]
+    (run,) = {content for _, content in markers_written(bundled.files)[writer]}
+    assert problems(gate_path, f"= {run} ]", "= 0123456789abcdef ]") == [
+        f"{where}: runs after DataProcess/{gate_name}, which completes without waiting for {writer}, "
+        f"which writes {model}"]
+    assert problems(gate_path, "    namespace: aigc-prod\n    mountPath", "    mountPath") == [
+        f"{where.split(':')[0]}: DataProcess/{gate_name}: Fluid fails it: its Dataset's namespace is None"]
+    # the gate reads the marker with the Secret named for the model in its namespace, by reference
+    assert credential_problems(bundled.model, files) == []
+    key = "RCLONE_S3_ACCESS_KEY_ID\n"
+    literal = _edited(files, gate_path, key + "                valueFrom:\n                  secretKeyRef:\n"
+                      "                    name: cos-credentials\n                    key: fs.cos.access.key\n",
+                      key + "                value: AKIAIOSFODNN7EXAMPLE\n")
+    gate_where = f"{where.split(':')[0]}: DataProcess/{gate_name} fleetc-wait-model-training"
+    assert credential_problems(bundled.model, literal) == [
+        f"{gate_where}: RCLONE_S3_ACCESS_KEY_ID has a literal value",
+        f"{gate_where}: reaches {model} without Secret cos-credentials"]
 
 
 def test_storage_is_reached_with_the_secret_named_for_it(compiles: list[tuple[str, Compiled]]) -> None:

@@ -23,7 +23,8 @@ Per cluster (one module per concern):
   PriorityClass); per Deployment stage this cluster's share of the replicas with a Service, an
   HPA and a PodDisruptionBudget;
 * :mod:`.gpu`: the NVIDIA device plugin's config (exclusive vs time-sliced nodes);
-* :mod:`.data`: Fluid Dataset, AlluxioRuntime and DataLoad for the data stages read.
+* :mod:`.data`: Fluid Dataset, AlluxioRuntime and DataLoad (and the DataProcess it waits for)
+  for the data stages read.
 
 Every object carries ``app.kubernetes.io/managed-by: fleetc`` and, where one policy is its
 source, ``fleetc.dev/source: <policy file>#<field path>``. Secrets are never rendered.
@@ -41,7 +42,7 @@ from fleetc.model import KUEUE, Cluster, FleetModel, Placement
 from fleetc.render.cluster import egress_policy, namespace, queue, security_warnings, sovereign_platform, team_queues
 from fleetc.render.common import Obj, cpu_quantity, folder_files, memory_quantity, object_name, stage_labels
 from fleetc.render.context import Context, Work, placements, team_guarantees, work_by_cluster
-from fleetc.render.data import data_warnings, fluid_objects
+from fleetc.render.data import FLUID_OPERATIONS, data_warnings, fluid_objects
 from fleetc.render.gitops import (
     INFRA,
     INFRA_WAVE,
@@ -156,7 +157,7 @@ def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> tuple[list[O
     """One cluster's objects in two layers: what workloads need to exist first (Namespaces,
     NetworkPolicies, Volcano Queues or Kueue's flavors and queues, PriorityClasses, the device
     plugin's config, Fluid Datasets and runtimes), then the workloads (Volcano Jobs, or Kueue's
-    batch Jobs; Deployments with their Services, HPAs and PDBs; Fluid DataLoads)."""
+    batch Jobs; Deployments with their Services, HPAs and PDBs; Fluid DataLoads and DataProcesses)."""
     names = sorted({stage.namespace for stage, _ in work})
     infra = [namespace(ctx, cluster, name) for name in names]
     infra += [policy for name in names if (p := sovereign_platform(ctx, name))
@@ -171,8 +172,8 @@ def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> tuple[list[O
     if ctx.model.gpu_policy is not None:
         infra += device_plugin_config(ctx.model.gpu_policy, cluster, ctx.gpu_slots)
     fluid = fluid_objects(ctx, work)
-    infra += [obj for obj in fluid if obj["kind"] != "DataLoad"]
-    workloads = [obj for obj in fluid if obj["kind"] == "DataLoad"]
+    infra += [obj for obj in fluid if obj["kind"] not in FLUID_OPERATIONS]
+    workloads = [obj for obj in fluid if obj["kind"] in FLUID_OPERATIONS]
     for stage, assignment in work:
         if stage.is_gang:
             workloads += kueue_job(ctx, cluster, stage) if kueue else [volcano_job(ctx, cluster, stage)]

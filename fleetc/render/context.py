@@ -41,11 +41,19 @@ def _storage_secrets(model: FleetModel) -> dict[tuple[str, str], str]:
     return found
 
 
+def _writers(model: FleetModel) -> dict[str, tuple[Stage, ...]]:
+    found: dict[str, dict[str, Stage]] = defaultdict(dict)
+    for stage in model.stages:
+        for output in stage.outputs:
+            found[output.url][stage.key] = stage
+    return {url: tuple(by_key[k] for k in sorted(by_key)) for url, by_key in found.items()}
+
+
 @dataclass(frozen=True)
 class Context:
     model: FleetModel
     output_urls: Mapping[tuple[str, str], str]  # (stage key, output name) -> url
-    produced: frozenset[str]  # every URL a stage of the compile writes
+    writers: Mapping[str, tuple[Stage, ...]]  # URL -> the stages of the compile that write it, by key
     namespace_pipelines: Mapping[str, frozenset[str]]  # namespace -> pipelines using it
     governing: Mapping[str, tuple[Platform, ...]]  # pipeline -> platforms governing it, by name
     pipeline_sources: Mapping[str, Source]  # pipeline -> its policy file (field: metadata)
@@ -67,7 +75,7 @@ class Context:
         return cls(
             model=model,
             output_urls={(s.key, o.name): o.url for s in model.stages for o in s.outputs},
-            produced=frozenset(o.url for s in model.stages for o in s.outputs),
+            writers=_writers(model),
             namespace_pipelines={ns: frozenset(p) for ns, p in pipelines.items()},
             governing={n: tuple(p for p in model.platforms if n in p.pipelines) for n in names},
             pipeline_sources={s.pipeline: Source(s.source.path, "metadata") for s in model.stages},

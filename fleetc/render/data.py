@@ -10,9 +10,13 @@ policy's ``caching.enabled``:
   with step factor 0, which makes LRFU pure LFU);
 * the stage pods mount the Dataset's volume read-only at ``/fleetc/inputs/<input name>``
   (``FLEETC_INPUT_<NAME>_PATH``; ``FLEETC_INPUT_<NAME>`` keeps the URL);
-* a ``DataLoad`` that warms the cache once when ``prefetching.enabled``, for data no stage of
-  the compile writes (:func:`prefetched`). Fluid has no "lookahead" (a DataLoad loads the
-  dataset, not the next N files), so ``prefetching.lookahead`` is reported, not rendered.
+* a ``DataLoad`` that warms the cache once when ``prefetching.enabled``. For data stages of
+  the compile write, it waits for them (:func:`prefetch`): a ``DataProcess`` whose pod polls
+  each writer's completion marker, with the init containers the writers' dependants start
+  with (:func:`fleetc.render.order.waits`), and the ``DataLoad`` ``runAfter`` it, which Fluid
+  holds until the DataProcess completed; docs/pipelines.md cites the Fluid code. Fluid has no
+  "lookahead" (a DataLoad loads the dataset, not the next N files), so
+  ``prefetching.lookahead`` is reported, not rendered.
 
 Names are ``data-<url slug>-<8 hex of sha256(url)>``: stable, different for different URLs, and
 short enough for the Helm releases Fluid makes of them (:func:`dataset_name`, :func:`data_load_name`).
@@ -25,7 +29,7 @@ under the keys Alluxio names for the scheme (:data:`fleetc.model.STORAGE_CREDENT
 from __future__ import annotations
 
 import functools
-from operator import itemgetter
+import shlex
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
@@ -34,6 +38,7 @@ from fleetc.model import STORAGE_CREDENTIAL_KEYS, DataPolicy, Source, Stage, url
 from fleetc.render.common import (
     MAX_HELM_RELEASE,
     Obj,
+    digest,
     dns_label,
     hashed_slug,
     memory_quantity,
@@ -42,6 +47,7 @@ from fleetc.render.common import (
     warning,
 )
 from fleetc.render.context import Context, Work
+from fleetc.render.order import MARKER_IMAGE, marker_resources, output_volume, run_id, unmarked, waits
 
 #: URL schemes Alluxio (and so Fluid's AlluxioRuntime) mounts as an under-file-system.
 CACHEABLE_SCHEMES = frozenset({"cos", "cosn", "gs", "hdfs", "obs", "oss", "s3", "s3a"})
@@ -53,6 +59,9 @@ _ANNOTATORS = {
             "alluxio.worker.block.annotator.lrfu.step.factor": "0.0"},
 }
 
+
+#: Fluid data operations: they run once Datasets are bound, so they go with the workloads.
+FLUID_OPERATIONS = frozenset({"DataLoad", "DataProcess"})
 
 #: Where a stage's container finds a cached or ``nfs://`` input: ``<MOUNT_ROOT>/<input name>``.
 MOUNT_ROOT = "/fleetc/inputs"
@@ -107,11 +116,6 @@ def _nfs_volume(name: str, url: str, read_only: bool) -> Obj:
     if read_only:
         nfs["readOnly"] = True
     return {"name": name, "nfs": nfs}
-
-
-def output_volume(name: str) -> str:
-    """The pod volume of an ``nfs://`` output (its completion marker is written through it too)."""
-    return dns_label(f"output-{name}")
 
 
 def data_mounts(ctx: Context, stage: Stage) -> DataMounts:
@@ -198,33 +202,97 @@ def alluxio_runtime(policy: DataPolicy, namespace: str, url: str, share: int = 1
     }
 
 
-def prefetched(ctx: Context, url: str) -> bool:
-    """Whether a cached URL gets a DataLoad: only when no stage writes it. A DataLoad runs once,
-    when it is created (Fluid's DataLoad controller; ``runAfter`` waits only for another Fluid
-    data operation to reach phase Complete, fluid ``pkg/controllers/v1alpha1/dataflow/
-    operations.go``), so one of a stage's output would cache whatever is there before the
-    stage completed, a half-written output, and serve it to every reader. The readers wait
-    for the stage's completion marker (:mod:`fleetc.render.order`) and fill the cache on
-    first read instead; docs/pipelines.md says why not a Fluid DataProcess gate."""
-    return url not in ctx.produced
+#: The Helm release Fluid installs a DataProcess as is ``<name>-processor`` (fluid
+#: ``pkg/utils/dataprocess.go``), at most 53 characters.
+MAX_DATA_PROCESS = MAX_HELM_RELEASE - len("-processor")
 
 
-def data_load(policy: DataPolicy, namespace: str, url: str) -> Obj:
-    name = dataset_name(url)
+def _waiting_names(url: str, writers: tuple[Stage, ...]) -> tuple[str, str]:
+    """(DataProcess, DataLoad) names of a prefetch that waits for ``writers``: named after
+    their runs (:func:`fleetc.render.order.run_id`), as a Fluid data operation runs once, so a
+    changed writer gets a new pair that waits for its new marker."""
+    runs = digest(",".join(run_id(writer) for writer in writers))
+    prefix = hashed_slug("data", url, min(MAX_DATA_PROCESS - len("-wait"),
+                                          MAX_HELM_RELEASE - len("-loader") - len("-prefetch")) - 9)
+    return f"{prefix}-{runs}-wait", f"{prefix}-{runs}-prefetch"
+
+
+def prefetch(ctx: Context, policy: DataPolicy, namespace: str, url: str) -> list[Obj]:
+    """The DataLoad that warms the cache of ``url`` in ``namespace``, and what it waits for.
+
+    Data no stage writes is loaded as soon as the Dataset is bound. Data stages write is
+    loaded only after each of them completed: a DataProcess whose pod completes once every
+    writer's completion marker holds that writer's run (its init containers poll it, as the
+    writers' dependants do, and fail after the same timeout), and the DataLoad with
+    ``runAfter`` that DataProcess. Fluid keeps a data operation with ``runAfter`` Pending until
+    the one it names is Complete, and Pending for good when that one Failed (fluid
+    ``pkg/ddc/base/operation.go`` ``reconcilePending``, ``pkg/controllers/v1alpha1/dataflow/
+    operations.go``), so the DataLoad never caches a half-written output. A writer that writes
+    no marker (:func:`fleetc.render.order.unmarked`) leaves the URL without a DataLoad, and
+    :func:`data_warnings` says why."""
+    writers = ctx.writers.get(url, ())
+    if not writers:
+        return [data_load(policy, namespace, url, data_load_name(url))]
+    if any(unmarked(ctx, writer) is not None for writer in writers):
+        return []
+    gate, load = _waiting_names(url, writers)
+    return [data_process(ctx, policy, namespace, url, writers, gate, load),
+            data_load(policy, namespace, url, load, after=gate)]
+
+
+def data_process(ctx: Context, policy: DataPolicy, namespace: str, url: str, writers: tuple[Stage, ...],
+                 name: str, load: str) -> Obj:
+    """A Fluid DataProcess that completes once every writer of ``url`` completed: a Job
+    processor (fluid ``api/v1alpha1/dataprocess_types.go``) whose init containers wait for the
+    writers' markers (:func:`fleetc.render.order.waits`: the Secrets named for them by
+    reference, the NFS folders read-only), then one container that says so. ``mountPath: ""``
+    mounts no Dataset (fluid ``pkg/dataprocess/generate_values.go`` adds the Dataset's volume
+    only for a non-empty one): the pod reads markers, not data. Its Job retries a failed pod
+    three times (``charts/fluid-dataprocess/common/templates/job.yaml``, ``backoffLimit: 3``),
+    so a writer that never completes fails it after four timeouts."""
+    containers, volumes = waits(ctx, namespace, list(writers))
+    done = (f"fleetc: {', '.join(writer.key for writer in writers)} completed; "
+            f"DataLoad {load} may cache {url}")
+    ready: Obj = {"name": "fleetc-ready", "image": MARKER_IMAGE, "command": ["sh", "-c", f"echo {shlex.quote(done)}"],
+                  "resources": marker_resources()}
+    pod: Obj = {"restartPolicy": "Never", "initContainers": containers, "containers": [ready]}
+    if volumes:
+        pod["volumes"] = volumes
     return {
         "apiVersion": "data.fluid.io/v1alpha1",
-        "kind": "DataLoad",
-        "metadata": metadata(data_load_name(url), namespace, _source(policy, "spec.prefetching")),
+        "kind": "DataProcess",
+        "metadata": metadata(name, namespace, _source(policy, "spec.prefetching")),
         "spec": {
-            "dataset": {"name": name, "namespace": namespace},
-            "loadMetadata": True,
-            "target": [{"path": "/", "replicas": 1}],
+            # Fluid fails a DataProcess whose dataset namespace is not its own (dataprocess/implement.go)
+            "dataset": {"name": dataset_name(url), "namespace": namespace, "mountPath": ""},
+            "processor": {"job": {"podSpec": pod}},
         },
     }
 
 
+def data_load(policy: DataPolicy, namespace: str, url: str, name: str, after: str | None = None) -> Obj:
+    """The DataLoad of ``url``'s Dataset, loading its metadata afresh (Fluid's loader lists the
+    data with Alluxio's metadata sync interval 0, ``charts/fluid-dataloader/alluxio/templates/
+    configmap.yaml``), so it sees what a writer added after the Dataset was mounted; with
+    ``after``, only once that DataProcess is Complete."""
+    spec: Obj = {
+        "dataset": {"name": dataset_name(url), "namespace": namespace},
+        "loadMetadata": True,
+        "target": [{"path": "/", "replicas": 1}],
+    }
+    if after is not None:
+        spec["runAfter"] = {"kind": "DataProcess", "name": after}
+    return {
+        "apiVersion": "data.fluid.io/v1alpha1",
+        "kind": "DataLoad",
+        "metadata": metadata(name, namespace, _source(policy, "spec.prefetching")),
+        "spec": spec,
+    }
+
+
 def fluid_objects(ctx: Context, work: Work) -> list[Obj]:
-    """Dataset, AlluxioRuntime and (prefetching) DataLoad per cached URL of one cluster."""
+    """Dataset, AlluxioRuntime and (prefetching) DataLoad, and the DataProcess it waits for,
+    per cached URL of one cluster."""
     policy = ctx.data_policy
     if policy is None or not policy.caching_enabled:
         return []
@@ -233,8 +301,8 @@ def fluid_objects(ctx: Context, work: Work) -> list[Obj]:
     for namespace, url in cached:
         objects += [dataset(policy, namespace, url, ctx.storage_secrets.get((namespace, url))),
                     alluxio_runtime(policy, namespace, url, len(cached))]
-        if policy.prefetching_enabled and prefetched(ctx, url):
-            objects.append(data_load(policy, namespace, url))
+        if policy.prefetching_enabled:
+            objects += prefetch(ctx, policy, namespace, url)
     return objects
 
 
@@ -248,15 +316,13 @@ def data_warnings(ctx: Context, work_by_cluster: dict[str, Work]) -> list[Diagno
     if policy.prefetching_enabled and policy.prefetch_lookahead > 0:
         found.append(warning(policy.source, "spec.prefetching.lookahead",
                              "has no Fluid form (a DataLoad warms the whole dataset once); not rendered"))
-    produced = sorted({url for work in work_by_cluster.values() for url in map(itemgetter(1), cached_urls(ctx, work))
-                       if policy.prefetching_enabled and not prefetched(ctx, url)})
-    if produced:
+    cached = {url for work in work_by_cluster.values() for _, url in cached_urls(ctx, work)}
+    unwaited = sorted({(url, writer.key, why) for url in cached if policy.prefetching_enabled
+                       for writer in ctx.writers.get(url, ()) if (why := unmarked(ctx, writer)) is not None})
+    for url, key, why in unwaited:
         found.append(warning(policy.source, "spec.prefetching.enabled",
-                             f"no DataLoad for {', '.join(produced)}: stages of the compile write "
-                             f"{'it' if len(produced) == 1 else 'them'}, and a DataLoad runs once when "
-                             "created, maybe before its writer completed; the stages that read "
-                             f"{'it' if len(produced) == 1 else 'them'} wait for the writer's completion "
-                             "marker and fill the cache on first read"))
+                             f"no DataLoad for {url}: a DataLoad of it waits for the completion marker of "
+                             f"every stage that writes it, and stage '{key}' {why}"))
     uncached: dict[tuple[str, str], str] = {}
     for work in work_by_cluster.values():
         for stage, _ in work:

@@ -6,7 +6,7 @@ them and the user's folder:
 
 * ``infra/``: what workloads need to exist first: Namespaces, NetworkPolicies, Volcano Queues,
   PriorityClasses, the device plugin's ConfigMap, Fluid Datasets and AlluxioRuntimes;
-* ``workloads/``: Volcano Jobs, Deployments with their Services, HPAs and PDBs, Fluid DataLoads;
+* ``workloads/``: Volcano Jobs, Deployments with their Services, HPAs and PDBs, Fluid DataLoads and DataProcesses;
 * ``../../local/<cluster>/`` (``out/local/<cluster>/``): the user's own objects for the
   cluster (a sealed Secret, a policy of their own). fleetc creates its ``kustomization.yaml``
   once, listing nothing, and from then on never writes, changes or deletes anything there

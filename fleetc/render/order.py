@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import hashlib
 import shlex
+from collections import Counter
 from urllib.parse import urlsplit
 
 from fleetc.errors import Diagnostic
 from fleetc.model import STORAGE_CREDENTIAL_KEYS, Stage, url_scheme
 from fleetc.render.common import Obj, dns_label, warning
 from fleetc.render.context import Context, Work
-from fleetc.render.data import output_volume
 
 MARKER_IMAGE = "rclone/rclone:1.68"
 MARKER = "_SUCCESS"
@@ -79,6 +79,17 @@ S3_CREDENTIALS: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {
 }
 
 
+def output_volume(name: str) -> str:
+    """The pod volume of an ``nfs://`` output (:func:`fleetc.render.data.data_mounts` mounts it;
+    the completion marker is written through it too)."""
+    return dns_label(f"output-{name}")
+
+
+def marker_resources() -> Obj:
+    """What every marker container asks for: it polls or copies a few bytes."""
+    return {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "128Mi"}}
+
+
 def run_id(stage: Stage) -> str:
     """What a marker holds: the same for the same compiled stage, else different."""
     return hashlib.sha256(repr(stage).encode()).hexdigest()[:16]
@@ -97,8 +108,25 @@ def producers(ctx: Context, stage: Stage) -> list[Stage]:
 def marks(ctx: Context, stage: Stage) -> bool:
     """Whether the stage writes a completion marker: a gang another stage waits for, with an
     output to put it beside and a command fleetc can wrap."""
-    return (stage.is_gang and bool(stage.outputs) and bool(stage.command)
-            and reachable(stage.outputs[0].url) and ctx.depended_on(stage))
+    return unmarked(ctx, stage) is None
+
+
+def unmarked(ctx: Context, stage: Stage) -> str | None:
+    """Why the stage writes no completion marker (what to change, after its name), or None
+    when it writes one."""
+    if not stage.is_gang:
+        return "is a serving stage (a Deployment), which never completes"
+    if not stage.outputs:
+        return "has no outputs to put its completion marker beside; give it an output"
+    if not reachable(stage.outputs[0].url):
+        return (f"writes its first output to {urlsplit(stage.outputs[0].url).scheme}://, where fleetc "
+                "cannot put a completion marker; make its first output nfs:// or an object store")
+    if not stage.command:
+        return "sets no command for fleetc to wrap, so its completion cannot be marked; set command"
+    if not ctx.depended_on(stage):
+        return ("is no stage's dependency, so it writes no completion marker; make a stage that reads "
+                "its output depend on it (dependencies, or a from: input)")
+    return None
 
 
 def reachable(url: str) -> bool:
@@ -159,21 +187,31 @@ def mark_container(ctx: Context, stage: Stage) -> tuple[Obj, list[Obj]]:
     container: Obj = {"name": "fleetc-mark", "image": MARKER_IMAGE, "command": ["sh", "-c", script]}
     if env:
         container["env"] = env
-    container["resources"] = {"requests": {"cpu": "10m", "memory": "32Mi"},
-                              "limits": {"cpu": "100m", "memory": "128Mi"}}
+    container["resources"] = marker_resources()
     container["volumeMounts"] = mounts
     return container, volumes
 
 
 def wait_containers(ctx: Context, stage: Stage) -> tuple[list[Obj], list[Obj]]:
     """One init container per producer with a marker, and the volumes they need."""
+    return waits(ctx, stage.namespace, producers(ctx, stage))
+
+
+def waits(ctx: Context, namespace: str, upstreams: list[Stage]) -> tuple[list[Obj], list[Obj]]:
+    """One container per stage of ``upstreams`` that writes a marker, polling for it every
+    :data:`POLL_SECONDS` and giving up after :data:`WAIT_TIMEOUT_SECONDS`, each reaching the
+    marker with the Secret named for its URL in ``namespace``; and the volumes they need. The
+    init containers of a dependant's pods, and of the Fluid DataProcess a prefetch waits for
+    (:mod:`fleetc.render.data`). Named ``fleetc-wait-<stage>``, or ``fleetc-wait-<pipeline>-
+    <stage>`` where two upstreams of different pipelines share a stage name."""
     containers: list[Obj] = []
     volumes: list[Obj] = []
-    for slot, upstream in enumerate(producers(ctx, stage), start=1):
+    names = Counter(upstream.name for upstream in upstreams)
+    for slot, upstream in enumerate(upstreams, start=1):
         if not marks(ctx, upstream):
             continue
-        folder, volume, env = _location(upstream.outputs[0].url, slot,
-                                        ctx.storage_secret(upstream, upstream.outputs[0].url))
+        url = upstream.outputs[0].url
+        folder, volume, env = _location(url, slot, ctx.storage_secrets.get((namespace, url)))
         checks = " && ".join(
             f"[ \"$(rclone cat {shlex.quote(folder + '/' + name)} 2>/dev/null)\" = {run_id(upstream)} ]"
             for name in _marker_names(upstream))
@@ -184,12 +222,12 @@ def wait_containers(ctx: Context, stage: Stage) -> tuple[list[Obj], list[Obj]]:
                   f"{WAIT_TIMEOUT_SECONDS}s waiting for {what}\"; exit 1; fi; "
                   f"echo \"fleetc: waiting for {what}\"; sleep {POLL_SECONDS}; done; "
                   f"echo \"fleetc: {upstream.key} completed; starting\"")
-        container: Obj = {"name": dns_label(f"fleetc-wait-{upstream.name}"), "image": MARKER_IMAGE,
+        label = upstream.name if names[upstream.name] == 1 else f"{upstream.pipeline}-{upstream.name}"
+        container: Obj = {"name": dns_label(f"fleetc-wait-{label}"), "image": MARKER_IMAGE,
                           "command": ["sh", "-c", script]}
         if env:
             container["env"] = env
-        container["resources"] = {"requests": {"cpu": "10m", "memory": "32Mi"},
-                                  "limits": {"cpu": "100m", "memory": "128Mi"}}
+        container["resources"] = marker_resources()
         if volume is not None:
             volume = {**volume, "nfs": {**volume["nfs"], "readOnly": True}}
             container["volumeMounts"] = [{"name": volume["name"], "mountPath": folder, "readOnly": True}]
@@ -213,15 +251,9 @@ def order_warnings(ctx: Context, work: Work) -> list[Diagnostic]:
                                  f"name a Secret with {', '.join(STORAGE_CREDENTIAL_KEYS[url_scheme(url)])}"))
     for stage, _ in work:
         for upstream in producers(ctx, stage):
-            if marks(ctx, upstream):
+            why = unmarked(ctx, upstream)
+            if why is None:
                 continue
-            if not upstream.outputs:
-                why = "has no outputs to put its completion marker beside; give it an output"
-            elif not reachable(upstream.outputs[0].url):
-                why = (f"writes its first output to {urlsplit(upstream.outputs[0].url).scheme}://, where "
-                       "fleetc cannot put a completion marker; make its first output nfs:// or an object store")
-            else:
-                why = "sets no command for fleetc to wrap, so its completion cannot be marked; set command"
             found.append(warning(stage.source, f"{stage.source.field}.dependencies",
                                  f"stage '{stage.name}' may start before '{upstream.name}' completed: "
                                  f"'{upstream.name}' {why}"))

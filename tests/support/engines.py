@@ -65,7 +65,7 @@ SERVED: dict[tuple[str, str], bool] = {
     ("batch", "Job"): True, ("kueue.x-k8s.io", "ResourceFlavor"): False,
     ("kueue.x-k8s.io", "ClusterQueue"): False, ("kueue.x-k8s.io", "LocalQueue"): True,
     ("data.fluid.io", "Dataset"): True, ("data.fluid.io", "AlluxioRuntime"): True,
-    ("data.fluid.io", "DataLoad"): True,
+    ("data.fluid.io", "DataLoad"): True, ("data.fluid.io", "DataProcess"): True,
     ("source.toolkit.fluxcd.io", "GitRepository"): True,
     ("kustomize.toolkit.fluxcd.io", "Kustomization"): True,
     ("argoproj.io", "ApplicationSet"): True,

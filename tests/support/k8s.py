@@ -212,6 +212,71 @@ def _crd_validator(api_version: str, kind: str) -> jsonschema.protocols.Validato
     return None if schema is None else jsonschema.Draft4Validator(schema)
 
 
+# --------------------------------------------------------------------------- kinds written here
+def _core(name: str) -> dict[str, Any]:
+    return {"$ref": f"{_DEFINITIONS_ID}#/$defs/io.k8s.api.core.v1.{name}"}
+
+
+def _closed(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    node: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+    if required:
+        node["required"] = list(required)
+    return node
+
+
+_STRING: dict[str, Any] = {"type": "string"}
+_STRINGS: dict[str, Any] = {"type": "array", "items": _STRING}
+_OPERATION_KINDS: dict[str, Any] = {"enum": ["DataLoad", "DataBackup", "DataMigrate", "DataProcess"]}
+_OBJECT_REF = {"apiVersion": _STRING, "kind": _OPERATION_KINDS, "name": _STRING, "namespace": _STRING}
+
+#: Kinds whose CRD ``../shared/upstream-schemas`` does not hold, as strict JSON Schemas written
+#: from their upstream Go types (the CRD itself is generated from them), pod specs checked
+#: against the core PodSpec. Fluid's DataProcess: fluid-cloudnative/fluid v1.0.8
+#: (de578cd23c56a83b527ac00586ab1659cf460f68) ``api/v1alpha1/dataprocess_types.go`` and the
+#: ``OperationRef``/``VersionSpec``/``PodMetadata`` of ``api/v1alpha1/common.go``; its CRD is
+#: ``charts/fluid/fluid/crds/data.fluid.io_dataprocesses.yaml`` there. A CRD in the shared
+#: folder takes precedence.
+_WRITTEN_HERE: dict[tuple[str, str], dict[str, Any]] = {
+    ("data.fluid.io/v1alpha1", "DataProcess"): _closed({
+        "apiVersion": _STRING, "kind": _STRING, "metadata": {"type": "object"},
+        "status": {"type": "object"},
+        "spec": _closed({
+            "dataset": _closed({"name": _STRING, "namespace": _STRING, "mountPath": _STRING, "subPath": _STRING},
+                               ("name", "mountPath")),
+            "processor": _closed({
+                "serviceAccountName": _STRING,
+                "podMetadata": _closed({"labels": {"type": "object", "additionalProperties": _STRING},
+                                        "annotations": {"type": "object", "additionalProperties": _STRING}}),
+                "job": _closed({"podSpec": _core("PodSpec")}),
+                "script": _closed({
+                    "image": _STRING, "imageTag": _STRING, "imagePullPolicy": _STRING,
+                    "restartPolicy": {"enum": ["Never", "OnFailure"]}, "command": _STRINGS, "source": _STRING,
+                    "env": {"type": "array", "items": _core("EnvVar")},
+                    "volumeMounts": {"type": "array", "items": _core("VolumeMount")},
+                    "volumes": {"type": "array", "items": _core("Volume")},
+                    "resources": _core("ResourceRequirements")}, ("source",)),
+            }),
+            "runAfter": _closed({**_OBJECT_REF, "affinityStrategy": _closed({
+                "policy": _STRING, "dependOn": _closed(_OBJECT_REF, ("kind", "name")),
+                "prefers": {"type": "array", "items": _closed({"name": _STRING, "weight": {"type": "integer"}},
+                                                              ("name", "weight"))},
+                "requires": {"type": "array", "items": _closed({"name": _STRING}, ("name",))}})},
+                                ("kind", "name")),
+            "ttlSecondsAfterFinished": {"type": "integer", "minimum": -(2**31), "maximum": 2**31 - 1},
+        }, ("dataset", "processor")),
+    }),
+}
+
+
+@functools.cache
+def _written_validator(api_version: str, kind: str) -> jsonschema.protocols.Validator | None:
+    schema = _WRITTEN_HERE.get((api_version, kind))
+    if schema is None:
+        return None
+    return jsonschema.Draft202012Validator({"$schema": "https://json-schema.org/draft/2020-12/schema", **schema},
+                                           registry=_core_registry())
+
+
 # --------------------------------------------------------------------------- validation
 def _errors(validator: jsonschema.protocols.Validator, instance: Any, base: tuple[str, ...] = ()) -> list[str]:
     """All schema errors as ``path/to/field: message``, in document order of their paths."""
@@ -240,7 +305,7 @@ def validate_object(obj: dict[str, Any]) -> list[str]:
         return ["<root>: apiVersion and kind must be strings"]
     if validator := _core_validator(api_version, kind):
         return _errors(validator, obj) + _check_name(obj, api_version, kind)
-    if validator := _crd_validator(api_version, kind):
+    if validator := _crd_validator(api_version, kind) or _written_validator(api_version, kind):
         meta = obj.get("metadata")
         meta_errors = (
             _errors(_object_meta_validator(), meta, ("metadata",)) if isinstance(meta, dict)

@@ -19,6 +19,9 @@ and answers:
 * **whether Volcano's queues hold their Jobs** (:func:`volcano_queue_problems`): each Job's
   Queue exists, and a Queue's GPU capability holds all its Jobs at once.
 
+* **when Fluid data operations run** (:func:`prefetch_problems`): a DataLoad of data a stage
+  writes runs only after a DataProcess whose pod waited for every writer's completion marker.
+
 ``batch/v1`` Jobs are expanded as the Job controller does (kubernetes ``pkg/controller/job``):
 ``parallelism`` pods; in an Indexed Job each pod is annotated with its completion index, gets
 ``JOB_COMPLETION_INDEX`` and the hostname ``<job>-<index>``, resolvable as
@@ -558,42 +561,40 @@ def _named_secrets(model: FleetModel) -> dict[tuple[str, str], str]:
 def credential_problems(model: FleetModel, files: Mapping[str, str]) -> list[str]:
     """Storage is reached with the Secret the policies name for it, by reference only: no
     container has a credential-like variable with a literal value; a completion marker written
-    to, or waited for at, a URL with a Secret takes its keys from that Secret; a stage's
+    to, or waited for at, a URL with a Secret takes its keys from that Secret (also in the pod
+    of a Fluid DataProcess, whose waits are told apart by the run they wait for); a stage's
     container finds each output's Secret mounted where ``FLEETC_OUTPUT_<NAME>_CREDENTIALS``
     says."""
     named = _named_secrets(model)
     stages = {s.key: s for s in model.stages}
+    runs = {content: key for key, found in markers_written(files).items() for _, content in found}
     problems = []
     for cluster, obj in objects(files):
+        namespace = obj["metadata"].get("namespace", "")
+        where = f"{cluster}: {obj['kind']}/{obj['metadata']['name']}"
+        if obj["kind"] == "DataProcess":
+            spec = obj["spec"]["processor"].get("job", {}).get("podSpec", {})
+            for container in spec.get("initContainers", []) + spec.get("containers", []):
+                waited = {runs.get(content) for _, content in _READ.findall(_script(container))}
+                url = stages[waited.pop()].outputs[0].url if len(waited) == 1 and None not in waited else None
+                problems += _reached(where, container, url, named.get((namespace, url)) if url else None)
+            continue
         if obj["kind"] == "Job" and obj["apiVersion"].startswith("batch.volcano.sh/"):
             templates = [t["template"] for t in obj["spec"]["tasks"]]
         elif obj["kind"] == "Deployment" or is_batch_job(obj):
             templates = [obj["spec"]["template"]]
         else:
             continue
-        namespace = obj["metadata"]["namespace"]
-        where = f"{cluster}: {obj['kind']}/{obj['metadata']['name']}"
         for template in templates:
             spec, stage = template["spec"], stages[_stage(template)]
             volumes = {v["name"]: v for v in spec.get("volumes", [])}
             for container in spec.get("initContainers", []) + spec["containers"]:
-                env = container.get("env", [])
-                problems += [f"{where} {container['name']}: {e['name']} has a literal value"
-                             for e in env if _CREDENTIAL_VARIABLE.search(e["name"]) and "value" in e
-                             and not e["name"].startswith("FLEETC_")]  # fleetc's own name URLs and paths
-                if "envFrom" in container:
-                    problems.append(f"{where} {container['name']}: takes a whole Secret or ConfigMap (envFrom)")
                 url = None
                 if container["name"] == "fleetc-mark":
                     url = stage.outputs[0].url
                 elif container["name"].startswith("fleetc-wait-"):
                     url = stages[f"{stage.pipeline}/{container['name'][len('fleetc-wait-'):]}"].outputs[0].url
-                secret = named.get((namespace, url)) if url else None
-                from_secrets = [e for e in env if "secretKeyRef" in e.get("valueFrom", {})]
-                refs = {e["valueFrom"]["secretKeyRef"]["name"] for e in from_secrets}
-                if secret is not None and (refs != {secret} or not any(
-                        "ACCESS_KEY_ID" in e["name"] for e in from_secrets)):
-                    problems.append(f"{where} {container['name']}: reaches {url} without Secret {secret}")
+                problems += _reached(where, container, url, named.get((namespace, url)) if url else None)
             told = {e["name"]: e["value"] for e in spec["containers"][0].get("env", []) if "value" in e}
             mounts = {m["mountPath"]: m["name"] for m in spec["containers"][0].get("volumeMounts", [])}
             for output in stage.outputs:
@@ -607,27 +608,90 @@ def credential_problems(model: FleetModel, files: Mapping[str, str]) -> list[str
     return sorted(set(problems))
 
 
+def _script(container: Mapping[str, Any]) -> str:
+    command = container.get("command", [])
+    return command[2] if command[:2] == ["sh", "-c"] and len(command) > 2 else ""
+
+
+def _reached(where: str, container: Mapping[str, Any], url: str | None, secret: str | None) -> list[str]:
+    """A container's credential problems: literal credential-like values, a whole Secret taken,
+    or ``url`` (which has ``secret``) reached without that Secret's keys."""
+    env = container.get("env", [])
+    problems = [f"{where} {container['name']}: {e['name']} has a literal value"
+                for e in env if _CREDENTIAL_VARIABLE.search(e["name"]) and "value" in e
+                and not e["name"].startswith("FLEETC_")]  # fleetc's own name URLs and paths
+    if "envFrom" in container:
+        problems.append(f"{where} {container['name']}: takes a whole Secret or ConfigMap (envFrom)")
+    from_secrets = [e for e in env if "secretKeyRef" in e.get("valueFrom", {})]
+    refs = {e["valueFrom"]["secretKeyRef"]["name"] for e in from_secrets}
+    if secret is not None and (refs != {secret} or not any("ACCESS_KEY_ID" in e["name"] for e in from_secrets)):
+        problems.append(f"{where} {container['name']}: reaches {url} without Secret {secret}")
+    return problems
+
+
 # --------------------------------------------------------------------------- prefetch
+def _waited(spec: Mapping[str, Any]) -> dict[str, set[tuple[str, str]]]:
+    """Init container name -> (location, content) of the markers it polls until they hold
+    that content: the pod's main containers start only once every init container exited 0."""
+    waited: dict[str, set[tuple[str, str]]] = {}
+    for init in spec.get("initContainers", []):
+        for path, content in _READ.findall(_script(init)):
+            waited.setdefault(init["name"], set()).add((_where(shlex.split(path)[0], spec, init), content))
+    return waited
+
+
 def prefetch_problems(model: FleetModel, files: Mapping[str, str]) -> list[str]:
-    """No Fluid DataLoad caches what a stage writes before that stage completed. A DataLoad
-    runs once, when it is created (its ``runAfter`` waits only for another Fluid data
-    operation: fluid ``pkg/controllers/v1alpha1/dataflow/operations.go``), so one whose
-    Dataset mounts a stage's output would cache a half-written output."""
-    writers = {o.url: s.key for s in model.stages for o in s.outputs}
+    """No Fluid DataLoad caches what a stage writes before that stage completed.
+
+    Fluid's semantics (v1.0.8): a DataLoad runs once, as soon as its Dataset is bound, unless
+    it has ``runAfter``: then it stays Pending until the operation named there (same namespace
+    by default) reaches phase Complete, and for good if that one is missing or Failed
+    (``pkg/ddc/base/operation.go`` ``reconcilePending``, ``pkg/controllers/v1alpha1/dataflow/
+    operations.go``). A DataProcess with a Job processor is Complete once its Job succeeded
+    (``pkg/controllers/v1alpha1/dataprocess/status_handler.go``), so once its pod's init
+    containers all saw their markers; Fluid fails one whose Dataset is in another namespace
+    (``dataprocess/implement.go`` ``Validate``), and likewise a DataLoad. So a DataLoad of a URL
+    stages write may run only after a DataProcess that waits for every writer's markers, as
+    the writers' pods write them (:func:`markers_written`)."""
+    writers: dict[str, set[str]] = {}
+    for stage in model.stages:
+        for output in stage.outputs:
+            writers.setdefault(output.url, set()).add(stage.key)
+    written = markers_written(files)
     everything = list(objects(files))
-    mounted = {(c, o["metadata"]["namespace"], o["metadata"]["name"]): o["spec"]["mounts"][0]["mountPoint"]
-               for c, o in everything if o["kind"] == "Dataset"}
+    named = {(c, o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]): o
+             for c, o in everything if o["apiVersion"].startswith("data.fluid.io/")}
     problems = []
-    for cluster, obj in everything:
-        if obj["kind"] != "DataLoad":
+    for (cluster, kind, namespace, name), obj in sorted(named.items()):
+        if kind not in ("DataLoad", "DataProcess"):
             continue
-        dataset = obj["spec"]["dataset"]
-        url = mounted.get((cluster, dataset.get("namespace", obj["metadata"]["namespace"]), dataset["name"]))
-        if url is None:
-            problems.append(f"{cluster}: DataLoad/{obj['metadata']['name']} loads a Dataset that is not there")
-        elif url in writers:
-            problems.append(f"{cluster}: DataLoad/{obj['metadata']['name']} caches {url} when it is created, "
-                            f"before {writers[url]}, which writes it, completed")
+        where = f"{cluster}: {kind}/{name}"
+        target = obj["spec"]["dataset"]
+        if target.get("namespace") != namespace:
+            problems.append(f"{where}: Fluid fails it: its Dataset's namespace is {target.get('namespace')!r}")
+        dataset = named.get((cluster, "Dataset", namespace, target["name"]))
+        if dataset is None:
+            problems.append(f"{where}: its Dataset {target['name']} is not there")
+            continue
+        url = dataset["spec"]["mounts"][0]["mountPoint"]
+        if kind == "DataProcess" or url not in writers:
+            continue
+        after = obj["spec"].get("runAfter")
+        if after is None:
+            problems.extend(f"{where}: caches {url} when it is created, before {key}, which writes it, completed"
+                            for key in sorted(writers[url]))
+            continue
+        gate = named.get((cluster, after["kind"], after.get("namespace", namespace), after["name"]))
+        if gate is None or after["kind"] != "DataProcess":
+            problems.append(f"{where}: runs after {after['kind']}/{after['name']}, which is not there, so never")
+            continue
+        waited = list(_waited(gate["spec"]["processor"].get("job", {}).get("podSpec", {})).values())
+        for key in sorted(writers[url]):
+            if not written.get(key):
+                problems.append(f"{where}: {key} writes {url} and no completion marker")
+            elif written[key] not in waited:
+                problems.append(f"{where}: runs after DataProcess/{after['name']}, which completes without "
+                                f"waiting for {key}, which writes {url}")
     return problems
 
 
@@ -738,10 +802,7 @@ def order_problems(model: FleetModel, files: Mapping[str, str], warned: set[tupl
     stages = {s.key: s for s in model.stages}
     for pod in pods(files):
         stage = stages[pod.stage]
-        waited: dict[str, set[tuple[str, str]]] = {}
-        for init in pod.spec.get("initContainers", []):
-            for path, content in _READ.findall(init["command"][2]):
-                waited.setdefault(init["name"], set()).add((_where(shlex.split(path)[0], pod.spec, init), content))
+        waited = _waited(pod.spec)
         for name in stage.dependencies:
             upstream = stages[f"{stage.pipeline}/{name}"]
             if not upstream.is_gang or (stage.name, name) in warned:

@@ -87,7 +87,8 @@ def test_diff_between_two_commits_where_a_stage_moved(repo: Repo) -> None:
     result = run("diff", "--base", "HEAD~1")
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("fleetc diff HEAD~1 -> working tree\n\n")
-    assert "gpu-cluster-huawei: +0 ~1 -2 objects; GPUs 14 a100 -> 6 a100; cost/h " in result.stdout
+    # +4 -4: the two prefetches of the model there wait for the moved (so changed) training run
+    assert "gpu-cluster-huawei: +4 ~1 -6 objects; GPUs 14 a100 -> 6 a100; cost/h " in result.stdout
     assert f"  - {MOVED}\n" in result.stdout and f"  + {MOVED}\n" in result.stdout
     assert "GPUs a100: 14 -> 6 (-8)\nGPUs t4: 4 -> 12 (+8)\n" in result.stdout
     assert re.search(r"\+\+\+ b/out/clusters/inference-cluster-aliyun/workloads/"

@@ -9,7 +9,7 @@ from typing import Any
 
 from test_render import fleet, objects
 
-from fleetc.model import DataPolicy, FleetModel, Input, Output, Placement, Source
+from fleetc.model import DataPolicy, FleetModel, Input, Output, Placement, Serving, Source
 from fleetc.render import render
 from fleetc.render.data import dataset_name
 
@@ -251,3 +251,39 @@ def test_nfs_outputs_are_mounted_writable_at_the_path_the_container_is_told() ->
     env = pod["containers"][0]["env"]
     assert {"name": "FLEETC_OUTPUT_TOKENS", "value": "nfs://filer/exports/tokens/"} in env
     assert {"name": "FLEETC_OUTPUT_TOKENS_PATH", "value": "/fleetc/outputs/tokens"} in env
+
+
+def _serving_from(url: str, secret: str | None, location: str | None) -> tuple[dict[str, Any], list[str]]:
+    """The serving container and the inputs warnings when serve's model comes from ``url``,
+    uncached (no data policy), with ``secret`` named on serve's input."""
+    model, placement = fleet()
+    stages = tuple(
+        replace(s, outputs=(replace(s.outputs[0], url=url), *s.outputs[1:])) if s.name == "train" else
+        replace(s, inputs=(replace(s.inputs[0], secret_name=secret, location=location),),
+                serving=Serving(triton=True)) if s.name == "serve" else s
+        for s in model.stages)
+    rendered = render(replace(model, stages=stages), placement)
+    deployment = objects(dict(rendered.files))["clusters/gpu-west/deployment-serving-llm-serve.yaml"]
+    return (deployment["spec"]["template"]["spec"]["containers"][0],
+            [w.message for w in rendered.warnings if ".inputs" in w.field])
+
+
+def test_triton_reads_an_uncached_s3_model_with_the_secret_named_for_it() -> None:
+    container, warned = _serving_from("s3://models/ckpt", "models-s3", "us-west-2")
+    assert container["command"][:2] == ["tritonserver", "--model-repository=$(FLEETC_INPUT_MODEL)"]
+    assert [e for e in container["env"] if e["name"].startswith("AWS_")] == [
+        {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "models-s3", "key": "aws.accessKeyId"}}},
+        {"name": "AWS_DEFAULT_REGION", "value": "us-west-2"},
+        {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "models-s3", "key": "aws.secretKey"}}},
+    ]
+    assert warned == []
+    # no Secret: the SDK's default chain (the pod's identity); no region known: none set
+    container, warned = _serving_from("s3://models/ckpt", None, None)
+    assert not any(e["name"].startswith("AWS_") for e in container["env"]) and warned == []
+    # Triton cannot use the HMAC keys of a gs:// Secret: said, not rendered
+    container, warned = _serving_from("gs://models/ckpt", "models-gs", None)
+    assert not any(e["name"].startswith(("AWS_", "GOOGLE_")) for e in container["env"])
+    assert warned == [
+        "Triton reads gs:// model repositories with its own credentials (a key file, or the pod's identity), "
+        "not the keys of Secret models-gs: cache inputs[0] (DataOptimizationPolicy caching: Fluid mounts it "
+        "with the Secret), or give the pods an identity that reads it"]

@@ -242,6 +242,15 @@ def test_storage_is_reached_with_the_secret_named_for_it(compiles: list[tuple[st
     assert {"name": "FLEETC_OUTPUT_MODEL_CREDENTIALS", "value": "/fleetc/credentials/model"} in train.container["env"]
     files = dict(result.files)
     (path,) = [p for p in files if logical_path(p).endswith("/deployment-ml-llm-serve.yaml")]
+    # Triton reads the model from s3:// itself, with the Secret named for it
+    assert serve.container["command"][1] == "--model-repository=$(FLEETC_INPUT_MODEL)"
+    assert {"name": "AWS_ACCESS_KEY_ID", "valueFrom": ref} in serve.container["env"]
+    keyless = files[path].replace("            - name: AWS_ACCESS_KEY_ID\n              valueFrom:\n"
+                                  "                secretKeyRef:\n                  name: model-store\n"
+                                  "                  key: aws.accessKeyId\n", "")
+    assert keyless != files[path]
+    assert credential_problems(result.model, {**files, path: keyless}) == [
+        "serve-l4: Deployment/llm-serve deployment: reaches s3://models/llm/v2/ without Secret model-store"]
     literal = files[path].replace("RCLONE_S3_ACCESS_KEY_ID\n              valueFrom:\n                secretKeyRef:\n"
                                   "                  name: model-store\n                  key: aws.accessKeyId\n",
                                   "RCLONE_S3_ACCESS_KEY_ID\n              value: AKIAIOSFODNN7EXAMPLE\n")

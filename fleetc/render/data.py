@@ -338,9 +338,22 @@ def data_warnings(ctx: Context, work_by_cluster: dict[str, Work]) -> list[Diagno
 
 def _unused_secrets(ctx: Context) -> list[Diagnostic]:
     """Inputs naming a Secret while nothing mounts through Fluid (no data policy, or caching
-    off): the Secret is for the Dataset mount, so nothing uses it."""
-    return [warning(Source(stage.source.path, f"{stage.source.field}.inputs[{index}]"),
-                    f"{stage.source.field}.inputs[{index}].secretName",
-                    "is used by Fluid cache mounts, and caching is off (DataOptimizationPolicy "
-                    "spec.caching.enabled); not rendered")
-            for stage in ctx.model.stages for index, item in enumerate(stage.inputs) if item.secret_name]
+    off) and nothing else reaches their URL with it: neither a completion marker there
+    (:mod:`fleetc.render.order`) nor Triton reading its ``s3://`` model repository itself
+    (:func:`fleetc.render.workloads.triton_credentials`)."""
+    found = []
+    for stage in ctx.model.stages:
+        for index, item in enumerate(stage.inputs):
+            if item.secret_name is None:
+                continue
+            url = ctx.input_url(stage, item)
+            marker = any(writer.outputs[0].url == url and unmarked(ctx, writer) is None
+                         for writer in ctx.writers.get(url, ()))
+            triton = (index == 0 and url_scheme(url) == "s3" and stage.serving is not None
+                      and stage.serving.triton)
+            if not marker and not triton:
+                found.append(warning(Source(stage.source.path, f"{stage.source.field}.inputs[{index}]"),
+                                     f"{stage.source.field}.inputs[{index}].secretName",
+                                     "is used by Fluid cache mounts, and caching is off (DataOptimizationPolicy "
+                                     "spec.caching.enabled); not rendered"))
+    return found

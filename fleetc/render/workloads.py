@@ -69,6 +69,11 @@ TIMEOUT_ENV = "FLEETC_INFERENCE_TIMEOUT_SECONDS"
 STARTUP_CHECKS = 30
 #: Model repository URL schemes tritonserver reads itself (besides local paths).
 TRITON_SCHEMES = frozenset({"s3", "gs", "as"})
+#: What Triton reads an ``s3://`` model repository with: the AWS SDK's variables
+#: (triton-inference-server/server ``docs/user_guide/model_repository.md``, "S3"), each from
+#: the key of the Secret named for the URL (the Alluxio names fleetc's Secrets hold,
+#: :data:`fleetc.model.STORAGE_CREDENTIAL_KEYS`); ``AWS_DEFAULT_REGION`` is where the data lives.
+TRITON_S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "aws.accessKeyId", "AWS_SECRET_ACCESS_KEY": "aws.secretKey"}
 
 _ENV_UNSAFE = re.compile(r"[^A-Z0-9_]")
 
@@ -238,9 +243,13 @@ def stage_warnings(ctx: Context, work: Work) -> list[Diagnostic]:
                                  "exits at once and the Job reports Completed having done nothing; set "
                                  "command to what the stage runs (for example [torchrun, train.py])"))
         if stage.serving is not None and stage.serving.triton:
-            _, problem = model_repository(ctx, stage, data_mounts(ctx, stage))
+            mounted = data_mounts(ctx, stage)
+            _, problem = model_repository(ctx, stage, mounted)
             if problem:
                 found.append(warning(stage.source, f"{stage.source.field}.inputs", problem))
+            _, unread = triton_credentials(ctx, stage, mounted)
+            if unread:
+                found.append(warning(stage.source, f"{stage.source.field}.inputs[0]", unread))
     return found
 
 
@@ -346,6 +355,9 @@ def deployment(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
     container = _container(ctx, stage, mounted)
     if serving.triton:
         container["command"] = triton_command(ctx, stage, mounted)
+        credentials, _ = triton_credentials(ctx, stage, mounted)
+        if credentials:
+            container["env"] = sorted(container.get("env", []) + credentials, key=lambda e: str(e["name"]))
     ports = [("http", serving.port), *serving.extra_ports]
     container["ports"] = [{"name": name, "containerPort": number, "protocol": "TCP"} for name, number in ports]
     ready: Obj = {"httpGet": {"path": serving.readiness_path, "port": "http"}}
@@ -389,6 +401,35 @@ def model_repository(ctx: Context, stage: Stage, mounted: DataMounts) -> tuple[s
         f"Triton cannot read {url_scheme(url) or 'this'}:// model repositories itself (it reads "
         f"{', '.join(sorted(TRITON_SCHEMES))} and local paths): cache or mount inputs[0] "
         "(DataOptimizationPolicy caching), or set command")
+
+
+def triton_credentials(ctx: Context, stage: Stage, mounted: DataMounts) -> tuple[list[Obj], str]:
+    """The environment Triton reads an uncached model repository with, and what it cannot be
+    given ('' when nothing): for ``s3://``, the keys of the Secret named for the URL by
+    ``secretKeyRef`` (:data:`TRITON_S3_CREDENTIALS`; no value is rendered) and the region
+    where the data lives, when the input says it. Without a Secret Triton uses the pod's own
+    identity (the AWS SDK's default chain: IRSA, the node's role). Triton reads ``gs://`` with
+    a service-account key file or the pod's identity, not the HMAC keys fleetc's ``gs``
+    Secrets hold, so a Secret named there is reported."""
+    if not stage.inputs or stage.inputs[0].name in mounted.paths:
+        return [], ""
+    spec = stage.inputs[0]
+    url = ctx.input_url(stage, spec)
+    scheme, secret = url_scheme(url), ctx.storage_secret(stage, url)
+    env: list[Obj] = []
+    if scheme == "s3":
+        if secret is not None:
+            env += [{"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+                    for name, key in sorted(TRITON_S3_CREDENTIALS.items())]
+        if spec.location:
+            env.append({"name": "AWS_DEFAULT_REGION", "value": spec.location})
+        return env, ""
+    if scheme in TRITON_SCHEMES and secret is not None:
+        return [], (f"Triton reads {scheme}:// model repositories with its own credentials (a key file, or "
+                    f"the pod's identity), not the keys of Secret {secret}: cache inputs[0] "
+                    "(DataOptimizationPolicy caching: Fluid mounts it with the Secret), or give the pods an "
+                    "identity that reads it")
+    return [], ""
 
 
 def triton_command(ctx: Context, stage: Stage, mounted: DataMounts) -> list[str]:

@@ -38,7 +38,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from fleetc.model import FleetModel
+from fleetc.model import FleetModel, Stage
 from fleetc.placement.rules import slots_per_gpu
 from fleetc.policy.quantity import cpu_millis, memory_bytes
 
@@ -561,7 +561,8 @@ def _named_secrets(model: FleetModel) -> dict[tuple[str, str], str]:
 def credential_problems(model: FleetModel, files: Mapping[str, str]) -> list[str]:
     """Storage is reached with the Secret the policies name for it, by reference only: no
     container has a credential-like variable with a literal value; a completion marker written
-    to, or waited for at, a URL with a Secret takes its keys from that Secret (also in the pod
+    to, or waited for at, a URL with a Secret, and a Triton model repository it reads from
+    ``s3://`` itself, take their keys from that Secret (also in the pod
     of a Fluid DataProcess, whose waits are told apart by the run they wait for); a stage's
     container finds each output's Secret mounted where ``FLEETC_OUTPUT_<NAME>_CREDENTIALS``
     says."""
@@ -589,11 +590,7 @@ def credential_problems(model: FleetModel, files: Mapping[str, str]) -> list[str
             spec, stage = template["spec"], stages[_stage(template)]
             volumes = {v["name"]: v for v in spec.get("volumes", [])}
             for container in spec.get("initContainers", []) + spec["containers"]:
-                url = None
-                if container["name"] == "fleetc-mark":
-                    url = stage.outputs[0].url
-                elif container["name"].startswith("fleetc-wait-"):
-                    url = stages[f"{stage.pipeline}/{container['name'][len('fleetc-wait-'):]}"].outputs[0].url
+                url = _reaches(stages, stage, container, main=container is spec["containers"][0])
                 problems += _reached(where, container, url, named.get((namespace, url)) if url else None)
             told = {e["name"]: e["value"] for e in spec["containers"][0].get("env", []) if "value" in e}
             mounts = {m["mountPath"]: m["name"] for m in spec["containers"][0].get("volumeMounts", [])}
@@ -606,6 +603,28 @@ def credential_problems(model: FleetModel, files: Mapping[str, str]) -> list[str
                 if volume.get("secret", {}).get("secretName") != secret:
                     problems.append(f"{where}: output {output.name} is written without Secret {secret}")
     return sorted(set(problems))
+
+
+def _reaches(stages: Mapping[str, Stage], stage: Stage, container: Mapping[str, Any], main: bool) -> str | None:
+    """The storage URL a container of ``stage``'s pods reaches with credentials: the marker's
+    (written or waited for) or, in the main container, Triton's ``s3://`` model repository."""
+    if container["name"] == "fleetc-mark":
+        return stage.outputs[0].url
+    if container["name"].startswith("fleetc-wait-"):
+        return stages[f"{stage.pipeline}/{container['name'][len('fleetc-wait-'):]}"].outputs[0].url
+    return _s3_model_repository(container) if main else None
+
+
+def _s3_model_repository(container: Mapping[str, Any]) -> str | None:
+    """The ``s3://`` model repository a ``tritonserver`` container reads itself, if it does."""
+    if container.get("command", [""])[0] != "tritonserver":
+        return None
+    env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    for word in container["command"] + container.get("args", []):
+        if word.startswith("--model-repository="):
+            repository = _expand(word.partition("=")[2], env)
+            return repository if repository.startswith("s3://") else None
+    return None
 
 
 def _script(container: Mapping[str, Any]) -> str:

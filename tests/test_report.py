@@ -23,6 +23,7 @@ from fleetc.git.report import (
     github_step_summary,
     snapshot,
     snapshot_of_output,
+    time_sliced_units,
 )
 from fleetc.model import (
     Assignment,
@@ -285,3 +286,27 @@ def test_time_sliced_replicas_count_as_the_gpus_they_take() -> None:
                                        placement.stages[1]))
     assert "        slots: 39\n        gpus: 9.75\n" in dump(placement_report(model, fewer))
     assert snapshot(model, fewer, {}).gpus == {"west": {"t4": 12}}
+
+
+def test_time_sliced_slots_take_whole_nodes_where_the_device_plugin_is_configured() -> None:
+    """As the placement rule counts them (rules.time_sliced_gpus): on 4-GPU nodes whose device
+    plugin reads fleetc's config, 10 slots 4 to a GPU take one whole node, 4 GPUs, not 3; 17
+    slots two nodes. The diff, the cost and the committed placement.yaml read back agree."""
+    t4 = cluster("west", "t4", gpus=16, gpus_per_node=4, device_plugin_configured=True, gpu_hour_cost=0.5,
+                 cpu_hour_cost=0.0, memory_gib_hour_cost=0.0)
+    serve = stage("serve", StageType.DEPLOYMENT, gpus=1, gpu_type="t4", replicas=10, shared_gpu=True)
+    policy = GPUPolicy("gpu", 4, None, None, False, 1, Source("gpu.yaml", "spec"))
+    model = FleetModel("f", "ml", (t4,), (serve,), gpu_policy=policy)
+    from fleetc.render.report import placement_report
+    from fleetc.render.yamlout import dump
+
+    for slots, gpus in ((10, 4), (16, 4), (17, 8)):
+        placement = Placement((StagePlacement("llm/serve", (Assignment("west", slots, slots),), 0.8),), 1.0, 1.0,
+                              "milp")
+        side = snapshot(model, placement, {})
+        assert side.gpus == {"west": {"t4": gpus}} and side.cost == {"west": pytest.approx(gpus * 0.5)}
+        committed = {"placement.yaml": dump(placement_report(model, placement))}
+        assert snapshot_of_output(committed, {"west": "t4"}, time_sliced_units(model)).gpus == side.gpus
+    unconfigured = replace(model, clusters=(replace(t4, device_plugin_configured=False),))
+    assert time_sliced_units(unconfigured) == {"west": 1}
+    assert snapshot(unconfigured, placement, {}).gpus == {"west": {"t4": 5}}  # 17 slots: 5 GPUs

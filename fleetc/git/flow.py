@@ -11,7 +11,7 @@ from fleetc.compiler import Compiled
 from fleetc.emit import RECORD, is_users, write_tree
 from fleetc.errors import Diagnostic, FleetcError, UsageError
 from fleetc.git import repo as gitrepo
-from fleetc.git.report import commit_message, compare, snapshot, snapshot_of_output
+from fleetc.git.report import commit_message, compare, snapshot, snapshot_of_output, time_sliced_units
 from fleetc.placement.previous import PLACEMENT_FILE, Previous, parse_previous
 from fleetc.policy.load import POLICY_SUFFIXES, discover, display_path
 
@@ -80,7 +80,8 @@ def commit_output(compiled: Compiled, out: Path, policy_paths: Sequence[str],
         raise FleetcError(f"{folder}/ has changes fleetc did not make; commit or discard them first "
                           "(nothing was written):\n" + "\n".join(f"  {p}" for p in foreign))
     before = snapshot_of_output({p: t for p, t in committed.items() if p in owned},
-                                {c.name: c.gpu_type for c in compiled.model.clusters})
+                                {c.name: c.gpu_type for c in compiled.model.clusters},
+                                time_sliced_units(compiled.model))
     report = compare(before, snapshot(compiled.model, compiled.placement, compiled.files),
                      base_label="HEAD", head_label="compile", out=folder)
     changed_policies = [p for p in gitrepo.uncommitted(root, *policies) if p in policies] if policies else []

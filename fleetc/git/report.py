@@ -20,7 +20,7 @@ from fleetc.errors import Diagnostic
 from fleetc.model import FleetModel, Placement
 from fleetc.placement import rules
 from fleetc.placement.alternatives import choices, describe
-from fleetc.placement.rules import slots_per_gpu, uses_shared_slots
+from fleetc.placement.rules import slots_per_gpu, time_sliced_gpus, time_sliced_unit, uses_shared_slots
 from fleetc.policy.load import yaml_documents
 
 #: GitHub refuses issue and pull-request comments longer than this many characters.
@@ -68,13 +68,14 @@ def snapshot(model: FleetModel, placement: Placement, files: Mapping[str, str]) 
     """A compile reduced to what the report compares.
 
     GPUs are the GPUs taken: a time-sliced stage's slots count ``1 / slots_per_gpu`` of a GPU
-    each, and a cluster's shared slots take ``ceil(slots / slots_per_gpu)`` GPUs (as the
-    verifier counts them). Cost per hour of a cluster is its prices times what is placed on it:
+    each, and a cluster's shared slots take whole time-sliced units of GPUs, whole nodes where
+    its device plugin is configured (:func:`fleetc.placement.rules.time_sliced_gpus`, as the
+    placement rule and the verifier count them). Cost per hour of a cluster is its prices times what is placed on it:
     GPUs taken x GPU-hour cost + cores x core-hour cost + GiB x GiB-hour cost.
     """
     clusters = {c.name: c for c in model.clusters}
     stages = {s.key: s for s in model.stages}
-    usage = _Usage(slots_per_gpu(model))
+    usage = _Usage(slots_per_gpu(model), time_sliced_units(model))
     cost: dict[str, float] = defaultdict(float)
     where: dict[str, frozenset[str]] = {}
     for p in placement.stages:
@@ -109,11 +110,18 @@ def team_costs(model: FleetModel, placement: Placement) -> dict[str, tuple[float
             for name, pipelines, cap in groups}
 
 
-class _Usage:
-    """GPUs taken per cluster and type: exclusive GPUs plus ``ceil(slots / slots_per_gpu)``."""
+def time_sliced_units(model: FleetModel) -> dict[str, int]:
+    """Cluster -> the GPUs it turns over to time-slicing at once (:func:`time_sliced_unit`)."""
+    return {c.name: time_sliced_unit(c) for c in model.clusters}
 
-    def __init__(self, slots_per_gpu: int) -> None:
+
+class _Usage:
+    """GPUs taken per cluster and type: exclusive GPUs plus the time-sliced units the slots take
+    (``units``: cluster -> GPUs per unit; one GPU where not given)."""
+
+    def __init__(self, slots_per_gpu: int, units: Mapping[str, int]) -> None:
         self.slots_per_gpu = max(1, slots_per_gpu)
+        self.units = units
         self.exclusive: dict[tuple[str, str], int] = defaultdict(int)
         self.slots: dict[tuple[str, str], int] = defaultdict(int)
 
@@ -124,21 +132,24 @@ class _Usage:
     def gpus(self) -> dict[str, dict[str, int]]:
         taken: dict[str, dict[str, int]] = defaultdict(dict)
         for key in sorted(set(self.exclusive) | set(self.slots)):
-            taken[key[0]][key[1]] = self.exclusive[key] + -(-self.slots[key] // self.slots_per_gpu)
+            taken[key[0]][key[1]] = self.exclusive[key] + time_sliced_gpus(self.slots[key], self.slots_per_gpu,
+                                                                            self.units.get(key[0], 1))
         return dict(taken)
 
 
-def snapshot_of_output(files: Mapping[str, str], gpu_types: Mapping[str, str | None]) -> Snapshot:
+def snapshot_of_output(files: Mapping[str, str], gpu_types: Mapping[str, str | None],
+                       units: Mapping[str, int] | None = None) -> Snapshot:
     """A snapshot from a rendered tree alone (a committed out/), read from its placement.yaml.
 
     The tree does not record prices, so cost is unknown (None); a cluster's GPU type comes from
-    ``gpu_types`` when known, else from the stage's requested type.
+    ``gpu_types`` when known, else from the stage's requested type, and the GPUs its shared
+    slots take from ``units`` (:func:`time_sliced_units`; one GPU at a time where not given).
     """
     report = _parse_placement(files.get("placement.yaml", ""))
     where: dict[str, frozenset[str]] = {}
     gpu_choices: dict[str, str] = {}
     sliced = [s for e in report if isinstance(s := e.get("timeSlicing"), dict)]
-    usage = _Usage(max((_whole(s.get("slotsPerGPU")) for s in sliced), default=1))
+    usage = _Usage(max((_whole(s.get("slotsPerGPU")) for s in sliced), default=1), units or {})
     for entry in report:
         key = f"{entry.get('pipeline')}/{entry.get('stage')}"
         placed = [a for a in entry.get("clusters") or [] if isinstance(a, dict) and a.get("replicas")]

@@ -287,3 +287,22 @@ def test_triton_reads_an_uncached_s3_model_with_the_secret_named_for_it() -> Non
         "Triton reads gs:// model repositories with its own credentials (a key file, or the pod's identity), "
         "not the keys of Secret models-gs: cache inputs[0] (DataOptimizationPolicy caching: Fluid mounts it "
         "with the Secret), or give the pods an identity that reads it"]
+
+
+def test_a_prefetch_that_cannot_reach_its_writers_marker_is_reported() -> None:
+    """serve (namespace serving) caches train's checkpoint, written to cos:// in namespace ml
+    with a Secret named there only: its DataProcess could not read the marker, whose endpoint
+    only a Secret names."""
+    model, placement = with_data()
+    stages = tuple(replace(s, outputs=(replace(s.outputs[0], url="cos://models/ckpt", secret_name="cos-ml"),
+                                       *s.outputs[1:])) if s.name == "train" else s for s in model.stages)
+    warned = [w.message for w in render(replace(model, stages=stages), placement).warnings
+              if w.field == "spec.prefetching.enabled"]
+    assert warned == [
+        "the DataLoad in namespace serving waits for the completion marker at cos://models/ckpt, and no Secret "
+        "is named for it in serving: cos:// needs the endpoint and keys one holds; name a Secret (secretName) on "
+        "an input that reads it there"]
+    named = tuple(replace(s, inputs=(replace(s.inputs[0], secret_name="cos-serving"),)) if s.name == "serve" else s
+                  for s in stages)
+    assert not [w for w in render(replace(model, stages=named), placement).warnings
+                if w.field == "spec.prefetching.enabled"]

@@ -47,7 +47,15 @@ from fleetc.render.common import (
     warning,
 )
 from fleetc.render.context import Context, Work
-from fleetc.render.order import MARKER_IMAGE, marker_resources, output_volume, run_id, unmarked, waits
+from fleetc.render.order import (
+    ENDPOINT_IN_SECRET,
+    MARKER_IMAGE,
+    marker_resources,
+    output_volume,
+    run_id,
+    unmarked,
+    waits,
+)
 
 #: URL schemes Alluxio (and so Fluid's AlluxioRuntime) mounts as an under-file-system.
 CACHEABLE_SCHEMES = frozenset({"cos", "cosn", "gs", "hdfs", "obs", "oss", "s3", "s3a"})
@@ -323,6 +331,8 @@ def data_warnings(ctx: Context, work_by_cluster: dict[str, Work]) -> list[Diagno
         found.append(warning(policy.source, "spec.prefetching.enabled",
                              f"no DataLoad for {url}: a DataLoad of it waits for the completion marker of "
                              f"every stage that writes it, and stage '{key}' {why}"))
+    if policy.prefetching_enabled:
+        found += _keyless_waits(ctx, policy, work_by_cluster)
     uncached: dict[tuple[str, str], str] = {}
     for work in work_by_cluster.values():
         for stage, _ in work:
@@ -334,6 +344,27 @@ def data_warnings(ctx: Context, work_by_cluster: dict[str, Work]) -> list[Diagno
         found.append(warning(Source(path, field), field,
                              f"{kind} cannot be cached by Fluid/Alluxio; the stage reads it directly"))
     return found
+
+
+def _keyless_waits(ctx: Context, policy: DataPolicy, work_by_cluster: dict[str, Work]) -> list[Diagnostic]:
+    """DataProcesses that wait, in another namespace than the writer's, for a marker on a store
+    whose endpoint only a Secret names, with no Secret named for it there: they could never
+    read it, so their DataLoads would never run (in the writer's own namespace the writer's
+    marker is reported, :func:`fleetc.render.order.order_warnings`)."""
+    keyless = set()
+    for work in work_by_cluster.values():
+        for namespace, url in cached_urls(ctx, work):
+            writers = ctx.writers.get(url, ())
+            if any(unmarked(ctx, writer) is not None for writer in writers):
+                continue  # no DataLoad, said above
+            keyless |= {(namespace, writer.outputs[0].url) for writer in writers if writer.namespace != namespace
+                        and url_scheme(writer.outputs[0].url) in ENDPOINT_IN_SECRET
+                        and ctx.storage_secrets.get((namespace, writer.outputs[0].url)) is None}
+    return [warning(policy.source, "spec.prefetching.enabled",
+                    f"the DataLoad in namespace {namespace} waits for the completion marker at {marker}, "
+                    f"and no Secret is named for it in {namespace}: {url_scheme(marker)}:// needs the endpoint "
+                    f"and keys one holds; name a Secret (secretName) on an input that reads it there")
+            for namespace, marker in sorted(keyless)]
 
 
 def _unused_secrets(ctx: Context) -> list[Diagnostic]:

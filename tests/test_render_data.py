@@ -11,12 +11,13 @@ from test_render import fleet, objects
 
 from fleetc.model import DataPolicy, FleetModel, Input, Output, Placement, Serving, Source
 from fleetc.render import render
+from fleetc.render.common import digest
 from fleetc.render.data import dataset_name
+from fleetc.render.order import run_id
 
 DATA_FILE = "policies/data.yaml"
 RAW = "s3://data/raw"
 RAW_NAME = "data-s3-data-raw-6f8c904b"  # pinned: names must not drift between releases
-RUNS = "202475e2"  # digest of the run of train, the writer of s3://models/ckpt (its stage as compiled)
 
 
 def data_policy(**kw: Any) -> DataPolicy:
@@ -94,7 +95,8 @@ def test_the_prefetch_of_an_output_runs_after_a_data_process_that_waits_for_its_
     ckpt = "s3://models/ckpt"
     loads = {p: o for p, o in objs.items()
              if o["kind"] == "DataLoad" and o["spec"]["dataset"]["name"] == dataset_name(ckpt)}
-    name = f"{dataset_name(ckpt)}-{RUNS}"
+    train = next(s for s in with_data()[0].stages if s.name == "train")
+    name = f"{dataset_name(ckpt)}-{digest(run_id(train))}"  # named after the run of its writer
     assert sorted(loads) == [f"clusters/{c}/dataload-{ns}-{name}-prefetch.yaml"
                              for c, ns in (("gpu-east", "serving"), ("gpu-west", "ml"), ("gpu-west", "serving"))]
     load = loads[f"clusters/gpu-west/dataload-ml-{name}-prefetch.yaml"]

@@ -294,7 +294,7 @@ def test_time_sliced_slots_take_whole_nodes_where_the_device_plugin_is_configure
     slots two nodes. The diff, the cost and the committed placement.yaml read back agree."""
     t4 = cluster("west", "t4", gpus=16, gpus_per_node=4, device_plugin_configured=True, gpu_hour_cost=0.5,
                  cpu_hour_cost=0.0, memory_gib_hour_cost=0.0)
-    serve = stage("serve", StageType.DEPLOYMENT, gpus=1, gpu_type="t4", replicas=10, shared_gpu=True)
+    serve = stage("serve", StageType.DEPLOYMENT, gpus=1, gpu_types=("t4",), replicas=10, shared_gpu=True)
     policy = GPUPolicy("gpu", 4, None, None, False, 1, Source("gpu.yaml", "spec"))
     model = FleetModel("f", "ml", (t4,), (serve,), gpu_policy=policy)
     from fleetc.render.report import placement_report

@@ -131,9 +131,10 @@ def test_diff_markdown_structure(repo: Repo) -> None:
     assert text.startswith("### fleetc: placement diff `HEAD` → `working tree`\n\n1 stage moved;")
     assert "| cluster | objects + / ~ / − | GPUs before → after | cost/h before → after | stages in | stages out |" \
         in text
-    assert "| `gpu-cluster-huawei` | 0 / 1 / 2 | 14 a100 → 6 a100 |" in text
+    # 4 / 1 / 6: besides the moved Job, the two prefetches of the model there wait for the moved (changed) run
+    assert "| `gpu-cluster-huawei` | 4 / 1 / 6 | 14 a100 → 6 a100 |" in text
     assert '```mermaid\nxychart-beta\n' in text and '    bar "before" [14, 4]\n    bar "after" [6, 12]\n' in text
-    assert "<details><summary>cluster gpu-cluster-huawei: 5 files changed</summary>" in text
+    assert "<details><summary>cluster gpu-cluster-huawei: 13 files changed</summary>" in text
     assert text.count("<details>") == text.count("</details>") == 3
     assert len(text) <= 65_536
 

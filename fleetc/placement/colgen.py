@@ -351,6 +351,23 @@ class _Caps:
         coefficient: np.ndarray = np.where(hit, per_replica, 0.0)
         return coefficient
 
+    @cached_property
+    def rows_of(self) -> list[list[int]]:
+        """Per stage, the rows that cover it (a few: its team's and its pipeline's)."""
+        rows: list[list[int]] = [[] for _ in range(self.members.shape[1])]
+        for row, s in zip(*np.nonzero(self.members), strict=True):
+            rows[int(s)].append(int(row))
+        return rows
+
+    def per_replica(self, row: int, s: int, c: int) -> float:
+        """:meth:`coefficients` of one pair (the same operations on scalars), for the repair."""
+        if not (self.members[row, s] and self.on[row, c]):
+            return 0.0
+        if not self.cost[row]:
+            return float(self.problem.quota_unit[s])
+        b, p = self.problem.billed, self.problem.prices
+        return float(round(rules.MICROS * (b[0, s] * p[0, c] + b[1, s] * p[1, c] + b[2, s] * p[2, c])))
+
     def used(self, replicas_at: np.ndarray) -> np.ndarray:
         """(K,) what ``replicas_at`` takes of each row."""
         stage, cluster = np.nonzero(replicas_at)
@@ -1070,8 +1087,8 @@ class _Room:
             coefficient = float(self._headroom_of(row, np.array([s]), np.array([c]))[0])
             if coefficient > 0:
                 limits.append(math.floor((self.headroom.bound[row] - self.used[row]) / coefficient + 1e-9))
-        for row in range(len(self.caps.bound)):  # whole numbers: integer division is exact
-            coefficient = float(self.caps.coefficients(row, np.array([s]), np.array([c]))[0])
+        for row in self.caps.rows_of[s]:  # whole numbers: integer division is exact
+            coefficient = self.caps.per_replica(row, s, c)
             if coefficient > 0:
                 limits.append(int((self.caps.bound[row] - self.capped[row]) // coefficient))
         return max(0, min(limits))
@@ -1096,8 +1113,8 @@ class _Room:
         self.taken[:, c] += self.per_replica[:, s] * count
         for row in range(len(self.headroom.bound)):
             self.used[row] += float(self._headroom_of(row, np.array([s]), np.array([c]))[0]) * count
-        for row in range(len(self.caps.bound)):
-            self.capped[row] += float(self.caps.coefficients(row, np.array([s]), np.array([c]))[0]) * count
+        for row in self.caps.rows_of[s]:
+            self.capped[row] += self.caps.per_replica(row, s, c) * count
 
 
 def _greedy_plan(stage: Stage, s: int, minimum: int, by_score: list[int], ha: list[int], room: _Room,

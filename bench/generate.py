@@ -415,11 +415,11 @@ GPU_HOUR = {"a100": 3.0, "h100": 5.0, "t4": 0.5, "l4": 0.8}
 
 
 def _teams(pipelines: list[list[_Stage]], slots: int, quotas: float, budget: float) -> list[dict[str, Any]]:
-    """One team per namespace (``team-NN``, pipelines ``index % TEAMS``): a GPU quota of every
+    """One team per namespace with pipelines (``team-NN``, pipelines ``index % TEAMS``): a GPU quota of every
     type, ``quotas`` x the GPUs of that type its stages ask for (rounded down; 0 where it asks
     for none, so its untyped stages stay on the types it has), and with ``budget`` a cost cap
     of ``budget`` x those GPUs' hourly price."""
-    asked = [dict.fromkeys(GPU_TYPES, 0.0) for _ in range(TEAMS)]
+    asked = [dict.fromkeys(GPU_TYPES, 0.0) for _ in range(min(TEAMS, len(pipelines)))]  # teams with pipelines
     for index, stages in enumerate(pipelines):
         for stage in stages:
             if stage.gpu_type:

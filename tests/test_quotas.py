@@ -12,7 +12,7 @@ from support.builders import make_cluster, make_fleet, make_gpu_policy, make_sta
 from support.corpus import CASES, compile_texts, compiled_in, read_policies
 from support.runtime import GPU, kueue_problems, objects, volcano_queue_problems
 
-from bench.generate import TEAMS, Spec, generate
+from bench.generate import Spec, generate
 from fleetc.compiler import check_policies, compile_policies, load_policy_sources
 from fleetc.errors import PlacementError, PolicyError
 from fleetc.git.report import as_json, compare, format_markdown, format_text, snapshot
@@ -176,7 +176,7 @@ def test_the_large_path_keeps_quotas_and_cost_caps() -> None:
     bind: some stage runs elsewhere or stays out compared with the fleet without them."""
     spec = Spec(clusters=8, stages=60, load=0.8, seed=5, quotas=0.8, budget=1.2)
     capped = model_of(generate(spec).files)
-    assert len(rules.caps(capped)) == TEAMS
+    assert len(rules.caps(capped)) == len(capped.teams) == 17  # a team per namespace with pipelines
     large = place(capped, allow_unplaced=True, large=0)
     exact = place(capped, allow_unplaced=True)
     assert large.method == "colgen-lp-round" and exact.method == "milp"
@@ -253,3 +253,18 @@ def test_the_golden_caps_hold_on_the_large_path(case: str) -> None:
         assert large.value.reasons == error.reasons
     else:
         assert place(model, large=0).objective == pytest.approx(exact.objective, rel=1e-6)
+
+
+def test_a_team_selecting_nothing_by_a_typo_is_an_error() -> None:
+    """A misspelt namespace or label would leave the team's caps capping nothing."""
+    policies = read_policies(QUOTAS / "policies")
+    policies["policies/platform.yaml"] = policies["policies/platform.yaml"].replace(
+        "namespaces: [research]", "namespaces: [reserch]").replace("{team: prod}", "{team: prd}")
+    with pytest.raises(PolicyError) as error:
+        compile_texts(policies)
+    assert [(d.line, d.column, d.field, d.message, d.hint) for d in error.value.diagnostics] == [
+        (8, 18, "spec.teams[0].namespaces[0]", "no pipeline the platform governs runs in namespace 'reserch'",
+         "did you mean 'research'?"),
+        (12, 23, "spec.teams[1].pipelineSelector", "no pipeline the platform governs carries these labels",
+         "a pipeline is the team's when its metadata.labels carry every label given here"),
+    ]

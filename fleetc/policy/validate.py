@@ -918,9 +918,7 @@ def _team_checks(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> Itera
             yield doc.diagnostic(base + ("name",), f"duplicate team name '{team.name}' "
                                                    f"(also spec.teams[{seen[team.name]}])")
         seen.setdefault(team.name, i)
-        if not team.namespaces and not team.pipelineSelector:
-            yield doc.diagnostic(base, f"team '{team.name}' selects no pipelines",
-                                 hint="give it namespaces: [<namespace>, ...] or pipelineSelector: {<label>: <value>}")
+        yield from _team_selects(doc, base, team, pipelines)
         for field in ("gpuQuota", "guaranteed"):
             for gpu_type in getattr(team, field) or {}:
                 if policies.fleets and gpu_type.lower() not in fleet_types:
@@ -940,6 +938,27 @@ def _team_checks(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> Itera
                                            f"'{team.name}'; a pipeline belongs to at most one team",
                                      hint="narrow the teams' namespaces or pipelineSelector")
             owner.setdefault(name, team.name)
+
+
+def _team_selects(doc: Document, base: FieldPath, team: p.Team,
+                  pipelines: list[Parsed[p.AIGCPipeline]]) -> Iterator[Diagnostic]:
+    """A team selects its pipelines somehow, and each namespace and its selector select some
+    governed pipeline: a typo would leave the team's caps capping nothing."""
+    if not team.namespaces and not team.pipelineSelector:
+        yield doc.diagnostic(base, f"team '{team.name}' selects no pipelines",
+                             hint="give it namespaces: [<namespace>, ...] or pipelineSelector: {<label>: <value>}")
+    if not pipelines:
+        return
+    known = sorted({pipeline_namespace(pl.obj) for pl in pipelines})
+    for j, name in enumerate(team.namespaces or []):
+        if name not in known:
+            yield doc.diagnostic(base + ("namespaces", j), f"no pipeline the platform governs runs in namespace "
+                                                          f"'{name}'",
+                                 hint=did_you_mean(name, known) or f"their namespaces: {', '.join(known)}")
+    selector_only = p.Team(name=team.name, pipelineSelector=team.pipelineSelector)
+    if team.pipelineSelector and not team_pipelines(selector_only, pipelines):
+        yield doc.diagnostic(base + ("pipelineSelector",), "no pipeline the platform governs carries these labels",
+                             hint="a pipeline is the team's when its metadata.labels carry every label given here")
 
 
 def _governed_once(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> Iterator[

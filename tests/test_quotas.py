@@ -268,3 +268,19 @@ def test_a_team_selecting_nothing_by_a_typo_is_an_error() -> None:
         (12, 23, "spec.teams[1].pipelineSelector", "no pipeline the platform governs carries these labels",
          "a pipeline is the team's when its metadata.labels carry every label given here"),
     ]
+
+
+def test_team_names_are_unique_over_the_platforms() -> None:
+    """Each team names its queue on every cluster (fleetc-team-<name>): two platforms' teams of
+    one name would render two queues of that name."""
+    policies = read_policies(QUOTAS / "policies")
+    policies["policies/other.yaml"] = (
+        "apiVersion: aigc.kurator.dev/v1alpha1\nkind: AIGCPlatform\nmetadata:\n  name: zz-other\nspec:\n"
+        "  pipelines: []\n  teams:\n  - name: research\n    gpuQuota: {h100: 8}\n")
+    with pytest.raises(PolicyError) as error:
+        compile_texts(policies)
+    assert [(d.path, d.line, d.column, d.field, d.message) for d in error.value.diagnostics] == [
+        ("policies/other.yaml", 8, 5, "spec.teams[0]", "team 'research' selects no pipelines"),
+        ("policies/platform.yaml", 7, 11, "spec.teams[0].name",
+         "team name 'research' is also a team of AIGCPlatform 'zz-other'"),
+    ]

@@ -912,11 +912,17 @@ def _team_checks(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> Itera
                           for c in f.obj.spec.clusters if c.attributes and "gpu-type" in c.attributes})
     owner: dict[str, str] = {}
     seen: dict[str, int] = {}
+    earlier = {t.name: other.name for other in policies.platforms[: policies.platforms.index(platform)]
+               for t in other.obj.spec.teams or []}
     for i, team in enumerate(teams):
         base: FieldPath = ("spec", "teams", i)
         if team.name in seen:
             yield doc.diagnostic(base + ("name",), f"duplicate team name '{team.name}' "
                                                    f"(also spec.teams[{seen[team.name]}])")
+        elif team.name in earlier:  # its queues on every cluster are named after it
+            yield doc.diagnostic(base + ("name",), f"team name '{team.name}' is also a team of AIGCPlatform "
+                                                   f"'{earlier[team.name]}'",
+                                 hint="team names are unique over the platforms: each names its queues")
         seen.setdefault(team.name, i)
         yield from _team_selects(doc, base, team, pipelines)
         for field in ("gpuQuota", "guaranteed"):

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fleetc.errors import Diagnostic, FleetcError, PlacementError, PolicyError, UsageError
-from fleetc.model import Assignment, FleetModel, Placement, StagePlacement
+from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
 from fleetc.placement import LARGE, PLACEMENT_VERSION
 from fleetc.placement.previous import PLACEMENT_FILE, Previous, read_previous
 from fleetc.placement.solvers import DEFAULT_SOLVER, check_solver, solver_label
@@ -376,6 +376,14 @@ def _given_back(model: FleetModel, inputs: str, options: Options) -> Placement |
     return _placement_in_out(model, previous, inputs, allow_unplaced=options.allow_unplaced)
 
 
+def _gpus_per_replica(known: Mapping[str, Cluster], stage: Stage, cluster: str) -> int:
+    """The stage's GPUs per replica on ``cluster`` (a stage asking for throughput: its type's);
+    its own figure on a cluster the model does not know (the verifier then names it)."""
+    from fleetc.placement.rules import on_cluster
+
+    return on_cluster(stage, known[cluster]).gpus if cluster in known else stage.gpus
+
+
 def _placement_in_out(model: FleetModel, previous: Previous, inputs: str, *,
                       allow_unplaced: bool = True) -> Placement | None:
     """The placement a placement.yaml holds, when it was compiled from these same ``inputs``,
@@ -384,9 +392,10 @@ def _placement_in_out(model: FleetModel, previous: Previous, inputs: str, *,
 
     if not inputs or previous.inputs != inputs or previous.stages != {stage.key for stage in model.stages}:
         return None
+    known = {c.name: c for c in model.clusters}
     placement = Placement(
         stages=tuple(StagePlacement(stage.key, tuple(
-            Assignment(cluster, replicas, replicas * stage.gpus)
+            Assignment(cluster, replicas, replicas * _gpus_per_replica(known, stage, cluster))
             for cluster, replicas in sorted(previous.clusters.get(stage.key, {}).items())),
             previous.scores[stage.key], previous.reasons.get(stage.key, ""))
             for stage in model.stages),

@@ -7,6 +7,7 @@ never changes afterwards, so the optimizer and the renderer are pure functions o
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -168,6 +169,23 @@ class Serving:
     triton: bool = False  # the default image: fleetc writes tritonserver's command
 
 
+def gpus_for_throughput(throughput: float, per_gpu: float) -> int:
+    """GPUs per replica that give ``throughput`` at ``per_gpu`` each: ``ceil(throughput /
+    per_gpu)``, the quotient rounded to 9 decimals first (8 / 1.0 = 8, 0.3 / 0.1 = 3)."""
+    return max(1, math.ceil(round(throughput / per_gpu, 9)))
+
+
+@dataclass(frozen=True)
+class GPUOption:
+    """What one replica of a stage asking for throughput takes on clusters of one GPU type:
+    ``ceil(throughput / the type's throughput)`` GPUs, then node fit (:mod:`fleetc.nodefit`)."""
+
+    gpu_type: str
+    gpus: int  # per replica, as reserved
+    gpu_request: int | None = None  # per replica as asked, when ``gpus`` reserves more
+    pods_per_replica: int = 1
+
+
 @dataclass(frozen=True)
 class Stage:
     pipeline: str
@@ -198,6 +216,12 @@ class Stage:
     pods_per_replica: int = 1
     gpu_request: int | None = None
     serving: Serving | None = None  # Deployment stages only
+    #: ``resources.throughput``: the GPUs per replica depend on the cluster's GPU type, one
+    #: :class:`GPUOption` per type it may run on (preference order; ``gpus``, ``gpu_request``
+    #: and ``pods_per_replica`` above are the first option's). Use
+    #: :func:`fleetc.placement.rules.on_cluster` for a cluster's figures. None: ``gpus`` holds.
+    throughput: float | None = None
+    gpu_options: tuple[GPUOption, ...] = ()
 
     @property
     def key(self) -> str:

@@ -14,7 +14,7 @@ from pathlib import PurePath
 
 from fleetc import model as m
 from fleetc import nodefit
-from fleetc.errors import Diagnostic, PolicyError, UsageError, did_you_mean
+from fleetc.errors import Diagnostic, InternalError, PolicyError, UsageError, did_you_mean
 from fleetc.placement.rules import degraded_platforms
 from fleetc.policy import kinds as p
 from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage
@@ -137,7 +137,7 @@ def _resolve(policies: PolicySet, where: str, drained: Sequence[str], names: dic
                             key=lambda c: c.name))
     gpu_taints = _derived_gpu_taints(fleet)
     stages = _with_jurisdictions(policies, clusters, tuple(
-        _fitted(_with_gpu_tolerations(stage, gpu_taints), clusters)
+        _fitted(_with_gpu_tolerations(stage, gpu_taints), clusters, gpu_throughput(spec))
         for pipeline in sorted(policies.pipelines, key=lambda pl: pl.name)
         for stage in _stages(pipeline, fleet_tolerations, names.get(pipeline.doc.path, pipeline.doc.path))
     ))
@@ -182,19 +182,51 @@ def _teams(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> list[m.Team
     return sorted(teams, key=lambda t: t.name)
 
 
-def _fitted(stage: m.Stage, clusters: Sequence[m.Cluster]) -> m.Stage:
+def _fitted(stage: m.Stage, clusters: Sequence[m.Cluster], throughput: Mapping[str, float]) -> m.Stage:
     """Node fit (:mod:`fleetc.nodefit`): a gang replica larger than a node is split into pods,
-    and ``gpus`` becomes what the replica reserves, so any placement packs onto nodes."""
+    and ``gpus`` becomes what the replica reserves, so any placement packs onto nodes. A stage
+    asking for throughput gets one :class:`~fleetc.model.GPUOption` per GPU type it may run on,
+    each fitted to the nodes of that type's clusters."""
+    if stage.throughput is not None:
+        return _throughput_options(stage, clusters, throughput)
     nodes = [c.gpus_per_node for c in clusters
              if c.gpus > 0 and c.gpu_type and stage.preference(c.gpu_type) is not None]
-    if stage.is_gang:
-        pods, reserved = nodefit.reserved_per_replica(stage.gpus, nodes)
-    else:  # a serving replica is one pod; validation refused one larger than a node
-        pods, reserved = 1, max((nodefit.rounded(stage.gpus, n) for n in nodes if n >= stage.gpus),
-                                default=stage.gpus)
+    pods, reserved = _fit(stage, stage.gpus, nodes)
     if reserved == stage.gpus and pods == 1:
         return stage
     return replace(stage, gpus=reserved, pods_per_replica=pods, gpu_request=stage.gpus)
+
+
+def _fit(stage: m.Stage, gpus: int, nodes: Sequence[int]) -> tuple[int, int]:
+    """(pods per replica, GPUs reserved per replica) of ``gpus`` per replica on ``nodes``."""
+    if stage.is_gang:
+        return nodefit.reserved_per_replica(gpus, nodes)
+    # a serving replica is one pod; validation refused one larger than a node
+    return 1, max((nodefit.rounded(gpus, n) for n in nodes if n >= gpus), default=gpus)
+
+
+def gpu_throughput(spec: p.FleetSpec) -> dict[str, float]:
+    """The Fleet's ``gpuThroughput``, GPU types in lower case as the model has them."""
+    return {t.lower(): float(v) for t, v in (spec.gpuThroughput or {}).items()}
+
+
+def _throughput_options(stage: m.Stage, clusters: Sequence[m.Cluster], throughput: Mapping[str, float]) -> m.Stage:
+    """The stage's GPU options, one per type it lists (else per type the Fleet states a
+    throughput for, fastest first), with the first one's figures as its own."""
+    wanted = stage.throughput or 0.0
+    types = stage.gpu_types or tuple(sorted(throughput, key=lambda t: (-throughput[t], t)))
+    options = []
+    for gpu_type in (t for t in types if t in throughput):
+        asked = m.gpus_for_throughput(wanted, throughput[gpu_type])
+        nodes = [c.gpus_per_node for c in clusters if c.gpus > 0 and c.gpu_type == gpu_type]
+        pods, reserved = _fit(stage, asked, nodes)
+        fitted = reserved != asked or pods != 1
+        options.append(m.GPUOption(gpu_type, reserved, asked if fitted else None, pods))
+    if not options:  # validation refuses this; a model without options would drop the stage's GPUs
+        raise InternalError(f"{stage.key}: asks for throughput, but none of its GPU types has one")
+    first = options[0]
+    return replace(stage, gpus=first.gpus, gpu_request=first.gpu_request, pods_per_replica=first.pods_per_replica,
+                   gpu_options=tuple(options))
 
 
 def default_jurisdiction(region: str) -> str:
@@ -465,7 +497,8 @@ def _stage(pipeline: Parsed[p.AIGCPipeline], index: int, stage: p.PipelineStage,
         memory_bytes=memory_bytes(res.memory if res.memory is not None
                                   else "16Gi" if kind in (m.StageType.DATAPROC,
                                                           m.StageType.DEPLOYMENT) else "32Gi"),
-        gpus=res.gpu if res.gpu is not None else default_gpus,
+        gpus=res.gpu if res.gpu is not None else 1 if res.throughput is not None else default_gpus,
+        throughput=res.throughput,
         gpu_types=res.gpu_types(),
         replicas=stage.replicas or (2 if deployment else 1),
         min_replicas_per_cluster=stage.minReplicasPerCluster or 1,

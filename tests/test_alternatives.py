@@ -20,7 +20,7 @@ from support.corpus import CASES
 from fleetc.compiler import Options, compile_fleet
 from fleetc.errors import PlacementError
 from fleetc.git.report import as_json, compare, format_markdown, format_text, snapshot, snapshot_of_output
-from fleetc.model import StageType
+from fleetc.model import Assignment, StageType
 from fleetc.placement.alternatives import choices
 from fleetc.placement.explain import explain
 from fleetc.placement.explain import format_text as explain_text
@@ -113,3 +113,72 @@ def test_diff_shows_the_type_chosen_before_and_after(tmp_path: Path) -> None:
     read_back = compare(snapshot_of_output(before.files, {}), snapshot_of_output(after.files, {}),
                         base_label="main", head_label="tree")
     assert read_back.gpu_choices == report.gpu_choices
+
+
+# --- throughput: the GPU count follows the cluster's type ---------------------------------------
+
+
+def test_throughput_takes_the_count_of_the_type_it_runs_on() -> None:
+    """Throughput 4 is 2 h100 or 4 a100: an h100 cluster of 2 GPUs runs it (its per-pair
+    count), though the stage's most (4) would not fit there; the assignment counts 2."""
+    model = make_fleet((make_cluster("h", gpu_type="h100", gpus=2), make_cluster("a", gpu_type="a100", gpus=2)),
+                       (make_stage("s", throughput_gpus={"a100": 4, "h100": 2}),))
+    placement = place(model)
+    assert placement.of("llm/s").assignments == (Assignment("h", 1, 2),)
+    assert verify(model, placement) == []
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    room=st.tuples(st.sampled_from([2, 4, 8]), st.sampled_from([2, 4, 8])),
+    replicas=st.integers(1, 3),
+    kind=st.sampled_from([StageType.TRAINING, StageType.DEPLOYMENT]),
+    large=st.sampled_from([0, 10**9]),
+)
+def test_throughput_placements_hold_on_both_paths(room: tuple[int, int], replicas: int, kind: StageType,
+                                                  large: int) -> None:
+    """Exact path and large path (column generation, which counts a throughput stage at its
+    most GPUs): every placement passes the verifier with each pair's own count, its bound is
+    not below its objective, and the exact path places whatever fits at the pairs' counts."""
+    stages = (make_stage("t", type=kind, replicas=replicas, throughput_gpus={"h100": 2, "a100": 4}),
+              make_stage("g", gpus=2, gpu_type="a100"))
+    model = make_fleet((make_cluster("h", gpu_type="h100", gpus=room[0]),
+                        make_cluster("a", gpu_type="a100", gpus=room[1])), stages)
+    placement = place(model, large=large, allow_unplaced=True)
+    assert verify(model, placement, allow_unplaced=True) == []
+    assert placement.objective <= placement.bound + 1e-9
+    for p in placement.stages:
+        stage = model.stage(p.stage)
+        for a in p.assignments:
+            assert a.gpus == a.replicas * ({"h100": 2, "a100": 4}[model.cluster(a.cluster).gpu_type]
+                                           if stage.name == "t" else 2)
+    if large:
+        # the exact path (large=10**9) places both gangs whenever they fit: t on h and g on a, or both on a
+        both = (2 * replicas <= room[0] and 2 <= room[1]) or 4 * replicas + 2 <= room[1]
+        if kind is StageType.TRAINING and both:
+            assert all(p.assignments for p in placement.stages)
+
+
+def test_diff_shows_the_count_a_throughput_stage_got(tmp_path: Path) -> None:
+    """With room for both on the h100 cluster, sweep takes 4 h100; with room for one, 8 a100:
+    the diff names the type and the count, from the compile and from placement.yaml alike."""
+    compiled = []
+    for side, h100s in (("before", "8"), ("after", "4")):
+        policies = tmp_path / side / "policies"
+        shutil.copytree(CASES / "gpu-throughput" / "policies", policies)
+        fleet = policies / "fleet.yaml"
+        fleet.write_text(fleet.read_text().replace('gpu-count: "4"', f'gpu-count: "{h100s}"'))
+        compiled.append(compile_fleet(Options(paths=(str(policies),), out=str(tmp_path / side / "out"),
+                                              workdir=tmp_path / side)))
+    before, after = compiled
+    report = compare(snapshot(before.model, before.placement, before.files),
+                     snapshot(after.model, after.placement, after.files), base_label="main", head_label="tree")
+    assert report.gpu_choices == (
+        ("llm/sweep", "h100 x4 of [h100 x4, a100 x8]; a100 x8 not taken: gpu-a100 has room, but the stage "
+                      "scores 0.8147 there against 0.8450 on gpu-h100",
+         "a100 x8 of [h100 x4, a100 x8]; h100 x4 not taken: gpu-h100 has no room for 1 replica (would take 8 of "
+         "its 4 usable GPUs)"),)
+    read_back = compare(snapshot_of_output(before.files, {}), snapshot_of_output(after.files, {}),
+                        base_label="main", head_label="tree")
+    assert read_back.gpu_choices == report.gpu_choices
+    assert (report.gpu_totals["h100"], report.gpu_totals["a100"]) == ((8, 4), (0, 8))

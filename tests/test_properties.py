@@ -15,7 +15,15 @@ import itertools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.builders import GPU_TYPE_CHOICES, make_cluster, make_fleet, make_gpu_policy, make_platform, make_stage
+from support.builders import (
+    GPU_TYPE_CHOICES,
+    THROUGHPUT_CHOICES,
+    make_cluster,
+    make_fleet,
+    make_gpu_policy,
+    make_platform,
+    make_stage,
+)
 
 from fleetc.errors import PlacementError
 from fleetc.model import Assignment, FleetModel, Placement, StagePlacement, StageType
@@ -48,7 +56,9 @@ def fleets(draw: st.DrawFn) -> FleetModel:
             pipeline=draw(st.sampled_from(["p", "q"])),
             type=(kind := draw(st.sampled_from(list(StageType)))),
             gpus=draw(st.sampled_from([0, 1, 2, 4])),
-            gpu_types=draw(st.sampled_from(GPU_TYPE_CHOICES)),
+            throughput_gpus=(throughput := draw(st.sampled_from(THROUGHPUT_CHOICES))),
+            gpu_types=(tuple(throughput) if draw(st.booleans()) else ()) if throughput
+            else draw(st.sampled_from(GPU_TYPE_CHOICES)),
             replicas=draw(st.integers(1, 6)),
             cores=draw(st.sampled_from([1, 4, 16])),
             memory_gib=draw(st.sampled_from([4, 32])),

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from support.builders import (
     GPU_TAINT,
     GPU_TYPE_CHOICES,
+    THROUGHPUT_CHOICES,
     make_cluster,
     make_fleet,
     make_gpu_policy,
@@ -71,7 +72,9 @@ def fleets(draw: st.DrawFn, failover: bool = False) -> FleetModel:
             pipeline=draw(st.sampled_from(["p", "p" if failover else "q"])),
             type=(kind := draw(st.sampled_from([StageType.DEPLOYMENT, *StageType]))),
             gpus=draw(st.sampled_from([0, 1, 2, 4])),
-            gpu_types=draw(st.sampled_from(GPU_TYPE_CHOICES)),
+            throughput_gpus=(throughput := draw(st.sampled_from(THROUGHPUT_CHOICES))),
+            gpu_types=(tuple(throughput) if draw(st.booleans()) else ()) if throughput
+            else draw(st.sampled_from(GPU_TYPE_CHOICES)),
             replicas=draw(st.integers(1, 5)),
             cores=draw(st.sampled_from([1, 4, 16])),
             memory_gib=draw(st.sampled_from([2, 16, 64])),
@@ -121,7 +124,8 @@ def placement_of(model: FleetModel, replicas_at: np.ndarray) -> Placement:
     return Placement(
         stages=tuple(
             StagePlacement(stage.key, tuple(
-                Assignment(model.clusters[c].name, int(replicas_at[s, c]), int(replicas_at[s, c]) * stage.gpus)
+                Assignment(model.clusters[c].name, int(replicas_at[s, c]),
+                           int(replicas_at[s, c]) * rules.on_cluster(stage, model.clusters[c]).gpus)
                 for c in np.flatnonzero(replicas_at[s])
             ), score=0.0)
             for s, stage in enumerate(model.stages)
@@ -148,7 +152,8 @@ def vector_of(model: FleetModel, program: Program, replicas_at: np.ndarray, prev
     v[program.z] = replicas_at.any(axis=1)
     if len(program.w):
         shared = np.array([rules.uses_shared_slots(model, s) for s in model.stages])
-        slots = (np.array([s.gpus for s in model.stages]) * shared) @ replicas_at
+        per_pair = np.array([[rules.on_cluster(s, c).gpus for c in model.clusters] for s in model.stages])
+        slots = (per_pair * shared[:, np.newaxis] * replicas_at).sum(axis=0)
         unit = np.array([rules.time_sliced_unit(c) for c in model.clusters])
         v[program.w] = -(-slots // (rules.slots_per_gpu(model) * unit))  # whole time-sliced units
     kept_unit = program.k_of  # the y entries of v the k entries keep replicas of
@@ -175,7 +180,7 @@ def _check_against_the_rules(data: st.DataObject, model: FleetModel) -> None:
     for s, stage in enumerate(model.stages):
         for c, cluster in enumerate(model.clusters):
             excluded = bool(rules.exclusions(stage, cluster))
-            too_small = (stage.gpus > cluster.gpus or stage.cpu_millis > cluster.cpu_millis
+            too_small = (rules.on_cluster(stage, cluster).gpus > cluster.gpus or stage.cpu_millis > cluster.cpu_millis
                          or stage.memory_bytes > cluster.memory_bytes)
             assert scores.allowed[s, c] == (not excluded and not too_small), (stage, cluster)
     previous = np.array(data.draw(st.lists(st.lists(st.integers(0, 2), min_size=len(model.clusters),
@@ -205,7 +210,11 @@ def _assert_problem_states_the_rules(model: FleetModel, problem: Problem) -> Non
     names = [c.name for c in model.clusters]
     for s, stage in enumerate(model.stages):
         used = rules.replica_usage(model, stage, stage.replicas)
-        assert problem.demand[0, s] * stage.replicas == used.gpus + used.slots
+        # a stage asking for throughput: the most over its types per stage, each pair's own per pair
+        assert problem.demand[0, s] == max([stage.gpus, *(o.gpus for o in stage.gpu_options)])
+        for c, cluster in enumerate(model.clusters):
+            assert problem.gpus_at(np.array([s]), np.array([c]))[0] == rules.on_cluster(stage, cluster).gpus
+        assert max([stage.gpus, *(o.gpus for o in stage.gpu_options)]) * stage.replicas >= used.gpus + used.slots
         assert problem.shared[s] == (used.slots > 0)
         assert problem.demand[1, s] * stage.replicas * 1000 == pytest.approx(used.millis)
         assert problem.minimum[s] == rules.min_replicas_per_cluster(stage)
@@ -221,7 +230,8 @@ def _assert_same_usage(model: FleetModel, program: Program, v: np.ndarray, repli
     rows = program.usage @ v
     n = len(model.clusters)
     for c, cluster in enumerate(model.clusters):
-        used = rules.usage(model, [(stage, int(replicas_at[s, c])) for s, stage in enumerate(model.stages)])
+        used = rules.usage(model, [(rules.on_cluster(stage, cluster), int(replicas_at[s, c]))
+                                   for s, stage in enumerate(model.stages)])
         gpus, millis, memory = rules.taken(model, cluster, used)
         assert rows[c] == gpus, cluster.name
         assert abs(rows[n + c] - millis / 1000) < 1e-9
@@ -237,9 +247,10 @@ def _assert_same_headroom(model: FleetModel, program: Program, v: np.ndarray, re
     index = {c.name: i for i, c in enumerate(model.clusters)}
     for _name, members, serving in rules.failover_groups(model):
         for lost in members:
-            on_lost = [(stage, int(replicas_at[s, index[lost]])) for s, stage in enumerate(model.stages)
-                       if stage.key in serving]
-            others = [(model.cluster(o), rules.usage(model, [(stage, int(replicas_at[s, index[o]]))
+            on_lost = [(rules.on_cluster(stage, model.cluster(lost)), int(replicas_at[s, index[lost]]))
+                       for s, stage in enumerate(model.stages) if stage.key in serving]
+            others = [(model.cluster(o), rules.usage(model, [(rules.on_cluster(stage, model.cluster(o)),
+                                                                int(replicas_at[s, index[o]]))
                                                                for s, stage in enumerate(model.stages)]))
                       for o in members if o != lost]
             short = {what for what, _, _ in rules.failover_shortfalls(model, rules.usage(model, on_lost), others)}
@@ -258,13 +269,18 @@ def _assert_repair_room_follows_the_rules(model: FleetModel, problem: Problem, r
     per_replica = large.coefficients / large.replicas
     room = colgen._Room(large.capacity, colgen._taken(large, replicas_at), large.slots, large.unit, large.headroom,
                         per_replica, replicas_at, large.caps)
+    # A stage asking for throughput counts there as the most GPUs any of its types takes: the
+    # room is then never more than the rules', and exactly theirs when no stage's count varies.
+    varying = any(len({o.gpus for o in stage.gpu_options}) > 1 for stage in model.stages)
     for c, cluster in enumerate(model.clusters):
-        placed = [(stage, int(replicas_at[s, c])) for s, stage in enumerate(model.stages)]
+        placed = [(rules.on_cluster(stage, cluster), int(replicas_at[s, c])) for s, stage in enumerate(model.stages)]
         if rules.overuse(model, cluster, rules.usage(model, placed)):
             continue
         for s, stage in enumerate(model.stages):
             fitting = 0
+            here = rules.on_cluster(stage, cluster)
             while fitting < 12 and not rules.overuse(
-                    model, cluster, rules.usage(model, [*placed, (stage, fitting + 1)])):
+                    model, cluster, rules.usage(model, [*placed, (here, fitting + 1)])):
                 fitting += 1
-            assert min(room.capacity_fits(c, per_replica[:, s]), 12) == fitting, (stage.key, cluster.name)
+            counted = min(room.capacity_fits(c, per_replica[:, s]), 12)
+            assert counted <= fitting if varying else counted == fitting, (stage.key, cluster.name)

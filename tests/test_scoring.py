@@ -12,7 +12,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.builders import GPU_TAINT, GPU_TYPE_CHOICES, make_cluster, make_fleet, make_input, make_stage
+from support.builders import (
+    GPU_TAINT,
+    GPU_TYPE_CHOICES,
+    THROUGHPUT_CHOICES,
+    make_cluster,
+    make_fleet,
+    make_input,
+    make_stage,
+)
 
 from fleetc.model import (
     Cluster,
@@ -306,6 +314,7 @@ _stages = st.builds(
     make_stage,
     gpus=st.integers(0, 12),
     gpu_types=st.sampled_from(GPU_TYPE_CHOICES),
+    throughput_gpus=st.sampled_from(THROUGHPUT_CHOICES),
     cores=st.sampled_from((0, 4, 32, 96)),
     memory_gib=st.sampled_from((0, 16, 256, 600)),
     tolerations=st.lists(st.sampled_from(_TOLERATIONS), max_size=2, unique=True).map(tuple),

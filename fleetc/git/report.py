@@ -173,14 +173,17 @@ def _text(value: Any) -> str:
 def _gpu_choice(entry: Mapping[str, Any]) -> str:
     """The line of a placement.yaml entry's ``gpuChoice`` ('' when it has none, or not as
     fleetc writes it)."""
-    choice, listed = entry.get("gpuChoice"), entry.get("gpuType")
-    if not isinstance(choice, dict) or not isinstance(listed, list):
+    choice, listed, counts = entry.get("gpuChoice"), entry.get("gpuType"), entry.get("gpusPerReplica")
+    per_replica = {str(t): _whole(n) for t, n in counts.items()} if isinstance(counts, dict) else {}
+    listed = listed if isinstance(listed, list) else list(per_replica)
+    if not isinstance(choice, dict):
         return ""
     chosen, passed = choice.get("chosen"), choice.get("passed")
     if not isinstance(chosen, list) or not isinstance(passed, list):
         return ""
     return describe([_text(t) for t in chosen], _whole(choice.get("alternative")), [_text(t) for t in listed],
-                    [(_text(p.get("gpuType")), _text(p.get("why"))) for p in passed if isinstance(p, dict)])
+                    [(_text(p.get("gpuType")), _text(p.get("why"))) for p in passed if isinstance(p, dict)],
+                    per_replica)
 
 
 def _whole(value: Any) -> int:

@@ -1,4 +1,5 @@
-"""Which of its GPU types a stage got, and why not an earlier one (``gpuType: [h100, a100]``).
+"""Which of its GPU types a stage got, and why not an earlier one (``gpuType: [h100, a100]``),
+or, asking for throughput, why not another (8 a100 or 4 h100).
 
 A stage that lists GPU types in order of preference runs on clusters of one or more of them (a
 gang on one cluster, so on one type). :func:`choices` says, for every placed stage that lists
@@ -36,32 +37,49 @@ class Passed:
 
 @dataclass(frozen=True)
 class Choice:
-    """The GPU types a stage runs on (in its order of preference), which alternative the least
-    preferred of them is (1-based), and the earlier types passed over."""
+    """The GPU types a stage runs on (in the order of ``listed``), which alternative the least
+    preferred of them is (1-based; 0 when the types are not ordered: a stage asking for
+    throughput without ``gpuType`` may run on any type the Fleet states a throughput for), the
+    other types passed over (the earlier ones when ordered), and for a stage asking for
+    throughput its GPUs per replica on each listed type."""
 
     listed: tuple[str, ...]
     chosen: tuple[str, ...]
     alternative: int
     passed: tuple[Passed, ...]
+    per_replica: tuple[int, ...] = ()  # per listed type, for a stage asking for throughput
 
     @property
     def text(self) -> str:
-        """``a100, alternative 2 of [h100, a100]; h100: gpu-h has no room ...``"""
-        return describe(self.chosen, self.alternative, self.listed, [(p.gpu_type, p.why) for p in self.passed])
+        """``a100, alternative 2 of [h100, a100]; h100 not taken: gpu-h has no room ...``"""
+        return describe(self.chosen, self.alternative, self.listed, [(p.gpu_type, p.why) for p in self.passed],
+                        dict(zip(self.listed, self.per_replica, strict=False)))
 
 
 def describe(chosen: Sequence[str], alternative: int, listed: Sequence[str],
-             passed: Sequence[tuple[str, str]]) -> str:
-    """One line of a :class:`Choice` (also read back from ``placement.yaml`` by the diff)."""
-    head = f"{', '.join(chosen)}, alternative {alternative} of [{', '.join(listed)}]"
-    return "; ".join([head, *(f"{gpu_type} not taken: {why}" for gpu_type, why in passed)])
+             passed: Sequence[tuple[str, str]], per_replica: Mapping[str, int]) -> str:
+    """One line of a :class:`Choice` (also read back from ``placement.yaml`` by the diff):
+    types with their GPUs per replica (``a100 x8``) where the stage asks for throughput."""
+    def named(gpu_type: str) -> str:
+        return f"{gpu_type} x{per_replica[gpu_type]}" if gpu_type in per_replica else gpu_type
+
+    which = f", alternative {alternative}" if alternative else ""
+    head = f"{', '.join(map(named, chosen))}{which} of [{', '.join(map(named, listed))}]"
+    return "; ".join([head, *(f"{named(gpu_type)} not taken: {why}" for gpu_type, why in passed)])
+
+
+def listed_types(stage: Stage) -> tuple[str, ...]:
+    """The GPU types a stage chooses between: its ``gpuType`` list, else (asking for
+    throughput) the types of its options."""
+    return stage.gpu_types or tuple(o.gpu_type for o in stage.gpu_options)
 
 
 def choices(model: FleetModel, placement: Placement) -> dict[str, Choice]:
-    """Stage key -> its :class:`Choice`, for each placed stage listing two GPU types or more."""
+    """Stage key -> its :class:`Choice`, for each placed stage choosing between two GPU types
+    or more (:func:`listed_types`)."""
     stages = {s.key: (i, s) for i, s in enumerate(model.stages)}
     wanted = [(stages[p.stage], p) for p in placement.stages
-              if p.stage in stages and p.assignments and len(stages[p.stage][1].gpu_types) > 1
+              if p.stage in stages and p.assignments and len(listed_types(stages[p.stage][1])) > 1
               and stages[p.stage][1].gpus > 0]
     if not wanted:
         return {}
@@ -79,26 +97,31 @@ def choices(model: FleetModel, placement: Placement) -> dict[str, Choice]:
 def _choice(model: FleetModel, stage: Stage, here: Mapping[str, int], ledger: rules.Ledger,
             total: np.ndarray) -> Choice:
     names = {c.name: i for i, c in enumerate(model.clusters)}
+    listed = listed_types(stage)
+    ordered = bool(stage.gpu_types)
 
     def rank(name: str) -> int:
-        found = stage.preference(model.clusters[names[name]].gpu_type)
-        return len(stage.gpu_types) if found is None else found
+        gpu_type = model.clusters[names[name]].gpu_type
+        return listed.index(gpu_type) if gpu_type in listed else len(listed)
 
     chosen_ranks = sorted({rank(name) for name in here})
-    worst = max(here, key=lambda name: (rank(name), total[names[name]], name))
+    # the replicas on the least preferred type's lowest-scoring cluster (any type's, unordered)
+    worst = max(here, key=lambda name: (rank(name) if ordered else 0, -total[names[name]], name))
+    others = listed[: rank(worst)] if ordered else tuple(t for i, t in enumerate(listed) if i not in chosen_ranks)
     moved = here[worst]
     ledger.add(stage, worst, -moved)  # the stage's replicas there, taken out to try elsewhere
     try:
-        passed = tuple(Passed(t, _why_not(model, stage, t, worst, here, moved, ledger, total, names))
-                       for t in stage.gpu_types[: rank(worst)])
+        passed = tuple(Passed(t, _why_not(model, stage, t, worst, here, moved, ledger, total, names, ordered))
+                       for t in others)
     finally:
         ledger.add(stage, worst, moved)
-    return Choice(stage.gpu_types, tuple(stage.gpu_types[r] for r in chosen_ranks if r < len(stage.gpu_types)),
-                  rank(worst) + 1, passed)
+    per_replica = tuple(o.gpus for t in listed for o in stage.gpu_options if o.gpu_type == t)
+    return Choice(listed, tuple(listed[r] for r in chosen_ranks if r < len(listed)),
+                  rank(worst) + 1 if ordered else 0, passed, per_replica)
 
 
 def _why_not(model: FleetModel, stage: Stage, gpu_type: str, worst: str, here: Mapping[str, int], moved: int,
-             ledger: rules.Ledger, total: np.ndarray, names: Mapping[str, int]) -> str:
+             ledger: rules.Ledger, total: np.ndarray, names: Mapping[str, int], ordered: bool) -> str:
     """Why the ``moved`` replicas on ``worst`` do not run on a cluster of ``gpu_type``."""
     of_type = [c for c in model.clusters if c.gpu_type == gpu_type]
     if not of_type:
@@ -121,7 +144,7 @@ def _why_not(model: FleetModel, stage: Stage, gpu_type: str, worst: str, here: M
     if roomy:
         best = max(roomy, key=lambda c: (total[names[c.name]], -names[c.name]))
         return (f"{best.name} has room, but the stage scores {total[names[best.name]]:.4f} there against "
-                f"{total[names[worst]]:.4f} on {worst} (preference penalty counted)")
+                f"{total[names[worst]]:.4f} on {worst}" + (" (preference penalty counted)" if ordered else ""))
     shown = "; ".join(reasons[:_NAMED])
     return shown + (f"; and {len(reasons) - _NAMED} more clusters" if len(reasons) > _NAMED else "")
 
@@ -129,7 +152,8 @@ def _why_not(model: FleetModel, stage: Stage, gpu_type: str, worst: str, here: M
 def _short_of(model: FleetModel, stage: Stage, cluster: Cluster, ledger: rules.Ledger, more: int) -> str:
     """`` (would take 24 of its 16 usable GPUs)``: the first resource they overrun, or the
     failover headroom they would break."""
-    over = rules.overuse(model, cluster, ledger.used[cluster.name] + rules.replica_usage(model, stage, more))
+    more_usage = rules.replica_usage(model, rules.on_cluster(stage, cluster), more)
+    over = rules.overuse(model, cluster, ledger.used[cluster.name] + more_usage)
     if not over:
         return " (the failover headroom of its platform would break)"
     what, need, have = over[0]

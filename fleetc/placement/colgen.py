@@ -347,7 +347,7 @@ class _Caps:
     def coefficients(self, row: int, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
         """Row ``row``'s use per replica of each (``stage``, ``cluster``) pair."""
         hit = self.members[row, stage] & self.on[row, cluster]
-        per_replica = self.problem.cost_at(stage, cluster) if self.cost[row] else self.problem.quota_unit[stage]
+        per_replica = self.problem.cost_at(stage, cluster) if self.cost[row] else self.problem.quota_at(stage, cluster)
         coefficient: np.ndarray = np.where(hit, per_replica, 0.0)
         return coefficient
 

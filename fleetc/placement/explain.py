@@ -19,6 +19,7 @@ from fleetc.errors import UsageError, did_you_mean
 from fleetc.model import Assignment, Cluster, FleetModel, Placement
 from fleetc.placement import rules
 from fleetc.placement.alternatives import choices
+from fleetc.placement.rules import on_cluster
 from fleetc.placement.scoring import PREFERENCE_PENALTY, score_matrix
 from fleetc.placement.verify import verify
 
@@ -187,7 +188,8 @@ def _why_lost(model: FleetModel, placement: Placement, stage_key: str, weakest: 
     assignments = {a.cluster: a.replicas for a in placement.of(stage_key).assignments}
     assignments[runner_up.cluster] = assignments.pop(weakest.cluster)
     moved = replace(placement, stages=tuple(
-        replace(p, assignments=tuple(Assignment(name, n, n * stage.gpus) for name, n in sorted(assignments.items())))
+        replace(p, assignments=tuple(Assignment(name, n, n * on_cluster(stage, model.cluster(name)).gpus)
+                                     for name, n in sorted(assignments.items())))
         if p.stage == stage_key else p
         for p in placement.stages))
     problems = verify(model, moved, allow_unplaced=True)

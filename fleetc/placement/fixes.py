@@ -68,7 +68,7 @@ def fixes(model: FleetModel, placed: Mapping[str, Mapping[str, int]], stage_keys
     for key, clusters in sorted(placed.items()):
         for name, replicas in sorted(clusters.items()):
             if key in stages and name in on and replicas > 0:
-                on[name].append((stages[key], replicas))
+                on[name].append((rules.on_cluster(stages[key], model.cluster(name)), replicas))
     used = {name: rules.usage(model, there) for name, there in on.items()}
     found = [Fix(s.key, f"{s.key}: {_fix(model, s, on, used)}") for s in model.stages if s.key in wanted]
     return found + _joint_fixes(model, placed, on, [s for s in model.stages if s.key in wanted])
@@ -132,7 +132,8 @@ def _joint_growth(model: FleetModel, placed: Mapping[str, Mapping[str, int]], on
     type, in their jurisdiction: no rule keeps any off it) for the re-solved fleet to place them
     all; the best cluster, and those that need as few. Of the clusters that take them, the
     :data:`_NAMED` with the most usable GPUs free are tried (each takes a few solves)."""
-    together = _sized(model, _fresh(model, None, gpu_type), [(s, s.replicas) for s in stages])
+    fresh = _fresh(model, None, gpu_type)
+    together = _sized(model, fresh, [(rules.on_cluster(s, fresh), s.replicas) for s in stages])
     if together is None:
         return []
     admitting = [c for c in model.clusters if c.gpus and not any(rules.exclusions(s, c) for s in stages)]
@@ -296,7 +297,7 @@ def _capacity_option(model: FleetModel, stage: Stage, ha: tuple[str, ...], minim
             continue
         adds: dict[str, tuple[int, int, int]] = {}
         for name, replicas in _candidates(stage, ha, minimum, cluster.name).items():
-            there = used[name] + rules.replica_usage(model, stage, replicas)
+            there = used[name] + rules.replica_usage(model, rules.on_cluster(stage, clusters[name]), replicas)
             add = _to_add(model, clusters[name], there)
             if add is None:
                 break
@@ -354,11 +355,12 @@ def _headroom_kept(model: FleetModel, stage: Stage, spread: Mapping[str, int], g
     (on the clusters as ``grown``)."""
     after = dict(used)
     for name, replicas in spread.items():
-        after[name] = after[name] + rules.replica_usage(model, stage, replicas)
+        after[name] = after[name] + rules.replica_usage(model, rules.on_cluster(stage, model.cluster(name)), replicas)
     for _, members, serving in rules.failover_groups(model):
         if not set(members) & set(spread):
             continue
-        serving_on = {name: rules.usage(model, [(stage, n)] if stage.key in serving else [])
+        serving_on = {name: rules.usage(model, [(rules.on_cluster(stage, model.cluster(name)), n)]
+                                        if stage.key in serving else [])
                       for name, n in spread.items()}
         for lost in members:
             need = serving_on.get(lost, rules.Usage()) + rules.usage(
@@ -377,7 +379,8 @@ def _new_cluster(model: FleetModel, stage: Stage, on: Mapping[str, list[tuple[St
     now; '' without GPUs, when no GPU policy headroom leaves room, or when the verifier refuses."""
     if not stage.gpus or not model.clusters:
         return ""
-    new = _sized(model, _fresh(model, stage.jurisdiction, _first_type(stage)), [(stage, stage.replicas)])
+    fresh = _fresh(model, stage.jurisdiction, _first_type(stage))
+    new = _sized(model, fresh, [(rules.on_cluster(stage, fresh), stage.replicas)])
     if new is None:
         return ""
     grown = replace(model, clusters=(*model.clusters, new))
@@ -391,7 +394,9 @@ def _new_cluster(model: FleetModel, stage: Stage, on: Mapping[str, list[tuple[St
 
 def _first_type(stage: Stage) -> str | None:
     """The GPU type a new cluster for ``stage`` has: its first choice (None: any type)."""
-    return stage.gpu_types[0] if stage.gpu_types else None
+    if stage.gpu_types:
+        return stage.gpu_types[0]
+    return stage.gpu_options[0].gpu_type if stage.gpu_options else None  # asking for throughput: the fastest
 
 
 def _fresh(model: FleetModel, jurisdiction: str | None, gpu_type: str | None) -> Cluster:
@@ -451,8 +456,10 @@ def _placed(on: Mapping[str, list[tuple[Stage, int]]]) -> dict[str, dict[str, in
 
 
 def _placement(model: FleetModel, placed: Mapping[str, Mapping[str, int]]) -> Placement:
+    clusters = {c.name: c for c in model.clusters}
     return Placement(stages=tuple(StagePlacement(s.key, tuple(
-        Assignment(c, n, n * s.gpus) for c, n in sorted(placed.get(s.key, {}).items())), 0.0)
+        Assignment(c, n, n * (rules.on_cluster(s, clusters[c]).gpus if c in clusters else s.gpus))
+        for c, n in sorted(placed.get(s.key, {}).items())), 0.0)
         for s in model.stages), objective=0.0, bound=0.0, method="milp")
 
 
@@ -479,7 +486,8 @@ def _rule_options(model: FleetModel, stage: Stage, ha: tuple[str, ...],
         rule = _single_rule(stage, cluster)
         if not rule or (ha and cluster.name not in ha):
             continue
-        there = used[cluster.name] + rules.replica_usage(model, stage, stage.replicas if not ha else
+        there = used[cluster.name] + rules.replica_usage(model, rules.on_cluster(stage, cluster),
+                                                         stage.replicas if not ha else
                                                          rules.min_replicas_per_cluster(stage))
         if not rules.overuse(model, cluster, there):
             admits.setdefault(rule, []).append(cluster.name)

@@ -62,7 +62,7 @@ from fleetc.errors import InternalError, PlacementError, SearchLimitError, TimeL
 from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
 from fleetc.placement import LARGE, cvx, rules
 from fleetc.placement.colgen import solve_large
-from fleetc.placement.problem import Budget, PreviousClusters, Problem, capacity_of, demand_of, problems
+from fleetc.placement.problem import Budget, PreviousClusters, Problem, capacity_of, problems
 from fleetc.placement.program import OutOfTime, Result, Solved, build_program, replicas_of
 from fleetc.placement.scoring import GIB, Scores, score_matrix
 from fleetc.placement.solvers import DEFAULT_SOLVER
@@ -186,8 +186,27 @@ def _canonical(model: FleetModel) -> FleetModel:
 
 def _solve(problem: Problem, budget: Budget, large: int) -> Solved:
     """Solve one component: all stages placed if possible, else the best partial placement;
-    exactly up to ``large`` allowed pairs, else by column generation."""
-    return _solve_exact(problem, budget) if problem.pairs <= large else solve_large(problem, budget)
+    exactly up to ``large`` allowed pairs, else by column generation.
+
+    Column generation counts a stage's GPUs per stage, not per pair: a stage asking for
+    throughput counts there as the most GPUs any of its types takes (:func:`~fleetc.placement.problem.demand_of`), so
+    what it places fits (the verifier checks the real counts) but may be less than the best,
+    its bound and its proof that stages cannot be placed no longer hold: the bound is then the
+    trivial one (each stage on its best-scoring cluster) and nothing left out counts as proven."""
+    if problem.pairs <= large:
+        return _solve_exact(problem, budget)
+    solved = solve_large(problem, budget)
+    if not _varying_gpus(problem):
+        return solved
+    best = np.where(problem.allowed, problem.total[np.ix_(problem.part.stages, problem.part.clusters)], -np.inf)
+    bound = float(np.sum(np.where(problem.blocked, 0.0, problem.values * (1.0 + best.max(axis=1, initial=-1.0)))))
+    return replace(solved, bound=max(bound, solved.objective), proven=False)
+
+
+def _varying_gpus(problem: Problem) -> bool:
+    """Whether some stage of ``problem`` takes different GPUs per replica on different clusters."""
+    stage, cluster = np.nonzero(problem.allowed)
+    return bool(np.any(problem.gpus_at(stage, cluster) != problem.demand[0, stage]))
 
 
 def _solve_exact(problem: Problem, budget: Budget) -> Solved:
@@ -234,7 +253,8 @@ def _stage_placement(
     assignments = tuple(
         sorted(
             (
-                Assignment(clusters[c].name, int(replicas[c]), int(replicas[c]) * stage.gpus)
+                Assignment(clusters[c].name, int(replicas[c]),
+                           int(replicas[c]) * rules.on_cluster(stage, clusters[c]).gpus)
                 for c in np.flatnonzero(replicas)
             ),
             key=lambda a: a.cluster,
@@ -297,7 +317,8 @@ def _used(model: FleetModel, replicas_at: np.ndarray) -> np.ndarray:
     cores, GiB."""
     used = np.zeros((3, len(model.clusters)))
     for c in np.flatnonzero(replicas_at.any(axis=0)).tolist():
-        placed = [(model.stages[s], int(replicas_at[s, c])) for s in np.flatnonzero(replicas_at[:, c]).tolist()]
+        placed = [(rules.on_cluster(model.stages[s], model.clusters[c]), int(replicas_at[s, c]))
+                  for s in np.flatnonzero(replicas_at[:, c]).tolist()]
         gpus, millis, memory = rules.taken(model, model.clusters[c], rules.usage(model, placed))
         used[:, c] = (gpus, millis / 1000, memory / GIB)
     return used
@@ -341,7 +362,8 @@ def _capacity_reason(
     Time-sliced GPUs count ``1 / slots_per_gpu`` of a GPU per requested GPU.
     """
     need = stage.replicas if stage.is_gang else rules.min_replicas_per_cluster(stage)
-    demand = demand_of((stage,))[:, 0]
+    stage = rules.on_cluster(stage, cluster)
+    demand = np.array([stage.gpus, stage.cpu_millis / 1000, stage.memory_bytes / GIB], dtype=float)
     unit = 1
     if rules.uses_shared_slots(model, stage):
         demand[0] /= rules.slots_per_gpu(model)

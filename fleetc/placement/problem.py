@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -81,7 +82,10 @@ class Problem:
     and ``ha`` (the clusters it must serve on); ``demand`` (3, S) per replica: GPUs, cores,
     GiB. Per cluster: ``capacity`` (3, C) usable (:func:`rules.usable_capacity`) and ``unit`` (C,)
     the GPUs it turns time-sliced at once (:func:`rules.time_sliced_unit`: whole nodes where
-    its device plugin is configured). ``allowed``
+    its device plugin is configured). A stage asking for throughput has GPUs per replica that
+    depend on the cluster's GPU type: :meth:`gpus_at` gives each pair's (``type_gpus`` (S, T)
+    over the GPU type codes, ``cluster_type`` (C,) each cluster's code); its ``demand`` GPU
+    entry is the most of them, a safe figure for code that counts per stage. ``allowed``
     (S, C): the pairs the filters allow. ``failover``: per platform asking for failover
     headroom, its clusters here and which stages serve it. Scores and previous replicas are
     read per pair from the fleet-wide matrices (:meth:`total_at`, :meth:`previous_at`), never
@@ -107,6 +111,8 @@ class Problem:
     ha: tuple[tuple[int, ...], ...]
     failover: tuple[tuple[tuple[int, ...], np.ndarray], ...]
     move_cost: float
+    type_gpus: np.ndarray  # (S, T) GPUs per replica on each GPU type code
+    cluster_type: np.ndarray  # (C,) each cluster's GPU type code
     total: np.ndarray = field(repr=False)  # (all stages, all clusters) of the model: scores
     kept: np.ndarray = field(repr=False)  # (all stages, all clusters): previous replicas
     #: Team quotas and cost caps (:class:`CapRows`), with what each stage's replica counts
@@ -127,6 +133,12 @@ class Problem:
         stages = tuple(model.stages[s] for s in part.stages)
         clusters = tuple(model.clusters[c] for c in part.clusters)
         local = {c.name: i for i, c in enumerate(clusters)}
+        codes: dict[str | None, int] = {t: i for i, t in enumerate(dict.fromkeys(c.gpu_type for c in model.clusters))}
+        type_gpus = np.array([[s.gpus] * len(codes) for s in stages], dtype=float).reshape(len(stages), len(codes))
+        for s, stage in enumerate(stages):
+            for option in stage.gpu_options:
+                if option.gpu_type in codes:
+                    type_gpus[s, codes[option.gpu_type]] = option.gpus
         failover = tuple(
             (tuple(local[n] for n in members if n in local), np.array([s.key in serving for s in stages], dtype=bool))
             for _name, members, serving in rules.failover_groups(model)
@@ -147,6 +159,8 @@ class Problem:
             shared=np.array([rules.uses_shared_slots(model, s) for s in stages], dtype=bool),
             demand=demand_of(stages),
             capacity=capacity_of(model, clusters),
+            type_gpus=type_gpus,
+            cluster_type=np.array([codes[c.gpu_type] for c in clusters], dtype=np.int64),
             slots=rules.slots_per_gpu(model),
             unit=np.array([rules.time_sliced_unit(c) for c in clusters], dtype=float),
             ha=tuple(tuple(local[n] for n in rules.ha_clusters(model, s) if n in local) for s in stages),
@@ -169,6 +183,11 @@ class Problem:
         """The score of each (``stage``, ``cluster``) pair, in this problem's numbers."""
         total: np.ndarray = self.total[self.part.stages[stage], self.part.clusters[cluster]]
         return total
+
+    def gpus_at(self, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
+        """GPUs per replica of each (``stage``, ``cluster``) pair (:func:`rules.on_cluster`)."""
+        gpus: np.ndarray = self.type_gpus[stage, self.cluster_type[cluster]]
+        return gpus
 
     def previous_at(self, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
         """The replicas each (``stage``, ``cluster``) pair had in the previous placement."""
@@ -204,6 +223,8 @@ class Problem:
             ha=tuple(renumber(self.ha[s]) for s in stages.tolist()),
             failover=tuple((renumber(members), serving[stages]) for members, serving in self.failover),
             move_cost=self.move_cost,
+            type_gpus=self.type_gpus[stages],
+            cluster_type=self.cluster_type[clusters],
             total=self.total,
             kept=self.kept,
             **self._restricted_caps(stages, clusters),
@@ -222,12 +243,30 @@ class Problem:
             "prices": self.prices[:, clusters],
         }
 
+    def quota_at(self, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
+        """The quota slots one replica of each (``stage``, ``cluster``) pair takes
+        (:func:`rules.quota_slots` of the stage as it runs there, :func:`rules.on_cluster`)."""
+        if not self.varying_gpus:
+            unit: np.ndarray = self.quota_unit[stage]
+            return unit
+        slots: np.ndarray = self.gpus_at(stage, cluster) * np.where(self.shared[stage], 1, self.slots)
+        return slots
+
+    @cached_property
+    def varying_gpus(self) -> bool:
+        """Whether some stage asking for throughput takes different GPUs on different types."""
+        return bool(np.any(self.type_gpus != self.type_gpus[:, :1]))
+
     def cost_at(self, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
         """The hourly cost of one replica of each (``stage``, ``cluster``) pair, in micros:
         :func:`rules.replica_cost_micros` vectorised (the same floating-point operations, so the
         same integers)."""
         b, p = self.billed, self.prices
-        per_hour = b[0, stage] * p[0, cluster] + b[1, stage] * p[1, cluster] + b[2, stage] * p[2, cluster]
+        gpus = b[0, stage]
+        if self.varying_gpus:  # a stage asking for throughput: its GPUs on each pair's type
+            pair = self.gpus_at(stage, cluster)
+            gpus = np.where(self.shared[stage], pair / self.slots, pair)
+        per_hour = gpus * p[0, cluster] + b[1, stage] * p[1, cluster] + b[2, stage] * p[2, cluster]
         cost: np.ndarray = np.rint(rules.MICROS * per_hour)
         return cost
 
@@ -347,9 +386,11 @@ def stage_values(model: FleetModel, stages: tuple[Stage, ...]) -> np.ndarray:
 
 
 def demand_of(stages: tuple[Stage, ...]) -> np.ndarray:
-    """(3, S) per-replica demand: GPUs, cores, GiB."""
+    """(3, S) per-replica demand: GPUs (for a stage asking for throughput, the most any of its
+    GPU types takes: never less than a pair's, :meth:`Problem.gpus_at`), cores, GiB."""
     return (
-        np.array([[s.gpus, s.cpu_millis / 1000, s.memory_bytes / GIB] for s in stages], dtype=float)
+        np.array([[max([s.gpus, *(o.gpus for o in s.gpu_options)]), s.cpu_millis / 1000, s.memory_bytes / GIB]
+                  for s in stages], dtype=float)
         .reshape(len(stages), 3)
         .T
     )

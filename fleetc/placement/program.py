@@ -187,7 +187,8 @@ def build_program(problem: Problem, allowed: np.ndarray | None = None, taken: np
         upper[columns.w] = np.floor(np.maximum(capacity[0], 0.0) / problem.unit)
     upper[columns.k] = problem.previous_at(columns.y_stage[columns.keep], columns.y_cluster[columns.keep])
     upper[columns.d] = (replicas - problem.least)[columns.short]
-    usage, usable = _usage_rows(columns, unit_stage, unit_cluster, unit_replicas, problem.demand,
+    demand = np.vstack([problem.gpus_at(unit_stage, unit_cluster), problem.demand[1:, unit_stage]])
+    usage, usable = _usage_rows(columns, unit_stage, unit_cluster, unit_replicas, demand,
                                 problem.shared, capacity, problem.slots * problem.unit, taken[3], problem.unit)
     usage, usable = _headroom_rows(problem, usage, usable, (unit_stage, unit_cluster, unit_replicas),
                                    fixed_need or {})
@@ -257,7 +258,7 @@ def _usage_rows(
     unit_stage: np.ndarray,
     unit_cluster: np.ndarray,
     unit_replicas: np.ndarray,
-    demand: np.ndarray,
+    demand: np.ndarray,  # (3, units): per replica of each unit's pair
     shared_stage: np.ndarray,
     capacity: np.ndarray,
     unit_slots: np.ndarray,
@@ -273,10 +274,10 @@ def _usage_rows(
     clusters = capacity.shape[1]
     units = np.arange(columns.units)
     shared_unit = shared_stage[unit_stage]
-    gpus = demand[0, unit_stage] * unit_replicas
+    gpus = demand[0] * unit_replicas
     entries = [
         (np.where(shared_unit, 0.0, gpus), unit_cluster, units),
-        *((demand[r, unit_stage] * unit_replicas, r * clusters + unit_cluster, units) for r in (1, 2)),
+        *((demand[r] * unit_replicas, r * clusters + unit_cluster, units) for r in (1, 2)),
     ]
     rows = 3 * clusters
     usable = capacity.ravel()
@@ -306,6 +307,7 @@ def _headroom_rows(
     unit_stage, unit_cluster, unit_replicas = units
     n_clusters = len(problem.clusters)
     coefficients = problem.demand[:, unit_stage] * unit_replicas
+    coefficients[0] = problem.gpus_at(unit_stage, unit_cluster) * unit_replicas
     coefficients[0] = np.where(problem.shared[unit_stage], coefficients[0] / problem.slots, coefficients[0])
     rows, bounds = [], []
     for group, (ha, serving) in enumerate(problem.failover):
@@ -340,7 +342,8 @@ def cap_rows(problem: Problem, unit_stage: np.ndarray, unit_cluster: np.ndarray,
         mine = cap.members[unit_stage]
         for _gpu_type, on, quota in cap.quotas:
             hit = np.flatnonzero(mine & on[unit_cluster])
-            entries.append((problem.quota_unit[unit_stage[hit]] * unit_replicas[hit], np.full(len(hit), len(limits)),
+            entries.append((problem.quota_at(unit_stage[hit], unit_cluster[hit]) * unit_replicas[hit],
+                            np.full(len(hit), len(limits)),
                             units[hit]))
             limits.append(float(quota))
         if cap.cost is not None:

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from fleetc.model import Cluster, FleetModel, Stage, StageType, Taint, untolerated
+from fleetc.model import Cluster, FleetModel, GPUOption, Stage, StageType, Taint, untolerated
 
 #: Stage types that never run on time-sliced GPU slots: they need whole GPUs.
 EXCLUSIVE_TYPES = (StageType.TRAINING, StageType.FINETUNING)
@@ -53,9 +53,30 @@ def lacks_gpus(stage: Stage, cluster: Cluster) -> bool:
 
 def lacks_gpu_type(stage: Stage, cluster: Cluster) -> bool:
     """The stage names GPU types (``gpuType``, one or alternatives) and the cluster's is none
-    of them. Every cluster has one GPU type, so a gang, placed whole on one cluster, runs on one
-    type; a serving stage may run on clusters of different types among its alternatives."""
-    return stage.gpus > 0 and stage.preference(cluster.gpu_type) is None
+    of them, or it asks for throughput and has no GPU count for the cluster's type (the Fleet
+    states no throughput for it). Every cluster has one GPU type, so a gang, placed whole on
+    one cluster, runs on one type; a serving stage may run on clusters of different types
+    among its alternatives."""
+    if stage.gpus <= 0:
+        return False
+    if stage.throughput is not None and option_of(stage, cluster.gpu_type) is None:
+        return True
+    return stage.preference(cluster.gpu_type) is None
+
+
+def option_of(stage: Stage, gpu_type: str | None) -> GPUOption | None:
+    """The :class:`GPUOption` of a stage asking for throughput on ``gpu_type`` (None: none)."""
+    return next((o for o in stage.gpu_options if o.gpu_type == gpu_type), None)
+
+
+def on_cluster(stage: Stage, cluster: Cluster) -> Stage:
+    """``stage`` as it runs on ``cluster``: a stage asking for throughput with the GPUs per
+    replica (and node fit) of the cluster's GPU type; any other stage as it is. Every per-pair
+    count (usage, the verifier, the rendered requests) reads the stage through this."""
+    option = option_of(stage, cluster.gpu_type) if stage.gpu_options else None
+    if option is None or option == stage.gpu_options[0]:
+        return stage
+    return replace(stage, gpus=option.gpus, gpu_request=option.gpu_request, pods_per_replica=option.pods_per_replica)
 
 
 def gpu_types_named(stage: Stage) -> str:
@@ -81,7 +102,8 @@ def exclusions(stage: Stage, cluster: Cluster) -> list[str]:
     if lacks_gpus(stage, cluster):
         why.append("needs GPUs, the cluster has none")
     elif lacks_gpu_type(stage, cluster):
-        why.append(f"needs {gpu_types_named(stage)}, the cluster has {cluster.gpu_type}")
+        why.append(f"needs {gpu_types_named(stage)}, the cluster has {cluster.gpu_type}" if stage.gpu_types
+                   else f"asks for throughput, the Fleet states none for {cluster.gpu_type}")
     why += [f"untolerated taint {t.key}={t.value}:{t.effect}" for t in repelling_taints(stage, cluster)]
     return why
 
@@ -238,7 +260,8 @@ class Usage:
 
 def replica_usage(model: FleetModel, stage: Stage, replicas: int) -> Usage:
     """What ``replicas`` of ``stage`` take: its GPUs per replica as reserved (node fit already
-    rounded them, :mod:`fleetc.nodefit`), as slots when it uses shared slots."""
+    rounded them, :mod:`fleetc.nodefit`), as slots when it uses shared slots. A stage asking
+    for throughput comes as it runs on the cluster (:func:`on_cluster`)."""
     gpus = replicas * stage.gpus
     shared = uses_shared_slots(model, stage)
     return Usage(0 if shared else gpus, gpus if shared else 0, replicas * stage.cpu_millis,
@@ -364,6 +387,7 @@ def replica_cost_micros(model: FleetModel, stage: Stage, cluster: Cluster) -> in
     """The hourly cost of one replica of ``stage`` on ``cluster``, in :data:`MICROS`: its GPUs
     (a time-sliced GPU ``1 / slots_per_gpu`` of one) x GPU-hour + cores x core-hour + GiB x
     GiB-hour, the prices the cost score uses (:mod:`fleetc.placement.scoring`)."""
+    stage = on_cluster(stage, cluster)
     gpus = stage.gpus / slots_per_gpu(model) if uses_shared_slots(model, stage) else float(stage.gpus)
     per_hour = (gpus * cluster.gpu_hour_cost + stage.cpu_millis / 1000 * cluster.cpu_hour_cost
                 + stage.memory_bytes / 2**30 * cluster.memory_gib_hour_cost)
@@ -389,6 +413,7 @@ def cap_usage(model: FleetModel, cap: Cap, placed: Iterable[tuple[Stage, Cluster
     for stage, cluster, replicas in placed:
         if stage.pipeline not in cap.pipelines or replicas <= 0:
             continue
+        stage = on_cluster(stage, cluster)  # a stage asking for throughput: its GPUs on this type
         if stage.gpus > 0 and cluster.gpu_type is not None:
             slots[cluster.gpu_type] = slots.get(cluster.gpu_type, 0) + quota_slots(model, stage, replicas)
         cost += replicas * replica_cost_micros(model, stage, cluster)
@@ -439,7 +464,7 @@ class Ledger:
 
     def add(self, stage: Stage, cluster: str, replicas: int) -> None:
         """Count ``replicas`` more (fewer, when negative) of ``stage`` on ``cluster``."""
-        more = replica_usage(self.model, stage, replicas)
+        more = replica_usage(self.model, on_cluster(stage, self.clusters[cluster]), replicas)
         self.used[cluster] += more
         for (_name, _members, serving), on in zip(self.groups, self.serving, strict=True):
             if stage.key in serving and cluster in on:

@@ -218,7 +218,9 @@ def filter_reason(stage: Stage, cluster: Cluster) -> str:
     if rules.lacks_gpus(stage, cluster):
         return "no GPUs"
     if rules.lacks_gpu_type(stage, cluster):
-        return f"no {rules.gpu_types_named(stage)}"
+        named = rules.gpu_types_named(stage)
+        return f"no {named}" if named else f"no throughput stated for {cluster.gpu_type}"
+    stage = rules.on_cluster(stage, cluster)
     repelling = rules.repelling_taints(stage, cluster)
     if repelling:
         taint = repelling[0]
@@ -277,6 +279,7 @@ class _Columns:
     s_rank: np.ndarray  # (S, GPU type codes): the type's rank among the stage's; -1: not one
     s_tolerations: np.ndarray  # code of the stage's toleration tuple
     s_gpus: np.ndarray
+    s_type_gpus: np.ndarray  # (S, GPU type codes): GPUs per replica on each type (throughput)
     s_cpu_millis: np.ndarray
     s_memory_bytes: np.ndarray
     s_ratio: np.ndarray
@@ -338,6 +341,7 @@ class _Columns:
             s_rank=_ranks(stages, gpu_types),
             s_tolerations=s_tolerations,
             s_gpus=s_col((s.gpus for s in stages), np.int64),
+            s_type_gpus=_type_gpus(stages, gpu_types),
             s_cpu_millis=s_col((s.cpu_millis for s in stages), np.int64),
             s_memory_bytes=s_col((s.memory_bytes for s in stages), np.int64),
             s_ratio=_gib_per_core(s_memory_gib, s_cores),
@@ -359,10 +363,24 @@ def _ranks(stages: tuple[Stage, ...], gpu_types: dict[Hashable, int]) -> np.ndar
     -1 where the stage may not run on it; all 0 for a stage that needs no GPUs or names none."""
     ranks = np.zeros((len(stages), len(gpu_types)), dtype=np.int64)
     for s, stage in enumerate(stages):
-        if stage.gpus > 0 and stage.gpu_types:
-            ranks[s] = [-1 if (rank := stage.preference(t)) is None else rank  # type: ignore[arg-type]
-                        for t in gpu_types]
+        if stage.gpus > 0 and (stage.gpu_types or stage.gpu_options):
+            ranks[s] = [-1 if (rank := stage.preference(t)) is None  # type: ignore[arg-type]
+                        or (stage.throughput is not None and rules.option_of(stage, t) is None)  # type: ignore[arg-type]
+                        else rank for t in gpu_types]
     return ranks
+
+
+def _type_gpus(stages: tuple[Stage, ...], gpu_types: dict[Hashable, int]) -> np.ndarray:
+    """(S, T) GPUs per replica of each stage on each GPU type code: ``Stage.gpus`` but for a
+    stage asking for throughput (:attr:`Stage.gpu_options`; its first option's on other types,
+    where the rank filter keeps it off anyway)."""
+    gpus = np.repeat(np.fromiter((s.gpus for s in stages), dtype=np.int64, count=len(stages))[:, np.newaxis],
+                     len(gpu_types), axis=1)
+    for s, stage in enumerate(stages):
+        for option in stage.gpu_options:
+            if option.gpu_type in gpu_types:
+                gpus[s, gpu_types[option.gpu_type]] = option.gpus
+    return gpus
 
 
 def _gib_per_core(memory_gib: np.ndarray, cores: np.ndarray) -> np.ndarray:
@@ -439,7 +457,7 @@ class _Block:
             & (~k.s_needs_gpus[column] | k.c_has_gpus)
             & (k.s_rank[rows][:, k.c_gpu_type] >= 0)
             & k.tolerated[k.s_tolerations[column], k.c_taints]
-            & (k.s_gpus[column] <= k.c_gpus)
+            & (k.s_type_gpus[rows][:, k.c_gpu_type] <= k.c_gpus)
             & (k.s_cpu_millis[column] <= k.c_cpu_millis)
             & (k.s_memory_bytes[column] <= k.c_memory_bytes)
         )
@@ -459,7 +477,7 @@ class _Block:
     def cost(self) -> np.ndarray:
         k, column = self.columns, np.s_[self.rows, np.newaxis]
         per_replica = (
-            k.s_gpus[column] * k.c_gpu_hour_cost
+            k.s_type_gpus[self.rows][:, k.c_gpu_type] * k.c_gpu_hour_cost
             + k.s_cores[column] * k.c_cpu_hour_cost
             + k.s_memory_gib[column] * k.c_memory_gib_hour_cost
         )

@@ -79,7 +79,8 @@ def _stage_problems(
             continue
         problems += [
             f"{key} on {cluster.name}: {p}"
-            for p in _assignment_problems(stage, cluster, assignment.replicas, assignment.gpus)
+            for p in _assignment_problems(rules.on_cluster(stage, cluster), cluster, assignment.replicas,
+                                          assignment.gpus)
         ]
     return problems
 
@@ -158,6 +159,7 @@ def _usage(model: FleetModel, placement: Placement, only: frozenset[str] | None 
     """Per cluster of the fleet, what ``placement`` places on it (:func:`rules.usage`), of the
     stages ``only`` names (None: all)."""
     stages = {s.key: s for s in model.stages}
+    clusters = {c.name: c for c in model.clusters}
     placed: dict[str, list[tuple[Stage, int]]] = {c.name: [] for c in model.clusters}
     for stage_placement in placement.stages:
         stage = stages.get(stage_placement.stage)
@@ -165,5 +167,5 @@ def _usage(model: FleetModel, placement: Placement, only: frozenset[str] | None 
             continue
         for a in stage_placement.assignments:
             if a.cluster in placed:
-                placed[a.cluster].append((stage, a.replicas))
+                placed[a.cluster].append((rules.on_cluster(stage, clusters[a.cluster]), a.replicas))
     return {name: rules.usage(model, on) for name, on in placed.items()}

@@ -228,6 +228,10 @@ class FleetSpec(_Spec):
     scoreWeights: ScoreWeightsSpec | None = describe(
         "Weights of the four score terms; they need not sum to 1 (fleetc normalises them).")
     gitops: GitOps | None = describe("Where Argo CD and Flux find the compiled output.")
+    gpuThroughput: dict[NonEmptyLabelValue, Annotated[float, Field(gt=0, le=1_000_000)]] | None = describe(
+        "GPU type -> its relative throughput, e.g. {h100: 2.0, a100: 1.0}: a stage may then ask "
+        "for resources.throughput instead of a GPU count, and gets ceil(throughput / the type's "
+        "throughput) GPUs per replica on a cluster of that type (8 a100 or 4 h100 for 8).")
     regionJurisdictions: dict[str, LabelValue] | None = describe(
         "Region -> legal jurisdiction, for clusters and data in that region (e.g. "
         "europe-west3: eu, where the default rule, the region's first '-'-separated part, "
@@ -310,6 +314,11 @@ class StageResources(_Spec):
                                        "Deployment, 32Gi otherwise).")
     gpu: int | None = describe("GPUs per replica (default: 0 for DataProc, 1 otherwise).",
                                ge=0, le=1024)
+    throughput: float | None = describe(
+        "Instead of gpu: the throughput one replica needs, in the units of the Fleet's "
+        "gpuThroughput; on a cluster of GPU type t a replica gets ceil(throughput / "
+        "gpuThroughput[t]) GPUs (then node fit). It runs on the types gpuType lists (default: "
+        "every type the Fleet states a throughput for).", gt=0, le=1_000_000)
     gpuType: GPUTypes | None = describe(
         "GPU model required, e.g. a100, or the models it may run on in order of preference, "
         "e.g. [h100, a100]: it runs on one of them (a gang's pods all on one), and the optimizer "

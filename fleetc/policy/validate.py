@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from pydantic import ValidationError
 
 from fleetc.errors import Diagnostic, did_you_mean
-from fleetc.model import STORAGE_CREDENTIAL_KEYS, url_scheme
+from fleetc.model import STORAGE_CREDENTIAL_KEYS, gpus_for_throughput, url_scheme
 from fleetc.nodefit import default_gpus_per_node
 from fleetc.policy import kinds as p
 from fleetc.policy.credentials import credential_checks, may_hold_credentials
@@ -329,6 +329,7 @@ def semantic_checks(policies: PolicySet,
         *(_data_policy_checks(d) for d in policies.data_policies),
         _serving_fit_checks(policies),
         _gpu_alternatives_checks(policies),
+        _throughput_checks(policies),
     ]
     return [d for check in checks for d in check]
 
@@ -534,20 +535,25 @@ def _serving_fit_checks(policies: PolicySet) -> Iterator[Diagnostic]:
     if not policies.fleets:
         return
     sizes = node_sizes(policies.fleets[0].obj)
+    throughput = {t.lower(): v for t, v in (policies.fleets[0].obj.spec.gpuThroughput or {}).items()}
     for pipeline in policies.pipelines:
         for i, stage in enumerate(pipeline.obj.spec.stages):
             res = stage.resources
-            if stage.type != "Deployment" or res is None or not res.gpu:
+            if stage.type != "Deployment" or res is None or not (res.gpu or res.throughput):
                 continue
             wanted = res.gpu_types()
-            small = [(n, c) for c, t, n in sizes if (not wanted or t in wanted) and n < res.gpu]
+            small = [(n, c, asked, t) for c, t, n in sizes if (not wanted or t in wanted)
+                     and (asked := _serving_gpus(res, t, throughput)) is not None and n < asked]
             if small:
-                node, cluster = min(small)
+                node, cluster, asked, gpu_type = min(small)
+                field = "gpu" if res.throughput is None else "throughput"
+                most = (f"{node} GPUs" if res.throughput is None
+                        else f"a throughput of {node * throughput[gpu_type]:g} ({node} {gpu_type})")
                 yield pipeline.doc.diagnostic(
-                    ("spec", "stages", i, "resources", "gpu"),
-                    f"a serving replica is one pod and cannot be split over nodes: {res.gpu} GPUs "
+                    ("spec", "stages", i, "resources", field),
+                    f"a serving replica is one pod and cannot be split over nodes: {asked} GPUs "
                     f"per replica, but a node of cluster {cluster} carries {node}",
-                    hint=f"ask for at most {node} GPUs per replica"
+                    hint=f"ask for at most {most} per replica"
                          + ("" if wanted else ", or set gpuType to a type with larger nodes"))
 
 
@@ -577,6 +583,54 @@ def _gpu_alternatives_checks(policies: PolicySet) -> Iterator[Diagnostic]:
                         path + (j,), f"no cluster of Fleet '{fleet}' has GPU type {gpu_type}",
                         hint=did_you_mean(gpu_type, known)
                         or (f"the fleet's GPU types: {', '.join(known)}" if known else "the fleet has no GPUs"))
+
+
+def _throughput_checks(policies: PolicySet) -> Iterator[Diagnostic]:
+    """``gpuThroughput`` names GPU types of the Fleet's clusters; a stage asks for ``gpu`` or
+    ``throughput``, not both, and for throughput only with the Fleet stating one for every
+    type it lists (or at least one type, when it lists none)."""
+    fleet = policies.fleets[0] if policies.fleets else None
+    stated = {t.lower() for t in (fleet.obj.spec.gpuThroughput or {})} if fleet else set()
+    if fleet is not None:
+        known = sorted({t for _, t, _ in node_sizes(fleet.obj)})
+        for gpu_type in fleet.obj.spec.gpuThroughput or {}:
+            if gpu_type.lower() not in known:
+                yield fleet.doc.diagnostic(
+                    ("spec", "gpuThroughput", gpu_type), f"no cluster of Fleet '{fleet.name}' has GPU type {gpu_type}",
+                    hint=did_you_mean(gpu_type.lower(), known)
+                    or (f"the fleet's GPU types: {', '.join(known)}" if known else "the fleet has no GPUs"), key=True)
+    for pipeline in policies.pipelines:
+        for i, stage in enumerate(pipeline.obj.spec.stages):
+            res = stage.resources
+            if res is None or res.throughput is None:
+                continue
+            path = ("spec", "stages", i, "resources")
+            if res.gpu is not None:
+                yield pipeline.doc.diagnostic(path + ("throughput",), "give gpu or throughput, not both",
+                                              hint="throughput lets the GPU count follow the cluster's GPU type; "
+                                                   "gpu fixes it", key=True)
+            elif fleet is not None and not stated:
+                yield pipeline.doc.diagnostic(path + ("throughput",),
+                                              f"Fleet '{fleet.name}' states no gpuThroughput", key=True,
+                                              hint="state each GPU type's relative throughput in the Fleet's "
+                                                   "spec.gpuThroughput (e.g. {h100: 2.0, a100: 1.0}), or ask for gpu")
+            elif fleet is not None:
+                for j, gpu_type in enumerate(res.gpu_types()):
+                    if gpu_type not in stated:
+                        where = path + ("gpuType",) + ((j,) if isinstance(res.gpuType, list) else ())
+                        yield pipeline.doc.diagnostic(
+                            where, f"asks for throughput, but Fleet '{fleet.name}' states no throughput for "
+                                   f"{gpu_type}", hint=f"add {gpu_type} to the Fleet's spec.gpuThroughput")
+
+
+def _serving_gpus(res: p.StageResources, gpu_type: str, throughput: Mapping[str, float]) -> int | None:
+    """GPUs one replica asks for on ``gpu_type``: ``gpu``, or for throughput the type's count
+    (None where the Fleet states no throughput for the type: it never runs there)."""
+    if res.throughput is None:
+        return res.gpu
+    if gpu_type not in throughput:
+        return None
+    return gpus_for_throughput(res.throughput, throughput[gpu_type])
 
 
 def _quantity_check(doc: Document, path: FieldPath, value: Any, convert: Any,

@@ -114,7 +114,7 @@ def _cyclic_gc_paused() -> Iterator[None]:
 
 def _render(model: FleetModel, placement: Placement) -> Rendered:
     files = {"placement.yaml": dump(placement_report(model, placement))}
-    work = work_by_cluster(placements(model, placement))
+    work = work_by_cluster(model, placements(model, placement))
     ctx = replace(Context.of(model), guarantees=team_guarantees(model, work))
     for cluster in model.clusters:
         files |= _cluster_files(ctx, cluster, work.get(cluster.name, []))

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import shlex
 from collections import Counter
+from dataclasses import replace
 from urllib.parse import urlsplit
 
 from fleetc.errors import Diagnostic
@@ -91,7 +92,13 @@ def marker_resources() -> Obj:
 
 
 def run_id(stage: Stage) -> str:
-    """What a marker holds: the same for the same compiled stage, else different."""
+    """What a marker holds: the same for the same compiled stage, else different. A stage
+    asking for throughput is rendered as it runs on its cluster
+    (:func:`fleetc.placement.rules.on_cluster`), its
+    readers see the model's: both hash the model's (its first GPU option's figures)."""
+    if stage.gpu_options:
+        first = stage.gpu_options[0]
+        stage = replace(stage, gpus=first.gpus, gpu_request=first.gpu_request, pods_per_replica=first.pods_per_replica)
     return hashlib.sha256(repr(stage).encode()).hexdigest()[:16]
 
 

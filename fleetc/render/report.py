@@ -56,15 +56,19 @@ def _stage_report(stage: Stage, placement: StagePlacement, slots_per_gpu: int, c
 
     A stage listing GPU alternatives has them as its ``gpuType`` list, each cluster's
     ``gpuType``, and ``gpuChoice`` (:mod:`fleetc.placement.alternatives`): the types chosen,
-    which alternative the least preferred is, and why each earlier one was not taken."""
-    alternatives = len(stage.gpu_types) > 1
+    which alternative the least preferred is, and why each earlier one was not taken. A stage
+    asking for throughput has its ``throughput``, ``gpusPerReplica`` per GPU type, and each
+    cluster's type, GPUs per replica and node fit (``gpuChoice`` when it had a choice)."""
+    alternatives = len(stage.gpu_types) > 1 or bool(stage.gpu_options)
     report: Obj = {
         "pipeline": stage.pipeline,
         "stage": stage.name,
         "type": str(stage.type),
         "class": str(stage.workload_class),
-        "gpuType": list(stage.gpu_types) if alternatives else (stage.gpu_types or (None,))[0],
-        "gpusPerReplica": stage.gpus,
+        "gpuType": list(stage.gpu_types) if len(stage.gpu_types) > 1 else (stage.gpu_types or (None,))[0],
+        **({"throughput": stage.throughput} if stage.throughput is not None else {}),
+        # asking for throughput: GPUs per replica on each type it may run on (its options)
+        "gpusPerReplica": {o.gpu_type: o.gpus for o in stage.gpu_options} if stage.gpu_options else stage.gpus,
         "replicas": stage.replicas,
         "clusters": [{"name": a.cluster, "replicas": a.replicas, "gpus": a.gpus} for a in placement.assignments],
         "score": round(placement.score, 6),
@@ -76,10 +80,18 @@ def _stage_report(stage: Stage, placement: StagePlacement, slots_per_gpu: int, c
     if alternatives:
         for entry in report["clusters"]:
             entry["gpuType"] = gpu_types.get(entry["name"])
+            option = next((o for o in stage.gpu_options if o.gpu_type == entry["gpuType"]), None)
+            if option is not None:
+                entry["gpusPerReplica"] = option.gpus
+                if option.gpu_request is not None:
+                    entry["nodeFit"] = {"gpusAskedPerReplica": option.gpu_request,
+                                        "podsPerReplica": option.pods_per_replica,
+                                        "gpusPerPod": option.gpu_request // option.pods_per_replica}
     if choice is not None:
-        report["gpuChoice"] = {"chosen": list(choice.chosen), "alternative": choice.alternative,
+        report["gpuChoice"] = {"chosen": list(choice.chosen),
+                               **({"alternative": choice.alternative} if choice.alternative else {}),
                                "passed": [{"gpuType": p.gpu_type, "why": p.why} for p in choice.passed]}
-    if stage.gpu_request is not None:  # node fit split or rounded it (fleetc.nodefit)
+    if stage.gpu_request is not None and not stage.gpu_options:  # node fit split or rounded it (fleetc.nodefit)
         report["nodeFit"] = {"gpusAskedPerReplica": stage.gpu_request, "podsPerReplica": stage.pods_per_replica,
                              "gpusPerPod": stage.pod_gpus}
     if not placement.assignments:

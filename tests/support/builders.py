@@ -7,6 +7,7 @@ from __future__ import annotations
 from fleetc.model import (
     Cluster,
     FleetModel,
+    GPUOption,
     GPUPolicy,
     Input,
     Platform,
@@ -26,6 +27,9 @@ GPU_TAINT = Taint("gpu-type", "a100", "NoSchedule")
 
 #: What generated stages ask of GPU types: any, one, or alternatives in either order.
 GPU_TYPE_CHOICES: tuple[tuple[str, ...], ...] = ((), ("a100",), ("h100",), ("h100", "a100"), ("a100", "h100"))
+#: GPUs per replica per type of generated stages asking for throughput (None: a GPU count):
+#: throughput 4 with an h100 worth two a100s, and the same listed the other way round.
+THROUGHPUT_CHOICES: tuple[dict[str, int] | None, ...] = (None, {"h100": 2, "a100": 4}, {"a100": 4, "h100": 2})
 
 
 def make_cluster(
@@ -83,6 +87,7 @@ def make_stage(
     gpus: int = 8,
     gpu_type: str | None = None,
     gpu_types: tuple[str, ...] = (),
+    throughput_gpus: dict[str, int] | None = None,
     replicas: int = 1,
     cores: float = 8,
     memory_gib: float = 64,
@@ -102,8 +107,10 @@ def make_stage(
         outputs=(),
         cpu_millis=int(cores * 1000),
         memory_bytes=int(memory_gib * GIB),
-        gpus=gpus,
+        gpus=next(iter(throughput_gpus.values())) if throughput_gpus else gpus,
         gpu_types=gpu_types or ((gpu_type,) if gpu_type else ()),
+        throughput=4.0 if throughput_gpus else None,
+        gpu_options=tuple(GPUOption(t, n) for t, n in (throughput_gpus or {}).items()),
         replicas=replicas,
         min_replicas_per_cluster=min_replicas_per_cluster,
         tolerations=tolerations,

@@ -122,29 +122,29 @@ def _choice(model: FleetModel, stage: Stage, here: Mapping[str, int], ledger: ru
 
 def _why_not(model: FleetModel, stage: Stage, gpu_type: str, worst: str, here: Mapping[str, int], moved: int,
              ledger: rules.Ledger, total: np.ndarray, names: Mapping[str, int], ordered: bool) -> str:
-    """Why the ``moved`` replicas on ``worst`` do not run on a cluster of ``gpu_type``."""
-    of_type = [c for c in model.clusters if c.gpu_type == gpu_type]
+    """Why the ``moved`` replicas on ``worst`` do not run on a cluster of ``gpu_type``: the
+    best-scoring cluster of that type with room, else what keeps the best-scoring few off (a
+    fleet of many clusters of the type is searched only as far as the first with room)."""
+    of_type = sorted((c for c in model.clusters if c.gpu_type == gpu_type),
+                     key=lambda c: (-total[names[c.name]], names[c.name]))
     if not of_type:
         return f"no cluster of the fleet has {gpu_type}"
     reasons: list[str] = []
-    roomy: list[Cluster] = []
     for cluster in of_type:
         filtered = filter_reason(stage, cluster)
-        if filtered:
-            reasons.append(f"{cluster.name} is filtered out ({filtered})")
-            continue
         more = moved if here.get(cluster.name) or not rules.below_minimum(stage, moved) \
             else rules.min_replicas_per_cluster(stage)
-        if ledger.room_for(stage, cluster.name, more):
-            roomy.append(cluster)
+        if not filtered and ledger.room_for(stage, cluster.name, more):
+            return (f"{cluster.name} has room, but the stage scores {total[names[cluster.name]]:.4f} there against "
+                    f"{total[names[worst]]:.4f} on {worst}" + (" (preference penalty counted)" if ordered else ""))
+        if len(reasons) >= _NAMED:
+            reasons.append("")  # counted, not worded
+        elif filtered:
+            reasons.append(f"{cluster.name} is filtered out ({filtered})")
         else:
             word = "more replica" if here.get(cluster.name) else "replica"
             reasons.append(f"{cluster.name} has no room for {_count(more, word)}"
                            f"{_short_of(model, stage, cluster, ledger, more)}")
-    if roomy:
-        best = max(roomy, key=lambda c: (total[names[c.name]], -names[c.name]))
-        return (f"{best.name} has room, but the stage scores {total[names[best.name]]:.4f} there against "
-                f"{total[names[worst]]:.4f} on {worst}" + (" (preference penalty counted)" if ordered else ""))
     shown = "; ".join(reasons[:_NAMED])
     return shown + (f"; and {len(reasons) - _NAMED} more clusters" if len(reasons) > _NAMED else "")
 

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.builders import make_cluster, make_fleet, make_stage
+from support.builders import SOURCE, make_cluster, make_fleet, make_stage
 from support.corpus import CASES
 
 from fleetc.compiler import Options, compile_fleet
 from fleetc.errors import PlacementError
 from fleetc.git.report import as_json, compare, format_markdown, format_text, snapshot, snapshot_of_output
-from fleetc.model import Assignment, StageType
+from fleetc.model import Assignment, StageType, Team
 from fleetc.placement.alternatives import choices
 from fleetc.placement.explain import explain
 from fleetc.placement.explain import format_text as explain_text
@@ -182,3 +182,21 @@ def test_diff_shows_the_count_a_throughput_stage_got(tmp_path: Path) -> None:
                         base_label="main", head_label="tree")
     assert read_back.gpu_choices == report.gpu_choices
     assert (report.gpu_totals["h100"], report.gpu_totals["a100"]) == ((8, 4), (0, 8))
+
+
+@pytest.mark.parametrize("large", [0, 10**9])
+@pytest.mark.parametrize(("quota", "cap", "where"), [(1, None, "a"), (2, None, "h"), (8, 3.0, "h"), (8, 2.5, None)])
+def test_team_caps_count_the_gpus_of_the_type_it_runs_on(large: int, quota: int, cap: float | None,
+                                                          where: str | None) -> None:
+    """Throughput 4 is 2 h100 (at 1.5/h) or 4 a100 (at 1.0/h): a team quota of 1 h100 keeps
+    it off h100, one of 2 lets it on; a cost cap of 3.0/h lets the 2 h100 (3.0/h) run, 2.5/h
+    leaves no placement (4 a100 cost 4.0/h). Both paths, and the verifier agrees."""
+    team = Team("ml", "platform", ("llm",), (("h100", quota),), (), cap, SOURCE)
+    model = make_fleet((make_cluster("h", gpu_type="h100", gpus=8, gpu_hour_cost=1.5, cpu_hour_cost=0.0,
+                                     memory_gib_hour_cost=0.0),
+                        make_cluster("a", gpu_type="a100", gpus=8, gpu_hour_cost=1.0, cpu_hour_cost=0.0,
+                                     memory_gib_hour_cost=0.0)),
+                       (make_stage("s", throughput_gpus={"h100": 2, "a100": 4}),), teams=(team,))
+    placement = place(model, large=large, allow_unplaced=True)
+    assert verify(model, placement, allow_unplaced=True) == []
+    assert [a.cluster for a in placement.of("llm/s").assignments] == ([where] if where else [])

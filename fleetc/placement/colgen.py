@@ -363,6 +363,8 @@ class _Caps:
         """:meth:`coefficients` of one pair (the same operations on scalars), for the repair."""
         if not (self.members[row, s] and self.on[row, c]):
             return 0.0
+        if self.problem.varying_gpus:  # a stage asking for throughput: each pair's own count
+            return float(self.coefficients(row, np.array([s]), np.array([c]))[0])
         if not self.cost[row]:
             return float(self.problem.quota_unit[s])
         b, p = self.problem.billed, self.problem.prices

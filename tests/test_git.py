@@ -88,9 +88,9 @@ def test_diff_between_two_commits_where_a_stage_moved(repo: Repo) -> None:
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("fleetc diff HEAD~1 -> working tree\n\n")
     # +4 -4: the two prefetches of the model there wait for the moved (so changed) training run
-    assert "gpu-cluster-huawei: +4 ~1 -6 objects; GPUs 14 a100 -> 6 a100; cost/h " in result.stdout
+    assert "gpu-cluster-huawei: +4 ~1 -6 objects; GPUs 16 a100 -> 8 a100; cost/h " in result.stdout
     assert f"  - {MOVED}\n" in result.stdout and f"  + {MOVED}\n" in result.stdout
-    assert "GPUs a100: 14 -> 6 (-8)\nGPUs t4: 4 -> 12 (+8)\n" in result.stdout
+    assert "GPUs a100: 16 -> 8 (-8)\nGPUs t4: 7 -> 15 (+8)\n" in result.stdout
     assert re.search(r"\+\+\+ b/out/clusters/inference-cluster-aliyun/workloads/"
                      r"job-aigc-prod-llm-chinese-training-model-training-[0-9a-f]{8}\.yaml\n", result.stdout)
     # provenance annotations name the policy files the same way on both sides: no spurious diffs
@@ -115,7 +115,7 @@ def test_diff_json(repo: Repo) -> None:
     data = json.loads(result.stdout)
     assert data["changed"] is True
     assert data["stages"] == [{"stage": MOVED, "before": ["gpu-cluster-huawei"], "after": ["inference-cluster-aliyun"]}]
-    assert data["gpus"] == {"a100": {"before": 14, "after": 6}, "t4": {"before": 4, "after": 12}}
+    assert data["gpus"] == {"a100": {"before": 16, "after": 8}, "t4": {"before": 7, "after": 15}}
     clusters = {c["name"]: c for c in data["clusters"]}
     assert clusters["gpu-cluster-huawei"]["stagesOut"] == [MOVED]
     assert clusters["inference-cluster-aliyun"]["stagesIn"] == [MOVED]
@@ -132,8 +132,8 @@ def test_diff_markdown_structure(repo: Repo) -> None:
     assert "| cluster | objects + / ~ / − | GPUs before → after | cost/h before → after | stages in | stages out |" \
         in text
     # 4 / 1 / 6: besides the moved Job, the two prefetches of the model there wait for the moved (changed) run
-    assert "| `gpu-cluster-huawei` | 4 / 1 / 6 | 14 a100 → 6 a100 |" in text
-    assert '```mermaid\nxychart-beta\n' in text and '    bar "before" [14, 4]\n    bar "after" [6, 12]\n' in text
+    assert "| `gpu-cluster-huawei` | 4 / 1 / 6 | 16 a100 → 8 a100 |" in text
+    assert '```mermaid\nxychart-beta\n' in text and '    bar "before" [16, 7]\n    bar "after" [8, 15]\n' in text
     assert "<details><summary>cluster gpu-cluster-huawei: 13 files changed</summary>" in text
     assert text.count("<details>") == text.count("</details>") == 3
     assert len(text) <= 65_536
@@ -388,7 +388,7 @@ def test_commit_in_a_repository_without_commits(tmp_path: Path, monkeypatch: pyt
     commit = repo.head.commit
     assert commit.parents == ()
     assert commit.message.startswith("fleetc: commit 6 policy files and out/ compiled from them "
-                                     "(7 stages added, +14 a100, +4 t4)\n")
+                                     "(7 stages added, +16 a100, +7 t4)\n")
     files = sorted(b.path for b in commit.tree.traverse() if b.type == "blob")
     assert files and all(p.startswith(("out/", "policies/")) for p in files)
     assert "out/.fleetc/files" in files and "out/placement.yaml" in files

@@ -34,8 +34,8 @@ BUNDLED_WARNINGS = [
     "placeholder https://git.example.com/fleet.git",
     *(f"warning: policies/fleet.yaml:{line}:5: spec.clusters[{index}].attributes: cluster {name}: set "
       "spec.devicePlugin.config.name: fleetc-device-plugin-config (default: exclusive) in its GPU Operator "
-      "ClusterPolicy, then attribute device-plugin-configured: \"true\"; until then its time-sliced pods take "
-      "whole GPUs, more than the placement counted"
+      "ClusterPolicy, then attribute device-plugin-configured: \"true\": its time-sliced pods then share each "
+      "GPU 2 ways (until then each takes whole GPUs, and is placed so)"
       for line, index, name in ((15, 0, "gpu-cluster-huawei"), (28, 1, "inference-cluster-aliyun"))),
     "warning: policies/gpu-optimization.yaml:13:5: spec.memoryManagement.compactionStrategy: has no "
     "Kubernetes form (the device plugin does not compact GPU memory); not rendered",

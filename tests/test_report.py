@@ -263,8 +263,10 @@ def test_github_step_summary_lists_every_diagnostic() -> None:
 
 def test_time_sliced_replicas_count_as_the_gpus_they_take() -> None:
     """40 serving replicas on T4s time-sliced 4 ways take 10 GPUs, not 40: in the diff's GPU
-    columns, in cost, and read back from placement.yaml; an exclusive stage counts whole."""
-    t4 = cluster("west", "t4", gpus=16, gpu_hour_cost=0.5, cpu_hour_cost=0.0, memory_gib_hour_cost=0.0)
+    columns, in cost, and read back from placement.yaml; an exclusive stage counts whole, and so
+    do they where the cluster's device plugin is not configured for time-slicing."""
+    t4 = cluster("west", "t4", gpus=16, gpu_hour_cost=0.5, cpu_hour_cost=0.0, memory_gib_hour_cost=0.0,
+                 device_plugin_configured=True)
     serve = stage("serve", StageType.DEPLOYMENT, gpus=1, gpu_types=("t4",), replicas=40, shared_gpu=True)
     batch = stage("batch", StageType.TRAINING, gpus=2, gpu_types=("t4",))
     policy = GPUPolicy("gpu", 4, None, None, False, 1, Source("gpu.yaml", "spec"))
@@ -286,6 +288,9 @@ def test_time_sliced_replicas_count_as_the_gpus_they_take() -> None:
                                        placement.stages[1]))
     assert "        slots: 39\n        gpus: 9.75\n" in dump(placement_report(model, fewer))
     assert snapshot(model, fewer, {}).gpus == {"west": {"t4": 12}}
+    unconfigured = replace(model, clusters=(replace(t4, device_plugin_configured=False),))
+    assert snapshot(unconfigured, placement, {}).gpus == {"west": {"t4": 40 + 2}}
+    assert "        slots: 40\n        gpus: 40\n" in dump(placement_report(unconfigured, placement))
 
 
 def test_time_sliced_slots_take_whole_nodes_where_the_device_plugin_is_configured() -> None:
@@ -309,4 +314,4 @@ def test_time_sliced_slots_take_whole_nodes_where_the_device_plugin_is_configure
         assert snapshot_of_output(committed, {"west": "t4"}, time_sliced_units(model)).gpus == side.gpus
     unconfigured = replace(model, clusters=(replace(t4, device_plugin_configured=False),))
     assert time_sliced_units(unconfigured) == {"west": 1}
-    assert snapshot(unconfigured, placement, {}).gpus == {"west": {"t4": 5}}  # 17 slots: 5 GPUs
+    assert snapshot(unconfigured, placement, {}).gpus == {"west": {"t4": 17}}  # no time-slicing: whole GPUs

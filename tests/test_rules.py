@@ -1,8 +1,8 @@
 """The hard rules (:mod:`fleetc.placement.rules`) against their vectorised form (hypothesis).
 
 On random small fleets (cordons, sovereignty, GPU types, taints, utilisation, headroom,
-time-slicing, multiCluster with failover headroom, previous placements), and for random
-candidate placements, some sound and some not:
+time-slicing with and without the device plugin configured, multiCluster with failover
+headroom, previous placements), and for random candidate placements, some sound and some not:
 
 - every pair the filters allow is one no rule excludes, and every pair no rule excludes and
   whose cluster holds one replica is allowed;
@@ -63,6 +63,7 @@ def fleets(draw: st.DrawFn, failover: bool = False) -> FleetModel:
             cordoned=not failover and draw(st.integers(0, 6)) == 0,
             jurisdiction=draw(st.sampled_from(JURISDICTIONS)),
             taints=(GPU_TAINT,) if draw(st.integers(0, 4)) == 0 else (),
+            device_plugin_configured=draw(st.integers(0, 3)) > 0,
         )
         for i in range(draw(st.integers(2 if failover else 1, 4)))
     )
@@ -154,8 +155,8 @@ def vector_of(model: FleetModel, program: Program, replicas_at: np.ndarray, prev
         shared = np.array([rules.uses_shared_slots(model, s) for s in model.stages])
         per_pair = np.array([[rules.on_cluster(s, c).gpus for c in model.clusters] for s in model.stages])
         slots = (per_pair * shared[:, np.newaxis] * replicas_at).sum(axis=0)
-        unit = np.array([rules.time_sliced_unit(c) for c in model.clusters])
-        v[program.w] = -(-slots // (rules.slots_per_gpu(model) * unit))  # whole time-sliced units
+        unit = np.array([rules.time_sliced_unit(c) * rules.slots_on(model, c) for c in model.clusters])
+        v[program.w] = -(-slots // unit)  # whole time-sliced units
     kept_unit = program.k_of  # the y entries of v the k entries keep replicas of
     v[program.k] = np.minimum(v[kept_unit], previous[program.unit_stage[kept_unit], program.unit_cluster[kept_unit]])
     placed = replicas_at[program.d_of].sum(axis=1)
@@ -222,7 +223,7 @@ def _assert_problem_states_the_rules(model: FleetModel, problem: Problem) -> Non
     for c, cluster in enumerate(model.clusters):
         gpus, millis, memory = rules.usable_capacity(model, cluster)
         assert problem.capacity[:, c].tolist() == [gpus, millis / 1000, memory / GIB]
-    assert problem.slots == rules.slots_per_gpu(model)
+    assert problem.slots.tolist() == [rules.slots_on(model, c) for c in model.clusters]
 
 
 def _assert_same_usage(model: FleetModel, program: Program, v: np.ndarray, replicas_at: np.ndarray) -> None:
@@ -253,7 +254,8 @@ def _assert_same_headroom(model: FleetModel, program: Program, v: np.ndarray, re
                                                                 int(replicas_at[s, index[o]]))
                                                                for s, stage in enumerate(model.stages)]))
                       for o in members if o != lost]
-            short = {what for what, _, _ in rules.failover_shortfalls(model, rules.usage(model, on_lost), others)}
+            lost_usage = (model.cluster(lost), rules.usage(model, on_lost))
+            short = {what for what, _, _ in rules.failover_shortfalls(model, lost_usage, others)}
             for what in ("GPU slots" if rules.slots_per_gpu(model) > 1 else "GPUs", *rules.RESOURCES[1:]):
                 assert (slack[row] >= -1e-6) == (what not in short), (lost, what)
                 row += 1

@@ -308,8 +308,8 @@ def test_every_gpu_type_gets_a_product_selector_and_shared_nodes_only_where_conf
         "cluster a: pods select nvidia.com/gpu.product=NVIDIA-B200, a guess for this GPU type; set attribute "
         "gpu-product to the label its nodes carry",
         "cluster a: set spec.devicePlugin.config.name: fleetc-device-plugin-config (default: exclusive) in its GPU "
-        "Operator ClusterPolicy, then attribute device-plugin-configured: \"true\"; until then its time-sliced pods "
-        "take whole GPUs, more than the placement counted"]
+        "Operator ClusterPolicy, then attribute device-plugin-configured: \"true\": its time-sliced pods then "
+        "share each GPU 2 ways (until then each takes whole GPUs, and is placed so)"]
 
 
 # --------------------------------------------------------------------------- Kueue

@@ -193,10 +193,13 @@ def test_verify_counts_shared_slots_per_started_time_sliced_node() -> None:
     model = dataclasses.replace(model, stages=(dataclasses.replace(stages[0], gpus=9), stages[1]))
     too_many = placed(one("llm/train", Assignment("c1", 1, 9)), one("llm/serve", Assignment("c1", 5, 5)))
     assert verify(model, too_many) == ["c1: 17 GPUs placed, capacity 16"]
-    # where the device plugin does not read fleetc's config yet, slots are counted per GPU
-    # (compile warns those pods take whole GPUs): 9 + ceil(5 / 2) = 12
+    # where the device plugin does not read fleetc's config, no GPU is time-sliced: each shared
+    # replica takes its whole GPU (9 + 5 = 14; with a 12-GPU gang 17, not 12 + ceil(5 / 2))
     unconfigured = dataclasses.replace(model, clusters=(make_cluster(gpus=16, device_plugin_configured=False),))
     assert verify(unconfigured, too_many) == []
+    unconfigured = dataclasses.replace(unconfigured, stages=(dataclasses.replace(stages[0], gpus=12), stages[1]))
+    twelve = placed(one("llm/train", Assignment("c1", 1, 12)), one("llm/serve", Assignment("c1", 5, 5)))
+    assert verify(unconfigured, twelve) == ["c1: 17 GPUs placed, capacity 16"]
 
 
 def test_time_sliced_gpus_come_in_whole_units() -> None:

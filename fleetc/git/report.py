@@ -20,7 +20,7 @@ from fleetc.errors import Diagnostic
 from fleetc.model import FleetModel, Placement
 from fleetc.placement import rules
 from fleetc.placement.alternatives import choices, describe
-from fleetc.placement.rules import slots_per_gpu, time_sliced_gpus, time_sliced_unit, uses_shared_slots
+from fleetc.placement.rules import slots_on, slots_per_gpu, time_sliced_gpus, time_sliced_unit, uses_shared_slots
 from fleetc.policy.load import yaml_documents
 
 #: GitHub refuses issue and pull-request comments longer than this many characters.
@@ -70,7 +70,8 @@ def snapshot(model: FleetModel, placement: Placement, files: Mapping[str, str]) 
     GPUs are the GPUs taken: a time-sliced stage's slots count ``1 / slots_per_gpu`` of a GPU
     each, and a cluster's shared slots take whole time-sliced units of GPUs, whole nodes where
     its device plugin is configured (:func:`fleetc.placement.rules.time_sliced_gpus`, as the
-    placement rule and the verifier count them). Cost per hour of a cluster is its prices times what is placed on it:
+    placement rule and the verifier count them; a whole GPU each where its device plugin is not
+    configured). Cost per hour of a cluster is its prices times what is placed on it:
     GPUs taken x GPU-hour cost + cores x core-hour cost + GiB x GiB-hour cost.
     """
     clusters = {c.name: c for c in model.clusters}
@@ -85,7 +86,7 @@ def snapshot(model: FleetModel, placement: Placement, files: Mapping[str, str]) 
         for a in placed:
             cluster = clusters[a.cluster]
             usage.add(a.cluster, cluster.gpu_type or "gpu", a.gpus,
-                      shared=uses_shared_slots(model, stage))
+                      shared=uses_shared_slots(model, stage) and slots_on(model, cluster) > 1)
             cost[a.cluster] += (a.replicas * stage.cpu_millis / 1000 * cluster.cpu_hour_cost
                                 + a.replicas * stage.memory_bytes / _GIB * cluster.memory_gib_hour_cost)
     gpus = usage.gpus()

@@ -6,8 +6,9 @@ one back (previous)."""
 #: inputs whose digest matches gives the previous placement back without solving. Bump it in the
 #: same commit as any change that can change a placement, so that committed outputs are solved
 #: again; tests/test_placement_version.py fails when placements change without a bump.
-#: 5: degraded serving runs the replicas that fit; 6: time-sliced GPUs take whole nodes where configured.
-PLACEMENT_VERSION = "6"
+#: 5: degraded serving runs the replicas that fit; 6: time-sliced GPUs take whole nodes where configured;
+#: 7: time-sliced pods take whole GPUs where the device plugin is not configured.
+PLACEMENT_VERSION = "7"
 
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,
 #: unless :func:`fleetc.placement.optimize.place` is given another threshold (the CLI's

@@ -55,7 +55,7 @@ class _Large:
     stages: int
     clusters: int
     shared: bool  # slot rows and w columns exist
-    slots: int
+    slots: np.ndarray  # (C,) slots per GPU (1 where the device plugin is not configured)
     unit: np.ndarray  # (C,) GPUs turned time-sliced at once (whole nodes where configured)
     capacity: np.ndarray  # (3, C) usable
     keep_pair: np.ndarray  # kept Deployment pairs (indices into the pairs)
@@ -171,7 +171,7 @@ class _Large:
         if self.shared:
             w = s + np.arange(c)
             rows += [self.stages + np.arange(c), self.stages + 3 * c + np.arange(c)]
-            data += [self.unit, -float(self.slots) * self.unit]  # w: time-sliced units (nodes)
+            data += [self.unit, -self.slots * self.unit]  # w: time-sliced units (nodes)
             index += [w, w]
             for row in np.flatnonzero(self.headroom.resource == 0):  # w counts units of GPUs the others use
                 others = np.flatnonzero(self.headroom.others[row])
@@ -383,7 +383,7 @@ class _Headroom:
     a problem: row ``i`` says that what the HA clusters other than ``lost[i]`` use of
     ``resource[i]`` (GPUs, cores, GiB), plus what the platform's serving stages use on
     ``lost[i]``, stays within what those others may use (``bound[i]``). Time-sliced GPUs count
-    as ``1 / slots`` of a GPU on ``lost[i]``; on the others they count through ``w`` (the
+    as ``1 / slots`` of a GPU on ``lost[i]`` (its slots per GPU); on the others they count through ``w`` (the
     master) or as that fraction (the greedy repair)."""
 
     lost: np.ndarray  # (H,) cluster index
@@ -419,27 +419,27 @@ class _Headroom:
                    np.unique(np.array(lost, dtype=np.int64)))
 
     def coefficients(self, row: int, stage: np.ndarray, cluster: np.ndarray, per_unit: np.ndarray,
-                     slots: int, shared_on_others: bool = False) -> np.ndarray:
+                     slots: np.ndarray, shared_on_others: bool = False) -> np.ndarray:
         """Row ``row``'s coefficients of (``stage``, ``cluster``) pairs given the (4, S)
         ``per_unit`` use (exclusive GPUs, cores, GiB, shared slots): on the others, their use
         of the resource (exclusive GPUs only, shared ones counting through ``w``, unless
         ``shared_on_others``); on the lost cluster, a serving stage's use (shared slots as
-        ``1 / slots`` of a GPU each)."""
+        ``1 / slots`` of a GPU each, ``slots`` (C,) per GPU of each cluster)."""
         r = int(self.resource[row])
-        need = per_unit[0, stage] + per_unit[3, stage] / slots if r == 0 else per_unit[r, stage]
+        need = per_unit[0, stage] + per_unit[3, stage] / slots[cluster] if r == 0 else per_unit[r, stage]
         use = need if shared_on_others else per_unit[r, stage]
         on_lost = self.serving[row, stage] & (cluster == self.lost[row])
         coefficient: np.ndarray = np.where(self.others[row, cluster], use, 0.0) + np.where(on_lost, need, 0.0)
         return coefficient
 
-    def fixed_need(self, replicas_at: np.ndarray, per_replica: np.ndarray, slots: int
+    def fixed_need(self, replicas_at: np.ndarray, per_replica: np.ndarray, slots: np.ndarray
                    ) -> dict[tuple[int, int], np.ndarray]:
         """What the serving stages placed in ``replicas_at`` need back per (group, lost cluster's
         index in the model): GPUs (shared slots as fractions), cores, GiB."""
         need: dict[tuple[int, int], np.ndarray] = {}
         for row, key in enumerate(self.keys):
             r, h = int(self.resource[row]), int(self.lost[row])
-            use = per_replica[0] + per_replica[3] / slots if r == 0 else per_replica[r]
+            use = per_replica[0] + per_replica[3] / slots[h] if r == 0 else per_replica[r]
             need.setdefault(key, np.zeros(3))[r] = float((replicas_at[:, h] * self.serving[row]) @ use)
         return need
 
@@ -490,10 +490,12 @@ def _start_pairs(large: _Large) -> np.ndarray:
     The most constrained stage first (the least room, in stage units, on the clusters it may
     use), each fills its best clusters by gain with the share of it that still fits each one
     (a gang may be split: this is the LP's start, not a placement), counting shared slots as
-    fractions of a GPU. A stage that does not fit whole brings every pair it has: the first
-    master then has what it needs to place all it can.
+    fractions of a GPU (as many slots to a GPU as the most of any cluster: a start, not a
+    count). A stage that does not fit whole brings every pair it has: the first master then
+    has what it needs to place all it can.
     """
-    demand = np.stack([large.coefficients[0] + large.coefficients[3] / large.slots, *large.coefficients[1:3]])
+    slots = large.slots.max(initial=1.0)
+    demand = np.stack([large.coefficients[0] + large.coefficients[3] / slots, *large.coefficients[1:3]])
     free = large.capacity.copy()
     starts = large.pair_range
     room = np.bincount(large.pair_stage, weights=large.capacity[0, large.pair_cluster], minlength=large.stages)
@@ -565,7 +567,7 @@ def _size(large: _Large, pairs: np.ndarray) -> np.ndarray:
     """What each pair's stage asks of its cluster's scarce resource: GPUs (shared slots as
     fractions of a GPU), or cores on a cluster without GPUs."""
     stage, cluster = large.pair_stage[pairs], large.pair_cluster[pairs]
-    gpus = large.coefficients[0, stage] + large.coefficients[3, stage] / large.slots
+    gpus = large.coefficients[0, stage] + large.coefficients[3, stage] / large.slots[cluster]
     size: np.ndarray = np.where(large.capacity[0, cluster] > 0, gpus, large.coefficients[1, stage])
     return size
 
@@ -1058,11 +1060,11 @@ class _Room:
     """Residual capacity per cluster, and failover headroom left per headroom row, while the
     greedy repair places stages (``per_replica`` (4, S): exclusive GPUs, cores, GiB, slots)."""
 
-    def __init__(self, capacity: np.ndarray, taken: np.ndarray, slots: int, unit: np.ndarray, headroom: _Headroom,
-                 per_replica: np.ndarray, replicas_at: np.ndarray, caps: _Caps) -> None:
+    def __init__(self, capacity: np.ndarray, taken: np.ndarray, slots: np.ndarray, unit: np.ndarray,
+                 headroom: _Headroom, per_replica: np.ndarray, replicas_at: np.ndarray, caps: _Caps) -> None:
         self.capacity = capacity
         self.taken = taken.copy()
-        self.slots = slots
+        self.slots = slots  # (C,) slots per GPU: 1 where the device plugin is not configured
         self.unit = unit  # GPUs turned time-sliced at once: slots come in whole nodes where configured
         self.headroom = headroom
         self.per_replica = per_replica
@@ -1099,12 +1101,12 @@ class _Room:
         """Replicas of per-replica ``demand`` (exclusive GPUs, cores, GiB, slots) ``c`` has room for."""
         excl, cores, gib, slots = self.taken[:, c]
         limits = []
-        unit = int(self.unit[c])
+        unit, per_gpu = int(self.unit[c]), int(self.slots[c])
         if demand[0] > 0:
-            free = self.capacity[0, c] - excl - time_sliced_gpus(round(slots), self.slots, unit)
+            free = self.capacity[0, c] - excl - time_sliced_gpus(round(slots), per_gpu, unit)
             limits.append(math.floor(free / demand[0] + 1e-9))
         if demand[3] > 0:
-            free_slots = (self.capacity[0, c] - excl) // unit * unit * self.slots - slots
+            free_slots = (self.capacity[0, c] - excl) // unit * unit * per_gpu - slots
             limits.append(math.floor(free_slots / demand[3] + 1e-9))
         for r, used in ((1, cores), (2, gib)):
             if demand[r] > 0:

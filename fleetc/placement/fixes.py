@@ -366,7 +366,7 @@ def _headroom_kept(model: FleetModel, stage: Stage, spread: Mapping[str, int], g
             need = serving_on.get(lost, rules.Usage()) + rules.usage(
                 model, [(s, n) for s, n in on[lost] if s.key in serving])
             others = [(grown.get(o) or model.cluster(o), after[o]) for o in members if o != lost]
-            if rules.failover_shortfalls(model, need, others):
+            if rules.failover_shortfalls(model, (grown.get(lost) or model.cluster(lost), need), others):
                 return False
     return True
 

@@ -52,7 +52,7 @@ def capacity_hints(model: FleetModel) -> list[str]:
     """The policy fields behind the capacity figures a refusal prints: per GPU cluster whose
     usable GPUs (:func:`~fleetc.placement.rules.usable_capacity`) are fewer than it has, the
     GPU policy's defragmentation headroom and the cluster's utilisation; and the time-slicing
-    slots that let a shared GPU count as a fraction."""
+    slots that let a shared GPU count as a fraction where the device plugin is configured."""
     policy = model.gpu_policy
     hints = []
     for cluster in model.clusters:
@@ -73,6 +73,13 @@ def capacity_hints(model: FleetModel) -> list[str]:
     if policy is not None and slots > 1 and any(uses_shared_slots(model, s) for s in model.stages):
         field = ("spec.sharingStrategy.maxSharers" if policy.sharing_enabled and policy.max_sharers == slots
                  else "spec.timeSlicing.replicas")
-        hints.append(f"stages that accept shared GPUs take 1/{slots} of a GPU per requested GPU "
-                     f"({field} {slots} in {model.display(policy.source.path)})")
+        where = f"({field} {slots} in {model.display(policy.source.path)})"
+        if any(c.gpus and c.device_plugin_configured for c in model.clusters):
+            hints.append(f"stages that accept shared GPUs take 1/{slots} of a GPU per requested GPU {where} "
+                         "where the cluster's device plugin is configured (attribute device-plugin-configured), "
+                         "a whole GPU elsewhere")
+        else:
+            hints.append("stages that accept shared GPUs take a whole GPU per requested GPU: no cluster's device "
+                         "plugin is configured for time-slicing (attribute device-plugin-configured), which would "
+                         f"share each GPU {slots} ways {where}")
     return hints

@@ -359,14 +359,15 @@ def _capacity_reason(
 
     A gang needs all its replicas at once; a Deployment needs its per-cluster minimum here and
     is short overall when the clusters together have room for fewer replicas than it has.
-    Time-sliced GPUs count ``1 / slots_per_gpu`` of a GPU per requested GPU.
+    Time-sliced GPUs count ``1 / slots_on`` of a GPU per requested GPU (a whole GPU where the
+    cluster's device plugin is not configured).
     """
     need = stage.replicas if stage.is_gang else rules.min_replicas_per_cluster(stage)
     stage = rules.on_cluster(stage, cluster)
     demand = np.array([stage.gpus, stage.cpu_millis / 1000, stage.memory_bytes / GIB], dtype=float)
     unit = 1
     if rules.uses_shared_slots(model, stage):
-        demand[0] /= rules.slots_per_gpu(model)
+        demand[0] /= rules.slots_on(model, cluster)
         unit = rules.time_sliced_unit(cluster)
         free = free.copy()
         free[0] = math.floor(free[0] / unit + 1e-9) * unit  # time-sliced GPUs come in whole nodes

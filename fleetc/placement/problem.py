@@ -80,7 +80,9 @@ class Problem:
     serving cluster, :func:`rules.min_replicas_per_cluster`),
     ``shared`` (GPUs as time-sliced slots), ``blocked`` (``multiCluster`` makes it unplaceable)
     and ``ha`` (the clusters it must serve on); ``demand`` (3, S) per replica: GPUs, cores,
-    GiB. Per cluster: ``capacity`` (3, C) usable (:func:`rules.usable_capacity`) and ``unit`` (C,)
+    GiB. Per cluster: ``capacity`` (3, C) usable (:func:`rules.usable_capacity`), ``slots`` (C,)
+    the time-sliced slots one of its GPUs holds (:func:`rules.slots_on`: 1 where its device
+    plugin is not configured, so a time-sliced replica takes whole GPUs there) and ``unit`` (C,)
     the GPUs it turns time-sliced at once (:func:`rules.time_sliced_unit`: whole nodes where
     its device plugin is configured). A stage asking for throughput has GPUs per replica that
     depend on the cluster's GPU type: :meth:`gpus_at` gives each pair's (``type_gpus`` (S, T)
@@ -106,7 +108,7 @@ class Problem:
     shared: np.ndarray
     demand: np.ndarray
     capacity: np.ndarray
-    slots: int
+    slots: np.ndarray  # (C,) slots per GPU: :func:`rules.slots_on`
     unit: np.ndarray  # (C,) GPUs turned time-sliced at once: :func:`rules.time_sliced_unit`
     ha: tuple[tuple[int, ...], ...]
     failover: tuple[tuple[tuple[int, ...], np.ndarray], ...]
@@ -161,7 +163,7 @@ class Problem:
             capacity=capacity_of(model, clusters),
             type_gpus=type_gpus,
             cluster_type=np.array([codes[c.gpu_type] for c in clusters], dtype=np.int64),
-            slots=rules.slots_per_gpu(model),
+            slots=np.array([rules.slots_on(model, c) for c in clusters], dtype=float),
             unit=np.array([rules.time_sliced_unit(c) for c in clusters], dtype=float),
             ha=tuple(tuple(local[n] for n in rules.ha_clusters(model, s) if n in local) for s in stages),
             failover=failover,
@@ -218,7 +220,7 @@ class Problem:
             shared=self.shared[stages],
             demand=self.demand[:, stages],
             capacity=self.capacity[:, clusters],
-            slots=self.slots,
+            slots=self.slots[clusters],
             unit=self.unit[clusters],
             ha=tuple(renumber(self.ha[s]) for s in stages.tolist()),
             failover=tuple((renumber(members), serving[stages]) for members, serving in self.failover),

@@ -308,7 +308,8 @@ def _headroom_rows(
     n_clusters = len(problem.clusters)
     coefficients = problem.demand[:, unit_stage] * unit_replicas
     coefficients[0] = problem.gpus_at(unit_stage, unit_cluster) * unit_replicas
-    coefficients[0] = np.where(problem.shared[unit_stage], coefficients[0] / problem.slots, coefficients[0])
+    coefficients[0] = np.where(problem.shared[unit_stage], coefficients[0] / problem.slots[unit_cluster],
+                               coefficients[0])
     rows, bounds = [], []
     for group, (ha, serving) in enumerate(problem.failover):
         is_serving = serving[unit_stage]

@@ -212,13 +212,25 @@ def slots_per_gpu(model: FleetModel) -> int:
 
 
 def uses_shared_slots(model: FleetModel, stage: Stage) -> bool:
-    """Whether ``stage``'s GPUs are time-sliced slots (``1 / slots_per_gpu`` of a GPU each)."""
+    """Whether ``stage``'s GPUs are time-sliced slots: ``1 / slots_on(cluster)`` of a GPU each
+    (:func:`slots_on`: a whole GPU where the cluster's device plugin is not configured)."""
     return (
         stage.shared_gpu
         and stage.gpus > 0
         and stage.type not in EXCLUSIVE_TYPES
         and slots_per_gpu(model) > 1
     )
+
+
+def slots_on(model: FleetModel, cluster: Cluster) -> int:
+    """How many time-sliced slots one of ``cluster``'s GPUs holds: :func:`slots_per_gpu` where
+    its device plugin reads fleetc's config (attribute ``device-plugin-configured``), else 1.
+
+    Where the plugin is not configured it advertises whole GPUs (NVIDIA/k8s-device-plugin
+    ``api/config/v1/config.go``: no ``sharing`` without a config), so a time-sliced pod takes
+    as many whole GPUs as it asks for: its slots count one GPU each there, and the renderer
+    selects whole GPUs for it (:func:`fleetc.render.workloads.time_sliced`)."""
+    return slots_per_gpu(model) if cluster.device_plugin_configured else 1
 
 
 def time_sliced_unit(cluster: Cluster) -> int:
@@ -229,8 +241,8 @@ def time_sliced_unit(cluster: Cluster) -> int:
     ``nvidia.com/device-plugin.config`` label names (NVIDIA/k8s-device-plugin
     ``cmd/config-manager/main.go``: ``updateSymlink``), so a node advertises either
     time-sliced or whole GPUs, never both: shared slots come in whole nodes. Where the plugin
-    is not configured no node is time-sliced; compile warns that those pods take whole GPUs
-    (:func:`fleetc.render.gpu.cluster_gpu_warnings`) and their slots are counted per GPU."""
+    is not configured no node is time-sliced: its slots are whole GPUs (:func:`slots_on`),
+    counted one at a time."""
     return cluster.gpus_per_node if cluster.device_plugin_configured and cluster.gpus_per_node > 0 else 1
 
 
@@ -279,9 +291,9 @@ def usage(model: FleetModel, placed: Iterable[tuple[Stage, int]]) -> Usage:
 def taken(model: FleetModel, cluster: Cluster, used: Usage) -> tuple[int, int, int]:
     """GPUs, millicores and bytes ``used`` takes of ``cluster``'s capacity: time-sliced slots
     take whole time-sliced units (:func:`time_sliced_gpus`: whole nodes where the device
-    plugin is configured), ``slots_per_gpu`` slots to a GPU, shared by whichever stages use
-    them."""
-    shared = time_sliced_gpus(used.slots, slots_per_gpu(model), time_sliced_unit(cluster))
+    plugin is configured), :func:`slots_on` slots to a GPU (one where it is not), shared by
+    whichever stages use them."""
+    shared = time_sliced_gpus(used.slots, slots_on(model, cluster), time_sliced_unit(cluster))
     return used.gpus + shared, used.millis, used.memory
 
 
@@ -314,15 +326,18 @@ def failover_groups(model: FleetModel) -> list[tuple[str, tuple[str, ...], froze
     return groups
 
 
-def failover_shortfalls(model: FleetModel, lost: Usage, others: Iterable[tuple[Cluster, Usage]]
+def failover_shortfalls(model: FleetModel, lost: tuple[Cluster, Usage], others: Iterable[tuple[Cluster, Usage]]
                         ) -> list[tuple[str, int, int]]:
-    """``(resource, needed, free)`` for each resource the serving replicas ``lost`` with one
-    cluster need more of than the ``others`` (each with what is placed on it) leave free.
+    """``(resource, needed, free)`` for each resource the serving replicas placed on the lost
+    cluster (``lost``: it and what they use there) need more of than the ``others`` (each with
+    what is placed on it) leave free.
 
     GPUs are counted in slots, ``slots_per_gpu`` to a GPU, so that time-sliced replicas need
-    no fractions: an exclusive GPU needs all of a GPU's slots, a free GPU offers them all."""
+    no fractions: an exclusive GPU needs all of a GPU's slots, a free GPU offers them all; a
+    slot on a cluster whose GPUs are not time-sliced (:func:`slots_on`) is a whole GPU."""
     slots = slots_per_gpu(model)
-    need = (lost.gpus * slots + lost.slots, lost.millis, lost.memory)
+    cluster, used = lost
+    need = (used.gpus * slots + used.slots * (slots // slots_on(model, cluster)), used.millis, used.memory)
     free = [0, 0, 0]
     for cluster, used in others:
         scale = (slots, 1, 1)
@@ -484,7 +499,8 @@ class Ledger:
         if overuse(self.model, self.clusters[cluster], self.used[cluster]):
             return False
         return not any(
-            failover_shortfalls(self.model, on[lost], [(self.clusters[o], self.used[o]) for o in members if o != lost])
+            failover_shortfalls(self.model, (self.clusters[lost], on[lost]),
+                                [(self.clusters[o], self.used[o]) for o in members if o != lost])
             for (_name, members, _serving), on in zip(self.groups, self.serving, strict=True) if cluster in members
             for lost in members)
 

@@ -150,7 +150,8 @@ def _headroom_problems(model: FleetModel, placement: Placement) -> list[str]:
             problems += [
                 f"failover headroom of {name}: losing {lost} leaves {free} {what} free on "
                 f"{', '.join(c.name for c in others)} for its {n}"
-                for what, n, free in rules.failover_shortfalls(model, need[lost], [(c, used[c.name]) for c in others])
+                for what, n, free in rules.failover_shortfalls(model, (model.cluster(lost), need[lost]),
+                                                             [(c, used[c.name]) for c in others])
             ]
     return problems
 

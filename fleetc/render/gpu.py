@@ -6,7 +6,8 @@ One ConfigMap, :data:`CONFIG_NAME` in the GPU policy's ``devicePlugin.namespace`
 ClusterPolicy, ``spec.devicePlugin.config.name: fleetc-device-plugin-config`` (with
 ``default: exclusive``; or the device-plugin Helm chart's ``config.name``), is a compile warning
 per cluster until the Fleet says it is done (cluster attribute ``device-plugin-configured:
-"true"``); until then serving pods select whole GPUs, not ``-SHARED`` nodes:
+"true"``); until then serving pods select whole GPUs, not ``-SHARED`` nodes, and the placement
+counts them so (:func:`fleetc.placement.rules.slots_on`):
 
 * ``exclusive``: no sharing; the default, for training nodes: a Training or Finetuning gang
   keeps whole GPUs;
@@ -89,8 +90,8 @@ def cluster_gpu_warnings(cluster: Cluster, slots: int) -> list[Diagnostic]:
         found.append(warning(cluster.source, f"{cluster.source.field}.attributes",
                              f"cluster {cluster.name}: set spec.devicePlugin.config.name: {CONFIG_NAME} "
                              f"(default: {EXCLUSIVE}) in its GPU Operator ClusterPolicy, then attribute "
-                             "device-plugin-configured: \"true\"; until then its time-sliced pods take whole "
-                             "GPUs, more than the placement counted"))
+                             f"device-plugin-configured: \"true\": its time-sliced pods then share each GPU "
+                             f"{slots} ways (until then each takes whole GPUs, and is placed so)"))
     if cluster.gpu_type and cluster.gpu_type not in GPU_PRODUCT_LABELS and cluster.gpu_product == (
             f"NVIDIA-{cluster.gpu_type.upper()}"):
         found.append(warning(cluster.source, f"{cluster.source.field}.attributes.gpu-type",

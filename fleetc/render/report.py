@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from fleetc.model import FleetModel, Placement, Stage, StagePlacement
 from fleetc.placement.alternatives import Choice, choices
-from fleetc.placement.rules import slots_per_gpu, uses_shared_slots
+from fleetc.placement.rules import slots_on, slots_per_gpu, uses_shared_slots
 from fleetc.render.common import Obj
 from fleetc.render.context import placements
 
@@ -43,16 +45,17 @@ def placement_report(model: FleetModel, placement: Placement) -> Obj:
         # what is proven of this placement: 0 when optimal, else 1 - objective / bound
         "gap": round(figures.gap, 6),
         "stages": [_stage_report(s, p, slots_per_gpu(model) if uses_shared_slots(model, s) else 0,
-                                 chosen.get(s.key), gpu_types)
+                                 chosen.get(s.key), gpu_types, {c.name: slots_on(model, c) for c in model.clusters})
                    for s, p in placements(model, placement)],
     }
 
 
 def _stage_report(stage: Stage, placement: StagePlacement, slots_per_gpu: int, choice: Choice | None,
-                  gpu_types: dict[str, str | None]) -> Obj:
+                  gpu_types: dict[str, str | None], slots_on: Mapping[str, int]) -> Obj:
     """One stage's entry. A time-sliced stage (``slots_per_gpu`` > 0) takes slots, not GPUs: its
     entry says how many slots share a GPU, and each cluster's ``slots`` and the ``gpus`` they
-    take (slots / slots per GPU, a fraction where they share a GPU with another stage's).
+    take (slots / slots per GPU on that cluster, ``slots_on``: a fraction where they share a GPU
+    with another stage's, whole GPUs where its device plugin is not configured).
 
     A stage listing GPU alternatives has them as its ``gpuType`` list, each cluster's
     ``gpuType``, and ``gpuChoice`` (:mod:`fleetc.placement.alternatives`): the types chosen,
@@ -76,7 +79,7 @@ def _stage_report(stage: Stage, placement: StagePlacement, slots_per_gpu: int, c
     if slots_per_gpu:
         report["timeSlicing"] = {"slotsPerGPU": slots_per_gpu}
         report["clusters"] = [{"name": a.cluster, "replicas": a.replicas, "slots": a.gpus,
-                               "gpus": shared_gpus(a.gpus, slots_per_gpu)} for a in placement.assignments]
+                               "gpus": shared_gpus(a.gpus, slots_on[a.cluster])} for a in placement.assignments]
     if alternatives:
         for entry in report["clusters"]:
             entry["gpuType"] = gpu_types.get(entry["name"])

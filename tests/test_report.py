@@ -290,7 +290,9 @@ def test_time_sliced_replicas_count_as_the_gpus_they_take() -> None:
     assert snapshot(model, fewer, {}).gpus == {"west": {"t4": 12}}
     unconfigured = replace(model, clusters=(replace(t4, device_plugin_configured=False),))
     assert snapshot(unconfigured, placement, {}).gpus == {"west": {"t4": 40 + 2}}
-    assert "        slots: 40\n        gpus: 40\n" in dump(placement_report(unconfigured, placement))
+    whole = dump(placement_report(unconfigured, placement))
+    assert "        slots: 40\n        gpus: 40\n" in whole
+    assert snapshot_of_output({"placement.yaml": whole}, {"west": "t4"}).gpus == {"west": {"t4": 40 + 2}}
 
 
 def test_time_sliced_slots_take_whole_nodes_where_the_device_plugin_is_configured() -> None:

@@ -155,10 +155,12 @@ def snapshot_of_output(files: Mapping[str, str], gpu_types: Mapping[str, str | N
         key = f"{entry.get('pipeline')}/{entry.get('stage')}"
         placed = [a for a in entry.get("clusters") or [] if isinstance(a, dict) and a.get("replicas")]
         where[key] = frozenset(str(a.get("name")) for a in placed)
-        shared = isinstance(entry.get("timeSlicing"), dict)
+        sliced_stage = isinstance(entry.get("timeSlicing"), dict)
         stated = entry.get("gpuType")
         for a in placed:
             name = str(a.get("name"))
+            # its slots are whole GPUs where the cluster's device plugin is not configured
+            shared = sliced_stage and a.get("gpus") != a.get("slots")
             usage.add(name, gpu_types.get(name) or _text(a.get("gpuType")) or _text(stated) or "gpu",
                       _whole(a.get("slots" if shared else "gpus")), shared=shared)
         choice = _gpu_choice(entry)

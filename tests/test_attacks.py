@@ -543,10 +543,10 @@ def test_a_step_summary_in_a_missing_folder_is_a_warning(project: Path) -> None:
 
 # --- 3. a placement cannot be steered past review ------------------------------------------------
 
-SERVING_2_4 = ("      - name: gpu-cluster-huawei\n        replicas: 2\n        slots: 2\n        gpus: 1\n"
-               "      - name: inference-cluster-aliyun\n        replicas: 4\n        slots: 4\n        gpus: 2\n")
-SERVING_3_3 = ("      - name: gpu-cluster-huawei\n        replicas: 3\n        slots: 3\n        gpus: 2\n"
-               "      - name: inference-cluster-aliyun\n        replicas: 3\n        slots: 3\n        gpus: 2\n")
+SERVING_2_4 = ("      - name: gpu-cluster-huawei\n        replicas: 2\n        slots: 2\n        gpus: 2\n"
+               "      - name: inference-cluster-aliyun\n        replicas: 4\n        slots: 4\n        gpus: 4\n")
+SERVING_3_3 = ("      - name: gpu-cluster-huawei\n        replicas: 3\n        slots: 3\n        gpus: 3\n"
+               "      - name: inference-cluster-aliyun\n        replicas: 3\n        slots: 3\n        gpus: 3\n")
 
 
 @pytest.fixture

@@ -9,7 +9,9 @@ policy) as YAML files, exactly what a user would keep under ``policies/``. Two m
   ask for add up to ``load`` x the fleet's usable GPUs, per GPU type (exactly, when the stage
   mix allows it; :attr:`Instance.gpu_demand` says what was reached). Usable and demanded follow
   fleetc's rules: a cluster's ``utilization`` takes its share of the GPUs, and a Deployment
-  replica on time-sliced GPUs (the generated GPU policy gives 2 slots per GPU) needs half a GPU.
+  replica takes its whole GPU: the generated GPU policy time-slices GPUs 2 ways, but the
+  generated clusters do not say their device plugin reads fleetc's config (attribute
+  ``device-plugin-configured``), so no GPU is time-sliced (``fleetc.placement.rules.slots_on``).
 * **perfect**: every GPU cluster's GPUs are split exactly into gang jobs of its GPU type, so a
   placement that uses 100% of the GPUs is known to exist ("all GPUs placed" checks).
 
@@ -109,7 +111,7 @@ class _Stage:
     total: int = 0
     gpu_type: str | None = None  # the type whose budget it counts against
     typed: bool = True  # write gpuType (an untyped stage runs on any GPU)
-    slots: int = 1  # GPU slots one of its GPUs takes: SLOTS when exclusive, 1 when time-sliced
+    slots: int = 1  # GPU slots one of its GPUs takes: SLOTS (whole) with the GPU policy
 
 
 def generate(spec: Spec) -> Instance:
@@ -233,7 +235,7 @@ def _load_pipelines(rng: random.Random, clusters: list[_Cluster], stage_count: i
 
 
 def _initial_stage(rng: random.Random, kind: str, slots: int) -> _Stage:
-    stage = _Stage(STAGE_NAMES[kind], kind, slots=1 if kind == "Deployment" else slots)
+    stage = _Stage(STAGE_NAMES[kind], kind, slots=slots)
     if kind == "Training":
         stage.total = rng.choice((1, 2, 4, 8, 8, 16))
     elif kind == "Finetuning":

@@ -38,6 +38,7 @@ from fleetc.placement.problem import EPSILON
 from fleetc.placement.rules import (
     ha_clusters,
     min_replicas_per_cluster,
+    slots_on,
     slots_per_gpu,
     usable_capacity,
     uses_shared_slots,
@@ -66,9 +67,16 @@ def objective(model: FleetModel, placement: Placement, scores: Scores | None = N
     return round(total, 6)
 
 
+def time_sliced(model: FleetModel) -> bool:
+    """Whether every GPU cluster time-slices GPUs (:func:`fleetc.placement.rules.slots_on`): the
+    baselines keep one demand per stage, time-sliced everywhere or nowhere (generated fleets:
+    nowhere, their device plugins are not configured)."""
+    return all(slots_on(model, c) > 1 for c in model.clusters if c.gpus)
+
+
 def gpu_share(model: FleetModel, stage: Stage) -> float:
     """The GPUs one GPU of ``stage`` takes: 1, or ``1 / slots`` when time-sliced."""
-    return 1.0 / slots_per_gpu(model) if uses_shared_slots(model, stage) else 1.0
+    return 1.0 / slots_per_gpu(model) if time_sliced(model) and uses_shared_slots(model, stage) else 1.0
 
 
 def gpus_demanded(model: FleetModel) -> float:
@@ -126,11 +134,14 @@ def _demand_and_capacity(model: FleetModel) -> tuple[np.ndarray, np.ndarray]:
 
     Counting GPUs in time-slicing slots (a whole GPU is ``slots_per_gpu`` slots, a shared
     replica's GPU one slot) is exactly :func:`fleetc.placement.verify.verify`'s rule ``exclusive +
-    ceil(shared slots / slots) <= usable GPUs``, since exclusive GPUs are whole numbers.
+    ceil(shared slots / slots) <= usable GPUs``, since exclusive GPUs are whole numbers, where
+    shared replicas are time-sliced (:func:`time_sliced`; the baselines do not model that
+    configured clusters time-slice whole nodes).
     """
     slots = slots_per_gpu(model)
+    sliced = time_sliced(model)
     demand = np.array(
-        [[s.gpus * (1 if uses_shared_slots(model, s) else slots), s.cpu_millis, s.memory_bytes]
+        [[s.gpus * (1 if sliced and uses_shared_slots(model, s) else slots), s.cpu_millis, s.memory_bytes]
          for s in model.stages], dtype=float).reshape(len(model.stages), 3)
     usable = [usable_capacity(model, c) for c in model.clusters]
     free = np.array([[gpus * slots, millis, memory] for gpus, millis, memory in usable],

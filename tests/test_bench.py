@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fleetc.placement import optimize
-from fleetc.placement.rules import slots_per_gpu, usable_capacity, uses_shared_slots
+from fleetc.placement.rules import usable_capacity
 from fleetc.placement.verify import verify
 from fleetc.policy.load import load_sources
 from fleetc.policy.validate import validate
@@ -59,9 +59,8 @@ def test_generated_instances_are_valid_and_ask_for_the_load(load: float) -> None
     model = model_of(spec)
     assert len(model.stages) == instance.stages == 80
     assert len(model.clusters) == 10
-    slots = slots_per_gpu(model)
-    demand = sum(s.total_gpus / (slots if uses_shared_slots(model, s) else 1)
-                 for s in model.stages)
+    assert not any(c.device_plugin_configured for c in model.clusters)  # time-sliced pods take whole GPUs
+    demand = sum(s.total_gpus for s in model.stages)
     usable = sum(usable_capacity(model, c)[0] for c in model.clusters)
     assert (gpus_demanded(model), gpus_usable(model)) == (pytest.approx(demand), usable)
     assert (demand, usable) == (pytest.approx(instance.gpu_demand), instance.gpu_capacity)

@@ -63,9 +63,10 @@ def test_a_generated_fleet_is_placed_whole_within_a_percent_of_the_lp_bound(larg
     assert placement.gap <= 0.01
 
 
-#: Full (100% load) generated fleets whose round-and-repair leaves one stage out although an
-#: exact solver (SCIP through cvxpy) places every stage: 50 x 1,000 seed 5 (and seeds 3, 4).
-FULL = Spec(clusters=50, stages=1000, load=1.0, seed=5)
+#: A full (100% load) generated fleet whose round-and-repair leaves one stage out although the
+#: neighbourhood search places every stage: 50 x 1,000 seed 4 (and seed 1), since generated
+#: serving replicas take whole GPUs (placement version 7; seed 5 was the case before).
+FULL = Spec(clusters=50, stages=1000, load=1.0, seed=4)
 
 
 def test_where_a_full_packing_exists_the_large_path_places_every_stage() -> None:

@@ -109,6 +109,10 @@ class Cluster:
     source: Source
     cordoned: bool = False  # out of placement (a Fleet flag or --drain)
     gpus_per_node: int = 8  # GPUs one node carries (attribute gpus-per-node; see fleetc.nodefit)
+    #: Millicores and bytes one node offers (attributes cpu-per-node, memory-per-node); None:
+    #: the cluster's share per node (:func:`fleetc.nodefit.node_of`).
+    cpu_per_node: int | None = None
+    memory_per_node: int | None = None
     gpu_product: str = ""  # its nodes' nvidia.com/gpu.product label (attribute gpu-product)
     device_plugin_configured: bool = False  # its ClusterPolicy reads fleetc's device-plugin config
     drained: bool = False  # cordoned for this compile only, by --drain
@@ -251,6 +255,16 @@ class Stage:
     def pod_gpus(self) -> int:
         """The GPUs each of the stage's pods requests."""
         return (self.gpus if self.gpu_request is None else self.gpu_request) // self.pods_per_replica
+
+    @property
+    def pod_cpu_millis(self) -> int:
+        """The millicores each of the stage's pods requests (a split replica's share, rounded up)."""
+        return -(-self.cpu_millis // self.pods_per_replica)
+
+    @property
+    def pod_memory_bytes(self) -> int:
+        """The bytes each of the stage's pods requests (a split replica's share, rounded up)."""
+        return -(-self.memory_bytes // self.pods_per_replica)
 
     @property
     def pods(self) -> int:

@@ -15,7 +15,7 @@ from pathlib import PurePath
 from fleetc import model as m
 from fleetc import nodefit
 from fleetc.errors import Diagnostic, InternalError, PolicyError, UsageError, did_you_mean
-from fleetc.placement.rules import degraded_platforms
+from fleetc.placement.rules import degraded_platforms, node_for
 from fleetc.policy import kinds as p
 from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage
 from fleetc.policy.validate import Parsed, PolicySet, governed, pipeline_namespace, stage_edges, team_pipelines
@@ -141,7 +141,7 @@ def _resolve(policies: PolicySet, where: str, drained: Sequence[str], names: dic
         for pipeline in sorted(policies.pipelines, key=lambda pl: pl.name)
         for stage in _stages(pipeline, fleet_tolerations, names.get(pipeline.doc.path, pipeline.doc.path))
     ))
-    return m.FleetModel(
+    model = m.FleetModel(
         name=fleet.name,
         namespace=fleet.obj.metadata.namespace or DEFAULT_NAMESPACE,
         clusters=clusters,
@@ -161,6 +161,7 @@ def _resolve(policies: PolicySet, where: str, drained: Sequence[str], names: dic
                       for pl in sorted(policies.pipelines, key=lambda pl: pl.name)
                       if pl.obj.spec.maxHourlyCost is not None),
     )
+    return replace(model, stages=tuple(_fitted_to_nodes(model, stage) for stage in model.stages))
 
 
 def _teams(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> list[m.Team]:
@@ -183,26 +184,35 @@ def _teams(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> list[m.Team
 
 
 def _fitted(stage: m.Stage, clusters: Sequence[m.Cluster], throughput: Mapping[str, float]) -> m.Stage:
-    """Node fit (:mod:`fleetc.nodefit`): a gang replica larger than a node is split into pods,
-    and ``gpus`` becomes what the replica reserves, so any placement packs onto nodes. A stage
-    asking for throughput gets one :class:`~fleetc.model.GPUOption` per GPU type it may run on,
-    each fitted to the nodes of that type's clusters."""
+    """A stage asking for throughput gets one :class:`~fleetc.model.GPUOption` per GPU type it
+    may run on, each fitted to the nodes of that type's clusters (:mod:`fleetc.nodefit`); the
+    others are fitted once the model is whole (:func:`_fitted_to_nodes`)."""
     if stage.throughput is not None:
         return _throughput_options(stage, clusters, throughput)
-    nodes = [c.gpus_per_node for c in clusters
-             if c.gpus > 0 and c.gpu_type and stage.preference(c.gpu_type) is not None]
-    pods, reserved = _fit(stage, stage.gpus, nodes)
+    return stage
+
+
+def _fitted_to_nodes(model: m.FleetModel, stage: m.Stage) -> m.Stage:
+    """Node fit (:mod:`fleetc.nodefit`): a gang replica larger than a node is split into pods,
+    and ``gpus`` becomes what the replica reserves (rounded to pack, and further where cores or
+    memory crowd a node first), so any placement packs onto nodes."""
+    if stage.throughput is not None:
+        return stage
+    clusters = [c for c in model.clusters
+                if c.gpus > 0 and c.gpu_type and stage.preference(c.gpu_type) is not None]
+    pods, reserved = _fit(stage, stage.gpus, [node_for(model, stage, c) for c in clusters],
+                          min((c.gpus_per_node for c in clusters), default=0))
     if reserved == stage.gpus and pods == 1:
         return stage
     return replace(stage, gpus=reserved, pods_per_replica=pods, gpu_request=stage.gpus)
 
 
-def _fit(stage: m.Stage, gpus: int, nodes: Sequence[int]) -> tuple[int, int]:
-    """(pods per replica, GPUs reserved per replica) of ``gpus`` per replica on ``nodes``."""
-    if stage.is_gang:
-        return nodefit.reserved_per_replica(gpus, nodes)
+def _fit(stage: m.Stage, gpus: int, nodes: list[nodefit.Shape], smallest: int) -> tuple[int, int]:
+    """(pods per replica, GPUs reserved per replica) of ``gpus`` per replica on ``nodes`` (as the
+    stage's pods see them), a gang's replica split for nodes of ``smallest`` GPUs."""
     # a serving replica is one pod; validation refused one larger than a node
-    return 1, max((nodefit.rounded(gpus, n) for n in nodes if n >= gpus), default=gpus)
+    replica = nodefit.Shape(gpus, stage.cpu_millis, stage.memory_bytes)
+    return nodefit.reserved_per_replica(replica, nodes, smallest if stage.is_gang else 0)
 
 
 def gpu_throughput(spec: p.FleetSpec) -> dict[str, float]:
@@ -218,8 +228,9 @@ def _throughput_options(stage: m.Stage, clusters: Sequence[m.Cluster], throughpu
     options = []
     for gpu_type in (t for t in types if t in throughput):
         asked = m.gpus_for_throughput(wanted, throughput[gpu_type])
-        nodes = [c.gpus_per_node for c in clusters if c.gpus > 0 and c.gpu_type == gpu_type]
-        pods, reserved = _fit(stage, asked, nodes)
+        mine = [c for c in clusters if c.gpus > 0 and c.gpu_type == gpu_type]
+        pods, reserved = _fit(stage, asked, [nodefit.node_of(c) for c in mine],
+                              min((c.gpus_per_node for c in mine), default=0))
         fitted = reserved != asked or pods != 1
         options.append(m.GPUOption(gpu_type, reserved, asked if fitted else None, pods))
     if not options:  # validation refuses this; a model without options would drop the stage's GPUs
@@ -408,12 +419,18 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str], names: 
     attributes = c.attributes or {}
     gpus = int(str(attributes.get("gpu-count", 0)))
     gpu_type = _gpu_type(attributes)
-    per_node = attributes.get("gpus-per-node")
+    per_node_gpus = attributes.get("gpus-per-node")
     low_power = _flag(attributes, "low-power")
     capacity = c.capacity or p.ClusterCapacity()
     pricing = c.pricing or p.ClusterPricing()
-    default_cores = CORES_PER_GPU * gpus if gpus else (16 if low_power else 64)
-    default_memory = MEMORY_PER_GPU * gpus if gpus else (64 if low_power else 256) * GIB
+    per_node = int(str(per_node_gpus)) if per_node_gpus is not None else nodefit.default_gpus_per_node(gpus)
+    node_millis = cpu_millis(attributes["cpu-per-node"]) if "cpu-per-node" in attributes else None
+    node_memory = memory_bytes(attributes["memory-per-node"]) if "memory-per-node" in attributes else None
+    nodes = gpus // per_node if gpus else 1  # a cluster without GPUs: one node, unless it says more
+    default_millis = (nodes * node_millis if node_millis is not None
+                      else 1000 * (CORES_PER_GPU * gpus if gpus else (16 if low_power else 64)))
+    default_memory = (nodes * node_memory if node_memory is not None
+                      else MEMORY_PER_GPU * gpus if gpus else (64 if low_power else 256) * GIB)
     default_taints = (gpu_taint(gpu_type),) if gpu_type else ()
     return m.Cluster(
         name=c.name,
@@ -423,7 +440,7 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str], names: 
                       or default_jurisdiction(c.region)),
         gpu_type=gpu_type,
         gpus=gpus,
-        cpu_millis=cpu_millis(capacity.cpu) if capacity.cpu is not None else default_cores * 1000,
+        cpu_millis=cpu_millis(capacity.cpu) if capacity.cpu is not None else default_millis,
         memory_bytes=(memory_bytes(capacity.memory) if capacity.memory is not None
                       else default_memory),
         taints=(tuple(m.Taint(t.key, t.value or "", t.effect) for t in c.taints)
@@ -439,8 +456,9 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str], names: 
         utilization=_or(c.utilization, 0.0),
         source=m.Source(names.get(fleet.doc.path, fleet.doc.path), f"spec.clusters[{index}]"),
         cordoned=bool(c.cordoned) or c.name in drained,
-        gpus_per_node=(int(str(per_node)) if per_node is not None
-                       else nodefit.default_gpus_per_node(gpus)),
+        gpus_per_node=per_node,
+        cpu_per_node=node_millis,
+        memory_per_node=node_memory,
         drained=c.name in drained,
         gpu_product=_gpu_product(attributes, gpu_type),
         device_plugin_configured=_flag(attributes, "device-plugin-configured"),

@@ -1,7 +1,7 @@
 """The hard rules (:mod:`fleetc.placement.rules`) against their vectorised form (hypothesis).
 
-On random small fleets (cordons, sovereignty, GPU types, taints, utilisation, headroom,
-time-slicing with and without the device plugin configured, multiCluster with failover
+On random small fleets (cordons, sovereignty, GPU types, taints, node shapes, utilisation,
+headroom, time-slicing with and without the device plugin configured, multiCluster with failover
 headroom, previous placements), and for random candidate placements, some sound and some not:
 
 - every pair the filters allow is one no rule excludes, and every pair no rule excludes and
@@ -64,6 +64,8 @@ def fleets(draw: st.DrawFn, failover: bool = False) -> FleetModel:
             jurisdiction=draw(st.sampled_from(JURISDICTIONS)),
             taints=(GPU_TAINT,) if draw(st.integers(0, 4)) == 0 else (),
             device_plugin_configured=draw(st.integers(0, 3)) > 0,
+            cpu_per_node=draw(st.sampled_from([None, None, 2_000, 8_000])),
+            memory_per_node=draw(st.sampled_from([None, None, 8 * GIB, 32 * GIB])),
         )
         for i in range(draw(st.integers(2 if failover else 1, 4)))
     )

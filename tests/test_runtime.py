@@ -60,8 +60,20 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Compiled:
 
 
 @pytest.fixture(scope="module")
-def compiles(bundled: Compiled, generated: Compiled) -> list[tuple[str, Compiled]]:
-    return [("bundled", bundled), ("generated", generated)] + [
+def generated_whole(tmp_path_factory: pytest.TempPathFactory) -> Compiled:
+    """A generated fleet as generated: no cluster's device plugin reads fleetc's config, so its
+    time-sliced pods take whole GPUs (load 0.7, seed 1: placement version 6 counted them as
+    slots, and serving pods on c0002-t4 and c0006-l4 fit no node)."""
+    folder = tmp_path_factory.mktemp("generated-whole")
+    generate(Spec(clusters=8, stages=60, load=0.7, seed=1, platform=True)).write(folder / "policies")
+    result = compiled_in(folder)
+    assert any(p.stage.endswith("/serve") for p in pods(result.files)) and not any(p.shared for p in pods(result.files))
+    return result
+
+
+@pytest.fixture(scope="module")
+def compiles(bundled: Compiled, generated: Compiled, generated_whole: Compiled) -> list[tuple[str, Compiled]]:
+    return [("bundled", bundled), ("generated", generated), ("generated-whole", generated_whole)] + [
         (case, compiled_in(CASES / case)) for case in GOLDEN]
 
 

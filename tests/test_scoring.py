@@ -62,6 +62,16 @@ from fleetc.placement.scoring import filter_reason, score_matrix
             make_cluster(memory_gib=128),
             "too small: 256Gi memory per replica, cluster has 128Gi",
         ),
+        (
+            make_stage(cores=48, memory_gib=64),
+            make_cluster(gpus=16, cores=64),  # two nodes of 8 GPUs, 32 cores, 256Gi
+            "no node fits its pods: 8 GPUs, 48 cores, 64Gi per pod, a node has 8 GPUs, 32 cores, 256Gi",
+        ),
+        (
+            make_stage(gpus=0, cores=4, memory_gib=100),
+            make_cluster(gpu_type=None, gpus=0, memory_per_node=64 * 2**30),
+            "no node fits its pods: 4 cores, 100Gi per pod, a node has 64 cores, 64Gi",
+        ),
     ],
 )
 def test_filter_reasons(stage: Stage, cluster: Cluster, reason: str) -> None:

@@ -7,7 +7,8 @@ one back (previous)."""
 #: same commit as any change that can change a placement, so that committed outputs are solved
 #: again; tests/test_placement_version.py fails when placements change without a bump.
 #: 5: degraded serving runs the replicas that fit; 6: time-sliced GPUs take whole nodes where configured;
-#: 7: time-sliced pods take whole GPUs where the device plugin is not configured.
+#: 7: time-sliced pods take whole GPUs where the device plugin is not configured, pods fit a node by
+#: cores and memory too.
 PLACEMENT_VERSION = "7"
 
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,

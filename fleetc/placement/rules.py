@@ -4,13 +4,14 @@ A placement is sound when every stage is placed once, whole (:func:`replicas_sou
 serving stage running degraded with the replicas that fit, :func:`least_replicas`,
 :func:`room_left`), on
 clusters that may run it (:func:`exclusions`: cordons, data sovereignty, GPUs and their type,
-taints), on every cluster ``multiCluster`` runs it on with at least its per-cluster minimum
+pods that fit no node, taints), on every cluster ``multiCluster`` runs it on with at least its per-cluster minimum
 (:func:`ha_clusters`, :func:`min_replicas_per_cluster`), and when what is placed on each
 cluster (:func:`usage`) fits its usable capacity (:func:`usable_capacity`, :func:`overuse`) and
 the failover headroom its platform asks for (:func:`failover_groups`, :func:`failover_shortfalls`).
 
 Everything here counts integers: GPUs (as reserved per replica after node fit, ``Stage.gpus``,
-:mod:`fleetc.nodefit`), time-sliced GPU slots, millicores and bytes. The verifier
+:mod:`fleetc.nodefit`: split, rounded to pack and crowded by cores and memory), time-sliced GPU
+slots, millicores and bytes. The verifier
 (:mod:`fleetc.placement.verify`) reads these functions and nothing of the solvers; the solvers
 vectorise the same rules in floats (:mod:`fleetc.placement.program`, :mod:`fleetc.placement.colgen`,
 the filters in :mod:`fleetc.placement.scoring`), and ``tests/test_rules.py`` holds the two against
@@ -23,6 +24,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from fleetc import nodefit
 from fleetc.model import Cluster, FleetModel, GPUOption, Stage, StageType, Taint, untolerated
 
 #: Stage types that never run on time-sliced GPU slots: they need whole GPUs.
@@ -84,6 +86,23 @@ def gpu_types_named(stage: Stage) -> str:
     return " or ".join(stage.gpu_types)
 
 
+def pod_of(stage: Stage) -> nodefit.Shape:
+    """What each of the stage's pods asks for: GPUs, millicores, bytes."""
+    return nodefit.Shape(stage.pod_gpus, stage.pod_cpu_millis, stage.pod_memory_bytes)
+
+
+def fits_no_node(stage: Stage, cluster: Cluster) -> bool:
+    """Node fit: the stage's pods ask for more GPUs, cores or memory than one node of the
+    cluster offers (:func:`fleetc.nodefit.node_of`), so no node could run them."""
+    return not pod_of(on_cluster(stage, cluster)).fits(nodefit.node_of(cluster))
+
+
+def shape_words(shape: nodefit.Shape) -> str:
+    """``4 GPUs, 16 cores, 64Gi`` (GPUs left out when there are none)."""
+    gpus = [f"{shape.gpus} GPU{'s' if shape.gpus != 1 else ''}"] if shape.gpus else []
+    return ", ".join([*gpus, f"{shape.millis / 1000:g} cores", f"{round(shape.memory / (1024 * MIB), 2):g}Gi"])
+
+
 def repelling_taints(stage: Stage, cluster: Cluster) -> tuple[Taint, ...]:
     """The cluster's hard taints (not PreferNoSchedule) none of the stage's tolerations covers."""
     return untolerated(cluster.taints, stage.tolerations)
@@ -104,6 +123,10 @@ def exclusions(stage: Stage, cluster: Cluster) -> list[str]:
     elif lacks_gpu_type(stage, cluster):
         why.append(f"needs {gpu_types_named(stage)}, the cluster has {cluster.gpu_type}" if stage.gpu_types
                    else f"asks for throughput, the Fleet states none for {cluster.gpu_type}")
+    elif fits_no_node(stage, cluster):
+        pod = pod_of(on_cluster(stage, cluster))
+        why.append(f"its pods ({shape_words(pod)}) fit no node of the cluster "
+                   f"({shape_words(nodefit.node_of(cluster))} each)")
     why += [f"untolerated taint {t.key}={t.value}:{t.effect}" for t in repelling_taints(stage, cluster)]
     return why
 
@@ -231,6 +254,14 @@ def slots_on(model: FleetModel, cluster: Cluster) -> int:
     as many whole GPUs as it asks for: its slots count one GPU each there, and the renderer
     selects whole GPUs for it (:func:`fleetc.render.workloads.time_sliced`)."""
     return slots_per_gpu(model) if cluster.device_plugin_configured else 1
+
+
+def node_for(model: FleetModel, stage: Stage, cluster: Cluster) -> nodefit.Shape:
+    """One node of ``cluster`` as ``stage``'s pods see it: its GPUs, or its time-sliced slots
+    where the stage's GPUs are slots there (:func:`slots_on`), and its cores and memory."""
+    node = nodefit.node_of(cluster)
+    slots = slots_on(model, cluster) if uses_shared_slots(model, stage) else 1
+    return nodefit.Shape(node.gpus * slots, node.millis, node.memory)
 
 
 def time_sliced_unit(cluster: Cluster) -> int:

@@ -15,6 +15,9 @@ Filters (hard; a failing pair is not ``allowed`` and gets a short reason, the fi
 - ``too small: 256Gi memory per replica, cluster has 128Gi``: one replica's GPUs, cores or
   memory exceed the cluster's total capacity. Free capacity is the optimizer's business, not a
   filter: it depends on what else is placed.
+- ``no node fits its pods: 2 GPUs, 200 cores, 64Gi per pod, a node has 8 GPUs, 128 cores,
+  1024Gi``: node fit (:func:`fleetc.placement.rules.fits_no_node`): one pod asks for more than
+  one node of the cluster offers.
 
 Score terms, each in [0, 1] and 0 on pairs that are not allowed:
 
@@ -65,11 +68,12 @@ silently turn the callers' sums (objectives over 20,000 stages) into float32 ari
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from functools import cached_property
 
 import numpy as np
 
+from fleetc import nodefit
 from fleetc.model import Cluster, FleetModel, Stage, StageType, untolerated
 from fleetc.placement import rules
 
@@ -233,6 +237,9 @@ def filter_reason(stage: Stage, cluster: Cluster) -> str:
     if stage.memory_bytes > cluster.memory_bytes:
         need, have = _gib(stage.memory_bytes), _gib(cluster.memory_bytes)
         return f"too small: {need}Gi memory per replica, cluster has {have}Gi"
+    if rules.fits_no_node(stage, cluster):
+        return (f"no node fits its pods: {rules.shape_words(rules.pod_of(stage))} per pod, "
+                f"a node has {rules.shape_words(nodefit.node_of(cluster))}")
     return ""
 
 
@@ -265,6 +272,7 @@ class _Columns:
     c_gpus: np.ndarray
     c_cpu_millis: np.ndarray
     c_memory_bytes: np.ndarray
+    c_node: np.ndarray  # (3, C) one node's GPUs, millicores, bytes (fleetc.nodefit.node_of)
     c_ratio: np.ndarray  # GiB per core
     c_gpu_hour_cost: np.ndarray
     c_cpu_hour_cost: np.ndarray
@@ -282,6 +290,7 @@ class _Columns:
     s_type_gpus: np.ndarray  # (S, GPU type codes): GPUs per replica on each type (throughput)
     s_cpu_millis: np.ndarray
     s_memory_bytes: np.ndarray
+    s_pod: np.ndarray  # (3, S) one pod's GPUs, millicores, bytes (rules.pod_of)
     s_ratio: np.ndarray
     s_replicas: np.ndarray
     s_cores: np.ndarray
@@ -323,6 +332,7 @@ class _Columns:
             c_gpus=c_col((c.gpus for c in clusters), np.int64),
             c_cpu_millis=c_col((c.cpu_millis for c in clusters), np.int64),
             c_memory_bytes=c_col((c.memory_bytes for c in clusters), np.int64),
+            c_node=np.array([astuple(nodefit.node_of(c)) for c in clusters], dtype=np.int64).reshape(-1, 3).T,
             c_ratio=_gib_per_core(c_memory_gib, c_cores),
             c_gpu_hour_cost=c_col(c.gpu_hour_cost for c in clusters),
             c_cpu_hour_cost=c_col(c.cpu_hour_cost for c in clusters),
@@ -344,6 +354,7 @@ class _Columns:
             s_type_gpus=_type_gpus(stages, gpu_types),
             s_cpu_millis=s_col((s.cpu_millis for s in stages), np.int64),
             s_memory_bytes=s_col((s.memory_bytes for s in stages), np.int64),
+            s_pod=np.array([astuple(rules.pod_of(s)) for s in stages], dtype=np.int64).reshape(-1, 3).T,
             s_ratio=_gib_per_core(s_memory_gib, s_cores),
             s_replicas=s_col((s.replicas for s in stages), np.int64),
             s_cores=s_cores,
@@ -460,6 +471,7 @@ class _Block:
             & (k.s_type_gpus[rows][:, k.c_gpu_type] <= k.c_gpus)
             & (k.s_cpu_millis[column] <= k.c_cpu_millis)
             & (k.s_memory_bytes[column] <= k.c_memory_bytes)
+            & np.all(k.s_pod[:, rows, np.newaxis] <= k.c_node[:, np.newaxis, :], axis=0)
         )
         return cls(columns, rows, allowed)
 

@@ -409,6 +409,7 @@ def _fleet_checks(fleet: Parsed[p.Fleet]) -> Iterator[Diagnostic]:
                                        cpu_millis, MAX_CPU_MILLIS)
             yield from _quantity_check(doc, base + ("capacity", "memory"),
                                        cluster.capacity.memory, memory_bytes, MAX_MEMORY_BYTES)
+            yield from _node_above_cluster(doc, base, cluster)
     if spec.gitops:
         yield from _gitops_checks(doc, spec.gitops)
     weights = spec.aigcConfig
@@ -479,6 +480,14 @@ def _attribute_checks(doc: Document, base: FieldPath, attributes: dict[str, Any]
         yield doc.diagnostic(base + ("gpu-type",), f"expected a GPU type that is a Kubernetes label "
                                                    f"value, such as a100, got {_describe(gpu_type)}")
     yield from _gpus_per_node_check(doc, base, attributes)
+    for name, convert, limit, example in (("cpu-per-node", cpu_millis, MAX_CPU_MILLIS, "cores, e.g. 96"),
+                                          ("memory-per-node", memory_bytes, MAX_MEMORY_BYTES, "memory, e.g. 1Ti")):
+        value = attributes.get(name)
+        if isinstance(value, bool):
+            yield doc.diagnostic(base + (name,), f"expected a quantity, got {_describe(value)}",
+                                 hint=f"the {example}, that one node offers")
+        else:
+            yield from _quantity_check(doc, base + (name,), value, convert, limit)
     for name in BOOLEAN_ATTRIBUTES:
         value = attributes.get(name)
         if value is not None and str(value).lower() not in ("true", "false"):
@@ -513,6 +522,28 @@ def _gpus_per_node_check(doc: Document, base: FieldPath, attributes: dict[str, A
         yield doc.diagnostic(base + ("gpus-per-node",),
                              f"gpu-count {count} is not a whole number of nodes of {per_node} GPUs",
                              hint="state the GPUs one node carries; gpu-count must be a multiple of it")
+
+
+def _node_above_cluster(doc: Document, base: FieldPath, cluster: p.FleetCluster) -> Iterator[Diagnostic]:
+    """``cpu-per-node`` / ``memory-per-node`` no more than the cluster's stated capacity: one
+    node cannot offer more than the whole cluster."""
+    attributes = cluster.attributes or {}
+    capacity = cluster.capacity or p.ClusterCapacity()
+    for name, total, field, convert in (("cpu-per-node", capacity.cpu, "cpu", cpu_millis),
+                                        ("memory-per-node", capacity.memory, "memory", memory_bytes)):
+        value = attributes.get(name)
+        if value is None or total is None or isinstance(value, bool):
+            continue
+        try:
+            node, whole = convert(value), convert(total)
+        except ValueError:
+            continue  # reported by the quantity checks
+        if node > whole:
+            yield doc.diagnostic(base + ("attributes", name),
+                                 f"{name} {_describe(value)} is more than the whole cluster's "
+                                 f"capacity.{field} {_describe(total)}",
+                                 hint=f"state what one node offers in {name}, and all the nodes "
+                                      f"together in capacity.{field}")
 
 
 def node_sizes(fleet: p.Fleet) -> list[tuple[str, str, int]]:

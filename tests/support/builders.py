@@ -52,6 +52,8 @@ def make_cluster(
     cordoned: bool = False,
     device_plugin_configured: bool = True,
     gpus_per_node: int | None = None,
+    cpu_per_node: int | None = None,
+    memory_per_node: int | None = None,
 ) -> Cluster:
     return Cluster(
         name=name,
@@ -76,6 +78,8 @@ def make_cluster(
         gpu_product=GPU_PRODUCT_LABELS.get(gpu_type, "") if gpu_type else "",
         device_plugin_configured=device_plugin_configured,
         gpus_per_node=default_gpus_per_node(gpus) if gpus_per_node is None else gpus_per_node,
+        cpu_per_node=cpu_per_node,
+        memory_per_node=memory_per_node,
     )
 
 

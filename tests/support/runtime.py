@@ -6,8 +6,10 @@ clusters, expands every Volcano Job task and Deployment into the pods the contro
 and answers:
 
 * **which node each pod fits** (:func:`fit_problems`): a cluster of ``gpu-count`` GPUs has
-  ``gpu-count / gpus-per-node`` nodes, each with its share of the cluster's CPU and memory
-  (a cluster without GPUs is one node); pods are bound like the scheduler binds them, each
+  ``gpu-count / gpus-per-node`` nodes, each with the cores and memory the Fleet states per node
+  (``cpu-per-node``, ``memory-per-node``) or else its share of the cluster's; a cluster without
+  GPUs has as many nodes of its stated size as its capacity holds (one node when it states
+  none); pods are bound like the scheduler binds them, each
   onto a node with room for all its requests, largest first. Time-sliced pods (those that
   select a ``-SHARED`` product) need a time-sliced node, whose GPUs count as
   ``slots`` each; a node serves one kind or the other. Work fleetc does not place
@@ -143,9 +145,15 @@ class _Node:
 
 def _nodes(model: FleetModel, cluster: str) -> list[_Node]:
     c = model.cluster(cluster)
-    count = c.gpus // c.gpus_per_node if c.gpus else 1
-    return [_Node(c.gpus_per_node if c.gpus else 0, c.cpu_millis // count, c.memory_bytes // count)
-            for _ in range(count)]
+    if c.gpus:
+        count = c.gpus // c.gpus_per_node
+    else:
+        counts = [total // per_node for total, per_node in ((c.cpu_millis, c.cpu_per_node),
+                                                            (c.memory_bytes, c.memory_per_node)) if per_node]
+        count = max(1, min(counts, default=1))
+    millis = c.cpu_per_node if c.cpu_per_node is not None else c.cpu_millis // count
+    memory = c.memory_per_node if c.memory_per_node is not None else c.memory_bytes // count
+    return [_Node(c.gpus_per_node if c.gpus else 0, millis, memory) for _ in range(count)]
 
 
 def bind(model: FleetModel, files: Mapping[str, str]) -> tuple[dict[tuple[str, str, str, int], int], list[str]]:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 
 from fleetc.errors import PlacementError
 from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
+from fleetc.nodefit import default_gpus_per_node
 from fleetc.placement import rules
 from fleetc.placement.verify import verify
 from fleetc.policy.quantity import GIB
@@ -425,9 +426,11 @@ def _sized(model: FleetModel, empty: Cluster, placed: Iterable[tuple[Stage, int]
 
 def _with_gpus(empty: Cluster, gpus: int, millis: int, memory: int) -> Cluster:
     """``empty`` with ``gpus`` GPUs and the default cores and memory for them, or ``millis`` and
-    ``memory`` (rounded up to whole cores and GiB) where more."""
+    ``memory`` (rounded up to whole cores and GiB) where more, on nodes of the default shape
+    (:func:`fleetc.nodefit.default_gpus_per_node`, an equal share of the cores and memory each)."""
     return replace(empty, gpus=gpus, cpu_millis=max(gpus * CORES_PER_GPU * 1000, -(-millis // 1000) * 1000),
-                   memory_bytes=max(gpus * MEMORY_PER_GPU, -(-memory // GIB) * GIB))
+                   memory_bytes=max(gpus * MEMORY_PER_GPU, -(-memory // GIB) * GIB),
+                   gpus_per_node=default_gpus_per_node(gpus), cpu_per_node=None, memory_per_node=None)
 
 
 def _described(new: Cluster, jurisdiction: str | None) -> tuple[str, str]:

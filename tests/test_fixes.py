@@ -108,15 +108,18 @@ def test_a_new_cluster_names_the_cores_and_memory_that_bind() -> None:
     hungry = make_stage("hungry", gpus=8, gpu_type="a100", cores=200, memory_gib=1536, jurisdiction="EU")
     model = make_fleet((make_cluster("a", gpus=8, cores=64),), (hungry,))
     [fix] = fixes(model, {}, ["llm/hungry"])
-    assert fix.text == ("llm/hungry: add 136 cores and 1024Gi memory to a, or a new cluster in EU with 8 a100, "
+    # its pod fits no node of a (64 cores, 512Gi): more capacity on a is no fix, a new cluster is
+    assert fix.text == ("llm/hungry: add a new cluster in EU with 8 a100, "
                         "200 cores and 1536Gi memory (cores bind: 16 per GPU and memory binds: 128Gi per GPU "
                         "are not enough)")
     hungry_cpu = dataclasses.replace(hungry, memory_bytes=64 * 2**30)
     [fix] = fixes(dataclasses.replace(model, stages=(hungry_cpu,)), {}, ["llm/hungry"])
-    assert fix.text.endswith("or a new cluster in EU with 8 a100 and 200 cores (cores bind: 16 per GPU is not "
+    assert fix.text.endswith("a new cluster in EU with 8 a100 and 200 cores (cores bind: 16 per GPU is not "
                              "enough)")
     new = make_cluster("new", gpus=8, cores=200, memory_gib=1536)
-    for cores, problems in ((200, []), (128, ["new: 200000 CPU millicores placed, capacity 128000"])):
+    for cores, problems in ((200, []), (128, ["llm/hungry on new: its pods (8 GPUs, 200 cores, 1536Gi) fit no node "
+                                              "of the cluster (8 GPUs, 128 cores, 1536Gi each)",
+                                              "new: 200000 CPU millicores placed, capacity 128000"])):
         grown = dataclasses.replace(model, clusters=(dataclasses.replace(new, cpu_millis=cores * 1000),))
         assert verify(grown, _placed_with(grown, {"llm/hungry": {"new": 1}})) == problems
 
@@ -127,6 +130,8 @@ def test_several_stages_left_out_get_a_joint_fix_re_solved_not_summed() -> None:
     a = make_cluster("a", gpus=16, cores=256, memory_gib=2048, gpus_per_node=4)
     stages = (make_stage("pretrain", gpus=12, gpu_type="h100"), make_stage("tune", gpus=8, gpu_type="h100"),
               make_stage("eval", gpus=8, gpu_type="h100"))
+    # as resolve splits them for a's 4-GPU nodes (fleetc.nodefit)
+    stages = tuple(dataclasses.replace(s, pods_per_replica=s.gpus // 4) for s in stages)
     model = make_fleet((dataclasses.replace(a, gpu_type="h100"),), stages)
     placed = {"llm/pretrain": {"a": 1}}
     found = fixes(model, placed, ["llm/tune", "llm/eval"])

@@ -65,12 +65,12 @@ from fleetc.placement.scoring import filter_reason, score_matrix
         (
             make_stage(cores=48, memory_gib=64),
             make_cluster(gpus=16, cores=64),  # two nodes of 8 GPUs, 32 cores, 256Gi
-            "no node fits its pods: 8 GPUs, 48 cores, 64Gi per pod, a node has 8 GPUs, 32 cores, 256Gi",
+            "nodes too small for its pods: 8 GPUs, 48 cores, 64Gi per pod, a node has 8 GPUs, 32 cores, 256Gi",
         ),
         (
             make_stage(gpus=0, cores=4, memory_gib=100),
             make_cluster(gpu_type=None, gpus=0, memory_per_node=64 * 2**30),
-            "no node fits its pods: 4 cores, 100Gi per pod, a node has 64 cores, 64Gi",
+            "nodes too small for its pods: 4 cores, 100Gi per pod, a node has 64 cores, 64Gi",
         ),
     ],
 )

@@ -15,8 +15,8 @@ Filters (hard; a failing pair is not ``allowed`` and gets a short reason, the fi
 - ``too small: 256Gi memory per replica, cluster has 128Gi``: one replica's GPUs, cores or
   memory exceed the cluster's total capacity. Free capacity is the optimizer's business, not a
   filter: it depends on what else is placed.
-- ``no node fits its pods: 2 GPUs, 200 cores, 64Gi per pod, a node has 8 GPUs, 128 cores,
-  1024Gi``: node fit (:func:`fleetc.placement.rules.fits_no_node`): one pod asks for more than
+- ``nodes too small for its pods: 2 GPUs, 200 cores, 64Gi per pod, a node has 8 GPUs, 128
+  cores, 1024Gi``: node fit (:func:`fleetc.placement.rules.fits_no_node`): one pod asks for more than
   one node of the cluster offers.
 
 Score terms, each in [0, 1] and 0 on pairs that are not allowed:
@@ -238,7 +238,7 @@ def filter_reason(stage: Stage, cluster: Cluster) -> str:
         need, have = _gib(stage.memory_bytes), _gib(cluster.memory_bytes)
         return f"too small: {need}Gi memory per replica, cluster has {have}Gi"
     if rules.fits_no_node(stage, cluster):
-        return (f"no node fits its pods: {rules.shape_words(rules.pod_of(stage))} per pod, "
+        return (f"nodes too small for its pods: {rules.shape_words(rules.pod_of(stage))} per pod, "
                 f"a node has {rules.shape_words(nodefit.node_of(cluster))}")
     return ""
 

@@ -147,7 +147,7 @@ def test_infeasible_names_each_cluster_like_the_kube_scheduler() -> None:
             make_cluster("c", gpu_type="h100"),
         ),
         (
-            make_stage("model-training", gpus=16, gpu_type="a100"),
+            make_stage("model-training", gpus=16, gpu_type="a100", pods_per_replica=2),  # on 8-GPU nodes
             make_stage("tune", type=StageType.FINETUNING, gpu_type="a100"),
         ),
         class_weights=ClassWeights(finetuning=10.0),
@@ -378,7 +378,7 @@ def test_utilization_reduces_free_gpus(gpus: int, fits: bool) -> None:
 @pytest.mark.parametrize(("gpus", "fits"), [(8, True), (9, False)])
 def test_defragment_threshold_keeps_headroom(gpus: int, fits: bool) -> None:
     model = make_fleet(
-        (make_cluster(gpus=10),), (make_stage(gpus=gpus),),
+        (make_cluster(gpus=10, gpus_per_node=10),), (make_stage(gpus=gpus),),
         gpu_policy=make_gpu_policy(defragment_threshold=0.8),
     )
     if fits:

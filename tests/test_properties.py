@@ -123,7 +123,8 @@ def exact_packings(draw: st.DrawFn) -> FleetModel:
     clusters, stages = [], []
     for i in range(draw(st.integers(1, 4))):
         gpus = draw(st.sampled_from([4, 8, 16]))
-        clusters.append(make_cluster(f"c{i}", gpus=gpus, cores=4 * gpus, memory_gib=16 * gpus))
+        # one node each: the gangs' sizes are arbitrary, not split for nodes (fleetc.nodefit)
+        clusters.append(make_cluster(f"c{i}", gpus=gpus, cores=4 * gpus, memory_gib=16 * gpus, gpus_per_node=gpus))
         left = gpus
         while left:
             size = draw(st.integers(1, left))

@@ -34,7 +34,6 @@ from dataclasses import dataclass, replace
 
 from fleetc.errors import PlacementError
 from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
-from fleetc.nodefit import default_gpus_per_node
 from fleetc.placement import rules
 from fleetc.placement.verify import verify
 from fleetc.policy.quantity import GIB
@@ -414,6 +413,7 @@ def _sized(model: FleetModel, empty: Cluster, placed: Iterable[tuple[Stage, int]
     """``empty`` with the fewest GPUs for ``placed`` to fit, and the cores and memory a cluster
     has per GPU by default (:data:`resolve.CORES_PER_GPU`), more (in whole cores and GiB) where
     ``placed`` needs more; None when headroom leaves no room."""
+    placed = list(placed)
     used = rules.usage(model, placed)
     need = rules.taken(model, replace(empty, gpus=1), used)
     gpus = need[0]
@@ -421,16 +421,20 @@ def _sized(model: FleetModel, empty: Cluster, placed: Iterable[tuple[Stage, int]
         gpus += 1
         if gpus > 100 * max(need[0], 1):
             return None
-    return _with_gpus(empty, gpus, need[1], need[2])
+    # each node's share of the cores and memory holds the largest pod (fleetc.nodefit)
+    nodes = max(1, gpus // max(empty.gpus_per_node, 1))
+    pods = [rules.pod_of(stage) for stage, _ in placed]
+    millis = max([need[1], *(nodes * pod.millis for pod in pods)])
+    memory = max([need[2], *(nodes * pod.memory for pod in pods)])
+    return _with_gpus(empty, gpus, millis, memory)
 
 
 def _with_gpus(empty: Cluster, gpus: int, millis: int, memory: int) -> Cluster:
     """``empty`` with ``gpus`` GPUs and the default cores and memory for them, or ``millis`` and
-    ``memory`` (rounded up to whole cores and GiB) where more, on nodes of the default shape
-    (:func:`fleetc.nodefit.default_gpus_per_node`, an equal share of the cores and memory each)."""
+    ``memory`` (rounded up to whole cores and GiB) where more, shared equally by its nodes."""
     return replace(empty, gpus=gpus, cpu_millis=max(gpus * CORES_PER_GPU * 1000, -(-millis // 1000) * 1000),
                    memory_bytes=max(gpus * MEMORY_PER_GPU, -(-memory // GIB) * GIB),
-                   gpus_per_node=default_gpus_per_node(gpus), cpu_per_node=None, memory_per_node=None)
+                   cpu_per_node=None, memory_per_node=None)
 
 
 def _described(new: Cluster, jurisdiction: str | None) -> tuple[str, str]:

@@ -100,6 +100,7 @@ def make_stage(
     inputs: tuple[Input, ...] = (),
     shared_gpu: bool = False,
     jurisdiction: str | None = None,
+    pods_per_replica: int = 1,
 ) -> Stage:
     return Stage(
         pipeline=pipeline,
@@ -123,6 +124,7 @@ def make_stage(
         source=SOURCE,
         shared_gpu=shared_gpu,
         jurisdiction=jurisdiction,
+        pods_per_replica=pods_per_replica,
     )
 
 

@@ -190,14 +190,15 @@ def test_verify_counts_shared_slots_per_started_time_sliced_node() -> None:
     model = make_fleet((make_cluster(gpus=16),), stages, gpu_policy=sliced)
     sound = placed(one("llm/train", Assignment("c1", 1, 8)), one("llm/serve", Assignment("c1", 5, 5)))
     assert verify(model, sound) == []  # 8 exclusive + one time-sliced node of 8 (16 slots)
-    model = dataclasses.replace(model, stages=(dataclasses.replace(stages[0], gpus=9), stages[1]))
+    model = dataclasses.replace(model, stages=(dataclasses.replace(stages[0], gpus=9, pods_per_replica=3), stages[1]))
     too_many = placed(one("llm/train", Assignment("c1", 1, 9)), one("llm/serve", Assignment("c1", 5, 5)))
     assert verify(model, too_many) == ["c1: 17 GPUs placed, capacity 16"]
     # where the device plugin does not read fleetc's config, no GPU is time-sliced: each shared
     # replica takes its whole GPU (9 + 5 = 14; with a 12-GPU gang 17, not 12 + ceil(5 / 2))
     unconfigured = dataclasses.replace(model, clusters=(make_cluster(gpus=16, device_plugin_configured=False),))
     assert verify(unconfigured, too_many) == []
-    unconfigured = dataclasses.replace(unconfigured, stages=(dataclasses.replace(stages[0], gpus=12), stages[1]))
+    twelve_gpus = dataclasses.replace(stages[0], gpus=12, pods_per_replica=2)  # two pods of 6 fit 8-GPU nodes
+    unconfigured = dataclasses.replace(unconfigured, stages=(twelve_gpus, stages[1]))
     twelve = placed(one("llm/train", Assignment("c1", 1, 12)), one("llm/serve", Assignment("c1", 5, 5)))
     assert verify(unconfigured, twelve) == ["c1: 17 GPUs placed, capacity 16"]
 
@@ -211,7 +212,7 @@ def test_time_sliced_gpus_come_in_whole_units() -> None:
 
 def test_verify_applies_headroom_and_utilization() -> None:
     model = make_fleet(
-        (make_cluster(gpus=10, utilization=0.1),), (make_stage(),),
+        (make_cluster(gpus=10, utilization=0.1, gpus_per_node=10),), (make_stage(),),
         gpu_policy=make_gpu_policy(defragment_threshold=0.8),
     )
     assert verify(model, placed(one("llm/train", Assignment("c1", 1, 8)))) == [

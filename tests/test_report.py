@@ -266,7 +266,7 @@ def test_time_sliced_replicas_count_as_the_gpus_they_take() -> None:
     columns, in cost, and read back from placement.yaml; an exclusive stage counts whole, and so
     do they where the cluster's device plugin is not configured for time-slicing."""
     t4 = cluster("west", "t4", gpus=16, gpu_hour_cost=0.5, cpu_hour_cost=0.0, memory_gib_hour_cost=0.0,
-                 device_plugin_configured=True)
+                 device_plugin_configured=True, gpus_per_node=2)  # time-sliced 2 GPUs (a node) at a time
     serve = stage("serve", StageType.DEPLOYMENT, gpus=1, gpu_types=("t4",), replicas=40, shared_gpu=True)
     batch = stage("batch", StageType.TRAINING, gpus=2, gpu_types=("t4",))
     policy = GPUPolicy("gpu", 4, None, None, False, 1, Source("gpu.yaml", "spec"))

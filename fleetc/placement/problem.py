@@ -251,7 +251,8 @@ class Problem:
         if not self.varying_gpus:
             unit: np.ndarray = self.quota_unit[stage]
             return unit
-        slots: np.ndarray = self.gpus_at(stage, cluster) * np.where(self.shared[stage], 1, self.slots)
+        whole = rules.slots_per_gpu(self.model)
+        slots: np.ndarray = self.gpus_at(stage, cluster) * np.where(self.shared[stage], 1, whole)
         return slots
 
     @cached_property
@@ -267,7 +268,7 @@ class Problem:
         gpus = b[0, stage]
         if self.varying_gpus:  # a stage asking for throughput: its GPUs on each pair's type
             pair = self.gpus_at(stage, cluster)
-            gpus = np.where(self.shared[stage], pair / self.slots, pair)
+            gpus = np.where(self.shared[stage], pair / rules.slots_per_gpu(self.model), pair)
         per_hour = gpus * p[0, cluster] + b[1, stage] * p[1, cluster] + b[2, stage] * p[2, cluster]
         cost: np.ndarray = np.rint(rules.MICROS * per_hour)
         return cost

@@ -68,7 +68,7 @@ silently turn the callers' sums (objectives over 20,000 stages) into float32 ari
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Iterator, Mapping
-from dataclasses import astuple, dataclass, field
+from dataclasses import astuple, dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -290,7 +290,7 @@ class _Columns:
     s_type_gpus: np.ndarray  # (S, GPU type codes): GPUs per replica on each type (throughput)
     s_cpu_millis: np.ndarray
     s_memory_bytes: np.ndarray
-    s_pod: np.ndarray  # (3, S) one pod's GPUs, millicores, bytes (rules.pod_of)
+    s_pod: np.ndarray  # (3, S, T) one pod's GPUs, millicores, bytes on each GPU type code (rules.pod_of)
     s_ratio: np.ndarray
     s_replicas: np.ndarray
     s_cores: np.ndarray
@@ -354,7 +354,7 @@ class _Columns:
             s_type_gpus=_type_gpus(stages, gpu_types),
             s_cpu_millis=s_col((s.cpu_millis for s in stages), np.int64),
             s_memory_bytes=s_col((s.memory_bytes for s in stages), np.int64),
-            s_pod=np.array([astuple(rules.pod_of(s)) for s in stages], dtype=np.int64).reshape(-1, 3).T,
+            s_pod=_type_pods(stages, gpu_types),
             s_ratio=_gib_per_core(s_memory_gib, s_cores),
             s_replicas=s_col((s.replicas for s in stages), np.int64),
             s_cores=s_cores,
@@ -392,6 +392,20 @@ def _type_gpus(stages: tuple[Stage, ...], gpu_types: dict[Hashable, int]) -> np.
             if option.gpu_type in gpu_types:
                 gpus[s, gpu_types[option.gpu_type]] = option.gpus
     return gpus
+
+
+def _type_pods(stages: tuple[Stage, ...], gpu_types: dict[Hashable, int]) -> np.ndarray:
+    """(3, S, T) each stage's pod (:func:`rules.pod_of`) on each GPU type code: a stage asking
+    for throughput has the pod of its option for the type (its first option's elsewhere)."""
+    pods = np.repeat(np.array([astuple(rules.pod_of(s)) for s in stages], dtype=np.int64).reshape(-1, 3).T
+                     [:, :, np.newaxis], len(gpu_types), axis=2)
+    for s, stage in enumerate(stages):
+        for option in stage.gpu_options:
+            if option.gpu_type in gpu_types:
+                fitted = replace(stage, gpus=option.gpus, gpu_request=option.gpu_request,
+                                 pods_per_replica=option.pods_per_replica)
+                pods[:, s, gpu_types[option.gpu_type]] = astuple(rules.pod_of(fitted))
+    return pods
 
 
 def _gib_per_core(memory_gib: np.ndarray, cores: np.ndarray) -> np.ndarray:
@@ -471,7 +485,7 @@ class _Block:
             & (k.s_type_gpus[rows][:, k.c_gpu_type] <= k.c_gpus)
             & (k.s_cpu_millis[column] <= k.c_cpu_millis)
             & (k.s_memory_bytes[column] <= k.c_memory_bytes)
-            & np.all(k.s_pod[:, rows, np.newaxis] <= k.c_node[:, np.newaxis, :], axis=0)
+            & np.all(k.s_pod[:, rows][:, :, k.c_gpu_type] <= k.c_node[:, np.newaxis, :], axis=0)
         )
         return cls(columns, rows, allowed)
 

@@ -10,15 +10,16 @@ first compile's ``placement.yaml`` as the previous placement, as a user's next c
 * ``gpu``: one line, the first Training stage's ``gpu:`` raised by one;
 * ``cordon``: ``cordoned: true`` on the cluster that holds the most stages.
 
-Stages the change touches are the changed stage, or those on the cordoned cluster. Every other
-stage that moved is listed with its gain: what its own objective term gained, per replica
-moved, in score units, against ``moveCost``. A move is **justified** when that gain is more
-than ``moveCost``; **displaced** when it is not, but the stage could not go back (its clusters
-no longer have room for it beside the new placement, or no longer allow it); otherwise it is
-**unjustified**: the stage could have stayed where it was (checked by
-:func:`fleetc.placement.verify.verify` on the new placement with that one stage put back) and
-did not gain ``moveCost`` by leaving. ``--scratch`` also compiles the changed policies without
-a previous placement, for the moves a compile without stability would make.
+Every stage that moved is listed with its gain: what its own objective term gained, per replica
+moved, in score units (:func:`fleetc.placement.rules.move_gain`), against ``moveCost``. A move
+is **justified** when that gain is more than ``moveCost``; **displaced** when it is not, but
+the change touched the stage through room: it could not be put back as it was beside the
+stages that stay (the churn rule's definition, :func:`fleetc.placement.rules.unjustified_moves`;
+the stages the change touches directly, the changed one or those on the cordoned cluster,
+are counted apart); otherwise it is **unjustified**: the change did not touch it and it did
+not gain ``moveCost`` by leaving (fleetc's verifier refuses such a placement, so a compile
+makes none). ``--scratch`` also compiles the changed policies without a previous placement,
+for the moves a compile without stability would make.
 """
 
 from __future__ import annotations
@@ -102,49 +103,33 @@ def cordon_busiest(folder: Path, placed: dict[str, dict[str, int]]) -> tuple[set
 
 
 def untouched_moves(policies: Path, before: dict[str, dict[str, int]],
-                    after: dict[str, dict[str, int]], touched: set[str]) -> list[Move]:
-    """The stages outside ``touched`` placed differently in ``after`` than in ``before``, with
-    their gain and whether the move was justified, displaced or unjustified."""
+                    after: dict[str, dict[str, int]], changed: set[str]) -> list[Move]:
+    """The stages other than ``changed`` placed differently in ``after`` than in ``before``, with
+    their gain and whether the move was justified, displaced or unjustified (the churn rule)."""
     from fleetc.compiler import load_policies
+    from fleetc.placement import rules
     from fleetc.placement.scoring import score_matrix
     from fleetc.resolve import resolve
 
     model = resolve(load_policies([str(policies)]).policies, str(policies))
-    scores = score_matrix(model)
+    total = score_matrix(model).total
+    stage_index = {s.key: i for i, s in enumerate(model.stages)}
     index = {c.name: i for i, c in enumerate(model.clusters)}
-    moves = []  # gains in score units: the objective term divided by the stage's value per replica
-    for s, stage in enumerate(model.stages):
+
+    def score(key: str, cluster: str) -> float:
+        return float(total[stage_index[key], index[cluster]]) if cluster in index else 0.0
+
+    unjustified = rules.unjustified_moves(model, before, after, score)
+    moves = []
+    for stage in model.stages:
         old, new = before.get(stage.key, {}), after.get(stage.key, {})
-        if stage.key in touched or old == new or not old:
+        if stage.key in changed or not old or not rules.moved_replicas(old, new):
             continue
-        moved = sum(max(0, n - new.get(c, 0)) for c, n in old.items())
-        term = sum(n * (1 + float(scores.total[s, index[c]])) for c, n in new.items()) \
-            - sum(n * (1 + float(scores.total[s, index[c]])) for c, n in old.items() if c in index)
-        gain = term / max(moved, 1)
-        if gain > model.move_cost + 1e-9:
-            kind = "justified"
-        elif _could_go_back(model, after, stage.key, old):
-            kind = "unjustified"
-        else:
-            kind = "displaced"
+        gain = rules.move_gain(old, new, {c: score(stage.key, c) for c in {*old, *new}})
+        kind = ("unjustified" if stage.key in unjustified
+                else "justified" if gain > model.move_cost + 1e-9 else "displaced")
         moves.append(Move(stage.key, old, new, round(gain, 6), model.move_cost, kind))
     return moves
-
-
-def _could_go_back(model: Any, after: dict[str, dict[str, int]], key: str,
-                   old: dict[str, int]) -> bool:
-    """Whether the placement ``after``, with stage ``key`` put back on ``old``, keeps every
-    hard rule (fleetc's verifier, unplaced stages allowed)."""
-    from fleetc.model import Assignment, Placement, StagePlacement
-    from fleetc.placement.verify import verify
-
-    gpus = {stage.key: stage.gpus for stage in model.stages}
-    stages = tuple(
-        StagePlacement(stage.key, tuple(Assignment(c, n, n * gpus[stage.key]) for c, n in sorted(
-            (old if stage.key == key else after.get(stage.key, {})).items())), 0.0)
-        for stage in model.stages)
-    return not verify(model, Placement(stages=stages, objective=0.0, bound=0.0, method="check"),
-                      allow_unplaced=True)
 
 
 def moved_count(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]],
@@ -169,20 +154,20 @@ def churn(spec: Spec, changes: Sequence[str] = CHANGES, *, scratch: bool = False
         for change in changes:
             policies = root / f"policies-{change}"
             shutil.copytree(base, policies)
-            touched, what = (raise_training_gpus(policies) if change == "gpu"
+            changed, what = (raise_training_gpus(policies) if change == "gpu"
                              else cordon_busiest(policies, before))
             out = root / f"out-{change}"
             shutil.copytree(root / "out", out, symlinks=True)  # the committed out/ of the last compile
             run = compile_cli(policies, out, timeout)
-            record: dict[str, Any] = {"what": what, "touched": len(touched), **_figures(run)}
+            record: dict[str, Any] = {"what": what, "changed": len(changed), **_figures(run)}
             if "error" not in run:
                 after = run["placement"].clusters
-                record["moves"] = [vars(m) for m in untouched_moves(policies, before, after, touched)]
+                record["moves"] = [vars(m) for m in untouched_moves(policies, before, after, changed)]
                 if scratch:
                     fresh = compile_cli(policies, root / f"out-{change}-scratch", timeout)
                     if "error" not in fresh:
                         record["from_scratch_moved"] = moved_count(before, fresh["placement"].clusters,
-                                                                   touched)
+                                                                   changed)
             result["changes"][change] = record
     return result
 
@@ -208,8 +193,8 @@ def report(result: dict[str, Any]) -> list[str]:
                  for k in ("justified", "displaced", "unjustified")}
         scratch = (f"; from scratch {change['from_scratch_moved']} would move"
                    if "from_scratch_moved" in change else "")
-        lines.append(f"    untouched stages moved: {len(moves)} ({', '.join(f'{n} {k}' for k, n in kinds.items())})"
-                     f"{scratch}")
+        lines.append(f"    other stages moved: {len(moves)} ({', '.join(f'{n} {k}' for k, n in kinds.items())}); "
+                     f"untouched ones: {kinds['justified'] + kinds['unjustified']}{scratch}")
         lines += [f"    {m['stage']:<32} {_where(m['before'])} -> {_where(m['after'])}  "
                   f"gain {m['gain']:+.4f} per replica (moveCost {m['move_cost']:g})  {m['kind']}"
                   for m in moves]

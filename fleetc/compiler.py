@@ -191,24 +191,28 @@ def diff_fleet(base_ref: str, options: Options, scenarios: Sequence[Scenario] = 
     :func:`what_if_fleet` does, and reported below the diff (``Report.scenarios``: the
     pull-request comment of a repository that keeps scenario files)."""
     from fleetc.git.flow import policy_sources_at
-    from fleetc.git.report import EMPTY, compare, snapshot
+    from fleetc.git.report import EMPTY, compare, snapshot, untouched_moves
 
     for scenario in scenarios:
         _check_pipelines(scenario, options)
     sources, unread, base_previous = policy_sources_at(base_ref, options.paths, options.out, options.workdir)
     at_base = f"at {base_ref}"
     base = EMPTY
+    before: dict[str, dict[str, int]] = {}
     if sources or unread:
         with _side(at_base):
             loaded = load_policy_sources(sources, f"{', '.join(options.paths)} {at_base}", options.paths,
                                          options.workdir, unread)
             compiled = compile_policies(loaded, dataclasses.replace(options, previous=base_previous))
         base = snapshot(compiled.model, compiled.placement, compiled.files)
+        before = placed_clusters(compiled.placement)
     with _side("in the working tree"):
         compiled = compile_fleet(options)
     head = snapshot(compiled.model, compiled.placement, compiled.files)
     report = compare(base, head, base_label=base_ref, head_label="working tree", out=options.out)
-    return dataclasses.replace(report, scenarios=tuple(_what_if(s, options, compiled) for s in scenarios))
+    return dataclasses.replace(report, scenarios=tuple(_what_if(s, options, compiled) for s in scenarios),
+                               untouched=untouched_moves(compiled.model, before, compiled.placement),
+                               move_cost=compiled.model.move_cost)
 
 
 def what_if_fleet(scenario: Scenario, options: Options) -> WhatIf:

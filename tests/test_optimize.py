@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import highspy
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
@@ -651,3 +652,26 @@ def test_cli_ignores_a_malformed_previous_placement_with_a_warning(
         "warning: out/placement.yaml: ignored as the previous placement: "
         "not a fleetc placement report (kind: Placement)\n"
     ) in result.stderr
+
+
+def test_stages_that_swapped_room_for_no_gain_are_put_back() -> None:
+    """The churn rule's repair: two stages the change did not touch that swapped clusters, each
+    gaining no more than moveCost (as the large path's rounding may leave them), go back; a
+    stage whose room a new stage took stays where it went."""
+    from fleetc.placement.problem import stage_values
+    from fleetc.placement.scoring import score_matrix
+
+    clusters = (make_cluster("a", energy_efficiency=0.5), make_cluster("b", energy_efficiency=0.6),
+                make_cluster("c", energy_efficiency=0.4))
+    model = make_fleet(clusters, (make_stage(), make_stage("other", pipeline="p"), make_stage("new", pipeline="q")))
+    scores = score_matrix(model)
+    previous = {"llm/train": {"b": 1}, "p/other": {"a": 1}}
+    swapped = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1]], dtype=np.int32)  # train on a, other on b, new on c
+    before = swapped.copy()
+    change = optimize._stay_where_moving_gains_nothing(model, scores, previous, swapped)
+    assert swapped.tolist() == [[0, 1, 0], [1, 0, 0], [0, 0, 1]]
+    values = stage_values(model, model.stages)  # one replica each
+    assert change == pytest.approx(float(np.sum(values[:, None] * (swapped - before) * (1 + scores.total))))
+    taken = np.array([[1, 0, 0], [0, 0, 1], [0, 1, 0]], dtype=np.int32)  # q/new took b: train is displaced
+    assert optimize._stay_where_moving_gains_nothing(model, scores, {"llm/train": {"b": 1}}, taken) == 0.0
+    assert taken.tolist() == [[1, 0, 0], [0, 0, 1], [0, 1, 0]]

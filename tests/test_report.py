@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from support.builders import make_cluster, make_fleet, make_stage
 
 from fleetc.errors import Diagnostic
 from fleetc.git.report import (
@@ -24,6 +25,7 @@ from fleetc.git.report import (
     snapshot,
     snapshot_of_output,
     time_sliced_units,
+    untouched_moves,
 )
 from fleetc.model import (
     Assignment,
@@ -317,3 +319,31 @@ def test_time_sliced_slots_take_whole_nodes_where_the_device_plugin_is_configure
     unconfigured = replace(model, clusters=(replace(t4, device_plugin_configured=False),))
     assert time_sliced_units(unconfigured) == {"west": 1}
     assert snapshot(unconfigured, placement, {}).gpus == {"west": {"t4": 17}}  # no time-slicing: whole GPUs
+
+
+
+def test_moves_of_stages_the_change_did_not_touch_are_listed_with_their_gain() -> None:
+    """llm/train left a for b (scoring 0.02 more, energy 0.6 vs 0.5): a still allows it and has
+    room, so the change did not touch it: listed with its gain. llm/moved left a cordoned
+    cluster: touched, not listed. llm/stays did not move."""
+    clusters = (make_cluster("a", energy_efficiency=0.5, gpus=16), make_cluster("b", energy_efficiency=0.6, gpus=16),
+                make_cluster("gone", cordoned=True))
+    model = make_fleet(clusters, (make_stage(), make_stage("moved"), make_stage("stays")))
+    after = Placement(stages=(
+        StagePlacement("llm/moved", (Assignment("a", 1, 8),), 0.0),
+        StagePlacement("llm/stays", (Assignment("b", 1, 8),), 0.0),
+        StagePlacement("llm/train", (Assignment("b", 1, 8),), 0.0)), objective=0.0, bound=0.0, method="milp")
+    before = {"llm/train": {"a": 1}, "llm/moved": {"gone": 1}, "llm/stays": {"b": 1}}
+    moves = untouched_moves(model, before, after)
+    assert [(m.stage, dict(m.before), dict(m.after), round(m.gain, 6)) for m in moves] == [
+        ("llm/train", {"a": 1}, {"b": 1}, 0.02)]
+    report = replace(compare(BEFORE, AFTER, base_label="main", head_label="wt"), untouched=moves, move_cost=0.01)
+    assert ("\n\nstages the change did not touch that moved (gain per replica moved, moveCost 0.01):\n"
+            "  llm/train: a x1 -> b x1, gain +0.0200\n\n--- a/out/") in format_text(report)
+    assert ("**Stages the change did not touch that moved**: each must gain more than `moveCost` (0.01) per "
+            "replica moved.\n\n| stage | before → after | gain per replica moved |\n|---|---|---|\n"
+            "| `llm/train` | a x1 → b x1 | +0.0200 |\n\n") in format_markdown(report)
+    data = as_json(report)
+    assert data["untouchedMoves"] == [{"stage": "llm/train", "before": {"a": 1}, "after": {"b": 1}, "gain": 0.02}]
+    assert data["moveCost"] == 0.01
+    assert untouched_moves(model, {"llm/train": {"b": 1}}, after) == ()

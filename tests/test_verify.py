@@ -225,3 +225,63 @@ def test_verify_accepts_unplaced_stages_only_when_allowed() -> None:
     unplaced = placed(StagePlacement("llm/train", (), 0.0, "no room"))
     assert verify(model, unplaced, allow_unplaced=True) == []
     assert verify(model, unplaced) == ["llm/train: 0 replicas placed, the stage has 1"]
+
+
+# --- churn against the previous placement ------------------------------------------------------
+
+
+def _on(*placed: tuple[str, str, int, int]) -> Placement:
+    """A placement of (stage key, cluster, replicas, GPUs) assignments, one stage each."""
+    return Placement(stages=tuple(StagePlacement(key, (Assignment(cluster, replicas, gpus),), 0.0)
+                                  for key, cluster, replicas, gpus in placed),
+                     objective=0.0, bound=0.0, method="milp")
+
+
+def test_a_stage_that_could_stay_moves_only_for_more_than_the_move_cost() -> None:
+    """a scores 0.02 more than b (energy 0.6 vs 0.5, weight 0.2): leaving b for a is refused at
+    moveCost 0.05, accepted at 0.01; with no previous placement there is no churn rule."""
+    clusters = (make_cluster("a", energy_efficiency=0.6), make_cluster("b", energy_efficiency=0.5))
+    model = make_fleet(clusters, (make_stage(),))
+    on_a = _on(("llm/train", "a", 1, 8))
+    assert verify(model, on_a, previous={"llm/train": {"b": 1}}) == [
+        "llm/train: moved from b x1 to a x1, gaining +0.020000 per replica moved, not more than moveCost 0.05, "
+        "though the change did not touch it"]
+    assert verify(dataclasses.replace(model, move_cost=0.01), on_a, previous={"llm/train": {"b": 1}}) == []
+    assert verify(model, on_a) == []
+    assert verify(model, on_a, previous={"llm/train": {"a": 1}}) == []
+
+
+def test_a_stage_that_could_not_stay_may_move_at_a_loss() -> None:
+    """Touched stages: forced off (b cordoned), displaced (b is now full with another stage),
+    its own policy changed (it now has 2 replicas: its previous placement is not one of it)."""
+    clusters = (make_cluster("a", energy_efficiency=0.5), make_cluster("b", energy_efficiency=0.6))
+    model = make_fleet(clusters, (make_stage(), make_stage("other", pipeline="p")))
+    previous = {"llm/train": {"b": 1}}
+    cordoned = make_fleet((clusters[0], dataclasses.replace(clusters[1], cordoned=True)), (make_stage(),))
+    assert verify(cordoned, _on(("llm/train", "a", 1, 8)), previous=previous) == []
+    displaced = _on(("llm/train", "a", 1, 8), ("p/other", "b", 1, 8))
+    assert verify(model, displaced, previous=previous) == []
+    # Two untouched stages that swap clusters, each gaining at most moveCost: neither displaced
+    # the other (each could go back beside the rest), so both break the rule.
+    assert verify(model, displaced, previous={**previous, "p/other": {"a": 1}}) == [
+        "llm/train: moved from b x1 to a x1, gaining -0.020000 per replica moved, not more than moveCost 0.05, "
+        "though the change did not touch it",
+        "p/other: moved from a x1 to b x1, gaining +0.020000 per replica moved, not more than moveCost 0.05, "
+        "though the change did not touch it"]
+    # A stage a displaced stage takes the room of is displaced in turn: p/other is new, takes b
+    # (where llm/train was), llm/train takes a from p/third.
+    chain = make_fleet(clusters + (make_cluster("c", energy_efficiency=0.4),),
+                       (make_stage(), make_stage("other", pipeline="p"), make_stage("third", pipeline="p")))
+    placed = _on(("llm/train", "a", 1, 8), ("p/other", "b", 1, 8), ("p/third", "c", 1, 8))
+    assert verify(chain, placed, previous={"llm/train": {"b": 1}, "p/third": {"a": 1}}) == []
+    grown = make_fleet(clusters, (make_stage(replicas=2, gpus=4), make_stage("other", pipeline="p")))
+    assert verify(grown, _on(("llm/train", "a", 2, 8), ("p/other", "b", 1, 8)), previous=previous) == []
+
+
+def test_a_stage_left_out_that_could_stay_is_an_unjustified_move() -> None:
+    model = make_fleet((make_cluster("a"),), (make_stage(),))
+    left_out = Placement(stages=(StagePlacement("llm/train", (), 0.0, "no room"),), objective=0.0, bound=0.0,
+                         method="milp")
+    assert verify(model, left_out, allow_unplaced=True, previous={"llm/train": {"a": 1}}) == [
+        "llm/train: moved from a x1 to nowhere, gaining -1.860000 per replica moved, not more than moveCost 0.05, "
+        "though the change did not touch it"]

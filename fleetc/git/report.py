@@ -247,6 +247,17 @@ class TeamCost:
 
 
 @dataclass(frozen=True)
+class UntouchedMove:
+    """A stage the change did not touch that moved (the churn rule,
+    :func:`fleetc.placement.rules.untouched_moves`), with its gain per replica moved."""
+
+    stage: str
+    before: Mapping[str, int]  # cluster -> replicas
+    after: Mapping[str, int]
+    gain: float
+
+
+@dataclass(frozen=True)
 class Report:
     base: str  # how to name each side, e.g. "origin/main" and "working tree"
     head: str
@@ -262,6 +273,10 @@ class Report:
     #: reported below the diff, never part of it (``changed`` does not count them).
     scenarios: tuple[WhatIf, ...] = ()
     teams: tuple[TeamCost, ...] = ()  # every team and capped pipeline of either side, by name
+    #: Stages the change did not touch that moved, by stage key, and the Fleet's moveCost each
+    #: must gain more than (known when the head side was compiled: :func:`untouched_moves`).
+    untouched: tuple[UntouchedMove, ...] = ()
+    move_cost: float = 0.0
 
     @property
     def changed(self) -> bool:
@@ -302,6 +317,29 @@ def _team_costs(base: Snapshot, head: Snapshot) -> tuple[TeamCost, ...]:
                           None if after is None else after.get(name, (0.0, None))[0],
                           (after or {}).get(name, (0.0, (before or {}).get(name, (0.0, None))[1]))[1])
                  for name in names)
+
+
+def untouched_moves(model: FleetModel, before: Mapping[str, Mapping[str, int]], placement: Placement
+                    ) -> tuple[UntouchedMove, ...]:
+    """The stages of ``model`` the change did not touch that moved from ``before`` (stage key ->
+    cluster -> replicas) to where ``placement`` has them, each with its gain per replica moved
+    in ``model``'s scores (:func:`fleetc.placement.rules.untouched_moves`)."""
+    from fleetc.placement.rules import untouched_moves as moves_of
+    from fleetc.placement.scoring import score_matrix
+
+    after = {p.stage: {a.cluster: a.replicas for a in p.assignments} for p in placement.stages}
+    if not any(before.get(key) and before[key] != where for key, where in after.items()):
+        return ()
+    total = score_matrix(model).total
+    stage_index = {s.key: i for i, s in enumerate(model.stages)}
+    cluster_index = {c.name: i for i, c in enumerate(model.clusters)}
+
+    def score(key: str, cluster: str) -> float:
+        c = cluster_index.get(cluster)
+        return 0.0 if c is None else float(total[stage_index[key], c])
+
+    return tuple(UntouchedMove(key, dict(before[key]), after.get(key, {}), gain)
+                 for key, gain in moves_of(model, before, after, score).items())
 
 
 def _changed_keys(before: Mapping[str, Any], after: Mapping[str, Any]) -> set[str]:
@@ -364,6 +402,11 @@ def _summary_text(report: Report) -> str:
     lines += ["", *(f"GPUs {t}: {b} -> {a} ({a - b:+d})" for t, (b, a) in report.gpu_totals.items() if a != b)]
     lines += [f"{t.name}: cost/h {_money(t.before)} -> {_money(t.after)}{_cap(t)}" for t in report.teams]
     lines += ["", *_choice_lines(report)]
+    if report.untouched:
+        lines += ["", f"stages the change did not touch that moved (gain per replica moved, moveCost "
+                      f"{report.move_cost:g}):"]
+        lines += [f"  {m.stage}: {_replicas(m.before)} -> {_replicas(m.after)}, gain {m.gain:+.4f}"
+                  for m in report.untouched]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -377,6 +420,8 @@ def _choice_lines(report: Report) -> list[str]:
 
 def _cap(team: TeamCost) -> str:
     return "" if team.cap is None else f" (cap {_money(team.cap)})"
+def _replicas(where: Mapping[str, int]) -> str:
+    return ", ".join(f"{cluster} x{n}" for cluster, n in sorted(where.items())) or "(none)"
 
 
 def _diffs_text(report: Report) -> str:
@@ -400,6 +445,9 @@ def as_json(report: Report) -> dict[str, Any]:
                        for key, before, after in report.gpu_choices],
         "teams": [{"name": t.name, "costPerHour": {"before": _round(t.before), "after": _round(t.after)},
                    "cap": t.cap} for t in report.teams],
+        "untouchedMoves": [{"stage": m.stage, "before": dict(m.before), "after": dict(m.after),
+                            "gain": round(m.gain, 6)} for m in report.untouched],
+        "moveCost": report.move_cost,
         "objects": [{"path": o.path, "cluster": None if o.group == FLEET_WIDE else o.group,
                      "status": o.status, "diff": o.diff} for o in report.objects],
         **({"scenarios": [{
@@ -586,7 +634,22 @@ def _markdown_head(report: Report) -> str:
                              f"{'–' if t.cap is None else _money(t.cap)} |" for t in report.teams)]) + "\n\n"
     choices = "".join(f"- GPU type of `{key}`: {before or 'not placed'} → {after or 'not placed'}\n"
                       for key, before, after in report.gpu_choices)
-    return title + summary + "\n".join(rows) + "\n\n" + (choices + "\n" if choices else "") + teams + _chart(report)
+    return (title + summary + "\n".join(rows) + "\n\n" + (choices + "\n" if choices else "") + teams
+            + _untouched_markdown(report) + _chart(report))
+
+
+def _untouched_markdown(report: Report) -> str:
+    """The stages the change did not touch that moved, each with its gain (a table)."""
+    if not report.untouched:
+        return ""
+    rows = [f"**Stages the change did not touch that moved**: each must gain more than `moveCost` "
+            f"({report.move_cost:g}) per replica moved.\n\n"
+            "| stage | before → after | gain per replica moved |", "|---|---|---|"]
+    rows += [f"| `{m.stage}` | {_replicas(m.before)} → {_replicas(m.after)} | {m.gain:+.4f} |"
+             for m in report.untouched[:MAX_TABLE_ROWS]]
+    if len(report.untouched) > MAX_TABLE_ROWS:
+        rows.append(f"| … and {len(report.untouched) - MAX_TABLE_ROWS} more stages | | |")
+    return "\n".join(rows) + "\n\n"
 
 
 def _scenarios_markdown(report: Report, limit: int) -> str:

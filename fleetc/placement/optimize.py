@@ -62,7 +62,7 @@ from fleetc.errors import InternalError, PlacementError, SearchLimitError, TimeL
 from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
 from fleetc.placement import LARGE, cvx, rules
 from fleetc.placement.colgen import solve_large
-from fleetc.placement.problem import Budget, PreviousClusters, Problem, capacity_of, problems
+from fleetc.placement.problem import Budget, PreviousClusters, Problem, capacity_of, problems, stage_values
 from fleetc.placement.program import OutOfTime, Result, Solved, build_program, replicas_of
 from fleetc.placement.scoring import GIB, Scores, score_matrix
 from fleetc.placement.solvers import DEFAULT_SOLVER
@@ -117,6 +117,7 @@ def place(
         bound += solved.bound
         methods.add(solved.method)
         proven = proven and solved.proven
+    objective += _stay_where_moving_gains_nothing(model, scores, previous or {}, replicas_at)
     _top_up(model, scores, replicas_at)
     unplaced = _unplaced(model, scores, blocked, replicas_at)
     # A solve the deadline cut short ends past it; one that ends past it may just have finished
@@ -144,12 +145,88 @@ def place(
         time_limit=ran_out,
         optimal=methods == {"milp"} and proven and ran_out is None and not unplaced,
     )
-    broken = verify(model, placement, allow_unplaced=allow_unplaced)
+    broken = verify(model, placement, allow_unplaced=allow_unplaced, previous=previous, total=scores.total)
     if broken:
         raise InternalError(
             "the solver's placement breaks hard constraints:\n" + "\n".join(broken)
         )
     return placement
+
+
+def _stay_where_moving_gains_nothing(model: FleetModel, scores: Scores, previous: PreviousClusters,
+                                     replicas_at: np.ndarray) -> float:
+    """Put the stages back where ``previous`` had them (in place) that moved without gaining more
+    than ``moveCost`` per replica moved although the change did not touch them (the churn rule,
+    :func:`rules.unjustified_moves`), until none is left; the objective's change.
+
+    The exact program prices moves, but stops within a relative gap of its optimum; the large
+    path's rounding, repair and neighbourhood MILPs re-place stages without their previous
+    clusters in mind. Each round takes every stage that breaks the rule off, puts back each
+    one whose previous clusters have room (in stage order), and the others where they were; if
+    one of those no longer fits (a stage put back took its room), the round instead puts back
+    one stage at a time where it fits beside everything else. A stage put back never moves
+    again, so the rounds end."""
+    names = {c.name: i for i, c in enumerate(model.clusters)}
+    if not any(previous.get(stage.key) for stage in model.stages):
+        return 0.0
+    stage_index = {stage.key: s for s, stage in enumerate(model.stages)}
+    start: dict[int, np.ndarray] = {}
+
+    def score(key: str, cluster: str) -> float:
+        c = names.get(cluster)
+        return 0.0 if c is None else float(scores.total[stage_index[key], c])
+
+    while True:
+        placed = {stage.key: {model.clusters[c].name: int(replicas_at[s, c])
+                              for c in np.flatnonzero(replicas_at[s]).tolist()}
+                  for s, stage in enumerate(model.stages)}
+        unjustified = sorted(stage_index[key] for key in rules.unjustified_moves(model, previous, placed, score))
+        if not unjustified:
+            break
+        for s in unjustified:
+            start.setdefault(s, replicas_at[s].copy())
+        if not _put_back(model, previous, placed, unjustified, replicas_at, together=True) \
+                and not _put_back(model, previous, placed, unjustified, replicas_at, together=False):
+            break  # nothing can go back: the verifier names what breaks the rule
+    values = stage_values(model, model.stages)
+    return sum(float(values[s] / model.stages[s].replicas * (replicas_at[s] - before) @ (1.0 + scores.total[s]))
+               for s, before in start.items())
+
+
+def _put_back(model: FleetModel, previous: PreviousClusters, placed: dict[str, dict[str, int]],
+              stages: list[int], replicas_at: np.ndarray, *, together: bool) -> bool:
+    """Put ``stages`` back where ``previous`` had them where they fit (in place): all taken off
+    first (``together``; the others return where they were, and when one no longer fits there
+    nothing changes), or one at a time beside everything else; whether any went back."""
+    names = {c.name: i for i, c in enumerate(model.clusters)}
+    keys = {model.stages[s].key for s in stages} if together else set()
+    ledger = rules.Ledger(model, ((model.stages[s], name, n) for s, stage in enumerate(model.stages)
+                                  if stage.key not in keys for name, n in placed[stage.key].items()))
+    moves: dict[int, dict[str, int]] = {}
+    for s in stages:
+        stage = model.stages[s]
+        before, after = previous[stage.key], placed[stage.key]
+        if not together:
+            for name, n in after.items():
+                ledger.add(stage, name, -n)
+        if ledger.fits_with(stage, before):
+            moves[s] = dict(before)
+        elif together:
+            continue
+        where = moves.get(s, after)
+        for name, n in where.items():
+            ledger.add(stage, name, n)
+    for s in stages:
+        if together and s not in moves:
+            if not ledger.fits_with(model.stages[s], placed[model.stages[s].key]):
+                return False
+            for name, n in placed[model.stages[s].key].items():
+                ledger.add(model.stages[s], name, n)
+    for s, before in moves.items():
+        replicas_at[s] = 0
+        for name, n in before.items():
+            replicas_at[s, names[name]] = n
+    return bool(moves)
 
 
 def _top_up(model: FleetModel, scores: Scores, replicas_at: np.ndarray) -> None:

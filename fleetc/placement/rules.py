@@ -8,6 +8,8 @@ pods that fit no node, taints), on every cluster ``multiCluster`` runs it on wit
 (:func:`ha_clusters`, :func:`min_replicas_per_cluster`), and when what is placed on each
 cluster (:func:`usage`) fits its usable capacity (:func:`usable_capacity`, :func:`overuse`) and
 the failover headroom its platform asks for (:func:`failover_groups`, :func:`failover_shortfalls`).
+Against a previous placement, one more rule bounds churn (:func:`unjustified_moves`): a stage
+the change did not touch moves only when the move gains more than ``moveCost``.
 
 Everything here counts integers: GPUs (as reserved per replica after node fit, ``Stage.gpus``,
 :mod:`fleetc.nodefit`: split, rounded to pack and crowded by cores and memory), time-sliced GPU
@@ -21,7 +23,7 @@ each other on generated fleets.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from fleetc import nodefit
@@ -539,6 +541,17 @@ class Ledger:
         """Every cap (:func:`caps`) holds."""
         return not any(cap_overuse(self.model, cap, used) for cap, used in zip(self.caps, self.capped, strict=True))
 
+    def fits_with(self, stage: Stage, placed: Mapping[str, int]) -> bool:
+        """Whether ``stage`` placed so (cluster -> replicas) fits beside everything else, within
+        the caps its pipeline is under."""
+        for cluster, replicas in placed.items():
+            self.add(stage, cluster, replicas)
+        try:
+            return all(self.fits(cluster) for cluster in placed) and self.within_caps()
+        finally:
+            for cluster, replicas in placed.items():
+                self.add(stage, cluster, -replicas)
+
     def room_for(self, stage: Stage, cluster: str, replicas: int) -> bool:
         """Whether ``replicas`` more of ``stage`` fit ``cluster`` where everything else is, within
         the caps its pipeline is under."""
@@ -562,3 +575,94 @@ def room_left(model: FleetModel, stage: Stage, here: dict[str, int], ledger: Led
                 and ledger.room_for(stage, cluster.name, more):
             found.append((cluster.name, more))
     return found
+
+
+# --- churn: moves against the previous placement -----------------------------------------------
+
+
+def moved_replicas(before: Mapping[str, int], after: Mapping[str, int]) -> int:
+    """The replicas that left the clusters ``before`` had them on (cluster -> replicas each):
+    a stage moved when this is more than 0 (one that only grew where it was did not)."""
+    return sum(max(0, replicas - after.get(cluster, 0)) for cluster, replicas in before.items())
+
+
+def move_gain(before: Mapping[str, int], after: Mapping[str, int], total: Mapping[str, float]) -> float:
+    """What a move from ``before`` to ``after`` gains per replica moved (:func:`moved_replicas`),
+    in score units: the stage's objective term ``sum(replicas * (1 + score))`` over its clusters
+    (``total``: cluster -> score; a cluster without one scores 0), after less before, divided by
+    the replicas moved. Moving is worth it to the objective exactly when this is more than the
+    Fleet's ``moveCost``, which each replica kept where it was earns."""
+    def term(placed: Mapping[str, int]) -> float:
+        return sum(replicas * (1.0 + total.get(cluster, 0.0)) for cluster, replicas in placed.items())
+
+    return (term(after) - term(before)) / max(1, moved_replicas(before, after))
+
+
+def may_stay(model: FleetModel, stage: Stage, before: Mapping[str, int]) -> bool:
+    """Whether ``before`` (cluster -> replicas) is still a placement of ``stage`` but for room:
+    all its replicas (no fewer, as it had them), on clusters of the fleet that may run it
+    (:func:`exclusions`), at least its per-cluster minimum on each and on every cluster
+    ``multiCluster`` runs it on."""
+    clusters = {c.name: c for c in model.clusters}
+    if any(name not in clusters for name in before) or sum(before.values()) != stage.replicas:
+        return False
+    if replicas_sound(stage, list(before.values())) or any(
+            below_minimum(stage, n) or exclusions(stage, clusters[name]) for name, n in before.items()):
+        return False
+    minimum = min_replicas_per_cluster(stage)
+    return all(before.get(name, 0) >= minimum for name in ha_clusters(model, stage))
+
+
+def untouched_moves(model: FleetModel, previous: Mapping[str, Mapping[str, int]],
+                    placed: Mapping[str, Mapping[str, int]], total: Callable[[str, str], float]
+                    ) -> dict[str, float]:
+    """The stages the change did not touch that moved from where the ``previous`` placement had
+    them to where they are ``placed`` (stage key -> cluster -> replicas; :func:`moved_replicas`),
+    each with its gain per replica moved (:func:`move_gain`, ``total(stage key, cluster)`` its
+    score). The churn rule (:func:`unjustified_moves`): each of them gains more than ``moveCost``.
+
+    A stage is touched when it cannot be put back as it was: its own policy changed what it
+    needs or where it may run, or its cluster was cordoned or drained (:func:`may_stay`); or
+    the room it had is taken by stages that stay (displaced): stages that did not move, new
+    ones, touched ones, ones whose move gains more than ``moveCost``, and, in turn, the stages
+    they displaced. Stages that only swap room among themselves are not touched: each could go
+    back beside the others (:meth:`Ledger.fits_with`). The stages displaced are found as a
+    closure, the same whatever the order."""
+    stages = {s.key: s for s in model.stages}
+    gains: dict[str, float] = {}
+    for key, before in previous.items():
+        stage, after = stages.get(key), placed.get(key, {})
+        if stage is not None and moved_replicas(before, after) and may_stay(model, stage, before):
+            gains[key] = move_gain(before, after, {name: total(key, name) for name in {*before, *after}})
+    suspects = {key for key, gain in gains.items() if gain <= model.move_cost + _ROUNDING}
+    ledger = Ledger(model, ((stages[key], name, n) for key, where in placed.items()
+                            if key in stages and key not in suspects for name, n in where.items()))
+    displaced = True
+    while displaced:
+        displaced = False
+        for key in sorted(suspects):
+            if not ledger.fits_with(stages[key], previous[key]):
+                suspects.discard(key)
+                for name, n in placed.get(key, {}).items():
+                    ledger.add(stages[key], name, n)
+                displaced = True
+    untouched = {key: gains[key] for key in suspects}
+    for key in sorted(set(gains) - set(untouched)):
+        if gains[key] > model.move_cost + _ROUNDING:
+            stage, after = stages[key], placed.get(key, {})
+            for name, n in after.items():
+                ledger.add(stage, name, -n)
+            if ledger.fits_with(stage, previous[key]):
+                untouched[key] = gains[key]
+            for name, n in after.items():
+                ledger.add(stage, name, n)
+    return dict(sorted(untouched.items()))
+
+
+def unjustified_moves(model: FleetModel, previous: Mapping[str, Mapping[str, int]],
+                      placed: Mapping[str, Mapping[str, int]], total: Callable[[str, str], float]
+                      ) -> dict[str, float]:
+    """The churn rule: every stage the change did not touch that moved (:func:`untouched_moves`)
+    gains more than ``moveCost`` per replica moved. The stages that break it, with their gain."""
+    return {key: gain for key, gain in untouched_moves(model, previous, placed, total).items()
+            if gain <= model.move_cost + _ROUNDING}

@@ -4,20 +4,33 @@ The optimizer's answer is only trusted after this pass agrees: it reads the hard
 :mod:`fleetc.placement.rules` states them, in the model's integer base units (millicores,
 bytes, GPUs, time-sliced slots), and nothing of the solvers' arithmetic, so a modelling or
 numerical mistake there shows up here as a list of readable problems.
+
+Given the previous placement it also checks the churn rule (:func:`rules.unjustified_moves`):
+each stage the change did not touch that moved gains more than ``moveCost`` per replica
+moved, in the scores of :func:`fleetc.placement.scoring.score_matrix` (the objective's, not a
+hard rule's: they are read only for the stages that moved).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from fleetc.model import Cluster, FleetModel, Placement, Stage, StagePlacement
 from fleetc.placement import rules
 
+if TYPE_CHECKING:
+    import numpy as np
 
-def verify(model: FleetModel, placement: Placement, *, allow_unplaced: bool = False) -> list[str]:
+
+def verify(model: FleetModel, placement: Placement, *, allow_unplaced: bool = False,
+           previous: Mapping[str, Mapping[str, int]] | None = None, total: np.ndarray | None = None) -> list[str]:
     """Every hard constraint ``placement`` breaks, as readable sentences; [] when it is sound.
 
     ``allow_unplaced`` accepts stages with no assignments at all (``--allow-unplaced``).
+    ``previous`` (stage key -> cluster -> replicas) adds the churn rule against it; ``total``
+    is the model's score matrix when the caller has it (else it is computed when needed).
     """
     problems = _stage_order_problems(model, placement)
     known = {c.name: c for c in model.clusters}
@@ -33,6 +46,8 @@ def verify(model: FleetModel, placement: Placement, *, allow_unplaced: bool = Fa
     problems += _capacity_problems(model, placement)
     problems += _headroom_problems(model, placement)
     problems += cap_problems(model, placement)
+    if previous and not problems:
+        problems += churn_problems(model, placement, previous, total)
     return problems
 
 
@@ -48,6 +63,34 @@ def cap_problems(model: FleetModel, placement: Placement) -> list[str]:
               for a in p.assignments if a.cluster in clusters]
     return [f"{cap.name}: {problem}" for cap in found
             for problem in rules.cap_overuse(model, cap, rules.cap_usage(model, cap, placed))]
+
+
+def churn_problems(model: FleetModel, placement: Placement, previous: Mapping[str, Mapping[str, int]],
+                   total: np.ndarray | None = None) -> list[str]:
+    """Each stage the change did not touch that moved from where ``previous`` had it gaining no
+    more than ``moveCost`` per replica moved (:func:`rules.unjustified_moves`)."""
+    now = {p.stage: {a.cluster: a.replicas for a in p.assignments} for p in placement.stages}
+    if not any(rules.moved_replicas(before, now.get(key, {})) for key, before in previous.items()):
+        return []
+    if total is None:
+        from fleetc.placement.scoring import score_matrix
+
+        total = score_matrix(model).total
+    scores = total
+    stage_index = {s.key: i for i, s in enumerate(model.stages)}
+    cluster_index = {c.name: i for i, c in enumerate(model.clusters)}
+
+    def score(key: str, cluster: str) -> float:
+        c = cluster_index.get(cluster)
+        return 0.0 if c is None else float(scores[stage_index[key], c])
+
+    return [f"{key}: moved from {_where(previous[key])} to {_where(now.get(key, {}))}, gaining {gain:+.6f} "
+            f"per replica moved, not more than moveCost {model.move_cost:g}, though the change did not touch it"
+            for key, gain in sorted(rules.unjustified_moves(model, previous, now, score).items())]
+
+
+def _where(placed: Mapping[str, int]) -> str:
+    return ", ".join(f"{cluster} x{n}" for cluster, n in sorted(placed.items())) or "nowhere"
 
 
 def _stage_order_problems(model: FleetModel, placement: Placement) -> list[str]:

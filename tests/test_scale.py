@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import itertools
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -252,3 +254,29 @@ def test_each_improving_stage_gets_its_best_column_when_a_stage_has_no_pairs() -
         pairs = np.arange(large.pair_range[s], large.pair_range[s + 1])
         if len(pairs):
             assert pairs[np.argmin(pricing[pairs])] in new
+
+
+def test_the_large_path_places_the_same_however_slow_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its budgets count work, never seconds: with a clock that jumps 1,000 s at every reading
+    (a machine ever so slow) and no --time-limit, the large path places exactly as it does on
+    this one. Before placement version 7 column generation stopped after 120 s of that clock
+    and the rounding MILPs after 10 s."""
+    model = model_of(Spec(clusters=20, stages=300, load=0.9))
+    first = optimize.place(model, large=0)
+    clock = itertools.count(0.0, 1000.0)
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+    assert optimize.place(model, large=0) == first
+
+
+def test_a_time_limit_that_runs_out_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--time-limit is the one clock, a safety net: when it runs out the placement says so
+    (timeLimitReached), the one case where the machine's speed decides the placement."""
+    model = model_of(Spec(clusters=20, stages=300, load=0.9))
+    clock = itertools.count(0.0, 1000.0)
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+    try:
+        placed = optimize.place(model, large=0, time_limit=10.0)
+    except TimeLimitError as err:
+        assert err.headline == "the time limit of 10s ran out before every stage was placed"
+    else:
+        assert placed.time_limit == 10.0 and not placed.optimal

@@ -9,7 +9,9 @@ one back (previous)."""
 #: 5: degraded serving runs the replicas that fit; 6: time-sliced GPUs take whole nodes where configured;
 #: 7: time-sliced pods take whole GPUs where the device plugin is not configured, pods fit a node by
 #: cores and memory too.
-PLACEMENT_VERSION = "7"
+#: 8: a stage the change did not touch moves only for more than moveCost, the large path's
+#: budgets count work, never seconds.
+PLACEMENT_VERSION = "8"
 
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,
 #: unless :func:`fleetc.placement.optimize.place` is given another threshold (the CLI's

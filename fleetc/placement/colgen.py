@@ -2,9 +2,15 @@
 
 Column generation solves the LP over every allowed pair while the HiGHS master holds only a few
 per stage (:mod:`fleetc.placement.highs`, warm-started between rounds); the stages the LP places in whole
-units keep that, a MILP under a deadline rounds the rest (growing once into the fixed stages
-around it when it cannot), and a greedy repair with one-level eviction places what is still
-out. ``docs/optimizer.md`` describes the algorithm, its budgets and its measured gaps.
+units keep that, a MILP rounds the rest (growing once into the fixed stages around it when it
+cannot), and a greedy repair with one-level eviction places what is still out.
+``docs/optimizer.md`` describes the algorithm, its budgets and its measured gaps.
+
+Every budget here counts work (pairs priced, branch-and-bound nodes, groups of stages tried,
+neighbourhood pairs), never seconds, so the same input gives the same placement on any
+machine. The one clock is the user's ``--time-limit`` (``Budget.deadline``), a safety net:
+when it cuts a step short the placement depends on the machine's speed, and the placement
+says so (``timeLimitReached``).
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from fleetc.placement.problem import Budget, Problem
 from fleetc.placement.program import OutOfTime, Program, Solved, build_program, replicas_of, solve_program
 from fleetc.placement.rules import time_sliced_gpus
 
-#: Seconds the rounded MILP may use on a large component (less when the time limit leaves less).
-ROUNDED_MILP_SECONDS = 10.0
+#: Branch-and-bound nodes each rounding MILP may explore: a count, not seconds, so that every
+#: machine rounds the same way (the ones measured, up to 400 x 8,000, closed at the root node).
+ROUNDING_NODES = 1_000
 #: How close to an integer an LP share must be to count as placed in whole units.
 _WHOLE = 1e-6
 
@@ -246,9 +253,6 @@ BOUND_GAP = 1e-3
 #: the same placement on every machine. At 1,000 x 20,000 (10.4 million pairs) that is 5
 #: rounds, ~30 s here; a fleet of a few hundred thousand pairs converges long before.
 COLUMN_WORK = 60_000_000
-#: Seconds column generation may take at most, a safety net far beyond :data:`COLUMN_WORK` on
-#: this machine (when it is what stops a run, the placement depends on the machine's speed).
-COLUMN_SECONDS = 120.0
 #: A stage's extra columns in a round improve the master at least this share of its best one.
 SHORTLIST = 0.5
 #: Improving pair columns each stage may add to the master per round (most improving first).
@@ -592,10 +596,8 @@ def _generate_columns(large: _Large, master: _Master, objective: np.ndarray, dea
     """Solve the master, add the most improving pair columns (:func:`_new_columns`), repeat until
     no pair column improves it (then the master's optimum is the LP optimum over all pairs), or
     until the best Lagrangian bound so far is within ``stop_gap`` of it, or its rounds have
-    priced :data:`COLUMN_WORK` pairs, or :data:`COLUMN_SECONDS` or the deadline run out."""
+    priced :data:`COLUMN_WORK` pairs, or the user's deadline runs out."""
     tolerance = PRICING_TOLERANCE * max(1.0, float(objective.max(initial=1.0)))
-    budget = time.monotonic() + COLUMN_SECONDS
-    deadline = budget if deadline is None else min(deadline, budget)
     last: _Relaxed | None = None
     rounds = 0
     while True:
@@ -619,7 +621,7 @@ def _generate_columns(large: _Large, master: _Master, objective: np.ndarray, dea
                         bound_dual, converged)
         on_gap(max(0.0, 1.0 - value / bound) if bound > 0 else 0.0)
         rounds += 1
-        if converged or (rounds + 1) * len(large.pair_stage) > COLUMN_WORK or time.monotonic() >= deadline:
+        if converged or (rounds + 1) * len(large.pair_stage) > COLUMN_WORK or _past(deadline):
             return last
         new = _new_columns(large, pricing, improving)
         master.lp.add_columns(-objective[new], np.zeros(len(new)), np.ones(len(new)), large.block(new))
@@ -770,10 +772,6 @@ REACH_WORK = 2 * REACH_PAIRS
 #: Branch-and-bound nodes one neighbourhood MILP may explore (a count, like the rest of the
 #: budget; the ones measured closed at the root node, in 1-13 s here).
 REACH_NODES = 1_000
-#: Seconds :func:`_reach` may take at most, a safety net far beyond :data:`REACH_WORK` on this
-#: machine (when it is what stops a run, the placement depends on the machine's speed), and
-#: never beyond the time limit.
-REACH_SECONDS = 60.0
 
 
 def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> bool:
@@ -782,7 +780,7 @@ def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
     in the capacity the other stages leave, every one of them placed. When that is impossible
     the neighbourhood grows by the stages on the clusters its stages may use, up to
     :data:`REACH_PAIRS` pairs, while the neighbourhoods tried hold :data:`REACH_WORK` pairs in
-    all (each MILP within :data:`REACH_NODES` nodes; :data:`REACH_SECONDS` a safety net).
+    all (each MILP within :data:`REACH_NODES` nodes; the user's deadline a safety net).
 
     The repair moves one or two stages out of the way; a full fleet can need a chain of moves
     across many clusters, which the MILP finds as a whole. Whether the stages left out are
@@ -792,7 +790,6 @@ def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
     members = ~replicas_at.any(axis=1) & ~is_blocked
     if not members.any():
         return True
-    start = time.monotonic()
     large = r.large
     allowed = np.zeros((large.stages, large.clusters), dtype=bool)
     allowed[large.pair_stage, large.pair_cluster] = True
@@ -800,10 +797,9 @@ def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
     while True:
         grown = members | replicas_at[:, allowed[members].any(axis=0)].any(axis=1)
         stages = np.flatnonzero(grown)
-        budget = _reach_budget(start, r.deadline)
         pairs = int(allowed[stages].sum())
         work += pairs
-        if pairs > REACH_PAIRS or work > REACH_WORK or budget <= 0:
+        if pairs > REACH_PAIRS or work > REACH_WORK or _past(r.deadline):
             return False
         columns = np.union1d(np.flatnonzero(allowed[stages].any(axis=0)), large.headroom.members)
         before = replicas_at[stages].copy()
@@ -811,28 +807,27 @@ def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
         program = build_program(r.problem.restrict(stages, columns), allowed=allowed[np.ix_(stages, columns)],
                                 taken=_taken(large, replicas_at)[:, columns], fixed_need=_fixed_need(r, replicas_at),
                                 cap_taken=large.caps.used(replicas_at))
-        result = solve_program(program, require_all=True, integral=True, deadline=time.monotonic() + budget,
-                               nodes=REACH_NODES)
+        result = solve_program(program, require_all=True, integral=True, deadline=r.deadline, nodes=REACH_NODES)
         if result.values is not None:
             replicas_at[np.ix_(stages, columns)] = replicas_of(program, result.values)
             return True
         replicas_at[stages] = before
         closed = not np.any(replicas_at[:, columns], axis=1)[~grown].any()  # np.any: an array to mypy too
         if closed and result.infeasible:
-            _place_most(r, program, stages, columns, replicas_at, _reach_budget(start, r.deadline))
+            _place_most(r, program, stages, columns, replicas_at)
         if not result.infeasible or closed:
             return result.infeasible and closed
         members = grown
 
 
 def _place_most(r: _Rounding, program: Program, stages: np.ndarray, columns: np.ndarray,
-                replicas_at: np.ndarray, budget: float) -> None:
+                replicas_at: np.ndarray) -> None:
     """Re-place ``stages`` (in place), which cannot all be placed, by the exact path's second
     MILP over ``program``: the most valuable placement, within half the smallest stage value of
     optimal; kept when it places more stages than they have now, or as many scoring more."""
-    if budget <= 0:
+    if _past(r.deadline):
         return
-    result = solve_program(program, require_all=False, integral=True, deadline=time.monotonic() + budget,
+    result = solve_program(program, require_all=False, integral=True, deadline=r.deadline,
                            absolute_gap=0.5 * program.smallest_value, nodes=REACH_NODES)
     if result.values is None:
         return
@@ -844,11 +839,9 @@ def _place_most(r: _Rounding, program: Program, stages: np.ndarray, columns: np.
         replicas_at[stages] = after
 
 
-def _reach_budget(start: float, deadline: float | None) -> float:
-    seconds = REACH_SECONDS - (time.monotonic() - start)
-    if deadline is not None:
-        seconds = min(seconds, deadline - time.monotonic())
-    return seconds
+def _past(deadline: float | None) -> bool:
+    """Whether the user's deadline (``--time-limit``, the only clock here) has passed."""
+    return deadline is not None and time.monotonic() >= deadline
 
 
 def _round_rest(r: _Rounding, rest: np.ndarray, replicas_at: np.ndarray) -> None:
@@ -857,18 +850,18 @@ def _round_rest(r: _Rounding, rest: np.ndarray, replicas_at: np.ndarray) -> None
     stages on the clusters the LP put them on (whose capacity was what was missing), kept when
     it places at least the value they had.
     """
-    start = time.monotonic()
-    left = _place_what_fits(r, rest, replicas_at, start)
+    left = _place_what_fits(r, rest, replicas_at)
     if len(left):
         large, relaxed = r.large, r.relaxed
         support = relaxed.pairs[(relaxed.shares > 1e-9) & np.isin(large.pair_stage[relaxed.pairs], left)]
         around = np.flatnonzero(replicas_at[:, np.unique(large.pair_cluster[support])].any(axis=1))
-        _place_what_fits(r, np.union1d(left, around), replicas_at, start)
+        _place_what_fits(r, np.union1d(left, around), replicas_at)
 
 
-def _place_what_fits(r: _Rounding, stages: np.ndarray, replicas_at: np.ndarray, start: float) -> np.ndarray:
+def _place_what_fits(r: _Rounding, stages: np.ndarray, replicas_at: np.ndarray) -> np.ndarray:
     """Re-place ``stages`` (in place) by a MILP over their candidate pairs in the capacity the
-    others leave, if it finds at least the value they have now; the stages left out after."""
+    others leave (within :data:`ROUNDING_NODES` nodes), if it finds at least the value they
+    have now; the stages left out after."""
     large = r.large
     before = replicas_at[stages].copy()
     replicas_at[stages] = 0
@@ -879,8 +872,8 @@ def _place_what_fits(r: _Rounding, stages: np.ndarray, replicas_at: np.ndarray, 
         program = build_program(r.problem.restrict(stages, columns), allowed=candidates[:, columns],
                                 taken=taken[:, columns], fixed_need=_fixed_need(r, replicas_at),
                                 cap_taken=large.caps.used(replicas_at))
-        result = solve_program(program, require_all=False, integral=True,
-                               deadline=time.monotonic() + _budget(start, r.deadline))
+        result = solve_program(program, require_all=False, integral=True, deadline=r.deadline,
+                               nodes=ROUNDING_NODES)
         if result.values is not None:
             after = np.zeros_like(before)
             after[:, columns] = replicas_of(program, result.values)
@@ -889,14 +882,6 @@ def _place_what_fits(r: _Rounding, stages: np.ndarray, replicas_at: np.ndarray, 
     replicas_at[stages] = before
     left_out: np.ndarray = stages[~before.any(axis=1)]
     return left_out
-
-
-def _budget(start: float, deadline: float | None) -> float:
-    """Seconds the rounding MILPs have left: :data:`ROUNDED_MILP_SECONDS` in all, within the deadline."""
-    seconds = ROUNDED_MILP_SECONDS - (time.monotonic() - start)
-    if deadline is not None:
-        seconds = min(seconds, deadline - time.monotonic())
-    return max(0.0, seconds)
 
 
 def _candidates(large: _Large, relaxed: _Relaxed, rest: np.ndarray, free: np.ndarray

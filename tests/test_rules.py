@@ -266,9 +266,10 @@ def _assert_same_headroom(model: FleetModel, program: Program, v: np.ndarray, re
 
 def _assert_repair_room_follows_the_rules(model: FleetModel, problem: Problem, replicas_at: np.ndarray) -> None:
     """The large path's repair counts, for every stage and cluster, as many more replicas
-    fitting beside ``replicas_at`` as the rules let fit (capacity and time-sliced slots; the
-    failover headroom it also keeps is held by tests/test_drain.py), on
-    every cluster ``replicas_at`` does not already overfill (the repair never sees one)."""
+    fitting beside ``replicas_at`` as the rules let fit: capacity and time-sliced slots on
+    every cluster ``replicas_at`` does not already overfill (the repair never sees one), and
+    with the failover headroom too (:meth:`rules.Ledger.room_for`) where ``replicas_at`` keeps
+    it: time-sliced GPUs on the other clusters of an HA set take whole time-sliced units."""
     large = colgen._large(problem)
     per_replica = large.coefficients / large.replicas
     room = colgen._Room(large.capacity, colgen._taken(large, replicas_at), large.slots, large.unit, large.headroom,
@@ -288,3 +289,42 @@ def _assert_repair_room_follows_the_rules(model: FleetModel, problem: Problem, r
                 fitting += 1
             counted = min(room.capacity_fits(c, per_replica[:, s]), 12)
             assert counted <= fitting if varying else counted == fitting, (stage.key, cluster.name)
+    ledger = rules.Ledger(model, ((stage, model.clusters[c].name, int(replicas_at[s, c]))
+                                  for s, stage in enumerate(model.stages) for c in np.flatnonzero(replicas_at[s])))
+    if not all(ledger.fits(cluster.name) for cluster in model.clusters):
+        return  # the repair never sees a placement that breaks capacity or the headroom
+    for c, cluster in enumerate(model.clusters):
+        for s, stage in enumerate(model.stages):
+            fitting = 0
+            while fitting < 40 and ledger.room_for(stage, cluster.name, fitting + 1):
+                fitting += 1
+            counted = min(room.fits(c, s), 40)
+            assert counted <= fitting if varying else counted == fitting, (stage.key, cluster.name, "headroom")
+
+
+def test_the_repair_counts_time_sliced_gpus_on_the_other_ha_clusters_in_whole_units() -> None:
+    """h1 and h2 keep failover headroom for pipeline p; q/side's one time-sliced slot on h2
+    takes a whole GPU there (a node of 1 GPU, 4 slots each). Losing h1 needs p's 2 exclusive
+    GPUs (8 slots) plus p/small's slots back on h2, which leaves (8 - 2 - 1) x 4 = 20 slots: 12
+    replicas of p/small fit h1, as the rules count. Counting the slot on h2 as a quarter GPU,
+    the repair found room for 15, and the verifier refused the placement (exit 3)."""
+    clusters = (make_cluster("h1", gpus=8, gpus_per_node=1), make_cluster("h2", gpus=8, gpus_per_node=1))
+    platform = dataclasses.replace(make_platform("h1", ("h2",), pipelines=("p",)), failover_headroom=True)
+    stages = (
+        make_stage("big", pipeline="p", type=StageType.DEPLOYMENT, gpus=2, replicas=2, cores=1, memory_gib=1),
+        make_stage("small", pipeline="p", type=StageType.DEPLOYMENT, gpus=1, replicas=20, cores=1, memory_gib=1,
+                   shared_gpu=True),
+        make_stage("side", pipeline="q", type=StageType.DEPLOYMENT, gpus=1, cores=1, memory_gib=1, shared_gpu=True),
+    )
+    model = make_fleet(clusters, stages, platforms=(platform,), gpu_policy=make_gpu_policy(time_slicing=4))
+    scores = score_matrix(model)
+    problem = Problem.of(model, scores, multicluster_conflicts(model, scores), np.zeros((3, 2), dtype=np.int32),
+                         Part(np.arange(3), np.arange(2)))
+    large = colgen._large(problem)
+    placed = np.array([[1, 1], [0, 0], [0, 1]])
+    room = colgen._Room(large.capacity, colgen._taken(large, placed), large.slots, large.unit, large.headroom,
+                        large.coefficients / large.replicas, placed)
+    assert room.fits(0, 1) == 12
+    ledger = rules.Ledger(model, [(stages[0], "h1", 1), (stages[0], "h2", 1), (stages[2], "h2", 1)])
+    assert ledger.room_for(stages[1], "h1", 12) and not ledger.room_for(stages[1], "h1", 13)
+    _assert_repair_room_follows_the_rules(model, problem, placed)

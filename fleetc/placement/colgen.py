@@ -1043,7 +1043,13 @@ def _move_away(s: int, c: int, group: list[int], plan_of: Callable[..., dict[int
 
 class _Room:
     """Residual capacity per cluster, and failover headroom left per headroom row, while the
-    greedy repair places stages (``per_replica`` (4, S): exclusive GPUs, cores, GiB, slots)."""
+    greedy repair places stages (``per_replica`` (4, S): exclusive GPUs, cores, GiB, slots).
+
+    The GPU rows of the headroom are counted as the rule is (:func:`rules.failover_shortfalls`),
+    in slots and whole time-sliced units: what the serving stages need back for the lost cluster
+    (``lost_slots``), against the GPUs the other clusters leave free, their time-sliced slots
+    taking whole units (:func:`rules.time_sliced_gpus`). Counted as fractions of a GPU there,
+    the repair could place replicas the verifier refuses."""
 
     def __init__(self, capacity: np.ndarray, taken: np.ndarray, slots: np.ndarray, unit: np.ndarray,
                  headroom: _Headroom, per_replica: np.ndarray, replicas_at: np.ndarray, caps: _Caps) -> None:
@@ -1058,29 +1064,64 @@ class _Room:
         self.used = np.array([self._headroom_of(row, stage, cluster) @ count for row in range(len(headroom.bound))])
         self.caps = caps
         self.capped = caps.used(replicas_at)
+        self.lost_slots = np.array([self._lost_slots_of(row, stage, cluster) @ count
+                                    for row in range(len(headroom.bound))])
+
+    def _lost_slots_of(self, row: int, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
+        """Slots per replica a serving stage on row ``row``'s lost cluster needs back (GPU rows)."""
+        if self.headroom.resource[row] != 0:
+            return np.zeros(len(stage))
+        on_lost = self.headroom.serving[row, stage] & (cluster == self.headroom.lost[row])
+        need: np.ndarray = np.where(on_lost, self.per_replica[0, stage] * self.slots + self.per_replica[3, stage], 0.0)
+        return need
 
     def _headroom_of(self, row: int, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
         return self.headroom.coefficients(row, stage, cluster, self.per_replica, self.slots, shared_on_others=True)
 
-    def saved(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self.taken.copy(), self.used.copy(), self.capped.copy()
+    def saved(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return self.taken.copy(), self.used.copy(), self.capped.copy(), self.lost_slots.copy()
 
-    def restore(self, saved: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
-        self.taken, self.used, self.capped = saved
+    def restore(self, saved: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
+        self.taken, self.used, self.capped, self.lost_slots = saved
 
     def fits(self, c: int, s: int) -> int:
         """Replicas of stage ``s`` that fit ``c``: its capacity, and the failover headroom."""
         demand = self.per_replica[:, s]
         limits = [self.capacity_fits(c, demand)]
+        gpu_rows = []
         for row in range(len(self.headroom.bound)):
             coefficient = float(self._headroom_of(row, np.array([s]), np.array([c]))[0])
-            if coefficient > 0:
+            if coefficient <= 0:
+                continue
+            if self.headroom.resource[row] == 0:
+                gpu_rows.append(row)
+            else:
                 limits.append(math.floor((self.headroom.bound[row] - self.used[row]) / coefficient + 1e-9))
         for row in self.caps.rows_of[s]:  # whole numbers: integer division is exact
             coefficient = self.caps.per_replica(row, s, c)
             if coefficient > 0:
                 limits.append(int((self.caps.bound[row] - self.capped[row]) // coefficient))
-        return max(0, min(limits))
+        fitting = max(0, min(limits))
+        for row in gpu_rows:
+            while fitting > 0 and not self._gpu_headroom_holds(row, c, s, fitting):
+                fitting -= 1
+        return fitting
+
+    def _gpu_headroom_holds(self, row: int, c: int, s: int, replicas: int) -> bool:
+        """Whether GPU headroom row ``row`` holds with ``replicas`` more of stage ``s`` on ``c``:
+        the serving stages' slots on the lost cluster fit in the slots of the GPUs the others
+        leave free, time-sliced ones taking whole units (the rule, in whole numbers)."""
+        headroom, slots = self.headroom, self.slots
+        need = float(self.lost_slots[row]) + replicas * float(self._lost_slots_of(row, np.array([s]), np.array([c]))[0])
+        free = 0
+        for o in np.flatnonzero(headroom.others[row]).tolist():
+            exclusive, shared = self.taken[0, o], self.taken[3, o]
+            if o == c:
+                exclusive += replicas * self.per_replica[0, s]
+                shared += replicas * self.per_replica[3, s]
+            busy = round(exclusive) + time_sliced_gpus(round(shared), slots, int(self.unit[o]))
+            free += (round(self.capacity[0, o]) - busy) * slots
+        return need <= free + 1e-9
 
     def capacity_fits(self, c: int, demand: np.ndarray) -> int:
         """Replicas of per-replica ``demand`` (exclusive GPUs, cores, GiB, slots) ``c`` has room for."""
@@ -1102,6 +1143,7 @@ class _Room:
         self.taken[:, c] += self.per_replica[:, s] * count
         for row in range(len(self.headroom.bound)):
             self.used[row] += float(self._headroom_of(row, np.array([s]), np.array([c]))[0]) * count
+            self.lost_slots[row] += float(self._lost_slots_of(row, np.array([s]), np.array([c]))[0]) * count
         for row in self.caps.rows_of[s]:
             self.capped[row] += self.caps.per_replica(row, s, c) * count
 

@@ -399,14 +399,14 @@ def _summary_text(report: Report) -> str:
         lines.append(f"{c.name}: {_counts(c)}; GPUs {_gpus(c.gpus_before)} -> {_gpus(c.gpus_after)}; "
                      f"cost/h {_money(c.cost_before)} -> {_money(c.cost_after)}")
         lines += [f"  + {s}" for s in c.moved_in] + [f"  - {s}" for s in c.moved_out]
-    lines += ["", *(f"GPUs {t}: {b} -> {a} ({a - b:+d})" for t, (b, a) in report.gpu_totals.items() if a != b)]
-    lines += [f"{t.name}: cost/h {_money(t.before)} -> {_money(t.after)}{_cap(t)}" for t in report.teams]
-    lines += ["", *_choice_lines(report)]
-    if report.untouched:
-        lines += ["", f"stages the change did not touch that moved (gain per replica moved, moveCost "
-                      f"{report.move_cost:g}):"]
-        lines += [f"  {m.stage}: {_replicas(m.before)} -> {_replicas(m.after)}, gain {m.gain:+.4f}"
+    untouched = [f"stages the change did not touch that moved (gain per replica moved, moveCost "
+                 f"{report.move_cost:g}):"] if report.untouched else []
+    untouched += [f"  {m.stage}: {_replicas(m.before)} -> {_replicas(m.after)}, gain {m.gain:+.4f}"
                   for m in report.untouched]
+    totals = [f"GPUs {t}: {b} -> {a} ({a - b:+d})" for t, (b, a) in report.gpu_totals.items() if a != b]
+    totals += [f"{t.name}: cost/h {_money(t.before)} -> {_money(t.after)}{_cap(t)}" for t in report.teams]
+    for section in (totals, _choice_lines(report), untouched):  # each after a blank line, when there
+        lines += ["", *section] if section else []
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -176,9 +176,9 @@ def _stay_where_moving_gains_nothing(model: FleetModel, scores: Scores, previous
         c = names.get(cluster)
         return 0.0 if c is None else float(scores.total[stage_index[key], c])
 
-    while True:
+    while True:  # a row with negative replicas is no placement: the verifier names it
         placed = {stage.key: {model.clusters[c].name: int(replicas_at[s, c])
-                              for c in np.flatnonzero(replicas_at[s]).tolist()}
+                              for c in np.flatnonzero(replicas_at[s]).tolist()} if replicas_at[s].min() >= 0 else {}
                   for s, stage in enumerate(model.stages)}
         unjustified = sorted(stage_index[key] for key in rules.unjustified_moves(model, previous, placed, score))
         if not unjustified:

@@ -617,7 +617,8 @@ def untouched_moves(model: FleetModel, previous: Mapping[str, Mapping[str, int]]
                     placed: Mapping[str, Mapping[str, int]], total: Callable[[str, str], float]
                     ) -> dict[str, float]:
     """The stages the change did not touch that moved from where the ``previous`` placement had
-    them to where they are ``placed`` (stage key -> cluster -> replicas; :func:`moved_replicas`),
+    them to where they are ``placed`` (stage key -> cluster -> replicas; :func:`moved_replicas`;
+    a stage left out did not move: its reason says why it is out),
     each with its gain per replica moved (:func:`move_gain`, ``total(stage key, cluster)`` its
     score). The churn rule (:func:`unjustified_moves`): each of them gains more than ``moveCost``.
 
@@ -632,7 +633,7 @@ def untouched_moves(model: FleetModel, previous: Mapping[str, Mapping[str, int]]
     gains: dict[str, float] = {}
     for key, before in previous.items():
         stage, after = stages.get(key), placed.get(key, {})
-        if stage is not None and moved_replicas(before, after) and may_stay(model, stage, before):
+        if stage is not None and after and moved_replicas(before, after) and may_stay(model, stage, before):
             gains[key] = move_gain(before, after, {name: total(key, name) for name in {*before, *after}})
     suspects = {key for key, gain in gains.items() if gain <= model.move_cost + _ROUNDING}
     ledger = Ledger(model, ((stages[key], name, n) for key, where in placed.items()

@@ -90,7 +90,7 @@ def churn_problems(model: FleetModel, placement: Placement, previous: Mapping[st
 
 
 def _where(placed: Mapping[str, int]) -> str:
-    return ", ".join(f"{cluster} x{n}" for cluster, n in sorted(placed.items())) or "nowhere"
+    return ", ".join(f"{cluster} x{n}" for cluster, n in sorted(placed.items()))
 
 
 def _stage_order_problems(model: FleetModel, placement: Placement) -> list[str]:

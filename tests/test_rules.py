@@ -291,8 +291,8 @@ def _assert_repair_room_follows_the_rules(model: FleetModel, problem: Problem, r
             assert counted <= fitting if varying else counted == fitting, (stage.key, cluster.name)
     ledger = rules.Ledger(model, ((stage, model.clusters[c].name, int(replicas_at[s, c]))
                                   for s, stage in enumerate(model.stages) for c in np.flatnonzero(replicas_at[s])))
-    if not all(ledger.fits(cluster.name) for cluster in model.clusters):
-        return  # the repair never sees a placement that breaks capacity or the headroom
+    if not all(ledger.fits(cluster.name) for cluster in model.clusters) or not ledger.within_caps():
+        return  # the repair never sees a placement that breaks capacity, the headroom or a cap
     for c, cluster in enumerate(model.clusters):
         for s, stage in enumerate(model.stages):
             fitting = 0
@@ -323,7 +323,7 @@ def test_the_repair_counts_time_sliced_gpus_on_the_other_ha_clusters_in_whole_un
     large = colgen._large(problem)
     placed = np.array([[1, 1], [0, 0], [0, 1]])
     room = colgen._Room(large.capacity, colgen._taken(large, placed), large.slots, large.unit, large.headroom,
-                        large.coefficients / large.replicas, placed)
+                        large.coefficients / large.replicas, placed, large.caps)
     assert room.fits(0, 1) == 12
     ledger = rules.Ledger(model, [(stages[0], "h1", 1), (stages[0], "h2", 1), (stages[2], "h2", 1)])
     assert ledger.room_for(stages[1], "h1", 12) and not ledger.room_for(stages[1], "h1", 13)

@@ -1072,7 +1072,10 @@ class _Room:
         if self.headroom.resource[row] != 0:
             return np.zeros(len(stage))
         on_lost = self.headroom.serving[row, stage] & (cluster == self.headroom.lost[row])
-        need: np.ndarray = np.where(on_lost, self.per_replica[0, stage] * self.slots + self.per_replica[3, stage], 0.0)
+        scale = int(max(self.slots.max(initial=1), 1))  # the rule's slots per GPU; 1 where not time-sliced
+        per_slot = scale // np.maximum(self.slots[cluster], 1)
+        need: np.ndarray = np.where(on_lost, self.per_replica[0, stage] * scale + self.per_replica[3, stage] * per_slot,
+                                    0.0)
         return need
 
     def _headroom_of(self, row: int, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
@@ -1111,7 +1114,7 @@ class _Room:
         """Whether GPU headroom row ``row`` holds with ``replicas`` more of stage ``s`` on ``c``:
         the serving stages' slots on the lost cluster fit in the slots of the GPUs the others
         leave free, time-sliced ones taking whole units (the rule, in whole numbers)."""
-        headroom, slots = self.headroom, self.slots
+        headroom, scale = self.headroom, int(max(self.slots.max(initial=1), 1))
         need = float(self.lost_slots[row]) + replicas * float(self._lost_slots_of(row, np.array([s]), np.array([c]))[0])
         free = 0
         for o in np.flatnonzero(headroom.others[row]).tolist():
@@ -1119,8 +1122,8 @@ class _Room:
             if o == c:
                 exclusive += replicas * self.per_replica[0, s]
                 shared += replicas * self.per_replica[3, s]
-            busy = round(exclusive) + time_sliced_gpus(round(shared), slots, int(self.unit[o]))
-            free += (round(self.capacity[0, o]) - busy) * slots
+            busy = round(exclusive) + time_sliced_gpus(round(shared), int(self.slots[o]), int(self.unit[o]))
+            free += (round(self.capacity[0, o]) - busy) * scale
         return need <= free + 1e-9
 
     def capacity_fits(self, c: int, demand: np.ndarray) -> int:

@@ -43,12 +43,16 @@ class CapRoom:
                 rows_of[s] += rows
         self.left = np.array(left, dtype=np.int64)
         self.rows_of = rows_of
-        self.unit = np.array([rules.quota_slots(model, s, 1) for s in model.stages], dtype=np.int64)
-        capped = [s for s, rows in enumerate(rows_of) if any(self.row_type[r] is None for r in rows)]
+        # per (stage, cluster): a time-sliced replica takes whole GPUs where the device plugin
+        # does not time-slice (rules.slots_on), and a throughput stage its count on each type
+        self.unit = np.zeros((len(model.stages), len(model.clusters)), dtype=np.int64)
         self.cost = np.zeros((len(model.stages), len(model.clusters)), dtype=np.int64)
-        for s in capped:
+        for s, rows in enumerate(rows_of):
             stage = model.stages[s]
-            self.cost[s] = [rules.replica_cost_micros(model, stage, c) for c in model.clusters]
+            if any(self.row_type[r] is not None for r in rows):
+                self.unit[s] = [rules.quota_slots(model, rules.on_cluster(stage, c), c, 1) for c in model.clusters]
+            if any(self.row_type[r] is None for r in rows):
+                self.cost[s] = [rules.replica_cost_micros(model, stage, c) for c in model.clusters]
 
     @property
     def any(self) -> bool:
@@ -59,7 +63,7 @@ class CapRoom:
         if gpu_type is None:
             cost: np.ndarray = self.cost[s, clusters]
             return cost
-        return np.where(self.types[clusters] == gpu_type, self.unit[s], 0)
+        return np.where(self.types[clusters] == gpu_type, self.unit[s, clusters], 0)
 
     def room(self, s: int, clusters: np.ndarray) -> np.ndarray:
         """Replicas of stage ``s`` each of ``clusters`` may take within the caps left."""

@@ -82,6 +82,31 @@ def test_time_sliced_slots_count_a_fraction_of_a_gpu() -> None:
     assert rules.cap_overuse(model, cap, used) == ["1.5 h100 placed, quota 1"]
 
 
+def test_time_sliced_slots_take_whole_gpus_of_a_quota_and_a_cost_where_the_plugin_does_not_slice() -> None:
+    serve = make_stage("serve", type=StageType.DEPLOYMENT, gpus=1, replicas=3, shared_gpu=True)
+    sliced = make_cluster("a", gpus=8, gpu_type="h100")
+    whole = make_cluster("b", gpus=8, gpu_type="h100", device_plugin_configured=False)
+    model = make_fleet((sliced, whole), (serve,), gpu_policy=make_gpu_policy(time_slicing=2),
+                       teams=(team(quota=(("h100", 2),), cost=100.0),))
+    cap = rules.caps(model)[0]
+    on_whole = rules.cap_usage(model, cap, [(serve, whole, 3)])
+    assert on_whole.of("h100") == 6  # three whole GPUs, two slots each
+    assert rules.cap_overuse(model, cap, on_whole) == ["3 h100 placed, quota 2"]
+    half_a_gpu_hour = rules.MICROS * whole.gpu_hour_cost / 2  # the same prices on both clusters
+    assert rules.replica_cost_micros(model, serve, whole) - rules.replica_cost_micros(model, serve, sliced) == (
+        half_a_gpu_hour)
+    (problem,), _ = problems(model, score_matrix(model), {})
+    s, c = np.nonzero(problem.allowed)
+    pairs = list(zip(s.tolist(), c.tolist(), strict=True))
+    assert problem.quota_at(s, c).tolist() == [
+        rules.quota_slots(model, problem.stages[i], problem.clusters[j], 1) for i, j in pairs] == [1, 2]
+    assert problem.cost_at(s, c).tolist() == [
+        rules.replica_cost_micros(model, problem.stages[i], problem.clusters[j]) for i, j in pairs]
+    placement = place(model)  # the quota holds two GPUs: 3 slots fit it only where they are slots
+    assert [(a.cluster, a.replicas) for p in placement.stages for a in p.assignments] == [("a", 3)]
+    assert verify(model, placement) == []
+
+
 def test_the_cost_rule_and_the_problem_count_the_same_micros() -> None:
     model = capped_fleet(16, cost=100.0)
     (problem,), _ = problems(model, score_matrix(model), {})

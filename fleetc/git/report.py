@@ -98,8 +98,7 @@ def snapshot(model: FleetModel, placement: Placement, files: Mapping[str, str]) 
 
 def team_costs(model: FleetModel, placement: Placement) -> dict[str, tuple[float, float | None]]:
     """Each team's (AIGCPlatform ``spec.teams``) and each capped pipeline's cost per hour as the
-    caps count it (:func:`rules.replica_cost_micros`: a time-sliced GPU ``1 / slots_per_gpu``
-    of one), with its cap."""
+    caps count it (:func:`rules.replica_cost_micros`), with its cap."""
     stages = {s.key: s for s in model.stages}
     clusters = {c.name: c for c in model.clusters}
     placed = [(stages[p.stage], clusters[a.cluster], a.replicas) for p in placement.stages if p.stage in stages

@@ -367,7 +367,7 @@ class _Caps:
         """:meth:`coefficients` of one pair (the same operations on scalars), for the repair."""
         if not (self.members[row, s] and self.on[row, c]):
             return 0.0
-        if self.problem.varying_gpus:  # a stage asking for throughput: each pair's own count
+        if self.problem.counts_per_pair:  # throughput or whole GPUs by cluster: each pair's own count
             return float(self.coefficients(row, np.array([s]), np.array([c]))[0])
         if not self.cost[row]:
             return float(self.problem.quota_unit[s])

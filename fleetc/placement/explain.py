@@ -151,12 +151,13 @@ def cap_lines(model: FleetModel, placement: Placement, stage_key: str,
         own = rules.cap_usage(model, cap, [(stage, c, n) for c, n in mine])
         for gpu_type, quota in cap.gpu_quota:
             left = quota * per_gpu - used.of(gpu_type)
-            takes = rules.quota_slots(model, stage, stage.replicas)
+            takes = {c.name: rules.quota_slots(model, stage, c, stage.replicas) for c in better}
             blocked = next((c for c in better if c.gpu_type == gpu_type and stage.gpus > 0
-                            and takes > left + own.of(gpu_type)), None)
+                            and takes[c.name] > left + own.of(gpu_type)), None)
             leaves = rules.as_gpus(max(left + own.of(gpu_type), 0), per_gpu)
+            would = rules.as_gpus(takes[blocked.name] if blocked else 0, per_gpu)
             lines.append(f"{cap.name}'s {gpu_type} quota: {rules.as_gpus(used.of(gpu_type), per_gpu)} of {quota} "
-                         f"used{_binds(blocked, mine, rules.as_gpus(takes, per_gpu), leaves)}")
+                         f"used{_binds(blocked, mine, would, leaves)}")
         limit = cap.max_cost_micros
         if limit is not None:
             left = limit - used.cost

@@ -259,7 +259,8 @@ def _cap_binding(model: FleetModel, stage: Stage, minimum: int, on: Mapping[str,
         short: list[tuple[int, int, str]] = []
         for cap, usage in used:
             quota = dict(cap.gpu_quota).get(cluster.gpu_type or "")
-            over = rules.quota_slots(model, stage, need) - (quota or 0) * per_gpu + usage.of(cluster.gpu_type or "")
+            over = (rules.quota_slots(model, stage, cluster, need) - (quota or 0) * per_gpu
+                    + usage.of(cluster.gpu_type or ""))
             if quota is not None and stage.gpus > 0 and over > 0:
                 gpus = -(-over // per_gpu)
                 short.append((gpus, 0, f"raise {cap.name}'s {cluster.gpu_type} quota by {gpus} "

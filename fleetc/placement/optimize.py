@@ -379,7 +379,8 @@ def _cap_reason(model: FleetModel, stage: Stage, cluster: Cluster,
             continue
         for gpu_type, quota in cap.gpu_quota:
             left = quota * per_gpu - used.of(gpu_type)
-            if stage.gpus > 0 and cluster.gpu_type == gpu_type and rules.quota_slots(model, stage, need) > left:
+            takes = rules.quota_slots(model, stage, cluster, need)
+            if stage.gpus > 0 and cluster.gpu_type == gpu_type and takes > left:
                 return f"over {cap.name}'s {gpu_type} quota ({rules.as_gpus(max(left, 0), per_gpu)} of {quota} left)"
         limit = cap.max_cost_micros
         if limit is not None and need * rules.replica_cost_micros(model, stage, cluster) > limit - used.cost:

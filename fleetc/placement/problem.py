@@ -248,11 +248,12 @@ class Problem:
     def quota_at(self, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
         """The quota slots one replica of each (``stage``, ``cluster``) pair takes
         (:func:`rules.quota_slots` of the stage as it runs there, :func:`rules.on_cluster`)."""
-        if not self.varying_gpus:
+        if not self.counts_per_pair:
             unit: np.ndarray = self.quota_unit[stage]
             return unit
         whole = rules.slots_per_gpu(self.model)
-        slots: np.ndarray = self.gpus_at(stage, cluster) * np.where(self.shared[stage], 1, whole)
+        per_gpu = np.where(self.shared[stage], whole / self.slots[cluster], whole)
+        slots: np.ndarray = self.gpus_at(stage, cluster) * per_gpu
         return slots
 
     @cached_property
@@ -260,15 +261,23 @@ class Problem:
         """Whether some stage asking for throughput takes different GPUs on different types."""
         return bool(np.any(self.type_gpus != self.type_gpus[:, :1]))
 
+    @cached_property
+    def counts_per_pair(self) -> bool:
+        """Whether a replica's quota slots and billed GPUs depend on its cluster: a stage asking
+        for throughput (:attr:`varying_gpus`), or a time-sliced stage beside a cluster whose
+        device plugin does not time-slice (:func:`rules.slots_on`: whole GPUs there)."""
+        whole = rules.slots_per_gpu(self.model)
+        return self.varying_gpus or bool(np.any(self.shared) and np.any(self.slots != whole))
+
     def cost_at(self, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
         """The hourly cost of one replica of each (``stage``, ``cluster``) pair, in micros:
         :func:`rules.replica_cost_micros` vectorised (the same floating-point operations, so the
         same integers)."""
         b, p = self.billed, self.prices
         gpus = b[0, stage]
-        if self.varying_gpus:  # a stage asking for throughput: its GPUs on each pair's type
+        if self.counts_per_pair:  # its GPUs on each pair's type, time-sliced or whole
             pair = self.gpus_at(stage, cluster)
-            gpus = np.where(self.shared[stage], pair / rules.slots_per_gpu(self.model), pair)
+            gpus = np.where(self.shared[stage], pair / self.slots[cluster], pair)
         per_hour = gpus * p[0, cluster] + b[1, stage] * p[1, cluster] + b[2, stage] * p[2, cluster]
         cost: np.ndarray = np.rint(rules.MICROS * per_hour)
         return cost
@@ -337,7 +346,9 @@ def _cap_fields(model: FleetModel, stages: tuple[Stage, ...], clusters: tuple[Cl
         tuple(CapRows(cap.name, np.array([s.pipeline in cap.pipelines for s in stages], dtype=bool),
                       tuple((t, types == t, quota * slots) for t, quota in cap.gpu_quota), cap.max_cost_micros)
               for cap in found),
-        np.array([rules.quota_slots(model, s, 1) for s in stages], dtype=float),
+        # per stage where the cluster does not matter (:attr:`Problem.counts_per_pair`): every
+        # cluster time-slices, so a time-sliced replica takes a slot a GPU it asks for
+        np.array([s.gpus if sh else s.gpus * slots for s, sh in zip(stages, shared, strict=True)], dtype=float),
         np.array([[s.gpus / slots if sh else float(s.gpus), s.cpu_millis / 1000, s.memory_bytes / 2**30]
                   for s, sh in zip(stages, shared, strict=True)], dtype=float).reshape(len(stages), 3).T,
         np.array([[c.gpu_hour_cost, c.cpu_hour_cost, c.memory_gib_hour_cost] for c in clusters],

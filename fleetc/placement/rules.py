@@ -423,20 +423,23 @@ def caps(model: FleetModel) -> list[Cap]:
     return found
 
 
-def quota_slots(model: FleetModel, stage: Stage, replicas: int) -> int:
-    """The GPUs ``replicas`` of ``stage`` take of a quota, counted in time-sliced slots
-    (:func:`slots_per_gpu` to a GPU) so that shared replicas need no fractions: an exclusive GPU
-    is all of its slots, a time-sliced one a slot."""
+def quota_slots(model: FleetModel, stage: Stage, cluster: Cluster, replicas: int) -> int:
+    """The GPUs ``replicas`` of ``stage`` take of a quota on ``cluster``, counted in time-sliced
+    slots (:func:`slots_per_gpu` to a GPU) so that shared replicas need no fractions: an
+    exclusive GPU is all of its slots, a time-sliced one a slot where the cluster's device plugin
+    time-slices, else all of them, as such a replica takes whole GPUs there (:func:`slots_on`)."""
     gpus = replicas * stage.gpus
-    return gpus if uses_shared_slots(model, stage) else gpus * slots_per_gpu(model)
+    whole = slots_per_gpu(model)
+    return gpus * whole // slots_on(model, cluster) if uses_shared_slots(model, stage) else gpus * whole
 
 
 def replica_cost_micros(model: FleetModel, stage: Stage, cluster: Cluster) -> int:
     """The hourly cost of one replica of ``stage`` on ``cluster``, in :data:`MICROS`: its GPUs
-    (a time-sliced GPU ``1 / slots_per_gpu`` of one) x GPU-hour + cores x core-hour + GiB x
+    (a time-sliced one ``1 / slots_on`` of a GPU: all of one where the device plugin does not
+    time-slice, :func:`slots_on`) x GPU-hour + cores x core-hour + GiB x
     GiB-hour, the prices the cost score uses (:mod:`fleetc.placement.scoring`)."""
     stage = on_cluster(stage, cluster)
-    gpus = stage.gpus / slots_per_gpu(model) if uses_shared_slots(model, stage) else float(stage.gpus)
+    gpus = stage.gpus / slots_on(model, cluster) if uses_shared_slots(model, stage) else float(stage.gpus)
     per_hour = (gpus * cluster.gpu_hour_cost + stage.cpu_millis / 1000 * cluster.cpu_hour_cost
                 + stage.memory_bytes / 2**30 * cluster.memory_gib_hour_cost)
     return round(MICROS * per_hour)
@@ -463,7 +466,7 @@ def cap_usage(model: FleetModel, cap: Cap, placed: Iterable[tuple[Stage, Cluster
             continue
         stage = on_cluster(stage, cluster)  # a stage asking for throughput: its GPUs on this type
         if stage.gpus > 0 and cluster.gpu_type is not None:
-            slots[cluster.gpu_type] = slots.get(cluster.gpu_type, 0) + quota_slots(model, stage, replicas)
+            slots[cluster.gpu_type] = slots.get(cluster.gpu_type, 0) + quota_slots(model, stage, cluster, replicas)
         cost += replicas * replica_cost_micros(model, stage, cluster)
     return CapUsage(tuple(sorted(slots.items())), cost)
 

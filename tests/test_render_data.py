@@ -4,12 +4,13 @@ data, preprocessing settings for DataProc stages, and what has no Fluid form."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from support.builders import make_stage
 from test_render import fleet, objects
 
-from fleetc.model import DataPolicy, FleetModel, Input, Output, Placement, Serving, Source
+from fleetc.model import DataPolicy, FleetModel, Input, Output, Placement, Serving, Source, Stage
 from fleetc.render import render
 from fleetc.render.common import digest
 from fleetc.render.data import dataset_name
@@ -308,3 +309,21 @@ def test_a_prefetch_that_cannot_reach_its_writers_marker_is_reported() -> None:
                   for s in stages)
     assert not [w for w in render(replace(model, stages=named), placement).warnings
                 if w.field == "spec.prefetching.enabled"]
+
+
+@dataclass(frozen=True)
+class LaterStage(Stage):
+    """The Stage of a later fleetc, with one more field."""
+
+    priority: int = 0
+
+
+def test_a_run_id_survives_a_model_field_added_with_its_default() -> None:
+    """Job names hash their spec, and the spec holds the run id: were a new Stage field (at its
+    default) to change every run id, upgrading fleetc would restart every Job in the fleet."""
+    stage = make_stage("train", gpus=8)
+    later = LaterStage(**{f.name: getattr(stage, f.name) for f in fields(stage)})
+    assert run_id(later) == run_id(stage)
+    assert run_id(replace(later, priority=1)) != run_id(stage)
+    assert run_id(replace(stage, gpus=4)) != run_id(stage)
+    assert run_id(replace(stage, shared_gpu=True)) != run_id(stage)

@@ -27,10 +27,13 @@ otherwise rclone takes the pod's own cloud identity (``env_auth``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import shlex
 from collections import Counter
 from dataclasses import replace
+from enum import Enum
 from urllib.parse import urlsplit
 
 from fleetc.errors import Diagnostic
@@ -99,7 +102,31 @@ def run_id(stage: Stage) -> str:
     if stage.gpu_options:
         first = stage.gpu_options[0]
         stage = replace(stage, gpus=first.gpus, gpu_request=first.gpu_request, pods_per_replica=first.pods_per_replica)
-    return hashlib.sha256(repr(stage).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(_canonical(stage), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _canonical(value: object) -> object:
+    """``value`` as plain JSON data for :func:`run_id`: a dataclass as the fields that differ
+    from their defaults, so that a field a later fleetc adds with a default keeps every run id
+    (and every Job named after its spec, :func:`fleetc.render.workloads.job_name`) as it was."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _canonical(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if not _at_default(f, getattr(value, f.name))}
+    if isinstance(value, Enum):
+        return _canonical(value.value)
+    if isinstance(value, (tuple, list)):
+        return [_canonical(item) for item in value]
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    raise TypeError(f"run_id cannot hash a {type(value).__name__}")  # a new model type: say how
+
+
+def _at_default(spec: dataclasses.Field[object], value: object) -> bool:
+    if spec.default is not dataclasses.MISSING:
+        return bool(value == spec.default)
+    if spec.default_factory is not dataclasses.MISSING:
+        return bool(value == spec.default_factory())
+    return False
 
 
 def producers(ctx: Context, stage: Stage) -> list[Stage]:

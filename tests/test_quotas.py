@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from support.builders import make_cluster, make_fleet, make_gpu_policy, make_stage
+from support.builders import make_cluster, make_fleet, make_gpu_policy, make_platform, make_stage
 from support.corpus import CASES, compile_texts, compiled_in, read_policies
 from support.runtime import GPU, kueue_problems, objects, volcano_queue_problems
 
@@ -20,6 +20,7 @@ from fleetc.model import Assignment, FleetModel, Placement, Source, StagePlaceme
 from fleetc.placement import rules
 from fleetc.placement.explain import explain
 from fleetc.placement.explain import format_text as format_explanation
+from fleetc.placement.fixes import fixes
 from fleetc.placement.optimize import place
 from fleetc.placement.problem import components, problems
 from fleetc.placement.scoring import score_matrix
@@ -309,3 +310,18 @@ def test_team_names_are_unique_over_the_platforms() -> None:
         ("policies/platform.yaml", 7, 11, "spec.teams[0].name",
          "team name 'research' is also a team of AIGCPlatform 'zz-other'"),
     ]
+
+
+def test_a_quota_binds_on_the_ha_set_even_where_another_cluster_has_room() -> None:
+    """A serving stage must run on each cluster of its HA set: a quota that leaves one of them
+    too little binds, though a cluster off the quota (here the t4 one) has room."""
+    serve = make_stage("serve", type=StageType.DEPLOYMENT, gpus=1, replicas=4, min_replicas_per_cluster=2)
+    model = make_fleet((make_cluster("a", gpu_type="h100", gpus=16), make_cluster("b", gpu_type="t4", gpus=16)),
+                       (make_stage("pretrain", gpus=8, gpu_type="h100"), serve),
+                       platforms=(make_platform("a", ("b",)),), teams=(team(quota=(("h100", 9),)),))
+    [fix] = fixes(model, {"llm/pretrain": {"a": 1}}, ["llm/serve"])
+    assert fix.text == ("llm/serve: a cap binds: raise team research's h100 quota by 1 "
+                        "(platform.yaml spec.teams[0].gpuQuota) (for a)")
+    raised = replace(model, teams=(team(quota=(("h100", 10),)),))
+    assert sorted((p.stage, a.cluster, a.replicas) for p in place(raised).stages for a in p.assignments) == [
+        ("llm/pretrain", "a", 1), ("llm/serve", "a", 2), ("llm/serve", "b", 2)]

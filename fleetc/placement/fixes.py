@@ -243,7 +243,8 @@ def _cap_binding(model: FleetModel, stage: Stage, minimum: int, on: Mapping[str,
     to, a cap over its pipeline leaves too little for it (its replicas, or a serving stage's
     minimum); the smallest raise that admits it somewhere (``raise team research's h100 quota
     by 8 (policies/platform.yaml spec.teams[0].gpuQuota)``). '' when some cluster is within
-    every cap."""
+    every cap. A stage the HA set places (:func:`rules.ha_clusters`) must serve on each of its
+    clusters, so there a cap binds when it leaves any of them too little."""
     found = [cap for cap in rules.caps(model) if stage.pipeline in cap.pipelines]
     if not found:
         return ""
@@ -252,8 +253,9 @@ def _cap_binding(model: FleetModel, stage: Stage, minimum: int, on: Mapping[str,
     used = [(cap, rules.cap_usage(model, cap, placed)) for cap in found]
     need = stage.replicas if stage.is_gang else minimum
     per_gpu = rules.slots_per_gpu(model)
+    ha = [clusters[name] for name in rules.ha_clusters(model, stage) if name in clusters]
     raises: list[tuple[int, int, int, str]] = []  # (limits raised, GPUs, cost micros, what)
-    for cluster in model.clusters:
+    for cluster in ha or model.clusters:
         if rules.exclusions(stage, cluster):
             continue
         short: list[tuple[int, int, str]] = []
@@ -271,13 +273,14 @@ def _cap_binding(model: FleetModel, stage: Stage, minimum: int, on: Mapping[str,
                 more = usage.cost + cost - limit
                 short.append((0, more, f"raise {cap.name}'s cost cap by {rules.money(more)}/h "
                                        f"({model.display(cap.path)} {cap.cost_field})"))
-        if not short:
+        if short:
+            raises.append((len(short), sum(g for g, _, _ in short), sum(m for _, m, _ in short),
+                           " and ".join(text for _, _, text in short) + (f" (for {cluster.name})" if ha else "")))
+        elif not ha:
             return ""
-        raises.append((len(short), sum(g for g, _, _ in short), sum(m for _, m, _ in short),
-                       " and ".join(text for _, _, text in short)))
     if not raises:
         return ""
-    return "a cap binds: " + min(raises)[3]
+    return "a cap binds: " + (" and ".join(text for *_, text in raises) if ha else min(raises)[3])
 
 
 def _candidates(stage: Stage, ha: tuple[str, ...], minimum: int, where: str) -> dict[str, int]:

@@ -325,3 +325,16 @@ def test_a_quota_binds_on_the_ha_set_even_where_another_cluster_has_room() -> No
     raised = replace(model, teams=(team(quota=(("h100", 10),)),))
     assert sorted((p.stage, a.cluster, a.replicas) for p in place(raised).stages for a in p.assignments) == [
         ("llm/pretrain", "a", 1), ("llm/serve", "a", 2), ("llm/serve", "b", 2)]
+
+
+def test_a_quota_refusal_counts_a_throughput_stage_on_the_type_it_would_run_on() -> None:
+    """4 GPUs per replica on h100, 8 on a100: a 6-GPU a100 quota keeps it off the a100 cluster,
+    and the refusal says so (counted at the h100 figure, it would seem to fit)."""
+    sweep = make_stage("sweep", gpus=4, throughput_gpus={"h100": 4, "a100": 8})
+    model = make_fleet((make_cluster("c", gpus=16, gpu_type="a100"),), (sweep,),
+                       teams=(team(quota=(("a100", 6),)),))
+    assert rules.quota_slots(model, sweep, model.clusters[0], 1) == 8 * rules.slots_per_gpu(model)
+    with pytest.raises(PlacementError) as error:
+        place(model)
+    assert error.value.reasons == (
+        "0/1 clusters fit llm/sweep: 1 is over team research's a100 quota (6 of 6 left)",)

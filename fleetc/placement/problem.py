@@ -257,17 +257,14 @@ class Problem:
         return slots
 
     @cached_property
-    def varying_gpus(self) -> bool:
-        """Whether some stage asking for throughput takes different GPUs on different types."""
-        return bool(np.any(self.type_gpus != self.type_gpus[:, :1]))
-
-    @cached_property
     def counts_per_pair(self) -> bool:
         """Whether a replica's quota slots and billed GPUs depend on its cluster: a stage asking
-        for throughput (:attr:`varying_gpus`), or a time-sliced stage beside a cluster whose
+        for throughput (its GPUs on the cluster's type, which need not be its first option's
+        even where the component has one type), or a time-sliced stage beside a cluster whose
         device plugin does not time-slice (:func:`rules.slots_on`: whole GPUs there)."""
         whole = rules.slots_per_gpu(self.model)
-        return self.varying_gpus or bool(np.any(self.shared) and np.any(self.slots != whole))
+        throughput = any(s.gpu_options for s in self.stages)
+        return throughput or bool(np.any(self.shared) and np.any(self.slots != whole))
 
     def cost_at(self, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
         """The hourly cost of one replica of each (``stage``, ``cluster``) pair, in micros:

@@ -427,8 +427,9 @@ def quota_slots(model: FleetModel, stage: Stage, cluster: Cluster, replicas: int
     """The GPUs ``replicas`` of ``stage`` take of a quota on ``cluster``, counted in time-sliced
     slots (:func:`slots_per_gpu` to a GPU) so that shared replicas need no fractions: an
     exclusive GPU is all of its slots, a time-sliced one a slot where the cluster's device plugin
-    time-slices, else all of them, as such a replica takes whole GPUs there (:func:`slots_on`)."""
-    gpus = replicas * stage.gpus
+    time-slices, else all of them, as such a replica takes whole GPUs there (:func:`slots_on`).
+    A stage asking for throughput counts its GPUs on the cluster's type (:func:`on_cluster`)."""
+    gpus = replicas * on_cluster(stage, cluster).gpus
     whole = slots_per_gpu(model)
     return gpus * whole // slots_on(model, cluster) if uses_shared_slots(model, stage) else gpus * whole
 

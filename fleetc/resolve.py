@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import PurePath
 
 from fleetc import model as m
 from fleetc import nodefit
 from fleetc.errors import Diagnostic, InternalError, PolicyError, UsageError, did_you_mean
-from fleetc.placement.rules import degraded_platforms, node_for
+from fleetc.placement.rules import degraded_platforms, slots_on, uses_shared_slots
 from fleetc.policy import kinds as p
 from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage
 from fleetc.policy.validate import Parsed, PolicySet, governed, pipeline_namespace, stage_edges, team_pipelines
@@ -161,7 +161,8 @@ def _resolve(policies: PolicySet, where: str, drained: Sequence[str], names: dic
                       for pl in sorted(policies.pipelines, key=lambda pl: pl.name)
                       if pl.obj.spec.maxHourlyCost is not None),
     )
-    return replace(model, stages=tuple(_fitted_to_nodes(model, stage) for stage in model.stages))
+    shapes = _node_shapes(model)
+    return replace(model, stages=tuple(_fitted_to_nodes(model, stage, shapes) for stage in model.stages))
 
 
 def _teams(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> list[m.Team]:
@@ -192,16 +193,44 @@ def _fitted(stage: m.Stage, clusters: Sequence[m.Cluster], throughput: Mapping[s
     return stage
 
 
-def _fitted_to_nodes(model: m.FleetModel, stage: m.Stage) -> m.Stage:
+@dataclass(frozen=True)
+class _NodeShapes:
+    """The distinct node shapes of the fleet's GPU clusters per GPU type, as a stage's pods see
+    them (:func:`~fleetc.placement.rules.node_for`: whole GPUs, or time-sliced slots), and the
+    fewest GPUs per node of each type: what node fit reads of the clusters, so that fitting
+    20,000 stages to 1,000 clusters looks at a few shapes per stage, not every cluster."""
+
+    whole: dict[str, frozenset[nodefit.Shape]]
+    sliced: dict[str, frozenset[nodefit.Shape]]
+    smallest: dict[str, int]
+
+
+def _node_shapes(model: m.FleetModel) -> _NodeShapes:
+    gpu_clusters = [c for c in model.clusters if c.gpus > 0 and c.gpu_type]
+    whole: dict[str, set[nodefit.Shape]] = {}
+    sliced: dict[str, set[nodefit.Shape]] = {}
+    smallest: dict[str, int] = {}
+    for cluster in gpu_clusters:
+        gpu_type = str(cluster.gpu_type)
+        node = nodefit.node_of(cluster)
+        whole.setdefault(gpu_type, set()).add(node)
+        slots = slots_on(model, cluster)
+        sliced.setdefault(gpu_type, set()).add(nodefit.Shape(node.gpus * slots, node.millis, node.memory))
+        smallest[gpu_type] = min(smallest.get(gpu_type, cluster.gpus_per_node), cluster.gpus_per_node)
+    return _NodeShapes({t: frozenset(v) for t, v in whole.items()},
+                       {t: frozenset(v) for t, v in sliced.items()}, smallest)
+
+
+def _fitted_to_nodes(model: m.FleetModel, stage: m.Stage, shapes: _NodeShapes) -> m.Stage:
     """Node fit (:mod:`fleetc.nodefit`): a gang replica larger than a node is split into pods,
     and ``gpus`` becomes what the replica reserves (rounded to pack, and further where cores or
     memory crowd a node first), so any placement packs onto nodes."""
     if stage.throughput is not None:
         return stage
-    clusters = [c for c in model.clusters
-                if c.gpus > 0 and c.gpu_type and stage.preference(c.gpu_type) is not None]
-    pods, reserved = _fit(stage, stage.gpus, [node_for(model, stage, c) for c in clusters],
-                          min((c.gpus_per_node for c in clusters), default=0))
+    types = sorted(t for t in shapes.smallest if stage.preference(t) is not None)
+    seen = shapes.sliced if uses_shared_slots(model, stage) else shapes.whole
+    nodes = list(frozenset().union(*(seen[t] for t in types)))  # max over them: any order
+    pods, reserved = _fit(stage, stage.gpus, nodes, min((shapes.smallest[t] for t in types), default=0))
     if reserved == stage.gpus and pods == 1:
         return stage
     return replace(stage, gpus=reserved, pods_per_replica=pods, gpu_request=stage.gpus)

@@ -178,6 +178,54 @@ def test_deeper_than_counts_mappings_and_lists(text: str, deeper: bool) -> None:
     assert fastcompose.deeper_than(text, 64) is deeper
 
 
+def _positions_agree(text: str) -> bool:
+    """Where :func:`fastcompose.load_all` reads ``text``, :func:`fastcompose.positions_all`
+    either declines or gives the node path's positions of every value and key, in its order;
+    whether it answered."""
+    from ruamel.yaml import YAML
+
+    from fleetc.policy.load import _compose, _converted
+
+    if _load_all(text) is None:
+        return False
+    yaml = YAML(typ="safe", pure=True)
+    found = fastcompose.positions_all(text, yaml.resolver)
+    if found is None:
+        return False
+    nodes, written = _compose(text, yaml)
+    slow = [(index, list(c.values.items()), list(c.keys.items()))
+            for index, c in _converted(nodes, written, "", yaml.constructor)]
+    fast = [(index, list(values.items()), list(keys.items()))
+            for index, (values, keys) in ((i, t) for i, t in enumerate(found) if t is not None)]
+    assert fast == slow, text
+    return True
+
+
+@pytest.mark.filterwarnings("ignore::ruamel.yaml.error.ReusedAnchorWarning")
+@pytest.mark.parametrize("text", [*CORNER_CASES, *(p.read_text("utf-8", "replace") for p in CORPUS)],
+                         ids=[*map(str, range(len(CORNER_CASES))), *(p.name for p in CORPUS)])
+def test_positions_from_events_are_the_node_paths(text: str) -> None:
+    _positions_agree(text)
+
+
+def test_positions_from_events_run_on_real_and_generated_policies() -> None:
+    """Not vacuous: the walk over events answers for the bundled, seed and generated policies
+    (a 1,000 x 20,000 compile places ~15,000 warnings in them)."""
+    texts = [p.read_text("utf-8") for p in CORPUS if p.is_relative_to(ROOT / "policies")
+             or p.is_relative_to(ROOT / "tests" / "seed")]
+    texts += generate(Spec(clusters=12, stages=60, load=0.9, seed=4, platform=True)).files.values()
+    for text in texts:
+        assert _positions_agree(text), text[:200]
+
+
+@pytest.mark.parametrize("text", ["a:\n", "- \n- a\n", "1: a\n", "a: 1\na: 2\n", "? [1]\n: a\n",
+                                  "<<: {a: 1}\n", "|\n  x\n", "a: &x 1\nb: *x\n", "a: !!str 1\n"])
+def test_positions_from_events_decline_what_the_node_path_marks_or_reports(text: str) -> None:
+    from ruamel.yaml import YAML
+
+    assert fastcompose.positions_all(text, YAML(typ="safe", pure=True).resolver) is None
+
+
 def _load_all(text: str) -> list | None:
     from ruamel.yaml import YAML
 
@@ -269,3 +317,4 @@ def test_random_and_edited_documents_parse_identically(data: object, edits: list
     assert fast == slow, text
     # positions of what the data path read come from libyaml's nodes, never from ruamel
     assert _load_all(text) is None or fastcompose.compose_all(text, _resolver()) is not None
+    _positions_agree(text)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fleetc.errors import UsageError
-from fleetc.policy import load
+from fleetc.policy import fastcompose, load
 from fleetc.policy.load import Document, discover, format_field, load_files, parse
 
 
@@ -58,15 +58,22 @@ def test_key_positions(path: tuple, position: tuple[int, int]) -> None:
 
 def test_positions_are_worked_out_once_per_file_and_only_when_asked(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    composed = []
-    compose = load._compose
+    walked, composed = [], []
+    walk, compose = fastcompose.positions_all, load._compose
+    monkeypatch.setattr(fastcompose, "positions_all", lambda *args: walked.append(1) or walk(*args))
     monkeypatch.setattr(load, "_compose", lambda *args: composed.append(1) or compose(*args))
     docs, diags = parse("a: 1\n---\nb: [2]\n", "f.yaml")
     assert diags == [] and [d.data for d in docs] == [{"a": 1}, {"b": [2]}]
-    assert composed == []  # a file without a message is never composed to nodes
+    assert walked == composed == []  # a file without a message is never read again
     assert docs[1].locate(("b", 0)) == (3, 5)
     assert docs[0].keys[("a",)] == (1, 1)
-    assert composed == [1]
+    assert walked == [1] and composed == []  # from libyaml's events, no nodes
+    # An empty value is marked where ruamel marks it: the events decline, the nodes answer.
+    docs, diags = parse("a:\nb: [2]\n", "g.yaml")
+    assert diags == [] and docs[0].data == {"a": None, "b": [2]}
+    assert docs[0].locate(("a",)) == (2, 1) and docs[0].locate(("b", 0)) == (2, 5)
+    assert docs[0].keys[("b",)] == (2, 1)
+    assert walked == [1, 1] and composed == [1]
 
 
 def test_locate_falls_back_to_nearest_parent() -> None:

@@ -201,6 +201,8 @@ def _summary(compiled: Any, out: Path) -> dict[str, Any]:
         "gap": round(placement.gap, 6),
         "optimal": placement.optimal,
         "timeLimitReached": placement.time_limit,
+        **({"recompiled": {"touched": placement.recompiled.touched, "candidates": placement.recompiled.candidates}}
+           if placement.recompiled is not None else {}),
         "warnings": [w.as_dict() for w in compiled.warnings],
     }
 
@@ -267,6 +269,9 @@ def _write(compiled: Any, out: Path, output_format: str) -> None:
                   "(--allow-unplaced)" if left_out else _plural(placed, "stage"))
         proven = ("optimal" if compiled.placement.optimal
                   else f"proven within {compiled.placement.gap:.2%} of the LP bound")
+        if (recompiled := compiled.placement.recompiled) is not None:
+            click.echo(f"re-placed {_plural(recompiled.touched, 'stage')} touched by the change "
+                       f"({_plural(recompiled.candidates, 'candidate')}); gap {compiled.placement.gap:.2%}")
         click.echo(f"placed {stages} ({proven}{ran_out}); wrote {_plural(len(compiled.files), 'file')}"
                    f" to {out}/")
 

@@ -326,6 +326,7 @@ def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
     check_solver(options.solver)
     try:
         placement = place(model, time_limit=options.time_limit, previous=options.previous.clusters,
+                          recorded=options.previous.recorded,
                           on_gap=options.reporter.gap, allow_unplaced=options.allow_unplaced,
                           large=options.large, solver=options.solver)
     except PlacementError as err:

@@ -421,6 +421,16 @@ class StagePlacement:
 
 
 @dataclass(frozen=True)
+class Recompile:
+    """What an incremental recompile re-solved (:mod:`fleetc.placement.incremental`): the stages
+    the change touched, and the candidates its last neighbourhood MILP placed (those and the
+    residents it let move)."""
+
+    touched: int
+    candidates: int
+
+
+@dataclass(frozen=True)
 class Placement:
     """The optimizer's answer.
 
@@ -444,6 +454,8 @@ class Placement:
     #: The ``--solver`` it was compiled with when not the default (set by :mod:`fleetc.compiler`;
     #: '' for the default): ``explain`` needs it to tell the placement is not stale.
     solver: str = ""
+    #: Set when a recompile re-solved only what the change touched (method ``incremental``).
+    recompiled: Recompile | None = None
 
     @property
     def gap(self) -> float:

@@ -52,16 +52,18 @@ only a solve that hits its time limit may end differently from run to run.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 import numpy as np
 
 from fleetc.errors import InternalError, PlacementError, SearchLimitError, TimeLimitError
-from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
+from fleetc.model import Assignment, Cluster, FleetModel, Placement, Recompile, Stage, StagePlacement
 from fleetc.placement import LARGE, cvx, reasons, rules
 from fleetc.placement.colgen import solve_large
-from fleetc.placement.problem import Budget, PreviousClusters, Problem, problems, stage_values
+from fleetc.placement.incremental import INCREMENTAL, recompile
+from fleetc.placement.previous import Recorded
+from fleetc.placement.problem import Budget, PreviousClusters, Problem, multicluster_conflicts, problems, stage_values
 from fleetc.placement.program import OutOfTime, Result, Solved, build_program, replicas_of
 from fleetc.placement.scoring import Scores, score_matrix
 from fleetc.placement.solvers import DEFAULT_SOLVER
@@ -77,6 +79,8 @@ def place(
     on_gap: Callable[[float], None] = lambda gap: None,
     large: int | None = None,
     solver: str = DEFAULT_SOLVER,
+    recorded: Mapping[str, Recorded] | None = None,
+    incremental: int | None = None,
 ) -> Placement:
     """Place every stage of ``model``, or raise :class:`PlacementError` saying why not.
 
@@ -89,33 +93,34 @@ def place(
     stages that do not fit come back with no assignments and a ``reason``. ``on_gap`` hears the
     LP's gap to its bound after each round of the large path's column generation (progress).
     ``solver`` is the MILP solver cvxpy runs the exact path on (:mod:`fleetc.placement.cvx`).
+
+    With ``previous``, a fleet of more than ``incremental`` allowed pairs (None:
+    :data:`~fleetc.placement.incremental.INCREMENTAL`) is recompiled incrementally where it can
+    be (:func:`fleetc.placement.incremental.recompile`): the stages the change did not touch stay,
+    the rest is solved exactly; ``recorded`` is what the previous report says of each stage
+    (:class:`~fleetc.placement.previous.Recorded`), which tells the stages whose figures changed.
     """
     if not model.stages:
         return Placement(stages=(), objective=0.0, bound=0.0, method="milp")
     canonical = _canonical(model)
     if canonical != model:
         placed = place(canonical, time_limit=time_limit, previous=previous, allow_unplaced=allow_unplaced,
-                       on_gap=on_gap, large=large, solver=solver)
+                       on_gap=on_gap, large=large, solver=solver, recorded=recorded, incremental=incremental)
         by_key = {p.stage: p for p in placed.stages}
         return replace(placed, stages=tuple(by_key[stage.key] for stage in model.stages))
     deadline = None if time_limit is None else time.monotonic() + time_limit
     budget = Budget(deadline, solver, on_gap)
     scores = score_matrix(model)
-    components, blocked = problems(model, scores, previous or {})
-    replicas_at = np.zeros(scores.allowed.shape, dtype=np.int32)
-    objective = bound = 0.0
-    methods = set()
-    proven = True
-    for problem in components:
-        try:
-            solved = _solve(problem, budget, LARGE if large is None else large)
-        except OutOfTime:
-            raise _no_placement(time_limit, deadline) from None
-        replicas_at[np.ix_(problem.part.stages, problem.part.clusters)] = solved.replicas_at
-        objective += solved.objective
-        bound += solved.bound
-        methods.add(solved.method)
-        proven = proven and solved.proven
+    recompiled = None
+    if previous and int(scores.allowed.sum()) > (INCREMENTAL if incremental is None else incremental):
+        blocked = multicluster_conflicts(model, scores)
+        recompiled = recompile(model, scores, blocked, previous, recorded, budget, allow_unplaced=allow_unplaced)
+    if recompiled is not None:
+        replicas_at, objective, bound = recompiled.replicas_at, recompiled.objective, recompiled.bound
+        methods, proven = {"incremental"}, recompiled.proven
+    else:
+        replicas_at, objective, bound, methods, proven, blocked = _solve_all(model, scores, previous, budget, large,
+                                                                             time_limit, deadline)
     objective += _stay_where_moving_gains_nothing(model, scores, previous or {}, replicas_at)
     _top_up(model, scores, replicas_at)
     unplaced = reasons.unplaced(model, scores, blocked, replicas_at)
@@ -140,9 +145,10 @@ def place(
         ),
         objective=round(objective, 6),
         bound=round(max(bound, objective), 6),
-        method="colgen-lp-round" if "colgen-lp-round" in methods else "milp",
+        method=next((m for m in ("incremental", "colgen-lp-round") if m in methods), "milp"),
         time_limit=ran_out,
         optimal=methods == {"milp"} and proven and ran_out is None and not unplaced,
+        recompiled=None if recompiled is None else Recompile(recompiled.touched, recompiled.candidates),
     )
     broken = verify(model, placement, allow_unplaced=allow_unplaced, previous=previous, total=scores.total)
     if broken:
@@ -150,6 +156,29 @@ def place(
             "the solver's placement breaks hard constraints:\n" + "\n".join(broken)
         )
     return placement
+
+
+def _solve_all(model: FleetModel, scores: Scores, previous: PreviousClusters | None, budget: Budget, large: int | None,
+               time_limit: float | None, deadline: float | None
+               ) -> tuple[np.ndarray, float, float, set[str], bool, dict[int, str]]:
+    """Solve every component: the placement, its objective and bound, the methods used, whether
+    what it leaves out is proven out, and the stages ``multiCluster`` blocks."""
+    components, blocked = problems(model, scores, previous or {})
+    replicas_at = np.zeros(scores.allowed.shape, dtype=np.int32)
+    objective = bound = 0.0
+    methods = set()
+    proven = True
+    for problem in components:
+        try:
+            solved = _solve(problem, budget, LARGE if large is None else large)
+        except OutOfTime:
+            raise _no_placement(time_limit, deadline) from None
+        replicas_at[np.ix_(problem.part.stages, problem.part.clusters)] = solved.replicas_at
+        objective += solved.objective
+        bound += solved.bound
+        methods.add(solved.method)
+        proven = proven and solved.proven
+    return replicas_at, objective, bound, methods, proven, blocked
 
 
 def _stay_where_moving_gains_nothing(model: FleetModel, scores: Scores, previous: PreviousClusters,

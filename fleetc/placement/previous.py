@@ -15,11 +15,32 @@ from typing import Any
 
 from ruamel.yaml.error import YAMLError
 
+from fleetc.model import Stage
 from fleetc.policy.load import yaml_documents
 
 PLACEMENT_FILE = "placement.yaml"
 #: More replicas than any stage may ask for (the policies' limit): not a report fleetc wrote.
 MAX_REPLICAS = 100_000
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What a report says of one stage besides where it runs: the figures its placement read
+    (type, GPU types, GPUs per replica, one per GPU type for a stage asking for throughput,
+    replicas) and its score. A recompile re-places a stage whose figures changed
+    (:mod:`fleetc.placement.incremental`); a figure the report lacks or garbles never matches."""
+
+    type: str
+    gpu_types: tuple[str, ...]
+    gpus: int | tuple[tuple[str, int], ...]
+    replicas: int
+    score: float = field(default=0.0, compare=False)
+
+    @classmethod
+    def of(cls, stage: Stage) -> Recorded:
+        """The figures of ``stage`` as a report records them."""
+        gpus = tuple((o.gpu_type, o.gpus) for o in stage.gpu_options) if stage.gpu_options else stage.gpus
+        return cls(str(stage.type), stage.gpu_types, gpus, stage.replicas)
 
 
 @dataclass(frozen=True)
@@ -45,6 +66,8 @@ class Previous:
     reasons: dict[str, str] = field(default_factory=dict)
     #: Every stage it lists, placed or not.
     stages: frozenset[str] = frozenset()
+    #: Stage key -> its recorded figures, for every stage it lists.
+    recorded: dict[str, Recorded] = field(default_factory=dict)
 
 
 def parse_previous(text: str) -> Previous:
@@ -68,9 +91,11 @@ def parse_previous(text: str) -> Previous:
     scores: dict[str, float] = {}
     reasons: dict[str, str] = {}
     listed: list[str] = []
+    recorded: dict[str, Recorded] = {}
     for index, entry in enumerate(stages):
         key, clusters = _stage_entry(entry, index)
         listed.append(key)
+        recorded[key] = _recorded(entry)
         if clusters:
             placed[key] = clusters
         else:
@@ -88,7 +113,24 @@ def parse_previous(text: str) -> Previous:
         scores=scores,
         reasons=reasons,
         stages=frozenset(listed),
+        recorded=recorded,
     )
+
+
+def _recorded(entry: dict[str, Any]) -> Recorded:
+    """A stage entry's figures (:class:`Recorded`); ones it lacks or garbles are recorded as
+    no stage's (an empty type), so the stage counts as changed."""
+    gpu_type, gpus, replicas = entry.get("gpuType"), entry.get("gpusPerReplica"), entry.get("replicas")
+    types: tuple[str, ...] | None = (
+        () if gpu_type is None else (gpu_type,) if isinstance(gpu_type, str)
+        else tuple(gpu_type) if isinstance(gpu_type, list) and all(isinstance(t, str) for t in gpu_type) else None)
+    per_type: int | tuple[tuple[str, int], ...] | None = (
+        gpus if type(gpus) is int
+        else tuple((str(t), n) for t, n in gpus.items()) if isinstance(gpus, dict)
+        and all(type(n) is int for n in gpus.values()) else None)
+    if types is None or per_type is None or type(replicas) is not int:
+        return Recorded("", (), -1, -1, _number(entry.get("score")))
+    return Recorded(_text(entry.get("type")), types, per_type, replicas, _number(entry.get("score")))
 
 
 def _text(value: Any) -> str:

@@ -1,0 +1,337 @@
+"""Recompile after a small change: keep what the change did not touch, solve the rest exactly.
+
+:func:`recompile` is what :func:`fleetc.placement.optimize.place` tries first when it is given a
+previous placement of a fleet with more than :data:`INCREMENTAL` allowed pairs (below that the
+full exact solve is fast and proven optimal):
+
+1. **What the change touches** (:func:`touched_stages`): stages that are new or were left out,
+   whose recorded figures changed (type, GPU types, GPUs per replica, replicas: what the previous
+   ``placement.yaml`` says of each, :class:`~fleetc.placement.previous.Recorded`), whose previous
+   clusters are gone, cordoned or drained, or no longer allow them or hold their replica split
+   (:func:`fleetc.placement.rules.may_stay` in vector form), and, while they are few, those whose
+   score where they run changed (a cluster's attributes or prices moved). Every other stage is
+   kept where it was; the stages on a cluster whose capacity no longer holds them are touched
+   too.
+2. **The neighbourhood**: the touched stages may go to any cluster they are allowed on, in the
+   room the kept stages leave (:func:`fleetc.placement.program.build_program` with the kept
+   stages as ``taken``), solved exactly by HiGHS (:func:`~fleetc.placement.program.solve_program`,
+   the large path's tool), every stage placed, with the move cost rewarding residents that stay.
+   When that cannot place them all, the residents of the best-scoring clusters of each stage
+   left out may move too (:data:`GROWTH`), and again, wider.
+3. **Fall back** (None): to the full solve when the touched stages are more than
+   :data:`TOUCHED_SHARE` of the fleet, when the grown neighbourhood still cannot place what the
+   full solve might (only stages that were left out before, unchanged, may stay out, and only
+   with ``--allow-unplaced``: nothing is ever claimed infeasible that the full solve did not
+   prove), when the fleet has team quotas, cost caps or failover headroom (rows that couple
+   stages across the fleet), or when the time limit ran out.
+
+The result keeps the full solve's guarantees: the verifier checks it (the hard rules and the
+churn rule against the previous placement), and its bound is valid for the whole fleet
+(:func:`lagrangian_bound`, derived in ``docs/optimizer.md``), so the reported gap is honest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from fleetc.model import FleetModel
+from fleetc.placement import LARGE, rules
+from fleetc.placement.previous import Recorded
+from fleetc.placement.problem import Budget, Part, PreviousClusters, Problem, previous_matrix
+from fleetc.placement.program import build_program, replicas_of, solve_program
+from fleetc.placement.scoring import Scores
+
+#: Allowed pairs (the whole fleet) above which a recompile re-solves only what the change touches.
+INCREMENTAL = LARGE
+#: A change touching more than this share of the stages is solved again in full.
+TOUCHED_SHARE = 0.1
+#: Per stage the neighbourhood leaves out, the residents of its best-scoring clusters (this
+#: many; None: all it may use) may move too, one growth after another.
+GROWTH: tuple[int | None, ...] = (1, 2, 4, 16, None)
+#: A neighbourhood of more allowed pairs than this is no longer small: the full solve decides.
+NEIGHBOURHOOD_PAIRS = 50_000
+#: Branch-and-bound nodes per neighbourhood MILP (a work budget, never seconds).
+NODES = 5000
+#: Rounds of raising the bound's prices (:func:`lagrangian_bound`).
+BOUND_STEPS = 5
+
+
+@dataclass(frozen=True, eq=False)
+class Recompiled:
+    """A placement of the whole fleet made by re-solving only what the change touched.
+
+    ``replicas_at`` (S, C); ``objective`` its score (no move-cost terms); ``bound`` a valid upper
+    bound on every placement's objective (:func:`lagrangian_bound`); ``touched`` the stages the
+    change touched, ``candidates`` the stages the last neighbourhood MILP re-placed (touched ones
+    and the residents it let move); ``proven`` False when stages left out before stay out
+    without a proof that nothing places them."""
+
+    replicas_at: np.ndarray
+    objective: float
+    bound: float
+    touched: int
+    candidates: int
+    proven: bool
+
+
+def recompile(model: FleetModel, scores: Scores, blocked: Mapping[int, str], previous: PreviousClusters,
+              recorded: Mapping[str, Recorded] | None, budget: Budget, *, allow_unplaced: bool
+              ) -> Recompiled | None:
+    """The placement of ``model`` that keeps every stage the change did not touch where
+    ``previous`` had it and solves the touched ones (and what they displace) exactly; None
+    when the full solve must decide (see the module docstring)."""
+    if rules.caps(model) or rules.failover_groups(model):
+        return None
+    kept = previous_matrix(model, previous)
+    whole = Problem.of(model, scores, blocked, kept, Part(np.arange(len(model.stages)), np.arange(len(model.clusters))))
+    touched = touched_stages(model, scores, blocked, previous, recorded)
+    base = np.where(touched[:, None], 0, kept).astype(np.int64)
+    touched |= base[:, _overfull(whole, _taken(whole, base))].any(axis=1)
+    if touched.sum() > TOUCHED_SHARE * len(model.stages):
+        return None
+    base[touched] = 0
+    placeable = touched & ~whole.blocked & whole.allowed.any(axis=1)
+    was_out = np.array([not previous.get(s.key) and (recorded is None or s.key in recorded) for s in model.stages])
+    may_stay_out = was_out & touched & ~_changed_mask(model, recorded) if allow_unplaced else np.zeros_like(touched)
+    solved = _solve_neighbourhood(whole, base, placeable, may_stay_out, budget)
+    if solved is None:
+        return None
+    replicas_at, candidates, proven = solved
+    objective = whole.score_of(replicas_at)
+    bound = lagrangian_bound(whole, replicas_at)
+    return Recompiled(replicas_at, objective, max(bound, objective), int(touched.sum()), candidates, proven)
+
+
+def touched_stages(model: FleetModel, scores: Scores, blocked: Mapping[int, str], previous: PreviousClusters,
+                   recorded: Mapping[str, Recorded] | None) -> np.ndarray:
+    """(S,) bool: the stages the change touched (step 1 of the module docstring), but for those
+    displaced from clusters that no longer hold what stays."""
+    names = {c.name: i for i, c in enumerate(model.clusters)}
+    touched = _changed_mask(model, recorded)
+    rescored = np.zeros(len(model.stages), dtype=bool)
+    for s, stage in enumerate(model.stages):
+        before = previous.get(stage.key) or {}
+        if touched[s] or s in blocked or not before or not _may_stay(model, scores, s, before, names):
+            touched[s] = True
+        elif recorded is not None:
+            placed = sum(before.values())
+            score = sum(n * float(scores.total[s, names[c]]) for c, n in before.items()) / placed
+            rescored[s] = abs(round(score, 6) - recorded[stage.key].score) > 1.5e-6
+    if rescored.sum() + touched.sum() <= TOUCHED_SHARE * len(model.stages):
+        touched |= rescored
+    return touched
+
+
+def _changed_mask(model: FleetModel, recorded: Mapping[str, Recorded] | None) -> np.ndarray:
+    """(S,) bool: stages whose figures differ from what the previous report recorded of them
+    (all False without a report)."""
+    if recorded is None:
+        return np.zeros(len(model.stages), dtype=bool)
+    return np.array([s.key not in recorded or recorded[s.key] != Recorded.of(s) for s in model.stages], dtype=bool)
+
+
+def _may_stay(model: FleetModel, scores: Scores, s: int, before: Mapping[str, int], names: Mapping[str, int]) -> bool:
+    """:func:`rules.may_stay` with the filters read from ``scores.allowed`` (the same rules,
+    :func:`fleetc.placement.scoring.score_matrix`): all its replicas, on clusters of the fleet
+    that may run it, its split sound and every ``multiCluster`` cluster served."""
+    stage = model.stages[s]
+    if any(name not in names or not scores.allowed[s, names[name]] for name in before):
+        return False
+    if sum(before.values()) != stage.replicas or rules.replicas_sound(stage, list(before.values())):
+        return False
+    if any(rules.below_minimum(stage, n) for n in before.values()):
+        return False
+    minimum = rules.min_replicas_per_cluster(stage)
+    return all(before.get(name, 0) >= minimum for name in rules.ha_clusters(model, stage))
+
+
+def _taken(problem: Problem, replicas_at: np.ndarray) -> np.ndarray:
+    """(4, C) what ``replicas_at`` uses of each cluster in the program's rows: exclusive GPUs,
+    cores, GiB, time-sliced slots (each pair's GPUs on its cluster's type)."""
+    stage, cluster = np.nonzero(replicas_at)
+    count = replicas_at[stage, cluster].astype(float)
+    gpus = problem.gpus_at(stage, cluster) * count
+    shared = problem.shared[stage]
+    clusters = len(problem.clusters)
+    return np.stack([
+        np.bincount(cluster, weights=np.where(shared, 0.0, gpus), minlength=clusters),
+        np.bincount(cluster, weights=problem.demand[1, stage] * count, minlength=clusters),
+        np.bincount(cluster, weights=problem.demand[2, stage] * count, minlength=clusters),
+        np.bincount(cluster, weights=np.where(shared, gpus, 0.0), minlength=clusters),
+    ])
+
+
+def _overfull(problem: Problem, taken: np.ndarray) -> np.ndarray:
+    """(C,) bool: clusters whose usable capacity no longer holds ``taken`` (time-sliced slots in
+    whole units of the cluster's time-sliced GPUs, :func:`rules.time_sliced_gpus`)."""
+    units = np.ceil(taken[3] / (problem.slots * problem.unit) - 1e-9) * problem.unit
+    used = np.stack([taken[0] + units, taken[1], taken[2]])
+    over: np.ndarray = np.any(used > problem.capacity + 1e-6, axis=0)
+    return over
+
+
+def _solve_neighbourhood(whole: Problem, base: np.ndarray, placeable: np.ndarray, may_stay_out: np.ndarray,
+                         budget: Budget) -> tuple[np.ndarray, int, bool] | None:
+    """Place the ``placeable`` stages beside the kept ones (``base``, (S, C)); the whole
+    placement, the candidates of the last MILP and whether what it leaves out is proven out, or
+    None (fall back).
+
+    When the MILP cannot place them all, a neighbourhood that shares its clusters with no kept
+    stage (closed: as the full solve would) leaves out what its most valuable placement leaves
+    out, proven; one that leaves out only stages ``may_stay_out`` does so, unproven. Otherwise
+    the neighbourhood grows: the residents of the best
+    clusters of each stage left out may move (:data:`GROWTH`), then the residents of every
+    cluster the neighbourhood's stages may use, round after round (a chain of moves), until
+    it holds more than :data:`NEIGHBOURHOOD_PAIRS` pairs or grows no more."""
+    movable = placeable.copy()
+    if not movable.any():
+        return base, 0, True
+    levels = list(GROWTH)
+    while True:
+        stages = np.flatnonzero(movable)
+        clusters = np.flatnonzero(whole.allowed[stages].any(axis=0))
+        fixed = base.copy()
+        fixed[stages] = 0
+        sub = whole.restrict(stages, clusters)
+        if sub.pairs > NEIGHBOURHOOD_PAIRS:
+            return None
+        program = build_program(sub, taken=_taken(whole, fixed)[:, clusters])
+        result = solve_program(program, require_all=True, integral=True, deadline=budget.deadline, nodes=NODES)
+        if result.values is not None:
+            fixed[np.ix_(stages, clusters)] = replicas_of(program, result.values)
+            return fixed, len(stages), True
+        if not result.infeasible:
+            return None  # out of time or nodes: the full solve decides
+        most = solve_program(program, require_all=False, integral=True, deadline=budget.deadline, nodes=NODES,
+                             absolute_gap=0.5 * program.smallest_value)
+        if most.values is None:
+            return None
+        placed = replicas_of(program, most.values)
+        left_out = stages[~placed.any(axis=1)]
+        closed = not fixed[:, clusters].any()  # nothing outside could make room: as proven as the full solve
+        if closed or may_stay_out[left_out].all():
+            fixed[np.ix_(stages, clusters)] = placed
+            return fixed, len(stages), closed
+        wanted = left_out[~may_stay_out[left_out]]
+        grown = movable
+        while not (grown & ~movable).any():
+            if not levels:  # the residents of every cluster the neighbourhood may use
+                grown = movable | base[:, clusters].any(axis=1)
+                if not (grown & ~movable).any():
+                    return None  # nothing more can move: the full solve decides
+            else:
+                grown = movable | _residents(whole, base, wanted, levels.pop(0))
+        movable = grown
+
+
+def _residents(whole: Problem, base: np.ndarray, stages: np.ndarray, best: int | None) -> np.ndarray:
+    """(S,) bool: the kept stages on the ``best`` best-scoring clusters (None: all) each of
+    ``stages`` may use: the ones that may make room for it."""
+    clusters = np.zeros(len(whole.clusters), dtype=bool)
+    for s in stages.tolist():
+        allowed = np.flatnonzero(whole.allowed[s])
+        order = np.lexsort((allowed, -whole.total_at(np.full(len(allowed), s), allowed)))
+        clusters[allowed[order[:best]]] = True
+    found: np.ndarray = np.any(base[:, clusters], axis=1)
+    return found
+
+
+def lagrangian_bound(problem: Problem, replicas_at: np.ndarray, steps: int = BOUND_STEPS) -> float:
+    """An upper bound on the objective (score, no move-cost terms) of every placement of
+    ``problem``, and on its LP relaxation: for prices ``lam >= 0`` on each cluster's GPUs, cores
+    and GiB,
+
+        sum_c lam_c . capacity_c + sum_s max(0, max_c (value_s (1 + total_sc) - replicas_s lam_c . demand_sc))
+
+    over the pairs the filters allow, time-sliced replicas' GPUs at ``1 / slots`` of a GPU
+    (``docs/optimizer.md`` derives it). Each cluster is priced on one resource, the one
+    ``replicas_at`` fills most there (GPUs on a tie). The prices start at 0 and rise, ``steps``
+    times, to the least that keep each stage of ``replicas_at`` where it is: a cluster a stage
+    would gain more on than where it runs is priced until it gains no more there, one a stage
+    left out could use until it gains nothing there (a price raised makes the stages on that
+    cluster look elsewhere, hence the rounds); the least bound met on the way is kept."""
+    allowed = problem.allowed & ~problem.blocked[:, None]
+    stage, cluster = np.nonzero(allowed)
+    if not len(stage):
+        return 0.0
+    clusters = len(problem.clusters)
+    value = problem.values[stage] * (1.0 + problem.total_at(stage, cluster))
+    gpus = problem.gpus_at(stage, cluster)
+    gpus = np.where(problem.shared[stage], gpus / problem.slots[cluster], gpus)
+    demand = np.stack([gpus, problem.demand[1, stage], problem.demand[2, stage]]) * problem.replicas[stage]
+    placed = replicas_at[stage, cluster] > 0
+    share = replicas_at[stage[placed], cluster[placed]] / problem.replicas[stage[placed]]
+    used = np.stack([np.bincount(cluster[placed], weights=demand[r, placed] * share, minlength=clusters)
+                     for r in range(3)])
+    binding = np.argmax(used / np.maximum(problem.capacity, 1e-9), axis=0)
+    capacity = problem.capacity[binding, np.arange(clusters)]
+    takes = demand[binding[cluster], np.arange(len(stage))]  # of its cluster's priced resource
+    del gpus, demand
+    starts = np.flatnonzero(np.r_[True, stage[1:] != stage[:-1]])
+    row = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(stage)]))  # each pair's stage
+    by_cluster = np.argsort(cluster, kind="stable")
+    cluster_starts = np.searchsorted(cluster[by_cluster], np.arange(clusters))
+    has_pairs = np.r_[cluster_starts[1:], len(stage)] > cluster_starts
+    placed_rows, placed_at = row[placed], np.flatnonzero(placed)
+    priced = takes > 0
+    per_unit = np.where(priced, takes, 1.0)
+    prices = np.zeros(clusters)
+    bound, best = np.inf, prices
+
+    def at(prices: np.ndarray) -> float:
+        reduced = value - prices[cluster] * takes
+        return float(prices @ capacity + np.maximum(np.maximum.reduceat(reduced, starts), 0.0).sum())
+
+    for _ in range(steps + 1):
+        reduced = value - prices[cluster] * takes
+        if (now := at(prices)) < bound:
+            bound, best = now, prices
+        here = np.zeros(len(starts))  # what each stage gains where it runs (0: left out)
+        if len(placed_at):
+            runs = np.r_[True, placed_rows[1:] != placed_rows[:-1]]
+            here[placed_rows[runs]] = np.maximum.reduceat(reduced[placed_at], np.flatnonzero(runs))
+        here = np.maximum(here, 0.0)
+        need = np.where(priced & ~placed, (value - here[row]) / per_unit, 0.0)
+        raised = np.zeros(clusters)
+        raised[has_pairs] = np.maximum.reduceat(need[by_cluster], cluster_starts[has_pairs])
+        if np.all(raised <= prices + 1e-12):
+            break
+        prices = np.maximum(prices, raised)
+    prices = best
+    for _ in range(steps):  # then each cluster's price where the bound is least, the others held
+        prices = 0.5 * (prices + _least_prices(value - prices[cluster] * takes, value, takes, starts, row, cluster,
+                                               capacity))
+        if (now := at(prices)) >= bound:
+            break
+        bound = now
+    return bound
+
+
+def _least_prices(reduced: np.ndarray, value: np.ndarray, takes: np.ndarray, starts: np.ndarray, row: np.ndarray,
+                  cluster: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Per cluster, the price at which the bound is least with every other cluster's price
+    held: its slope in the price is the capacity less what the stages that would take the
+    cluster at that price take of it, so the price is where, taking the stages in order of the
+    most they would pay, they first take more than the capacity (0 when they never do)."""
+    best = np.maximum.reduceat(reduced, starts)
+    top = reduced >= best[row]
+    hits = np.flatnonzero(top)
+    top[hits[~np.r_[True, row[hits][1:] != row[hits][:-1]]]] = False  # one best pair per stage
+    rest = np.where(top, -np.inf, reduced)
+    other = np.maximum(np.where(top, np.maximum.reduceat(rest, starts)[row], best[row]), 0.0)
+    bids = np.flatnonzero((takes > 0) & (value > other))
+    pays = (value[bids] - other[bids]) / takes[bids]  # the most the stage would pay for the pair's cluster
+    order = np.lexsort((-pays, cluster[bids]))
+    bids, pays = bids[order], pays[order]
+    on = cluster[bids]
+    total = np.cumsum(takes[bids])
+    begin = np.searchsorted(on, on)  # each bid's cluster's first bid
+    before = np.where(begin > 0, total[np.maximum(begin - 1, 0)], 0.0)
+    over = np.flatnonzero(total - before > capacity[on] + 1e-9)
+    first = over[np.r_[True, on[over][1:] != on[over][:-1]]] if len(over) else over
+    prices = np.zeros(len(capacity))
+    prices[on[first]] = pays[first]
+    return prices

@@ -10,6 +10,11 @@ first compile's ``placement.yaml`` as the previous placement, as a user's next c
 * ``gpu``: one line, the first Training stage's ``gpu:`` raised by one;
 * ``cordon``: ``cordoned: true`` on the cluster that holds the most stages.
 
+Each recompile also reports what fleetc says it re-placed (an incremental recompile,
+:mod:`fleetc.placement.incremental`: ``re-placed N stages touched by the change (M candidates);
+gap G``) and the placement alone timed in this process (``place`` with the same previous
+placement: wall and CPU seconds), the part of the recompile the incremental path makes small.
+
 Every stage that moved is listed with its gain: what its own objective term gained, per replica
 moved, in score units (:func:`fleetc.placement.rules.move_gain`), against ``moveCost``. A move
 is **justified** when that gain is more than ``moveCost``; **displaced** when it is not, but
@@ -29,6 +34,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +42,8 @@ from typing import Any
 
 from bench.generate import Spec, generate
 from bench.run import _run_measured
+from fleetc.model import FleetModel
+from fleetc.placement.previous import Previous
 
 CHANGES = ("gpu", "cordon")
 
@@ -60,7 +68,9 @@ def compile_cli(policies: Path, out: Path, timeout: float | None) -> dict[str, A
     command = [sys.executable, "-m", "fleetc", "compile", str(policies), "--out", str(out),
                "--allow-unplaced"]
     run = _run_measured(command, timeout)
-    run.pop("stdout", None)
+    said = [line for line in run.pop("stdout", "").splitlines() if line.startswith("re-placed ")]
+    if said:
+        run["replaced"] = said[0]
     if "error" not in run:
         run["placement"] = parse_previous((out / "placement.yaml").read_text(encoding="utf-8"))
     return run
@@ -102,16 +112,30 @@ def cordon_busiest(folder: Path, placed: dict[str, dict[str, int]]) -> tuple[set
     return forced, f"cordon {cluster} ({len(forced)} stages on it)"
 
 
-def untouched_moves(policies: Path, before: dict[str, dict[str, int]],
+def model_at(policies: Path) -> FleetModel:
+    from fleetc.compiler import load_policies
+    from fleetc.resolve import resolve
+
+    return resolve(load_policies([str(policies)]).policies, str(policies))
+
+
+def time_placement(model: FleetModel, previous: Previous) -> dict[str, float]:
+    """Wall and CPU seconds of :func:`fleetc.placement.optimize.place` alone on ``model`` with
+    ``previous`` as the previous placement (as the recompile ran it)."""
+    from fleetc.placement.optimize import place
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    place(model, previous=previous.clusters, recorded=previous.recorded, allow_unplaced=True)
+    return {"place_wall": time.perf_counter() - wall, "place_cpu": time.process_time() - cpu}
+
+
+def untouched_moves(model: FleetModel, before: dict[str, dict[str, int]],
                     after: dict[str, dict[str, int]], changed: set[str]) -> list[Move]:
     """The stages other than ``changed`` placed differently in ``after`` than in ``before``, with
     their gain and whether the move was justified, displaced or unjustified (the churn rule)."""
-    from fleetc.compiler import load_policies
     from fleetc.placement import rules
     from fleetc.placement.scoring import score_matrix
-    from fleetc.resolve import resolve
 
-    model = resolve(load_policies([str(policies)]).policies, str(policies))
     total = score_matrix(model).total
     stage_index = {s.key: i for i, s in enumerate(model.stages)}
     index = {c.name: i for i, c in enumerate(model.clusters)}
@@ -162,7 +186,9 @@ def churn(spec: Spec, changes: Sequence[str] = CHANGES, *, scratch: bool = False
             record: dict[str, Any] = {"what": what, "changed": len(changed), **_figures(run)}
             if "error" not in run:
                 after = run["placement"].clusters
-                record["moves"] = [vars(m) for m in untouched_moves(policies, before, after, changed)]
+                model = model_at(policies)
+                record["moves"] = [vars(m) for m in untouched_moves(model, before, after, changed)]
+                record.update(time_placement(model, first["placement"]))
                 if scratch:
                     fresh = compile_cli(policies, root / f"out-{change}-scratch", timeout)
                     if "error" not in fresh:
@@ -173,10 +199,10 @@ def churn(spec: Spec, changes: Sequence[str] = CHANGES, *, scratch: bool = False
 
 
 def _figures(run: dict[str, Any]) -> dict[str, Any]:
-    figures = {k: run[k] for k in ("wall", "cpu", "rss_mib", "error") if k in run}
+    figures = {k: run[k] for k in ("wall", "cpu", "rss_mib", "error", "replaced") if k in run}
     if "placement" in run:
         placement = run["placement"]
-        figures.update(objective=placement.objective, bound=placement.bound,
+        figures.update(objective=placement.objective, bound=placement.bound, method=placement.method,
                        placed=len(placement.clusters), stages=len(placement.stages),
                        gap=1 - placement.objective / placement.bound if placement.bound else 0.0)
     return figures
@@ -188,6 +214,9 @@ def report(result: dict[str, Any]) -> list[str]:
              f"seed {spec['seed']}: compile {_describe(first)}"]
     for change in result["changes"].values():
         lines.append(f"  {change['what']}: recompile {_describe(change)}")
+        if "place_wall" in change:
+            lines.append(f"    method {change['method']}: {change.get('replaced', 're-placed everything')}; "
+                         f"placement alone {change['place_wall']:.2f}s wall ({change['place_cpu']:.2f}s CPU)")
         moves = change.get("moves", [])
         kinds = {k: sum(1 for m in moves if m["kind"] == k)
                  for k in ("justified", "displaced", "unjustified")}

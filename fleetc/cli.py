@@ -267,8 +267,9 @@ def _write(compiled: Any, out: Path, output_format: str) -> None:
         ran_out = "" if limit is None else f", the time limit of {limit:g}s ran out"
         stages = (f"{placed} of {len(compiled.placement.stages)} stages, {left_out} left out "
                   "(--allow-unplaced)" if left_out else _plural(placed, "stage"))
+        bound = "its Lagrangian bound" if compiled.placement.recompiled is not None else "the LP bound"
         proven = ("optimal" if compiled.placement.optimal
-                  else f"proven within {compiled.placement.gap:.2%} of the LP bound")
+                  else f"proven within {compiled.placement.gap:.2%} of {bound}")
         if (recompiled := compiled.placement.recompiled) is not None:
             click.echo(f"re-placed {_plural(recompiled.touched, 'stage')} touched by the change "
                        f"({_plural(recompiled.candidates, 'candidate')}); gap {compiled.placement.gap:.2%}")

@@ -191,5 +191,6 @@ def test_a_one_line_change_recompiles_from_the_previous_out(tmp_path: Path, monk
     assert again.exit_code == 0, again.output
     line = next(line for line in again.output.splitlines() if line.startswith("re-placed"))
     assert re.fullmatch(r"re-placed 1 stage touched by the change \(\d+ candidates?\); gap \d+\.\d\d%", line), line
+    assert re.search(r"proven within \d+\.\d\d% of its Lagrangian bound", again.output), again.output
     report = parse_previous((tmp_path / "out" / "placement.yaml").read_text(encoding="utf-8"))
     assert report.method == "incremental" and report.bound >= report.objective > 0

@@ -11,7 +11,9 @@ one back (previous)."""
 #: cores and memory too.
 #: 8: a stage the change did not touch moves only for more than moveCost, the large path's
 #: budgets count work, never seconds.
-PLACEMENT_VERSION = "8"
+#: 9: a recompile above INCREMENTAL pairs keeps what the change did not touch and re-solves the rest
+#: (:mod:`fleetc.placement.incremental`).
+PLACEMENT_VERSION = "9"
 
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,
 #: unless :func:`fleetc.placement.optimize.place` is given another threshold (the CLI's

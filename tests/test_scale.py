@@ -108,7 +108,9 @@ def test_the_rescue_is_skipped_when_the_large_path_places_everything(monkeypatch
     assert placement.method == "colgen-lp-round" and unplaced(placement) == []
 
 
-def test_column_generation_reports_a_narrowing_gap_each_round(large: None) -> None:
+def test_column_generation_reports_a_narrowing_gap_each_round(large: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(colgen, "WHOLE_LP_PAIRS", 0)  # column generation proper: no master holds
+    monkeypatch.setattr(colgen, "ALIKE_SHARE", 0.0)  # every pair, no LP over alike stages
     gaps: list[float] = []
     placement = optimize.place(model_of(Spec(clusters=30, stages=600, load=0.9)), on_gap=gaps.append)
     assert len(gaps) >= 2  # one report per round: this instance takes more than one
@@ -128,6 +130,43 @@ def test_column_generation_finds_the_bound_of_the_lp_over_every_pair(
     assert rounded.bound == pytest.approx(exact.bound, rel=1e-5)
     assert rounded.objective <= exact.objective + 1e-6
     assert rounded.objective >= 0.99 * exact.objective
+
+
+def test_the_lp_over_alike_stages_is_the_lp_over_stages(large: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = model_of(Spec(clusters=30, stages=600, load=0.9))
+    gaps: list[float] = []
+    alike = optimize.place(model, on_gap=gaps.append)
+    assert len(gaps) == 1  # the LP over kinds of stages is small: solved whole, in one round
+    monkeypatch.setattr(colgen, "ALIKE_SHARE", 0.0)
+    monkeypatch.setattr(colgen, "WHOLE_LP_PAIRS", 0)
+    each = optimize.place(model)  # column generation over every stage, to convergence
+    assert alike.bound == pytest.approx(each.bound, rel=1e-4)
+    assert unplaced(alike) == [] and alike.objective >= (1 - 2e-3) * alike.bound
+
+
+def test_alike_stages_spread_the_kinds_lp_over_whole_stages_first() -> None:
+    model = optimize._canonical(model_of(Spec(clusters=20, stages=300, load=0.9, seed=1)))
+    scores = optimize.score_matrix(model)
+    (problem,), _ = optimize.problems(model, scores, {})
+    large = colgen._large(problem)
+    found = colgen._alike(problem, large)
+    assert found is not None
+    type_of, representatives = found
+    assert len(representatives) < problem.replicas.size / 2 and type_of[representatives].tolist() == list(
+        range(len(representatives)))
+    kinds = colgen._large(problem.restrict(representatives), np.bincount(type_of))
+    relaxed = colgen._generate_columns(kinds, colgen._start_master(kinds), kinds.gain, None)
+    spread = colgen._spread(large, kinds, relaxed, type_of)
+    per_stage = np.bincount(large.pair_stage[spread.pairs], weights=spread.shares, minlength=large.stages)
+    assert per_stage.max() <= 1 + 1e-9  # no stage takes more than itself
+    per_kind_cluster = np.zeros((kinds.stages, kinds.clusters))
+    np.add.at(per_kind_cluster, (type_of[large.pair_stage[spread.pairs]], large.pair_cluster[spread.pairs]),
+              spread.shares)
+    expected = np.zeros_like(per_kind_cluster)
+    expected[kinds.pair_stage[relaxed.pairs], kinds.pair_cluster[relaxed.pairs]] = relaxed.shares
+    assert np.allclose(per_kind_cluster, expected)  # each kind's share of each cluster, split among its stages
+    whole = np.isclose(spread.shares, 1.0)
+    assert whole.sum() >= 0.9 * large.stages  # most stages run whole where the LP puts them
 
 
 def test_the_large_path_is_deterministic(large: None) -> None:

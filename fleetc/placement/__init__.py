@@ -13,7 +13,9 @@ one back (previous)."""
 #: budgets count work, never seconds.
 #: 9: a recompile above INCREMENTAL pairs keeps what the change did not touch and re-solves the rest
 #: (:mod:`fleetc.placement.incremental`).
-PLACEMENT_VERSION = "9"
+#: 10: the large path solves the LP over kinds of alike stages whole when they are few, and a
+#: master holds every pair when there are few.
+PLACEMENT_VERSION = "10"
 
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,
 #: unless :func:`fleetc.placement.optimize.place` is given another threshold (the CLI's

@@ -71,6 +71,9 @@ class _Large:
     penalty: np.ndarray  # per stage and unit left unplaced
     headroom: _Headroom
     caps: _Caps
+    #: (S,) stages each row stands for: 1, or in the LP of alike stages (:func:`_alike`) how
+    #: many stages the row's representative stands for (its row and its columns count units of them)
+    count: np.ndarray
 
     @cached_property
     def pair_range(self) -> np.ndarray:
@@ -173,7 +176,7 @@ class _Large:
         rows = [np.arange(s), self.relaxed_rows + np.arange(len(floored))]
         data = [np.ones(s), self.pair_lower[floored]]
         index = [np.arange(s), self.pair_stage[floored]]
-        upper = [np.ones(s)]
+        upper = [self.count]
         gain = [np.zeros(s)]
         if self.shared:
             w = s + np.arange(c)
@@ -202,7 +205,7 @@ class _Large:
 
     def row_bounds(self) -> tuple[np.ndarray, np.ndarray]:
         c = self.clusters
-        upper = [np.ones(self.stages), self.capacity.ravel()]
+        upper = [self.count, self.capacity.ravel()]
         if self.shared:
             upper.append(np.zeros(c))
         upper.append(np.zeros(len(self.keep_pair)))
@@ -210,7 +213,7 @@ class _Large:
         upper.append(self.caps.bound * self.caps.scale)
         upper.append(np.full(len(self.floored), highs.INF))
         lower = np.full(self.rows, -highs.INF)
-        lower[: self.stages] = 1.0
+        lower[: self.stages] = self.count
         lower[self.relaxed_rows:] = self.pair_lower[self.floored]
         return lower, np.concatenate(upper)
 
@@ -253,6 +256,12 @@ BOUND_GAP = 1e-3
 #: the same placement on every machine. At 1,000 x 20,000 (10.4 million pairs) that is 5
 #: rounds, ~30 s here; a fleet of a few hundred thousand pairs converges long before.
 COLUMN_WORK = 60_000_000
+#: A master holds every pair from the start when there are at most this many: the LP is then
+#: solved whole in one round (the LP of alike stages, :func:`_alike`, usually is).
+WHOLE_LP_PAIRS = 300_000
+#: The LP is solved over alike stages (:func:`_alike`) when they form at most this share of the
+#: stages: many fleets repeat the same pipelines (1,000 x 20,000 generated: 216 kinds of stage).
+ALIKE_SHARE = 0.5
 #: A stage's extra columns in a round improve the master at least this share of its best one.
 SHORTLIST = 0.5
 #: Improving pair columns each stage may add to the master per round (most improving first).
@@ -261,7 +270,9 @@ COLUMNS_PER_ROUND = 10
 PRICING_TOLERANCE = 1e-7
 
 
-def _large(problem: Problem) -> _Large:
+def _large(problem: Problem, count: np.ndarray | None = None) -> _Large:
+    """``problem`` in the column generation's terms; ``count``: how many stages each of its
+    stages stands for (None: one each)."""
     allowed = problem.allowed.copy()
     allowed[problem.blocked] = False
     pair_stage, pair_cluster = (a.astype(np.int32) for a in np.nonzero(allowed))
@@ -304,6 +315,7 @@ def _large(problem: Problem) -> _Large:
         penalty=UNPLACED_PENALTY * values,
         headroom=_Headroom.of(problem),
         caps=_Caps.of(problem),
+        count=np.ones(len(problem.stages)) if count is None else count.astype(float),
     )
 
 
@@ -462,9 +474,15 @@ class _Master:
 
 
 def _start_master(large: _Large) -> _Master:
+    """The first restricted master: every pair when there are at most :data:`WHOLE_LP_PAIRS`
+    (the LP is then solved whole, in one round), else a start (:func:`_start_pairs`), the
+    contenders, and the multiCluster, kept and previous pairs."""
     holds = np.zeros(len(large.pair_stage), dtype=bool)
-    holds[_start_pairs(large)] = True
-    holds[_contenders(large)] = True
+    if len(large.pair_stage) <= WHOLE_LP_PAIRS:
+        holds[:] = True
+    else:
+        holds[_start_pairs(large)] = True
+        holds[_contenders(large)] = True
     holds[large.pair_lower > 0] = True
     holds[large.keep_pair] = True
     holds[large.move > 0] = True
@@ -477,7 +495,7 @@ def _start_master(large: _Large) -> _Master:
     lp = highs.MasterLP(
         np.concatenate([cost, -(large.gain[pairs] + large.move[pairs])]),
         np.zeros(fixed.shape[1] + len(pairs)),
-        np.concatenate([fixed_upper, np.ones(len(pairs))]),
+        np.concatenate([fixed_upper, large.count[large.pair_stage[pairs]]]),
         sp.hstack([fixed, block], format="csc"),
         row_lower,
         row_upper,
@@ -624,7 +642,8 @@ def _generate_columns(large: _Large, master: _Master, objective: np.ndarray, dea
         if converged or (rounds + 1) * len(large.pair_stage) > COLUMN_WORK or _past(deadline):
             return last
         new = _new_columns(large, pricing, improving)
-        master.lp.add_columns(-objective[new], np.zeros(len(new)), np.ones(len(new)), large.block(new))
+        master.lp.add_columns(-objective[new], np.zeros(len(new)), large.count[large.pair_stage[new]],
+                                large.block(new))
         master.holds[new] = True
         master.pairs = np.concatenate([master.pairs, new])
 
@@ -678,23 +697,120 @@ def _lagrangian(large: _Large, master: _Master, row_dual: np.ndarray, objective:
     stage_cost = np.minimum(lower_cost + (1.0 - lower) * best, master.fixed_cost[stages])
     others = master.fixed_cost[s:] - master.fixed_matrix[s:relaxed, s:].T @ mu
     _, row_upper = large.row_bounds()
-    lagrangian = mu @ row_upper[s:relaxed] + float(np.sum(stage_cost))
+    lagrangian = mu @ row_upper[s:relaxed] + float(stage_cost @ large.count[stages])
     return -(lagrangian + float(np.minimum(others, 0.0) @ master.fixed_upper[s:])), reduced
 
 
 def solve_large(problem: Problem, budget: Budget) -> Solved:
-    """Column generation for the LP, fix what it places whole, a small MILP over the rest (with a
-    deadline), then a greedy repair; see ``docs/optimizer.md``. ``budget.on_gap`` hears the
-    LP's gap to its bound after each round."""
+    """Column generation for the LP (over the kinds of alike stages when there are few,
+    :func:`_alike`), fix what it places whole, a small MILP over the rest, then a greedy
+    repair; see ``docs/optimizer.md``. ``budget.on_gap`` hears the LP's gap to its bound after
+    each round."""
     large = _large(problem)
-    master = _start_master(large)
-    relaxed = _generate_columns(large, master, large.gain + large.move, budget.deadline, budget.on_gap)
-    replicas_at, proven = _round(_Rounding(problem, large, relaxed, budget.deadline))
+    alike = _alike(problem, large)
+    if alike is None:
+        lp = large
+    else:
+        type_of, representatives = alike
+        lp = _large(problem.restrict(representatives), np.bincount(type_of))
+    master = _start_master(lp)
+    relaxed = _generate_columns(lp, master, lp.gain + lp.move, budget.deadline, budget.on_gap)
+    stage_relaxed = relaxed if alike is None else _spread(large, lp, relaxed, alike[0])
+    replicas_at, proven = _round(_Rounding(problem, large, stage_relaxed, budget.deadline))
     objective = problem.score_of(replicas_at)
     in_lp = np.bincount(large.pair_stage, minlength=large.stages) > 0  # multiCluster conflicts are not
     left_out = bool(np.any(in_lp & ~replicas_at.any(axis=1)))
-    bound = _bound(large, master, relaxed, left_out, budget.deadline)
+    bound = _bound(lp, master, relaxed, left_out, budget.deadline)
     return Solved(replicas_at, objective, max(bound, objective), "colgen-lp-round", proven)
+
+
+def _alike(problem: Problem, large: _Large) -> tuple[np.ndarray, np.ndarray] | None:
+    """Stages alike in every number the LP reads, as kinds: each stage's kind (numbered by
+    their first stage) and each kind's first stage; None when the kinds are more than
+    :data:`ALIKE_SHARE` of the stages, or their LP has more than :data:`WHOLE_LP_PAIRS` pairs.
+
+    Alike: the same clusters allowed with the same scores, value, replicas, least replicas,
+    gang, per-cluster minimum, time-slicing, demand, GPUs per GPU type, failover groups served,
+    caps and what a replica counts against them. A stage with multiCluster clusters or a
+    previous placement (its own rows) is a kind of its own. The LP over kinds, a kind's row
+    and columns counting its stages, has the same optimum as the LP over stages (split a
+    kind's share on each cluster among its stages; add its stages' shares back), and every
+    pair's reduced cost there is its kind's."""
+    n_stages = large.stages
+    if n_stages < 2:
+        return None
+    own = problem.blocked | np.array([len(h) > 0 for h in problem.ha], dtype=bool)
+    own[large.pair_stage[(large.move > 0)]] = True
+    own[large.pair_stage[large.keep_pair]] = True
+    features = [problem.values, problem.replicas, problem.least, problem.gang, problem.minimum, problem.shared,
+                *problem.demand, *problem.type_gpus.T, *(serving for _, serving in problem.failover),
+                np.where(own, np.arange(n_stages), -1)]
+    if problem.caps:
+        features += [*(cap.members for cap in problem.caps), problem.quota_unit, *problem.billed]
+    scores = problem.total[np.ix_(problem.part.stages, problem.part.clusters)]
+    rows = np.empty((n_stages, len(features) + scores.shape[1]))
+    rows[:, : len(features)] = np.stack(features, axis=1)
+    rows[:, len(features):] = np.where(problem.allowed & ~problem.blocked[:, None], scores, -np.inf)
+    del scores
+    keys = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.itemsize * rows.shape[1]))).ravel()
+    del rows
+    _, first, kind = np.unique(keys, return_index=True, return_inverse=True)
+    if len(first) > ALIKE_SHARE * n_stages:
+        return None
+    order = np.argsort(first, kind="stable")  # kinds numbered by their first stage
+    number = np.empty(len(first), dtype=np.int64)
+    number[order] = np.arange(len(first))
+    type_of, representatives = number[kind.ravel()], first[order]
+    if int(np.diff(large.pair_range)[representatives].sum()) > WHOLE_LP_PAIRS:
+        return None
+    return type_of, representatives
+
+
+def _spread(large: _Large, lp: _Large, relaxed: _Relaxed, type_of: np.ndarray) -> _Relaxed:
+    """The LP solution over kinds of alike stages (``lp``, :func:`_alike`) as one over the
+    stages of ``large``: each kind's whole units on a cluster go to whole stages (the kind's
+    stages in order, its clusters in order), the fractional rest fills the next stages'
+    shares in turn, and the stages after those stay out (the rounding places them). Every
+    pair's reduced cost is its kind's pair's."""
+    members = np.argsort(type_of, kind="stable")
+    member_range = np.searchsorted(type_of[members], np.arange(lp.stages + 1))
+    used = relaxed.shares > 1e-9
+    pairs, shares = relaxed.pairs[used], relaxed.shares[used]
+    by_pair = np.argsort(pairs, kind="stable")  # a kind's pairs together, its clusters in order
+    pairs, shares = pairs[by_pair], shares[by_pair]
+    stage_of, share_of, kind_pair = [], [], []
+    kinds = lp.pair_stage[pairs]
+    for k in np.unique(kinds).tolist():
+        mine = np.flatnonzero(kinds == k)
+        stages = members[member_range[k]: member_range[k + 1]]
+        units = shares[mine]
+        whole = np.floor(units + 1e-9)
+        fraction = np.where(units - whole > 1e-9, units - whole, 0.0)
+        # whole units first: stage i of the kind takes the i-th whole unit
+        first = np.repeat(mine, whole.astype(np.int64))[: len(stages)]
+        n_whole = len(first)
+        stage_of.append(stages[:n_whole])
+        share_of.append(np.ones(n_whole))
+        kind_pair.append(pairs[first])
+        # then the fractions, in turn, over the next stages
+        start = n_whole + np.concatenate([[0.0], np.cumsum(fraction)[:-1]])
+        for i in np.flatnonzero(fraction).tolist():
+            low, high = start[i], start[i] + fraction[i]
+            for j in range(int(math.floor(low + 1e-12)), int(math.ceil(high - 1e-12))):
+                part = min(high, j + 1) - max(low, j)
+                if part > 1e-9 and j < len(stages):
+                    stage_of.append(stages[j: j + 1])
+                    share_of.append(np.array([part]))
+                    kind_pair.append(pairs[mine[i]: mine[i] + 1])
+    stage = np.concatenate(stage_of) if stage_of else np.zeros(0, dtype=np.int64)
+    kind_pairs = np.concatenate(kind_pair) if kind_pair else np.zeros(0, dtype=np.int64)
+    stage_pairs = large.pair_range[stage] + (kind_pairs - lp.pair_range[type_of[stage]])
+    order = np.argsort(stage_pairs, kind="stable")
+    per_stage = np.diff(large.pair_range)
+    offset = np.repeat(lp.pair_range[type_of] - large.pair_range[:-1], per_stage)
+    reduced = relaxed.reduced[np.arange(len(large.pair_stage)) + offset]
+    return _Relaxed(relaxed.fixed, stage_pairs[order], np.concatenate(share_of)[order] if share_of else np.zeros(0),
+                    relaxed.objective, reduced, relaxed.upper, relaxed.bound_dual, relaxed.converged)
 
 
 def _bound(large: _Large, master: _Master, relaxed: _Relaxed, left_out: bool, deadline: float | None) -> float:

@@ -71,6 +71,10 @@ class Spec:
     #: With ``quotas``: each team's maxHourlyCost is ``budget`` x the GPU-hours its stages ask
     #: for at their type's default price (0: no cost cap).
     budget: float = 0.0
+    #: Each stage also reads a reference dataset in a region of its own and asks for cores and
+    #: memory of its own per GPU, so that hardly two stages are alike in what placement reads
+    #: (drawn after everything else, from a stream of their own: the rest is as without it).
+    diverse: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,8 @@ def generate(spec: Spec) -> Instance:
         pipelines = _load_pipelines(rng, clusters, spec.stages, spec.load, slots)
     files = {"fleet.yaml": dump(_fleet(clusters))}
     documents = [_pipeline_document(rng, i, stages, clusters) for i, stages in enumerate(pipelines)]
+    if spec.diverse:
+        _diversify(random.Random(spec.seed + DIVERSE_STREAM), documents)
     for start in range(0, len(documents), DOCUMENTS_PER_FILE):
         chunk = documents[start:start + DOCUMENTS_PER_FILE]
         files[f"pipelines/pipelines-{start // DOCUMENTS_PER_FILE:04d}.yaml"] = "---\n".join(
@@ -359,6 +365,29 @@ def _pipeline_document(rng: random.Random, index: int, stages: list[_Stage],
     }
 
 
+#: Offset of the seed of ``--diverse``'s own random stream.
+DIVERSE_STREAM = 1_000_003
+
+
+def _diversify(rng: random.Random, documents: list[dict[str, Any]]) -> None:
+    """Give every stage a reference input located in a random region and its own cores and
+    memory per GPU (in place; see :attr:`Spec.diverse`)."""
+    for document in documents:
+        bucket = f"cos://bench-{document['metadata']['name'].removeprefix('pipeline-')}"
+        for stage in document["spec"]["stages"]:
+            stage["inputs"].append({"name": "reference", "source": f"{bucket}/reference/{stage['name']}/",
+                                    "location": rng.choice(REGIONS)})
+            resources = stage["resources"]
+            gpus = resources["gpu"]
+            if not gpus:
+                continue
+            if stage["type"] == "Deployment":
+                resources["cpu"], memory = rng.choice((2, 3, 4, 6)), rng.choice((8, 12, 16, 24))
+            else:
+                resources["cpu"], memory = gpus * rng.choice((2, 3, 4, 5, 6)), gpus * rng.choice((16, 24, 32, 48))
+            resources["memory"] = f"{memory}Gi"
+
+
 def _resources(rng: random.Random, stage: _Stage) -> dict[str, Any]:
     """Replicas and per-replica resources for a stage of ``stage.total`` GPUs."""
     if stage.type == "DataProc" or not stage.total:
@@ -452,6 +481,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="teams with GPU quotas of this share of what they ask for (0: none)")
     parser.add_argument("--budget", type=float, default=0.0,
                         help="with --quotas: teams' hourly cost caps, this share of their GPUs' price")
+    parser.add_argument("--diverse", action="store_true",
+                        help="stages with data and cores/memory of their own (hardly two alike)")
     parser.add_argument("--out", type=Path, required=True, help="folder to write")
     return parser
 
@@ -459,7 +490,7 @@ def _parser() -> argparse.ArgumentParser:
 def spec_of(args: argparse.Namespace) -> Spec:
     return Spec(clusters=args.clusters, stages=args.stages, load=args.load, seed=args.seed,
                 perfect=args.perfect, platform=args.platform, sovereignty=args.sovereignty,
-                quotas=args.quotas, budget=args.budget)
+                quotas=args.quotas, budget=args.budget, diverse=args.diverse)
 
 
 def describe(instance: Instance) -> Iterator[str]:

@@ -71,6 +71,18 @@ def test_generated_instances_are_valid_and_ask_for_the_load(load: float) -> None
     assert {c.gpu_type for c in model.clusters} >= {"a100", "h100", "t4", "l4"}
 
 
+def test_diverse_instances_keep_the_fleet_and_make_stages_their_own() -> None:
+    plain, diverse = Spec(clusters=20, stages=400, seed=1), Spec(clusters=20, stages=400, seed=1, diverse=True)
+    assert generate(diverse).files["fleet.yaml"] == generate(plain).files["fleet.yaml"]
+    assert generate(diverse).gpu_demand == generate(plain).gpu_demand
+
+    def kinds(spec: Spec) -> int:  # stages alike in what placement reads of them
+        return len({(s.type, s.gpus, s.replicas, s.cpu_millis, s.memory_bytes, tuple(i.location for i in s.inputs))
+                    for s in model_of(spec).stages})
+
+    assert kinds(plain) < 100 < 300 < kinds(diverse)  # 87 and 346 (DataProc stages still collide)
+
+
 def test_perfect_instances_split_every_gpu_into_gangs() -> None:
     spec = Spec(clusters=5, stages=25, seed=3, perfect=True)
     model = model_of(spec)

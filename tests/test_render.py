@@ -654,3 +654,37 @@ spec:
             - name: fleetc-status
               emptyDir: {{}}
 """
+
+
+@pytest.mark.parametrize("generated", [False, True], ids=["bundled", "generated"])
+def test_rendering_on_every_core_gives_the_one_process_bytes(generated: bool, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clusters, placement.yaml, the GitOps entrypoints and the warnings, rendered split across
+    forked processes (as a large fleet is): the same files, in the same order, and the same
+    warnings as one process renders."""
+    import sys
+
+    from fleetc.compiler import Options, compile_policies, load_policies
+    from fleetc.policy import forkmap
+
+    root = Path(__file__).resolve().parents[1]
+    folder = root / "policies"
+    if generated:
+        sys.path.insert(0, str(root))
+        from bench.generate import Spec, generate
+
+        generate(Spec(clusters=12, stages=80, load=0.9, seed=3, platform=True, sovereignty=True)).write(tmp_path)
+        folder = tmp_path
+    compiled = compile_policies(load_policies([str(folder)]), Options(allow_unplaced=True))
+    alone = render(compiled.model, compiled.placement)
+    spawned: list[int] = []
+    spawn = forkmap._spawn
+    monkeypatch.setattr(forkmap, "_spawn", lambda *args: spawned.append(1) or spawn(*args))
+    monkeypatch.setattr(forkmap, "MIN_PARALLEL_SIZE", 0)
+    monkeypatch.setattr(forkmap, "_usable_cores", lambda: 3)
+    forked = render(compiled.model, compiled.placement)
+    if forkmap._can_fork():
+        assert spawned == [1, 1], "not rendered in two children"
+    assert list(forked.files.items()) == list(alone.files.items())
+    assert forked.warnings == alone.warnings and alone.warnings
+    assert len(alone.files) > 20

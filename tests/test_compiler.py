@@ -183,3 +183,17 @@ def test_a_placement_the_time_limit_cut_short_is_searched_again_unless_the_limit
                                              time_limit=60))
     assert len(solves) == solved  # a limit that never ran out gives a fixed point to every compile
     assert dict(again.files) == dict(unlimited.files)
+
+
+def test_a_compile_the_large_path_places_never_imports_cvxpy() -> None:
+    """The default solver is checked without cvxpy (about a second of every large compile's
+    time), and the large path places on HiGHS directly: nothing imports cvxpy."""
+    import subprocess
+
+    script = ("import sys\n"
+              "from fleetc.compiler import Options, compile_policies, load_policies\n"
+              "compiled = compile_policies(load_policies([sys.argv[1]]), Options(large=0))\n"
+              "print(compiled.placement.method, sorted({m.split('.')[0] for m in sys.modules} & {'cvxpy'}))\n")
+    out = subprocess.run([sys.executable, "-c", script, str(ROOT / "policies")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "colgen-lp-round []\n"

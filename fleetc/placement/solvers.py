@@ -5,6 +5,7 @@ placement is given back import neither (:mod:`fleetc.placement.cvx` solves).
 
 from __future__ import annotations
 
+import importlib.util
 from importlib import metadata
 
 from fleetc.errors import UsageError
@@ -44,7 +45,12 @@ def installed_milp_solvers() -> list[str]:
 
 
 def check_solver(name: str) -> None:
-    """Raise a :class:`UsageError` naming the installed MILP solvers unless ``name`` is one."""
+    """Raise a :class:`UsageError` naming the installed MILP solvers unless ``name`` is one.
+
+    The default is checked without importing cvxpy (about a second, and the large path never
+    needs it): cvxpy (1.6 or later, a dependency) runs HiGHS whenever highspy is installed."""
+    if name == DEFAULT_SOLVER and importlib.util.find_spec("highspy") is not None:
+        return
     installed = installed_milp_solvers()
     if name not in installed:
         raise UsageError(f"--solver {name}: not a MILP solver cvxpy finds installed; "

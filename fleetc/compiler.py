@@ -277,11 +277,13 @@ def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
     with phase(report, "place"):
         placement = place_model(model, inputs_digest(loaded.policies, options), options)
     report.gap(placement.gap)
-    with phase(report, "render"):
-        rendered = render(model, placement)
-    warnings = positioned([dataclasses.replace(w, path=model.display(w.path))
-                           for w in (*degraded_serving(model, placement), *rendered.warnings)], loaded.policies)
-    return Compiled(model, placement, rendered.files, warnings)
+    def located(found: Sequence[Diagnostic]) -> tuple[Diagnostic, ...]:
+        return positioned([dataclasses.replace(w, path=model.display(w.path))
+                           for w in (*degraded_serving(model, placement), *found)], loaded.policies)
+
+    with phase(report, "render"):  # the warnings are located (seconds on a large fleet) meanwhile
+        rendered = render(model, placement, locate=located)
+    return Compiled(model, placement, rendered.files, rendered.warnings)
 
 
 def positioned(warnings: Sequence[Diagnostic], policies: PolicySet) -> tuple[Diagnostic, ...]:

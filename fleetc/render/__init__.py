@@ -93,10 +93,15 @@ class Rendered:
 
 
 # --------------------------------------------------------------------------- entry point
-def render(model: FleetModel, placement: Placement) -> Rendered:
-    """Every output file and every warning about settings that could not be rendered."""
+def render(model: FleetModel, placement: Placement,
+           locate: Callable[[tuple[Diagnostic, ...]], tuple[Diagnostic, ...]] | None = None) -> Rendered:
+    """Every output file and every warning about settings that could not be rendered.
+
+    ``locate`` (the compiler's: each warning's line and column in its policy file) is applied
+    to the warnings where they are made, on another core than some clusters' files when the
+    fleet is large enough to render on every core."""
     with _cyclic_gc_paused():
-        return _render(model, placement)
+        return _render(model, placement, locate or (lambda found: found))
 
 
 @contextmanager
@@ -114,16 +119,17 @@ def _cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _render(model: FleetModel, placement: Placement) -> Rendered:
+def _render(model: FleetModel, placement: Placement,
+            locate: Callable[[tuple[Diagnostic, ...]], tuple[Diagnostic, ...]]) -> Rendered:
     """The output in independent parts (placement.yaml, each cluster's folder, the GitOps
-    entrypoints, the warnings), made on every core once the fleet is large (:func:`fork_map`:
-    the same result as the plain loop, in the same order)."""
+    entrypoints, the warnings, located), made on every core once the fleet is large
+    (:func:`fork_map`: the same result as the plain loop, in the same order)."""
     work = work_by_cluster(model, placements(model, placement))
     ctx = replace(Context.of(model), guarantees=team_guarantees(model, work))
-    whole = _STAGE_BYTES * len(model.stages) // 4  # what the report and the warnings cost, about
+    whole = _STAGE_BYTES * len(model.stages) // 4  # what the report costs, about; the warnings, located, twice
     parts: list[tuple[Callable[[], Rendered], int]] = [
         (lambda: Rendered({"placement.yaml": dump(placement_report(model, placement))}, ()), whole),
-        (lambda: Rendered({}, _warnings(ctx, work)), whole),
+        (lambda: Rendered({}, locate(_warnings(ctx, work))), 2 * whole),
         (lambda: Rendered(gitops_files(model.gitops, ctx.fleet_path, [c.name for c in model.clusters]), ()), 0),
     ]
     for cluster in model.clusters:

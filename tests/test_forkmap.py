@@ -22,7 +22,7 @@ def any_size_forks(monkeypatch):
 
 
 def _needs_fork() -> None:
-    if forkmap._usable_cores() < 2 or not forkmap._can_fork():
+    if forkmap.usable_cores() < 2 or not forkmap._can_fork():
         pytest.skip("forking needs two usable cores, os.fork and no other thread running")
 
 

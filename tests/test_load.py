@@ -573,7 +573,7 @@ def test_forked_loading_reads_what_one_process_reads(monkeypatch) -> None:
     monkeypatch.setattr(forkmap, "_spawn", lambda *args: spawned.append(1) or spawn(*args))
     monkeypatch.setattr(forkmap, "MIN_PARALLEL_SIZE", 0)
     forked = summary(load.load_sources(sources))
-    if forkmap._usable_cores() >= 2 and forkmap._can_fork():
+    if forkmap.usable_cores() >= 2 and forkmap._can_fork():
         assert spawned, "nothing was read in a child"
     assert len(alone[0]) > 50 and alone[1]  # documents to compare, and diagnostics too
     assert repr(forked) == repr(alone)  # repr: a NaN read in a child is another NaN object, never ==

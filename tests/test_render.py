@@ -664,6 +664,7 @@ def test_rendering_on_every_core_gives_the_one_process_bytes(generated: bool, tm
     is): the same files, in the same order, and the same warnings as one process makes."""
     import sys
 
+    import fleetc.render as rendering
     from fleetc.compiler import Options, compile_policies, load_policies
     from fleetc.policy import forkmap
 
@@ -681,10 +682,20 @@ def test_rendering_on_every_core_gives_the_one_process_bytes(generated: bool, tm
     spawn = forkmap._spawn
     monkeypatch.setattr(forkmap, "_spawn", lambda *args: spawned.append(1) or spawn(*args))
     monkeypatch.setattr(forkmap, "MIN_PARALLEL_SIZE", 0)
-    monkeypatch.setattr(forkmap, "_usable_cores", lambda: 3)
+    monkeypatch.setattr(forkmap, "usable_cores", lambda: 3)
+    forks: list[int] = []  # children spawned by each of render's fork_map calls
+    real = rendering.fork_map
+
+    def counted(*args: Any) -> Any:
+        before = len(spawned)
+        result = real(*args)
+        forks.append(len(spawned) - before)
+        return result
+
+    monkeypatch.setattr(rendering, "fork_map", counted)
     forked = compile_policies(loaded, Options(allow_unplaced=True))
     if forkmap._can_fork():
-        assert spawned == [1, 1], "not rendered in two children"
+        assert forks == [2], "not rendered in two children"
     assert forked.placement == alone.placement
     assert list(forked.files.items()) == list(alone.files.items()) and len(alone.files) > 20
     assert forked.warnings == alone.warnings and all(w.line > 0 for w in alone.warnings)

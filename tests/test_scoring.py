@@ -288,6 +288,36 @@ def test_blocks_of_rows_do_not_change_the_result(monkeypatch: pytest.MonkeyPatch
         assert np.array_equal(getattr(whole, term), getattr(rows, term)), term
 
 
+def test_scoring_on_every_core_gives_the_one_process_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large fleet's blocks of rows are scored in forked processes, into shared arrays: the
+    same filter and the same totals, bit for bit, as one process computes."""
+    import sys
+    from pathlib import Path
+
+    from fleetc.compiler import load_policy_sources
+    from fleetc.policy import forkmap
+    from fleetc.resolve import resolve
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bench.generate import Spec, generate
+
+    instance = generate(Spec(clusters=30, stages=300, load=0.9, seed=5, platform=True, sovereignty=True))
+    sources = [(path, text.encode("utf-8")) for path, text in instance.files.items()]
+    model = resolve(load_policy_sources(sources, "generated").policies, "generated")
+    alone = score_matrix(model)
+    spawned: list[int] = []
+    spawn = forkmap._spawn
+    monkeypatch.setattr(forkmap, "_spawn", lambda *args: spawned.append(1) or spawn(*args))
+    monkeypatch.setattr(forkmap, "MIN_PARALLEL_SIZE", 0)
+    monkeypatch.setattr(forkmap, "usable_cores", lambda: 3)
+    forked = score_matrix(model)
+    if forkmap._can_fork():
+        assert spawned == [1, 1], "not scored in two children"
+    assert 0 < alone.allowed.sum() < alone.allowed.size
+    assert np.array_equal(forked.allowed, alone.allowed)
+    assert forked.total.tobytes() == alone.total.tobytes()
+
+
 def test_total_is_the_weighted_sum_of_the_terms_in_float64() -> None:
     model = make_fleet(
         (make_cluster("a", utilization=0.3), make_cluster("b", gpu_type=None, gpus=0)),

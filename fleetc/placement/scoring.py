@@ -67,6 +67,7 @@ silently turn the callers' sums (objectives over 20,000 stages) into float32 ari
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import astuple, dataclass, field, replace
 from functools import cached_property
@@ -76,6 +77,7 @@ import numpy as np
 from fleetc import nodefit
 from fleetc.model import Cluster, FleetModel, Stage, StageType, untolerated
 from fleetc.placement import rules
+from fleetc.policy import forkmap
 
 GIB = 2**30
 
@@ -173,16 +175,41 @@ class Scores:
 
 
 def score_matrix(model: FleetModel) -> Scores:
-    """Filter every (stage, cluster) pair and score the allowed ones; see the module docstring."""
+    """Filter every (stage, cluster) pair and score the allowed ones; see the module docstring.
+
+    A large fleet's blocks of rows are filled on every core (:func:`forkmap.fork_map`), into
+    arrays the forked processes share with this one (an anonymous shared mapping, nothing
+    pickled): rows are independent, so where a block starts changes no bit, and a block a
+    child failed to fill is filled here again."""
     columns = _Columns.of(model)
     shape = (len(model.stages), len(model.clusters))
-    allowed = np.zeros(shape, dtype=bool)
-    total = np.zeros(shape)
-    for rows in _blocks(columns):
+    shared = shape[0] * shape[1] * _PAIR_COST >= forkmap.MIN_PARALLEL_SIZE
+    blocks = list(_blocks(columns, pieces=forkmap.usable_cores() if shared else 1))
+    allowed = _shared_zeros(shape, np.bool_) if shared else np.zeros(shape, dtype=bool)
+    total = _shared_zeros(shape, np.float64) if shared else np.zeros(shape)
+
+    def fill(rows: slice) -> None:
         block = _Block.of(columns, rows)
         allowed[rows] = block.allowed
         total[rows] = _total(model, block)
+
+    if shared:
+        forkmap.fork_map(fill, blocks, [(rows.stop - rows.start) * shape[1] * _PAIR_COST for rows in blocks])
+    else:
+        for rows in blocks:
+            fill(rows)
     return Scores(allowed, Reasons(model, allowed), total, columns)
+
+
+#: About what scoring one pair costs, in the unit :data:`forkmap.MIN_PARALLEL_SIZE` weighs (a
+#: byte of YAML read): a fleet of ~100,000 pairs or more is scored on every core.
+_PAIR_COST = 10
+
+
+def _shared_zeros(shape: tuple[int, int], dtype: type) -> np.ndarray:
+    """A zeroed array in memory that processes forked from here share (their writes are seen)."""
+    size = max(1, shape[0] * shape[1] * np.dtype(dtype).itemsize)
+    return np.frombuffer(mmap.mmap(-1, size), dtype=dtype, count=shape[0] * shape[1]).reshape(shape)
 
 
 def stage_totals(model: FleetModel, stages: Iterable[int]) -> dict[int, np.ndarray]:
@@ -455,10 +482,11 @@ def _kept_data(stage: Stage) -> frozenset[str]:
 # --- blocks: filters and terms over a block of rows -------------------------------------------
 
 
-def _blocks(columns: _Columns) -> Iterator[slice]:
-    """Row slices of at most ``_BLOCK_PAIRS`` pairs (one row at least)."""
+def _blocks(columns: _Columns, pieces: int = 1) -> Iterator[slice]:
+    """Row slices of at most ``_BLOCK_PAIRS`` pairs (one row at least), and at least ``pieces``
+    of them where there are as many rows (one to score on each core)."""
     n_stages, n_clusters = len(columns.s_gpus), len(columns.c_gpus)
-    step = max(1, _BLOCK_PAIRS // max(n_clusters, 1))
+    step = max(1, min(_BLOCK_PAIRS // max(n_clusters, 1), -(-n_stages // pieces)))
     for start in range(0, n_stages, step):
         yield slice(start, min(start + step, n_stages))
 

@@ -35,7 +35,7 @@ def fork_map(func: Callable[[T], R], items: Sequence[T], sizes: Sequence[int]) -
 
     ``func`` must be pure and its results picklable; ``sizes`` (one per item) balance the work.
     """
-    workers = min(_usable_cores(), len(items))
+    workers = min(usable_cores(), len(items))
     if workers < 2 or sum(sizes) < MIN_PARALLEL_SIZE or not _can_fork():
         return [func(item) for item in items]
     shares = _shares(sizes, workers)
@@ -53,7 +53,7 @@ def fork_map(func: Callable[[T], R], items: Sequence[T], sizes: Sequence[int]) -
     return results  # type: ignore[return-value]  # every slot is filled above
 
 
-def _usable_cores() -> int:
+def usable_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - macOS has no affinity

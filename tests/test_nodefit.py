@@ -184,6 +184,30 @@ def test_a_serving_replica_larger_than_a_node_is_refused_at_validate_time() -> N
     assert check(fleet, training) == []  # a gang replica is split instead
 
 
+def test_the_cluster_named_for_a_serving_replica_has_the_smallest_nodes_it_may_use() -> None:
+    """Of the clusters a serving stage may run on whose nodes are too small, the one with the
+    smallest nodes is named (the first by name among equals); a type whose nodes all fit, or
+    that the stage does not ask for, is not."""
+    def fleet(*clusters: str) -> str:
+        return FLEET.replace("  - name: c\n    provider: x\n    region: cn-1\n", "".join(
+            f"  - name: {name}\n    provider: x\n    region: cn-1\n    attributes: {{{attributes}}}\n"
+            for name, attributes in clusters))
+
+    fleets = fleet(("e", "gpu-type: a100, gpu-count: 16"), ("d", "gpu-type: a100, gpu-count: 16, gpus-per-node: 4"),
+                   ("b", "gpu-type: a100, gpu-count: 16, gpus-per-node: 4"),
+                   ("a", "gpu-type: h100, gpu-count: 32, gpus-per-node: 2"),
+                   ("z", "gpu-type: l4, gpu-count: 32, gpus-per-node: 16"))
+    message = ("a serving replica is one pod and cannot be split over nodes: 6 GPUs per replica, but a node of "
+               "cluster {} carries {}")
+    assert [line.split(": error: ")[1].split("\n")[0] for line in check(fleets, pipeline(
+        "{name: s, type: Deployment, resources: {gpu: 6}}"))] == [
+        "spec.stages[0].resources.gpu: " + message.format("a", 2)]
+    assert [line.split(": error: ")[1].split("\n")[0] for line in check(fleets, pipeline(
+        "{name: s, type: Deployment, resources: {gpu: 6, gpuType: a100}}"))] == [
+        "spec.stages[0].resources.gpu: " + message.format("b", 4)]
+    assert check(fleets, pipeline("{name: s, type: Deployment, resources: {gpu: 6, gpuType: l4}}")) == []
+
+
 def test_combinations_never_reserve_less_than_asked() -> None:
     for gpus, node in itertools.product(range(1, 33), range(1, 17)):
         pods, held = reserved_per_replica(Shape(gpus, 0, 0), gpu_nodes(node), node)

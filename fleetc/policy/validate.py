@@ -565,7 +565,12 @@ def _serving_fit_checks(policies: PolicySet) -> Iterator[Diagnostic]:
     it may run on carries (a gang replica is split instead; see :mod:`fleetc.nodefit`)."""
     if not policies.fleets:
         return
-    sizes = node_sizes(policies.fleets[0].obj)
+    # GPU type -> its cluster with the smallest nodes (GPUs per node, cluster name): where any
+    # node of the type is too small, that one is, and it is the one named (once per type, not
+    # per cluster: 5,000 serving stages on 1,000 clusters took 1.5 s)
+    smallest: dict[str, tuple[int, str]] = {}
+    for cluster, gpu_type, per_node in node_sizes(policies.fleets[0].obj):
+        smallest[gpu_type] = min(smallest.get(gpu_type, (per_node, cluster)), (per_node, cluster))
     throughput = {t.lower(): v for t, v in (policies.fleets[0].obj.spec.gpuThroughput or {}).items()}
     for pipeline in policies.pipelines:
         for i, stage in enumerate(pipeline.obj.spec.stages):
@@ -573,7 +578,7 @@ def _serving_fit_checks(policies: PolicySet) -> Iterator[Diagnostic]:
             if stage.type != "Deployment" or res is None or not (res.gpu or res.throughput):
                 continue
             wanted = res.gpu_types()
-            small = [(n, c, asked, t) for c, t, n in sizes if (not wanted or t in wanted)
+            small = [(n, c, asked, t) for t, (n, c) in smallest.items() if (not wanted or t in wanted)
                      and (asked := _serving_gpus(res, t, throughput)) is not None and n < asked]
             if small:
                 node, cluster, asked, gpu_type = min(small)

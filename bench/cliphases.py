@@ -9,8 +9,9 @@ warnings located in their policy files, the verifier. Each phase the compile rep
 (:class:`fleetc.progress.Reporter`) gets its wall time and its CPU time, this process's and
 its forked children's (loading and rendering fork on large inputs); ``other`` is what falls
 between phases. The peak resident memory is this process's or its largest child's
-(``ru_maxrss``), and the machine's load average is printed beside, since a shared machine
-inflates wall times but not CPU times.
+(``ru_maxrss``), with this process's resident memory as each phase ends (Linux), and the
+machine's load average is printed beside, since a shared machine inflates wall times but not
+CPU times.
 """
 
 from __future__ import annotations
@@ -41,10 +42,12 @@ class _Clock:
 
 
 class _Timing:
-    """A :class:`fleetc.progress.Reporter` that notes each phase's clocks."""
+    """A :class:`fleetc.progress.Reporter` that notes each phase's clocks and the resident
+    memory at its end."""
 
     def __init__(self) -> None:
         self.phases: list[tuple[str, float, float, float]] = []
+        self.resident: dict[str, float] = {}
         self._started: dict[str, _Clock] = {}
 
     def begin(self, phase: str) -> None:
@@ -52,9 +55,19 @@ class _Timing:
 
     def end(self, phase: str) -> None:
         self.phases.append((phase, *_Clock.now().since(self._started.pop(phase))))
+        self.resident[phase] = _resident_mib()
 
     def gap(self, gap: float) -> None:
         pass
+
+
+def _resident_mib() -> float:
+    """This process's resident memory now (MiB); NaN where /proc is missing."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except OSError:
+        return float("nan")
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -70,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from fleetc.emit import write_tree
 
     timing.phases.append(("import", *_Clock.now().since(start)))
+    timing.resident["import"] = _resident_mib()
     options = Options(paths=tuple(args.policies), out=args.out, workdir=Path.cwd(),
                       allow_unplaced=args.allow_unplaced, reporter=timing)
     compiled = compile_fleet(options)
@@ -79,9 +93,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     total = _Clock.now().since(start)
     rows = [*timing.phases]
     rows.append(("other", *(t - sum(row[i + 1] for row in rows) for i, t in enumerate(total))))
-    print(f"{'phase':10s} {'wall s':>8s} {'CPU s':>8s} {'children':>9s}")
+    print(f"{'phase':10s} {'wall s':>8s} {'CPU s':>8s} {'children':>9s} {'RSS MiB at end':>15s}")
     for name, wall, cpu, children in [*rows, ("total", *total)]:
-        print(f"{name:10s} {wall:8.2f} {cpu:8.2f} {children:9.2f}")
+        resident = timing.resident.get(name)
+        print(f"{name:10s} {wall:8.2f} {cpu:8.2f} {children:9.2f}"
+              + ("" if resident is None else f" {resident:15,.0f}"))
     peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
     placed = sum(1 for p in compiled.placement.stages if p.assignments)

@@ -16,10 +16,12 @@ full exact solve is fast and proven optimal):
    room the kept stages leave (:func:`fleetc.placement.program.build_program` with the kept
    stages as ``taken``), solved exactly by HiGHS (:func:`~fleetc.placement.program.solve_program`,
    the large path's tool), every stage placed, with the move cost rewarding residents that stay.
-   When that cannot place them all, the residents of the best-scoring clusters of each stage
-   left out may move too (:data:`GROWTH`), and again, wider.
+   Pairs where the least the stage may place does not fit the room left are dropped first
+   (:func:`_fits`). When that cannot place them all, the residents of the best-scoring clusters
+   of each stage left out may move too (:data:`GROWTH`), and again, wider.
 3. **Fall back** (None): to the full solve when the touched stages are more than
-   :data:`TOUCHED_SHARE` of the fleet, when the grown neighbourhood still cannot place what the
+   :data:`TOUCHED_SHARE` of the fleet, when the neighbourhood holds more than
+   :data:`NEIGHBOURHOOD_PAIRS` pairs, when the grown neighbourhood still cannot place what the
    full solve might (only stages that were left out before, unchanged, may stay out, and only
    with ``--allow-unplaced``: nothing is ever claimed infeasible that the full solve did not
    prove), when the fleet has team quotas, cost caps or failover headroom (rows that couple
@@ -52,11 +54,12 @@ TOUCHED_SHARE = 0.1
 #: many; None: all it may use) may move too, one growth after another.
 GROWTH: tuple[int | None, ...] = (1, 2, 4, 16, None)
 #: A neighbourhood of more allowed pairs than this is no longer small: the full solve decides.
-NEIGHBOURHOOD_PAIRS = 50_000
+NEIGHBOURHOOD_PAIRS = 250_000
 #: Branch-and-bound nodes per neighbourhood MILP (a work budget, never seconds).
 NODES = 5000
-#: Rounds of raising the bound's prices (:func:`lagrangian_bound`).
-BOUND_STEPS = 5
+#: Rounds of raising the bound's prices, and of moving them to where it is least
+#: (:func:`lagrangian_bound`): each is a few passes over the (S, C) pairs.
+BOUND_STEPS = 2
 
 
 @dataclass(frozen=True, eq=False)
@@ -111,10 +114,11 @@ def touched_stages(model: FleetModel, scores: Scores, blocked: Mapping[int, str]
     displaced from clusters that no longer hold what stays."""
     names = {c.name: i for i, c in enumerate(model.clusters)}
     touched = _changed_mask(model, recorded)
+    serving_ha = any(p.primary_cluster for p in model.platforms)  # else no stage has multiCluster clusters
     rescored = np.zeros(len(model.stages), dtype=bool)
     for s, stage in enumerate(model.stages):
         before = previous.get(stage.key) or {}
-        if touched[s] or s in blocked or not before or not _may_stay(model, scores, s, before, names):
+        if touched[s] or s in blocked or not before or not _may_stay(model, scores, s, before, names, serving_ha):
             touched[s] = True
         elif recorded is not None:
             placed = sum(before.values())
@@ -133,7 +137,8 @@ def _changed_mask(model: FleetModel, recorded: Mapping[str, Recorded] | None) ->
     return np.array([s.key not in recorded or recorded[s.key] != Recorded.of(s) for s in model.stages], dtype=bool)
 
 
-def _may_stay(model: FleetModel, scores: Scores, s: int, before: Mapping[str, int], names: Mapping[str, int]) -> bool:
+def _may_stay(model: FleetModel, scores: Scores, s: int, before: Mapping[str, int], names: Mapping[str, int],
+              serving_ha: bool) -> bool:
     """:func:`rules.may_stay` with the filters read from ``scores.allowed`` (the same rules,
     :func:`fleetc.placement.scoring.score_matrix`): all its replicas, on clusters of the fleet
     that may run it, its split sound and every ``multiCluster`` cluster served."""
@@ -145,7 +150,7 @@ def _may_stay(model: FleetModel, scores: Scores, s: int, before: Mapping[str, in
     if any(rules.below_minimum(stage, n) for n in before.values()):
         return False
     minimum = rules.min_replicas_per_cluster(stage)
-    return all(before.get(name, 0) >= minimum for name in rules.ha_clusters(model, stage))
+    return not serving_ha or all(before.get(name, 0) >= minimum for name in rules.ha_clusters(model, stage))
 
 
 def _taken(problem: Problem, replicas_at: np.ndarray) -> np.ndarray:
@@ -196,9 +201,11 @@ def _solve_neighbourhood(whole: Problem, base: np.ndarray, placeable: np.ndarray
         fixed = base.copy()
         fixed[stages] = 0
         sub = whole.restrict(stages, clusters)
-        if sub.pairs > NEIGHBOURHOOD_PAIRS:
+        taken = _taken(whole, fixed)[:, clusters]
+        allowed = sub.allowed & _fits(sub, taken)
+        if allowed.sum() > NEIGHBOURHOOD_PAIRS:
             return None
-        program = build_program(sub, taken=_taken(whole, fixed)[:, clusters])
+        program = build_program(sub, allowed=allowed, taken=taken)
         result = solve_program(program, require_all=True, integral=True, deadline=budget.deadline, nodes=NODES)
         if result.values is not None:
             fixed[np.ix_(stages, clusters)] = replicas_of(program, result.values)
@@ -227,6 +234,23 @@ def _solve_neighbourhood(whole: Problem, base: np.ndarray, placeable: np.ndarray
         movable = grown
 
 
+def _fits(problem: Problem, taken: np.ndarray) -> np.ndarray:
+    """(S, C) bool: whether the least a stage may place on a cluster (a gang's replicas, a
+    Deployment's per-cluster minimum) fits in the room ``taken`` (4, C) leaves there. Kept
+    stages do not move in the neighbourhood, so a pair that fails this can carry no replica:
+    leaving it out of the MILP loses nothing (time-sliced GPUs, which come in whole units
+    shared with other stages, are left to the MILP)."""
+    units = np.ceil(taken[3] / (problem.slots * problem.unit) - 1e-9) * problem.unit
+    free = np.stack([problem.capacity[0] - taken[0] - units, problem.capacity[1] - taken[1],
+                     problem.capacity[2] - taken[2]])
+    least = np.where(problem.gang, problem.replicas, problem.minimum)[:, None]
+    gpus = problem.type_gpus[:, problem.cluster_type]
+    fits: np.ndarray = ((problem.shared[:, None] | (least * gpus <= free[0] + 1e-6))
+                        & (least * problem.demand[1][:, None] <= free[1] + 1e-6)
+                        & (least * problem.demand[2][:, None] <= free[2] + 1e-6))
+    return fits
+
+
 def _residents(whole: Problem, base: np.ndarray, stages: np.ndarray, best: int | None) -> np.ndarray:
     """(S,) bool: the kept stages on the ``best`` best-scoring clusters (None: all) each of
     ``stages`` may use: the ones that may make room for it."""
@@ -252,86 +276,85 @@ def lagrangian_bound(problem: Problem, replicas_at: np.ndarray, steps: int = BOU
     times, to the least that keep each stage of ``replicas_at`` where it is: a cluster a stage
     would gain more on than where it runs is priced until it gains no more there, one a stage
     left out could use until it gains nothing there (a price raised makes the stages on that
-    cluster look elsewhere, hence the rounds); the least bound met on the way is kept."""
+    cluster look elsewhere, hence the rounds); then, ``steps`` times, each price moves halfway to
+    where the bound is least with the others held (:func:`_least_prices`). The least bound met
+    on the way is kept. Dense (S, C) arrays: a pass is a few vector operations at fleet scale."""
     allowed = problem.allowed & ~problem.blocked[:, None]
-    stage, cluster = np.nonzero(allowed)
-    if not len(stage):
+    if not allowed.any():
         return 0.0
-    clusters = len(problem.clusters)
-    value = problem.values[stage] * (1.0 + problem.total_at(stage, cluster))
-    gpus = problem.gpus_at(stage, cluster)
-    gpus = np.where(problem.shared[stage], gpus / problem.slots[cluster], gpus)
-    demand = np.stack([gpus, problem.demand[1, stage], problem.demand[2, stage]]) * problem.replicas[stage]
-    placed = replicas_at[stage, cluster] > 0
-    share = replicas_at[stage[placed], cluster[placed]] / problem.replicas[stage[placed]]
-    used = np.stack([np.bincount(cluster[placed], weights=demand[r, placed] * share, minlength=clusters)
-                     for r in range(3)])
+    n_clusters = len(problem.clusters)
+    everywhere = np.arange(n_clusters)
+    whole = problem.total.shape == allowed.shape  # the fleet's own numbering: no copy of its scores
+    total = problem.total if whole else problem.total[np.ix_(problem.part.stages, problem.part.clusters)]
+    value = np.where(allowed, problem.values[:, None] * (1.0 + total), -np.inf)
+    gpus = problem.type_gpus[:, problem.cluster_type] * np.where(problem.shared[:, None], 1.0 / problem.slots, 1.0)
+    stage, cluster = np.nonzero(replicas_at)
+    share = replicas_at[stage, cluster] / problem.replicas[stage]
+    used = np.stack([np.bincount(cluster, weights=gpus[stage, cluster] * problem.replicas[stage] * share,
+                                 minlength=n_clusters)]
+                    + [np.bincount(cluster, weights=problem.demand[r, stage] * problem.replicas[stage] * share,
+                                   minlength=n_clusters) for r in (1, 2)])
     binding = np.argmax(used / np.maximum(problem.capacity, 1e-9), axis=0)
-    capacity = problem.capacity[binding, np.arange(clusters)]
-    takes = demand[binding[cluster], np.arange(len(stage))]  # of its cluster's priced resource
-    del gpus, demand
-    starts = np.flatnonzero(np.r_[True, stage[1:] != stage[:-1]])
-    row = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(stage)]))  # each pair's stage
-    by_cluster = np.argsort(cluster, kind="stable")
-    cluster_starts = np.searchsorted(cluster[by_cluster], np.arange(clusters))
-    has_pairs = np.r_[cluster_starts[1:], len(stage)] > cluster_starts
-    placed_rows, placed_at = row[placed], np.flatnonzero(placed)
-    priced = takes > 0
-    per_unit = np.where(priced, takes, 1.0)
-    prices = np.zeros(clusters)
+    capacity = problem.capacity[binding, everywhere]
+    takes = np.where(binding == 0, gpus, np.where(binding == 1, problem.demand[1][:, None],
+                                                  problem.demand[2][:, None])) * problem.replicas[:, None]
+    del gpus
+    here_of = np.zeros(allowed.shape, dtype=bool)
+    here_of[stage, cluster] = True
+    bids = allowed & ~here_of & (takes > 0)  # the pairs a price can keep a stage off
+    per_unit = np.where(bids, takes, 1.0)
+
+    def at(prices: np.ndarray) -> tuple[float, np.ndarray]:
+        reduced = value - prices * takes
+        return float(prices @ capacity + np.maximum(reduced.max(axis=1), 0.0).sum()), reduced
+
+    prices = np.zeros(n_clusters)
     bound, best = np.inf, prices
-
-    def at(prices: np.ndarray) -> float:
-        reduced = value - prices[cluster] * takes
-        return float(prices @ capacity + np.maximum(np.maximum.reduceat(reduced, starts), 0.0).sum())
-
     for _ in range(steps + 1):
-        reduced = value - prices[cluster] * takes
-        if (now := at(prices)) < bound:
+        now, reduced = at(prices)
+        if now < bound:
             bound, best = now, prices
-        here = np.zeros(len(starts))  # what each stage gains where it runs (0: left out)
-        if len(placed_at):
-            runs = np.r_[True, placed_rows[1:] != placed_rows[:-1]]
-            here[placed_rows[runs]] = np.maximum.reduceat(reduced[placed_at], np.flatnonzero(runs))
-        here = np.maximum(here, 0.0)
-        need = np.where(priced & ~placed, (value - here[row]) / per_unit, 0.0)
-        raised = np.zeros(clusters)
-        raised[has_pairs] = np.maximum.reduceat(need[by_cluster], cluster_starts[has_pairs])
+        here = np.zeros(len(problem.stages))  # what each stage gains where it runs (0: left out)
+        np.maximum.at(here, stage, reduced[stage, cluster])
+        raised = np.where(bids, (value - here[:, None]) / per_unit, 0.0).max(axis=0)
         if np.all(raised <= prices + 1e-12):
             break
         prices = np.maximum(prices, raised)
     prices = best
-    for _ in range(steps):  # then each cluster's price where the bound is least, the others held
-        prices = 0.5 * (prices + _least_prices(value - prices[cluster] * takes, value, takes, starts, row, cluster,
-                                               capacity))
-        if (now := at(prices)) >= bound:
+    for _ in range(steps):
+        _, reduced = at(prices)
+        prices = 0.5 * (prices + _least_prices(reduced, value, takes, capacity))
+        now, _ = at(prices)
+        if now >= bound:
             break
         bound = now
     return bound
 
 
-def _least_prices(reduced: np.ndarray, value: np.ndarray, takes: np.ndarray, starts: np.ndarray, row: np.ndarray,
-                  cluster: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """Per cluster, the price at which the bound is least with every other cluster's price
-    held: its slope in the price is the capacity less what the stages that would take the
-    cluster at that price take of it, so the price is where, taking the stages in order of the
-    most they would pay, they first take more than the capacity (0 when they never do)."""
-    best = np.maximum.reduceat(reduced, starts)
-    top = reduced >= best[row]
-    hits = np.flatnonzero(top)
-    top[hits[~np.r_[True, row[hits][1:] != row[hits][:-1]]]] = False  # one best pair per stage
-    rest = np.where(top, -np.inf, reduced)
-    other = np.maximum(np.where(top, np.maximum.reduceat(rest, starts)[row], best[row]), 0.0)
-    bids = np.flatnonzero((takes > 0) & (value > other))
-    pays = (value[bids] - other[bids]) / takes[bids]  # the most the stage would pay for the pair's cluster
-    order = np.lexsort((-pays, cluster[bids]))
-    bids, pays = bids[order], pays[order]
-    on = cluster[bids]
-    total = np.cumsum(takes[bids])
-    begin = np.searchsorted(on, on)  # each bid's cluster's first bid
+def _least_prices(reduced: np.ndarray, value: np.ndarray, takes: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Per cluster, the price at which the bound is least with every other cluster's price held
+    (``reduced`` (S, C) the pairs' values less their prices): its slope in the price is the
+    capacity less what the stages that would take the cluster at that price take of it, so the
+    price is where, taking the stages in order of the most they would pay, they first take more
+    than the capacity (0 when they never do)."""
+    top = reduced.argmax(axis=1)
+    rows = np.arange(len(reduced))
+    best = reduced[rows, top]
+    kept = reduced[rows, top].copy()
+    reduced[rows, top] = -np.inf
+    second = reduced.max(axis=1)
+    reduced[rows, top] = kept
+    other = np.maximum(best, 0.0)[:, None] * np.ones((1, reduced.shape[1]))
+    other[rows, top] = np.maximum(second, 0.0)
+    stage, cluster = np.nonzero((takes > 0) & (value > other))
+    pays = (value[stage, cluster] - other[stage, cluster]) / takes[stage, cluster]  # the most it would pay there
+    order = np.lexsort((-pays, cluster))
+    stage, cluster, pays = stage[order], cluster[order], pays[order]
+    total = np.cumsum(takes[stage, cluster])
+    begin = np.searchsorted(cluster, cluster)  # each bid's cluster's first bid
     before = np.where(begin > 0, total[np.maximum(begin - 1, 0)], 0.0)
-    over = np.flatnonzero(total - before > capacity[on] + 1e-9)
-    first = over[np.r_[True, on[over][1:] != on[over][:-1]]] if len(over) else over
+    over = np.flatnonzero(total - before > capacity[cluster] + 1e-9)
+    first = over[np.r_[True, cluster[over][1:] != cluster[over][:-1]]] if len(over) else over
     prices = np.zeros(len(capacity))
-    prices[on[first]] = pays[first]
+    prices[cluster[first]] = pays[first]
     return prices

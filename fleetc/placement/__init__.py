@@ -15,7 +15,9 @@ one back (previous)."""
 #: (:mod:`fleetc.placement.incremental`).
 #: 10: the large path solves the LP over kinds of alike stages whole when they are few, and a
 #: master holds every pair when there are few.
-PLACEMENT_VERSION = "10"
+#: 11: an incremental recompile's neighbourhood drops pairs with no room and holds up to 250,000
+#: pairs (more recompiles stay incremental).
+PLACEMENT_VERSION = "11"
 
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,
 #: unless :func:`fleetc.placement.optimize.place` is given another threshold (the CLI's

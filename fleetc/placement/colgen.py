@@ -747,11 +747,12 @@ def _alike(problem: Problem, large: _Large) -> tuple[np.ndarray, np.ndarray] | N
                 np.where(own, np.arange(n_stages), -1)]
     if problem.caps:
         features += [*(cap.members for cap in problem.caps), problem.quota_unit, *problem.billed]
-    scores = problem.total[np.ix_(problem.part.stages, problem.part.clusters)]
-    rows = np.empty((n_stages, len(features) + scores.shape[1]))
+    rows = np.empty((n_stages, len(features) + large.clusters))
     rows[:, : len(features)] = np.stack(features, axis=1)
-    rows[:, len(features):] = np.where(problem.allowed & ~problem.blocked[:, None], scores, -np.inf)
-    del scores
+    for start in range(0, n_stages, 1024):  # the scores a block at a time: no second copy of them all
+        block = problem.part.stages[start: start + 1024]
+        rows[start: start + len(block), len(features):] = problem.total[np.ix_(block, problem.part.clusters)]
+    np.copyto(rows[:, len(features):], -np.inf, where=~(problem.allowed & ~problem.blocked[:, None]))
     keys = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.itemsize * rows.shape[1]))).ravel()
     del rows
     _, first, kind = np.unique(keys, return_index=True, return_inverse=True)

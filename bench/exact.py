@@ -1,13 +1,16 @@
 """The exact path's program solved through cvxpy and through HiGHS direct, side by side.
 
     python -m bench.exact --instance 20x200 50x1000 --load 0.9
+    python -m bench.exact --instance 100x2000 --load 1.0 --solver SCIP   # is there a full packing?
 
 For every component of a generated fleet (:func:`fleetc.placement.problem.problems`) the exact program
 (:func:`fleetc.placement.program.build_program`,
 what ``fleetc compile`` solves up to its ``LARGE`` pairs) is solved as a MILP twice, every stage
 placed where possible as :func:`fleetc.placement.optimize.place` does: through cvxpy on HiGHS
 (:func:`fleetc.placement.cvx.solve`, the exact path's solve) and by HiGHS through highspy with
-the matrices passed directly (:func:`fleetc.placement.program.solve_program`). Both objectives
+the matrices passed directly (:func:`fleetc.placement.program.solve_program`); with
+``--solver NAME`` cvxpy runs on that solver instead (``SCIP``: an independent exact solver, to
+learn whether a full packing exists where fleetc's large path leaves stages out). Both objectives
 (the program's score, as the placement reports it) and both times are printed; ``import cvxpy``
 is timed once, apart.
 """
@@ -15,6 +18,7 @@ is timed once, apart.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -37,7 +41,7 @@ def model_of(spec: Spec) -> Any:
     return resolve(policies, "bench")
 
 
-def side_by_side(spec: Spec, time_limit: float | None = None) -> dict[str, Any]:
+def side_by_side(spec: Spec, time_limit: float | None = None, solver: str = "HIGHS") -> dict[str, Any]:
     """Per component: pairs, and per backend its objective, time and whether it is optimal."""
     from fleetc.placement import cvx, optimize
     from fleetc.placement.problem import problems
@@ -50,7 +54,7 @@ def side_by_side(spec: Spec, time_limit: float | None = None) -> dict[str, Any]:
         program = build_program(problem)
         row: dict[str, Any] = {"stages": len(problem.part.stages), "clusters": len(problem.part.clusters),
                                "pairs": int(problem.allowed.sum())}
-        backends: dict[str, Callable[..., Result]] = {"cvxpy (HiGHS)": cvx.solve,
+        backends: dict[str, Callable[..., Result]] = {f"cvxpy ({solver})": functools.partial(cvx.solve, solver=solver),
                                                       "HiGHS direct": solve_program}
         for name, solve in backends.items():
             start = time.perf_counter()
@@ -67,7 +71,7 @@ def side_by_side(spec: Spec, time_limit: float | None = None) -> dict[str, Any]:
                 "placed": None if values is None else int(values[program.z].round().sum()),
             }
         parts.append(row)
-    return {"spec": vars(spec), "parts": parts}
+    return {"spec": vars(spec), "parts": parts, "solver": solver}
 
 
 def import_cvxpy_seconds() -> float:
@@ -82,7 +86,7 @@ def report(result: dict[str, Any]) -> list[str]:
     lines = [f"{spec['clusters']} clusters x {spec['stages']} stages, load {spec['load']:.0%}, seed {spec['seed']}"]
     for part in result["parts"]:
         lines.append(f"  component: {part['stages']} stages x {part['clusters']} clusters, {part['pairs']} pairs")
-        for name in ("cvxpy (HiGHS)", "HiGHS direct"):
+        for name in (f"cvxpy ({result['solver']})", "HiGHS direct"):
             run = part[name]
             figure = "no placement" if run["objective"] is None else f"objective {run['objective']:.6f}"
             lines.append(f"    {name:<14} {figure}, {run['placed']} placed, {run['time']:.2f}s"
@@ -97,11 +101,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--load", type=float, default=0.9)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--time-limit", type=float, default=None, help="per solve (s)")
+    parser.add_argument("--solver", default="HIGHS", help="the MILP solver cvxpy runs on (SCIP, ...)")
     args = parser.parse_args(argv)
     print(f"import cvxpy: {import_cvxpy_seconds():.2f}s (once, before the solves)")
     for instance in args.instance:
         clusters, stages = (int(n) for n in instance.lower().split("x"))
-        result = side_by_side(Spec(clusters, stages, args.load, args.seed), args.time_limit)
+        result = side_by_side(Spec(clusters, stages, args.load, args.seed), args.time_limit, args.solver)
         print("\n".join(report(result)))
     return 0
 

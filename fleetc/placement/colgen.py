@@ -1,7 +1,8 @@
 """The large-instance path of :func:`fleetc.placement.optimize.place` (method ``colgen-lp-round``).
 
-Column generation solves the LP over every allowed pair while the HiGHS master holds only a few
-per stage (:mod:`fleetc.placement.highs`, warm-started between rounds); the stages the LP places in whole
+The LP is solved whole over kinds of alike stages when they are few (:func:`_alike`), else by
+column generation over every allowed pair while the HiGHS master holds only a few per stage
+(:mod:`fleetc.placement.highs`, warm-started between rounds); the stages the LP places in whole
 units keep that, a MILP rounds the rest (growing once into the fixed stages around it when it
 cannot), and a greedy repair with one-level eviction places what is still out.
 ``docs/optimizer.md`` describes the algorithm, its budgets and its measured gaps.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import itertools
+import math
 import os
 import sys
 import time
@@ -167,6 +168,24 @@ def test_alike_stages_spread_the_kinds_lp_over_whole_stages_first() -> None:
     assert np.allclose(per_kind_cluster, expected)  # each kind's share of each cluster, split among its stages
     whole = np.isclose(spread.shares, 1.0)
     assert whole.sum() >= 0.9 * large.stages  # most stages run whole where the LP puts them
+
+
+def test_stages_alike_but_for_cores_and_memory_bound_the_lp_at_their_least(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = optimize._canonical(model_of(Spec(clusters=30, stages=600, load=0.9, diverse=True)))
+    scores = optimize.score_matrix(model)
+    (problem,), _ = optimize.problems(model, scores, {})
+    large = colgen._large(problem)
+    whole = colgen._generate_columns(large, colgen._start_master(large), large.gain, None)  # every pair
+    assert whole.converged
+    lp_optimum = whole.upper / (1.0 - colgen.TIE_BREAK)
+    assert colgen._least_demand_bound(problem, large, False, None) == math.inf  # kinds: more than half the stages
+    monkeypatch.setattr(colgen, "ALIKE_SHARE", 1.0)
+    exact = colgen._alike(problem, large)
+    assert exact is None or len(exact[1]) > 400  # too many kinds alike in everything
+    kinds = colgen._alike(problem, large, cores_and_memory=False)
+    assert kinds is not None and len(kinds[1]) < 400  # stages differing only in cores and memory are one kind
+    bound = colgen._least_demand_bound(problem, large, False, None)
+    assert lp_optimum * (1 - 1e-9) <= bound <= lp_optimum * 1.005  # a relaxation: never below the LP optimum
 
 
 def test_the_large_path_is_deterministic(large: None) -> None:

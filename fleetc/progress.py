@@ -3,17 +3,24 @@
 The compiler stays pure: it only calls a :class:`Reporter` it is given
 (:attr:`fleetc.compiler.Options.reporter`), which by default does nothing. The CLI passes a
 :class:`TerminalReporter` when stderr is a terminal, so a long compile shows one status line
-(``fleetc: place 12.5s``) that a ticker thread refreshes, and clears it when done; in pipes, CI
+(``fleetc: place 12.5s``) that an interval timer refreshes, and clears it when done; in pipes, CI
 logs and tests nothing is printed.
+
+The refresh is a ``SIGALRM`` interval timer handled in the main thread, not a ticker thread:
+while any other thread runs, :func:`fleetc.policy.forkmap.fork_map` does not fork (a child forked
+from a multi-threaded process may deadlock), so a ticker thread made every compile in a terminal
+load, score and render on one core. Timers are not inherited by forked children (fork(2)).
 """
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Protocol, TextIO
+from types import FrameType
+from typing import Any, Protocol, TextIO
 
 
 class Reporter(Protocol):
@@ -59,8 +66,9 @@ def phase(reporter: Reporter, name: str) -> Iterator[None]:
 class TerminalReporter:
     """One status line on ``stream``, rewritten in place; see the module docstring.
 
-    ``interval`` is how often (seconds) the ticker thread refreshes the elapsed time while a
-    phase runs; None for no thread (the line then changes only on events).
+    ``interval`` is how often (seconds) the timer refreshes the elapsed time while a phase runs;
+    None for no timer (the line then changes only on events), as where there is no
+    ``signal.setitimer`` or the reporter is made off the main thread.
     """
 
     def __init__(self, stream: TextIO, *, interval: float | None = 0.5,
@@ -71,11 +79,13 @@ class TerminalReporter:
         self.current = ""
         self.last_gap: float | None = None
         self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.ticker: threading.Thread | None = None
-        if interval is not None:
-            self.ticker = threading.Thread(target=self._tick, args=(interval,), daemon=True)
-            self.ticker.start()
+        self.previous_handler: Any = None
+        self.ticking = False
+        if interval is not None and hasattr(signal, "setitimer") \
+                and threading.current_thread() is threading.main_thread():
+            self.previous_handler = signal.signal(signal.SIGALRM, self._tick)
+            signal.setitimer(signal.ITIMER_REAL, interval, interval)
+            self.ticking = True
 
     def begin(self, phase: str) -> None:
         with self.lock:
@@ -93,10 +103,11 @@ class TerminalReporter:
             self._draw()
 
     def close(self) -> None:
-        """Stop the ticker and clear the status line."""
-        self.stop.set()
-        if self.ticker is not None:
-            self.ticker.join()
+        """Stop the timer and clear the status line."""
+        if self.ticking:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous_handler)
+            self.ticking = False
         with self.lock:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
@@ -112,8 +123,13 @@ class TerminalReporter:
         self.stream.write(f"\r\x1b[K{self.line()}")
         self.stream.flush()
 
-    def _tick(self, interval: float) -> None:
-        while not self.stop.wait(interval):
-            with self.lock:
-                if self.current:
-                    self._draw()
+    def _tick(self, signum: int, frame: FrameType | None) -> None:
+        """Redraw the line, unless the main thread, which this interrupts, is drawing it."""
+        if not self.current or not self.lock.acquire(blocking=False):
+            return
+        try:
+            self._draw()
+        except RuntimeError:  # the stream was mid-write (a reentrant call): skip this tick
+            pass
+        finally:
+            self.lock.release()

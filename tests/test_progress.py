@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from click.testing import CliRunner
 
 from fleetc.cli import cli
 from fleetc.compiler import Options, compile_policies, load_policies
+from fleetc.policy.forkmap import MIN_PARALLEL_SIZE, fork_map, usable_cores
 from fleetc.progress import NULL_REPORTER, TerminalReporter, phase
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,6 +95,24 @@ def test_terminal_reporter_refreshes_the_elapsed_time_while_a_phase_runs() -> No
     lines = [line for line in stream.getvalue().split("\r\x1b[K") if line.startswith("fleetc: place")]
     assert len(lines) >= 3
     assert len(set(lines)) == len(lines)  # each refresh shows a later time
+
+
+def _pid(_: int) -> int:
+    return os.getpid()
+
+
+@pytest.mark.skipif(usable_cores() < 2, reason="fork_map forks only with two usable cores")
+def test_a_refreshing_status_line_leaves_forking_possible() -> None:
+    """fork_map forks only while no other thread runs: a ticker thread kept every compile in a
+    terminal on one core."""
+    reporter = TerminalReporter(io.StringIO(), interval=0.01)
+    try:
+        reporter.begin("render")
+        assert threading.active_count() == 1
+        assert fork_map(_pid, [0, 1], [MIN_PARALLEL_SIZE] * 2)[1] != os.getpid()  # computed in a child
+    finally:
+        reporter.close()
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
 @pytest.mark.usefixtures("in_root")

@@ -4,11 +4,21 @@ it, explain naming it, and the queues each cluster renders for a team."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import numpy as np
 import pytest
-from support.builders import make_cluster, make_fleet, make_gpu_policy, make_platform, make_stage
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.builders import (
+    THROUGHPUT_CHOICES,
+    make_cluster,
+    make_fleet,
+    make_gpu_policy,
+    make_platform,
+    make_stage,
+)
 from support.corpus import CASES, compile_texts, compiled_in, read_policies
 from support.runtime import GPU, kueue_problems, objects, volcano_queue_problems
 
@@ -16,7 +26,7 @@ from bench.generate import Spec, generate
 from fleetc.compiler import check_policies, compile_policies, load_policy_sources
 from fleetc.errors import PlacementError, PolicyError
 from fleetc.git.report import as_json, compare, format_markdown, format_text, snapshot
-from fleetc.model import Assignment, FleetModel, Placement, Source, StagePlacement, StageType, Team
+from fleetc.model import Assignment, FleetModel, PipelineBudget, Placement, Source, StagePlacement, StageType, Team
 from fleetc.placement import rules
 from fleetc.placement.explain import explain
 from fleetc.placement.explain import format_text as format_explanation
@@ -338,3 +348,50 @@ def test_a_quota_refusal_counts_a_throughput_stage_on_the_type_it_would_run_on()
         place(model)
     assert error.value.reasons == (
         "0/1 clusters fit llm/sweep: 1 is over team research's a100 quota (6 of 6 left)",)
+
+
+@st.composite
+def capped_fleets(draw: st.DrawFn) -> tuple[FleetModel, list[tuple[int, int, int]]]:
+    """A small fleet under a team's quotas and cost cap and a pipeline budget (time-sliced GPUs,
+    device plugins configured or not, stages asking for throughput), and some replicas placed
+    as (stage, cluster, replicas) indices."""
+    clusters = tuple(make_cluster(f"c{i}", gpu_type=draw(st.sampled_from(["a100", "h100"])), gpus=16,
+                                  gpu_hour_cost=draw(st.sampled_from([1.0, 2.5])),
+                                  cpu_hour_cost=draw(st.sampled_from([0.0, 0.5])), memory_gib_hour_cost=0.0,
+                                  device_plugin_configured=draw(st.booleans()))
+                     for i in range(draw(st.integers(1, 3))))
+    stages = tuple(make_stage(f"s{i}", pipeline=draw(st.sampled_from(["llm", "ops"])),
+                              type=draw(st.sampled_from([StageType.TRAINING, StageType.DEPLOYMENT])),
+                              gpus=draw(st.sampled_from([0, 1, 2])), cores=draw(st.sampled_from([1, 3])),
+                              throughput_gpus=draw(st.sampled_from(THROUGHPUT_CHOICES)),
+                              shared_gpu=draw(st.booleans()))
+                   for i in range(draw(st.integers(1, 4))))
+    quota = tuple((gpu_type, draw(st.integers(0, 4))) for gpu_type in ("a100", "h100") if draw(st.booleans()))
+    teams = (team(quota=quota, cost=draw(st.sampled_from([None, 4.0, 10.0]))),)
+    budgets = (PipelineBudget("ops", draw(st.sampled_from([3.0, 5.0])), Source("ops.yaml", "spec")),)
+    model = make_fleet(clusters, stages, teams=teams, budgets=budgets,
+                       gpu_policy=make_gpu_policy(time_slicing=draw(st.sampled_from([1, 2, 4]))))
+    where = draw(st.lists(st.tuples(st.integers(0, len(stages) - 1), st.integers(0, len(clusters) - 1),
+                                    st.integers(1, 2)), max_size=3))
+    return model, where
+
+
+@settings(max_examples=150, deadline=None)
+@given(capped_fleets())
+def test_what_a_cap_leaves_is_what_the_ledger_admits(fleet: tuple[FleetModel, list[tuple[int, int, int]]]) -> None:
+    """:func:`rules.cap_room`, which the refusal's reasons, the fixes and explain read, finds a
+    cap short exactly when the verifier's count (:meth:`rules.Ledger.within_caps`) finds it
+    exceeded with the replicas added, for one to four replicas of each stage on each cluster
+    (exact fits and one over included)."""
+    model, where = fleet
+    placed = [(model.stages[s], model.clusters[c], n) for s, c, n in where]
+    ledger = rules.Ledger(model, ((stage, cluster.name, n) for stage, cluster, n in placed))
+    if not ledger.within_caps():
+        return
+    for stage, cluster, replicas in itertools.product(model.stages, model.clusters, range(1, 5)):
+        short = [room for cap in ledger.caps
+                 for room in rules.cap_room(model, cap, rules.cap_usage(model, cap, placed), stage, cluster, replicas)
+                 if room.short > 0]
+        ledger.add(stage, cluster.name, replicas)
+        assert bool(short) == (not ledger.within_caps())
+        ledger.add(stage, cluster.name, -replicas)

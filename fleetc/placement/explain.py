@@ -130,7 +130,7 @@ def cap_lines(model: FleetModel, placement: Placement, stage_key: str,
     leaves it 0)``. A
     limit binds when the whole stage moved to an allowed cluster scoring higher than where it
     runs (any allowed cluster, for a stage not placed) would exceed it, what the stage uses of
-    it now given back; the best-scoring such cluster is named."""
+    it now given back (:func:`rules.cap_room`); the best-scoring such cluster is named."""
     stage = model.stage(stage_key)
     found = [cap for cap in rules.caps(model) if stage.pipeline in cap.pipelines]
     if not found:
@@ -148,30 +148,24 @@ def cap_lines(model: FleetModel, placement: Placement, stage_key: str,
     lines = []
     for cap in found:
         used = rules.cap_usage(model, cap, placed)
-        own = rules.cap_usage(model, cap, [(stage, c, n) for c, n in mine])
+        others = rules.cap_usage(model, cap, [p for p in placed if p[0].key != stage_key])  # the stage given back
+        rooms = [(c, room) for c in better for room in rules.cap_room(model, cap, others, stage, c, stage.replicas)]
         for gpu_type, quota in cap.gpu_quota:
-            left = quota * per_gpu - used.of(gpu_type)
-            takes = {c.name: rules.quota_slots(model, stage, c, stage.replicas) for c in better}
-            blocked = next((c for c in better if c.gpu_type == gpu_type and stage.gpus > 0
-                            and takes[c.name] > left + own.of(gpu_type)), None)
-            leaves = rules.as_gpus(max(left + own.of(gpu_type), 0), per_gpu)
-            would = rules.as_gpus(takes[blocked.name] if blocked else 0, per_gpu)
+            blocked = next(((c, room) for c, room in rooms if room.gpu_type == gpu_type and room.short > 0), None)
+            binds = "" if blocked is None else _binds(blocked[0], mine, rules.as_gpus(blocked[1].takes, per_gpu),
+                                                      rules.as_gpus(max(blocked[1].left, 0), per_gpu))
             lines.append(f"{cap.name}'s {gpu_type} quota: {rules.as_gpus(used.of(gpu_type), per_gpu)} of {quota} "
-                         f"used{_binds(blocked, mine, would, leaves)}")
+                         f"used{binds}")
         limit = cap.max_cost_micros
         if limit is not None:
-            left = limit - used.cost
-            costs = [(c, stage.replicas * rules.replica_cost_micros(model, stage, c)) for c in better]
-            blocked_cost = next(((c, cost) for c, cost in costs if cost > left + own.cost), None)
-            binds = "" if blocked_cost is None else _binds(
-                blocked_cost[0], mine, f"{rules.money(blocked_cost[1])}/h", f"{rules.money(max(left + own.cost, 0))}/h")
+            blocked = next(((c, room) for c, room in rooms if room.gpu_type is None and room.short > 0), None)
+            binds = "" if blocked is None else _binds(
+                blocked[0], mine, f"{rules.money(blocked[1].takes)}/h", f"{rules.money(max(blocked[1].left, 0))}/h")
             lines.append(f"{cap.name}'s cost cap: {rules.money(used.cost)}/h of {rules.money(limit)}/h used{binds}")
     return tuple(lines)
 
 
-def _binds(cluster: Cluster | None, mine: list[tuple[Cluster, int]], takes: str, left: str) -> str:
-    if cluster is None:
-        return ""
+def _binds(cluster: Cluster, mine: list[tuple[Cluster, int]], takes: str, left: str) -> str:
     where = "which scores higher" if mine else "which it may use"
     return f" (binds: keeps it off {cluster.name}, {where}: it would take {takes} there, the cap leaves it {left})"
 

@@ -260,19 +260,16 @@ def _cap_binding(model: FleetModel, stage: Stage, minimum: int, on: Mapping[str,
             continue
         short: list[tuple[int, int, str]] = []
         for cap, usage in used:
-            quota = dict(cap.gpu_quota).get(cluster.gpu_type or "")
-            over = (rules.quota_slots(model, stage, cluster, need) - (quota or 0) * per_gpu
-                    + usage.of(cluster.gpu_type or ""))
-            if quota is not None and stage.gpus > 0 and over > 0:
-                gpus = -(-over // per_gpu)
-                short.append((gpus, 0, f"raise {cap.name}'s {cluster.gpu_type} quota by {gpus} "
-                                       f"({model.display(cap.path)} {cap.field}.gpuQuota)"))
-            limit = cap.max_cost_micros
-            cost = need * rules.replica_cost_micros(model, stage, cluster)
-            if limit is not None and usage.cost + cost > limit:
-                more = usage.cost + cost - limit
-                short.append((0, more, f"raise {cap.name}'s cost cap by {rules.money(more)}/h "
-                                       f"({model.display(cap.path)} {cap.cost_field})"))
+            for room in rules.cap_room(model, cap, usage, stage, cluster, need):
+                if room.short <= 0:
+                    continue
+                if room.gpu_type is not None:
+                    gpus = -(-room.short // per_gpu)
+                    short.append((gpus, 0, f"raise {cap.name}'s {room.gpu_type} quota by {gpus} "
+                                           f"({model.display(cap.path)} {cap.field}.gpuQuota)"))
+                else:
+                    short.append((0, room.short, f"raise {cap.name}'s cost cap by {rules.money(room.short)}/h "
+                                                 f"({model.display(cap.path)} {cap.cost_field})"))
         if short:
             raises.append((len(short), sum(g for g, _, _ in short), sum(m for _, m, _ in short),
                            " and ".join(text for _, _, text in short) + (f" (for {cluster.name})" if ha else "")))

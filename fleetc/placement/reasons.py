@@ -43,22 +43,19 @@ def _cap_used(model: FleetModel, replicas_at: np.ndarray) -> list[tuple[rules.Ca
 def _cap_reason(model: FleetModel, stage: Stage, cluster: Cluster,
                 capped: list[tuple[rules.Cap, rules.CapUsage]]) -> str:
     """The first cap over ``stage`` that leaves too little for it on ``cluster`` (a gang's
-    replicas, a Deployment's per-cluster minimum): ``over team research's h100 quota (8 of 32
-    left)``; '' when none does."""
+    replicas, a Deployment's per-cluster minimum; :func:`rules.cap_room`): ``over team
+    research's h100 quota (8 of 32 left)``; '' when none does."""
     need = stage.replicas if stage.is_gang else rules.min_replicas_per_cluster(stage)
-    per_gpu = rules.slots_per_gpu(model)
     for cap, used in capped:
-        if stage.pipeline not in cap.pipelines:
-            continue
-        for gpu_type, quota in cap.gpu_quota:
-            left = quota * per_gpu - used.of(gpu_type)
-            takes = rules.quota_slots(model, stage, cluster, need)
-            if stage.gpus > 0 and cluster.gpu_type == gpu_type and takes > left:
-                return f"over {cap.name}'s {gpu_type} quota ({rules.as_gpus(max(left, 0), per_gpu)} of {quota} left)"
-        limit = cap.max_cost_micros
-        if limit is not None and need * rules.replica_cost_micros(model, stage, cluster) > limit - used.cost:
-            return (f"over {cap.name}'s cost cap ({rules.money(max(limit - used.cost, 0))}/h of "
-                    f"{rules.money(limit)}/h left)")
+        for room in rules.cap_room(model, cap, used, stage, cluster, need):
+            if room.short <= 0:
+                continue
+            if room.gpu_type is not None:
+                per_gpu = rules.slots_per_gpu(model)
+                return (f"over {cap.name}'s {room.gpu_type} quota ({rules.as_gpus(max(room.left, 0), per_gpu)} of "
+                        f"{room.limit // per_gpu} left)")
+            return (f"over {cap.name}'s cost cap ({rules.money(max(room.left, 0))}/h of "
+                    f"{rules.money(room.limit)}/h left)")
     return ""
 
 

@@ -477,6 +477,48 @@ def cap_usage(model: FleetModel, cap: Cap, placed: Iterable[tuple[Stage, Cluster
     return CapUsage(tuple(sorted(slots.items())), cost)
 
 
+@dataclass(frozen=True)
+class CapRoom:
+    """One limit of a cap as some replicas meet it, in the rule's units: quota slots
+    (:func:`quota_slots`) for the quota of ``gpu_type``, cost micros for the cost cap
+    (``gpu_type`` None): the ``limit``, what is placed under it already (``used``) and what the
+    replicas take (``takes``)."""
+
+    gpu_type: str | None
+    limit: int
+    used: int
+    takes: int
+
+    @property
+    def left(self) -> int:
+        """What the cap leaves beside what is placed (negative when that is over already)."""
+        return self.limit - self.used
+
+    @property
+    def short(self) -> int:
+        """How much the cap leaves too little for the replicas (> 0: they do not fit it)."""
+        return self.takes - self.left
+
+
+def cap_room(model: FleetModel, cap: Cap, used: CapUsage, stage: Stage, cluster: Cluster,
+             replicas: int) -> list[CapRoom]:
+    """What ``cap`` leaves for ``replicas`` more of ``stage`` on ``cluster`` beside ``used``
+    (:func:`cap_usage` of what else is placed): its quota of the cluster's GPU type (when the
+    stage takes GPUs), then its cost cap, each it has; [] when it does not cover the stage's
+    pipeline. A limit is :attr:`CapRoom.short` exactly when :func:`cap_overuse` finds it
+    exceeded by ``used`` with the replicas added."""
+    if stage.pipeline not in cap.pipelines:
+        return []
+    per_gpu = slots_per_gpu(model)
+    gpus = on_cluster(stage, cluster).gpus
+    found = [CapRoom(gpu_type, quota * per_gpu, used.of(gpu_type), quota_slots(model, stage, cluster, replicas))
+             for gpu_type, quota in cap.gpu_quota if gpus > 0 and cluster.gpu_type == gpu_type]
+    limit = cap.max_cost_micros
+    if limit is not None:
+        found.append(CapRoom(None, limit, used.cost, replicas * replica_cost_micros(model, stage, cluster)))
+    return found
+
+
 def as_gpus(slots: int, per_gpu: int) -> str:
     """Quota slots in GPUs: ``12``, or ``12.5`` where time-sliced slots leave a fraction."""
     return str(slots // per_gpu) if slots % per_gpu == 0 else f"{slots / per_gpu:.3f}".rstrip("0")

@@ -4,14 +4,12 @@ leave, for the stages a placement leaves out (:func:`unplaced`)."""
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 
 import numpy as np
 
 from fleetc.model import Cluster, FleetModel, Stage
 from fleetc.placement import rules
-from fleetc.placement.problem import capacity_of
 from fleetc.placement.scoring import GIB, Scores
 
 
@@ -23,10 +21,9 @@ def unplaced(
     left_out = [s for s in range(len(model.stages)) if not replicas_at[s].any()]
     if not left_out:
         return {}
-    total = capacity_of(model, model.clusters)
-    free = total - _used(model, replicas_at)
+    used = _used(model, replicas_at)
     capped = _cap_used(model, replicas_at)
-    return {s: blocked.get(s) or _unplaced_reason(model, scores, s, free, total, capped) for s in left_out}
+    return {s: blocked.get(s) or _unplaced_reason(model, scores, s, used, capped) for s in left_out}
 
 
 def _cap_used(model: FleetModel, replicas_at: np.ndarray) -> list[tuple[rules.Cap, rules.CapUsage]]:
@@ -59,30 +56,26 @@ def _cap_reason(model: FleetModel, stage: Stage, cluster: Cluster,
     return ""
 
 
-def _used(model: FleetModel, replicas_at: np.ndarray) -> np.ndarray:
-    """(3, C) what ``replicas_at`` takes of each cluster as the rules count it
-    (:func:`rules.taken`: shared slots as whole time-sliced units started): GPUs,
-    cores, GiB."""
-    used = np.zeros((3, len(model.clusters)))
+def _used(model: FleetModel, replicas_at: np.ndarray) -> list[rules.Usage]:
+    """What ``replicas_at`` places on each cluster (:func:`rules.usage`)."""
+    used = [rules.Usage() for _ in model.clusters]
     for c in np.flatnonzero(replicas_at.any(axis=0)).tolist():
-        placed = [(rules.on_cluster(model.stages[s], model.clusters[c]), int(replicas_at[s, c]))
-                  for s in np.flatnonzero(replicas_at[:, c]).tolist()]
-        gpus, millis, memory = rules.taken(model, model.clusters[c], rules.usage(model, placed))
-        used[:, c] = (gpus, millis / 1000, memory / GIB)
+        used[c] = rules.usage(model, [(rules.on_cluster(model.stages[s], model.clusters[c]), int(replicas_at[s, c]))
+                                      for s in np.flatnonzero(replicas_at[:, c]).tolist()])
     return used
 
 
 def _unplaced_reason(
-    model: FleetModel, scores: Scores, s: int, free: np.ndarray, total: np.ndarray,
-    capped: list[tuple[rules.Cap, rules.CapUsage]] | None = None,
+    model: FleetModel, scores: Scores, s: int, used: list[rules.Usage],
+    capped: list[tuple[rules.Cap, rules.CapUsage]],
 ) -> str:
     """``0/3 clusters fit p/s: 2 have no a100, 1 has 8 of 16 free a100`` for stage index ``s``,
-    against the (3, C) capacity ``free`` the placed stages leave of ``total`` (a
-    ``multiCluster`` conflict is reported by :func:`fleetc.placement.problem.multicluster_conflicts` instead)."""
+    beside what the placed stages take of each cluster (``used``) and of each cap (``capped``)
+    (a ``multiCluster`` conflict is reported by
+    :func:`fleetc.placement.problem.multicluster_conflicts` instead)."""
     stage = model.stages[s]
     why = [
-        _capacity_reason(model, stage, cluster, free[:, c], total[:, c],
-                         _cap_reason(model, stage, cluster, capped or []))
+        _capacity_reason(model, stage, cluster, used[c], _cap_reason(model, stage, cluster, capped))
         if scores.allowed[s, c]
         else scores.reasons[(s, c)]
         for c, cluster in enumerate(model.clusters)
@@ -99,44 +92,47 @@ def _counted(count: int, reason: str) -> str:
     return f"{count} {singular if count == 1 else plural} {reason}"
 
 
-def _capacity_reason(
-    model: FleetModel, stage: Stage, cluster: Cluster, free: np.ndarray, total: np.ndarray, over_cap: str = ""
-) -> str:
-    """What ``cluster`` lacks for ``stage`` given ``free`` of ``total`` (GPUs, cores, GiB), or
-    when it has the room, ``over_cap``: the cap that leaves too little (:func:`_cap_reason`).
+def _capacity_reason(model: FleetModel, stage: Stage, cluster: Cluster, used: rules.Usage, over_cap: str = "") -> str:
+    """What ``cluster`` lacks for ``stage`` beside ``used`` (what is placed there), counted as
+    the rules count it (:func:`rules.overuse`: time-sliced slots in whole time-sliced units,
+    :func:`rules.taken`), or when it has the room, ``over_cap``: the cap that leaves too little
+    (:func:`_cap_reason`).
 
     A gang needs all its replicas at once; a Deployment needs its per-cluster minimum here and
     is short overall when the clusters together have room for fewer replicas than it has.
-    Time-sliced GPUs count ``1 / slots_on`` of a GPU per requested GPU (a whole GPU where the
-    cluster's device plugin is not configured).
+    Free GPUs are told in whole time-sliced units for a stage on time-sliced slots.
     """
     need = stage.replicas if stage.is_gang else rules.min_replicas_per_cluster(stage)
     stage = rules.on_cluster(stage, cluster)
-    demand = np.array([stage.gpus, stage.cpu_millis / 1000, stage.memory_bytes / GIB], dtype=float)
-    unit = 1
-    if rules.uses_shared_slots(model, stage):
-        demand[0] /= rules.slots_on(model, cluster)
-        unit = rules.time_sliced_unit(cluster)
-        free = free.copy()
-        free[0] = math.floor(free[0] / unit + 1e-9) * unit  # time-sliced GPUs come in whole nodes
-    for r, (have, capacity) in enumerate(zip(free, total, strict=True)):
-        required = need * demand[r]
-        if have < (math.ceil(required - 1e-9) if r == 0 else required) - 1e-9:
-            reason = _free_of(r, have, capacity, cluster)
-            return f"{reason} (whole nodes of {unit}, as time-sliced)" if r == 0 and unit > 1 else reason
-    return over_cap or f"room for {_fitting_replicas(stage, demand, free)} of {stage.replicas} replicas"
+    over = rules.overuse(model, cluster, used + rules.replica_usage(model, stage, need))
+    if over:
+        resource = rules.RESOURCES.index(over[0][0])
+        usable = rules.usable_capacity(model, cluster)[resource]
+        free = usable - rules.taken(model, cluster, used)[resource]
+        unit = rules.time_sliced_unit(cluster) if rules.uses_shared_slots(model, stage) else 1
+        if resource > 0 or unit == 1:
+            return _free_of(resource, free, usable, cluster)
+        return f"{_free_of(resource, free - free % unit, usable, cluster)} (whole nodes of {unit}, as time-sliced)"
+    return over_cap or f"room for {_fitting_replicas(model, stage, cluster, used)} of {stage.replicas} replicas"
 
 
-def _free_of(resource: int, free: float, total: float, cluster: Cluster) -> str:
+def _free_of(resource: int, free: int, total: int, cluster: Cluster) -> str:
+    """``8 of 16 free a100``, ``1.5 of 64 free cores``, ``12Gi of 512Gi free memory``."""
     if resource == 0:
         return f"{free:g} of {total:g} free {cluster.gpu_type}"
     if resource == 1:
-        return f"{round(free, 3):g} of {round(total, 3):g} free cores"
-    return f"{round(free, 2):g}Gi of {round(total, 2):g}Gi free memory"
+        return f"{round(free / 1000, 3):g} of {round(total / 1000, 3):g} free cores"
+    return f"{round(free / GIB, 2):g}Gi of {round(total / GIB, 2):g}Gi free memory"
 
 
-def _fitting_replicas(stage: Stage, demand: np.ndarray, free: np.ndarray) -> int:
-    needed = demand > 0
-    per_resource = np.floor(free[needed] / demand[needed] + 1e-9)
-    return int(min(stage.replicas, *per_resource)) if needed.any() else stage.replicas
-
+def _fitting_replicas(model: FleetModel, stage: Stage, cluster: Cluster, used: rules.Usage) -> int:
+    """The most replicas of ``stage`` (at most all of them) that fit ``cluster`` beside
+    ``used`` (:func:`rules.overuse`; more replicas never take less), by bisection."""
+    low, high = 0, stage.replicas
+    while low < high:
+        middle = (low + high + 1) // 2
+        if rules.overuse(model, cluster, used + rules.replica_usage(model, stage, middle)):
+            high = middle - 1
+        else:
+            low = middle
+    return low

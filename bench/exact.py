@@ -7,7 +7,7 @@ For every component of a generated fleet (:func:`fleetc.placement.problem.proble
 (:func:`fleetc.placement.program.build_program`,
 what ``fleetc compile`` solves up to its ``LARGE`` pairs) is solved as a MILP twice, every stage
 placed where possible as :func:`fleetc.placement.optimize.place` does: through cvxpy on HiGHS
-(:func:`fleetc.placement.cvx.solve`, the exact path's solve) and by HiGHS through highspy with
+(:func:`fleetc.placement.cvx.solve_program`, the exact path's solve) and by HiGHS through highspy with
 the matrices passed directly (:func:`fleetc.placement.program.solve_program`); with
 ``--solver NAME`` cvxpy runs on that solver instead (``SCIP``: an independent exact solver, to
 learn whether a full packing exists where fleetc's large path leaves stages out). Both objectives
@@ -18,7 +18,6 @@ is timed once, apart.
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -44,7 +43,7 @@ def model_of(spec: Spec) -> Any:
 def side_by_side(spec: Spec, time_limit: float | None = None, solver: str = "HIGHS") -> dict[str, Any]:
     """Per component: pairs, and per backend its objective, time and whether it is optimal."""
     from fleetc.placement import cvx, optimize
-    from fleetc.placement.problem import problems
+    from fleetc.placement.problem import Budget, problems
     from fleetc.placement.program import Result, build_program, solve_program
     from fleetc.placement.scoring import score_matrix
 
@@ -54,15 +53,15 @@ def side_by_side(spec: Spec, time_limit: float | None = None, solver: str = "HIG
         program = build_program(problem)
         row: dict[str, Any] = {"stages": len(problem.part.stages), "clusters": len(problem.part.clusters),
                                "pairs": int(problem.allowed.sum())}
-        backends: dict[str, Callable[..., Result]] = {f"cvxpy ({solver})": functools.partial(cvx.solve, solver=solver),
-                                                      "HiGHS direct": solve_program}
-        for name, solve in backends.items():
+        backends: dict[str, tuple[Callable[..., Result], str]] = {
+            f"cvxpy ({solver})": (cvx.solve_program, solver), "HiGHS direct": (solve_program, "HIGHS")}
+        for name, (solve, on) in backends.items():
             start = time.perf_counter()
-            deadline = None if time_limit is None else time.monotonic() + time_limit
-            result = solve(program, require_all=True, integral=True, deadline=deadline)
+            budget = Budget(None if time_limit is None else time.monotonic() + time_limit, on)
+            result = solve(program, budget, require_all=True, integral=True)
             every = not result.infeasible
             if result.infeasible:  # as the exact path: the most valuable partial placement
-                result = solve(program, require_all=False, integral=True, deadline=deadline,
+                result = solve(program, budget, require_all=False, integral=True,
                                absolute_gap=0.5 * program.smallest_value)
             values = result.values
             row[name] = {

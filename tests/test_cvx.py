@@ -18,7 +18,7 @@ from bench.generate import Spec
 from fleetc.cli import cli
 from fleetc.compiler import Options, inputs_digest, load_policies
 from fleetc.placement import cvx, optimize
-from fleetc.placement.problem import problems
+from fleetc.placement.problem import Budget, problems
 from fleetc.placement.program import Program, build_program, solve_program
 from fleetc.placement.scoring import score_matrix
 from fleetc.placement.solvers import DEFAULT_SOLVER, installed_milp_solvers, solver_label
@@ -41,8 +41,8 @@ def programs(spec: Spec) -> list[Program]:
 def test_cvxpy_and_highs_direct_reach_the_same_objective(spec: Spec) -> None:
     for program in programs(spec):
         for integral, require_all in ((True, False), (False, False), (False, True)):
-            direct = solve_program(program, require_all=require_all, integral=integral, deadline=None)
-            through = cvx.solve(program, require_all=require_all, integral=integral, deadline=None)
+            direct = solve_program(program, Budget(), require_all=require_all, integral=integral)
+            through = cvx.solve_program(program, Budget(), require_all=require_all, integral=integral)
             assert direct.infeasible == through.infeasible
             if direct.values is None:
                 continue

@@ -390,10 +390,10 @@ def test_a_solver_that_returns_garbage_is_caught_by_the_verifier(
     inputs_changed(project)
     before = snapshot(project / "out")
 
-    def lie(program: Program, **kwargs: object) -> Solve:  # the exact path's solve, through cvxpy
+    def lie(program: Program, budget: object, **kwargs: object) -> Solve:  # the exact path's solves, through cvxpy
         return Solve(values=np.full(program.size, garbage), optimal=True)
 
-    monkeypatch.setattr(cvx, "solve", lie)
+    monkeypatch.setattr(cvx, "solve_program", lie)
     result = compile_here()
     # Depending on where the lie lands, the verifier rejects the placement (a bug in fleetc: exit
     # 3) or the optimizer's own checks find no placement; either way the compile stops with a

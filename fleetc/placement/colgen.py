@@ -962,7 +962,7 @@ def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
         program = build_program(r.problem.restrict(stages, columns), allowed=allowed[np.ix_(stages, columns)],
                                 taken=_taken(large, replicas_at)[:, columns], fixed_need=_fixed_need(r, replicas_at),
                                 cap_taken=large.caps.used(replicas_at))
-        result = solve_program(program, require_all=True, integral=True, deadline=r.deadline, nodes=REACH_NODES)
+        result = solve_program(program, Budget(r.deadline), require_all=True, integral=True, nodes=REACH_NODES)
         if result.values is not None:
             replicas_at[np.ix_(stages, columns)] = replicas_of(program, result.values)
             return True
@@ -982,7 +982,7 @@ def _place_most(r: _Rounding, program: Program, stages: np.ndarray, columns: np.
     optimal; kept when it places more stages than they have now, or as many scoring more."""
     if _past(r.deadline):
         return
-    result = solve_program(program, require_all=False, integral=True, deadline=r.deadline,
+    result = solve_program(program, Budget(r.deadline), require_all=False, integral=True,
                            absolute_gap=0.5 * program.smallest_value, nodes=REACH_NODES)
     if result.values is None:
         return
@@ -1027,7 +1027,7 @@ def _place_what_fits(r: _Rounding, stages: np.ndarray, replicas_at: np.ndarray) 
         program = build_program(r.problem.restrict(stages, columns), allowed=candidates[:, columns],
                                 taken=taken[:, columns], fixed_need=_fixed_need(r, replicas_at),
                                 cap_taken=large.caps.used(replicas_at))
-        result = solve_program(program, require_all=False, integral=True, deadline=r.deadline,
+        result = solve_program(program, Budget(r.deadline), require_all=False, integral=True,
                                nodes=ROUNDING_NODES)
         if result.values is not None:
             after = np.zeros_like(before)

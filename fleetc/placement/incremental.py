@@ -206,13 +206,13 @@ def _solve_neighbourhood(whole: Problem, base: np.ndarray, placeable: np.ndarray
         if allowed.sum() > NEIGHBOURHOOD_PAIRS:
             return None
         program = build_program(sub, allowed=allowed, taken=taken)
-        result = solve_program(program, require_all=True, integral=True, deadline=budget.deadline, nodes=NODES)
+        result = solve_program(program, budget, require_all=True, integral=True, nodes=NODES)
         if result.values is not None:
             fixed[np.ix_(stages, clusters)] = replicas_of(program, result.values)
             return fixed, len(stages), True
         if not result.infeasible:
             return None  # out of time or nodes: the full solve decides
-        most = solve_program(program, require_all=False, integral=True, deadline=budget.deadline, nodes=NODES,
+        most = solve_program(program, budget, require_all=False, integral=True, nodes=NODES,
                              absolute_gap=0.5 * program.smallest_value)
         if most.values is None:
             return None

@@ -64,7 +64,7 @@ from fleetc.placement.colgen import solve_large
 from fleetc.placement.incremental import INCREMENTAL, recompile
 from fleetc.placement.previous import Recorded
 from fleetc.placement.problem import Budget, PreviousClusters, Problem, multicluster_conflicts, problems, stage_values
-from fleetc.placement.program import OutOfTime, Result, Solved, build_program, replicas_of
+from fleetc.placement.program import OutOfTime, Solved
 from fleetc.placement.scoring import Scores, score_matrix
 from fleetc.placement.solvers import DEFAULT_SOLVER
 from fleetc.placement.verify import verify
@@ -299,7 +299,7 @@ def _solve(problem: Problem, budget: Budget, large: int) -> Solved:
     its bound and its proof that stages cannot be placed no longer hold: the bound is then the
     trivial one (each stage on its best-scoring cluster) and nothing left out counts as proven."""
     if problem.pairs <= large:
-        return _solve_exact(problem, budget)
+        return cvx.solve(problem, budget)
     solved = solve_large(problem, budget)
     if not _varying_gpus(problem):
         return solved
@@ -312,32 +312,6 @@ def _varying_gpus(problem: Problem) -> bool:
     """Whether some stage of ``problem`` takes different GPUs per replica on different clusters."""
     stage, cluster = np.nonzero(problem.allowed)
     return bool(np.any(problem.gpus_at(stage, cluster) != problem.demand[0, stage]))
-
-
-def _solve_exact(problem: Problem, budget: Budget) -> Solved:
-    """The whole MILP of one component: every stage placed if possible (else the most valuable
-    placement), and its LP relaxation as the bound."""
-    deadline, solver = budget.deadline, budget.solver
-    program = build_program(problem)
-    result = Result(values=None, optimal=False, infeasible=bool(program.blocked.any()))
-    if not result.infeasible:
-        result = cvx.solve(program, require_all=True, integral=True, deadline=deadline, solver=solver)
-    require_all = not result.infeasible
-    if result.infeasible:
-        # Stop only within half the smallest stage value of the optimum: then no stage that
-        # still fits the capacity left over is left out, and the diagnosis names real misfits.
-        result = cvx.solve(program, require_all=False, integral=True, deadline=deadline, solver=solver,
-                               absolute_gap=0.5 * program.smallest_value)
-    if result.values is None:
-        raise OutOfTime
-    scored = replace(program, objective=program.score)
-    relaxed = cvx.solve(scored, require_all=require_all, integral=False, deadline=deadline, solver=solver)
-    objective = float(program.score @ result.values)
-    if relaxed.optimal and relaxed.values is not None:
-        bound = float(program.score @ relaxed.values)
-    else:
-        bound = float(np.sum(np.maximum(program.score, 0.0) * program.upper))
-    return Solved(replicas_of(program, result.values), objective, max(bound, objective), "milp")
 
 
 def _no_placement(time_limit: float | None, deadline: float | None) -> PlacementError:

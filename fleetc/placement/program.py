@@ -3,9 +3,10 @@
 One vector ``v = [x | y | u | z | w | k | d]`` over the allowed (stage, cluster) pairs of one
 problem (:class:`fleetc.placement.problem.Problem`; see :mod:`fleetc.placement.optimize` and
 ``docs/optimizer.md`` for what each part means); every constraint is a ``scipy.sparse`` matrix
-times ``v``. The exact path solves it through cvxpy (:mod:`fleetc.placement.cvx`);
-:mod:`fleetc.placement.colgen` solves the programs of restricted problems with
-:func:`solve_program` for its rounding and neighbourhood MILPs.
+times ``v``. The exact path solves it through cvxpy (:func:`fleetc.placement.cvx.solve`);
+:mod:`fleetc.placement.colgen` solves the programs of restricted problems (with what the
+stages it keeps fixed take) with :func:`solve_program`, HiGHS direct, for its rounding and
+neighbourhood MILPs; both take the program and the :class:`~fleetc.placement.problem.Budget`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from fleetc.placement import highs
-from fleetc.placement.problem import Problem
+from fleetc.placement.problem import Budget, Problem
 
 
 @dataclass(frozen=True, eq=False)
@@ -396,15 +397,19 @@ class Result:
 
 
 def solve_program(
-    program: Program, *, require_all: bool, integral: bool, deadline: float | None,
+    program: Program, budget: Budget, *, require_all: bool, integral: bool,
     absolute_gap: float | None = None, nodes: int | None = None,
 ) -> Result:
-    """Solve the MILP (or its LP relaxation); ``require_all`` fixes every stage's ``z`` to 1.
+    """Solve the MILP (or its LP relaxation) with HiGHS direct within ``budget.deadline``;
+    ``require_all`` fixes every stage's ``z`` to 1. ``budget.solver`` is not read: it names the
+    solver of the exact path (:func:`fleetc.placement.cvx.solve_program`, the same call through
+    cvxpy); the large path's MILPs stay on HiGHS.
 
     A MILP stops within a relative 1e-4 of optimal, or within ``absolute_gap``, or after
     ``nodes`` branch-and-bound nodes (None: no limit). Integral values are rounded to the
     integers HiGHS found them within tolerance of.
     """
+    deadline = budget.deadline
     lower = program.lower.copy()
     if require_all:
         if program.blocked.any():

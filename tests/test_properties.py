@@ -6,13 +6,22 @@
 - The order clusters and stages come in never changes the placement.
 - Instances built as an exact packing (each cluster's GPUs split into gangs) are fully placed.
 - Whenever brute force finds a sound placement of a small instance, ``place`` finds one too.
+- The large path (column generation, rounding, repair and reach; forced with ``large=0``) on
+  small instances with every rule on (failover headroom, caps, time-slicing, node shapes) gives
+  placements the verifier accepts, its bound is at least the exact path's objective, and every
+  sub-program its rounding and reach solve (:func:`fleetc.placement.colgen._round`,
+  ``_place_what_fits``, ``_reach``, ``_place_most``) places only what fits in what the stages
+  it keeps fixed leave, as the rules count it (:class:`fleetc.placement.rules.Ledger`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Callable
+from unittest import mock
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.builders import (
@@ -26,8 +35,11 @@ from support.builders import (
 )
 
 from fleetc.errors import PlacementError
-from fleetc.model import Assignment, FleetModel, Placement, StagePlacement, StageType
+from fleetc.model import Assignment, FleetModel, PipelineBudget, Placement, Source, StagePlacement, StageType, Team
+from fleetc.placement import colgen, cvx, optimize, rules
 from fleetc.placement.optimize import place
+from fleetc.placement.problem import Budget, Problem
+from fleetc.placement.program import Program, Result, Solved, replicas_of
 from fleetc.placement.verify import verify
 
 JURISDICTIONS = ("cn", "EU")
@@ -204,3 +216,166 @@ def test_a_placement_is_found_whenever_one_exists(model: FleetModel) -> None:
         assert not brute_force_feasible(model)
     else:
         assert brute_force_feasible(model)
+
+
+@st.composite
+def large_path_fleets(draw: st.DrawFn) -> FleetModel:
+    """Fleets where most stages fit but contend for GPUs (so the LP is fractional and the
+    rounding has sub-programs to solve): every rule a stage can meet but sovereignty and taints,
+    time-slicing with device plugins configured or not, at times failover headroom for the
+    multiCluster platform, a team's GPU quota and cost cap and a pipeline's budget."""
+    clusters = tuple(
+        make_cluster(
+            f"c{i}", gpu_type=draw(st.sampled_from(["a100", "h100"])), gpus=(gpus := draw(st.sampled_from([4, 8, 16]))),
+            gpus_per_node=draw(st.sampled_from([n for n in (4, 8) if gpus % n == 0])),
+            cores=draw(st.sampled_from([32, 128])), memory_gib=draw(st.sampled_from([128, 512])),
+            utilization=draw(st.sampled_from([0.0, 0.0, 0.25])), cordoned=draw(st.integers(0, 7)) == 0,
+            device_plugin_configured=draw(st.integers(0, 3)) > 0,
+            gpu_hour_cost=draw(st.sampled_from([1.0, 2.5, 4.0])), energy_efficiency=draw(st.sampled_from([0.3, 0.9])),
+        )
+        for i in range(draw(st.integers(2, 4)))
+    )
+    stages = tuple(
+        make_stage(
+            f"s{i}", pipeline=draw(st.sampled_from(["p", "q"])),
+            type=(kind := draw(st.sampled_from(list(StageType)))),
+            gpus=draw(st.sampled_from([0, 1, 2, 4])),
+            throughput_gpus=(throughput := draw(st.sampled_from(THROUGHPUT_CHOICES))),
+            gpu_types=(tuple(throughput) if draw(st.booleans()) else ()) if throughput
+            else draw(st.sampled_from(GPU_TYPE_CHOICES)),
+            replicas=draw(st.integers(1, 4)), cores=draw(st.sampled_from([1, 4, 8])),
+            memory_gib=draw(st.sampled_from([4, 16])),
+            min_replicas_per_cluster=draw(st.integers(1, 2)) if kind is StageType.DEPLOYMENT else 1,
+            shared_gpu=draw(st.booleans()),
+        )
+        for i in range(draw(st.integers(2, 8)))
+    )
+    platforms = ()
+    if draw(st.booleans()):
+        ha = draw(st.lists(st.sampled_from([c.name for c in clusters]), min_size=1, max_size=2, unique=True))
+        platforms = (dataclasses.replace(make_platform(ha[0], tuple(ha[1:]), pipelines=("p",)),
+                                         failover_headroom=draw(st.booleans())),)
+    gpu_policy = None
+    if draw(st.booleans()):
+        gpu_policy = make_gpu_policy(time_slicing=draw(st.sampled_from([2, 4])),
+                                     defragment_threshold=draw(st.sampled_from([None, 0.8])))
+    teams: tuple[Team, ...] = ()
+    budgets: tuple[PipelineBudget, ...] = ()
+    if draw(st.booleans()):
+        quota = tuple((gpu_type, draw(st.integers(0, 24))) for gpu_type in ("a100", "h100") if draw(st.booleans()))
+        teams = (Team("research", "platform", ("p",), quota, (), draw(st.sampled_from([None, 30.0, 90.0])),
+                      Source("platform.yaml", "spec.teams[0]")),)
+        budgets = (PipelineBudget("q", draw(st.sampled_from([15.0, 60.0])), Source("q.yaml", "spec")),)
+    return make_fleet(clusters, stages, platforms=platforms, gpu_policy=gpu_policy, teams=teams, budgets=budgets)
+
+
+class SubPrograms:
+    """The large path watched as it runs. Every sub-program its rounding and reach solve
+    (``colgen.solve_program``) is checked as it is solved: what it places, beside what the rest
+    of its component holds at that moment (the stages it keeps fixed), fits every cluster,
+    failover headroom and cap as the rules count them. Every component's LP bound
+    (``colgen._bound``, before the placement's objective is folded in) is checked against the
+    exact path's objective on the same problem (``cvx.solve``), where column generation counts
+    GPUs per pair as the exact program does (else ``optimize`` reports the trivial bound) and
+    no serving stage runs degraded."""
+
+    def __init__(self, model: FleetModel) -> None:
+        self.model = model
+        self.built: dict[int, Problem] = {}  # id(program) -> the restricted problem it is the program of
+        self.component: tuple[Problem, np.ndarray] | None = None  # the component's problem, replicas
+        self.bounds: list[float] = []  # what colgen._bound returned, in order
+        self.checked = 0
+        self.patches = [mock.patch.object(colgen, name, wrapper(getattr(colgen, name))) for name, wrapper in (
+            ("build_program", self._build), ("solve_program", self._solve),
+            ("_round_rest", self._follow_rest), ("_reach", self._follow_reach), ("_bound", self._record_bound))]
+        self.patches.append(mock.patch.object(optimize, "solve_large", self._bound_holds(optimize.solve_large)))
+
+    def __enter__(self) -> SubPrograms:
+        for patch in self.patches:
+            patch.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for patch in self.patches:
+            patch.stop()
+
+    def _follow_rest(self, original: Callable[..., None]) -> Callable[..., None]:
+        def follow(r: colgen._Rounding, rest: np.ndarray, replicas_at: np.ndarray) -> None:
+            self.component = (r.problem, replicas_at)
+            original(r, rest, replicas_at)
+        return follow
+
+    def _follow_reach(self, original: Callable[..., bool]) -> Callable[..., bool]:
+        def follow(r: colgen._Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> bool:
+            self.component = (r.problem, replicas_at)
+            return original(r, replicas_at, is_blocked)
+        return follow
+
+    def _record_bound(self, original: Callable[..., float]) -> Callable[..., float]:
+        def record(*args: object, **kwargs: object) -> float:
+            self.bounds.append(original(*args, **kwargs))
+            return self.bounds[-1]
+        return record
+
+    def _bound_holds(self, original: Callable[[Problem, Budget], Solved]) -> Callable[[Problem, Budget], Solved]:
+        def solve(problem: Problem, budget: Budget) -> Solved:
+            solved = original(problem, budget)
+            # A serving stage running degraded (least < replicas) keeps its shortfall penalty in
+            # colgen._bound, which can then fall below the exact objective; optimize reports
+            # max(bound, objective) there. Checked where no stage may run short.
+            if not optimize._varying_gpus(problem) and not (problem.least < problem.replicas).any():
+                exact = cvx.solve(problem, Budget())
+                assert self.bounds[-1] >= exact.objective - 1e-6 * max(1.0, abs(exact.objective)), \
+                    f"the large path's bound {self.bounds[-1]} is below the exact objective {exact.objective}"
+            return solved
+        return solve
+
+    def _build(self, original: Callable[..., Program]) -> Callable[..., Program]:
+        def build(problem: Problem, *args: object, **kwargs: object) -> Program:
+            program = original(problem, *args, **kwargs)
+            self.built[id(program)] = problem
+            return program
+        return build
+
+    def _solve(self, original: Callable[..., Result]) -> Callable[..., Result]:
+        def solve(program: Program, budget: Budget, **kwargs: object) -> Result:
+            result = original(program, budget, **kwargs)
+            if result.values is not None:
+                self._check(program, result.values)
+            return result
+        return solve
+
+    def _check(self, program: Program, values: np.ndarray) -> None:
+        assert self.component is not None
+        component, replicas_at = self.component
+        sub = self.built[id(program)]
+        position = {int(s): i for i, s in enumerate(component.part.stages)}
+        mine = [position[int(s)] for s in sub.part.stages]
+        fixed = replicas_at.copy()
+        fixed[mine] = 0  # the program's stages, wherever they are now, are what it places
+        stages, clusters = self.model.stages, self.model.clusters
+        placed = [(stages[component.part.stages[s]], clusters[component.part.clusters[c]].name, int(fixed[s, c]))
+                  for s, c in zip(*np.nonzero(fixed), strict=True)]
+        new = replicas_of(program, values)
+        placed += [(stages[sub.part.stages[s]], clusters[sub.part.clusters[c]].name, int(new[s, c]))
+                   for s, c in zip(*np.nonzero(new), strict=True)]
+        ledger = rules.Ledger(self.model, placed)
+        assert ledger.within_caps(), "a sub-program goes over a cap the fixed stages leave"
+        over = [clusters[c].name for c in component.part.clusters.tolist() if not ledger.fits(clusters[c].name)]
+        assert over == [], f"a sub-program places more than the fixed stages leave on {over}"
+        self.checked += 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(large_path_fleets())
+def test_the_large_path_holds_the_rules(model: FleetModel) -> None:
+    """The large path (``large=0``) places what the verifier accepts, each of its sub-programs
+    and component bounds holds (:class:`SubPrograms`), and its reported bound is at least the
+    exact path's objective."""
+    model = optimize._canonical(model)  # as place() numbers it, which the sub-programs' problems follow
+    exact = place(model, allow_unplaced=True)
+    with SubPrograms(model):
+        large = place(model, large=0, allow_unplaced=True)
+    assert verify(model, large, allow_unplaced=True) == []
+    assert large.method == "colgen-lp-round" or not any(p.assignments for p in exact.stages)
+    assert large.bound >= exact.objective - 1e-6 * max(1.0, abs(exact.objective))

@@ -288,7 +288,7 @@ class SubPrograms:
         self.patches = [mock.patch.object(colgen, name, wrapper(getattr(colgen, name))) for name, wrapper in (
             ("build_program", self._build), ("solve_program", self._solve),
             ("_round_rest", self._follow_rest), ("_reach", self._follow_reach), ("_bound", self._record_bound))]
-        self.patches.append(mock.patch.object(optimize, "solve_large", self._bound_holds(optimize.solve_large)))
+        self.patches.append(mock.patch.object(optimize, "_solve", self._bound_holds(optimize._solve)))
 
     def __enter__(self) -> SubPrograms:
         for patch in self.patches:
@@ -317,16 +317,21 @@ class SubPrograms:
             return self.bounds[-1]
         return record
 
-    def _bound_holds(self, original: Callable[[Problem, Budget], Solved]) -> Callable[[Problem, Budget], Solved]:
-        def solve(problem: Problem, budget: Budget) -> Solved:
-            solved = original(problem, budget)
-            # A serving stage running degraded (least < replicas) keeps its shortfall penalty in
-            # colgen._bound, which can then fall below the exact objective; optimize reports
-            # max(bound, objective) there. Checked where no stage may run short.
-            if not optimize._varying_gpus(problem) and not (problem.least < problem.replicas).any():
-                exact = cvx.solve(problem, Budget())
-                assert self.bounds[-1] >= exact.objective - 1e-6 * max(1.0, abs(exact.objective)), \
+    def _bound_holds(self, original: Callable[[Problem, Budget, int], Solved]
+                     ) -> Callable[[Problem, Budget, int], Solved]:
+        def solve(problem: Problem, budget: Budget, large: int) -> Solved:
+            recorded = len(self.bounds)
+            solved = original(problem, budget, large)
+            exact = cvx.solve(problem, Budget())
+            tolerance = 1e-6 * max(1.0, abs(exact.objective))
+            # colgen's own bound holds where it counts every pair's GPUs and no stage may run
+            # short (its bound keeps a shortfall's penalty); the component's, everywhere
+            if len(self.bounds) > recorded and not optimize._varying_gpus(problem) \
+                    and not (problem.least < problem.replicas).any():
+                assert self.bounds[-1] >= exact.objective - tolerance, \
                     f"the large path's bound {self.bounds[-1]} is below the exact objective {exact.objective}"
+            assert solved.bound >= exact.objective - tolerance, \
+                f"the component's bound {solved.bound} is below the exact objective {exact.objective}"
             return solved
         return solve
 

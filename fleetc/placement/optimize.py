@@ -297,15 +297,19 @@ def _solve(problem: Problem, budget: Budget, large: int) -> Solved:
     throughput counts there as the most GPUs any of its types takes (:func:`~fleetc.placement.problem.demand_of`), so
     what it places fits (the verifier checks the real counts) but may be less than the best,
     its bound and its proof that stages cannot be placed no longer hold: the bound is then the
-    trivial one (each stage on its best-scoring cluster) and nothing left out counts as proven."""
+    trivial one (each stage on its best-scoring cluster) and nothing left out counts as proven.
+    Its bound also keeps the penalty of a serving stage that may run short of replicas (a
+    degraded platform), so it may fall below the placement's objective and report a gap of 0
+    that nothing proved: where a stage may run short, the bound is the trivial one too."""
     if problem.pairs <= large:
         return cvx.solve(problem, budget)
     solved = solve_large(problem, budget)
-    if not _varying_gpus(problem):
+    varying = _varying_gpus(problem)
+    if not varying and not np.any(problem.least < problem.replicas):
         return solved
     best = np.where(problem.allowed, problem.total[np.ix_(problem.part.stages, problem.part.clusters)], -np.inf)
     bound = float(np.sum(np.where(problem.blocked, 0.0, problem.values * (1.0 + best.max(axis=1, initial=-1.0)))))
-    return replace(solved, bound=max(bound, solved.objective), proven=False)
+    return replace(solved, bound=max(bound, solved.objective), proven=solved.proven and not varying)
 
 
 def _varying_gpus(problem: Problem) -> bool:

@@ -27,7 +27,7 @@ CLUSTERS = ["edge-cluster-factory", "gpu-cluster-huawei", "inference-cluster-ali
 HEADER = "error: no placement satisfies every hard constraint:\n"
 
 
-NO_A100 = "1 is cordoned, 1 has no GPUs, 1 has no a100\n"
+NO_A100 = "1 is drained, 1 has no GPUs, 1 has no a100\n"
 
 
 FINETUNING = f"  0/3 clusters fit customer-service-assistant/lora-finetuning: {NO_A100}"

@@ -149,7 +149,7 @@ def test_cli_explain_takes_the_drain_the_placement_was_compiled_with(
     assert runner.invoke(cli, ["compile", "--drain", "a"]).exit_code == 0
     drained = runner.invoke(cli, ["explain", "llm/serve", "--drain", "a"])
     assert drained.exit_code == 0, drained.output
-    assert drained.stdout.startswith("llm/serve:\n  a: filtered out: cordoned\n  b: total 0.8170 <- 4 replicas\n")
+    assert drained.stdout.startswith("llm/serve:\n  a: filtered out: drained\n  b: total 0.8170 <- 4 replicas\n")
     assert drained.stdout.endswith("chosen: b, d\nrunner-up: none (every allowed cluster runs it)\n")
     stale = ("error: cannot explain: out/placement.yaml is stale: it does not hold for these policies (they, "
              "--drain, FLEETC_LARGE, the solver's version or fleetc's placement version changed since); run "

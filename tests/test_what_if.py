@@ -77,7 +77,7 @@ def test_a_lost_cluster_leaves_its_stage_unplaced_and_nothing_changes_on_disk(pr
         "  - llm/serve\n\n"
         "GPUs l4: 2 -> 0 (-2)\n\n"
         "unplaced in the scenario: 1 stage\n"
-        "  llm/serve: 0/2 clusters fit llm/serve: 1 is cordoned, 1 has no l4\n"
+        "  llm/serve: 0/2 clusters fit llm/serve: 1 is drained, 1 has no l4\n"
         "cost/h: 51.36 -> 48.96 (-2.40)\n"
         "headroom (free / capacity GPUs): a100 0/16 -> 0/16; l4 6/8 -> 0/0\n")
     assert "-      - name: serve-l4\n" in result.stdout  # the placement.yaml diff follows
@@ -145,7 +145,7 @@ def test_a_scenario_file_says_the_same_as_the_settings(project: Path) -> None:
     settings = run("diff", "--what-if", "drain=serve-l4", "--what-if", "pipeline=scenarios/extra.yaml")
     assert from_file.stdout.split("\n", 1)[1] == settings.stdout.split("\n", 1)[1]
     assert from_file.stdout.startswith("fleetc diff now -> what-if drain=serve-l4 pipeline=extra.yaml\n")
-    assert "  extra/tune: 0/2 clusters fit extra/tune: 1 is cordoned, 1 has no l4\n" in from_file.stdout
+    assert "  extra/tune: 0/2 clusters fit extra/tune: 1 is drained, 1 has no l4\n" in from_file.stdout
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -202,7 +202,7 @@ def test_the_front_door_reads_from_its_workdir_and_the_markdown_carries_the_scen
         project: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path_factory.mktemp("elsewhere"))
     found = what_if_fleet(Scenario(settings=("drain=serve-l4",), drain=("serve-l4",)), Options(workdir=project))
-    assert found.unplaced == (("llm/serve", "0/2 clusters fit llm/serve: 1 is cordoned, 1 has no l4"),)
+    assert found.unplaced == (("llm/serve", "0/2 clusters fit llm/serve: 1 is drained, 1 has no l4"),)
     assert [m.stage for m in found.report.moves] == ["llm/serve"]
     monkeypatch.chdir(project)
     comment = run("diff", "--what-if", "drain=serve-l4", "--format", "markdown").stdout
@@ -236,7 +236,7 @@ SCENARIOS_TEXT = (
     "stages moved in the scenario: 1 stage\n"
     "  llm/serve: serve-l4 -> (none)\n"
     "unplaced in the scenario: 1 stage\n"
-    "  llm/serve: 0/2 clusters fit llm/serve: 1 is cordoned, 1 has no l4\n"
+    "  llm/serve: 0/2 clusters fit llm/serve: 1 is drained, 1 has no l4\n"
     "cost/h: 51.36 -> 48.96 (-2.40)\n"
     "headroom (free / capacity GPUs): a100 0/16 -> 0/16; l4 6/8 -> 0/0\n")
 
@@ -301,7 +301,7 @@ def test_scenarios_below_the_text_and_json_diff(reviewed: Path) -> None:
     assert report["scenarios"] == [{
         "file": "scenarios/lose-l4.yaml", "settings": ["drain=serve-l4"],
         "stages": [{"stage": "llm/serve", "before": ["serve-l4"], "after": []}],
-        "unplaced": [{"stage": "llm/serve", "reason": "0/2 clusters fit llm/serve: 1 is cordoned, 1 has no l4"}],
+        "unplaced": [{"stage": "llm/serve", "reason": "0/2 clusters fit llm/serve: 1 is drained, 1 has no l4"}],
         "costPerHour": {"before": 51.36, "after": 48.96},
         "headroom": {"a100": {"capacity": {"before": 24, "after": 24}, "free": {"before": 8, "after": 8}},
                      "l4": {"capacity": {"before": 8, "after": 0}, "free": {"before": 6, "after": 0}}},

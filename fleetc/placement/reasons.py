@@ -87,7 +87,7 @@ def _unplaced_reason(
 
 def _counted(count: int, reason: str) -> str:
     """``2 have no a100``, ``1 is too small: ...``: the verb agrees with the count."""
-    is_state = reason.startswith(("too small", "cordoned", "in ", "over "))
+    is_state = reason.startswith(("too small", "cordoned", "drained", "in ", "over "))
     singular, plural = ("is", "are") if is_state else ("has", "have")
     return f"{count} {singular if count == 1 else plural} {reason}"
 

@@ -116,7 +116,7 @@ def exclusions(stage: Stage, cluster: Cluster) -> list[str]:
     word the first of them for users."""
     why = []
     if cluster.cordoned:
-        why.append("the cluster is cordoned")
+        why.append(f"the cluster is {'drained' if cluster.drained else 'cordoned'}")
     if outside_jurisdiction(stage, cluster):
         why.append(f"data sovereignty keeps it in jurisdiction {stage.jurisdiction}, "
                    f"the cluster is in {cluster.jurisdiction}")

@@ -5,7 +5,7 @@ S stages x C clusters, both in model order. It is pure: same model, same arrays.
 
 Filters (hard; a failing pair is not ``allowed`` and gets a short reason, the first that applies):
 
-- ``cordoned``: the cluster takes no work (the Fleet's ``cordoned`` or ``--drain``).
+- ``cordoned`` (the Fleet's ``cordoned``) or ``drained`` (``--drain``): the cluster takes no work.
 - ``in eu, outside the data's jurisdiction cn``: data sovereignty; the stage reads
   data of a jurisdiction (``Stage.jurisdiction``, set by :mod:`fleetc.resolve`) the cluster is
   not in.
@@ -243,7 +243,7 @@ def filter_reason(stage: Stage, cluster: Cluster) -> str:
     property test checks they agree) and :class:`Reasons` takes its texts from here.
     """
     if cluster.cordoned:
-        return "cordoned"
+        return "drained" if cluster.drained else "cordoned"
     if rules.outside_jurisdiction(stage, cluster):
         return f"in {cluster.jurisdiction}, outside the data's jurisdiction {stage.jurisdiction}"
     if rules.lacks_gpus(stage, cluster):

@@ -27,7 +27,7 @@ import scipy.sparse as sp
 
 from fleetc.model import Stage
 from fleetc.placement import highs, rules
-from fleetc.placement.problem import Budget, Problem
+from fleetc.placement.problem import Budget, Problem, time_sliced_gpus_per_cluster
 from fleetc.placement.program import OutOfTime, Program, Solved, build_program, replicas_of, solve_program
 from fleetc.placement.rules import time_sliced_gpus
 
@@ -1081,7 +1081,7 @@ def _free(large: _Large, taken: np.ndarray) -> np.ndarray:
     """(4, C) room left per cluster in the master's rows (exclusive GPUs, cores, GiB, shared
     slots), counting shared slots against GPUs as the MILP does when they take whole GPUs."""
     unshared = large.capacity[0] - taken[0]
-    shared_gpus = np.ceil(taken[3] / (large.slots * large.unit) - 1e-9) * large.unit
+    shared_gpus = time_sliced_gpus_per_cluster(taken[3], large.slots, large.unit)
     whole_units = np.floor(np.maximum(unshared, 0.0) / large.unit) * large.unit
     return np.stack([unshared - shared_gpus, large.capacity[1] - taken[1],
                      large.capacity[2] - taken[2], whole_units * large.slots - taken[3]])

@@ -42,7 +42,14 @@ import numpy as np
 from fleetc.model import FleetModel
 from fleetc.placement import LARGE, rules
 from fleetc.placement.previous import Recorded
-from fleetc.placement.problem import Budget, Part, PreviousClusters, Problem, previous_matrix
+from fleetc.placement.problem import (
+    Budget,
+    Part,
+    PreviousClusters,
+    Problem,
+    previous_matrix,
+    time_sliced_gpus_per_cluster,
+)
 from fleetc.placement.program import build_program, replicas_of, solve_program
 from fleetc.placement.scoring import Scores
 
@@ -172,7 +179,7 @@ def _taken(problem: Problem, replicas_at: np.ndarray) -> np.ndarray:
 def _overfull(problem: Problem, taken: np.ndarray) -> np.ndarray:
     """(C,) bool: clusters whose usable capacity no longer holds ``taken`` (time-sliced slots in
     whole units of the cluster's time-sliced GPUs, :func:`rules.time_sliced_gpus`)."""
-    units = np.ceil(taken[3] / (problem.slots * problem.unit) - 1e-9) * problem.unit
+    units = time_sliced_gpus_per_cluster(taken[3], problem.slots, problem.unit)
     used = np.stack([taken[0] + units, taken[1], taken[2]])
     over: np.ndarray = np.any(used > problem.capacity + 1e-6, axis=0)
     return over
@@ -240,7 +247,7 @@ def _fits(problem: Problem, taken: np.ndarray) -> np.ndarray:
     stages do not move in the neighbourhood, so a pair that fails this can carry no replica:
     leaving it out of the MILP loses nothing (time-sliced GPUs, which come in whole units
     shared with other stages, are left to the MILP)."""
-    units = np.ceil(taken[3] / (problem.slots * problem.unit) - 1e-9) * problem.unit
+    units = time_sliced_gpus_per_cluster(taken[3], problem.slots, problem.unit)
     free = np.stack([problem.capacity[0] - taken[0] - units, problem.capacity[1] - taken[1],
                      problem.capacity[2] - taken[2]])
     least = np.where(problem.gang, problem.replicas, problem.minimum)[:, None]

@@ -388,6 +388,13 @@ def previous_matrix(model: FleetModel, previous: PreviousClusters) -> np.ndarray
     return kept
 
 
+def time_sliced_gpus_per_cluster(slots_taken: np.ndarray, slots: np.ndarray, unit: np.ndarray) -> np.ndarray:
+    """:func:`rules.time_sliced_gpus` per cluster: the GPUs ``slots_taken`` (C,) time-sliced
+    slots take where one GPU holds ``slots`` and GPUs turn time-sliced ``unit`` at a time."""
+    gpus: np.ndarray = np.ceil(slots_taken / (slots * unit) - 1e-9) * unit
+    return gpus
+
+
 def stage_values(model: FleetModel, stages: tuple[Stage, ...]) -> np.ndarray:
     """Each stage's worth: its class weight (``EPSILON`` if 0) times its GPUs (at least 1)."""
     return np.array(

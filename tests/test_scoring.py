@@ -288,6 +288,32 @@ def test_blocks_of_rows_do_not_change_the_result(monkeypatch: pytest.MonkeyPatch
         assert np.array_equal(getattr(whole, term), getattr(rows, term)), term
 
 
+def test_stages_alike_are_scored_once_with_the_bits_each_would_get(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stages whose columns are equal share one scored row (a kind); every matrix and row the
+    scores give is bit for bit what scoring each stage on its own gives."""
+    clusters = (
+        make_cluster("a", gpu_hour_cost=1.0, region="us-east"),
+        make_cluster("b", gpu_type="h100", gpus=16),
+        make_cluster("c", gpu_type=None, gpus=0, cores=16),
+    )
+    stages = tuple(make_stage(f"s{i}", gpus=i % 2, cores=2 + i % 3, inputs=(make_input("us-east"),) * (i % 2))
+                   for i in range(12)) + (make_stage("t", gpu_types=("h100", "a100")), make_stage("u", memory_gib=65))
+    model = make_fleet(clusters, stages)
+    first, kind_of = scoring._kinds(scoring._Columns.of(model))
+    assert len(first) == 6 + 2  # (gpus, cores) repeats every 6 stages; t and u are kinds of their own
+    assert [kind_of[i] == kind_of[i + 6] for i in range(6)] == [True] * 6
+    alike = score_matrix(model)
+    count = len(stages)
+    monkeypatch.setattr(scoring, "_kinds", lambda columns: (np.arange(count), np.arange(count)))
+    each = score_matrix(model)
+    for term in ("allowed", "total", "compute", "cost", "network", "energy"):
+        assert getattr(alike, term).tobytes() == getattr(each, term).tobytes(), term
+    for stage in range(count):
+        assert alike.preference_of(stage).tobytes() == each.preference_of(stage).tobytes()
+        assert {k: v.tobytes() for k, v in alike.terms_of(stage).items()} == {
+            k: v.tobytes() for k, v in each.terms_of(stage).items()}
+
+
 def test_scoring_on_every_core_gives_the_one_process_bits(monkeypatch: pytest.MonkeyPatch) -> None:
     """A large fleet's blocks of rows are scored in forked processes, into shared arrays: the
     same filter and the same totals, bit for bit, as one process computes."""

@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Hashable, Iterable, Iterator, Mapping
-from dataclasses import astuple, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 
 import numpy as np
@@ -138,7 +138,8 @@ class Scores:
     allowed: np.ndarray  # bool
     reasons: Reasons  # (stage index, cluster index) -> why not allowed
     total: np.ndarray
-    _columns: _Columns = field(repr=False)
+    _kinds: _Columns = field(repr=False)  # one row per kind of stage (:func:`_kinds`)
+    _kind_of: np.ndarray = field(repr=False)  # (S,) each stage's row in ``_kinds``
 
     @cached_property
     def compute(self) -> np.ndarray:
@@ -158,31 +159,46 @@ class Scores:
 
     def preference_of(self, stage: int) -> np.ndarray:
         """One stage's GPU type preference penalty over all clusters (0 where not allowed)."""
-        row: np.ndarray = _Block.of(self._columns, slice(stage, stage + 1)).preference[0]
+        row: np.ndarray = self._block_of(stage).preference[0]
         return row
 
     def terms_of(self, stage: int) -> dict[str, np.ndarray]:
         """One stage's four terms over all clusters, without building the full matrices (what
         ``explain`` needs: a row, not 4 x S x C floats)."""
-        block = _Block.of(self._columns, slice(stage, stage + 1))
+        block = self._block_of(stage)
         return {name: getattr(block, name)[0] for name in ("compute", "cost", "network", "energy")}
 
+    def _block_of(self, stage: int) -> _Block:
+        kind = int(self._kind_of[stage])
+        return _Block.of(self._kinds, slice(kind, kind + 1))
+
     def _term(self, name: str) -> np.ndarray:
-        matrix = np.empty(self.allowed.shape)
-        for rows in _blocks(self._columns):
-            matrix[rows] = getattr(_Block.of(self._columns, rows), name)
-        return matrix
+        matrix = np.empty((len(self._kinds.s_gpus), self.allowed.shape[1]))
+        for rows in _blocks(self._kinds):
+            matrix[rows] = getattr(_Block.of(self._kinds, rows), name)
+        return _by_stage(matrix, self._kind_of)
 
 
 def score_matrix(model: FleetModel) -> Scores:
     """Filter every (stage, cluster) pair and score the allowed ones; see the module docstring.
 
-    A large fleet's blocks of rows are filled on every core (:func:`forkmap.fork_map`), into
+    Each kind of stage (:func:`_kinds`: stages whose columns are equal, byte for byte) is
+    scored once and its rows copied to its stages: a generated 1,000 x 20,000 fleet has ~150
+    kinds. A large fleet's blocks of kinds are filled on every core (:func:`forkmap.fork_map`), into
     arrays the forked processes share with this one (an anonymous shared mapping, nothing
-    pickled): rows are independent, so where a block starts changes no bit, and a block a
-    child failed to fill is filled here again."""
+    pickled): rows are independent, so where a block starts, or which stage's row a kind's is,
+    changes no bit, and a block a child failed to fill is filled here again."""
     columns = _Columns.of(model)
-    shape = (len(model.stages), len(model.clusters))
+    first, kind_of = _kinds(columns)
+    kinds = columns if len(first) == len(model.stages) else columns.of_stages(first)
+    allowed, total = _scored(model, kinds)
+    allowed, total = _by_stage(allowed, kind_of), _by_stage(total, kind_of)
+    return Scores(allowed, Reasons(model, allowed), total, kinds, kind_of)
+
+
+def _scored(model: FleetModel, columns: _Columns) -> tuple[np.ndarray, np.ndarray]:
+    """``allowed`` and ``total`` of the stages in ``columns``, in their order."""
+    shape = (len(columns.s_gpus), len(model.clusters))
     shared = shape[0] * shape[1] * _PAIR_COST >= forkmap.MIN_PARALLEL_SIZE
     blocks = list(_blocks(columns, pieces=forkmap.usable_cores() if shared else 1))
     allowed = _shared_zeros(shape, np.bool_) if shared else np.zeros(shape, dtype=bool)
@@ -198,7 +214,29 @@ def score_matrix(model: FleetModel) -> Scores:
     else:
         for rows in blocks:
             fill(rows)
-    return Scores(allowed, Reasons(model, allowed), total, columns)
+    return allowed, total
+
+
+def _kinds(columns: _Columns) -> tuple[np.ndarray, np.ndarray]:
+    """The stages alike for scoring: the first stage of each kind (stages whose per-stage
+    columns hold the same bytes, so that their rows are the same bits), and each stage's kind;
+    where every stage is its own kind, the stages in their order."""
+    count = len(columns.s_gpus)
+    if count < 2:
+        return np.arange(count), np.arange(count)
+    parts = [np.ascontiguousarray(np.moveaxis(getattr(columns, name), _STAGE_AXIS.get(name, 0), 0))
+             .reshape(count, -1).view(np.uint8) for name in _STAGE_COLUMNS]
+    rows = np.ascontiguousarray(np.concatenate(parts, axis=1))
+    _, first, kind_of = np.unique(rows.view(np.dtype((np.void, rows.shape[1]))).ravel(),
+                                  return_index=True, return_inverse=True)
+    if len(first) == count:
+        return np.arange(count), np.arange(count)
+    return first, kind_of.reshape(count)
+
+
+def _by_stage(matrix: np.ndarray, kind_of: np.ndarray) -> np.ndarray:
+    """Rows of kinds -> rows of stages (``matrix`` itself where every stage is its own kind)."""
+    return matrix if len(kind_of) == len(matrix) else matrix[kind_of]
 
 
 #: About what scoring one pair costs, in the unit :data:`forkmap.MIN_PARALLEL_SIZE` weighs (a
@@ -359,7 +397,7 @@ class _Columns:
             c_gpus=c_col((c.gpus for c in clusters), np.int64),
             c_cpu_millis=c_col((c.cpu_millis for c in clusters), np.int64),
             c_memory_bytes=c_col((c.memory_bytes for c in clusters), np.int64),
-            c_node=np.array([astuple(nodefit.node_of(c)) for c in clusters], dtype=np.int64).reshape(-1, 3).T,
+            c_node=np.array([_shape(nodefit.node_of(c)) for c in clusters], dtype=np.int64).reshape(-1, 3).T,
             c_ratio=_gib_per_core(c_memory_gib, c_cores),
             c_gpu_hour_cost=c_col(c.gpu_hour_cost for c in clusters),
             c_cpu_hour_cost=c_col(c.cpu_hour_cost for c in clusters),
@@ -395,6 +433,17 @@ class _Columns:
             ).reshape(len(toleration_sets), len(taint_sets)),
         )
 
+    def of_stages(self, stages: np.ndarray) -> _Columns:
+        """These columns for ``stages`` (indices) only; the clusters' stay as they are."""
+        return replace(self, **{name: np.take(getattr(self, name), stages, axis=_STAGE_AXIS.get(name, 0))
+                                for name in _STAGE_COLUMNS})
+
+
+#: The per-stage columns of :class:`_Columns`: a stage's row in them is all its scoring reads.
+_STAGE_COLUMNS = tuple(f.name for f in fields(_Columns) if f.name.startswith("s_"))
+#: The axis of stages in a per-stage column where it is not the first.
+_STAGE_AXIS = {"s_pod": 1}
+
 
 def _ranks(stages: tuple[Stage, ...], gpu_types: dict[Hashable, int]) -> np.ndarray:
     """(S, T) each GPU type code's rank among each stage's GPU types (:meth:`Stage.preference`),
@@ -424,15 +473,20 @@ def _type_gpus(stages: tuple[Stage, ...], gpu_types: dict[Hashable, int]) -> np.
 def _type_pods(stages: tuple[Stage, ...], gpu_types: dict[Hashable, int]) -> np.ndarray:
     """(3, S, T) each stage's pod (:func:`rules.pod_of`) on each GPU type code: a stage asking
     for throughput has the pod of its option for the type (its first option's elsewhere)."""
-    pods = np.repeat(np.array([astuple(rules.pod_of(s)) for s in stages], dtype=np.int64).reshape(-1, 3).T
+    pods = np.repeat(np.array([_shape(rules.pod_of(s)) for s in stages], dtype=np.int64).reshape(-1, 3).T
                      [:, :, np.newaxis], len(gpu_types), axis=2)
     for s, stage in enumerate(stages):
         for option in stage.gpu_options:
             if option.gpu_type in gpu_types:
                 fitted = replace(stage, gpus=option.gpus, gpu_request=option.gpu_request,
                                  pods_per_replica=option.pods_per_replica)
-                pods[:, s, gpu_types[option.gpu_type]] = astuple(rules.pod_of(fitted))
+                pods[:, s, gpu_types[option.gpu_type]] = _shape(rules.pod_of(fitted))
     return pods
+
+
+def _shape(shape: nodefit.Shape) -> tuple[int, int, int]:
+    """GPUs, millicores, bytes (``dataclasses.astuple`` deep-copies: seconds at 20,000 stages)."""
+    return shape.gpus, shape.millis, shape.memory
 
 
 def _gib_per_core(memory_gib: np.ndarray, cores: np.ndarray) -> np.ndarray:
@@ -448,16 +502,20 @@ def _locality(stages: tuple[Stage, ...], regions: dict[Hashable, int]) -> np.nda
     """
     by_key = {stage.key: stage for stage in stages}
     locality = np.ones((len(stages), len(regions)))
+    rows: dict[tuple[frozenset[str], ...], np.ndarray] = {}  # the same pieces recur
     for s, stage in enumerate(stages):
-        pieces = _data_pieces(stage, by_key)
+        pieces = tuple(_data_pieces(stage, by_key))
         if not pieces:
             continue
-        row = np.full(len(regions), sum(0.25 if where else 0.5 for where in pieces))
-        for where in pieces:
-            for region in where:
-                if region in regions:
-                    row[regions[region]] += 0.75
-        locality[s] = row / len(pieces)
+        row = rows.get(pieces)
+        if row is None:
+            row = np.full(len(regions), sum(0.25 if where else 0.5 for where in pieces))
+            for where in pieces:
+                for region in where:
+                    if region in regions:
+                        row[regions[region]] += 0.75
+            row = rows[pieces] = row / len(pieces)
+        locality[s] = row
     return locality
 
 

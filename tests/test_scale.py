@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -186,6 +187,33 @@ def test_stages_alike_but_for_cores_and_memory_bound_the_lp_at_their_least(monke
     assert kinds is not None and len(kinds[1]) < 400  # stages differing only in cores and memory are one kind
     bound = colgen._least_demand_bound(problem, large, False, None)
     assert lp_optimum * (1 - 1e-9) <= bound <= lp_optimum * 1.005  # a relaxation: never below the LP optimum
+
+
+def test_stages_that_all_differ_are_placed_from_the_relaxation_better_than_the_strong_greedy(
+        large: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where stages all differ and their LP is large (``KINDS_PAIRS``, forced here), the large
+    path places them from the relaxation's LP over kinds, its gang moves gain, and it places as
+    many stages as ``bench/strong.py``'s greedy and more objective."""
+    from bench.strong import place_strong
+    model = optimize._canonical(model_of(Spec(clusters=30, stages=600, load=0.9, diverse=True)))
+    monkeypatch.setattr(colgen, "WHOLE_LP_PAIRS", 1_000)
+    monkeypatch.setattr(colgen, "KINDS_PAIRS", 1_000)
+    monkeypatch.setattr(colgen, "ALIKE_SHARE", 0.7)
+    by_kinds = mock.Mock(wraps=colgen._solve_by_kinds)
+    monkeypatch.setattr(colgen, "_solve_by_kinds", by_kinds)
+    improve = mock.Mock(wraps=colgen._improve)
+    objectives: list[float] = []
+    monkeypatch.setattr(colgen, "_improve", lambda problem, large, replicas_at: (
+        objectives.append(problem.score_of(replicas_at)), improve(problem, large, replicas_at),
+        objectives.append(problem.score_of(replicas_at))))
+    placement = optimize.place(model, allow_unplaced=True)
+    assert by_kinds.called and verify(model, placement, allow_unplaced=True) == []
+    assert objectives[1] > objectives[0]  # the moves gained
+    strong = place_strong(model)
+    placed = len(model.stages) - len(unplaced(placement))
+    assert placed >= len(model.stages) - len(unplaced(strong))
+    assert placed > len(model.stages) - len(unplaced(strong)) or placement.objective > strong.objective
+    assert placement.gap <= 0.005
 
 
 def test_the_large_path_is_deterministic(large: None) -> None:

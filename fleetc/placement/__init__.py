@@ -17,7 +17,10 @@ one back (previous)."""
 #: master holds every pair when there are few.
 #: 11: an incremental recompile's neighbourhood drops pairs with no room and holds up to 250,000
 #: pairs (more recompiles stay incremental).
-PLACEMENT_VERSION = "11"
+#: 12: where stages all differ but for cores and memory and the LP over them would take column
+#: generation, the large path places them from the LP over kinds of the relaxation, an LP
+#: rounding, the repair and gang relocations and swaps.
+PLACEMENT_VERSION = "12"
 
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,
 #: unless :func:`fleetc.placement.optimize.place` is given another threshold (the CLI's

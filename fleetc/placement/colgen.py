@@ -16,6 +16,7 @@ says so (``timeLimitReached``).
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -260,6 +261,14 @@ COLUMN_WORK = 60_000_000
 #: A master holds every pair from the start when there are at most this many: the LP is then
 #: solved whole in one round (the LP of alike stages, :func:`_alike`, usually is).
 WHOLE_LP_PAIRS = 300_000
+#: Pairs above which stages that all differ but for cores and memory are placed from the
+#: relaxation's LP over their kinds (:func:`_solve_by_kinds`), not by column generation over
+#: them: at 500 x 10,000 ``--diverse`` (2.6 million pairs) column generation converges in 5
+#: rounds (61 s of CPU) and places every stage; at 1,000 x 20,000 (10.4 million) its master
+#: re-solves took 30-89 s of CPU each, where the relaxation's path takes ~37 s in all. Below
+#: it, column generation also places more where cores and memory bind (200 x 4,000 at full
+#: load: every stage against 3,997 and 3,994 from the relaxation).
+KINDS_PAIRS = 5_000_000
 #: The LP is solved over alike stages (:func:`_alike`) when they form at most this share of the
 #: stages: many fleets repeat the same pipelines (1,000 x 20,000 generated: 216 kinds of stage).
 ALIKE_SHARE = 0.5
@@ -706,9 +715,14 @@ def solve_large(problem: Problem, budget: Budget) -> Solved:
     """Column generation for the LP (over the kinds of alike stages when there are few,
     :func:`_alike`), fix what it places whole, a small MILP over the rest, then a greedy
     repair; see ``docs/optimizer.md``. ``budget.on_gap`` hears the LP's gap to its bound after
-    each round."""
+    each round. Where stages all differ but for cores and memory and their LP has more than
+    :data:`KINDS_PAIRS` pairs, :func:`_solve_by_kinds` places them from the relaxation instead."""
     large = _large(problem)
     alike = _alike(problem, large)
+    if alike is None and len(large.pair_stage) > KINDS_PAIRS:
+        kinds = _alike(problem, large, cores_and_memory=False)
+        if kinds is not None:
+            return _solve_by_kinds(problem, large, kinds, budget)
     if alike is None:
         lp = large
     else:
@@ -719,11 +733,43 @@ def solve_large(problem: Problem, budget: Budget) -> Solved:
     stage_relaxed = relaxed if alike is None else _spread(large, lp, relaxed, alike[0])
     replicas_at, proven = _round(_Rounding(problem, large, stage_relaxed, budget.deadline))
     objective = problem.score_of(replicas_at)
-    in_lp = np.bincount(large.pair_stage, minlength=large.stages) > 0  # multiCluster conflicts are not
-    left_out = bool(np.any(in_lp & ~replicas_at.any(axis=1)))
+    left_out = _leaves_out(large, replicas_at)
     bound = _bound(lp, master, relaxed, left_out, budget.deadline)
     if not relaxed.converged:  # its Lagrangian bound may be loose: a relaxation's may be tighter
         bound = min(bound, _least_demand_bound(problem, large, left_out, budget.deadline))
+    return Solved(replicas_at, objective, max(bound, objective), "colgen-lp-round", proven)
+
+
+def _leaves_out(large: _Large, replicas_at: np.ndarray) -> bool:
+    """Whether ``replicas_at`` leaves out a stage the LP may place (multiCluster conflicts,
+    which have no pairs, do not count)."""
+    in_lp = np.bincount(large.pair_stage, minlength=large.stages) > 0
+    return bool(np.any(in_lp & ~replicas_at.any(axis=1)))
+
+
+def _solve_by_kinds(problem: Problem, large: _Large, kinds: tuple[np.ndarray, np.ndarray], budget: Budget
+                    ) -> Solved:
+    """Place stages that all differ (``bench.generate --diverse``) from the LP of
+    :func:`_least_demand_bound`'s relaxation, whose kinds are stages alike but for cores and
+    memory, each asking the least of its stages: spread over the stages (:func:`_spread`),
+    the stages it places whole where they fit as they are, an LP over the rest and the stages
+    of the clusters they overfill (:func:`_round_by_lp`), a greedy repair, then relocations
+    and swaps of gangs (:func:`_improve`). The bound is that relaxation's.
+
+    Column generation over 20,000 such stages re-solved its master for 30-90 s of CPU a round
+    and stopped at its work budget (1,000 x 20,000: ~320 s of CPU in all); the relaxation's LP
+    has one row per kind and converges in a few cheap rounds."""
+    lp, master, relaxed = _relaxation(problem, large, kinds, budget.deadline, budget.on_gap)
+    r = _Rounding(problem, large, _spread(large, lp, relaxed, kinds[0]), budget.deadline)
+    replicas_at, fixed = _whole_units(r)
+    rest = np.flatnonzero(~fixed & ~problem.blocked)
+    if len(rest):
+        _round_by_lp(r, rest, replicas_at)
+    _repair(problem, large, replicas_at)
+    _improve(problem, large, replicas_at)
+    proven = _reach(r, replicas_at, problem.blocked)
+    objective = problem.score_of(replicas_at)
+    bound = _bound(lp, master, relaxed, _leaves_out(large, replicas_at), budget.deadline)
     return Solved(replicas_at, objective, max(bound, objective), "colgen-lp-round", proven)
 
 
@@ -742,6 +788,17 @@ def _least_demand_bound(problem: Problem, large: _Large, left_out: bool, deadlin
     kinds = _alike(problem, large, cores_and_memory=False)
     if kinds is None:
         return math.inf
+    try:
+        lp, master, relaxed = _relaxation(problem, large, kinds, deadline)
+    except OutOfTime:  # the user's deadline: the bound of the LP over stages stands
+        return math.inf
+    return _bound(lp, master, relaxed, left_out, deadline)
+
+
+def _relaxation(problem: Problem, large: _Large, kinds: tuple[np.ndarray, np.ndarray], deadline: float | None,
+                on_gap: Callable[[float], None] = lambda gap: None) -> tuple[_Large, _Master, _Relaxed]:
+    """The LP of :func:`_least_demand_bound`'s relaxation over ``kinds`` (each stage's kind,
+    each kind's first stage), solved by column generation: its terms, master and solution."""
     type_of, representatives = kinds
     lp = _large(problem.restrict(representatives), np.bincount(type_of))
     least = lp.coefficients.copy()
@@ -750,11 +807,7 @@ def _least_demand_bound(problem: Problem, large: _Large, left_out: bool, deadlin
         np.minimum.at(least[r], type_of, large.coefficients[r])
     lp = replace(lp, coefficients=least)
     master = _start_master(lp)
-    try:
-        relaxed = _generate_columns(lp, master, lp.gain + lp.move, deadline)
-    except OutOfTime:  # the user's deadline: the bound of the LP over stages stands
-        return math.inf
-    return _bound(lp, master, relaxed, left_out, deadline)
+    return lp, master, _generate_columns(lp, master, lp.gain + lp.move, deadline, on_gap)
 
 
 def _alike(problem: Problem, large: _Large, cores_and_memory: bool = True
@@ -885,15 +938,25 @@ class _Rounding:
 
 
 def _round(r: _Rounding) -> tuple[np.ndarray, bool]:
-    """(S, C) replicas of the part: the stages the LP places in whole units as it places them,
-    a MILP over the rest on their LP clusters plus a few alternatives, a greedy repair, and
-    exact MILPs around what is still left out (:func:`_reach`); and whether what it leaves out
-    is proven not to fit."""
+    """(S, C) replicas of the part: the stages the LP places in whole units as it places them
+    (:func:`_whole_units`), a MILP over the rest on their LP clusters plus a few alternatives,
+    a greedy repair, and exact MILPs around what is still left out (:func:`_reach`); and
+    whether what it leaves out is proven not to fit."""
+    replicas_at, fixed = _whole_units(r)
+    rest = np.flatnonzero(~fixed & ~r.problem.blocked)
+    if len(rest):
+        _round_rest(r, rest, replicas_at)
+    _repair(r.problem, r.large, replicas_at)
+    return replicas_at, _reach(r, replicas_at, r.problem.blocked)
+
+
+def _whole_units(r: _Rounding) -> tuple[np.ndarray, np.ndarray]:
+    """(S, C) replicas of the stages the LP places in whole units, as it places them, but for
+    the stages of clusters they would overfill; and (S,) which stages those are."""
     large, relaxed, problem = r.large, r.relaxed, r.problem
     replicas = problem.replicas.astype(int)
     gang = problem.gang
     minimum = problem.minimum.astype(int)
-    is_blocked = problem.blocked
     stage, cluster = large.pair_stage[relaxed.pairs], large.pair_cluster[relaxed.pairs]
     units = relaxed.shares * np.where(gang[stage], 1, replicas[stage])
     whole = np.rint(units)
@@ -901,22 +964,81 @@ def _round(r: _Rounding) -> tuple[np.ndarray, bool]:
     placed = (whole * np.where(gang[stage], replicas[stage], 1)).astype(np.int32)
     per_stage = np.bincount(stage, weights=placed, minlength=large.stages)
     broken = np.bincount(stage, weights=~ok, minlength=large.stages) > 0
-    fixed = ~broken & (per_stage == replicas) & ~is_blocked
+    fixed = ~broken & (per_stage == replicas) & ~problem.blocked
     replicas_at = np.zeros((large.stages, large.clusters), dtype=np.int32)
     keep = fixed[stage] & (placed > 0)
     replicas_at[stage[keep], cluster[keep]] = placed[keep]
-    # The LP gives shared slots fractional time-sliced units: a cluster whose whole stages need
-    # more whole units than it has gives them back to the rounding MILP.
+    # The LP gives shared slots fractional time-sliced units (and a relaxation's, the least
+    # cores and memory of a kind): a cluster whose whole stages need more than it has gives
+    # them all back to the rounding.
+    fixed &= ~_give_back_overfull(large, replicas_at, fixed)
+    return replicas_at, fixed
+
+
+def _give_back_overfull(large: _Large, replicas_at: np.ndarray, among: np.ndarray) -> np.ndarray:
+    """Take the stages of ``among`` (S,) off every cluster that ``replicas_at`` overfills (in
+    place); (S,) which those are."""
     overfull = (_free(large, _taken(large, replicas_at))[:3] < -1e-6).any(axis=0)
-    if overfull.any():
-        returned = replicas_at[:, overfull].any(axis=1)
-        replicas_at[returned] = 0
-        fixed &= ~returned
-    rest = np.flatnonzero(~fixed & ~is_blocked)
-    if len(rest):
-        _round_rest(r, rest, replicas_at)
-    _repair(problem, large, replicas_at)
-    return replicas_at, _reach(r, replicas_at, is_blocked)
+    returned: np.ndarray = among & replicas_at[:, overfull].any(axis=1)
+    replicas_at[returned] = 0
+    return returned
+
+
+def _round_by_lp(r: _Rounding, rest: np.ndarray, replicas_at: np.ndarray) -> None:
+    """Place the ``rest`` stages in the capacity the others leave (in place) as the LP over
+    their candidate pairs (:func:`_candidates`) places them whole, where they fit as the
+    repair counts room (the LP counts time-sliced GPUs in fractions); the others stay out (for
+    the repair). An LP, not the MILP of :func:`_round_rest`: over the 2,251 stages a
+    relaxation's rounding left at 1,000 x 20,000 ``--diverse`` that MILP took 41 s of CPU and
+    left 1,589 out; the LP takes 2.4 s and its solution is whole for most of them."""
+    large, problem = r.large, r.problem
+    replicas_at[rest] = 0
+    taken = _taken(large, replicas_at)
+    candidates, columns = _candidates(large, r.relaxed, rest, _free(large, taken))
+    columns = np.union1d(columns, large.headroom.members)
+    program = build_program(problem.restrict(rest, columns), allowed=candidates[:, columns],
+                            taken=taken[:, columns], fixed_need=_fixed_need(r, replicas_at),
+                            cap_taken=large.caps.used(replicas_at))
+    result = solve_program(program, Budget(r.deadline), require_all=False, integral=False)
+    if result.values is None:
+        return
+    stage = program.unit_stage
+    gang = problem.gang[rest]
+    units = result.values[: len(stage)] * np.where(gang[stage], 1, program.unit_replicas)  # a gang: x, 0 or 1
+    whole = np.rint(units)
+    minimum = problem.minimum[rest]
+    ok = (np.abs(units - whole) <= _WHOLE) & ((whole == 0) | gang[stage] | (whole >= minimum[stage]))
+    after = np.zeros((len(rest), large.clusters), dtype=replicas_at.dtype)
+    placed = whole * np.where(gang[stage], program.unit_replicas, 1)
+    np.add.at(after, (stage, columns[program.unit_cluster]), placed.astype(replicas_at.dtype))
+    broken = np.bincount(stage, weights=~ok, minlength=len(rest)) > 0
+    good = ~broken & (after.sum(axis=1) == problem.replicas[rest])
+    room = _room(large, replicas_at)
+    for i in np.flatnonzero(good).tolist():  # as the repair counts room: whole time-sliced units
+        s = int(rest[i])
+        plan = {int(c): int(after[i, c]) for c in np.flatnonzero(after[i])}
+        if all(after[i, c] >= minimum[i] for c in problem.ha[s]) and _take_plan(room, s, plan):
+            replicas_at[s] = after[i]
+
+
+def _room(large: _Large, replicas_at: np.ndarray) -> _Room:
+    """The room ``replicas_at`` leaves, as the greedy repair counts it."""
+    return _Room(large.capacity, _taken(large, replicas_at), large.slots, large.unit, large.headroom,
+                 large.coefficients / large.replicas, replicas_at, large.caps)
+
+
+def _take_plan(room: _Room, s: int, plan: dict[int, int]) -> bool:
+    """Take ``plan`` (cluster -> replicas of stage ``s``) from ``room`` if all of it fits, one
+    cluster after the other (failover headroom and caps couple them); whether it did."""
+    taken: list[tuple[int, int]] = []
+    for c, count in plan.items():
+        if room.fits(c, s) < count:
+            for d, back in taken:
+                room.take(d, s, -back)
+            return False
+        room.take(c, s, count)
+        taken.append((c, count))
+    return True
 
 
 #: Pairs above which a neighbourhood of :func:`_reach` grows no further.
@@ -1339,3 +1461,151 @@ def _greedy_plan(stage: Stage, s: int, minimum: int, by_score: list[int], ha: li
             room.take(c, s, -count)
         return {}
     return plan
+
+
+#: Passes of the relocate/swap search over the placed gangs (:func:`_improve`).
+IMPROVE_PASSES = 2
+#: Better clusters (best first) on which a gang looks for a gang to swap with.
+SWAP_CLUSTERS = 8
+
+
+def _improve(problem: Problem, large: _Large, replicas_at: np.ndarray) -> None:
+    """Raise the LP's objective by moving placed gangs (in place), the moves of
+    ``bench/strong.py``: each gang takes the best of moving whole to a better cluster with room
+    and swapping clusters with a gang on one of its :data:`SWAP_CLUSTERS` best better
+    clusters, if that gains. At most :data:`IMPROVE_PASSES` passes; after the first, a pass
+    visits only the gangs whose cluster or better clusters changed since their last visit."""
+    gangs = _Gangs(problem, large, replicas_at)
+    for _ in range(IMPROVE_PASSES):
+        if not gangs.improve_all():
+            return
+
+
+class _Gangs:
+    """The placed gangs of ``replicas_at`` while :func:`_improve` moves them (in place).
+    Whether a move fits is the repair's :class:`_Room` (capacity, time-slicing, failover
+    headroom, caps); the arrays here only skip what cannot fit."""
+
+    def __init__(self, problem: Problem, large: _Large, replicas_at: np.ndarray) -> None:
+        self.large, self.replicas_at = large, replicas_at
+        self.objective = large.gain + large.move
+        by_cluster = np.argsort(large.pair_cluster, kind="stable").astype(np.int32)  # stages in order
+        self.by_cluster, self.stage_by_cluster = by_cluster, large.pair_stage[by_cluster]
+        self.cluster_range = np.searchsorted(large.pair_cluster[by_cluster], np.arange(large.clusters + 1))
+        self.room = _room(large, replicas_at)
+        self.stages = np.flatnonzero(problem.gang & replicas_at.any(axis=1))
+        self.where = np.full(large.stages, -1)
+        self.where[self.stages] = np.argmax(replicas_at[self.stages], axis=1)
+        self.value = np.zeros(large.stages)  # the objective of each gang where it is
+        key = large.pair_stage.astype(np.int64) * large.clusters + large.pair_cluster
+        self.value[self.stages] = self.objective[np.searchsorted(key, self.stages * large.clusters
+                                                                 + self.where[self.stages])]
+        self.on: list[set[int]] = [set() for _ in range(large.clusters)]
+        for s in self.stages.tolist():
+            self.on[int(self.where[s])].add(s)
+        self.whole = large.coefficients  # a gang's exclusive GPUs, cores, GiB, shared slots
+        self.changed = np.zeros(large.clusters, dtype=np.int64)  # when each cluster last changed
+        self.visited = np.full(large.stages, -1, dtype=np.int64)  # when each gang was last weighed
+        self.clock = 0
+
+    def _values_at(self, stages: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
+        """Which of ``stages`` may run on cluster ``c``, and the objective of each there (0
+        where not)."""
+        start, stop = self.cluster_range[c], self.cluster_range[c + 1]
+        found = start + np.searchsorted(self.stage_by_cluster[start:stop], stages)
+        found = np.minimum(found, stop - 1)
+        allowed = (found >= start) & (self.stage_by_cluster[np.maximum(found, 0)] == stages)
+        values: np.ndarray = np.where(allowed, self.objective[self.by_cluster[np.maximum(found, 0)]], 0.0)
+        return allowed, values
+
+    def _put(self, s: int, c: int, sign: int) -> None:
+        n = int(self.large.replicas[s])
+        self.room.take(c, s, sign * n)
+        self.replicas_at[s, c] = n if sign > 0 else 0
+        if sign > 0:
+            self.where[s] = c
+            self.on[c].add(s)
+        else:
+            self.on[c].discard(s)
+
+    def _fits(self, s: int, c: int) -> bool:
+        return self.room.fits(c, s) >= int(self.large.replicas[s])
+
+    def improve_all(self) -> bool:
+        """One pass; whether any gang moved."""
+        improved = False
+        for s in self.stages.tolist():
+            improved = self._improve(s) or improved
+        return improved
+
+    def _improve(self, s: int) -> bool:
+        """Move gang ``s`` or swap it, whichever gains more (if anything); whether it did."""
+        large, objective = self.large, self.objective
+        here = int(self.where[s])
+        pairs = np.arange(large.pair_range[s], large.pair_range[s + 1])
+        better = pairs[objective[pairs] > self.value[s] + 1e-12]
+        clusters = large.pair_cluster[better]
+        last, self.visited[s] = self.visited[s], self.clock
+        if not len(better) or (last >= 0 and self.changed[here] <= last and self.changed[clusters].max() <= last):
+            return False  # nothing better, or nothing changed since it was last weighed
+        order = np.argsort(-objective[better], kind="stable")
+        better, clusters = better[order], clusters[order]
+        gains = objective[better] - self.value[s]
+        self._put(s, here, -1)  # off while its moves are weighed
+        free = self._free()
+        roomy = np.flatnonzero(np.all(free[:, clusters] >= self.whole[:, s, None] - 1e-9, axis=0))
+        swap_gain, residents, swap_to = self._swaps(s, here, clusters[:SWAP_CLUSTERS], gains[:SWAP_CLUSTERS], free)
+        gain_of = np.concatenate([gains[roomy], swap_gain])
+        partner_of = np.concatenate([np.full(len(roomy), -1), residents])
+        target_of = np.concatenate([clusters[roomy], swap_to])
+        for best in np.argsort(-gain_of, kind="stable").tolist():  # the best move that fits
+            if gain_of[best] <= 1e-9:
+                break
+            if self._moved(s, here, int(target_of[best]), int(partner_of[best])):
+                return True
+        self._put(s, here, 1)
+        return False
+
+    def _free(self) -> np.ndarray:
+        """(4, C) room left (:func:`_free`): what a move must fit in, but for the failover
+        headroom and the caps, and time-sliced GPUs taking whole units."""
+        return _free(self.large, self.room.taken)
+
+    def _swaps(self, s: int, here: int, theirs: np.ndarray, gain_of_s: np.ndarray, free: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """With ``s`` off ``here`` and ``free`` room left: what swapping it with each gang on
+        ``theirs`` (clusters where ``s`` gains ``gain_of_s``) that may fit gains, those gangs
+        and their clusters."""
+        on = [sorted(self.on[there]) for there in theirs.tolist()]
+        residents = np.fromiter(itertools.chain.from_iterable(on), dtype=np.int64)
+        counts = [len(r) for r in on]
+        there, gain = np.repeat(theirs, counts), np.repeat(gain_of_s, counts)
+        allowed, value_here = self._values_at(residents, here)
+        whole = self.whole
+        may_fit = (allowed
+                   & np.all(free[:, there] + whole[:, residents] - whole[:, s, None] >= -1e-9, axis=0)
+                   & np.all(free[:, here, None] - whole[:, residents] >= -1e-9, axis=0))
+        swap_gain: np.ndarray = gain[may_fit] + value_here[may_fit] - self.value[residents[may_fit]]
+        return swap_gain, residents[may_fit], there[may_fit]
+
+    def _moved(self, s: int, here: int, there: int, r: int) -> bool:
+        """Put ``s`` (off ``here``) on ``there``, and gang ``r`` from ``there`` on ``here``
+        (no gang when -1), if that fits; whether it did."""
+        if r >= 0:
+            self._put(r, there, -1)
+        if not self._fits(s, there):
+            if r >= 0:
+                self._put(r, there, 1)
+            return False
+        self._put(s, there, 1)
+        if r >= 0 and not self._fits(r, here):
+            self._put(s, there, -1)
+            self._put(r, there, 1)
+            return False
+        self.clock += 1
+        self.changed[[here, there]] = self.clock
+        self.value[s] = self._values_at(np.array([s]), there)[1][0]
+        if r >= 0:
+            self._put(r, here, 1)
+            self.value[r] = self._values_at(np.array([r]), here)[1][0]
+        return True

@@ -27,6 +27,7 @@ from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, Stag
 from fleetc.placement import LARGE, PLACEMENT_VERSION
 from fleetc.placement.previous import PLACEMENT_FILE, Previous, read_previous
 from fleetc.placement.solvers import DEFAULT_SOLVER, check_solver, solver_label
+from fleetc.policy.forkmap import Background
 from fleetc.policy.load import Document, FieldPath, LoadResult, Position, load_paths, load_sources
 from fleetc.policy.validate import PolicySet, validate
 from fleetc.progress import NULL_REPORTER, Reporter, phase
@@ -134,15 +135,27 @@ def compile_fleet(options: Options) -> Compiled:
     """``fleetc compile``: load and validate the policies, take the output folder's
     placement.yaml (or with ``base``, the one committed at that revision) as the previous
     placement, place and render. Writes nothing."""
-    loaded = load_policies(options.paths, options.reporter, options.workdir)
     if options.base is None:
-        previous, ignored = read_previous(Path(options.out), options.workdir)
+        # Read meanwhile on the other core: a large fleet's placement.yaml takes a second.
+        with Background(lambda: read_previous(Path(options.out), options.workdir),
+                        _file_size(options.workdir / options.out / PLACEMENT_FILE)) as reading:
+            loaded = load_policies(options.paths, options.reporter, options.workdir)
+            previous, ignored = reading.result()
     else:
+        loaded = load_policies(options.paths, options.reporter, options.workdir)
         from fleetc.git.flow import previous_at  # fleetc.git imports this module
 
         previous, ignored = previous_at(options.base, options.out, options.workdir), ""
     compiled = compile_policies(loaded, dataclasses.replace(options, previous=previous))
     return dataclasses.replace(compiled, previous_ignored=ignored)
+
+
+def _file_size(path: Path) -> int:
+    """The size of the file ``path`` (0 where there is none, or it cannot be read)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def explain_stage(target: str, options: Options) -> Explanation:

@@ -113,3 +113,38 @@ def test_shares_hold_every_item_once_and_are_balanced(sizes, count):
     assert all(share == sorted(share) for share in shares)
     loads = [sum(sizes[i] for i in share) for share in shares]
     assert max(loads) - min(loads) <= max(sizes, default=0)
+
+
+def test_background_computes_in_a_child_while_this_process_goes_on():
+    _needs_fork()
+    with forkmap.Background(lambda: _pid_and_square(7), 1) as pending:
+        pid, square = pending.result()
+    assert square == 49 and pid != PARENT
+
+
+def test_background_of_a_small_size_runs_here_when_asked(monkeypatch):
+    monkeypatch.setattr(forkmap, "MIN_PARALLEL_SIZE", 101)
+    ran = []
+    with forkmap.Background(lambda: ran.append(1) or _pid_and_square(3), 100) as pending:
+        assert ran == [] and pending.child is None
+        assert pending.result() == (PARENT, 9) and ran == [1]
+
+
+@pytest.mark.parametrize("func", [_fails_in_children, _killed_in_children])
+def test_a_failing_background_child_costs_time_not_a_different_result(func):
+    _needs_fork()
+    with forkmap.Background(lambda: func(4), 1) as pending:
+        assert pending.child is not None
+        assert pending.result() == 5
+
+
+def test_a_background_child_whose_result_is_not_asked_for_is_ended_and_reaped():
+    _needs_fork()
+    with pytest.raises(ValueError, match="the work beside it failed"), \
+            forkmap.Background(lambda: signal.pause(), 1) as pending:  # never ends by itself
+        assert pending.child is not None
+        pid, _ = pending.child
+        raise ValueError("the work beside it failed")
+    assert pending.child is None
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # already reaped

@@ -1,4 +1,5 @@
-"""``[func(item) for item in items]`` on every usable core, by forking: the load stage's hot loop.
+"""``[func(item) for item in items]`` on every usable core, by forking: the load stage's hot loop
+(and :class:`Background`: one result computed beside other work).
 
 Most of loading a large fleet is libyaml handing Python one event object at a time (see
 :mod:`fleetc.policy.fastcompose`); files are independent, so on two cores two processes read them in
@@ -18,9 +19,11 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import threading
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from types import TracebackType
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -51,6 +54,40 @@ def fork_map(func: Callable[[T], R], items: Sequence[T], sizes: Sequence[int]) -
         for i, value in zip(share, values, strict=True):
             results[i] = value
     return results  # type: ignore[return-value]  # every slot is filled above
+
+
+class Background(Generic[R]):
+    """``func()`` computed in a forked child while this process goes on with other work (one
+    core computes a stage alone: the other reads a file meanwhile); :meth:`result` waits for it.
+
+    The same rules as :func:`fork_map`: a ``size`` below :data:`MIN_PARALLEL_SIZE`, one
+    usable core, no ``os.fork`` or another thread running, and ``func`` runs here when its
+    result is asked for; a child that fails costs time (``func`` runs here again), never a
+    different result. Leaving the ``with`` block ends a child whose result was not asked for
+    (the work beside it failed), so none is left behind.
+    """
+
+    def __init__(self, func: Callable[[], R], size: int):
+        self.func = func
+        forks = size >= MIN_PARALLEL_SIZE and usable_cores() > 1 and _can_fork()
+        self.child = _spawn(lambda _: func(), [None]) if forks else None
+
+    def result(self) -> R:
+        child, self.child = self.child, None
+        values: list[R] | None = _collect(child)
+        return values[0] if values is not None and len(values) == 1 else self.func()
+
+    def __enter__(self) -> Background[R]:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if self.child is not None:
+            pid, read_end = self.child
+            self.child = None
+            os.close(read_end)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
 
 
 def usable_cores() -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import PurePath
 
 from fleetc import model as m
@@ -203,6 +203,8 @@ class _NodeShapes:
     whole: dict[str, frozenset[nodefit.Shape]]
     sliced: dict[str, frozenset[nodefit.Shape]]
     smallest: dict[str, int]
+    #: What :func:`_fitted_to_nodes` found, by all it reads of a stage: stages alike recur.
+    fits: dict[tuple[object, ...], tuple[int, int]] = field(default_factory=dict, compare=False)
 
 
 def _node_shapes(model: m.FleetModel) -> _NodeShapes:
@@ -227,10 +229,15 @@ def _fitted_to_nodes(model: m.FleetModel, stage: m.Stage, shapes: _NodeShapes) -
     memory crowd a node first), so any placement packs onto nodes."""
     if stage.throughput is not None:
         return stage
-    types = sorted(t for t in shapes.smallest if stage.preference(t) is not None)
-    seen = shapes.sliced if uses_shared_slots(model, stage) else shapes.whole
-    nodes = list(frozenset().union(*(seen[t] for t in types)))  # max over them: any order
-    pods, reserved = _fit(stage, stage.gpus, nodes, min((shapes.smallest[t] for t in types), default=0))
+    types = tuple(sorted(t for t in shapes.smallest if stage.preference(t) is not None))
+    shared = uses_shared_slots(model, stage)
+    key = (types, shared, stage.gpus, stage.cpu_millis, stage.memory_bytes, stage.is_gang)
+    fit = shapes.fits.get(key)
+    if fit is None:
+        seen = shapes.sliced if shared else shapes.whole
+        nodes = list(frozenset().union(*(seen[t] for t in types)))  # max over them: any order
+        fit = shapes.fits[key] = _fit(stage, stage.gpus, nodes, min((shapes.smallest[t] for t in types), default=0))
+    pods, reserved = fit
     if reserved == stage.gpus and pods == 1:
         return stage
     return replace(stage, gpus=reserved, pods_per_replica=pods, gpu_request=stage.gpus)

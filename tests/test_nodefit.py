@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_validate import FLEET, check, cluster, documents, pipeline
 
-from fleetc.model import FleetModel
+from fleetc.model import FleetModel, Stage
 from fleetc.nodefit import (
     Shape,
     default_gpus_per_node,
@@ -171,6 +171,25 @@ def test_a_pod_crowding_a_node_reserves_gpus_and_one_fitting_no_node_is_kept_off
     big = model_of_texts(fleet, pipeline("{name: serve, type: Deployment, resources: {gpu: 1, cpu: 80}}"))
     assert rules.exclusions(big.stages[0], big.clusters[0]) == [
         "its pods (1 GPU, 80 cores, 16Gi) fit no node of the cluster (8 GPUs, 64 cores, 1024Gi each)"]
+
+
+def test_stages_fitted_together_are_fitted_as_each_alone() -> None:
+    """resolve fits each kind of stage once: a stage that differs in anything node fit reads
+    (GPUs, cores, memory, whether it is a gang) gets its own fit, alike ones the same."""
+    fleet = cluster("attributes: {gpu-type: a100, gpu-count: 16, cpu-per-node: 64, memory-per-node: 256Gi}")
+    stages = ["{name: s0, type: Deployment, resources: {gpu: 1, cpu: 20}}",
+              "{name: s1, type: Deployment, resources: {gpu: 1, cpu: 20}}",
+              "{name: s2, type: Deployment, resources: {gpu: 1, cpu: 4}}",
+              "{name: s3, type: Deployment, resources: {gpu: 1, cpu: 4, memory: 100Gi}}",
+              "{name: s4, type: Deployment, resources: {gpu: 2, cpu: 4}}",
+              "{name: s5, type: Training, resources: {gpu: 12, cpu: 4}}",
+              "{name: s6, type: Deployment, resources: {gpu: 1, cpu: 20}}"]
+    def fit(stage: Stage) -> tuple[int, int, int | None]:
+        return stage.gpus, stage.pods_per_replica, stage.gpu_request
+
+    together = [fit(stage) for stage in model_of_texts(fleet, pipeline(*stages)).stages]
+    assert together == [fit(model_of_texts(fleet, pipeline(stage)).stages[0]) for stage in stages]
+    assert together == [(4, 1, 1), (4, 1, 1), (1, 1, None), (4, 1, 1), (2, 1, None), (16, 2, 12), (4, 1, 1)]
 
 
 def test_a_serving_replica_larger_than_a_node_is_refused_at_validate_time() -> None:

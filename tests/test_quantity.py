@@ -91,3 +91,14 @@ def test_parse_quantity_rejects_negative_numbers(value: float) -> None:
 def test_parse_quantity_rejects_infinity_with_value_error() -> None:
     with pytest.raises(ValueError):
         parse_quantity(float("inf"))
+
+
+def test_figures_read_before_never_stand_for_an_equal_value_of_another_type() -> None:
+    """cpu_millis and memory_bytes remember what they read; ``True == 1 == 1.0`` in Python, yet
+    True is no quantity and 0.1 + 0.2 is read from its shortest repr, not as 0.3."""
+    assert (cpu_millis(1), cpu_millis(1.0), memory_bytes(1)) == (1000, 1000, 1)
+    with pytest.raises(ValueError, match="not a quantity: True"):
+        cpu_millis(True)
+    with pytest.raises(ValueError, match="not a quantity: True"):
+        memory_bytes(True)
+    assert (cpu_millis("0.3"), cpu_millis(0.1 + 0.2)) == (300, 301)

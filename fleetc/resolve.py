@@ -17,6 +17,7 @@ from fleetc import nodefit
 from fleetc.errors import Diagnostic, InternalError, PolicyError, UsageError, did_you_mean
 from fleetc.placement.rules import degraded_platforms, slots_on, uses_shared_slots
 from fleetc.policy import kinds as p
+from fleetc.policy.load import gc_paused
 from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage
 from fleetc.policy.validate import Parsed, PolicySet, governed, pipeline_namespace, stage_edges, team_pipelines
 
@@ -75,7 +76,8 @@ def resolve(policies: PolicySet, where: str, drained: Sequence[str] = (),
     """
     files = sorted({parsed.doc.path for kind in fields(policies) for parsed in getattr(policies, kind.name)})
     names = provenance_names(files, roots or files, workdir)
-    return _renamed(_resolve(policies, where, drained, names), names)
+    with gc_paused():  # a large fleet's model is 20,000 stages that live as long as the compile
+        return _renamed(_resolve(policies, where, drained, names), names)
 
 
 def provenance_names(files: Sequence[str], roots: Sequence[str], workdir: str = ".") -> dict[str, str]:

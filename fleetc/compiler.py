@@ -387,7 +387,8 @@ def inputs_digest(policies: PolicySet, options: Options) -> str:
     file: moving a policy between files changes nothing). fleetc's release and its source bytes
     are left out on purpose: an upgrade or a comment edit that places the same must not make
     every committed ``out/`` stale."""
-    documents = sorted(json.dumps(parsed.doc.data, sort_keys=True, ensure_ascii=False)
+    documents = sorted(json.dumps(parsed.doc.data, sort_keys=True, ensure_ascii=False) if parsed.json is None
+                       else parsed.json  # validate made that text already
                        for kind in dataclasses.fields(policies) for parsed in getattr(policies, kind.name))
     large = {} if options.large in (None, LARGE) else {"large": options.large}
     payload = json.dumps({"placement": PLACEMENT_VERSION, "solver": solver_label(options.solver),

@@ -197,3 +197,25 @@ def test_a_compile_the_large_path_places_never_imports_cvxpy() -> None:
     out = subprocess.run([sys.executable, "-c", script, str(ROOT / "policies")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "colgen-lp-round []\n"
+
+
+def test_the_inputs_digest_hashes_the_text_validate_made_as_json_dumps_writes_it() -> None:
+    """validate keeps each document's JSON text (keys sorted) and the digest hashes it: the same
+    text, and so the same digest, as json.dumps of the data (non-ASCII text, nested lists and
+    mappings, numbers of every kind)."""
+    import json
+
+    sources = {path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8")
+               for path in sorted((ROOT / "policies").rglob("*.yaml"))}
+    sources["extra.yaml"] = ("apiVersion: aigc.kurator.dev/v1alpha1\nkind: AIGCPipeline\nmetadata: {name: zz, "
+                             "namespace: ml, labels: {note: \"état ü 日本\"}}\nspec:\n  stages:\n"
+                             "    - {name: s, type: Training, resources: {gpu: 1, cpu: 0.5, memory: 1.5Gi}, "
+                             "command: [run, \"--x=1\"]}\n")
+    loaded = loaded_of(sources)
+    parsed = [item for kind in dataclasses.fields(loaded.policies) for item in getattr(loaded.policies, kind.name)]
+    assert parsed and all(item.json == json.dumps(item.doc.data, sort_keys=True, ensure_ascii=False) for item in parsed)
+    assert any("日本" in (item.json or "") for item in parsed)
+    without = dataclasses.replace(loaded.policies, **{
+        kind.name: tuple(dataclasses.replace(item, json=None) for item in getattr(loaded.policies, kind.name))
+        for kind in dataclasses.fields(loaded.policies)})
+    assert inputs_digest(loaded.policies, Options()) == inputs_digest(without, Options())

@@ -8,6 +8,7 @@ resolve, dependency cycles, quantities and percentages in range, attributes that
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -55,6 +56,9 @@ class Parsed(Generic[T]):
 
     obj: T
     doc: Document
+    #: The document's data as JSON text, keys sorted (what the inputs digest hashes); None where
+    #: it holds NaN or infinity (or it was not made here).
+    json: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -89,7 +93,7 @@ def _validate(documents: Sequence[Document]) -> tuple[PolicySet, list[Diagnostic
         if text is None or may_hold_credentials(text):
             diagnostics.extend(credential_checks(doc))
         if obj is not None:
-            parsed.append(Parsed(obj, doc))
+            parsed.append(Parsed(obj, doc, text))
         elif (named := _kind_and_name(doc.data)) is not None:
             invalid.add(named)
     policies = PolicySet(
@@ -168,13 +172,14 @@ def _schema_valid(kind: str, data: Any) -> bool:
         return False
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False, allow_nan=False)
+_ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False, allow_nan=False, sort_keys=True)
 
 
 def _json_text(data: Any) -> str | None:
     """``data`` as JSON text, or None when it holds NaN, infinity or what JSON cannot hold. One
     pass in C that tells for most documents that they have no NaN to report and no credential
-    (see :func:`may_hold_credentials`)."""
+    (see :func:`may_hold_credentials`); keys sorted, it is the text the inputs digest hashes
+    (``json.dumps(data, sort_keys=True, ensure_ascii=False)``, the same for finite data)."""
     try:
         return _ENCODER.encode(data)
     except (ValueError, TypeError):

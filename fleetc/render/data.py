@@ -31,7 +31,6 @@ from __future__ import annotations
 import functools
 import shlex
 from typing import NamedTuple
-from urllib.parse import urlsplit
 
 from fleetc.errors import Diagnostic
 from fleetc.model import STORAGE_CREDENTIAL_KEYS, DataPolicy, Source, Stage, url_scheme
@@ -44,6 +43,7 @@ from fleetc.render.common import (
     memory_quantity,
     metadata,
     shorten,
+    split_url,
     warning,
 )
 from fleetc.render.context import Context, Work
@@ -119,7 +119,7 @@ class DataMounts(NamedTuple):
 def _nfs_volume(name: str, url: str, read_only: bool) -> Obj:
     """An ``nfs`` pod volume of ``nfs://server/export/path``: the kubelet mounts
     ``server:/export/path`` itself (no PersistentVolume needed)."""
-    parts = urlsplit(url)
+    parts = split_url(url)
     nfs: Obj = {"server": parts.hostname or "", "path": "/" + parts.path.strip("/")}
     if read_only:
         nfs["readOnly"] = True

@@ -28,17 +28,17 @@ otherwise rclone takes the pod's own cloud identity (``env_auth``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import shlex
 from collections import Counter
 from dataclasses import replace
 from enum import Enum
-from urllib.parse import urlsplit
 
 from fleetc.errors import Diagnostic
 from fleetc.model import STORAGE_CREDENTIAL_KEYS, Stage, url_scheme
-from fleetc.render.common import Obj, dns_label, warning
+from fleetc.render.common import Obj, dns_label, split_url, warning
 from fleetc.render.context import Context, Work
 
 MARKER_IMAGE = "rclone/rclone:1.68"
@@ -153,7 +153,7 @@ def unmarked(ctx: Context, stage: Stage) -> str | None:
     if not stage.outputs:
         return "has no outputs to put its completion marker beside; give it an output"
     if not reachable(stage.outputs[0].url):
-        return (f"writes its first output to {urlsplit(stage.outputs[0].url).scheme}://, where fleetc "
+        return (f"writes its first output to {split_url(stage.outputs[0].url).scheme}://, where fleetc "
                 "cannot put a completion marker; make its first output nfs:// or an object store")
     if not stage.command:
         return "sets no command for fleetc to wrap, so its completion cannot be marked; set command"
@@ -163,15 +163,17 @@ def unmarked(ctx: Context, stage: Stage) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1 << 16)  # asked for every marking stage, by objects and warnings
 def reachable(url: str) -> bool:
-    scheme = urlsplit(url).scheme.lower()
+    """Whether fleetc can put a completion marker at ``url``: ``nfs://`` or an object store."""
+    scheme = split_url(url).scheme.lower()
     return scheme == "nfs" or scheme in REMOTES
 
 
 def _location(url: str, slot: int, secret: str | None) -> tuple[str, Obj | None, list[Obj]]:
     """(rclone path of the folder, the NFS volume it needs or None, the env the remote needs:
     the Secret's keys by reference first, so later plain values may name them as ``$(VAR)``)."""
-    parts = urlsplit(url)
+    parts = split_url(url)
     scheme = parts.scheme.lower()
     path = parts.path.strip("/")
     if scheme == "nfs":

@@ -31,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import fcntl
+import functools
 import os
 import re
 import shutil
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetc.errors import FleetcError, UsageError
+from fleetc.policy.forkmap import fork_map
 
 #: Where fleetc records the files it wrote, relative to the output folder.
 RECORD = ".fleetc/files"
@@ -54,8 +56,8 @@ LOCK_TIMEOUT = 120.0
 _LOCK_POLL = 0.05
 #: What follows ``.<out name>.`` in the names of fleetc's temporary folders beside the output.
 _STAGING_MARK = "fleetc-"
-#: How a file of the new tree is created (what ``open(path, "wb")`` does).
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+#: How a file of the new tree is created: a new file (never through a link or a symlink).
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 #: How a file of the previous tree is read: never through a symlink, never blocking on a FIFO.
 _READ_PREVIOUS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _OPEN_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -163,7 +165,7 @@ def _stage_and_swap(out_dir: Path, files: Mapping[str, str], then: Callable[[], 
                 _swap_back(staging, out_dir, how)
                 raise
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        _remove(staging, files)
 
 
 @contextmanager
@@ -231,11 +233,15 @@ def changes(out_dir: Path, files: Mapping[str, str]) -> list[Change]:
 
 def owned_files(out_dir: Path) -> set[str]:
     """The files fleetc wrote last time, from its record (empty when there is none)."""
+    return {line for line in _recorded(out_dir) if line and _is_safe_relative(line)}
+
+
+def _recorded(out_dir: Path) -> set[str]:
+    """The lines of fleetc's record, unchecked (empty when there is none)."""
     try:
-        text = (out_dir / RECORD).read_text(encoding="utf-8")
+        return set((out_dir / RECORD).read_text(encoding="utf-8").splitlines())
     except (OSError, UnicodeDecodeError):
         return set()
-    return {line for line in text.splitlines() if line and _is_safe_relative(line)}
 
 
 def _is_safe_relative(rel: str) -> bool:
@@ -245,32 +251,45 @@ def _is_safe_relative(rel: str) -> bool:
 
 
 def _write_files(staging: Path, files: Mapping[str, str], previous: Path | None) -> None:
-    """Write ``files`` (relative POSIX paths) under ``staging``, one folder at a time; with
-    ``previous`` (the old output folder), link the files it already holds byte for byte."""
+    """Write ``files`` (relative POSIX paths) under ``staging``, one folder at a time, the
+    folders shared out over every core once there is enough to write (:func:`fork_map`: most
+    of a write is system calls on separate folders, which run side by side); with ``previous``
+    (the old output folder), link the files it already holds byte for byte."""
     by_folder: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for rel, text in files.items():
         folder, _, name = rel.rpartition("/")
         by_folder[folder].append((name, text))
-    umask = _umask()
-    for folder in sorted(by_folder):
-        target = os.path.join(staging, folder)
-        os.makedirs(target, exist_ok=True)
-        folder_fd = os.open(target, _OPEN_FOLDER)
-        previous_fd = _open_previous_folder(previous, folder)
-        try:
-            for name, text in sorted(by_folder[folder]):
-                data = text.encode("utf-8")
-                if previous_fd is None or not _link_unchanged(previous_fd, folder_fd, name, data, umask):
-                    _write(folder_fd, name, data)
-        finally:
-            os.close(folder_fd)
-            if previous_fd is not None:
-                os.close(previous_fd)
+    folders = sorted(by_folder)
+    write = functools.partial(_write_folder, staging, previous, _umask(), by_folder)
+    fork_map(write, folders, [sum(len(text) for _, text in by_folder[folder]) for folder in folders])
+
+
+def _write_folder(staging: Path, previous: Path | None, umask: int,
+                  by_folder: Mapping[str, list[tuple[str, str]]], folder: str) -> None:
+    target = os.path.join(staging, folder)
+    os.makedirs(target, exist_ok=True)
+    folder_fd = os.open(target, _OPEN_FOLDER)
+    previous_fd = _open_previous_folder(previous, folder)
+    try:
+        for name, text in sorted(by_folder[folder]):
+            data = text.encode("utf-8")
+            if previous_fd is None or not _link_unchanged(previous_fd, folder_fd, name, data, umask):
+                _write(folder_fd, name, data)
+    finally:
+        os.close(folder_fd)
+        if previous_fd is not None:
+            os.close(previous_fd)
 
 
 def _write(folder_fd: int, name: str, data: bytes) -> None:
-    """Create (or truncate) ``name`` in the open folder and write ``data`` to it."""
-    fd = os.open(name, _CREATE, 0o666, dir_fd=folder_fd)
+    """Create ``name`` in the open folder and write ``data`` to it. A file already there was
+    left by a worker of :func:`_write_files` that failed (its folders are written again): it
+    may be a link into the old tree, so it is replaced, never written through."""
+    try:
+        fd = os.open(name, _CREATE, 0o666, dir_fd=folder_fd)
+    except FileExistsError:
+        os.unlink(name, dir_fd=folder_fd)
+        fd = os.open(name, _CREATE, 0o666, dir_fd=folder_fd)
     try:
         view = memoryview(data)
         while view:
@@ -330,8 +349,34 @@ def _umask() -> int:
     return umask
 
 
+def _remove(tree: Path, files: Mapping[str, str]) -> None:
+    """Remove ``tree`` (after the swap, the old output), its folders shared out over every core
+    once there is enough to remove (:func:`fork_map`, balanced by what ``files``, the new
+    tree, holds in the folder of that name: the old tree mostly mirrors it)."""
+    sizes: dict[str, int] = defaultdict(int)
+    for rel, text in files.items():
+        sizes[rel.rpartition("/")[0]] += len(text)
+    folders = [f"{top.name}/{sub.name}" for top in _folders(tree) for sub in _folders(Path(top.path))]
+    fork_map(functools.partial(_remove_folder, tree), folders, [sizes.get(folder, 0) for folder in folders])
+    shutil.rmtree(tree, ignore_errors=True)
+
+
+def _folders(path: Path) -> list[os.DirEntry[str]]:
+    """The folders in ``path`` (not symlinks to folders); none when it cannot be read."""
+    try:
+        with os.scandir(path) as entries:
+            return [entry for entry in entries if entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
+def _remove_folder(tree: Path, folder: str) -> None:
+    shutil.rmtree(tree / folder, ignore_errors=True)
+
+
 def _carry_foreign_files(out_dir: Path, staging: Path, rendered: set[str]) -> None:
-    owned = owned_files(out_dir) | {RECORD}
+    # the record's lines as they are: only the paths the walk finds are looked up in them
+    owned = _recorded(out_dir) | {RECORD}
     for rel in _walk(out_dir):
         if rel not in owned and rel not in rendered:
             target = staging / rel

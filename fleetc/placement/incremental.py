@@ -98,21 +98,22 @@ def recompile(model: FleetModel, scores: Scores, blocked: Mapping[int, str], pre
     kept = previous_matrix(model, previous)
     whole = Problem.of(model, scores, blocked, kept, Part(np.arange(len(model.stages)), np.arange(len(model.clusters))))
     touched = touched_stages(model, scores, blocked, previous, recorded)
-    base = np.where(touched[:, None], 0, kept).astype(np.int64)
-    touched |= base[:, _overfull(whole, _taken(whole, base))].any(axis=1)
+    base = _Pairs.of(kept).without(touched)
+    touched |= base.holding(_overfull(whole, _taken(whole, base)), len(model.stages))
     if touched.sum() > TOUCHED_SHARE * len(model.stages):
         return None
-    base[touched] = 0
+    base = base.without(touched)
     placeable = touched & ~whole.blocked & whole.allowed.any(axis=1)
     was_out = np.array([not previous.get(s.key) and (recorded is None or s.key in recorded) for s in model.stages])
     may_stay_out = was_out & touched & ~_changed_mask(model, recorded) if allow_unplaced else np.zeros_like(touched)
     solved = _solve_neighbourhood(whole, base, placeable, may_stay_out, budget)
     if solved is None:
         return None
-    replicas_at, candidates, proven = solved
-    objective = whole.score_of(replicas_at)
-    bound = lagrangian_bound(whole, replicas_at)
-    return Recompiled(replicas_at, objective, max(bound, objective), int(touched.sum()), candidates, proven)
+    placed, candidates, proven = solved
+    objective = whole.score_of_pairs(placed.stage, placed.cluster, placed.count)
+    bound = _bound(whole, placed, BOUND_STEPS)
+    return Recompiled(placed.matrix(whole.allowed.shape), objective, max(bound, objective), int(touched.sum()),
+                      candidates, proven)
 
 
 def touched_stages(model: FleetModel, scores: Scores, blocked: Mapping[int, str], previous: PreviousClusters,
@@ -160,11 +161,52 @@ def _may_stay(model: FleetModel, scores: Scores, s: int, before: Mapping[str, in
     return not serving_ha or all(before.get(name, 0) >= minimum for name in rules.ha_clusters(model, stage))
 
 
-def _taken(problem: Problem, replicas_at: np.ndarray) -> np.ndarray:
-    """(4, C) what ``replicas_at`` uses of each cluster in the program's rows: exclusive GPUs,
+@dataclass(frozen=True, eq=False)
+class _Pairs:
+    """Replicas placed, as (stage, cluster, count) triplets in row-major order: the kept stages
+    of a fleet without a pass over its (S, C) matrix each time they are read."""
+
+    stage: np.ndarray
+    cluster: np.ndarray
+    count: np.ndarray
+
+    @classmethod
+    def of(cls, replicas_at: np.ndarray) -> _Pairs:
+        stage, cluster = np.nonzero(replicas_at)
+        return cls(stage, cluster, replicas_at[stage, cluster])
+
+    def without(self, stages: np.ndarray) -> _Pairs:
+        """These pairs but for the stages ``stages`` ((S,) bool) marks."""
+        keep = ~stages[self.stage]
+        return _Pairs(self.stage[keep], self.cluster[keep], self.count[keep])
+
+    def holding(self, clusters: np.ndarray, n_stages: int) -> np.ndarray:
+        """(S,) bool: the stages with replicas on a cluster ``clusters`` ((C,) bool) marks."""
+        found = np.zeros(n_stages, dtype=bool)
+        found[self.stage[clusters[self.cluster]]] = True
+        return found
+
+    def with_placed(self, stages: np.ndarray, clusters: np.ndarray, placed: np.ndarray) -> _Pairs:
+        """These pairs and ``placed`` ((len(stages), len(clusters)) replicas), in row-major order."""
+        stage, cluster = np.nonzero(placed)
+        stage = np.concatenate([self.stage, stages[stage]])
+        cluster = np.concatenate([self.cluster, clusters[cluster]])
+        count = np.concatenate([self.count, placed[np.nonzero(placed)]])
+        order = np.lexsort((cluster, stage))
+        return _Pairs(stage[order], cluster[order], count[order])
+
+    def matrix(self, shape: tuple[int, int]) -> np.ndarray:
+        """The (S, C) replicas of these pairs."""
+        replicas_at = np.zeros(shape, dtype=np.int32)
+        replicas_at[self.stage, self.cluster] = self.count
+        return replicas_at
+
+
+def _taken(problem: Problem, pairs: _Pairs) -> np.ndarray:
+    """(4, C) what ``pairs`` use of each cluster in the program's rows: exclusive GPUs,
     cores, GiB, time-sliced slots (each pair's GPUs on its cluster's type)."""
-    stage, cluster = np.nonzero(replicas_at)
-    count = replicas_at[stage, cluster].astype(float)
+    stage, cluster = pairs.stage, pairs.cluster
+    count = pairs.count.astype(float)
     gpus = problem.gpus_at(stage, cluster) * count
     shared = problem.shared[stage]
     clusters = len(problem.clusters)
@@ -185,11 +227,11 @@ def _overfull(problem: Problem, taken: np.ndarray) -> np.ndarray:
     return over
 
 
-def _solve_neighbourhood(whole: Problem, base: np.ndarray, placeable: np.ndarray, may_stay_out: np.ndarray,
-                         budget: Budget) -> tuple[np.ndarray, int, bool] | None:
-    """Place the ``placeable`` stages beside the kept ones (``base``, (S, C)); the whole
-    placement, the candidates of the last MILP and whether what it leaves out is proven out, or
-    None (fall back).
+def _solve_neighbourhood(whole: Problem, base: _Pairs, placeable: np.ndarray, may_stay_out: np.ndarray,
+                         budget: Budget) -> tuple[_Pairs, int, bool] | None:
+    """Place the ``placeable`` stages beside the kept ones (``base``); the whole placement,
+    the candidates of the last MILP and whether what it leaves out is proven out, or None
+    (fall back).
 
     When the MILP cannot place them all, a neighbourhood that shares its clusters with no kept
     stage (closed: as the full solve would) leaves out what its most valuable placement leaves
@@ -199,14 +241,16 @@ def _solve_neighbourhood(whole: Problem, base: np.ndarray, placeable: np.ndarray
     cluster the neighbourhood's stages may use, round after round (a chain of moves), until
     it holds more than :data:`NEIGHBOURHOOD_PAIRS` pairs or grows no more."""
     movable = placeable.copy()
+    shape = whole.allowed.shape
     if not movable.any():
         return base, 0, True
     levels = list(GROWTH)
     while True:
         stages = np.flatnonzero(movable)
         clusters = np.flatnonzero(whole.allowed[stages].any(axis=0))
-        fixed = base.copy()
-        fixed[stages] = 0
+        inside = np.zeros(shape[1], dtype=bool)
+        inside[clusters] = True
+        fixed = base.without(movable)
         sub = whole.restrict(stages, clusters)
         taken = _taken(whole, fixed)[:, clusters]
         allowed = sub.allowed & _fits(sub, taken)
@@ -215,8 +259,7 @@ def _solve_neighbourhood(whole: Problem, base: np.ndarray, placeable: np.ndarray
         program = build_program(sub, allowed=allowed, taken=taken)
         result = solve_program(program, budget, require_all=True, integral=True, nodes=NODES)
         if result.values is not None:
-            fixed[np.ix_(stages, clusters)] = replicas_of(program, result.values)
-            return fixed, len(stages), True
+            return fixed.with_placed(stages, clusters, replicas_of(program, result.values)), len(stages), True
         if not result.infeasible:
             return None  # out of time or nodes: the full solve decides
         most = solve_program(program, budget, require_all=False, integral=True, nodes=NODES,
@@ -225,15 +268,14 @@ def _solve_neighbourhood(whole: Problem, base: np.ndarray, placeable: np.ndarray
             return None
         placed = replicas_of(program, most.values)
         left_out = stages[~placed.any(axis=1)]
-        closed = not fixed[:, clusters].any()  # nothing outside could make room: as proven as the full solve
+        closed = not inside[fixed.cluster].any()  # nothing outside could make room: as proven as the full solve
         if closed or may_stay_out[left_out].all():
-            fixed[np.ix_(stages, clusters)] = placed
-            return fixed, len(stages), closed
+            return fixed.with_placed(stages, clusters, placed), len(stages), closed
         wanted = left_out[~may_stay_out[left_out]]
         grown = movable
         while not (grown & ~movable).any():
             if not levels:  # the residents of every cluster the neighbourhood may use
-                grown = movable | base[:, clusters].any(axis=1)
+                grown = movable | base.holding(inside, shape[0])
                 if not (grown & ~movable).any():
                     return None  # nothing more can move: the full solve decides
             else:
@@ -258,7 +300,7 @@ def _fits(problem: Problem, taken: np.ndarray) -> np.ndarray:
     return fits
 
 
-def _residents(whole: Problem, base: np.ndarray, stages: np.ndarray, best: int | None) -> np.ndarray:
+def _residents(whole: Problem, base: _Pairs, stages: np.ndarray, best: int | None) -> np.ndarray:
     """(S,) bool: the kept stages on the ``best`` best-scoring clusters (None: all) each of
     ``stages`` may use: the ones that may make room for it."""
     clusters = np.zeros(len(whole.clusters), dtype=bool)
@@ -266,8 +308,7 @@ def _residents(whole: Problem, base: np.ndarray, stages: np.ndarray, best: int |
         allowed = np.flatnonzero(whole.allowed[s])
         order = np.lexsort((allowed, -whole.total_at(np.full(len(allowed), s), allowed)))
         clusters[allowed[order[:best]]] = True
-    found: np.ndarray = np.any(base[:, clusters], axis=1)
-    return found
+    return base.holding(clusters, len(whole.stages))
 
 
 def lagrangian_bound(problem: Problem, replicas_at: np.ndarray, steps: int = BOUND_STEPS) -> float:
@@ -290,6 +331,11 @@ def lagrangian_bound(problem: Problem, replicas_at: np.ndarray, steps: int = BOU
     Stages alike in every number the bound reads (:func:`_kinds`) have the same terms, so it is
     computed over (K, C) arrays of kinds, each counted times its stages: at 1,000 x 20,000 the
     generated fleet's 216 kinds, not 20,000 rows."""
+    return _bound(problem, _Pairs.of(replicas_at), steps)
+
+
+def _bound(problem: Problem, placement: _Pairs, steps: int) -> float:
+    """:func:`lagrangian_bound` at the prices of ``placement``."""
     allowed = problem.allowed & ~problem.blocked[:, None]
     if not allowed.any():
         return 0.0
@@ -300,8 +346,7 @@ def lagrangian_bound(problem: Problem, replicas_at: np.ndarray, steps: int = BOU
     gpus = (problem.type_gpus[first][:, problem.cluster_type]
             * np.where(problem.shared[first, None], 1.0 / problem.slots, 1.0))
     replicas = problem.replicas[first]
-    stage, cluster = np.nonzero(replicas_at)
-    placed = replicas_at[stage, cluster]  # a share of its stage's replicas times them
+    stage, cluster, placed = placement.stage, placement.cluster, placement.count
     used = np.stack([np.bincount(cluster, weights=gpus[kind[stage], cluster] * placed, minlength=n_clusters)]
                     + [np.bincount(cluster, weights=problem.demand[r, stage] * placed, minlength=n_clusters)
                        for r in (1, 2)])

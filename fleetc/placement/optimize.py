@@ -139,10 +139,7 @@ def place(
                         for s, stage in enumerate(model.stages) if replicas_at[s].any()}
         raise error
     placement = Placement(
-        stages=tuple(
-            _stage_placement(stage, model.clusters, replicas_at[s], scores.total[s], unplaced.get(s, ""))
-            for s, stage in enumerate(model.stages)
-        ),
+        stages=_stage_placements(model, replicas_at, scores.total, unplaced),
         objective=round(objective, 6),
         bound=round(max(bound, objective), 6),
         method=next((m for m in ("incremental", "colgen-lp-round") if m in methods), "milp"),
@@ -204,10 +201,8 @@ def _stay_where_moving_gains_nothing(model: FleetModel, scores: Scores, previous
         c = names.get(cluster)
         return 0.0 if c is None else float(scores.total[stage_index[key], c])
 
-    while True:  # a row with negative replicas is no placement: the verifier names it
-        placed = {stage.key: {model.clusters[c].name: int(replicas_at[s, c])
-                              for c in np.flatnonzero(replicas_at[s]).tolist()} if replicas_at[s].min() >= 0 else {}
-                  for s, stage in enumerate(model.stages)}
+    while True:
+        placed = _where(model, replicas_at)
         unjustified = sorted(stage_index[key] for key in rules.unjustified_moves(model, previous, placed, score))
         if not unjustified:
             break
@@ -219,6 +214,21 @@ def _stay_where_moving_gains_nothing(model: FleetModel, scores: Scores, previous
     values = stage_values(model, model.stages)
     return sum(float(values[s] / model.stages[s].replicas * (replicas_at[s] - before) @ (1.0 + scores.total[s]))
                for s, before in start.items())
+
+
+def _where(model: FleetModel, replicas_at: np.ndarray) -> dict[str, dict[str, int]]:
+    """Stage key -> cluster name -> replicas of ``replicas_at``, from one pass over it; a stage
+    with negative replicas somewhere has no placement ({}: the verifier names it)."""
+    stage_of, cluster_of = np.nonzero(replicas_at)
+    counts = replicas_at[stage_of, cluster_of]
+    negative = np.zeros(len(model.stages), dtype=bool)
+    negative[stage_of[counts < 0]] = True
+    placed: dict[str, dict[str, int]] = {stage.key: {} for stage in model.stages}
+    keys, names = [stage.key for stage in model.stages], [c.name for c in model.clusters]
+    for s, c, n in zip(stage_of.tolist(), cluster_of.tolist(), counts.tolist(), strict=True):
+        if not negative[s]:
+            placed[keys[s]][names[c]] = n
+    return placed
 
 
 def _put_back(model: FleetModel, previous: PreviousClusters, placed: dict[str, dict[str, int]],
@@ -262,8 +272,9 @@ def _top_up(model: FleetModel, scores: Scores, replicas_at: np.ndarray) -> None:
     place), best-scoring cluster first, until no cluster has room for one more
     (:func:`~fleetc.placement.rules.room_left`, the rule the verifier checks): a solve that
     stopped within its gap, or the large path's rounding, may leave a few out."""
-    short = [s for s, stage in enumerate(model.stages)
-             if 0 < replicas_at[s].sum() < stage.replicas and rules.least_replicas(model, stage) < stage.replicas]
+    placed = replicas_at.sum(axis=1)
+    short = [s for s in np.flatnonzero((placed > 0) & (placed < [stage.replicas for stage in model.stages])).tolist()
+             if rules.least_replicas(model, model.stages[s]) < model.stages[s].replicas]
     if not short:
         return
     names = {c.name: i for i, c in enumerate(model.clusters)}
@@ -328,6 +339,29 @@ def _no_placement(time_limit: float | None, deadline: float | None) -> Placement
 
 def _ran_out(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() >= deadline
+
+
+def _stage_placements(model: FleetModel, replicas_at: np.ndarray, total: np.ndarray, unplaced: Mapping[int, str]
+                      ) -> tuple[StagePlacement, ...]:
+    """Each stage's placement (:func:`_stage_placement`) from one pass over ``replicas_at``:
+    a stage on one cluster (most of them) is read from that pair alone, with the same
+    arithmetic as the whole row's."""
+    stage_of, cluster_of = np.nonzero(replicas_at)
+    starts = np.searchsorted(stage_of, np.arange(len(model.stages) + 1)).tolist()
+    clusters, counts = cluster_of.tolist(), replicas_at[stage_of, cluster_of].tolist()
+    scores = total[stage_of, cluster_of].tolist()
+    placements = []
+    for s, stage in enumerate(model.stages):
+        first, end = starts[s], starts[s + 1]
+        if end - first == 1 and counts[first] > 0:
+            c, n = clusters[first], counts[first]
+            cluster = model.clusters[c]
+            placements.append(StagePlacement(
+                stage=stage.key, assignments=(Assignment(cluster.name, n, n * rules.on_cluster(stage, cluster).gpus),),
+                score=round(n * scores[first] / n, 6), reason=unplaced.get(s, "")))
+        else:
+            placements.append(_stage_placement(stage, model.clusters, replicas_at[s], total[s], unplaced.get(s, "")))
+    return tuple(placements)
 
 
 def _stage_placement(

@@ -284,9 +284,12 @@ class Problem:
         ``stages``, the rows of those stages."""
         rows = np.arange(len(self.stages)) if stages is None else stages
         stage, cluster = np.nonzero(replicas_at)
-        s = rows[stage]
-        total = self.total_at(s, cluster)
-        return float(np.sum(self.values[s] / self.replicas[s] * (1.0 + total) * replicas_at[stage, cluster]))
+        return self.score_of_pairs(rows[stage], cluster, replicas_at[stage, cluster])
+
+    def score_of_pairs(self, stage: np.ndarray, cluster: np.ndarray, replicas: np.ndarray) -> float:
+        """:meth:`score_of` a placement given as its pairs with replicas (row-major order)."""
+        total = self.total_at(stage, cluster)
+        return float(np.sum(self.values[stage] / self.replicas[stage] * (1.0 + total) * replicas))
 
 
 def problems(model: FleetModel, scores: Scores, previous: PreviousClusters) -> tuple[list[Problem], dict[int, str]]:
@@ -381,10 +384,14 @@ def previous_matrix(model: FleetModel, previous: PreviousClusters) -> np.ndarray
     and clusters are ignored."""
     kept = np.zeros((len(model.stages), len(model.clusters)), dtype=np.int32)
     names = {c.name: i for i, c in enumerate(model.clusters)}
+    stage_of, cluster_of, counts = [], [], []
     for s, stage in enumerate(model.stages):
         for name, replicas in previous.get(stage.key, {}).items():
             if name in names and replicas > 0:
-                kept[s, names[name]] = min(int(replicas), stage.replicas)
+                stage_of.append(s)
+                cluster_of.append(names[name])
+                counts.append(min(int(replicas), stage.replicas))
+    kept[stage_of, cluster_of] = counts
     return kept
 
 

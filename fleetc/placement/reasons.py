@@ -18,7 +18,7 @@ def unplaced(
 ) -> dict[int, str]:
     """Each stage ``replicas_at`` leaves out, and why: its ``multiCluster`` conflict, else
     kube-scheduler style against the capacity the placed stages leave free."""
-    left_out = [s for s in range(len(model.stages)) if not replicas_at[s].any()]
+    left_out = np.flatnonzero(~replicas_at.any(axis=1)).tolist()
     if not left_out:
         return {}
     used = _used(model, replicas_at)

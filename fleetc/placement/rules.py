@@ -686,6 +686,8 @@ def untouched_moves(model: FleetModel, previous: Mapping[str, Mapping[str, int]]
         stage, after = stages.get(key), placed.get(key, {})
         if stage is not None and after and moved_replicas(before, after) and may_stay(model, stage, before):
             gains[key] = move_gain(before, after, {name: total(key, name) for name in {*before, *after}})
+    if not gains:
+        return {}
     suspects = {key for key, gain in gains.items() if gain <= model.move_cost + _ROUNDING}
     ledger = Ledger(model, ((stages[key], name, n) for key, where in placed.items()
                             if key in stages and key not in suspects for name, n in where.items()))

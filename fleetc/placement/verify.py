@@ -184,6 +184,8 @@ def _capacity_problems(model: FleetModel, placement: Placement) -> list[str]:
 
 def _headroom_problems(model: FleetModel, placement: Placement) -> list[str]:
     """:func:`rules.failover_shortfalls` for each cluster of each platform asking for it."""
+    if not rules.failover_groups(model):
+        return []
     used = _usage(model, placement)
     problems = []
     for name, members, serving in rules.failover_groups(model):

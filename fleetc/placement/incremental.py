@@ -97,7 +97,8 @@ def recompile(model: FleetModel, scores: Scores, blocked: Mapping[int, str], pre
         return None
     kept = previous_matrix(model, previous)
     whole = Problem.of(model, scores, blocked, kept, Part(np.arange(len(model.stages)), np.arange(len(model.clusters))))
-    touched = touched_stages(model, scores, blocked, previous, recorded)
+    changed = _changed_mask(model, recorded)
+    touched = touched_stages(model, scores, blocked, previous, recorded, changed)
     base = _Pairs.of(kept).without(touched)
     touched |= base.holding(_overfull(whole, _taken(whole, base)), len(model.stages))
     if touched.sum() > TOUCHED_SHARE * len(model.stages):
@@ -105,7 +106,7 @@ def recompile(model: FleetModel, scores: Scores, blocked: Mapping[int, str], pre
     base = base.without(touched)
     placeable = touched & ~whole.blocked & whole.allowed.any(axis=1)
     was_out = np.array([not previous.get(s.key) and (recorded is None or s.key in recorded) for s in model.stages])
-    may_stay_out = was_out & touched & ~_changed_mask(model, recorded) if allow_unplaced else np.zeros_like(touched)
+    may_stay_out = was_out & touched & ~changed if allow_unplaced else np.zeros_like(touched)
     solved = _solve_neighbourhood(whole, base, placeable, may_stay_out, budget)
     if solved is None:
         return None
@@ -117,11 +118,12 @@ def recompile(model: FleetModel, scores: Scores, blocked: Mapping[int, str], pre
 
 
 def touched_stages(model: FleetModel, scores: Scores, blocked: Mapping[int, str], previous: PreviousClusters,
-                   recorded: Mapping[str, Recorded] | None) -> np.ndarray:
+                   recorded: Mapping[str, Recorded] | None, changed: np.ndarray) -> np.ndarray:
     """(S,) bool: the stages the change touched (step 1 of the module docstring), but for those
-    displaced from clusters that no longer hold what stays."""
+    displaced from clusters that no longer hold what stays; ``changed`` the stages whose figures
+    changed (:func:`_changed_mask`)."""
     names = {c.name: i for i, c in enumerate(model.clusters)}
-    touched = _changed_mask(model, recorded)
+    touched = changed.copy()
     serving_ha = any(p.primary_cluster for p in model.platforms)  # else no stage has multiCluster clusters
     rescored = np.zeros(len(model.stages), dtype=bool)
     for s, stage in enumerate(model.stages):

@@ -192,9 +192,12 @@ def _stay_where_moving_gains_nothing(model: FleetModel, scores: Scores, previous
     one stage at a time where it fits beside everything else. A stage put back never moves
     again, so the rounds end."""
     names = {c.name: i for i, c in enumerate(model.clusters)}
-    if not any(previous.get(stage.key) for stage in model.stages):
-        return 0.0
     stage_index = {stage.key: s for s, stage in enumerate(model.stages)}
+    before = [(s, names.get(cluster, -1), n) for key, where in previous.items()
+              if (s := stage_index.get(key)) is not None for cluster, n in where.items()]
+    if not before:
+        return 0.0
+    stage_of, cluster_of, count = (np.array(column, dtype=np.int64) for column in zip(*before, strict=True))
     start: dict[int, np.ndarray] = {}
 
     def score(key: str, cluster: str) -> float:
@@ -202,8 +205,13 @@ def _stay_where_moving_gains_nothing(model: FleetModel, scores: Scores, previous
         return 0.0 if c is None else float(scores.total[stage_index[key], c])
 
     while True:
+        # Only a stage that left some of its previous clusters (or one gone) may break the rule.
+        moved = stage_of[(cluster_of < 0) | (replicas_at[stage_of, np.maximum(cluster_of, 0)] < count)]
+        if not len(moved):
+            break
+        moving = {key: previous[key] for key in (model.stages[s].key for s in np.unique(moved).tolist())}
         placed = _where(model, replicas_at)
-        unjustified = sorted(stage_index[key] for key in rules.unjustified_moves(model, previous, placed, score))
+        unjustified = sorted(stage_index[key] for key in rules.unjustified_moves(model, moving, placed, score))
         if not unjustified:
             break
         for s in unjustified:
@@ -211,6 +219,8 @@ def _stay_where_moving_gains_nothing(model: FleetModel, scores: Scores, previous
         if not _put_back(model, previous, placed, unjustified, replicas_at, together=True) \
                 and not _put_back(model, previous, placed, unjustified, replicas_at, together=False):
             break  # nothing can go back: the verifier names what breaks the rule
+    if not start:
+        return 0.0
     values = stage_values(model, model.stages)
     return sum(float(values[s] / model.stages[s].replicas * (replicas_at[s] - before) @ (1.0 + scores.total[s]))
                for s, before in start.items())

@@ -151,7 +151,7 @@ class Problem:
             part=part,
             stages=stages,
             clusters=clusters,
-            allowed=scores.allowed[np.ix_(part.stages, part.clusters)],
+            allowed=_rows_and_columns(scores.allowed, part),
             blocked=np.array([int(s) in blocked for s in part.stages], dtype=bool),
             values=stage_values(model, stages),
             replicas=np.array([s.replicas for s in stages], dtype=float),
@@ -290,6 +290,16 @@ class Problem:
         """:meth:`score_of` a placement given as its pairs with replicas (row-major order)."""
         total = self.total_at(stage, cluster)
         return float(np.sum(self.values[stage] / self.replicas[stage] * (1.0 + total) * replicas))
+
+
+def _rows_and_columns(matrix: np.ndarray, part: Part) -> np.ndarray:
+    """``matrix`` (all stages, all clusters) restricted to ``part``: the matrix itself (read
+    only, no copy) when the part is the whole fleet."""
+    stages, clusters = matrix.shape
+    if np.array_equal(part.stages, np.arange(stages)) and np.array_equal(part.clusters, np.arange(clusters)):
+        return matrix
+    restricted: np.ndarray = matrix[np.ix_(part.stages, part.clusters)]
+    return restricted
 
 
 def problems(model: FleetModel, scores: Scores, previous: PreviousClusters) -> tuple[list[Problem], dict[int, str]]:

@@ -393,16 +393,19 @@ def _bound(problem: Problem, placement: _Pairs, steps: int) -> float:
 def _kinds(problem: Problem, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Stages alike in every number :func:`lagrangian_bound` reads (value, replicas, time-slicing,
     GPUs per GPU type, cores and GiB per replica, the clusters allowed and their scores): each
-    stage's kind, each kind's first stage and its size, kinds numbered by their first stage."""
+    stage's kind, each kind's first stage and its size, kinds numbered by their first stage.
+    Scores are compared on every cluster, allowed or not (stages with the same scores where
+    allowed but not elsewhere are two kinds: a finer split, the same bound)."""
     features = np.column_stack([problem.values, problem.replicas, problem.shared, problem.demand[1],
                                 problem.demand[2], problem.type_gpus])
     numbers: dict[bytes, int] = {}
     kind = np.empty(len(features), dtype=np.int64)
+    whole = problem.total.shape == allowed.shape  # the fleet's own numbering: its score rows as they are
     for start in range(0, len(kind), 1024):  # a block of scores at a time: no copy of them all
         block = np.arange(start, min(start + 1024, len(kind)))
-        rows = np.where(allowed[block], _scores(problem, block), -np.inf)
+        rows = problem.total[start: start + 1024] if whole else _scores(problem, block)
         for s, row in zip(block.tolist(), rows, strict=True):
-            kind[s] = numbers.setdefault(features[s].tobytes() + row.tobytes(), len(numbers))
+            kind[s] = numbers.setdefault(features[s].tobytes() + allowed[s].tobytes() + row.tobytes(), len(numbers))
     first = np.full(len(numbers), len(kind))
     np.minimum.at(first, kind, np.arange(len(kind)))
     return kind, first, np.bincount(kind, minlength=len(numbers)).astype(float)

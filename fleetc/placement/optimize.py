@@ -52,7 +52,7 @@ only a solve that hits its time limit may end differently from run to run.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 
 import numpy as np
@@ -210,20 +210,50 @@ def _stay_where_moving_gains_nothing(model: FleetModel, scores: Scores, previous
         if not len(moved):
             break
         moving = {key: previous[key] for key in (model.stages[s].key for s in np.unique(moved).tolist())}
-        placed = _where(model, replicas_at)
+        placed = _Placed(model, replicas_at, stage_index)
         unjustified = sorted(stage_index[key] for key in rules.unjustified_moves(model, moving, placed, score))
         if not unjustified:
             break
         for s in unjustified:
             start.setdefault(s, replicas_at[s].copy())
-        if not _put_back(model, previous, placed, unjustified, replicas_at, together=True) \
-                and not _put_back(model, previous, placed, unjustified, replicas_at, together=False):
+        whole = placed.whole()
+        if not _put_back(model, previous, whole, unjustified, replicas_at, together=True) \
+                and not _put_back(model, previous, whole, unjustified, replicas_at, together=False):
             break  # nothing can go back: the verifier names what breaks the rule
     if not start:
         return 0.0
     values = stage_values(model, model.stages)
     return sum(float(values[s] / model.stages[s].replicas * (replicas_at[s] - before) @ (1.0 + scores.total[s]))
                for s, before in start.items())
+
+
+class _Placed(Mapping[str, Mapping[str, int]]):
+    """Stage key -> cluster name -> replicas of ``replicas_at`` (S, C): a stage's row read when
+    asked for, every stage's at once (:func:`_where`) when iterated. The churn rule reads the
+    stages that moved, and the whole placement only when one of them could have stayed."""
+
+    def __init__(self, model: FleetModel, replicas_at: np.ndarray, stage_index: Mapping[str, int]) -> None:
+        self._model, self._replicas_at, self._stage_index = model, replicas_at, stage_index
+        self._whole: dict[str, dict[str, int]] | None = None
+
+    def __getitem__(self, key: str) -> Mapping[str, int]:
+        if self._whole is not None:
+            return self._whole[key]
+        row = self._replicas_at[self._stage_index[key]]
+        if row.min() < 0:
+            return {}
+        return {self._model.clusters[c].name: int(row[c]) for c in np.flatnonzero(row).tolist()}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.whole())
+
+    def __len__(self) -> int:
+        return len(self._stage_index)
+
+    def whole(self) -> dict[str, dict[str, int]]:
+        if self._whole is None:
+            self._whole = _where(self._model, self._replicas_at)
+        return self._whole
 
 
 def _where(model: FleetModel, replicas_at: np.ndarray) -> dict[str, dict[str, int]]:

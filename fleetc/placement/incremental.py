@@ -111,11 +111,16 @@ def recompile(model: FleetModel, scores: Scores, blocked: Mapping[int, str], pre
     solved = _solve_neighbourhood(whole, base, placeable, may_stay_out, budget)
     if solved is None:
         return None
-    placed, candidates, proven = solved
+    placed, movable, proven = solved
     objective = whole.score_of_pairs(placed.stage, placed.cluster, placed.count)
     bound = _bound(whole, placed, BOUND_STEPS)
-    return Recompiled(placed.matrix(whole.allowed.shape), objective, max(bound, objective), int(touched.sum()),
-                      candidates, proven)
+    # The previous placement's matrix becomes the new one (no second (S, C) matrix): every
+    # stage but the touched and moved ones is as it was.
+    replicas_at, rows = kept, touched | movable
+    replicas_at[rows] = 0
+    mine = rows[placed.stage]
+    replicas_at[placed.stage[mine], placed.cluster[mine]] = placed.count[mine]
+    return Recompiled(replicas_at, objective, max(bound, objective), int(touched.sum()), int(movable.sum()), proven)
 
 
 def touched_stages(model: FleetModel, scores: Scores, blocked: Mapping[int, str], previous: PreviousClusters,
@@ -198,12 +203,6 @@ class _Pairs:
         order = np.lexsort((cluster, stage))
         return _Pairs(stage[order], cluster[order], count[order])
 
-    def matrix(self, shape: tuple[int, int]) -> np.ndarray:
-        """The (S, C) replicas of these pairs."""
-        replicas_at = np.zeros(shape, dtype=np.int32)
-        replicas_at[self.stage, self.cluster] = self.count
-        return replicas_at
-
 
 def _taken(problem: Problem, pairs: _Pairs) -> np.ndarray:
     """(4, C) what ``pairs`` use of each cluster in the program's rows: exclusive GPUs,
@@ -231,10 +230,10 @@ def _overfull(problem: Problem, taken: np.ndarray) -> np.ndarray:
 
 
 def _solve_neighbourhood(whole: Problem, base: _Pairs, placeable: np.ndarray, may_stay_out: np.ndarray,
-                         budget: Budget) -> tuple[_Pairs, int, bool] | None:
+                         budget: Budget) -> tuple[_Pairs, np.ndarray, bool] | None:
     """Place the ``placeable`` stages beside the kept ones (``base``); the whole placement,
-    the candidates of the last MILP and whether what it leaves out is proven out, or None
-    (fall back).
+    the candidates of the last MILP ((S,) bool) and whether what it leaves out is proven out,
+    or None (fall back).
 
     When the MILP cannot place them all, a neighbourhood that shares its clusters with no kept
     stage (closed: as the full solve would) leaves out what its most valuable placement leaves
@@ -246,7 +245,7 @@ def _solve_neighbourhood(whole: Problem, base: _Pairs, placeable: np.ndarray, ma
     movable = placeable.copy()
     shape = whole.allowed.shape
     if not movable.any():
-        return base, 0, True
+        return base, movable, True
     levels = list(GROWTH)
     while True:
         stages = np.flatnonzero(movable)
@@ -262,7 +261,7 @@ def _solve_neighbourhood(whole: Problem, base: _Pairs, placeable: np.ndarray, ma
         program = build_program(sub, allowed=allowed, taken=taken)
         result = solve_program(program, budget, require_all=True, integral=True, nodes=NODES)
         if result.values is not None:
-            return fixed.with_placed(stages, clusters, replicas_of(program, result.values)), len(stages), True
+            return fixed.with_placed(stages, clusters, replicas_of(program, result.values)), movable, True
         if not result.infeasible:
             return None  # out of time or nodes: the full solve decides
         most = solve_program(program, budget, require_all=False, integral=True, nodes=NODES,
@@ -273,7 +272,7 @@ def _solve_neighbourhood(whole: Problem, base: _Pairs, placeable: np.ndarray, ma
         left_out = stages[~placed.any(axis=1)]
         closed = not inside[fixed.cluster].any()  # nothing outside could make room: as proven as the full solve
         if closed or may_stay_out[left_out].all():
-            return fixed.with_placed(stages, clusters, placed), len(stages), closed
+            return fixed.with_placed(stages, clusters, placed), movable, closed
         wanted = left_out[~may_stay_out[left_out]]
         grown = movable
         while not (grown & ~movable).any():

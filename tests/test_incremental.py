@@ -20,7 +20,7 @@ from bench.generate import Spec, generate
 from fleetc.cli import cli
 from fleetc.model import FleetModel, Placement, StageType
 from fleetc.placement import optimize
-from fleetc.placement.incremental import lagrangian_bound
+from fleetc.placement.incremental import _kinds, lagrangian_bound
 from fleetc.placement.previous import Recorded, parse_previous
 from fleetc.placement.problem import Part, Problem, multicluster_conflicts
 from fleetc.placement.scoring import score_matrix
@@ -144,6 +144,18 @@ def test_the_lagrangian_bound_is_never_below_the_exact_lp_bound(clusters: int, s
     for replicas_at in (at, np.zeros_like(at), elsewhere):
         for steps in (0, 1, 5):
             assert lagrangian_bound(problem, replicas_at, steps) >= placement.bound - 1e-6 * max(1.0, placement.bound)
+
+
+def test_the_bound_counts_alike_stages_as_one_kind_and_no_others() -> None:
+    _, problem = exact_bound_and_problem(Spec(clusters=6, stages=60, load=0.9, seed=4))
+    allowed = problem.allowed & ~problem.blocked[:, None]
+    kind, first, size = _kinds(problem, allowed)
+    figures = np.column_stack([problem.values, problem.replicas, problem.shared, problem.demand[1],
+                               problem.demand[2], problem.type_gpus, allowed, problem.total])
+    assert len(first) < len(kind)  # the generated fleet has alike stages: the kinds are exercised
+    assert np.array_equal(figures[first[kind]], figures)  # each stage is its kind's first's twin
+    assert len(np.unique(figures[first], axis=0)) == len(first)  # and no two kinds are alike
+    assert np.array_equal(first, np.sort(first)) and np.array_equal(size, np.bincount(kind))
 
 
 def test_the_bound_is_close_to_the_lp_bound_at_the_placement_it_prices() -> None:

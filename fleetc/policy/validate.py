@@ -791,6 +791,8 @@ def _env_names_distinct(doc: Document, base: FieldPath, stage: p.PipelineStage) 
     FLEETC_OUTPUT_<NAME>, FLEETC_OUTPUT_<NAME>_PATH and FLEETC_OUTPUT_<NAME>_CREDENTIALS (upper
     case, '-' as '_'): two that would
     share a variable are an error, as one URL or path would silently replace the other."""
+    if len(stage.inputs or []) < 2 and len(stage.outputs or []) < 2:
+        return  # one input's two and one output's three differ in length, INPUT and OUTPUT apart
     seen: dict[str, FieldPath] = {}
     texts: dict[str, str] = {}
     names = [(f"FLEETC_INPUT_{i.name}", ("inputs", j)) for j, i in enumerate(stage.inputs or [])]

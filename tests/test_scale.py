@@ -26,6 +26,7 @@ from support.builders import make_cluster, make_fleet, make_gpu_policy, make_pla
 from fleetc.errors import PlacementError, SearchLimitError, TimeLimitError
 from fleetc.model import FleetModel, Placement
 from fleetc.placement import colgen, optimize
+from fleetc.placement.problem import Problem
 from fleetc.placement.verify import verify
 from fleetc.policy.load import load_sources
 from fleetc.policy.validate import validate
@@ -203,9 +204,10 @@ def test_stages_that_all_differ_are_placed_from_the_relaxation_better_than_the_s
     monkeypatch.setattr(colgen, "_solve_by_kinds", by_kinds)
     improve = mock.Mock(wraps=colgen._improve)
     objectives: list[float] = []
-    monkeypatch.setattr(colgen, "_improve", lambda problem, large, replicas_at: (
-        objectives.append(problem.score_of(replicas_at)), improve(problem, large, replicas_at),
-        objectives.append(problem.score_of(replicas_at))))
+    states: list[tuple[Problem, colgen._Large, np.ndarray]] = []  # what the moves started from
+    monkeypatch.setattr(colgen, "_improve", lambda problem, large, replicas_at, deadline: (
+        states.append((problem, large, replicas_at.copy())), objectives.append(problem.score_of(replicas_at)),
+        improve(problem, large, replicas_at, deadline), objectives.append(problem.score_of(replicas_at))))
     placement = optimize.place(model, allow_unplaced=True)
     assert by_kinds.called and verify(model, placement, allow_unplaced=True) == []
     assert objectives[1] > objectives[0]  # the moves gained
@@ -214,6 +216,10 @@ def test_stages_that_all_differ_are_placed_from_the_relaxation_better_than_the_s
     assert placed >= len(model.stages) - len(unplaced(strong))
     assert placed > len(model.stages) - len(unplaced(strong)) or placement.objective > strong.objective
     assert placement.gap <= 0.005
+    problem, terms, before = states[0]
+    stopped = before.copy()
+    improve(problem, terms, stopped, time.monotonic() - 1.0)  # the user's deadline has passed: no move
+    assert np.array_equal(stopped, before)
 
 
 def test_the_large_path_is_deterministic(large: None) -> None:

@@ -766,7 +766,7 @@ def _solve_by_kinds(problem: Problem, large: _Large, kinds: tuple[np.ndarray, np
     if len(rest):
         _round_by_lp(r, rest, replicas_at)
     _repair(problem, large, replicas_at)
-    _improve(problem, large, replicas_at)
+    _improve(problem, large, replicas_at, budget.deadline)
     proven = _reach(r, replicas_at, problem.blocked)
     objective = problem.score_of(replicas_at)
     bound = _bound(lp, master, relaxed, _leaves_out(large, replicas_at), budget.deadline)
@@ -1469,15 +1469,16 @@ IMPROVE_PASSES = 2
 SWAP_CLUSTERS = 8
 
 
-def _improve(problem: Problem, large: _Large, replicas_at: np.ndarray) -> None:
+def _improve(problem: Problem, large: _Large, replicas_at: np.ndarray, deadline: float | None) -> None:
     """Raise the LP's objective by moving placed gangs (in place), the moves of
     ``bench/strong.py``: each gang takes the best of moving whole to a better cluster with room
     and swapping clusters with a gang on one of its :data:`SWAP_CLUSTERS` best better
     clusters, if that gains. At most :data:`IMPROVE_PASSES` passes; after the first, a pass
-    visits only the gangs whose cluster or better clusters changed since their last visit."""
+    visits only the gangs whose cluster or better clusters changed since their last visit.
+    Every move keeps the placement sound, so the user's ``deadline`` stops it between gangs."""
     gangs = _Gangs(problem, large, replicas_at)
     for _ in range(IMPROVE_PASSES):
-        if not gangs.improve_all():
+        if not gangs.improve_all(deadline):
             return
 
 
@@ -1531,10 +1532,12 @@ class _Gangs:
     def _fits(self, s: int, c: int) -> bool:
         return self.room.fits(c, s) >= int(self.large.replicas[s])
 
-    def improve_all(self) -> bool:
-        """One pass; whether any gang moved."""
+    def improve_all(self, deadline: float | None) -> bool:
+        """One pass, unless ``deadline`` passes; whether any gang moved."""
         improved = False
         for s in self.stages.tolist():
+            if _past(deadline):
+                return False
             improved = self._improve(s) or improved
         return improved
 

@@ -121,11 +121,15 @@ def _escape(char: str) -> str:
     return f"\\u{code:04X}"
 
 
-@functools.lru_cache(maxsize=1 << 16)  # manifests repeat keys and values: 4x faster dumps
-def _string(text: str) -> str:
+def _text(text: str) -> str:
+    """``text`` plain when that reads back as the same string in every YAML version, else
+    double-quoted with escapes."""
     if not _needs_quotes(text):
         return text
     return '"' + _NEEDS_ESCAPE.sub(lambda m: _escape(m.group()), text) + '"'
+
+
+_string = functools.lru_cache(maxsize=1 << 16)(_text)  # manifests repeat keys and values
 
 
 def _float(value: float) -> str:
@@ -165,41 +169,76 @@ def _is_block(value: object) -> bool:
     return isinstance(value, (dict, list)) and bool(value)
 
 
-@functools.lru_cache(maxsize=1 << 12)
-def _key_head(key: object) -> str | None:
-    """``<key>:`` for a key written inline; None for one too long to be an implicit key."""
+#: What :func:`dump` writes for a mapping key (``<key>:``) and after it for a one-line string
+#: value (`` <text>\n``, a sequence item's line being ``-`` and the same), cached: manifests
+#: repeat both (at 1,000 x 20,000: 3 million keys of 132 names, 2 million strings of which 8%
+#: differ). Cleared when full, so a long-lived process keeps at most this many of each.
+_CACHE_LIMIT = 1 << 18
+_heads: dict[str, str] = {}
+_tails: dict[str, str] = {}
+
+
+def _head(key: object) -> str | None:
+    """``<key>:`` for a key written inline (cached); None for one too long to be an implicit key."""
     if not isinstance(key, str):
         raise TypeError(f"mapping keys must be str, got {type(key).__name__}: {key!r}")
     text = _string(key)
-    return None if len(text) > _MAX_IMPLICIT_KEY else text + ":"
+    if len(text) > _MAX_IMPLICIT_KEY:
+        return None
+    if len(_heads) >= _CACHE_LIMIT:
+        _heads.clear()
+    head = _heads[key] = text + ":"
+    return head
+
+
+def _tail(text: str) -> str | None:
+    """`` <text>\n`` for a one-line string (cached); None for a multi-line one, which a mapping
+    may write as a literal block (:func:`_mapping_value`)."""
+    if "\n" in text:
+        return None
+    if len(_tails) >= _CACHE_LIMIT:
+        _tails.clear()
+    tail = _tails[text] = f" {_text(text)}\n"
+    return tail
 
 
 def _mapping(node: dict[object, object], indent: str, out: list[str], first_prefix: str) -> None:
     """Emit a non-empty mapping; the first line starts with ``first_prefix`` (e.g. ``- ``).
 
-    The hot loop of every dump: values of the exact built-in types are dispatched inline (a
-    ``type() is`` test is much cheaper than the generic path's ``isinstance`` chain); anything
-    else, subclasses included, takes :func:`_mapping_value`. mypy does not narrow through ``kind``,
-    and a ``cast`` costs a call per entry here, so the branches that rely on it say so in an ignore."""
+    The hot loop of every dump, one ``append`` per line: keys and one-line strings come from
+    the caches, values of the exact built-in types are dispatched inline (a ``type() is`` test
+    is much cheaper than the generic path's ``isinstance`` chain); anything else, subclasses
+    included, takes :func:`_mapping_value`. mypy does not narrow through ``kind``, and a
+    ``cast`` costs a call per entry here, so the branches that rely on it say so in an ignore."""
     prefix = first_prefix
     inner = indent + _INDENT
-    extend = out.extend  # pieces, not concatenated lines: dump joins them once at the end
+    append = out.append  # lines, not concatenated: dump joins them once at the end
     for key, value in node.items():
-        head = _key_head(key)
+        head = _heads.get(key)  # type: ignore[call-overload]
         if head is None:
-            out.append(f"{prefix}? {_string(key)}\n")
-            prefix, head = indent, ":"
+            head = _head(key)
+            if head is None:
+                append(f"{prefix}? {_string(key)}\n")
+                prefix, head = indent, ":"
         kind = type(value)
-        if kind is str and "\n" not in value:  # type: ignore[operator]
-            extend((prefix, head, " ", _string(value), "\n"))
+        if kind is str:
+            tail = _tails.get(value)  # type: ignore[call-overload]
+            if tail is None:
+                tail = _tail(value)  # type: ignore[arg-type]
+            if tail is None:
+                _mapping_value(prefix + head, value, inner, out)
+            else:
+                append(prefix + head + tail)
         elif kind is dict and value:
-            extend((prefix, head, "\n"))
+            append(prefix + head + "\n")
             _mapping(value, inner, out, inner)  # type: ignore[arg-type]
         elif kind is list and value:
-            extend((prefix, head, "\n"))
+            append(prefix + head + "\n")
             _sequence(value, inner, out, inner)  # type: ignore[arg-type]
         elif kind is int:
-            extend((prefix, head, " ", str(value), "\n"))
+            append(f"{prefix}{head} {value}\n")
+        elif kind is bool:
+            append(prefix + head + (" true\n" if value else " false\n"))
         else:
             _mapping_value(prefix + head, value, inner, out)
         prefix = indent
@@ -221,19 +260,20 @@ def _sequence(node: list[object], indent: str, out: list[str], first_prefix: str
     """Emit a non-empty sequence; nested collections start on the item's own line."""
     prefix = first_prefix
     inner = indent + _INDENT
+    append = out.append
     for item in node:
-        item_prefix = prefix + "- "
         kind = type(item)
         if kind is dict and item:  # the same dispatch as in _mapping, the same ignores
-            _mapping(item, inner, out, item_prefix)  # type: ignore[arg-type]
+            _mapping(item, inner, out, prefix + "- ")  # type: ignore[arg-type]
         elif kind is str:
-            out.append(f"{item_prefix}{_string(item)}\n")
+            tail = _tails.get(item) or _tail(item)  # type: ignore[call-overload, arg-type]
+            append(f"{prefix}- {_string(item)}\n" if tail is None else prefix + "-" + tail)
         elif isinstance(item, dict) and item:
-            _mapping(item, inner, out, item_prefix)
+            _mapping(item, inner, out, prefix + "- ")
         elif isinstance(item, list) and item:
-            _sequence(item, inner, out, item_prefix)
+            _sequence(item, inner, out, prefix + "- ")
         else:
-            out.append(f"{item_prefix}{_scalar(item)}\n")
+            append(f"{prefix}- {_scalar(item)}\n")
         prefix = indent
 
 

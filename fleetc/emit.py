@@ -31,7 +31,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import fcntl
-import functools
 import os
 import re
 import shutil
@@ -45,7 +44,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetc.errors import FleetcError, UsageError
-from fleetc.policy.forkmap import fork_map
 
 #: Where fleetc records the files it wrote, relative to the output folder.
 RECORD = ".fleetc/files"
@@ -165,7 +163,7 @@ def _stage_and_swap(out_dir: Path, files: Mapping[str, str], then: Callable[[], 
                 _swap_back(staging, out_dir, how)
                 raise
     finally:
-        _remove(staging, files)
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 @contextmanager
@@ -251,17 +249,15 @@ def _is_safe_relative(rel: str) -> bool:
 
 
 def _write_files(staging: Path, files: Mapping[str, str], previous: Path | None) -> None:
-    """Write ``files`` (relative POSIX paths) under ``staging``, one folder at a time, the
-    folders shared out over every core once there is enough to write (:func:`fork_map`: most
-    of a write is system calls on separate folders, which run side by side); with ``previous``
-    (the old output folder), link the files it already holds byte for byte."""
+    """Write ``files`` (relative POSIX paths) under ``staging``, one folder at a time; with
+    ``previous`` (the old output folder), link the files it already holds byte for byte."""
     by_folder: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for rel, text in files.items():
         folder, _, name = rel.rpartition("/")
         by_folder[folder].append((name, text))
-    folders = sorted(by_folder)
-    write = functools.partial(_write_folder, staging, previous, _umask(), by_folder)
-    fork_map(write, folders, [sum(len(text) for _, text in by_folder[folder]) for folder in folders])
+    umask = _umask()
+    for folder in sorted(by_folder):
+        _write_folder(staging, previous, umask, by_folder, folder)
 
 
 def _write_folder(staging: Path, previous: Path | None, umask: int,
@@ -282,9 +278,8 @@ def _write_folder(staging: Path, previous: Path | None, umask: int,
 
 
 def _write(folder_fd: int, name: str, data: bytes) -> None:
-    """Create ``name`` in the open folder and write ``data`` to it. A file already there was
-    left by a worker of :func:`_write_files` that failed (its folders are written again): it
-    may be a link into the old tree, so it is replaced, never written through."""
+    """Create ``name`` in the open folder and write ``data`` to it. A file already there may be
+    a link into the old tree, so it is replaced, never written through."""
     try:
         fd = os.open(name, _CREATE, 0o666, dir_fd=folder_fd)
     except FileExistsError:
@@ -347,31 +342,6 @@ def _umask() -> int:
     umask = os.umask(0)
     os.umask(umask)
     return umask
-
-
-def _remove(tree: Path, files: Mapping[str, str]) -> None:
-    """Remove ``tree`` (after the swap, the old output), its folders shared out over every core
-    once there is enough to remove (:func:`fork_map`, balanced by what ``files``, the new
-    tree, holds in the folder of that name: the old tree mostly mirrors it)."""
-    sizes: dict[str, int] = defaultdict(int)
-    for rel, text in files.items():
-        sizes[rel.rpartition("/")[0]] += len(text)
-    folders = [f"{top.name}/{sub.name}" for top in _folders(tree) for sub in _folders(Path(top.path))]
-    fork_map(functools.partial(_remove_folder, tree), folders, [sizes.get(folder, 0) for folder in folders])
-    shutil.rmtree(tree, ignore_errors=True)
-
-
-def _folders(path: Path) -> list[os.DirEntry[str]]:
-    """The folders in ``path`` (not symlinks to folders); none when it cannot be read."""
-    try:
-        with os.scandir(path) as entries:
-            return [entry for entry in entries if entry.is_dir(follow_symlinks=False)]
-    except OSError:
-        return []
-
-
-def _remove_folder(tree: Path, folder: str) -> None:
-    shutil.rmtree(tree / folder, ignore_errors=True)
 
 
 def _carry_foreign_files(out_dir: Path, staging: Path, rendered: set[str]) -> None:

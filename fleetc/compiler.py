@@ -302,18 +302,20 @@ def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
 
 def positioned(warnings: Sequence[Diagnostic], policies: PolicySet) -> tuple[Diagnostic, ...]:
     """``warnings`` (found on the model, which has no lines) located in their policy documents:
-    each gets the line and column of its field, sorted and said once."""
-    documents: dict[str, list[Document]] = {}
+    each gets the line and column of its field in the document it names (a file may hold
+    several policies, each with its own ``spec.stages[0]``), sorted and said once."""
+    documents: dict[tuple[str, int], Document] = {}
     for kind in dataclasses.fields(policies):
         for parsed in getattr(policies, kind.name):
-            documents.setdefault(parsed.doc.path, []).append(parsed.doc)
+            documents[(parsed.doc.path, parsed.doc.index)] = parsed.doc
     found = set()
-    located: dict[tuple[str, str], Position | None] = {}  # (file, field) -> where; fields recur
+    located: dict[tuple[str, int, str], Position | None] = {}  # (file, document, field) -> where; fields recur
     for warning in warnings:
         if warning.line == 0:
-            where = (warning.path, warning.field)
+            where = (warning.path, warning.document, warning.field)
             if where not in located:
-                located[where] = _locate(documents.get(warning.path, []), _field_path(warning.field))
+                doc = documents.get((warning.path, warning.document))
+                located[where] = None if doc is None else _locate(doc, _field_path(warning.field))
             position = located[where]
             if position is not None:
                 warning = dataclasses.replace(warning, line=position[0], column=position[1])
@@ -321,13 +323,9 @@ def positioned(warnings: Sequence[Diagnostic], policies: PolicySet) -> tuple[Dia
     return tuple(sorted(found, key=_DIAGNOSTIC_ORDER))
 
 
-def _locate(documents: Sequence[Document], path: FieldPath) -> Position | None:
-    """Where ``path`` is in the first of a file's ``documents`` that holds it (else in the
-    first): at its key where it is a mapping's, or at its nearest parent's key where the
-    document lacks it; None for a file of no documents."""
-    doc = next((d for d in documents if d.holds(path)), None) or next(iter(documents), None)
-    if doc is None:
-        return None
+def _locate(doc: Document, path: FieldPath) -> Position:
+    """Where ``path`` is in ``doc``: at its key where it is a mapping's, or at its nearest
+    parent's key where the document lacks it."""
     return doc.locate(path, key=not doc.holds(path) or (bool(path) and isinstance(path[-1], str)))
 
 

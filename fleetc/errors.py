@@ -37,7 +37,10 @@ class Diagnostic:
     """One problem in the input, located as precisely as the input allows.
 
     ``line`` and ``column`` are 1-based; 0 means "the whole file". ``field`` is the dotted
-    path inside the document (``spec.clusters[1].name``), empty when not about one field.
+    path inside the document (``spec.clusters[1].name``), empty when not about one field;
+    ``document`` which of the file's documents (0-based) that field is in, for a diagnostic
+    found on the model, whose line the compiler looks up there (see
+    :func:`fleetc.compiler.positioned`).
     """
 
     path: str
@@ -47,6 +50,7 @@ class Diagnostic:
     message: str
     hint: str = ""
     severity: str = "error"
+    document: int = 0
 
     def format(self) -> str:
         where = self.path if self.line == 0 else f"{self.path}:{self.line}:{self.column}"

@@ -76,10 +76,12 @@ def untolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) 
 @dataclass(frozen=True)
 class Source:
     """Where a fact came from: the policy file (relative to the policy root fleetc was given,
-    so the same from any working folder) and field path."""
+    so the same from any working folder), field path, and which of the file's documents holds
+    it (0-based: a file may hold several policies, each with its own ``spec.stages[0]``)."""
 
     path: str
     field: str
+    document: int = 0
 
 
 #: A cluster's batch admission layer (Fleet ``batchScheduler``): what its gang stages render as.

@@ -159,7 +159,7 @@ def _resolve(policies: PolicySet, where: str, drained: Sequence[str], names: dic
         teams=tuple(team for pf in sorted(policies.platforms, key=lambda x: x.name)
                     for team in _teams(pf, policies)),
         budgets=tuple(m.PipelineBudget(pl.name, float(pl.obj.spec.maxHourlyCost),
-                                       m.Source(pl.doc.path, "spec.maxHourlyCost"))
+                                       m.Source(pl.doc.path, "spec.maxHourlyCost", pl.doc.index))
                       for pl in sorted(policies.pipelines, key=lambda pl: pl.name)
                       if pl.obj.spec.maxHourlyCost is not None),
     )
@@ -179,7 +179,7 @@ def _teams(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> list[m.Team
             gpu_quota=tuple(sorted((k.lower(), v) for k, v in (team.gpuQuota or {}).items())),
             guaranteed=tuple(sorted((k.lower(), v) for k, v in (team.guaranteed or {}).items())),
             max_hourly_cost=team.maxHourlyCost,
-            source=m.Source(platform.doc.path, f"spec.teams[{i}]"),
+            source=m.Source(platform.doc.path, f"spec.teams[{i}]", platform.doc.index),
         )
         for i, team in enumerate(platform.obj.spec.teams or [])
     ]
@@ -416,7 +416,7 @@ def degraded_serving(model: m.FleetModel, placement: m.Placement) -> list[Diagno
             state = "drained" if cluster.drained else "cordoned"
             found.append(Diagnostic(platform.source.path, 0, 0, field,
                                     f"serving of {platform.name} runs degraded: {name} is {state}; {rest}",
-                                    severity="warning"))
+                                    severity="warning", document=platform.source.document))
     return found
 
 
@@ -435,7 +435,7 @@ def _short_serving(model: m.FleetModel, placement: m.Placement) -> list[Diagnost
         found.append(Diagnostic(platform.source.path, 0, 0, "spec.multiCluster",
                                 f"serving of {platform.name} runs degraded: {stage.key} runs {placed} of its "
                                 f"{stage.replicas} replicas ({where}), no cluster it may use has room for more",
-                                severity="warning"))
+                                severity="warning", document=platform.source.document))
     return found
 
 
@@ -492,7 +492,7 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str], names: 
         low_latency=_flag(attributes, "low-latency"),
         edge=_flag(attributes, "edge-node"),
         utilization=_or(c.utilization, 0.0),
-        source=m.Source(names.get(fleet.doc.path, fleet.doc.path), f"spec.clusters[{index}]"),
+        source=m.Source(names.get(fleet.doc.path, fleet.doc.path), f"spec.clusters[{index}]", fleet.doc.index),
         cordoned=bool(c.cordoned) or c.name in drained,
         gpus_per_node=per_node,
         cpu_per_node=node_millis,
@@ -561,7 +561,7 @@ def _stage(pipeline: Parsed[p.AIGCPipeline], index: int, stage: p.PipelineStage,
         tolerations=tuple(_toleration(t) for t in stage.tolerations or []) + fleet_tolerations,
         image=stage.image or DEFAULT_IMAGES[kind],
         command=tuple(stage.command or ()),
-        source=m.Source(path, f"spec.stages[{index}]"),
+        source=m.Source(path, f"spec.stages[{index}]", pipeline.doc.index),
         shared_gpu=res.sharedGPU if res.sharedGPU is not None else deployment,
         serving=_serving(stage) if deployment else None,
     )
@@ -639,7 +639,7 @@ def _platform(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> m.Platfo
         primary_cluster=multi.primaryCluster if multi else None,
         secondary_clusters=tuple(multi.secondaryClusters or []) if multi else (),
         pipelines=tuple(sorted(governed(platform, policies))),
-        source=m.Source(platform.doc.path, "spec"),
+        source=m.Source(platform.doc.path, "spec", platform.doc.index),
         failover_headroom=bool(multi.failoverHeadroom) if multi else False,
         storage_endpoints=_storage_endpoints(security.storageEndpoints or []),
     )
@@ -666,7 +666,7 @@ def _gpu_policy(gpu: Parsed[p.GPUOptimizationPolicy]) -> m.GPUPolicy:
         compaction_strategy=memory.compactionStrategy,
         sharing_enabled=bool(sharing.enabled),
         max_sharers=(sharing.maxSharers or 1) if sharing.enabled else 1,
-        source=m.Source(gpu.doc.path, "spec"),
+        source=m.Source(gpu.doc.path, "spec", gpu.doc.index),
         device_plugin_namespace=(spec.devicePlugin.namespace if spec.devicePlugin and spec.devicePlugin.namespace
                                  else "gpu-operator"),
     )
@@ -686,5 +686,5 @@ def _data_policy(data: Parsed[p.DataOptimizationPolicy]) -> m.DataPolicy:
         caching_size_bytes=memory_bytes(caching.size if caching.size is not None else "100Gi"),
         prefetching_enabled=bool(prefetch.enabled),
         prefetch_lookahead=prefetch.lookahead or 0,
-        source=m.Source(data.doc.path, "spec"),
+        source=m.Source(data.doc.path, "spec", data.doc.index),
     )

@@ -91,3 +91,53 @@ def test_json_output_carries_the_warnings(project: Path) -> None:
             for w in payload["warnings"]] == BUNDLED_WARNINGS  # with their real line and column
     assert {w["severity"] for w in payload["warnings"]} == {"warning"}
     assert warning_lines(result.stderr) == []  # JSON readers get them once, in the payload
+
+
+#: Two pipelines in one file, each with a stage ``spec.stages[0]`` whose input cannot be cached.
+_TWO_PIPELINES = """\
+apiVersion: aigc.kurator.dev/v1alpha1
+kind: AIGCPipeline
+metadata:
+  name: first
+spec:
+  stages:
+    - name: prep
+      type: DataProc
+      command: [python, prep.py]
+      inputs:
+        - name: raw
+          source: nfs://store/first/
+---
+apiVersion: aigc.kurator.dev/v1alpha1
+kind: AIGCPipeline
+metadata:
+  name: second
+spec:
+  stages:
+    - name: prep
+      type: DataProc
+      inputs:
+        - name: raw
+          source: nfs://store/second/
+"""
+
+
+def test_warnings_point_into_the_document_they_are_about(project: Path) -> None:
+    """A file of several policies: each warning names the line in its own document. They
+    used to land in the first document holding the field (``second``'s missing command was
+    put at ``first``'s command, line 9, not at ``second``'s stages, line 19), and two warnings
+    alike but for their document were
+    printed as one."""
+    (project / "policies" / "two.yaml").write_text(_TWO_PIPELINES, encoding="utf-8")
+    result = run("compile")
+    assert result.exit_code == 0, result.output
+    ours = [line for line in warning_lines(result.stderr) if line.startswith("warning: policies/two.yaml")]
+    assert ours == [
+        "warning: policies/two.yaml:11:11: spec.stages[0].inputs[0]: nfs:// cannot be cached by Fluid/Alluxio; "
+        "the stage reads it directly",
+        "warning: policies/two.yaml:19:3: spec.stages[0].command: stage 'prep' sets no command: its default image "
+        "python:3.11-slim exits at once and the Job reports Completed having done nothing; set command to what "
+        "the stage runs (for example [torchrun, train.py])",
+        "warning: policies/two.yaml:23:11: spec.stages[0].inputs[0]: nfs:// cannot be cached by Fluid/Alluxio; "
+        "the stage reads it directly",
+    ]

@@ -130,7 +130,8 @@ def _render(model: FleetModel, placement: Placement,
     parts: list[tuple[Callable[[], Rendered], int]] = [
         (lambda: Rendered({"placement.yaml": dump(placement_report(model, placement))}, ()), whole),
         (lambda: Rendered({}, locate(_warnings(ctx, work))), 2 * whole),
-        (lambda: Rendered(gitops_files(model.gitops, ctx.fleet_path, [c.name for c in model.clusters]), ()), 0),
+        (lambda: Rendered(gitops_files(model.gitops, ctx.fleet_source("spec.gitops"),
+                                       [c.name for c in model.clusters]), ()), 0),
     ]
     for cluster in model.clusters:
         placed = work.get(cluster.name, [])
@@ -167,7 +168,7 @@ def _warnings(ctx: Context, work: dict[str, Work]) -> tuple[Diagnostic, ...]:
     found += data_warnings(ctx, work)
     found += [w for stages in work.values() for w in stage_warnings(ctx, stages) + order_warnings(ctx, stages)]
     if work:
-        found += gitops_warnings(model.gitops, ctx.fleet_path)
+        found += gitops_warnings(model.gitops, ctx.fleet_source("spec.gitops"))
     return tuple(sorted(set(found)))
 
 

@@ -21,7 +21,7 @@
 from __future__ import annotations
 
 from fleetc.errors import Diagnostic
-from fleetc.model import ClassWeights, Cluster, Platform, Source, Stage, Team, WorkloadClass
+from fleetc.model import ClassWeights, Cluster, Platform, Stage, Team, WorkloadClass
 from fleetc.render.common import (
     GPU_RESOURCE,
     MANAGED_BY,
@@ -71,7 +71,7 @@ def queue(ctx: Context, cluster: Cluster, workload_class: WorkloadClass) -> Obj:
     return {
         "apiVersion": "scheduling.volcano.sh/v1beta1",
         "kind": "Queue",
-        "metadata": metadata(f"fleetc-{workload_class}", source=Source(ctx.fleet_path, "spec.aigcConfig")),
+        "metadata": metadata(f"fleetc-{workload_class}", source=ctx.fleet_source("spec.aigcConfig")),
         "spec": {
             "weight": max(1, round(weights.of(workload_class) * 10)),
             "reclaimable": True,

@@ -144,7 +144,7 @@ def metadata(name: str, namespace: str | None = None, source: Source | None = No
 
 def warning(source: Source, field: str, message: str) -> Diagnostic:
     """A compile warning about one policy field (whole-file position: the model has no lines)."""
-    return Diagnostic(source.path, 0, 0, field, message, severity="warning")
+    return Diagnostic(source.path, 0, 0, field, message, severity="warning", document=source.document)
 
 
 # --------------------------------------------------------------------------- quantities

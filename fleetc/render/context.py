@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fleetc.errors import InternalError
 from fleetc.model import (
@@ -78,17 +78,16 @@ class Context:
             writers=_writers(model),
             namespace_pipelines={ns: frozenset(p) for ns, p in pipelines.items()},
             governing={n: tuple(p for p in model.platforms if n in p.pipelines) for n in names},
-            pipeline_sources={s.pipeline: Source(s.source.path, "metadata") for s in model.stages},
+            pipeline_sources={s.pipeline: replace(s.source, field="metadata") for s in model.stages},
             gpu_slots=slots_per_gpu(model),
             stages={(s.pipeline, s.name): s for s in model.stages},
             waited_for=frozenset(f"{s.pipeline}/{d}" for s in model.stages for d in s.dependencies),
             storage_secrets=_storage_secrets(model),
         )
 
-    @property
-    def fleet_path(self) -> str:
-        """The Fleet policy file (every cluster comes from it)."""
-        return self.model.clusters[0].source.path
+    def fleet_source(self, field: str) -> Source:
+        """``field`` of the Fleet policy (every cluster comes from it)."""
+        return replace(self.model.clusters[0].source, field=field)
 
     @property
     def data_policy(self) -> DataPolicy | None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import shlex
+from dataclasses import replace
 from typing import NamedTuple
 
 from fleetc.errors import Diagnostic
@@ -166,7 +167,7 @@ def data_mounts(ctx: Context, stage: Stage) -> DataMounts:
 
 
 def _source(policy: DataPolicy, field: str) -> Source:
-    return Source(policy.source.path, field)
+    return replace(policy.source, field=field)
 
 
 def dataset(policy: DataPolicy, namespace: str, url: str, secret: str | None = None) -> Obj:
@@ -333,15 +334,16 @@ def data_warnings(ctx: Context, work_by_cluster: dict[str, Work]) -> list[Diagno
                              f"every stage that writes it, and stage '{key}' {why}"))
     if policy.prefetching_enabled:
         found += _keyless_waits(ctx, policy, work_by_cluster)
-    uncached: dict[tuple[str, str], str] = {}
+    uncached: dict[tuple[str, str, int], str] = {}
     for work in work_by_cluster.values():
         for stage, _ in work:
             for index, url in ctx.input_urls(stage):
                 if url_scheme(url) not in CACHEABLE_SCHEMES:
-                    uncached[(stage.source.path, f"{stage.source.field}.inputs[{index}]")] = url
-    for (path, field), url in sorted(uncached.items()):
+                    source = stage.source
+                    uncached[(source.path, f"{source.field}.inputs[{index}]", source.document)] = url
+    for (path, field, document), url in sorted(uncached.items()):
         kind = f"{url_scheme(url)}://" if url_scheme(url) else "a URL without a scheme"
-        found.append(warning(Source(path, field), field,
+        found.append(warning(Source(path, field, document), field,
                              f"{kind} cannot be cached by Fluid/Alluxio; the stage reads it directly"))
     return found
 
@@ -383,7 +385,7 @@ def _unused_secrets(ctx: Context) -> list[Diagnostic]:
             triton = (index == 0 and url_scheme(url) == "s3" and stage.serving is not None
                       and stage.serving.triton)
             if not marker and not triton:
-                found.append(warning(Source(stage.source.path, f"{stage.source.field}.inputs[{index}]"),
+                found.append(warning(replace(stage.source, field=f"{stage.source.field}.inputs[{index}]"),
                                      f"{stage.source.field}.inputs[{index}].secretName",
                                      "is used by Fluid cache mounts, and caching is off (DataOptimizationPolicy "
                                      "spec.caching.enabled); not rendered"))

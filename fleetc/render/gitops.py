@@ -205,18 +205,18 @@ def flux_objects(gitops: GitOps, source: Source, cluster: str) -> list[Obj]:
     ]
 
 
-def gitops_files(gitops: GitOps, fleet_path: str, clusters: list[str]) -> dict[str, str]:
-    """``argocd/`` and ``flux/<cluster>/`` for every cluster of the Fleet; their source is the
+def gitops_files(gitops: GitOps, source: Source, clusters: list[str]) -> dict[str, str]:
+    """``argocd/`` and ``flux/<cluster>/`` for every cluster of the Fleet; their ``source`` is the
     Fleet's ``spec.gitops``."""
-    source = Source(fleet_path, "spec.gitops")
     files = folder_files("argocd", [application_set(gitops, source)])
     for cluster in clusters:
         files |= folder_files(f"flux/{cluster}", flux_objects(gitops, source, cluster))
     return files
 
 
-def gitops_warnings(gitops: GitOps, fleet_path: str) -> list[Diagnostic]:
+def gitops_warnings(gitops: GitOps, source: Source) -> list[Diagnostic]:
+    """The placeholder repository left in ``source`` (the Fleet's ``spec.gitops``)."""
     if gitops.repo_url != GitOps().repo_url:
         return []
-    return [warning(Source(fleet_path, "spec.gitops"), "spec.gitops.repoURL",
+    return [warning(source, "spec.gitops.repoURL",
                     f"not set: Argo CD and Flux would read the placeholder {gitops.repo_url}")]

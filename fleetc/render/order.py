@@ -98,10 +98,13 @@ def run_id(stage: Stage) -> str:
     """What a marker holds: the same for the same compiled stage, else different. A stage
     asking for throughput is rendered as it runs on its cluster
     (:func:`fleetc.placement.rules.on_cluster`), its
-    readers see the model's: both hash the model's (its first GPU option's figures)."""
+    readers see the model's: both hash the model's (its first GPU option's figures). Which
+    document of its file the stage's pipeline is does not count: reordering a file's policies
+    changes nothing that runs."""
     if stage.gpu_options:
         first = stage.gpu_options[0]
         stage = replace(stage, gpus=first.gpus, gpu_request=first.gpu_request, pods_per_replica=first.pods_per_replica)
+    stage = replace(stage, source=replace(stage.source, document=0))
     return hashlib.sha256(json.dumps(_canonical(stage), sort_keys=True).encode()).hexdigest()[:16]
 
 

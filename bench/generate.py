@@ -352,9 +352,10 @@ def _pipeline_document(rng: random.Random, index: int, stages: list[_Stage],
             document["inputs"] = [{"name": "data", "from": f"{previous.name}.outputs.data"}]
         else:
             document["inputs"] = [{"name": "raw", "source": f"{bucket}/raw/", "location": home}]
-        if stage.type != "Deployment":
+        if stage.type != "Deployment":  # a run-to-completion stage runs something (fleetc warns otherwise)
+            document["command"] = ["python", "-m", f"bench.{stage.type.lower()}", "--stage", stage.name]
             document["outputs"] = [{"name": "data", "storage": f"{bucket}/{stage.name}/",
-                                    "location": home}]
+                                    "location": home, "secretName": "bench-store"}]
         document.update(_resources(rng, stage))
         documents.append(document)
     return {

@@ -699,4 +699,4 @@ def test_rendering_on_every_core_gives_the_one_process_bytes(generated: bool, tm
     assert forked.placement == alone.placement
     assert list(forked.files.items()) == list(alone.files.items()) and len(alone.files) > 20
     assert forked.warnings == alone.warnings and all(w.line > 0 for w in alone.warnings)
-    assert len(alone.warnings) >= (20 if generated else 1)
+    assert len(alone.warnings) >= (10 if generated else 1)  # several files and documents located

@@ -31,6 +31,7 @@ from fleetc.placement import highs, rules
 from fleetc.placement.problem import Budget, Problem, time_sliced_gpus_per_cluster
 from fleetc.placement.program import OutOfTime, Program, Solved, build_program, replicas_of, solve_program
 from fleetc.placement.rules import time_sliced_gpus
+from fleetc.placement.scoring import alike_rows
 
 #: Branch-and-bound nodes each rounding MILP may explore: a count, not seconds, so that every
 #: machine rounds the same way (the ones measured, up to 400 x 8,000, closed at the root node).
@@ -844,15 +845,10 @@ def _alike(problem: Problem, large: _Large, cores_and_memory: bool = True
         block = problem.part.stages[start: start + 1024]
         rows[start: start + len(block), len(features):] = problem.total[np.ix_(block, problem.part.clusters)]
     np.copyto(rows[:, len(features):], -np.inf, where=~(problem.allowed & ~problem.blocked[:, None]))
-    keys = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.itemsize * rows.shape[1]))).ravel()
+    type_of, representatives = alike_rows(rows)  # kinds numbered by their first stage
     del rows
-    _, first, kind = np.unique(keys, return_index=True, return_inverse=True)
-    if len(first) > ALIKE_SHARE * n_stages:
+    if len(representatives) > ALIKE_SHARE * n_stages:
         return None
-    order = np.argsort(first, kind="stable")  # kinds numbered by their first stage
-    number = np.empty(len(first), dtype=np.int64)
-    number[order] = np.arange(len(first))
-    type_of, representatives = number[kind.ravel()], first[order]
     if cores_and_memory and int(np.diff(large.pair_range)[representatives].sum()) > WHOLE_LP_PAIRS:
         return None
     return type_of, representatives

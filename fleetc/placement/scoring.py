@@ -226,12 +226,21 @@ def _kinds(columns: _Columns) -> tuple[np.ndarray, np.ndarray]:
         return np.arange(count), np.arange(count)
     parts = [np.ascontiguousarray(np.moveaxis(getattr(columns, name), _STAGE_AXIS.get(name, 0), 0))
              .reshape(count, -1).view(np.uint8) for name in _STAGE_COLUMNS]
-    rows = np.ascontiguousarray(np.concatenate(parts, axis=1))
-    _, first, kind_of = np.unique(rows.view(np.dtype((np.void, rows.shape[1]))).ravel(),
-                                  return_index=True, return_inverse=True)
+    kind_of, first = alike_rows(np.concatenate(parts, axis=1))
     if len(first) == count:
         return np.arange(count), np.arange(count)
-    return first, kind_of.reshape(count)
+    return first, kind_of
+
+
+def alike_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of ``rows`` (2-D) equal byte for byte, as kinds: each row's kind, numbered by
+    the first row of each, and that first row of each kind."""
+    keys = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.itemsize * rows.shape[1]))).ravel()
+    _, first, kind = np.unique(keys, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    number = np.empty(len(first), dtype=np.int64)
+    number[order] = np.arange(len(first))
+    return number[kind.ravel()], first[order]
 
 
 def _by_stage(matrix: np.ndarray, kind_of: np.ndarray) -> np.ndarray:

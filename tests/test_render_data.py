@@ -3,15 +3,18 @@ data, preprocessing settings for DataProc stages, and what has no Fluid form."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
-from dataclasses import dataclass, fields, replace
+import json
+from dataclasses import MISSING, dataclass, fields, is_dataclass, replace
+from enum import Enum
 from typing import Any
 
-from support.builders import make_stage
+from support.builders import make_serving, make_stage
 from test_render import fleet, objects
 
-from fleetc.model import DataPolicy, FleetModel, Input, Output, Placement, Serving, Source, Stage
-from fleetc.render import render
+from fleetc.model import DataPolicy, FleetModel, Input, Output, Placement, Serving, Source, Stage, StageType, Toleration
+from fleetc.render import order, render
 from fleetc.render.common import digest
 from fleetc.render.data import dataset_name
 from fleetc.render.order import run_id
@@ -327,3 +330,54 @@ def test_a_run_id_survives_a_model_field_added_with_its_default() -> None:
     assert run_id(replace(later, priority=1)) != run_id(stage)
     assert run_id(replace(stage, gpus=4)) != run_id(stage)
     assert run_id(replace(stage, shared_gpu=True)) != run_id(stage)
+
+
+def _plain_run_id(stage: Stage) -> str:
+    """run_id as first written: the stage replaced as it says, walked generically."""
+    def canonical(value: object) -> object:
+        if is_dataclass(value) and not isinstance(value, type):
+            return {f.name: canonical(getattr(value, f.name)) for f in fields(value)
+                    if not (f.default is not MISSING and getattr(value, f.name) == f.default
+                            or f.default_factory is not MISSING and getattr(value, f.name) == f.default_factory())}
+        if isinstance(value, Enum):
+            return canonical(value.value)
+        if isinstance(value, (tuple, list)):
+            return [canonical(item) for item in value]
+        return value
+    if stage.gpu_options:
+        first = stage.gpu_options[0]
+        stage = replace(stage, gpus=first.gpus, gpu_request=first.gpu_request, pods_per_replica=first.pods_per_replica)
+    stage = replace(stage, source=replace(stage.source, document=0))
+    return hashlib.sha256(json.dumps(canonical(stage), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def test_run_ids_are_the_generic_walk_of_the_stage() -> None:
+    """run_id walks a stage through a table of its fields per type: the same JSON, so the same
+    ids, as the generic walk over dataclasses.fields, whatever the stage holds."""
+    throughput = make_stage("train", throughput_gpus={"a100": 4, "h100": 2}, gpu_types=("a100", "h100"))
+    stages = [
+        make_stage("train", gpus=8, tolerations=(Toleration(key="gpu", operator="Exists"),)),
+        throughput,
+        replace(throughput, gpus=2, pods_per_replica=2),  # as on_cluster renders it on an h100
+        replace(make_serving(), serving=Serving(port=9000, extra_ports=(("grpc", 8001),), triton=True),
+                source=Source("p.yaml", "spec.stages[3]", document=2), shared_gpu=True),
+        replace(make_stage("prep", type=StageType.DATAPROC, gpus=0),
+                inputs=(Input("raw", "s3://a/b", None, None, "eu", secret_name="s"),),
+                outputs=(Output("data", "cos://c/d", None, jurisdiction="eu"),), command=("run", "x")),
+    ]
+    for stage in stages:
+        assert run_id(stage) == _plain_run_id(stage)
+        assert run_id(stage) == _plain_run_id(stage)  # remembered: the same again
+    assert run_id(stages[1]) == run_id(stages[2])  # readers and the cluster's copy agree
+
+
+def test_a_remembered_run_id_goes_with_its_stage() -> None:
+    """run_id remembers each stage object's id while the stage lives, and forgets it when the
+    stage goes: a later stage at the same address is hashed afresh, and no render keeps the
+    ids of a model it no longer holds."""
+    stage = make_stage("train", gpus=8)
+    address, expected = id(stage), run_id(stage)
+    assert order._run_ids[address][1] == expected
+    del stage
+    gc.collect()
+    assert address not in order._run_ids

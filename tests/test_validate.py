@@ -607,7 +607,8 @@ _CREDENTIAL_PIECES = [
     "\\", "\x01", "é", "ſ", "K", "plain words", "cos://bucket/raw/",
 ]
 _KEYS = st.sampled_from(["name", "apiKey", "db-password", "TOKEN", "ſecret", "Kredential",
-                         "credential", "privateKey", "tokenSecretRef", "source", "a\"b"])
+                         "credential", "privateKey", "tokenSecretRef", "source", "a\"b", "secretName",
+                         "keyRef", "passwordReference", "token\n", "tokenname\n", 'x": "token'])
 _VALUES = st.lists(st.sampled_from(_CREDENTIAL_PIECES), max_size=3).map("".join)
 _DOCUMENTS = st.recursive(_VALUES, lambda inner: st.one_of(
     st.lists(inner, max_size=3), st.dictionaries(_KEYS, inner, max_size=3)), max_leaves=6)
@@ -624,7 +625,9 @@ def test_the_credential_probe_never_skips_a_refused_value(data: dict) -> None:
 @pytest.mark.parametrize("data", [
     {"ſecret": "9fA8b7C6d5E4f3G2h1J0"}, {"apı_key": "9fA8b7C6d5E4f3G2h1J0"},  # case-folded keys
     {"Token": "9fA8b7C6d5E4f3G2h1J0"}, {"a": ["x", "é\nAKIA" + "IOSFODNN7EXAMPLE"]},
-    {"a": {"b": 'http://u:"p@h'}},
+    {"a": {"b": 'http://u:"p@h'}}, {'apiKey"x': "9fA8b7C6d5E4f3G2h1J0"},  # a quote after the word
+    {"tokenf": "9fA8b7C6d5E4f3G2h1J0"}, {"passwordence": "9fA8b7C6d5E4f3G2h1J0"},  # nearly references
+    {"secretName": "x", "keys": ["aws_secret: wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"]},
 ])
 def test_the_credential_probe_keeps_what_the_checks_refuse(data: dict) -> None:
     assert list(credential_checks(Document("p.yaml", 0, data, {}, {})))
@@ -636,3 +639,62 @@ def test_the_credential_probe_passes_ordinary_policies() -> None:
     data = [doc.data for text in texts for doc in parse(text, "p.yaml")[0]]
     assert data
     assert sum(may_hold_credentials(json.dumps(d, ensure_ascii=False)) for d in data) < len(data)
+
+
+#: A pipeline as bench.generate writes them: every output names its Secret (``secretName``), and
+#: nothing in it may be refused, so the probe lets it skip the scan.
+_PIPELINE_DATA = {
+    "apiVersion": "aigc.kurator.dev/v1alpha1", "kind": "AIGCPipeline",
+    "metadata": {"name": "p", "namespace": "team-00", "labels": {"tokenRef": "t", "team": "a"}},
+    "spec": {"stages": [
+        {"name": "prepare", "type": "DataProc", "command": ["python", "-m", "prep", "--stage", "prepare"],
+         "inputs": [{"name": "raw", "source": "cos://b/raw/", "location": "cn-north-1"}],
+         "outputs": [{"name": "data", "storage": "cos://b/prepare/", "secretName": "store",
+                      "passwordReference": "p", "apiKeyRef": "k"}],
+         "resources": {"cpu": 8, "memory": "32Gi", "gpu": 0}},
+        {"name": "train", "type": "Training", "dependencies": ["prepare"],
+         "inputs": [{"name": "data", "from": "prepare.outputs.data"}],
+         "resources": {"gpu": 2, "gpuType": "a100", "tolerations": [["x", {"y": [1, 2.5]}]]}},
+    ]},
+}
+_AWS_SECRET = "aws_secret: wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+_PIECES = st.sampled_from([*_CREDENTIAL_PIECES[:10], _AWS_SECRET]) | st.permutations(
+    "abcdefghKLMNOPQR012345").map("".join)  # random-looking tokens
+#: Keys that name a secret, reference one, or nothing: a word of the secret-key rule (or none)
+#: with anything before it and an ending a reference has, nearly has, or what JSON escapes.
+_KEY_WORDS = st.sampled_from(["password", "Passwd", "SECRET", "token", "apiKey", "access_key", "private-key",
+                              "credential", "ſecret", "Kredential", "key", "aws", ""])
+_KEY_ENDS = st.sampled_from(["", "Name", "ref", "REFERENCE", "f", "ame", "ence", "s", "Store", "\n", '"x', "\\",
+                             "é", ": "])
+_ANY_KEY = st.builds(lambda a, word, end: a + word + end, st.text(max_size=3), _KEY_WORDS, _KEY_ENDS)
+_FLAGGED = st.builds(lambda a, piece, b: a + piece + b, st.text(max_size=4), _PIECES, st.text(max_size=4))
+
+
+def _containers(data: object) -> list[dict | list]:
+    """Every mapping and list in ``data``, outermost first."""
+    if not isinstance(data, dict | list):
+        return []
+    values = data.values() if isinstance(data, dict) else data
+    return [data, *(inner for value in values for inner in _containers(value))]
+
+
+def test_the_credential_probe_skips_an_ordinary_pipeline() -> None:
+    assert list(credential_checks(Document("p.yaml", 0, _PIPELINE_DATA, {}, {}))) == []
+    assert not may_hold_credentials(json.dumps(_PIPELINE_DATA, sort_keys=True, ensure_ascii=False))
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_ANY_KEY, _FLAGGED, st.integers(min_value=0), st.integers(min_value=0))
+def test_the_credential_probe_never_skips_a_refused_value_anywhere(key: str, value: str, where: int,
+                                                                   at: int) -> None:
+    """A value the per-string rules refuse, under any key, put anywhere in a document the probe
+    skips: the probe no longer skips it (in the text validate probes and hashes: keys sorted)."""
+    data = json.loads(json.dumps(_PIPELINE_DATA))
+    containers = _containers(data)
+    container = containers[where % len(containers)]
+    if isinstance(container, dict):
+        container[key] = value
+    else:
+        container.insert(at % (len(container) + 1), value)
+    if list(credential_checks(Document("p.yaml", 0, data, {}, {}))):
+        assert may_hold_credentials(json.dumps(data, sort_keys=True, ensure_ascii=False))

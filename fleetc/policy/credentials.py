@@ -82,21 +82,27 @@ _ANY_CREDENTIAL = re.compile("|".join(
     f"(?{'i' if p.flags & re.IGNORECASE else ''}:{p.pattern})" for _, p in CREDENTIAL_PATTERNS))
 
 
-#: Every match of a credential pattern holds one of these (case matters in those patterns)...
+#: Every match of a credential pattern holds one of these (case matters in those patterns), or
+#: "aws" in any case (the AWS secret access key's)...
 _MATCH_FRAGMENTS = ("AKIA", "ASIA", "PRIVATE KEY", "@", "=", "gh", "github_pat_", "xox", "earer",
                     "eyJ", "AIza", "hooks.slack.com")
-#: ...and every secret-like key one of these, lower-cased.
-_SECRET_KEY_WORDS = ("passw", "secret", "token", "key", "credential", "aws")
+#: ...and every key :func:`_secret_key` accepts, in JSON text without a backslash, lower-cased,
+#: matches this: one of its words, then the rest of the key, not ending as a reference does
+#: (``secretName``, the way every stage output names its Secret, is no secret key), then the
+#: closing quote and a colon. Without backslashes no JSON string holds a quote, so a key's
+#: text runs from its word to the next quote; only a key's closing quote is followed by a colon.
+_SECRET_KEY_IN_JSON = re.compile(r'(?:passw|secret|token|key|credential)[^"]*'
+                                 r'(?<!name)(?<!ref)(?<!reference)"\s*:')
 
 
 def may_hold_credentials(text: str) -> bool:
-    """False when no value in ``text`` (a document as JSON or any text holding every key and
-    value verbatim but for escaped quotes, backslashes and control characters) can be refused,
-    which spares :func:`credential_checks` the scan of every value on most documents."""
-    if any(fragment in text for fragment in _MATCH_FRAGMENTS) or not text.isascii():
-        return True  # beyond ASCII, case-insensitive matching is more than lower()
+    """False when no value in ``text`` (a document as JSON) can be refused, which spares
+    :func:`credential_checks` the scan of every value on most documents: no value holds a
+    fragment of a credential pattern, and no key names a secret."""
+    if any(fragment in text for fragment in _MATCH_FRAGMENTS) or not text.isascii() or "\\" in text:
+        return True  # beyond ASCII, case-insensitive matching is more than lower(); escapes hide quotes
     lowered = text.lower()
-    return any(word in lowered for word in _SECRET_KEY_WORDS)
+    return "aws" in lowered or _SECRET_KEY_IN_JSON.search(lowered) is not None
 
 
 def _credential_kind(key: str, value: str) -> str:

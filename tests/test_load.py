@@ -591,3 +591,22 @@ def test_forked_loading_reads_what_one_process_reads(monkeypatch) -> None:
         assert spawned, "nothing was read in a child"
     assert len(alone[0]) > 50 and alone[1]  # documents to compare, and diagnostics too
     assert repr(forked) == repr(alone)  # repr: a NaN read in a child is another NaN object, never ==
+
+
+def test_documents_read_by_forked_loaders_come_scanned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each document read on the fast path carries its JSON text (keys sorted, as json.dumps
+    writes it: the inputs digest hashes it) and whether it may hold a credential, made in the
+    process that read it; on the node path (an alias) validation scans it itself."""
+    import json
+
+    from fleetc.policy import forkmap
+
+    plain = "b: [1, 2.5, x]\na: {c: null, secretName: s}\n---\n---\nkey: 9fA8b7C6d5E4f3G2h1J0\n"
+    sources = [("a.yaml", plain.encode()), ("m.yaml", b"base: &b {x: 1}\nm: *b\n")]
+    serial = load.load_sources(sources).documents
+    monkeypatch.setattr(forkmap, "usable_cores", lambda: 2)
+    pad = ("pad.yaml", b"pad: " + b"x" * forkmap.MIN_PARALLEL_SIZE + b"\n")  # read here; the rest in a child
+    forked = load.load_sources([pad, *sources]).documents[1:]
+    assert [d.scanned for d in serial] == [d.scanned for d in forked] == [
+        (json.dumps({"b": [1, 2.5, "x"], "a": {"c": None, "secretName": "s"}}, sort_keys=True), False),
+        (json.dumps({"key": "9fA8b7C6d5E4f3G2h1J0"}), True), None]

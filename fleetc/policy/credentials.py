@@ -11,10 +11,12 @@ import functools
 import math
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetc.errors import Diagnostic
-from fleetc.policy.load import Document, FieldPath
+
+if TYPE_CHECKING:  # fleetc.policy.load runs the probe below on what it reads
+    from fleetc.policy.load import Document, FieldPath
 
 #: What a credential looks like, checked in every string value of every document.
 CREDENTIAL_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (

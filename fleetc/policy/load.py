@@ -15,13 +15,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import gc
+import json
 import os
 import stat
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from ruamel.yaml import YAML
 from ruamel.yaml.composer import Composer
@@ -34,6 +35,7 @@ from ruamel.yaml.tag import Tag
 
 from fleetc.errors import Diagnostic, UsageError
 from fleetc.policy import fastcompose
+from fleetc.policy.credentials import may_hold_credentials
 from fleetc.policy.forkmap import fork_map
 
 #: A policy file larger than this is refused: policies are small, and the limit keeps a
@@ -69,6 +71,30 @@ def format_field(path: FieldPath) -> str:
     return text
 
 
+class Scanned(NamedTuple):
+    """What validation reads of a document's data as a whole (:func:`scan`)."""
+
+    #: The data as JSON text, keys sorted: what the inputs digest hashes; None where the data
+    #: holds NaN, infinity or what JSON cannot hold.
+    json: str | None
+    #: Whether a value may be a credential (:func:`may_hold_credentials`; always, without text).
+    suspect: bool
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False, allow_nan=False, sort_keys=True)
+
+
+def scan(data: Any) -> Scanned:
+    """``data`` as JSON text (``json.dumps(data, sort_keys=True, ensure_ascii=False)``, the same
+    for finite data: one pass in C that tells for most documents that they hold no NaN to report)
+    and whether it may hold a credential (most documents then skip the check of every value)."""
+    try:
+        text = _ENCODER.encode(data)
+    except (ValueError, TypeError):
+        return Scanned(None, True)
+    return Scanned(text, may_hold_credentials(text))
+
+
 @dataclass(frozen=True)
 class Document:
     """One YAML document: its data and the position of every value and key in it."""
@@ -78,6 +104,9 @@ class Document:
     data: Any
     values: Mapping[FieldPath, Position]
     keys: Mapping[FieldPath, Position]
+    #: :func:`scan` of ``data``, made where it was read (on a large input by the forked loaders,
+    #: beside the parsing, so that validation does not do it alone); None where it was not.
+    scanned: Scanned | None = field(default=None, compare=False, repr=False)
 
     def holds(self, path: FieldPath) -> bool:
         """Whether ``path`` has a value in the document (is in ``values``), told by its data,
@@ -406,24 +435,35 @@ def parse(text: str, display: str) -> tuple[list[Document], list[Diagnostic]]:
     return _parse(text, display, _read_fast(text))
 
 
-def _read_fast(text: str) -> fastcompose.Stream | None:
-    """Every document of ``text`` as data by :func:`fastcompose.load_all`, or None where the
-    node path must read it (something to report, or something only ruamel reads right)."""
+class _Read(NamedTuple):
+    """What :func:`_read_fast` made of a file: its documents, and :func:`scan` of each (None for
+    a null document)."""
+
+    stream: fastcompose.Stream
+    scanned: list[Scanned | None]
+
+
+def _read_fast(text: str) -> _Read | None:
+    """Every document of ``text`` as data by :func:`fastcompose.load_all`, each scanned, or None
+    where the node path must read it (something to report, or something only ruamel reads right)."""
     yaml = YAML(typ="safe", pure=True)
     if len(_PLAIN_VALUES) > _MAX_PLAIN_VALUES:
         _PLAIN_VALUES.clear()
-    return fastcompose.load_all(text, yaml.resolver, _ScalarValues(yaml.constructor),
-                                max_depth=MAX_DEPTH, max_values=MAX_NODES, cache=_PLAIN_VALUES)
+    stream = fastcompose.load_all(text, yaml.resolver, _ScalarValues(yaml.constructor),
+                                  max_depth=MAX_DEPTH, max_values=MAX_NODES, cache=_PLAIN_VALUES)
+    if stream is None:
+        return None
+    return _Read(stream, [None if data is None else scan(data) for data in stream.documents])
 
 
-def _parse(text: str, display: str, fast: fastcompose.Stream | None) -> tuple[list[Document],
-                                                                               list[Diagnostic]]:
+def _parse(text: str, display: str, fast: _Read | None) -> tuple[list[Document], list[Diagnostic]]:
     """:func:`parse`, given what :func:`_read_fast` made of ``text``."""
     if fast is not None:
-        positions = _Positions(text, fast.lines)
+        positions = _Positions(text, fast.stream.lines)
         documents = [Document(display, index, data, positions.table(index, key=False),
-                              positions.table(index, key=True))
-                     for index, data in enumerate(fast.documents) if data is not None]
+                              positions.table(index, key=True), scanned)
+                     for index, (data, scanned) in enumerate(zip(fast.stream.documents, fast.scanned, strict=True))
+                     if data is not None]
         return documents, [] if documents else [_empty_file(display)]
     yaml = YAML(typ="safe", pure=True)
     try:

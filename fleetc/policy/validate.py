@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -23,8 +22,8 @@ from fleetc.errors import Diagnostic, did_you_mean
 from fleetc.model import STORAGE_CREDENTIAL_KEYS, gpus_for_throughput, url_scheme
 from fleetc.nodefit import default_gpus_per_node
 from fleetc.policy import kinds as p
-from fleetc.policy.credentials import credential_checks, may_hold_credentials
-from fleetc.policy.load import Document, FieldPath, gc_paused
+from fleetc.policy.credentials import credential_checks
+from fleetc.policy.load import Document, FieldPath, gc_paused, scan
 from fleetc.policy.quantity import cpu_millis, memory_bytes, parse_percentage
 from fleetc.policy.schemas import schema_for
 
@@ -87,10 +86,10 @@ def _validate(documents: Sequence[Document]) -> tuple[PolicySet, list[Diagnostic
     diagnostics: list[Diagnostic] = []
     invalid: set[tuple[str, str]] = set()  # (kind, name) of documents already reported
     for doc in documents:
-        text = _json_text(doc.data)
+        text, suspect = doc.scanned or scan(doc.data)
         obj, problems = _check_document(doc, finite=text is not None)
         diagnostics.extend(problems)
-        if text is None or may_hold_credentials(text):
+        if suspect:
             diagnostics.extend(credential_checks(doc))
         if obj is not None:
             parsed.append(Parsed(obj, doc, text))
@@ -170,20 +169,6 @@ def _schema_valid(kind: str, data: Any) -> bool:
         return bool(validator.is_valid(data))
     except Exception:  # noqa: BLE001 - whatever it cannot read, jsonschema reads
         return False
-
-
-_ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False, allow_nan=False, sort_keys=True)
-
-
-def _json_text(data: Any) -> str | None:
-    """``data`` as JSON text, or None when it holds NaN, infinity or what JSON cannot hold. One
-    pass in C that tells for most documents that they have no NaN to report and no credential
-    (see :func:`may_hold_credentials`); keys sorted, it is the text the inputs digest hashes
-    (``json.dumps(data, sort_keys=True, ensure_ascii=False)``, the same for finite data)."""
-    try:
-        return _ENCODER.encode(data)
-    except (ValueError, TypeError):
-        return None
 
 
 def _check_document(doc: Document, *, finite: bool) -> tuple[p.PolicyObject | None,

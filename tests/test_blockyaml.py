@@ -1,0 +1,151 @@
+"""fleetc.policy.blockyaml: fleetc's own block YAML read line by line, exactly as a YAML reader
+reads it, or declined (then fleetc.policy.load.yaml_documents reads it through libyaml or ruamel)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ruamel.yaml import YAML
+from ruamel.yaml.constructor import ConstructorError
+from ruamel.yaml.error import YAMLError
+from ruamel.yaml.nodes import ScalarNode
+
+from fleetc.policy import blockyaml, load
+from fleetc.render.yamlout import dump
+
+CASES = Path(__file__).parent / "cases"
+REPORTS = sorted(CASES.glob("*/expected/placement.yaml"))
+
+
+def _ruamel(text: str) -> list[Any] | None:
+    """What ruamel's safe loader reads (None where it refuses the text)."""
+    try:
+        return list(YAML(typ="safe", pure=True).load_all(text))
+    except (YAMLError, ValueError, RecursionError):
+        return None
+
+
+def _block(text: str, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any] | None, list[Any] | None]:
+    """What yaml_documents reads of ``text``, and what the block reader answered on the way."""
+    answers: list[list[Any] | None] = []
+    read = blockyaml.block_documents
+
+    def spy(*args: Any) -> list[Any] | None:
+        answers.append(read(*args))
+        return answers[-1]
+
+    monkeypatch.setattr(blockyaml, "block_documents", spy)
+    try:
+        documents: list[Any] | None = load.yaml_documents(text)
+    except (YAMLError, RecursionError):
+        documents = None
+    return documents, answers[0]
+
+
+def test_every_placement_report_of_the_golden_cases_is_read_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert len(REPORTS) > 10
+    for report in REPORTS:
+        text = report.read_text(encoding="utf-8")
+        documents, answer = _block(text, monkeypatch)
+        assert answer is not None, report
+        assert answer == documents == _ruamel(text), report
+
+
+@pytest.mark.parametrize("text", [
+    "a: 1\n\nb: 2\n",  # a blank line
+    "a:\nb: 1\n", "a:\n", "a: \n",  # empty values: null
+    "a:\n- 1\n",  # a sequence at its key's indentation
+    "a:\n   b: 1\n", "a:\n  b: 1\n c: 2\n", "a: 1\n  b: 2\n",  # other indentations
+    "a: 1\na: 2\n",  # a duplicate key
+    "1: a\n", "true: a\n", "null: a\n", "1e3: a\n",  # keys that are not strings
+    "a: b: c\n", "a: b:\n", "a: 'b'\n", 'a: "b"\n', "a: b # c\n", "a: [1]\n", "a: {b: 1}\n",
+    "a: - b\n", "a: b  c\n", "a: b :c\n", "a:b\n", "- a\n", "a\n", "a: 1", "",
+    "a:\n  - - 1\n", "a:\n  -  1\n", "a: |\n  b\n", "a: b\n---\nc: d\n", "a: \u00e9\n", "a:\tb\n",
+])
+def test_what_is_not_in_fleetcs_layout_is_declined(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    documents, answer = _block(text, monkeypatch)
+    assert answer is None
+    assert documents == _ruamel(text)
+
+
+def test_depth_is_bounded() -> None:
+    text = "".join(f"{'  ' * i}k:\n" for i in range(5)) + "    " * 2 + "  v: 1\n"
+    assert blockyaml.block_documents(text, str, 64) == [{"k": {"k": {"k": {"k": {"k": {"v": "1"}}}}}}]
+    assert blockyaml.block_documents(text, str, 5) is None
+
+
+_KEYS = st.sampled_from(["a", "name", "gpuType", "nvidia.com/gpu", "a100", "1", "true", "null", "y", "on",
+                         "x-y_z", "a b", "a:b", "-a", ".5", "0o17", "~", "2024-01-01"])
+_TEXT = st.text(st.sampled_from(list("ab-_.:/ +,()=%#'\"[]{}01\n\t\u00e9")), max_size=8)
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20),
+                     st.floats(allow_nan=False), _TEXT, st.sampled_from(["c0007-t4", "sha256:ab12", "1:30",
+                                                                         "no room", "0.5", "1e3", "-x"]))
+_DATA = st.recursive(_SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(_KEYS, inner, max_size=3)), max_leaves=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(_KEYS, _DATA, min_size=1, max_size=4))
+def test_what_yamlout_writes_reads_as_ruamel_reads_it(data: dict[str, Any]) -> None:
+    text = dump(data)
+    answer = blockyaml.block_documents(text, _scalar, load.MAX_DEPTH)
+    assert answer is None or answer == _ruamel(text)
+
+
+_EDITS = st.sampled_from([" ", "  ", "- ", ":", ": ", "\n", "#", "[]", "{}", "a", "1", "-", "'", "\t"])
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.dictionaries(_KEYS, _DATA, min_size=1, max_size=4), st.lists(
+    st.tuples(st.integers(min_value=0), st.integers(0, 2), _EDITS), min_size=1, max_size=3))
+def test_damaged_text_is_read_as_ruamel_reads_it_or_declined(data: dict[str, Any],
+                                                            edits: list[tuple[int, int, str]]) -> None:
+    """Characters put in, cut out or replaced anywhere: whatever the block reader still reads,
+    ruamel reads the same (a YAML error there is a decline here)."""
+    text = dump(data)
+    for where, cut, piece in edits:
+        at = where % (len(text) + 1)
+        text = text[:at] + piece + text[at + cut:]
+    answer = blockyaml.block_documents(text, _scalar, load.MAX_DEPTH)
+    assert answer is None or answer == _ruamel(text)
+
+
+def _edit_lines(lines: list[str], where: int, edit: str) -> list[str]:
+    i = where % len(lines)
+    line = lines[i]
+    edited = {"repeat": [line, line], "cut": [], "in": [" " + line], "in2": ["  " + line], "out": [line[1:]],
+              "out2": [line[2:]], "unquote": [line.replace('"', "")], "swap": lines[i + 1:i + 2] + [line]}[edit]
+    return lines[:i] + edited + lines[i + 1 + (edit == "swap"):]
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.dictionaries(_KEYS, _DATA, min_size=1, max_size=4), st.lists(
+    st.tuples(st.integers(min_value=0), st.sampled_from(["repeat", "cut", "in", "in2", "out", "out2", "unquote",
+                                                         "swap"])), min_size=1, max_size=3))
+def test_lines_repeated_cut_moved_or_unquoted_read_as_ruamel_reads_them_or_are_declined(
+        data: dict[str, Any], edits: list[tuple[int, str]]) -> None:
+    """Lines repeated (duplicate keys), cut, swapped, indented in or out, or stripped of quotes
+    (keys that read as numbers, booleans or null): the block reader reads what ruamel reads, or
+    declines."""
+    lines = dump(data).splitlines()
+    for where, edit in edits:
+        lines = _edit_lines(lines, where, edit) or ["a: 1"]
+    text = "\n".join(lines) + "\n"
+    answer = blockyaml.block_documents(text, _scalar, load.MAX_DEPTH)
+    assert answer is None or answer == _ruamel(text)
+
+
+_YAML = YAML(typ="safe", pure=True)
+
+
+def _scalar(text: str) -> Any:
+    """A plain scalar's value as yaml_documents reads it (ruamel's resolver and constructor)."""
+    node = ScalarNode(_YAML.resolver.resolve(ScalarNode, text, (True, False)), text, None, None)
+    try:
+        return _YAML.constructor.construct_object(node)
+    except (ConstructorError, ValueError) as err:
+        raise ValueError(text) from err

@@ -169,25 +169,49 @@ def _is_block(value: object) -> bool:
     return isinstance(value, (dict, list)) and bool(value)
 
 
-#: What :func:`dump` writes for a mapping key (``<key>:``) and after it for a one-line string
-#: value (`` <text>\n``, a sequence item's line being ``-`` and the same), cached: manifests
+#: What :func:`dump` writes for a mapping key at each depth (``<indent><key>:``) and after a
+#: key or a sequence's ``-`` for a one-line string value (`` <text>\n``), cached: manifests
 #: repeat both (at 1,000 x 20,000: 3 million keys of 132 names, 2 million strings of which 8%
 #: differ). Cleared when full, so a long-lived process keeps at most this many of each.
 _CACHE_LIMIT = 1 << 18
-_heads: dict[str, str] = {}
 _tails: dict[str, str] = {}
+#: Per depth: its indentation, a sequence item's first line start there (``<indent>- ``, and
+#: ``<indent>-`` before a cached tail) and the key heads written there. Extended by
+#: :func:`_deeper` for documents nested deeper than any before.
+_INDENTS: list[str] = []
+_DASHES: list[str] = []
+_BARE_DASHES: list[str] = []
+_heads_at: list[dict[str, str]] = []
 
 
-def _head(key: object) -> str | None:
-    """``<key>:`` for a key written inline (cached); None for one too long to be an implicit key."""
+def _deeper(depth: int) -> dict[str, str]:
+    """Make room for lines at ``depth``; the key heads there."""
+    while len(_INDENTS) <= depth:
+        indent = _INDENT * len(_INDENTS)
+        _INDENTS.append(indent)
+        _DASHES.append(indent + "- ")
+        _BARE_DASHES.append(indent + "-")
+        _heads_at.append({})
+    return _heads_at[depth]
+
+
+_deeper(16)
+
+
+def _head(heads: dict[str, str], depth: int, key: object, out: list[str]) -> str:
+    """``<indent><key>:`` for a key at ``depth``, cached in ``heads``. A key too long to be an
+    implicit key is written on a line of its own, ``<indent>? <key>``, and its value's line
+    starts with ``<indent>:``."""
     if not isinstance(key, str):
         raise TypeError(f"mapping keys must be str, got {type(key).__name__}: {key!r}")
     text = _string(key)
+    indent = _INDENTS[depth]
     if len(text) > _MAX_IMPLICIT_KEY:
-        return None
-    if len(_heads) >= _CACHE_LIMIT:
-        _heads.clear()
-    head = _heads[key] = text + ":"
+        out.append(f"{indent}? {text}\n")
+        return indent + ":"
+    if len(heads) >= _CACHE_LIMIT:
+        heads.clear()
+    head = heads[key] = indent + text + ":"
     return head
 
 
@@ -202,89 +226,107 @@ def _tail(text: str) -> str | None:
     return tail
 
 
-def _mapping(node: dict[object, object], indent: str, out: list[str], first_prefix: str) -> None:
-    """Emit a non-empty mapping; the first line starts with ``first_prefix`` (e.g. ``- ``).
+def _mapping(node: dict[object, object], depth: int, out: list[str], first_prefix: str | None) -> None:
+    """Emit a non-empty mapping whose keys are at ``depth``; the first line starts with
+    ``first_prefix`` (e.g. ``- ``) instead of the indentation when given (it is as long).
 
-    The hot loop of every dump, one ``append`` per line: keys and one-line strings come from
-    the caches, values of the exact built-in types are dispatched inline (a ``type() is`` test
-    is much cheaper than the generic path's ``isinstance`` chain); anything else, subclasses
-    included, takes :func:`_mapping_value`. mypy does not narrow through ``kind``, and a
-    ``cast`` costs a call per entry here, so the branches that rely on it say so in an ignore."""
-    prefix = first_prefix
-    inner = indent + _INDENT
+    The hot loop of every dump, one ``append`` per line, each line one concatenation: keys
+    (with their indentation) and one-line strings come from the caches, values of the exact
+    built-in types are dispatched inline (a ``type() is`` test is much cheaper than the generic
+    path's ``isinstance`` chain); anything else, subclasses included, takes
+    :func:`_mapping_value`. Every line is written indented, and the first one's indentation
+    replaced by ``first_prefix`` at the end, rather than a prefix kept per entry. mypy does not
+    narrow through ``kind``, and a ``cast`` costs a call per entry here, so the branches that
+    rely on it say so in an ignore."""
+    try:
+        heads = _heads_at[depth]
+    except IndexError:
+        heads = _deeper(depth)
+    inner = depth + 1
     append = out.append  # lines, not concatenated: dump joins them once at the end
+    first = len(out)
     for key, value in node.items():
-        head = _heads.get(key)  # type: ignore[call-overload]
+        head = heads.get(key)  # type: ignore[call-overload]
         if head is None:
-            head = _head(key)
-            if head is None:
-                append(f"{prefix}? {_string(key)}\n")
-                prefix, head = indent, ":"
+            head = _head(heads, depth, key, out)
         kind = type(value)
         if kind is str:
             tail = _tails.get(value)  # type: ignore[call-overload]
             if tail is None:
                 tail = _tail(value)  # type: ignore[arg-type]
             if tail is None:
-                _mapping_value(prefix + head, value, inner, out)
+                _mapping_value(head, value, inner, out)
             else:
-                append(prefix + head + tail)
+                append(head + tail)
         elif kind is dict and value:
-            append(prefix + head + "\n")
-            _mapping(value, inner, out, inner)  # type: ignore[arg-type]
+            append(head + "\n")
+            _mapping(value, inner, out, None)  # type: ignore[arg-type]
         elif kind is list and value:
-            append(prefix + head + "\n")
-            _sequence(value, inner, out, inner)  # type: ignore[arg-type]
+            append(head + "\n")
+            _sequence(value, inner, out, None)  # type: ignore[arg-type]
         elif kind is int:
-            append(f"{prefix}{head} {value}\n")
+            append(f"{head} {value}\n")
         elif kind is bool:
-            append(prefix + head + (" true\n" if value else " false\n"))
+            append(head + (" true\n" if value else " false\n"))
         else:
-            _mapping_value(prefix + head, value, inner, out)
-        prefix = indent
+            _mapping_value(head, value, inner, out)
+    if first_prefix is not None:
+        out[first] = first_prefix + out[first][len(first_prefix):]
 
 
-def _mapping_value(line: str, value: object, inner: str, out: list[str]) -> None:
-    """The value of one mapping entry whose line (indentation and key) is ``line``."""
+def _mapping_value(line: str, value: object, inner: int, out: list[str]) -> None:
+    """The value of one mapping entry whose line (indentation and key) is ``line``; a block
+    value's lines at depth ``inner``."""
     if _is_block(value):
         out.append(line + "\n")
         _node(value, inner, out)
     elif isinstance(value, str) and _is_literal(value):
         out.append(line + " |\n")
-        out.extend(f"{inner}{text}\n" if text else "\n" for text in value[:-1].split("\n"))
+        _deeper(inner)
+        indent = _INDENTS[inner]
+        out.extend(f"{indent}{text}\n" if text else "\n" for text in value[:-1].split("\n"))
     else:
         out.append(f"{line} {_scalar(value)}\n")
 
 
-def _sequence(node: list[object], indent: str, out: list[str], first_prefix: str) -> None:
-    """Emit a non-empty sequence; nested collections start on the item's own line."""
-    prefix = first_prefix
-    inner = indent + _INDENT
+def _sequence(node: list[object], depth: int, out: list[str], first_prefix: str | None) -> None:
+    """Emit a non-empty sequence whose ``-`` are at ``depth`` (the first line starting with
+    ``first_prefix`` when given, as in :func:`_mapping`); nested collections start on the
+    item's own line."""
+    try:
+        dash = _DASHES[depth]
+    except IndexError:
+        _deeper(depth)
+        dash = _DASHES[depth]
+    bare = _BARE_DASHES[depth]
+    inner = depth + 1
     append = out.append
+    first = len(out)
     for item in node:
         kind = type(item)
         if kind is dict and item:  # the same dispatch as in _mapping, the same ignores
-            _mapping(item, inner, out, prefix + "- ")  # type: ignore[arg-type]
+            _mapping(item, inner, out, dash)  # type: ignore[arg-type]
         elif kind is str:
             tail = _tails.get(item) or _tail(item)  # type: ignore[call-overload, arg-type]
-            append(f"{prefix}- {_string(item)}\n" if tail is None else prefix + "-" + tail)
+            append(f"{dash}{_string(item)}\n" if tail is None else bare + tail)
         elif isinstance(item, dict) and item:
-            _mapping(item, inner, out, prefix + "- ")
+            _mapping(item, inner, out, dash)
         elif isinstance(item, list) and item:
-            _sequence(item, inner, out, prefix + "- ")
+            _sequence(item, inner, out, dash)
         else:
-            append(f"{prefix}- {_scalar(item)}\n")
-        prefix = indent
+            append(f"{dash}{_scalar(item)}\n")
+    if first_prefix is not None:
+        out[first] = first_prefix + out[first][len(first_prefix):]
 
 
-def _node(value: object, indent: str, out: list[str]) -> None:
-    """Emit a block collection whose lines are indented by ``indent`` (a value under a key
-    or a document root); sequences under a key are indented like their siblings' keys."""
+def _node(value: object, depth: int, out: list[str]) -> None:
+    """Emit a block collection at ``depth`` (a value under a key or a document root);
+    sequences under a key are indented like their siblings' keys."""
     if isinstance(value, dict):
-        _mapping(value, indent, out, indent)
+        _mapping(value, depth, out, None)
     else:
         assert isinstance(value, list)
-        _sequence(value, indent, out, indent)
+        _sequence(value, depth, out, None)
 
 
 def dump(obj: object) -> str:
@@ -292,7 +334,7 @@ def dump(obj: object) -> str:
     if not _is_block(obj):
         return _scalar(obj) + "\n"
     out: list[str] = []
-    _node(obj, "", out)
+    _node(obj, 0, out)
     return "".join(out)
 
 

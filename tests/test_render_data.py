@@ -16,6 +16,7 @@ from test_render import fleet, objects
 from fleetc.model import DataPolicy, FleetModel, Input, Output, Placement, Serving, Source, Stage, StageType, Toleration
 from fleetc.render import order, render
 from fleetc.render.common import digest
+from fleetc.render.context import Context
 from fleetc.render.data import dataset_name
 from fleetc.render.order import run_id
 
@@ -377,7 +378,23 @@ def test_a_remembered_run_id_goes_with_its_stage() -> None:
     ids of a model it no longer holds."""
     stage = make_stage("train", gpus=8)
     address, expected = id(stage), run_id(stage)
-    assert order._run_ids[address][1] == expected
+    assert order._remembered_for[address][1] == expected
     del stage
     gc.collect()
-    assert address not in order._run_ids
+    assert address not in order._remembered_for
+
+
+def test_waits_made_once_per_render_give_each_caller_its_own_lists() -> None:
+    """order.waits is made once per namespace and upstreams in a render: a second caller gets
+    the same containers in lists of its own, so a pod spec appending its marker's volume
+    changes no other pod's; a new render (a new Context) makes them afresh."""
+    model, _ = with_data()
+    train = next(s for s in model.stages if s.name == "train")
+    ctx = Context.of(model)
+    first, again = order.waits(ctx, "ml", [train]), order.waits(ctx, "ml", [train])
+    assert [c["name"] for c in first[0]] == ["fleetc-wait-train"] and first == again
+    assert first[0] is not again[0] and first[1] is not again[1]
+    first[1].append({"name": "extra"})
+    assert order.waits(ctx, "ml", [train])[1] == again[1]
+    other = Context.of(model)
+    assert order.waits(other, "ml", [train]) == again and order.waits(other, "ml", [train])[0][0] is not again[0][0]

@@ -90,7 +90,8 @@ def content_name(base: str, content: object, limit: int = MAX_NAME) -> str:
     characters (``base`` shortened to make room). For objects Kubernetes will not update in
     place (a Volcano Job's spec is immutable): a new content is a new object, the same content
     keeps its name byte for byte. ``content`` is hashed as canonical JSON (sorted keys)."""
-    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      check_circular=False)  # the same text; rendered objects hold no cycles
     return f"{dns1035_label(base, limit - _NAME_HASH_LEN - 1)}-{digest(text)}"
 
 

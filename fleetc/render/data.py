@@ -167,7 +167,12 @@ def data_mounts(ctx: Context, stage: Stage) -> DataMounts:
 
 
 def _source(policy: DataPolicy, field: str) -> Source:
-    return replace(policy.source, field=field)
+    return _field_of(policy.source, field)
+
+
+@functools.lru_cache(maxsize=64)  # a few fields of one policy, asked for by every Fluid object
+def _field_of(source: Source, field: str) -> Source:
+    return replace(source, field=field)
 
 
 def dataset(policy: DataPolicy, namespace: str, url: str, secret: str | None = None) -> Obj:

@@ -34,8 +34,10 @@ import json
 import shlex
 import weakref
 from collections import Counter
+from collections.abc import Callable, Hashable
 from dataclasses import replace
 from enum import Enum
+from typing import Any, TypeVar, cast
 
 from fleetc.errors import Diagnostic
 from fleetc.model import STORAGE_CREDENTIAL_KEYS, Stage, url_scheme
@@ -103,30 +105,44 @@ def run_id(stage: Stage) -> str:
     document of its file the stage's pipeline is does not count: reordering a file's policies
     changes nothing that runs.
 
-    Remembered per stage object (:data:`_run_ids`): a large render asks again for every marker,
-    every wait on it and every DataProcess (55,478 times for 13,861 stages at 1,000 x 20,000)."""
-    known = _run_ids.get(id(stage))
-    if known is not None and known[0]() is stage:
-        return known[1]
-    found = _digest(stage)
-    _remember(stage, found)
-    return found
+    Remembered per stage object (:func:`_remembered`): a large render asks again for every
+    marker, every wait on it and every DataProcess (55,478 times for 13,861 stages at 1,000 x
+    20,000)."""
+    return _remembered(stage, _digest)
 
 
-#: id(stage) -> (a weak reference to the stage, its run id). A Stage is frozen, so its run id
-#: never changes; the weak reference tells a live stage from a dead one whose id was reused,
-#: and its callback forgets the entry when the stage goes, so the memo never outlives the model.
-_run_ids: dict[int, tuple[weakref.ref[Stage], str]] = {}
+T = TypeVar("T")
+Owner = TypeVar("Owner")
+
+#: id(object) -> (a weak reference to it, what :func:`_remembered` made of it).
+_remembered_for: dict[int, tuple[weakref.ref[Any], Any]] = {}
 
 
-def _remember(stage: Stage, found: str) -> None:
-    key = id(stage)
+def _remembered(owner: Owner, make: Callable[[Owner], T]) -> T:
+    """``make(owner)``, made once per live ``owner`` (a frozen Stage, a render's Context): kept
+    by id beside a weak reference to it, which tells a live owner from a dead one at a reused
+    address, and whose callback drops the entry with the owner, so nothing outlives what it was
+    made of."""
+    known = _remembered_for.get(id(owner))
+    if known is not None and known[0]() is owner:
+        return cast(T, known[1])
+    made = make(owner)
+    key = id(owner)
 
-    def forget(ref: weakref.ref[Stage]) -> None:
-        if _run_ids.get(key, (None, ""))[0] is ref:
-            del _run_ids[key]
+    def forget(ref: weakref.ref[Any]) -> None:
+        if _remembered_for.get(key, (None, None))[0] is ref:
+            del _remembered_for[key]
 
-    _run_ids[key] = (weakref.ref(stage, forget), found)
+    _remembered_for[key] = (weakref.ref(owner, forget), made)
+    return made
+
+
+def _memo(ctx: Context) -> dict[Hashable, Any]:
+    """What this module makes from ``ctx`` and is asked for again in the same render (whether
+    a stage marks, the containers waiting for the same upstreams), for as long as ``ctx``
+    lives. Keys name stages by id: each entry holds its stages, so no id is reused while it
+    is there."""
+    return _remembered(ctx, lambda _: {})
 
 
 def _digest(stage: Stage) -> str:
@@ -137,7 +153,8 @@ def _digest(stage: Stage) -> str:
         first = stage.gpu_options[0]
         overrides = {"gpus": first.gpus, "gpu_request": first.gpu_request, "pods_per_replica": first.pods_per_replica}
     overrides["source"] = replace(stage.source, document=0)
-    return hashlib.sha256(json.dumps(_canonical(stage, overrides), sort_keys=True).encode()).hexdigest()[:16]
+    text = json.dumps(_canonical(stage, overrides), sort_keys=True, check_circular=False)  # no cycles in a Stage
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _canonical(value: object, overrides: dict[str, object] | None = None) -> object:
@@ -204,6 +221,14 @@ def marks(ctx: Context, stage: Stage) -> bool:
 def unmarked(ctx: Context, stage: Stage) -> str | None:
     """Why the stage writes no completion marker (what to change, after its name), or None
     when it writes one."""
+    memo = _memo(ctx)
+    known = memo.get(("unmarked", id(stage)))
+    if known is None:
+        known = memo[("unmarked", id(stage))] = (stage, _unmarked(ctx, stage))
+    return cast("str | None", known[1])
+
+
+def _unmarked(ctx: Context, stage: Stage) -> str | None:
     if not stage.is_gang:
         return "is a serving stage (a Deployment), which never completes"
     if not stage.outputs:
@@ -295,7 +320,21 @@ def waits(ctx: Context, namespace: str, upstreams: list[Stage]) -> tuple[list[Ob
     marker with the Secret named for its URL in ``namespace``; and the volumes they need. The
     init containers of a dependant's pods, and of the Fluid DataProcess a prefetch waits for
     (:mod:`fleetc.render.data`). Named ``fleetc-wait-<stage>``, or ``fleetc-wait-<pipeline>-
-    <stage>`` where two upstreams of different pipelines share a stage name."""
+    <stage>`` where two upstreams of different pipelines share a stage name.
+
+    Made once per namespace and upstreams in a render (their dependants on every cluster, and
+    the DataProcesses of what they write, wait alike); each caller gets its own lists of the
+    same containers and volumes, which no caller changes."""
+    memo = _memo(ctx)
+    key = ("waits", namespace, *map(id, upstreams))
+    known = memo.get(key)
+    if known is None:
+        known = memo[key] = (tuple(upstreams), *_waits(ctx, namespace, upstreams))
+    _, containers, volumes = known
+    return list(containers), list(volumes)
+
+
+def _waits(ctx: Context, namespace: str, upstreams: list[Stage]) -> tuple[list[Obj], list[Obj]]:
     containers: list[Obj] = []
     volumes: list[Obj] = []
     names = Counter(upstream.name for upstream in upstreams)

@@ -226,3 +226,16 @@ def test_dump_all_round_trip(docs: list[Any]) -> None:
 @given(_json)
 def test_byte_stable(doc: Any) -> None:
     assert dump(doc) == dump(doc)
+
+
+def test_documents_nested_deeper_than_any_before_keep_the_layout() -> None:
+    """The emitter keeps its indentation and key heads per depth, made as deep as a document
+    needs: a mapping under 30 mappings, a literal block and a sequence item's mapping there,
+    each two spaces deeper than its parent."""
+    doc: Any = {"text": "a\nb\n", "items": [{"x": 1, "w": "z"}]}
+    for _ in range(30):
+        doc = {"k": doc}
+    out = dump(doc)
+    deep = "  " * 30
+    assert out.endswith(f"{deep}text: |\n{deep}  a\n{deep}  b\n{deep}items:\n{deep}  - x: 1\n{deep}    w: z\n")
+    assert all(got == doc for got in readers(out))

@@ -85,10 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     timing.phases.append(("import", *_Clock.now().since(start)))
     timing.resident["import"] = _resident_mib()
     options = Options(paths=tuple(args.policies), out=args.out, workdir=Path.cwd(),
-                      allow_unplaced=args.allow_unplaced, reporter=timing)
+                      allow_unplaced=args.allow_unplaced, reporter=timing, reuse=True)
     compiled = compile_fleet(options)
     timing.begin("write")
-    write_tree(Path(args.out), compiled.files)
+    write_tree(Path(args.out), compiled.files, kept=compiled.kept)
     timing.end("write")
     total = _Clock.now().since(start)
     rows = [*timing.phases]
@@ -101,7 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
     placed = sum(1 for p in compiled.placement.stages if p.assignments)
-    print(f"{placed} of {len(compiled.placement.stages)} stages placed, {len(compiled.files)} files, "
+    print(f"{placed} of {len(compiled.placement.stages)} stages placed, {len(compiled.files)} files rendered, "
+          f"{0 if compiled.kept is None else len(compiled.kept.paths)} kept, "
           f"{len(compiled.warnings)} warnings; peak RSS {peak:,.0f} MiB")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0

@@ -122,7 +122,9 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, base_ref: str | Non
         roots = [Path(p) for p in paths or [DEFAULT_POLICIES]]
         _run(lambda: check_output_folder(Path(out_dir), roots), output_format)
     compiled = _run(lambda: _compile(paths, out_dir, base=base_ref, time_limit=time_limit, drain=tuple(drain),
-                                     allow_unplaced=allow_unplaced, solver=solver), output_format)
+                                     allow_unplaced=allow_unplaced, solver=solver,
+                                     # --check and --commit read every file: only a plain write keeps some
+                                     reuse=not (check or commit)), output_format)
     if compiled.previous_ignored:
         click.echo(f"warning: {compiled.previous_ignored}", err=True)
     for stage in compiled.placement.stages:
@@ -193,7 +195,7 @@ def _summary(compiled: Any, out: Path) -> dict[str, Any]:
     return {
         **({"fixes": fixes} if fixes else {}),
         "out": out.as_posix(),
-        "files": len(compiled.files),
+        "files": _file_count(compiled),
         "stages": sum(1 for p in placement.stages if p.assignments),
         "unplaced": sum(1 for p in placement.stages if not p.assignments),
         "objective": round(placement.objective, 6),
@@ -205,6 +207,11 @@ def _summary(compiled: Any, out: Path) -> dict[str, Any]:
            if placement.recompiled is not None else {}),
         "warnings": [w.as_dict() for w in compiled.warnings],
     }
+
+
+def _file_count(compiled: Any) -> int:
+    """The files of the output: those rendered and those kept as they were."""
+    return len(compiled.files) + (len(compiled.kept.paths) if compiled.kept is not None else 0)
 
 
 def _check(compiled: Any, out: Path, output_format: str) -> None:
@@ -256,7 +263,7 @@ def _clusters_text(clusters: dict[str, int]) -> str:
 def _write(compiled: Any, out: Path, output_format: str) -> None:
     from fleetc.emit import write_tree
 
-    _run(lambda: write_tree(out, compiled.files), output_format)
+    _run(lambda: write_tree(out, compiled.files, kept=compiled.kept), output_format)
     _print_warnings(compiled.warnings, output_format)
     if output_format == "json":
         _emit_json(_summary(compiled, out))
@@ -273,7 +280,7 @@ def _write(compiled: Any, out: Path, output_format: str) -> None:
         if (recompiled := compiled.placement.recompiled) is not None:
             click.echo(f"re-placed {_plural(recompiled.touched, 'stage')} touched by the change "
                        f"({_plural(recompiled.candidates, 'candidate')}); gap {compiled.placement.gap:.2%}")
-        click.echo(f"placed {stages} ({proven}{ran_out}); wrote {_plural(len(compiled.files), 'file')}"
+        click.echo(f"placed {stages} ({proven}{ran_out}); wrote {_plural(_file_count(compiled), 'file')}"
                    f" to {out}/")
 
 

@@ -36,6 +36,7 @@ from fleetc.resolve import degraded_serving, resolve
 if TYPE_CHECKING:  # imported where used: explain needs the score matrix (numpy), diff gitpython
     from fleetc.git.report import Report, WhatIf
     from fleetc.placement.explain import Explanation
+    from fleetc.render.record import Kept, Reusable
     from fleetc.scenario import Scenario
 
 
@@ -72,6 +73,14 @@ class Options:
     allow_unplaced: bool = False
     #: Told when each stage starts and ends (a status line on terminals); silent by default.
     reporter: Reporter = NULL_REPORTER
+    #: Keep the output folder's cluster folders whose inputs did not change instead of rendering
+    #: them again (``fleetc compile`` when it writes; :mod:`fleetc.render.record`). The files of
+    #: such a compile are then ``Compiled.files`` and ``Compiled.kept``.
+    reuse: bool = False
+    #: The output folder's cluster folders that may be kept (:func:`fleetc.emit.reusable_folders`):
+    #: with ``reuse``, :func:`compile_fleet` reads them from ``out``; :func:`compile_policies`
+    #: keeps those whose inputs did not change (None: it renders everything).
+    reusable: Reusable | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,8 @@ class Compiled:
     warnings: tuple[Diagnostic, ...] = ()
     #: Why the output folder's placement.yaml was ignored as the previous placement ('' if not).
     previous_ignored: str = ""
+    #: Files of the output folder the compile keeps as they are, not in ``files`` (``Options.reuse``).
+    kept: Kept | None = None
 
 
 @dataclass(frozen=True)
@@ -135,18 +146,24 @@ def compile_fleet(options: Options) -> Compiled:
     """``fleetc compile``: load and validate the policies, take the output folder's
     placement.yaml (or with ``base``, the one committed at that revision) as the previous
     placement, place and render. Writes nothing."""
+    reusable = None
     if options.base is None:
-        # Read meanwhile on the other core: a large fleet's placement.yaml takes a second.
-        with Background(lambda: read_previous(Path(options.out), options.workdir),
-                        _file_size(options.workdir / options.out / PLACEMENT_FILE)) as reading:
+        from fleetc.emit import reusable_folders
+
+        # Read meanwhile on the other core: a large fleet's placement.yaml takes a second, and
+        # checking its cluster folders byte for byte a few more.
+        out = options.workdir / options.out
+        with Background(lambda: (read_previous(Path(options.out), options.workdir),
+                                 reusable_folders(out) if options.reuse else None),
+                        _file_size(out / PLACEMENT_FILE)) as reading:
             loaded = load_policies(options.paths, options.reporter, options.workdir)
-            previous, ignored = reading.result()
+            (previous, ignored), reusable = reading.result()
     else:
         loaded = load_policies(options.paths, options.reporter, options.workdir)
         from fleetc.git.flow import previous_at  # fleetc.git imports this module
 
         previous, ignored = previous_at(options.base, options.out, options.workdir), ""
-    compiled = compile_policies(loaded, dataclasses.replace(options, previous=previous))
+    compiled = compile_policies(loaded, dataclasses.replace(options, previous=previous, reusable=reusable))
     return dataclasses.replace(compiled, previous_ignored=ignored)
 
 
@@ -296,8 +313,8 @@ def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
                            for w in (*degraded_serving(model, placement), *found)], loaded.policies)
 
     with phase(report, "render"):  # the warnings are located (seconds on a large fleet) meanwhile
-        rendered = render(model, placement, locate=located)
-    return Compiled(model, placement, rendered.files, rendered.warnings)
+        rendered = render(model, placement, locate=located, reuse=options.reusable)
+    return Compiled(model, placement, rendered.files, rendered.warnings, kept=rendered.kept)
 
 
 def positioned(warnings: Sequence[Diagnostic], policies: PolicySet) -> tuple[Diagnostic, ...]:

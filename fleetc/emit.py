@@ -42,8 +42,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fleetc.errors import FleetcError, UsageError
+
+if TYPE_CHECKING:  # fleetc.render is imported where used: `validate` does not need it
+    from fleetc.render.record import Kept, Reusable
 
 #: Where fleetc records the files it wrote, relative to the output folder.
 RECORD = ".fleetc/files"
@@ -74,20 +78,25 @@ class WriteError(FleetcError, OSError):
 
 
 def write_tree(out_dir: Path, files: Mapping[str, str], policy_roots: Sequence[Path] = (),
-               then: Callable[[], None] | None = None) -> None:
+               then: Callable[[], None] | None = None, kept: Kept | None = None) -> None:
     """Replace fleetc's files in ``out_dir`` with ``files``, atomically; refuse (before writing
     anything) an output folder :func:`check_output_folder` refuses. A symlinked output folder
     is written through: the swap happens where the link points.
 
     ``then`` runs once the new tree is in place (``--commit`` commits it); when it raises, the
-    previous tree is swapped back before the exception goes on, so ``out_dir`` is as it was."""
+    previous tree is swapped back before the exception goes on, so ``out_dir`` is as it was.
+    ``kept``: files of ``out_dir`` that stay as they are (:func:`reusable_folders` checked them); when
+    another compile has written ``out_dir`` since, they are checked again, and the write is
+    refused if they changed."""
     out_dir = check_output_folder(out_dir, policy_roots)
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         with _locked(out_dir):
             _refuse_foreign(out_dir)  # again under the lock: it may have changed since
             _remove_stale_staging(out_dir)
-            _stage_and_swap(out_dir, files, then)
+            if kept is not None:
+                _check_kept(out_dir, kept)
+            _stage_and_swap(out_dir, files, then, kept)
     except FleetcError:
         raise
     except OSError as err:
@@ -143,17 +152,22 @@ def _refusal(message: str, hint: str) -> UsageError:
     return UsageError(f"{message}\n  hint: {hint}")
 
 
-def _stage_and_swap(out_dir: Path, files: Mapping[str, str], then: Callable[[], None] | None) -> None:
+def _stage_and_swap(out_dir: Path, files: Mapping[str, str], then: Callable[[], None] | None,
+                    kept: Kept | None) -> None:
     staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(out_dir, "new"), dir=out_dir.parent))
     try:
         previous = out_dir if out_dir.is_dir() else None
         owned = {rel: text for rel, text in files.items() if not is_users(rel)}
         _write_files(staging, owned, previous)
+        ours = set(owned)
+        if kept is not None and previous is not None:
+            _keep_files(staging, previous, kept.paths)
+            ours.update(kept.paths)
         if previous is not None:
-            _carry_foreign_files(out_dir, staging, set(owned))
+            _carry_foreign_files(out_dir, staging, ours)
         _write_files(staging, {rel: text for rel, text in files.items()
                                if is_users(rel) and not os.path.lexists(staging / rel)}, None)
-        _write_files(staging, {RECORD: "".join(f"{rel}\n" for rel in sorted(owned))}, None)
+        _write_files(staging, {RECORD: "".join(f"{rel}\n" for rel in sorted(ours))}, None)
         _match_mode(staging, out_dir)
         how = _swap(staging, out_dir)
         if then is not None:
@@ -248,6 +262,129 @@ def _is_safe_relative(rel: str) -> bool:
     return bool(parts) and not rel.startswith("/") and ".." not in parts
 
 
+def reusable_folders(out_dir: Path) -> Reusable:
+    """The cluster folders of ``out_dir`` whose layers hold exactly the files its render record
+    (:mod:`fleetc.render.record`) says they do, read and hashed: what a compile may keep instead
+    of rendering. Empty when there is no record or it cannot be read; a folder with a file
+    missing, added by fleetc's record, or changed by hand is left out (rendered again)."""
+    from fleetc.render.record import RENDER_RECORD, Reusable, layer_prefixes, parse_record
+
+    try:
+        identity = _identity(out_dir)
+        folders = parse_record((out_dir / RENDER_RECORD).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return Reusable()
+    by_cluster: dict[str, list[str]] = defaultdict(list)
+    for rel in sorted(owned_files(out_dir)):
+        parts = rel.split("/")
+        if len(parts) == 4 and parts[0] == "clusters" and rel.startswith(layer_prefixes(parts[1])):
+            by_cluster[parts[1]].append(rel)
+    checked = {name: folder for name, folder in folders.items()
+               if by_cluster.get(name) and _digest_of(out_dir, by_cluster[name]) == folder.files}
+    return Reusable(checked, {name: tuple(by_cluster[name]) for name in checked}, identity)
+
+
+def _identity(out_dir: Path) -> tuple[int, ...]:
+    """What changes when another compile writes ``out_dir``: the folder (a new tree is swapped in)
+    and fleetc's records in it."""
+    found: list[int] = []
+    from fleetc.render.record import RENDER_RECORD
+
+    for path in (out_dir, out_dir / RECORD, out_dir / RENDER_RECORD):
+        info = os.stat(path)
+        found += [info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size]
+    return tuple(found)
+
+
+def _digest_of(out_dir: Path, paths: Sequence[str]) -> str | None:
+    """:func:`files_digest` of the files ``paths`` (sorted) under ``out_dir``; None when one
+    cannot be read (missing, a symlink, not a regular file) or not hard-linked into a new tree
+    as it is (:func:`_linkable`), so keeping them costs a link each."""
+    from fleetc.render.record import files_digest
+
+    umask = _umask()
+    found: list[tuple[str, bytes]] = []
+    by_folder: dict[str, list[str]] = defaultdict(list)
+    for rel in paths:
+        by_folder[rel.rpartition("/")[0]].append(rel)
+    for folder, names in by_folder.items():
+        folder_fd = _open_previous_folder(out_dir, folder)
+        if folder_fd is None:
+            return None
+        try:
+            for rel in names:
+                data = _read_regular(folder_fd, rel.rpartition("/")[2], umask)
+                if data is None:
+                    return None
+                found.append((rel, data))
+        finally:
+            os.close(folder_fd)
+    return files_digest(sorted(found))
+
+
+def _read_regular(folder_fd: int, name: str, linkable_under: int | None = None) -> bytes | None:
+    """The bytes of the regular file ``name`` in the open folder; None where there is none, or
+    with ``linkable_under`` (a umask) where it is not :func:`_linkable`."""
+    try:
+        fd = os.open(name, _READ_PREVIOUS, dir_fd=folder_fd)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not (stat.S_ISREG(info.st_mode) if linkable_under is None else _linkable(info, linkable_under)):
+            return None
+        chunks = []
+        while chunk := os.read(fd, max(info.st_size, 1 << 16)):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _check_kept(out_dir: Path, kept: Kept) -> None:
+    """Refuse to keep files from an output folder that another compile wrote since they were
+    checked, unless they are still the same (caller holds the lock)."""
+    try:
+        if _identity(out_dir) == kept.source.identity:
+            return
+    except OSError:
+        pass
+    now = reusable_folders(out_dir)
+    changed = [name for name in kept.clusters if now.folders.get(name) != kept.source.folders[name]]
+    if changed:
+        raise WriteError(f"{out_dir}: changed while this compile ran (another fleetc wrote it?): "
+                         f"clusters/{changed[0]}/ is no longer as it was checked; nothing was written\n"
+                         "  hint: run fleetc compile again")
+
+
+def _keep_files(staging: Path, previous: Path, paths: Sequence[str]) -> None:
+    """Hard-link the files ``paths`` of the previous tree into the new one (checked byte for byte
+    before: :func:`reusable_folders`), or copy them where a link would share more than the old tree's
+    inode (see :func:`_link_unchanged`)."""
+    by_folder: dict[str, list[str]] = defaultdict(list)
+    for rel in paths:
+        folder, _, name = rel.rpartition("/")
+        by_folder[folder].append(name)
+    for folder, names in sorted(by_folder.items()):
+        target = os.path.join(staging, folder)
+        os.makedirs(target, exist_ok=True)
+        folder_fd = os.open(target, _OPEN_FOLDER)
+        previous_fd = _open_previous_folder(previous, folder)
+        try:
+            for name in names:
+                if previous_fd is not None and _link(previous_fd, folder_fd, name):
+                    continue
+                data = None if previous_fd is None else _read_regular(previous_fd, name)
+                if data is None:
+                    raise WriteError(f"{previous / folder / name}: removed while this compile ran; nothing was "
+                                     "written\n  hint: run fleetc compile again")
+                _write(folder_fd, name, data)
+        finally:
+            os.close(folder_fd)
+            if previous_fd is not None:
+                os.close(previous_fd)
+
+
 def _write_files(staging: Path, files: Mapping[str, str], previous: Path | None) -> None:
     """Write ``files`` (relative POSIX paths) under ``staging``, one folder at a time; with
     ``previous`` (the old output folder), link the files it already holds byte for byte."""
@@ -316,21 +453,31 @@ def _open_previous_folder(previous: Path | None, folder: str) -> int | None:
 
 def _link_unchanged(previous_fd: int, folder_fd: int, name: str, data: bytes, umask: int) -> bool:
     """Hard-link ``name`` from the previous tree into the new one when that leaves exactly what
-    writing ``data`` would: a regular file of ours with those bytes and the mode a new file
-    gets. Its only link must be the old tree's, or the new tree would share an inode with a
-    file elsewhere (an edit there would change out/). False (nothing done) otherwise."""
+    writing ``data`` would: a linkable file (:func:`_linkable`) with those bytes. False
+    (nothing done) otherwise."""
     try:
         fd = os.open(name, _READ_PREVIOUS, dir_fd=previous_fd)
     except OSError:
         return False
     try:
         info = os.fstat(fd)
-        if not (stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and info.st_size == len(data)
-                and stat.S_IMODE(info.st_mode) == 0o666 & ~umask and info.st_uid == os.geteuid()
+        if not (_linkable(info, umask) and info.st_size == len(data)
                 and os.read(fd, len(data) + 1) == data):  # a short read only means no link
             return False
     finally:
         os.close(fd)
+    return _link(previous_fd, folder_fd, name)
+
+
+def _linkable(info: os.stat_result, umask: int) -> bool:
+    """Whether a file of the previous tree may become the new tree's by a hard link: a regular
+    file of ours with the mode a new file gets, whose only link is the old tree's (else the new
+    tree would share an inode with a file elsewhere, and an edit there would change out/)."""
+    return (stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and stat.S_IMODE(info.st_mode) == 0o666 & ~umask
+            and info.st_uid == os.geteuid())
+
+
+def _link(previous_fd: int, folder_fd: int, name: str) -> bool:
     try:
         os.link(name, name, src_dir_fd=previous_fd, dst_dir_fd=folder_fd, follow_symlinks=False)
     except OSError:  # no hard links on this filesystem, or the file just went away
@@ -355,12 +502,17 @@ def _carry_foreign_files(out_dir: Path, staging: Path, rendered: set[str]) -> No
 
 
 def _walk(root: Path) -> Iterator[str]:
-    """Every file under ``root`` as a relative POSIX path (string work only: out/ is big)."""
-    for folder, _dirs, names in os.walk(root):
-        rel = os.path.relpath(folder, root)
-        prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
-        for name in names:
-            yield prefix + name
+    """Every file under ``root`` as a relative POSIX path, as ``os.walk`` finds them (a symlink
+    to a folder is neither followed nor a file), with string work only: out/ is big."""
+    stack = [("", os.fspath(root))]
+    while stack:
+        prefix, folder = stack.pop()
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if not entry.is_dir():
+                    yield prefix + entry.name
+                elif not entry.is_symlink():
+                    stack.append((f"{prefix}{entry.name}/", entry.path))
 
 
 def _match_mode(staging: Path, out_dir: Path) -> None:

@@ -7,6 +7,7 @@ never changes afterwards, so the optimizer and the renderer are pure functions o
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -81,7 +82,10 @@ class Source:
 
     path: str
     field: str
-    document: int = 0
+    #: Left out of ``repr``, the canonical form of what a cluster's folder is rendered from
+    #: (:func:`fleetc.render.record.folder_inputs`): reordering a file's policies changes no
+    #: rendered object (run ids drop it too), only where warnings point.
+    document: int = dataclasses.field(default=0, repr=False)  # `field` is the field above here
 
 
 #: A cluster's batch admission layer (Fleet ``batchScheduler``): what its gang stages render as.

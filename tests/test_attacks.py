@@ -579,6 +579,7 @@ def test_check_with_a_base_catches_a_hand_edited_placement(reviewed: Path) -> No
     assert (result.returncode, result.stdout) == (1, "")
     lines = [line for line in result.stderr.splitlines(keepends=True) if not line.startswith("warning: ")]
     assert "".join(lines) == (
+        "would change out/.fleetc/render\n"  # the record of what the changed cluster folders hold
         "would change out/clusters/gpu-cluster-huawei/workloads/horizontalpodautoscaler-aigc-cs-customer-service-"
         "assistant-assistant-serving.yaml\n"
         "would change out/clusters/gpu-cluster-huawei/workloads/poddisruptionbudget-aigc-cs-customer-service-"
@@ -587,7 +588,7 @@ def test_check_with_a_base_catches_a_hand_edited_placement(reviewed: Path) -> No
         "service-assistant-assistant-serving.yaml\n"
         "would change out/clusters/inference-cluster-aliyun/workloads/poddisruptionbudget-aigc-cs-customer-service-"
         "assistant-assistant-serving.yaml\n"
-        "would change out/placement.yaml\n" + STEERED + "out/ is stale: 5 files would change\n")
+        "would change out/placement.yaml\n" + STEERED + "out/ is stale: 6 files would change\n")
     assert fleetc(reviewed, "compile", "--check", "--base", "main").returncode == 0  # a base that has it
 
 

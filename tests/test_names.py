@@ -256,6 +256,7 @@ def test_changing_a_stages_gpus_renames_exactly_that_job_and_the_jobs_that_wait_
     assert len(removed) == len(added) == 2 + 6
     changed = sorted(p for p in set(before) & set(after) if before[p] != after[p])
     assert [p for p in changed if not p.endswith("/kustomization.yaml")] == [
+        ".fleetc/render",  # the record of what the changed cluster folders hold
         "clusters/gpu-cluster-huawei/workloads/deployment-aigc-prod-llm-chinese-training-model-deployment.yaml",
         "clusters/inference-cluster-aliyun/workloads/deployment-aigc-prod-llm-chinese-training-model-deployment.yaml",
         "placement.yaml"]

@@ -171,6 +171,7 @@ def test_file_layout() -> None:
     ]
     others = sorted(p for p in files if not p.startswith("clusters/gpu-"))
     assert others == [
+        ".fleetc/render",
         "argocd/applicationset-argocd-fleetc.yaml",
         "argocd/kustomization.yaml",
         "clusters/cpu-only/infra/kustomization.yaml",

@@ -36,7 +36,7 @@ import functools
 import gc
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from fleetc.errors import Diagnostic
 from fleetc.model import KUEUE, Cluster, FleetModel, Placement
@@ -58,6 +58,16 @@ from fleetc.render.gitops import (
 from fleetc.render.gpu import cluster_gpu_warnings, device_plugin_config, gpu_warnings
 from fleetc.render.kueue import kueue_job, kueue_queues
 from fleetc.render.order import order_warnings
+from fleetc.render.record import (
+    RENDER_RECORD,
+    Folder,
+    Kept,
+    Reusable,
+    files_digest,
+    folder_inputs,
+    layer_prefixes,
+    record_text,
+)
 from fleetc.render.report import placement_report
 from fleetc.render.workloads import (
     PRIORITY_VALUES,
@@ -90,18 +100,33 @@ __all__ = [
 class Rendered:
     files: Mapping[str, str]  # relative POSIX path -> file text, sorted by path
     warnings: tuple[Diagnostic, ...]  # severity "warning", sorted, no duplicates
+    #: Files of the output folder kept as they are instead of rendered (``reuse``); None when
+    #: everything was rendered.
+    kept: Kept | None = None
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One part of the output: files, warnings, and the record of the cluster folders it rendered."""
+
+    files: Mapping[str, str]
+    warnings: tuple[Diagnostic, ...] = ()
+    folders: Mapping[str, Folder] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- entry point
 def render(model: FleetModel, placement: Placement,
-           locate: Callable[[tuple[Diagnostic, ...]], tuple[Diagnostic, ...]] | None = None) -> Rendered:
+           locate: Callable[[tuple[Diagnostic, ...]], tuple[Diagnostic, ...]] | None = None,
+           reuse: Reusable | None = None) -> Rendered:
     """Every output file and every warning about settings that could not be rendered.
 
     ``locate`` (the compiler's: each warning's line and column in its policy file) is applied
     to the warnings where they are made, on another core than some clusters' files when the
-    fleet is large enough to render on every core."""
+    fleet is large enough to render on every core. ``reuse``: the cluster folders of the output
+    folder that hold exactly their recorded files (:mod:`.record`); those whose inputs are
+    unchanged are kept (``Rendered.kept``), not rendered."""
     with _cyclic_gc_paused():
-        return _render(model, placement, locate or (lambda found: found))
+        return _render(model, placement, locate or (lambda found: found), reuse or Reusable())
 
 
 @contextmanager
@@ -120,29 +145,36 @@ def _cyclic_gc_paused() -> Iterator[None]:
 
 
 def _render(model: FleetModel, placement: Placement,
-            locate: Callable[[tuple[Diagnostic, ...]], tuple[Diagnostic, ...]]) -> Rendered:
+            locate: Callable[[tuple[Diagnostic, ...]], tuple[Diagnostic, ...]], reuse: Reusable) -> Rendered:
     """The output in independent parts (placement.yaml, each cluster's folder, the GitOps
     entrypoints, the warnings, located), made on every core once the fleet is large
     (:func:`fork_map`: the same result as the plain loop, in the same order)."""
     work = work_by_cluster(model, placements(model, placement))
     ctx = replace(Context.of(model), guarantees=team_guarantees(model, work))
+    inputs = folder_inputs(ctx, work)
+    kept = {name: folder for name, folder in reuse.folders.items() if inputs.get(name) == folder.inputs}
+    rendering = [c for c in model.clusters if c.name not in kept]
     whole = _STAGE_BYTES * len(model.stages) // 4  # what the report costs, about; the warnings, located, twice
-    parts: list[tuple[Callable[[], Rendered], int]] = [
-        (lambda: Rendered({"placement.yaml": dump(placement_report(model, placement))}, ()), whole),
-        (lambda: Rendered({}, locate(_warnings(ctx, work))), 2 * whole),
-        (lambda: Rendered(gitops_files(model.gitops, ctx.fleet_source("spec.gitops"),
-                                       [c.name for c in model.clusters]), ()), 0),
+    parts: list[tuple[Callable[[], _Part], int]] = [
+        (lambda: _Part({"placement.yaml": dump(placement_report(model, placement))}), whole),
+        (lambda: _Part({}, locate(_warnings(ctx, work))), 2 * whole),
+        (lambda: _Part(gitops_files(model.gitops, ctx.fleet_source("spec.gitops"), [c.name for c in model.clusters])
+                       | {path: text for c in kept for path, text in cluster_kustomization(c).items()}), 0),
     ]
-    for cluster in model.clusters:
+    for cluster in rendering:
         placed = work.get(cluster.name, [])
-        parts.append((functools.partial(_cluster_part, ctx, cluster, placed),
+        parts.append((functools.partial(_cluster_part, ctx, cluster, placed, inputs[cluster.name]),
                       _CLUSTER_BYTES + _STAGE_BYTES * len(placed)))
     files: dict[str, str] = {}
     warnings: list[Diagnostic] = []
-    for rendered in fork_map(lambda make: make(), [make for make, _ in parts], [size for _, size in parts]):
-        files |= rendered.files
-        warnings += rendered.warnings
-    return Rendered(dict(sorted(files.items())), tuple(sorted(set(warnings))))
+    folders = dict(kept)
+    for part in fork_map(lambda make: make(), [make for make, _ in parts], [size for _, size in parts]):
+        files |= part.files
+        warnings += part.warnings
+        folders |= part.folders
+    files[RENDER_RECORD] = record_text(folders)
+    return Rendered(dict(sorted(files.items())), tuple(sorted(set(warnings))),
+                    Kept(tuple(sorted(kept)), reuse) if kept else None)
 
 
 #: About what one cluster's folder and one stage placed there add to the output, in bytes: the
@@ -152,8 +184,13 @@ _CLUSTER_BYTES = 2_000
 _STAGE_BYTES = 5_000
 
 
-def _cluster_part(ctx: Context, cluster: Cluster, work: Work) -> Rendered:
-    return Rendered(_cluster_files(ctx, cluster, work), ())
+def _cluster_part(ctx: Context, cluster: Cluster, work: Work, inputs: str) -> _Part:
+    """A cluster's folder, and its record: the digest of its layers' files."""
+    files = _cluster_files(ctx, cluster, work)
+    infra, workloads = layer_prefixes(cluster.name)
+    layers = files_digest((path, text.encode()) for path, text in sorted(files.items())
+                          if path.startswith((infra, workloads)))
+    return _Part(files, (), {cluster.name: Folder(inputs, layers)})
 
 
 def _warnings(ctx: Context, work: dict[str, Work]) -> tuple[Diagnostic, ...]:

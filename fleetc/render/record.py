@@ -1,0 +1,165 @@
+"""``.fleetc/render``: what each cluster's folder was rendered from, so that a recompile renders
+again only the folders a change reaches.
+
+A cluster's two layers (``clusters/<cluster>/infra/`` and ``workloads/``, :mod:`fleetc.render`)
+are a pure function of the cluster, the stages placed there with their assignments, and a few
+fleet-wide facts the renderer looks up (:class:`fleetc.render.context.Context`). The record
+holds, per cluster, a digest of those inputs (:func:`folder_inputs`) and a digest of the files
+they gave (:func:`files_digest`). A compile that writes the output folder checks, beside its
+load and placement, which folders still hold exactly the recorded files
+(:func:`fleetc.emit.reusable_folders`); a folder whose inputs digest is the recorded one is then kept
+as it is instead of rendered (:class:`Kept`): at 1,000 clusters and 20,000 stages a one-line
+change reaches a few folders of 1,000.
+
+The inputs digest must change whenever the folder's bytes could, so it reads every fact the
+renderer can reach from a cluster's work, and errs wide where that is cheap: a stage counts
+with its whole pipeline (its dependencies and dependants, its from: inputs), a URL with every
+stage writing it, a namespace with its pipelines and the Secrets named in it, and everything
+the model holds beyond stages and clusters (platforms, teams, policies, GitOps settings) counts
+for every folder. ``tests/test_render_record.py`` holds an incremental recompile to a full one
+byte for byte over edits of every kind, and :data:`RENDER_VERSION` (in every digest) is bumped
+whenever what the renderer writes changes, so an upgrade renders every folder again
+(``tests/test_render_version.py`` fails when output changes without the bump). ``fleetc
+compile --check``, what CI runs, always renders everything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from fleetc.model import Stage
+from fleetc.render.context import Context, Work
+from fleetc.render.gitops import INFRA, WORKLOADS
+
+#: The version of what the renderer writes, part of every inputs digest: bump it in the same
+#: commit as any change to rendered output, so a recompile after an upgrade renders every
+#: cluster's folder again. 1: the record is introduced.
+RENDER_VERSION = "1"
+
+#: Where the record is written, relative to the output folder.
+RENDER_RECORD = ".fleetc/render"
+
+_HEADER = ("# fleetc's record of what each cluster's infra/ and workloads/ were rendered from (inputs) and\n"
+           "# what they hold (files), so a compile renders again only what changed; written by fleetc\n")
+_DIGEST_LENGTH = 32
+
+
+@dataclass(frozen=True)
+class Folder:
+    """One cluster's rendered layers, as the record has them."""
+
+    inputs: str  # folder_inputs' digest
+    files: str  # files_digest of the layers' files
+
+
+@dataclass(frozen=True)
+class Reusable:
+    """The cluster folders of an output folder that hold exactly their recorded files
+    (:func:`fleetc.emit.reusable_folders` read and hashed them), with those files' paths.
+
+    ``identity`` tells the output folder as it was read from a folder written since (its
+    inode, its records' inodes and times): the writer keeps files only from the tree checked."""
+
+    folders: Mapping[str, Folder] = field(default_factory=dict)
+    paths: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    identity: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The cluster folders of the output folder that a compile keeps as they are instead of
+    rendering them (``clusters``, of ``source``'s)."""
+
+    clusters: tuple[str, ...]
+    source: Reusable
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The kept files, relative POSIX paths."""
+        return tuple(path for name in self.clusters for path in self.source.paths[name])
+
+
+def layer_prefixes(cluster: str) -> tuple[str, str]:
+    """The paths of a cluster's two layers, as prefixes of the files in them."""
+    return f"clusters/{cluster}/{INFRA}/", f"clusters/{cluster}/{WORKLOADS}/"
+
+
+def files_digest(files: Iterable[tuple[str, bytes]]) -> str:
+    """A digest of files, given as (relative path, bytes) in path order."""
+    digest = hashlib.sha256()
+    for path, data in files:
+        digest.update(f"{path}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()[:_DIGEST_LENGTH]
+
+
+def record_text(folders: Mapping[str, Folder]) -> str:
+    """The record: a line ``<cluster> <inputs> <files>`` per cluster, sorted."""
+    return _HEADER + "".join(f"{name} {folders[name].inputs} {folders[name].files}\n" for name in sorted(folders))
+
+
+def parse_record(text: str) -> dict[str, Folder]:
+    """The folders a record lists; ValueError when it is not one :func:`record_text` wrote."""
+    folders: dict[str, Folder] = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        name, inputs, files = line.split(" ")  # ValueError unless three fields
+        if len(inputs) != _DIGEST_LENGTH or len(files) != _DIGEST_LENGTH or name in folders:
+            raise ValueError(f"not a render record line: {line!r}")
+        folders[name] = Folder(inputs, files)
+    return folders
+
+
+def folder_inputs(ctx: Context, work: Mapping[str, Work]) -> dict[str, str]:
+    """Cluster name -> the digest of everything its two layers are rendered from (see the
+    module's docstring for what counts). ``repr`` is the canonical form: the model holds
+    frozen dataclasses of tuples, strings and numbers only, so it is complete and the same on
+    every machine and hash seed."""
+    model = ctx.model
+    # all but the stages, the clusters and policy_files (how messages name the files: only
+    # warnings read it, and it holds the folder the policies were read from)
+    fleet = repr((RENDER_VERSION, model.name, model.namespace, model.score_weights, model.class_weights,
+                  model.platforms, model.gpu_policy, model.data_policies, model.move_cost, model.gitops,
+                  model.teams, model.budgets, ctx.gpu_slots, ctx.fleet_source("")))
+    texts = {stage.key: repr(stage) for stage in model.stages}
+    by_pipeline: dict[str, list[str]] = defaultdict(list)
+    for stage in model.stages:
+        by_pipeline[stage.pipeline].append(texts[stage.key])
+    pipelines = {name: _digest("\n".join(stages)) for name, stages in by_pipeline.items()}
+    secrets: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for (namespace, url), secret in sorted(ctx.storage_secrets.items()):
+        secrets[namespace].append((url, secret))
+    namespaces = {name: _digest(repr((sorted(pipelines), secrets.get(name, []))))
+                  for name, pipelines in ctx.namespace_pipelines.items()}
+    guarantees: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for (team, name), gpus in sorted(ctx.guarantees.items()):
+        guarantees[name].append((team, gpus))
+    found = {}
+    for cluster in model.clusters:
+        placed = work.get(cluster.name, [])
+        lines = [fleet, repr(cluster), repr(guarantees.get(cluster.name, []))]
+        # each stage as it runs here (on_cluster may change its GPUs), with its assignment
+        lines += [f"{texts[stage.key] if stage is _base(ctx, stage) else repr(stage)} {assignment!r}"
+                  for stage, assignment in placed]
+        urls = sorted({ctx.input_url(stage, item) for stage, _ in placed for item in stage.inputs}
+                      | {output.url for stage, _ in placed for output in stage.outputs})
+        writers = {url: ctx.writers.get(url, ()) for url in urls}
+        lines += [f"{url} {' '.join(writer.key for writer in writers[url])}" for url in urls]
+        named = {stage.pipeline for stage, _ in placed} | {w.pipeline for ws in writers.values() for w in ws}
+        lines += [f"{name} {pipelines[name]}" for name in sorted(named)]
+        lines += [f"{name} {namespaces[name]}" for name in sorted({stage.namespace for stage, _ in placed})]
+        found[cluster.name] = _digest("\n".join(lines))
+    return found
+
+
+def _base(ctx: Context, stage: Stage) -> Stage | None:
+    """The model's stage of ``stage``'s key (the same object unless on_cluster changed it)."""
+    return ctx.stage(stage.pipeline, stage.name)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:_DIGEST_LENGTH]

@@ -1,0 +1,271 @@
+"""A compile that keeps the cluster folders its change does not reach (``.fleetc/render``,
+:mod:`fleetc.render.record`) writes byte for byte what rendering everything writes.
+
+The guard of the inputs digest's soundness: every golden case and the bundled example, each
+edited at leaves of its policy documents chosen at random (seeded), and generated fleets with
+completion markers, data and team quotas edited where stages reach each other across clusters
+(an output another pipeline's stage reads, a Secret, a team's guaranteed GPUs). Each edit is
+compiled twice from the same previous output folder, once keeping what it may and once
+rendering everything; the two folders must be identical.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+from support.corpus import CASES, GOLDEN, ROOT
+
+from bench.generate import Spec, generate
+from fleetc.compiler import Compiled, Options, compile_fleet
+from fleetc.emit import WriteError, reusable_folders, write_tree
+from fleetc.errors import FleetcError
+from fleetc.render.record import RENDER_RECORD, layer_prefixes
+
+EDITS_PER_CASE = 3
+_YAML = YAML(typ="safe", pure=True)
+Document = Any
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def compile_into(workdir: Path, out: str, *, reuse: bool, drain: tuple[str, ...] = ()) -> Compiled:
+    """``fleetc compile policies --out OUT --allow-unplaced`` run in ``workdir``, in process."""
+    compiled = compile_fleet(Options(paths=("policies",), out=out, workdir=workdir, allow_unplaced=True,
+                                     drain=drain, reuse=reuse))
+    write_tree(workdir / out, compiled.files, kept=compiled.kept)
+    return compiled
+
+
+def recompiled_both_ways(workdir: Path, drain: tuple[str, ...] = ()) -> tuple[Compiled, dict[str, bytes],
+                                                                                dict[str, bytes]]:
+    """The policies in ``workdir`` compiled from a copy of its ``out/`` keeping what they may,
+    and from another copy rendering everything: (the first compile, both trees)."""
+    try:
+        shutil.copytree(workdir / "out", workdir / "full", symlinks=True)
+        shutil.copytree(workdir / "out", workdir / "kept", symlinks=True)
+        compile_into(workdir, "full", reuse=False, drain=drain)
+        compiled = compile_into(workdir, "kept", reuse=True, drain=drain)
+        return compiled, tree(workdir / "kept"), tree(workdir / "full")
+    finally:
+        shutil.rmtree(workdir / "full", ignore_errors=True)
+        shutil.rmtree(workdir / "kept", ignore_errors=True)
+
+
+def documents(folder: Path) -> dict[Path, list[Document]]:
+    return {path: list(_YAML.load_all(path.read_text(encoding="utf-8"))) for path in sorted(folder.rglob("*.yaml"))}
+
+
+def write_documents(found: dict[Path, list[Document]]) -> None:
+    for path, docs in found.items():
+        with path.open("w", encoding="utf-8") as stream:
+            _YAML.dump_all(docs, stream)
+
+
+def leaves(node: Document, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """The paths of every scalar under ``node`` but a document's apiVersion and kind."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        if isinstance(value, (dict, list)):
+            yield from leaves(value, (*at, key))
+        elif at or key not in ("apiVersion", "kind"):
+            yield (*at, key)
+
+
+def mutated(value: Any) -> Any:
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return round(value * 1.5 + 0.1, 3)
+    if isinstance(value, str):
+        return value + "x" if not value.endswith("/") else value + "x/"
+    return "x"
+
+
+def set_at(node: Document, path: tuple[Any, ...], value: Any) -> None:
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+
+
+def get_at(node: Document, path: tuple[Any, ...]) -> Any:
+    for key in path:
+        node = node[key]
+    return node
+
+
+def case_folder(name: str, tmp_path: Path) -> tuple[Path, tuple[str, ...]]:
+    """A copy of a golden case's policies (or the bundled example's) to edit, and its --drain."""
+    source = ROOT if name == "bundled" else CASES / name
+    shutil.copytree(source / "policies", tmp_path / "policies")
+    args = (source / "args").read_text().split() if (source / "args").exists() else []
+    return tmp_path, tuple(args[i + 1] for i, arg in enumerate(args) if arg == "--drain")
+
+
+@pytest.mark.parametrize("name", ["bundled", *GOLDEN])
+def test_an_edited_leaf_recompiles_to_what_rendering_everything_writes(name: str, tmp_path: Path) -> None:
+    workdir, drain = case_folder(name, tmp_path)
+    compile_into(workdir, "out", reuse=False, drain=drain)
+    unchanged, kept, full = recompiled_both_ways(workdir, drain)
+    assert kept == full
+    assert unchanged.kept is not None and unchanged.files.keys().isdisjoint(unchanged.kept.paths)
+    everything = {p for p in full if p.startswith("clusters/") and p.split("/")[2] in ("infra", "workloads")}
+    assert set(unchanged.kept.paths) == everything  # nothing changed: every cluster's layers are kept
+    original = documents(workdir / "policies")
+    candidates = [(path, index, leaf) for path, docs in original.items() for index, doc in enumerate(docs)
+                  for leaf in leaves(doc)]
+    chooser = random.Random(name)
+    edited = 0
+    for path, index, leaf in chooser.sample(candidates, len(candidates)):
+        if edited == EDITS_PER_CASE:
+            break
+        docs = documents(workdir / "policies")
+        set_at(docs[path][index], leaf, mutated(get_at(docs[path][index], leaf)))
+        write_documents(docs)
+        try:
+            _, kept, full = recompiled_both_ways(workdir, drain)
+        except FleetcError:  # the edit made the policies invalid or infeasible: another leaf
+            continue
+        finally:
+            write_documents(original)
+        assert kept == full, f"{path.name} document {index} {'.'.join(map(str, leaf))} edited"
+        edited += 1
+    assert edited == EDITS_PER_CASE
+
+
+#: Edits of the generated fleet's first stage, whose output another pipeline's stage reads
+#: (:func:`generated`): the reader's folder, on another cluster, waits for the writer's marker.
+CROSS_EDITS: dict[str, Callable[[list[Document]], None]] = {}
+
+
+def _edit(name: str) -> Callable[[Callable[[list[Document]], None]], Callable[[list[Document]], None]]:
+    def register(edit: Callable[[list[Document]], None]) -> Callable[[list[Document]], None]:
+        CROSS_EDITS[name] = edit
+        return edit
+    return register
+
+
+def _pipelines(docs: list[Document]) -> list[Document]:
+    return sorted((d for d in docs if d["kind"] == "AIGCPipeline"), key=lambda d: d["metadata"]["name"])
+
+
+def _writer(docs: list[Document]) -> Document:
+    return _pipelines(docs)[0]["spec"]["stages"][0]
+
+
+@_edit("command")
+def _change_command(docs: list[Document]) -> None:
+    _writer(docs)["command"].append("--again")  # its run id, which the reader's wait compares
+
+
+@_edit("output")
+def _move_output(docs: list[Document]) -> None:
+    output = _writer(docs)["outputs"][0]
+    output["storage"] = output["storage"].rstrip("/") + "-moved/"
+
+
+@_edit("secret")
+def _rename_secret(docs: list[Document]) -> None:
+    _writer(docs)["outputs"][0]["secretName"] += "-2"
+
+
+@_edit("gpu")
+def _raise_gpu(docs: list[Document]) -> None:
+    stage = next(s for p in _pipelines(docs) for s in p["spec"]["stages"] if s["resources"].get("gpu"))
+    stage["resources"]["gpu"] += 1
+
+
+@_edit("cordon")
+def _cordon(docs: list[Document]) -> None:
+    next(d for d in docs if d["kind"] == "Fleet")["spec"]["clusters"][0]["cordoned"] = True
+
+
+@_edit("guaranteed")
+def _guarantee(docs: list[Document]) -> None:
+    """A team's guaranteed GPUs go to the clusters its gangs run on, in cluster order: one
+    cluster's share depends on the others'."""
+    team = next(d for d in docs if d["kind"] == "AIGCPlatform")["spec"]["teams"][0]
+    team["guaranteed"] = {gpu: count for gpu, count in team["gpuQuota"].items() if count}
+
+
+def generated(tmp_path: Path) -> tuple[Path, dict[Path, list[Document]]]:
+    """A generated fleet with teams, whose second pipeline's first stage also reads what the
+    first pipeline's first stage writes; and its documents."""
+    generate(Spec(clusters=6, stages=40, load=0.8, platform=True, quotas=0.5, seed=3)).write(tmp_path / "policies")
+    found = documents(tmp_path / "policies")
+    docs = [doc for docs in found.values() for doc in docs]
+    written = _writer(docs)["outputs"][0]
+    reader = _pipelines(docs)[1]["spec"]["stages"][0]
+    reader["inputs"].append({"name": "shared", "source": written["storage"], "location": written["location"]})
+    write_documents(found)
+    return tmp_path, found
+
+
+@pytest.mark.parametrize("edit", sorted(CROSS_EDITS))
+def test_an_edit_reaching_other_clusters_recompiles_to_what_rendering_everything_writes(
+        edit: str, tmp_path: Path) -> None:
+    workdir, found = generated(tmp_path)
+    compile_into(workdir, "out", reuse=False)
+    CROSS_EDITS[edit]([doc for docs in found.values() for doc in docs])
+    write_documents(found)
+    compiled, kept, full = recompiled_both_ways(workdir)
+    assert kept == full
+    # an edit of a pipeline or a cluster reaches some folders, of the platform every one
+    assert (compiled.kept is None) == (edit == "guaranteed")
+
+
+def test_a_file_edited_by_hand_is_rendered_again(tmp_path: Path) -> None:
+    workdir, _ = case_folder("bundled", tmp_path)
+    compile_into(workdir, "out", reuse=False)
+    written = tree(workdir / "out")
+    job = next(p for p in sorted(written) if "/workloads/job-" in p)
+    (workdir / "out" / job).write_text("edited: by hand\n", encoding="utf-8")
+    (workdir / "out" / job).chmod(0o644)
+    checked = reusable_folders(workdir / "out")
+    cluster = job.split("/")[1]
+    assert cluster not in checked.folders and checked.folders  # the others still hold their files
+    compiled = compile_into(workdir, "out", reuse=True)
+    assert compiled.kept is not None and cluster not in compiled.kept.clusters
+    assert tree(workdir / "out") == written
+
+
+@pytest.mark.parametrize("record", ["", "garbage\n", "a b c\n"])
+def test_a_record_that_is_not_fleetc_s_keeps_nothing(record: str, tmp_path: Path) -> None:
+    workdir, _ = case_folder("bundled", tmp_path)
+    compile_into(workdir, "out", reuse=False)
+    written = tree(workdir / "out")
+    (workdir / "out" / RENDER_RECORD).write_text(record, encoding="utf-8")
+    compiled = compile_into(workdir, "out", reuse=True)
+    assert compiled.kept is None and tree(workdir / "out") == written
+
+
+def test_a_kept_folder_another_compile_changed_meanwhile_is_refused(tmp_path: Path) -> None:
+    workdir, _ = case_folder("bundled", tmp_path)
+    compile_into(workdir, "out", reuse=False)
+    compiled = compile_fleet(Options(paths=("policies",), out="out", workdir=workdir, reuse=True))
+    assert compiled.kept is not None
+    # another compile writes out/ meanwhile: the same files, so keeping them is still right
+    compile_into(workdir, "out", reuse=False)
+    write_tree(workdir / "out", compiled.files, kept=compiled.kept)
+    # ... and now one that changed a kept folder's file
+    cluster = compiled.kept.clusters[0]
+    layer = layer_prefixes(cluster)[1]
+    other = workdir / "other"
+    shutil.copytree(workdir / "out", other)
+    changed = next(p for p in sorted(tree(other)) if p.startswith(layer) and p.endswith("kustomization.yaml"))
+    files = {p: t.decode() for p, t in tree(other).items() if not p.startswith(".fleetc/files")}
+    files[changed] += "# changed\n"
+    write_tree(workdir / "out", files)
+    before = tree(workdir / "out")
+    with pytest.raises(WriteError, match=rf"clusters/{cluster}/ is no longer as it was checked"):
+        write_tree(workdir / "out", compiled.files, kept=compiled.kept)
+    assert tree(workdir / "out") == before

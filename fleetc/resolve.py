@@ -138,8 +138,9 @@ def _resolve(policies: PolicySet, where: str, drained: Sequence[str], names: dic
     clusters = tuple(sorted((_cluster(fleet, i, drained, names) for i in range(len(spec.clusters))),
                             key=lambda c: c.name))
     gpu_taints = _derived_gpu_taints(fleet)
+    throughput = gpu_throughput(spec)
     stages = _with_jurisdictions(policies, clusters, tuple(
-        _fitted(_with_gpu_tolerations(stage, gpu_taints), clusters, gpu_throughput(spec))
+        _fitted(_with_gpu_tolerations(stage, gpu_taints), clusters, throughput)
         for pipeline in sorted(policies.pipelines, key=lambda pl: pl.name)
         for stage in _stages(pipeline, fleet_tolerations, names.get(pipeline.doc.path, pipeline.doc.path))
     ))
@@ -207,6 +208,8 @@ class _NodeShapes:
     smallest: dict[str, int]
     #: What :func:`_fitted_to_nodes` found, by all it reads of a stage: stages alike recur.
     fits: dict[tuple[object, ...], tuple[int, int]] = field(default_factory=dict, compare=False)
+    #: A stage's GPU types -> the fleet's GPU types it may run on, sorted; a few lists recur.
+    usable: dict[tuple[str, ...], tuple[str, ...]] = field(default_factory=dict, compare=False)
 
 
 def _node_shapes(model: m.FleetModel) -> _NodeShapes:
@@ -231,7 +234,10 @@ def _fitted_to_nodes(model: m.FleetModel, stage: m.Stage, shapes: _NodeShapes) -
     memory crowd a node first), so any placement packs onto nodes."""
     if stage.throughput is not None:
         return stage
-    types = tuple(sorted(t for t in shapes.smallest if stage.preference(t) is not None))
+    types = shapes.usable.get(stage.gpu_types)
+    if types is None:
+        types = shapes.usable[stage.gpu_types] = tuple(sorted(t for t in shapes.smallest
+                                                              if stage.preference(t) is not None))
     shared = uses_shared_slots(model, stage)
     key = (types, shared, stage.gpus, stage.cpu_millis, stage.memory_bytes, stage.is_gang)
     fit = shapes.fits.get(key)
@@ -570,8 +576,15 @@ def _stage(pipeline: Parsed[p.AIGCPipeline], index: int, stage: p.PipelineStage,
 def _serving(stage: p.PipelineStage) -> m.Serving:
     """The default Triton image's real server, or the documented defaults for other images;
     ``serving`` settings override either."""
-    base = TRITON if stage.image is None else m.Serving()
-    spec = stage.serving or p.Serving()
+    if stage.serving is None:  # most: a large fleet's thousands of serving stages share four
+        return _DEFAULT_SERVING[(stage.image is None, stage.command is None)]
+    return _serving_of(stage.image is None, stage.command is None, stage.serving)
+
+
+def _serving_of(default_image: bool, default_command: bool, settings: p.Serving | None) -> m.Serving:
+    """:func:`_serving` of a stage with or without its own image and command, and ``settings``."""
+    base = TRITON if default_image else m.Serving()
+    spec = settings or p.Serving()
     metric = spec.metric or p.ServingMetric()
     port = spec.port or base.port
     return replace(
@@ -581,8 +594,13 @@ def _serving(stage: p.PipelineStage) -> m.Serving:
         extra_ports=tuple((name, number) for name, number in base.extra_ports if number != port),
         metric=metric.name or base.metric,
         target=str(metric.target) if metric.target is not None else base.target,
-        triton=base.triton and stage.command is None,
+        triton=base.triton and default_command,
     )
+
+
+#: :func:`_serving_of` without settings, by (default image, default command).
+_DEFAULT_SERVING = {(image, command): _serving_of(image, command, None) for image in (True, False)
+                    for command in (True, False)}
 
 
 def _input(item: p.StageInput, outputs: dict[tuple[str, str], p.StageOutput]) -> m.Input:

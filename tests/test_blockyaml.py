@@ -14,8 +14,8 @@ from ruamel.yaml.constructor import ConstructorError
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.nodes import ScalarNode
 
-from fleetc.policy import blockyaml, load
-from fleetc.render.yamlout import dump
+from fleetc.policy import blockyaml, fastcompose, load
+from fleetc.render.yamlout import dump, dump_all
 
 CASES = Path(__file__).parent / "cases"
 REPORTS = sorted(CASES.glob("*/expected/placement.yaml"))
@@ -64,7 +64,8 @@ def test_every_placement_report_of_the_golden_cases_is_read_here(monkeypatch: py
     "1: a\n", "true: a\n", "null: a\n", "1e3: a\n",  # keys that are not strings
     "a: b: c\n", "a: b:\n", "a: 'b'\n", 'a: "b"\n', "a: b # c\n", "a: [1]\n", "a: {b: 1}\n",
     "a: - b\n", "a: b  c\n", "a: b :c\n", "a:b\n", "- a\n", "a\n", "a: 1", "",
-    "a:\n  - - 1\n", "a:\n  -  1\n", "a: |\n  b\n", "a: b\n---\nc: d\n", "a: \u00e9\n", "a:\tb\n",
+    "a:\n  - - 1\n", "a:\n  -  1\n", "a: |\n  b\n", "a: \u00e9\n", "a:\tb\n", "k" * 1001 + ": 1\n",
+    "a: b\n...\n", "--- a: b\n", "a: b\n---\n- c\n", "a: b\n--- \n",
 ])
 def test_what_is_not_in_fleetcs_layout_is_declined(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
     documents, answer = _block(text, monkeypatch)
@@ -149,3 +150,41 @@ def _scalar(text: str) -> Any:
         return _YAML.constructor.construct_object(node)
     except (ConstructorError, ValueError) as err:
         raise ValueError(text) from err
+
+
+def _stream(text: str) -> tuple[list[Any], list[int]] | None:
+    """What libyaml's data path (fastcompose.load_all) reads, as block_stream answers it."""
+    yaml = YAML(typ="safe", pure=True)
+    stream = fastcompose.load_all(text, yaml.resolver, load._ScalarValues(yaml.constructor),
+                                  max_depth=load.MAX_DEPTH, max_values=load.MAX_NODES)
+    return None if stream is None else (stream.documents, stream.lines)
+
+
+@pytest.mark.parametrize("text", [
+    "a: 1\n---\nb: 2\n", "---\na: 1\n", "a: 1\n---\n", "---\n", "---\n---\n", "a: 1\n---\n---\nb:\n  - c\n",
+    "---\na:\n  - b: 1\n    c: --x\n---\nd: {}\n",
+])
+def test_documents_and_the_lines_they_start_on_are_libyamls(text: str) -> None:
+    assert blockyaml.block_stream(text, _scalar, load.MAX_DEPTH, load.MAX_NODES) == _stream(text) is not None
+
+
+def test_a_document_that_may_hold_too_many_values_is_declined() -> None:
+    text = "a:\n" + "".join(f"  - {i}\n" for i in range(100))
+    assert blockyaml.block_stream(text, _scalar, load.MAX_DEPTH, 506) is not None  # 101 lines
+    assert blockyaml.block_stream(text, _scalar, load.MAX_DEPTH, 505) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.dictionaries(_KEYS, _DATA, min_size=1, max_size=3)), min_size=1, max_size=4),
+       st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 2), st.sampled_from(["---\n", "\n---", "- ", " "])),
+                max_size=2))
+def test_streams_of_documents_read_as_libyaml_marks_them_or_are_declined(
+        documents: list[dict[str, Any] | None], edits: list[tuple[int, int, str]]) -> None:
+    """Several documents (null ones too) with separators put in or cut out: the block reader
+    gives the documents and the lines they start on as libyaml's data path does, or declines."""
+    text = dump_all(documents)
+    for where, cut, piece in edits:
+        at = where % (len(text) + 1)
+        text = text[:at] + piece + text[at + cut:]
+    answer = blockyaml.block_stream(text, _scalar, load.MAX_DEPTH, load.MAX_NODES)
+    assert answer is None or answer == _stream(text)

@@ -1,23 +1,27 @@
-"""A faster path for :func:`fleetc.policy.load.yaml_documents` on the YAML fleetc writes itself.
+"""A faster path for reading YAML in the block layout fleetc writes (:mod:`fleetc.render.yamlout`),
+before libyaml's (:mod:`fleetc.policy.fastcompose`), for the previous ``placement.yaml``
+(:func:`fleetc.policy.load.yaml_documents`) and for policy files written the same way.
 
-A large fleet's ``placement.yaml`` (600,000 libyaml events at 1,000 x 20,000) took a second of a
-recompile through libyaml's events, one Python object each. fleetc writes it in block style
-with a fixed layout (:mod:`fleetc.render.yamlout`): one document, keys at the indentation of
-their mapping, a value's block two spaces deeper, a sequence's items as ``- `` two spaces under
-their key, a mapping in a sequence starting on its item's line, one-line plain scalars, ``[]``
-and ``{}`` for empty collections. :func:`block_documents` reads text made only of that line by
-line, resolving and constructing every scalar with the caller's rules (ruamel's, as
-:func:`~fleetc.policy.load.yaml_documents` does), and declines (None) everything else: any
-character outside a small set (quotes, ``#``, tabs, flow and node indicators, anything beyond
-ASCII), another indentation, a line that is no key or item, an empty value, a key that is not a
-string or repeats, a scalar the caller declines. Where it answers, the answer is what a YAML
-reader gives; ``tests/test_blockyaml.py`` compares it with ruamel on fleetc's own output, on
-fuzzed data and on damaged text.
+libyaml hands Python one event object per node: a 1,000 x 20,000 fleet's ``placement.yaml`` is
+600,000 of them (most of a second), its policies a million. Generated files are in one fixed
+layout: keys at the indentation of their mapping, a value's block two spaces deeper, a
+sequence's items as ``- `` two spaces under their key, a mapping in a sequence starting on its
+item's line, one-line plain scalars, ``[]`` and ``{}`` for empty collections, documents
+separated by ``---`` lines. :func:`block_stream` reads text made only of that line by line,
+resolving and constructing every scalar with the caller's rules (ruamel's), and declines (None)
+everything else: any character outside a small set (quotes, ``#``, tabs, flow and node
+indicators, anything beyond ASCII), another indentation, a line that is no key or item, a blank
+line, an empty value, a key that is not a string or repeats, a scalar the caller declines,
+nesting or documents too large. Where it answers, the answer is what a YAML reader gives, with
+the lines libyaml marks documents at; ``tests/test_blockyaml.py`` compares it with ruamel and
+with :func:`fleetc.policy.fastcompose.load_all` on fleetc's own output, on fuzzed data and on
+damaged text.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -26,10 +30,15 @@ _FOREIGN = re.compile(r"[^A-Za-z0-9 \n._/+:,()=%\[\]{}-]")
 #: One line: its indentation, ``- `` for a sequence item, then a key, the space after its colon
 #: and a value (or no space: a block below), or else the item's text (group 6).
 _LINE = re.compile(r"^( *)(- )?(?:([A-Za-z0-9][A-Za-z0-9._/-]*):(?:( )(.*))?|(.*))$", re.MULTILINE)
-#: A one-line plain scalar in a block: it starts with no indicator (``-`` or ``+`` only before
-#: a digit, letter or dot), words are single-spaced, and no ``[]{}`` (empty collections aside).
-_PLAIN = re.compile(r"(?:[A-Za-z0-9._/(]|[-+](?=[A-Za-z0-9.]))[A-Za-z0-9._/+:,()=%-]*(?: [A-Za-z0-9._/+:,()=%-]+)*")
+#: A one-line plain scalar in a block: it starts with no indicator (``-`` only before a digit,
+#: letter, dot or ``-``: ``--option``; ``+`` before a digit, letter or dot), words are
+#: single-spaced, and no ``[]{}`` (empty collections aside).
+_PLAIN = re.compile(r"(?:[A-Za-z0-9._/(]|-(?=[A-Za-z0-9.-])|\+(?=[A-Za-z0-9.]))"
+                    r"[A-Za-z0-9._/+:,()=%-]*(?: [A-Za-z0-9._/+:,()=%-]+)*")
 _EMPTY: dict[str, Callable[[], Any]] = {"[]": list, "{}": dict}
+#: A line that separates documents (and starts the one after it).
+_SEPARATOR = re.compile(r"^---$", re.MULTILINE)
+_MAX_KEY = 1000  # fleetc's writer's limit for an implicit key, below YAML's
 _STEP = 2  # what every block is indented by under its key, and a sequence item's content by
 
 
@@ -38,19 +47,44 @@ class _Declined(Exception):
 
 
 def block_documents(text: str, scalar: Callable[[str], Any], max_depth: int) -> list[Any] | None:
-    """The one document of ``text`` (a block mapping at the margin) in a list, as a YAML reader
-    reads it, or None where the text is not in the layout read here. ``scalar`` gives a plain
-    scalar's value from its text, or raises ValueError to decline; collections nesting deeper
-    than ``max_depth`` are declined."""
+    """Every document of ``text`` (a null document as None), as a YAML reader reads them, or
+    None where the text is not in the layout read here; see :func:`block_stream`."""
+    stream = block_stream(text, scalar, max_depth, sys.maxsize)
+    return None if stream is None else stream[0]
+
+
+def block_stream(text: str, scalar: Callable[[str], Any], max_depth: int,
+                 max_values: int) -> tuple[list[Any], list[int]] | None:
+    """Every document of ``text`` (each a block mapping at the margin, or nothing: a null
+    document, None) and the line (0-based) each starts on as libyaml marks it (its ``---``,
+    else the first line), or None where the text is not in the layout read here. Documents are
+    separated by ``---`` lines. ``scalar`` gives a plain scalar's value from its text, or raises
+    ValueError to decline; collections nesting deeper than ``max_depth`` are declined, and so
+    is a document that may hold more than ``max_values`` values and keys (each line adds at
+    most five: a key, its value, an item, an item's mapping and a block under a key)."""
     if not text.endswith("\n") or _FOREIGN.search(text) is not None:
         return None
-    lines = _LINE.findall(text, 0, len(text) - 1)
-    if len(lines) != text.count("\n"):
-        return None  # pragma: no cover - every line matches; a guard all the same
-    try:
-        return [_Reader(scalar, max_depth).read(lines)]
-    except _Declined:
-        return None
+    separators = [m.start() for m in _SEPARATOR.finditer(text)]
+    # (offset, line) where each document's text starts, and the offset where it ends
+    pieces = [] if separators[:1] == [0] else [(0, 0, separators[0] if separators else len(text))]
+    line = 0
+    for i, offset in enumerate(separators):
+        line += text.count("\n", separators[i - 1] if i else 0, offset)
+        pieces.append((offset + 4, line, separators[i + 1] if i + 1 < len(separators) else len(text)))
+    reader = _Reader(scalar, max_depth)
+    documents: list[Any] = []
+    for start, _, end in pieces:
+        if start >= end:
+            documents.append(None)  # nothing between two ---, or after the last: a null document
+            continue
+        lines = _LINE.findall(text, start, end - 1)  # every line matches: one tuple each
+        if len(lines) * 5 + 1 > max_values:
+            return None
+        try:
+            documents.append(reader.read(lines))
+        except _Declined:
+            return None
+    return documents, [line for _, line, _ in pieces]
 
 
 class _Reader:
@@ -71,7 +105,10 @@ class _Reader:
         return value
 
     def key(self, text: str) -> str:
-        """A key's text, which must read as that very string (not a number, a boolean, null)."""
+        """A key's text, which must read as that very string (not a number, a boolean, null),
+        and be short enough to be an implicit key (YAML allows 1,024 characters)."""
+        if len(text) > _MAX_KEY:
+            raise _Declined
         key = self.values.get(text, self)
         if key is self:
             key = self.value(text)

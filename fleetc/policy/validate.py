@@ -740,9 +740,10 @@ def _stage_checks(doc: Document, base: FieldPath, stage: p.PipelineStage,
         elif dep not in index:
             yield doc.diagnostic(base + ("dependencies", j), f"no stage named '{dep}' in this "
                                  "pipeline", hint=did_you_mean(dep, index))
-    yield from _names_unique(doc, base + ("inputs",), stage.inputs or [])
-    yield from _names_unique(doc, base + ("outputs",), stage.outputs or [])
-    yield from _env_names_distinct(doc, base, stage)
+    if len(stage.inputs or ()) > 1 or len(stage.outputs or ()) > 1:  # a name twice needs two (most have one)
+        yield from _names_unique(doc, base + ("inputs",), stage.inputs or [])
+        yield from _names_unique(doc, base + ("outputs",), stage.outputs or [])
+        yield from _env_names_distinct(doc, base, stage)
     for j, item in enumerate(stage.inputs or []):
         yield from _input_checks(doc, base + ("inputs", j), item, stage.name, stages, index)
     resources = stage.resources
@@ -775,9 +776,9 @@ def _env_names_distinct(doc: Document, base: FieldPath, stage: p.PipelineStage) 
     """Inputs and outputs reach the container as FLEETC_INPUT_<NAME>, FLEETC_INPUT_<NAME>_PATH,
     FLEETC_OUTPUT_<NAME>, FLEETC_OUTPUT_<NAME>_PATH and FLEETC_OUTPUT_<NAME>_CREDENTIALS (upper
     case, '-' as '_'): two that would
-    share a variable are an error, as one URL or path would silently replace the other."""
-    if len(stage.inputs or []) < 2 and len(stage.outputs or []) < 2:
-        return  # one input's two and one output's three differ in length, INPUT and OUTPUT apart
+    share a variable are an error, as one URL or path would silently replace the other. Called
+    for stages with two inputs or two outputs: one input's two and one output's three differ in
+    length, INPUT and OUTPUT apart."""
     seen: dict[str, FieldPath] = {}
     texts: dict[str, str] = {}
     names = [(f"FLEETC_INPUT_{i.name}", ("inputs", j)) for j, i in enumerate(stage.inputs or [])]
@@ -858,17 +859,23 @@ def _storage_secret_checks(policies: PolicySet) -> Iterator[Diagnostic]:
     """An input's or output's ``secretName`` must fit its URL's scheme, and one URL may not be
     named with two different Secrets in one namespace (one Fluid Dataset mounts it, and its
     writer and completion marker reach it, with one Secret)."""
-    named: dict[tuple[str, str], tuple[str, str]] = {}  # (namespace, url) -> (secret, where)
+    # (namespace, url) -> (secret, where: file, stage, "inputs" or "outputs", index)
+    named: dict[tuple[str, str], tuple[str, tuple[str, int, str, int]]] = {}
     for pipeline in sorted(policies.pipelines, key=lambda pl: pl.doc.path):
         doc, stages = pipeline.doc, pipeline.obj.spec.stages
-        outputs = {(s.name, o.name): o.storage for s in stages for o in s.outputs or []}
+        outputs: dict[tuple[str, str], str] | None = None  # made for the first input naming a Secret
         namespace = pipeline.obj.metadata.namespace or "default"
         for i, stage in enumerate(stages):
-            named_here = [("inputs", j, _input_url(item, outputs), item.secretName)
-                          for j, item in enumerate(stage.inputs or [])]
-            named_here += [("outputs", j, item.storage, item.secretName) for j, item in enumerate(stage.outputs or [])]
+            named_here: list[tuple[str, int, str | None, str]] = []
+            for j, source in enumerate(stage.inputs or ()):
+                if source.secretName is not None:
+                    if outputs is None:
+                        outputs = {(s.name, o.name): o.storage for s in stages for o in s.outputs or []}
+                    named_here.append(("inputs", j, _input_url(source, outputs), source.secretName))
+            named_here += [("outputs", j, o.storage, o.secretName) for j, o in enumerate(stage.outputs or ())
+                           if o.secretName is not None]
             for kind, j, url, secret_name in named_here:
-                if secret_name is None or url is None:
+                if url is None:
                     continue
                 path: FieldPath = ("spec", "stages", i, kind, j, "secretName")
                 if url_scheme(url) not in STORAGE_CREDENTIAL_KEYS:
@@ -878,12 +885,12 @@ def _storage_secret_checks(policies: PolicySet) -> Iterator[Diagnostic]:
                                               f"{', '.join(s + '://' for s in sorted(STORAGE_CREDENTIAL_KEYS))}"
                                               " URLs; remove secretName")
                     continue
-                where = f"{doc.path}: spec.stages[{i}].{kind}[{j}]"
-                secret, first = named.setdefault((namespace, url), (secret_name, where))
+                secret, first = named.setdefault((namespace, url), (secret_name, (doc.path, i, kind, j)))
                 if secret != secret_name:
                     verb = "read" if kind == "inputs" else "written"
                     yield doc.diagnostic(path, f"{url} is {verb} in namespace {namespace} with Secret "
-                                               f"'{secret}' ({first}) and '{secret_name}' here; "
+                                               f"'{secret}' ({first[0]}: spec.stages[{first[1]}].{first[2]}"
+                                               f"[{first[3]}]) and '{secret_name}' here; "
                                                "one Fluid Dataset mounts it, and its writers reach it, "
                                                "with one Secret",
                                          hint="name the same Secret wherever the URL is named")

@@ -17,7 +17,7 @@ import hashlib
 import json
 import operator
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -77,10 +77,11 @@ class Options:
     #: them again (``fleetc compile`` when it writes; :mod:`fleetc.render.record`). The files of
     #: such a compile are then ``Compiled.files`` and ``Compiled.kept``.
     reuse: bool = False
-    #: The output folder's cluster folders that may be kept (:func:`fleetc.emit.reusable_folders`):
-    #: with ``reuse``, :func:`compile_fleet` reads them from ``out``; :func:`compile_policies`
-    #: keeps those whose inputs did not change (None: it renders everything).
-    reusable: Reusable | None = None
+    #: The output folder's cluster folders that may be kept (:func:`fleetc.emit.reusable_folders`),
+    #: asked for when rendering starts: with ``reuse``, :func:`compile_fleet` checks them in
+    #: ``out`` meanwhile; :func:`compile_policies` keeps those whose inputs did not change
+    #: (None: it renders everything).
+    reusable: Callable[[], Reusable] | None = None
 
 
 @dataclass(frozen=True)
@@ -146,24 +147,26 @@ def compile_fleet(options: Options) -> Compiled:
     """``fleetc compile``: load and validate the policies, take the output folder's
     placement.yaml (or with ``base``, the one committed at that revision) as the previous
     placement, place and render. Writes nothing."""
-    reusable = None
-    if options.base is None:
-        from fleetc.emit import reusable_folders
-
-        # Read meanwhile on the other core: a large fleet's placement.yaml takes a second, and
-        # checking its cluster folders byte for byte a few more.
-        out = options.workdir / options.out
-        with Background(lambda: (read_previous(Path(options.out), options.workdir),
-                                 reusable_folders(out) if options.reuse else None),
-                        _file_size(out / PLACEMENT_FILE)) as reading:
-            loaded = load_policies(options.paths, options.reporter, options.workdir)
-            (previous, ignored), reusable = reading.result()
-    else:
+    if options.base is not None:
         loaded = load_policies(options.paths, options.reporter, options.workdir)
         from fleetc.git.flow import previous_at  # fleetc.git imports this module
 
-        previous, ignored = previous_at(options.base, options.out, options.workdir), ""
-    compiled = compile_policies(loaded, dataclasses.replace(options, previous=previous, reusable=reusable))
+        return compile_policies(loaded, dataclasses.replace(
+            options, previous=previous_at(options.base, options.out, options.workdir)))
+    from fleetc.emit import RECORD, reusable_folders
+
+    out = options.workdir / options.out
+    with contextlib.ExitStack() as children:
+        # Read meanwhile on the other core: a large fleet's placement.yaml takes a second (it is
+        # needed to place); checking its cluster folders byte for byte a few more (needed to render).
+        reading = children.enter_context(Background(lambda: read_previous(Path(options.out), options.workdir),
+                                                    _file_size(out / PLACEMENT_FILE)))
+        checking = (children.enter_context(Background(lambda: reusable_folders(out), _file_size(out / RECORD)))
+                    if options.reuse else None)
+        loaded = load_policies(options.paths, options.reporter, options.workdir)
+        previous, ignored = reading.result()
+        compiled = compile_policies(loaded, dataclasses.replace(
+            options, previous=previous, reusable=None if checking is None else checking.result))
     return dataclasses.replace(compiled, previous_ignored=ignored)
 
 
@@ -313,7 +316,8 @@ def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
                            for w in (*degraded_serving(model, placement), *found)], loaded.policies)
 
     with phase(report, "render"):  # the warnings are located (seconds on a large fleet) meanwhile
-        rendered = render(model, placement, locate=located, reuse=options.reusable)
+        rendered = render(model, placement, locate=located,
+                          reuse=None if options.reusable is None else options.reusable())
     return Compiled(model, placement, rendered.files, rendered.warnings, kept=rendered.kept)
 
 

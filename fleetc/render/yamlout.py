@@ -244,7 +244,7 @@ def _mapping(node: dict[object, object], depth: int, out: list[str], first_prefi
         heads = _deeper(depth)
     inner = depth + 1
     append = out.append  # lines, not concatenated: dump joins them once at the end
-    first = len(out)
+    first = 0 if first_prefix is None else len(out)  # the line to prefix, if any
     for key, value in node.items():
         head = heads.get(key)  # type: ignore[call-overload]
         if head is None:
@@ -301,7 +301,7 @@ def _sequence(node: list[object], depth: int, out: list[str], first_prefix: str 
     bare = _BARE_DASHES[depth]
     inner = depth + 1
     append = out.append
-    first = len(out)
+    first = 0 if first_prefix is None else len(out)
     for item in node:
         kind = type(item)
         if kind is dict and item:  # the same dispatch as in _mapping, the same ignores

@@ -158,12 +158,13 @@ def compile_fleet(options: Options) -> Compiled:
     out = options.workdir / options.out
     with contextlib.ExitStack() as children:
         # Read meanwhile on the other core: a large fleet's placement.yaml takes a second (it is
-        # needed to place); checking its cluster folders byte for byte a few more (needed to render).
+        # needed to place); checking its cluster folders byte for byte a few more (needed to
+        # render), started once the policies are read (loading takes both cores).
         reading = children.enter_context(Background(lambda: read_previous(Path(options.out), options.workdir),
                                                     _file_size(out / PLACEMENT_FILE)))
+        loaded = load_policies(options.paths, options.reporter, options.workdir)
         checking = (children.enter_context(Background(lambda: reusable_folders(out), _file_size(out / RECORD)))
                     if options.reuse else None)
-        loaded = load_policies(options.paths, options.reporter, options.workdir)
         previous, ignored = reading.result()
         compiled = compile_policies(loaded, dataclasses.replace(
             options, previous=previous, reusable=None if checking is None else checking.result))

@@ -269,3 +269,23 @@ def test_a_kept_folder_another_compile_changed_meanwhile_is_refused(tmp_path: Pa
     with pytest.raises(WriteError, match=rf"clusters/{cluster}/ is no longer as it was checked"):
         write_tree(workdir / "out", compiled.files, kept=compiled.kept)
     assert tree(workdir / "out") == before
+
+
+def test_a_local_queue_follows_the_file_of_its_namespace_s_first_pipeline(tmp_path: Path) -> None:
+    """A Kueue LocalQueue is sourced from the first pipeline (by name) of its namespace, which
+    need not run on the cluster: moving that pipeline to another file reaches the folder."""
+    workdir, _ = case_folder("kueue-two-cluster-pipeline", tmp_path)
+    policies = workdir / "policies"
+    serve = next(s for s in _YAML.load((policies / "pipeline.yaml").read_text())["spec"]["stages"]
+                 if s["name"] == "serve")
+    first = {"apiVersion": "aigc.kurator.dev/v1alpha1", "kind": "AIGCPipeline",
+             "metadata": {"name": "aaa", "namespace": "ml"},
+             "spec": {"stages": [{**serve, "name": "other", "replicas": 1, "inputs": []}]}}
+    write_documents({policies / "aaa.yaml": [first]})
+    compile_into(workdir, "out", reuse=False)
+    assert "aaa.yaml#metadata.namespace" in tree(workdir / "out")[
+        "clusters/train-kueue/infra/localqueue-ml-fleetc.yaml"].decode()
+    (policies / "aaa.yaml").rename(policies / "moved.yaml")
+    compiled, kept, full = recompiled_both_ways(workdir)
+    assert kept == full
+    assert compiled.kept is None or "train-kueue" not in compiled.kept.clusters

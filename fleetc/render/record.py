@@ -14,7 +14,7 @@ change reaches a few folders of 1,000.
 The inputs digest must change whenever the folder's bytes could, so it reads every fact the
 renderer can reach from a cluster's work, and errs wide where that is cheap: a stage counts
 with its whole pipeline (its dependencies and dependants, its from: inputs), a URL with every
-stage writing it, a namespace with its pipelines and the Secrets named in it, and everything
+stage writing it, a namespace with its pipelines (and their policy files) and the Secrets named in it, and everything
 the model holds beyond stages and clusters (platforms, teams, policies, GitOps settings) counts
 for every folder. ``tests/test_render_record.py`` holds an incremental recompile to a full one
 byte for byte over edits of every kind, and :data:`RENDER_VERSION` (in every digest) is bumped
@@ -133,7 +133,10 @@ def folder_inputs(ctx: Context, work: Mapping[str, Work]) -> dict[str, str]:
     secrets: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for (namespace, url), secret in sorted(ctx.storage_secrets.items()):
         secrets[namespace].append((url, secret))
-    namespaces = {name: _digest(repr((sorted(pipelines), secrets.get(name, []))))
+    # a namespace's pipelines with their files: its LocalQueues are sourced from the first
+    # pipeline's, which need not run on the cluster (kueue.local_queue)
+    namespaces = {name: _digest(repr(([(p, ctx.pipeline_sources[p]) for p in sorted(pipelines)],
+                                      secrets.get(name, []))))
                   for name, pipelines in ctx.namespace_pipelines.items()}
     guarantees: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for (team, name), gpus in sorted(ctx.guarantees.items()):

@@ -15,7 +15,7 @@ import random
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from ruamel.yaml import YAML
@@ -289,3 +289,82 @@ def test_a_local_queue_follows_the_file_of_its_namespace_s_first_pipeline(tmp_pa
     compiled, kept, full = recompiled_both_ways(workdir)
     assert kept == full
     assert compiled.kept is None or "train-kueue" not in compiled.kept.clusters
+
+
+def _pipeline_beside(policies: Path, name: str, inputs: list[Document] | None = None) -> None:
+    """A pipeline ``name`` in its own file, in the namespace of the one in pipeline.yaml, serving
+    a copy of that one's Deployment stage (on the same clusters) with ``inputs``."""
+    pipeline = _YAML.load((policies / "pipeline.yaml").read_text(encoding="utf-8"))
+    serve = next(s for s in pipeline["spec"]["stages"] if s["type"] == "Deployment")
+    write_documents({policies / f"{name}.yaml": [{
+        "apiVersion": pipeline["apiVersion"], "kind": "AIGCPipeline",
+        "metadata": {"name": name, "namespace": pipeline["metadata"]["namespace"]},
+        "spec": {"stages": [{**serve, "name": "other", "replicas": 1, "inputs": inputs or []}]}}]})
+
+
+def _edited(path: Path, edit: Callable[[Document], None]) -> None:
+    """``edit`` applied to the first document of ``path``."""
+    docs = list(_YAML.load_all(path.read_text(encoding="utf-8")))
+    edit(docs[0])
+    write_documents({path: docs})
+
+
+def _rename_train(pipeline: Document) -> None:
+    for stage in pipeline["spec"]["stages"]:
+        if stage["name"] == "train":
+            stage["name"] = "trainer"
+        for item in stage.get("inputs", []):
+            if str(item.get("from", "")).startswith("train."):
+                item["from"] = item["from"].replace("train.", "trainer.", 1)
+
+
+class Targeted(NamedTuple):
+    """An edit of a golden case's policies that reaches a folder by a fact other than its own
+    work (or changes the set of folders), and the cluster whose folder it must reach (None:
+    any)."""
+
+    case: str
+    edit: Callable[[Path], None]
+    reached: str | None
+    setup: Callable[[Path], None] = lambda _: None
+    drain: tuple[str, ...] = ()
+
+
+_READER = [{"name": "corpus", "source": "s3://corpus/v2/"}]  # what train reads in prefetch-waits-...
+
+TARGETED = {
+    # Namespace ml on train-a100 loses its pipeline label: a second pipeline uses it
+    "a namespace gains a pipeline on another cluster": Targeted(
+        "two-cluster-pipeline", lambda p: _pipeline_beside(p, "aaa"), "train-a100"),
+    # train-a100's cached corpus Dataset mounts with the Secret another pipeline names for it
+    "a Secret named by another pipeline of the namespace": Targeted(
+        "prefetch-waits-for-the-writer",
+        lambda p: _pipeline_beside(p, "reader", [{**_READER[0], "secretName": "corpus-store"}]),
+        "train-a100", setup=lambda p: _pipeline_beside(p, "reader", _READER)),
+    # serve-l4's DataProcess waits for the renamed writer's marker
+    "a stage renamed": Targeted(
+        "prefetch-waits-for-the-writer", lambda p: _edited(p / "pipeline.yaml", _rename_train), "serve-l4"),
+    "prefetching turned off": Targeted(
+        "prefetch-waits-for-the-writer",
+        lambda p: _edited(p / "data.yaml", lambda d: d["spec"]["prefetching"].update(enabled=False)), "serve-l4"),
+    "a cluster renamed": Targeted(
+        "two-cluster-pipeline",
+        lambda p: _edited(p / "fleet.yaml", lambda d: d["spec"]["clusters"][1].update(name="serve-l4-b")), None),
+    "a cluster removed": Targeted(
+        "prefetch-waits-for-the-writer",
+        lambda p: _edited(p / "fleet.yaml", lambda d: d["spec"]["clusters"].pop(1)), None),
+    "a cluster drained": Targeted("two-cluster-pipeline", lambda _: None, "serve-l4", drain=("serve-l4",)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TARGETED))
+def test_a_targeted_edit_recompiles_to_what_rendering_everything_writes(name: str, tmp_path: Path) -> None:
+    target = TARGETED[name]
+    workdir, _ = case_folder(target.case, tmp_path)
+    target.setup(workdir / "policies")
+    compile_into(workdir, "out", reuse=False)
+    target.edit(workdir / "policies")
+    compiled, kept, full = recompiled_both_ways(workdir, target.drain)
+    assert kept == full
+    if target.reached is not None:
+        assert compiled.kept is None or target.reached not in compiled.kept.clusters

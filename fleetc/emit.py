@@ -333,8 +333,11 @@ def _read_regular(folder_fd: int, name: str, linkable_under: int | None = None) 
         info = os.fstat(fd)
         if not (stat.S_ISREG(info.st_mode) if linkable_under is None else _linkable(info, linkable_under)):
             return None
-        chunks = []
-        while chunk := os.read(fd, max(info.st_size, 1 << 16)):
+        data = os.read(fd, info.st_size + 1)  # one read, unless the file grew since fstat
+        if len(data) <= info.st_size:
+            return data
+        chunks = [data]
+        while chunk := os.read(fd, 1 << 16):
             chunks.append(chunk)
         return b"".join(chunks)
     finally:
@@ -455,18 +458,7 @@ def _link_unchanged(previous_fd: int, folder_fd: int, name: str, data: bytes, um
     """Hard-link ``name`` from the previous tree into the new one when that leaves exactly what
     writing ``data`` would: a linkable file (:func:`_linkable`) with those bytes. False
     (nothing done) otherwise."""
-    try:
-        fd = os.open(name, _READ_PREVIOUS, dir_fd=previous_fd)
-    except OSError:
-        return False
-    try:
-        info = os.fstat(fd)
-        if not (_linkable(info, umask) and info.st_size == len(data)
-                and os.read(fd, len(data) + 1) == data):  # a short read only means no link
-            return False
-    finally:
-        os.close(fd)
-    return _link(previous_fd, folder_fd, name)
+    return _read_regular(previous_fd, name, umask) == data and _link(previous_fd, folder_fd, name)
 
 
 def _linkable(info: os.stat_result, umask: int) -> bool:

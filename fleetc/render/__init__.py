@@ -148,7 +148,8 @@ def _render(model: FleetModel, placement: Placement,
             locate: Callable[[tuple[Diagnostic, ...]], tuple[Diagnostic, ...]], reuse: Reusable) -> Rendered:
     """The output in independent parts (placement.yaml, each cluster's folder, the GitOps
     entrypoints, the warnings, located), made on every core once the fleet is large
-    (:func:`fork_map`: the same result as the plain loop, in the same order)."""
+    (:func:`fork_map`: the same result as the plain loop, in the same order). A cluster folder
+    of ``reuse`` whose inputs digest is the recorded one is kept, not made."""
     work = work_by_cluster(model, placements(model, placement))
     ctx = replace(Context.of(model), guarantees=team_guarantees(model, work))
     inputs = folder_inputs(ctx, work)

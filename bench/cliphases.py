@@ -5,7 +5,9 @@
 :mod:`bench.run` times the pipeline's stages called one by one; this times the CLI's own front
 door (:func:`fleetc.compiler.compile_fleet`, then the write), so what the CLI does beyond those
 stages is counted too: reading the previous ``placement.yaml``, the inputs digest, the
-warnings located in their policy files, the verifier. Each phase the compile reports
+warnings located in their policy files, the verifier, and as ``fleetc compile`` does, the check
+of DIR's cluster folders that are kept as they are (``.fleetc/render``: compile the unchanged
+policies into DIR first to time a recompile). Each phase the compile reports
 (:class:`fleetc.progress.Reporter`) gets its wall time and its CPU time, this process's and
 its forked children's (loading and rendering fork on large inputs); ``other`` is what falls
 between phases. The peak resident memory is this process's or its largest child's

@@ -146,7 +146,8 @@ def _validated(loaded: LoadResult, where: str, reporter: Reporter, roots: tuple[
 def compile_fleet(options: Options) -> Compiled:
     """``fleetc compile``: load and validate the policies, take the output folder's
     placement.yaml (or with ``base``, the one committed at that revision) as the previous
-    placement, place and render. Writes nothing."""
+    placement, place and render; with ``reuse``, keep the output folder's cluster folders
+    that no change reaches. Writes nothing."""
     if options.base is not None:
         loaded = load_policies(options.paths, options.reporter, options.workdir)
         from fleetc.git.flow import previous_at  # fleetc.git imports this module

@@ -266,7 +266,8 @@ def reusable_folders(out_dir: Path) -> Reusable:
     """The cluster folders of ``out_dir`` whose layers hold exactly the files its render record
     (:mod:`fleetc.render.record`) says they do, read and hashed: what a compile may keep instead
     of rendering. Empty when there is no record or it cannot be read; a folder with a file
-    missing, added by fleetc's record, or changed by hand is left out (rendered again)."""
+    missing or changed by hand, or one a hard link would not keep as it is (another link to
+    it, another mode or owner), is left out (rendered again)."""
     from fleetc.render.record import RENDER_RECORD, Reusable, layer_prefixes, parse_record
 
     try:

@@ -135,9 +135,9 @@ def folder_inputs(ctx: Context, work: Mapping[str, Work]) -> dict[str, str]:
         secrets[namespace].append((url, secret))
     # a namespace's pipelines with their files: its LocalQueues are sourced from the first
     # pipeline's, which need not run on the cluster (kueue.local_queue)
-    namespaces = {name: _digest(repr(([(p, ctx.pipeline_sources[p]) for p in sorted(pipelines)],
+    namespaces = {name: _digest(repr(([(p, ctx.pipeline_sources[p]) for p in sorted(members)],
                                       secrets.get(name, []))))
-                  for name, pipelines in ctx.namespace_pipelines.items()}
+                  for name, members in ctx.namespace_pipelines.items()}
     guarantees: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for (team, name), gpus in sorted(ctx.guarantees.items()):
         guarantees[name].append((team, gpus))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support.corpus import read_tree_bytes
 
 from fleetc import emit
 from fleetc.cli import cli
@@ -26,11 +27,6 @@ from fleetc.errors import FleetcError
 ROOT = Path(__file__).resolve().parents[1]
 OLD = {"placement.yaml": "old\n", "clusters/a/x.yaml": "a\n", "clusters/b/y.yaml": "b\n"}
 NEW = {"placement.yaml": "new\n", "clusters/a/x.yaml": "a2\n", "clusters/c/z.yaml": "c\n"}
-
-
-def tree(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file()}
 
 
 def expected(files: dict[str, str]) -> dict[str, bytes]:
@@ -54,7 +50,7 @@ def test_the_next_write_removes_a_killed_compiles_staging_folders(tmp_path: Path
     for name in (".out.backup", ".out.fleetc-notes", ".out.fleetc-new-abc"):  # not fleetc's names
         (tmp_path / name).mkdir()
     write_tree(out, NEW)
-    assert tree(out) == expected(NEW)
+    assert read_tree_bytes(out) == expected(NEW)
     assert leftovers(tmp_path) == [".out.backup", ".out.fleetc-new-abc", ".out.fleetc-notes"]
 
 
@@ -68,7 +64,7 @@ def test_a_compile_killed_between_the_fallback_renames_is_recovered(tmp_path: Pa
     stranded.mkdir()
     os.rename(out, stranded / "tree")
     write_tree(out, NEW)
-    assert tree(out) == {**expected(NEW), "NOTES.md": b"mine\n"}
+    assert read_tree_bytes(out) == {**expected(NEW), "NOTES.md": b"mine\n"}
     assert leftovers(tmp_path) == []
 
 
@@ -118,10 +114,10 @@ def test_a_kill_at_each_step_of_a_write_leaves_old_or_new(tmp_path: Path, point:
     result = subprocess.run([sys.executable, str(script), str(out), point, str(count)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == -signal.SIGKILL, result.stderr
-    after = tree(out)
+    after = read_tree_bytes(out)
     assert after == expected(NEW if point == "_exchange-after" else OLD)
     write_tree(out, NEW)  # the next write succeeds and cleans up
-    assert tree(out) == expected(NEW)
+    assert read_tree_bytes(out) == expected(NEW)
     assert leftovers(tmp_path) == []
 
 
@@ -148,7 +144,7 @@ def two_versions(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, 
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         COMPILE_SECONDS.append(time.monotonic() - started)
-    assert tree(base / "old-out") != tree(base / "new-out")
+    assert read_tree_bytes(base / "old-out") != read_tree_bytes(base / "new-out")
     return old, base / "old-out", new, base / "new-out"
 
 
@@ -157,7 +153,7 @@ def test_sigkill_at_random_moments_leaves_old_or_new_out(
     """15 real compiles killed at moments spread over a compile's duration (measured by the
     fixture's compile of the same policies)."""
     _, old_out, new_policies, new_out = two_versions
-    old_tree, new_tree = tree(old_out), tree(new_out)
+    old_tree, new_tree = read_tree_bytes(old_out), read_tree_bytes(new_out)
     out = tmp_path / "out"
     shutil.copytree(old_out, out)
     duration = COMPILE_SECONDS[0]
@@ -169,14 +165,14 @@ def test_sigkill_at_random_moments_leaves_old_or_new_out(
         time.sleep(delay)
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=60)
-        after = tree(out)
+        after = read_tree_bytes(out)
         assert after in (old_tree, new_tree), f"kill {i} after {delay:.2f}s left a mixed out/"
         if after == new_tree:  # start the next kill from the old tree again
             shutil.rmtree(out)
             shutil.copytree(old_out, out)
     done = subprocess.run(compile_command(new_policies, out), capture_output=True, timeout=300)
     assert done.returncode == 0
-    assert tree(out) == new_tree
+    assert read_tree_bytes(out) == new_tree
     assert leftovers(tmp_path) == []
 
 
@@ -192,7 +188,7 @@ def test_two_concurrent_compiles_on_one_out_take_turns(
                  for p in (old_policies, new_policies)]
     results = [p.communicate(timeout=300) for p in processes]
     assert [p.returncode for p in processes] == [0, 0], results
-    assert tree(out) in (tree(old_out), tree(new_out))
+    assert read_tree_bytes(out) in (read_tree_bytes(old_out), read_tree_bytes(new_out))
     assert leftovers(tmp_path) == []
 
 
@@ -211,12 +207,12 @@ def test_a_write_waits_while_another_holds_the_lock(tmp_path: Path) -> None:
         writer.start()
         writer.join(timeout=0.5)
         assert writer.is_alive(), "the write did not wait for the lock"
-        assert tree(out) == expected(OLD)
+        assert read_tree_bytes(out) == expected(OLD)
     finally:
         os.close(fd)
     writer.join(timeout=30)
     assert not writer.is_alive()
-    assert tree(out) == expected(NEW)
+    assert read_tree_bytes(out) == expected(NEW)
 
 
 def test_a_lock_held_too_long_is_a_clear_error(tmp_path: Path,
@@ -233,14 +229,13 @@ def test_a_lock_held_too_long_is_a_clear_error(tmp_path: Path,
     assert str(raised.value) == (
         f"{out}: another fleetc has been writing it for more than 0.2s (it holds a lock on "
         f"{tmp_path}); nothing was written")
-    assert tree(out) == expected(OLD)
+    assert read_tree_bytes(out) == expected(OLD)
     assert leftovers(tmp_path) == []
 
 
 def test_the_lock_leaves_no_file_behind(tmp_path: Path) -> None:
     write_tree(tmp_path / "out", OLD)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
-
 
 
 def test_a_full_disk_is_a_clear_error_and_out_is_unchanged(
@@ -261,5 +256,5 @@ def test_a_full_disk_is_a_clear_error_and_out_is_unchanged(
     assert result.stderr.endswith(f"error: cannot write {tmp_path / 'out'}: No space left on "
                                   "device; it was left as it was\n")
     assert "Traceback" not in result.output
-    assert tree(tmp_path / "out") == expected(OLD)
+    assert read_tree_bytes(tmp_path / "out") == expected(OLD)
     assert leftovers(tmp_path) == []

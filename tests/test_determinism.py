@@ -20,16 +20,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support.corpus import read_tree_bytes
 
 from fleetc.cli import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = 10
-
-
-def tree(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file()}
 
 
 def documents() -> list[str]:
@@ -61,10 +57,10 @@ def test_ten_compiles_in_different_orders_and_hash_seeds_are_byte_identical(tmp_
     outputs = [p.communicate(timeout=300) for p in processes]
     assert [p.returncode for p in processes] == [0] * RUNS, outputs
     assert len(set(orders)) == RUNS and len(docs) == 6
-    first = tree(tmp_path / "run0" / "out")
+    first = read_tree_bytes(tmp_path / "run0" / "out")
     assert "placement.yaml" in first
     for run in range(1, RUNS):
-        assert tree(tmp_path / f"run{run}" / "out") == first, f"run {run} differs from run 0"
+        assert read_tree_bytes(tmp_path / f"run{run}" / "out") == first, f"run {run} differs from run 0"
     assert len({o for o, _e in outputs}) == 1  # the summaries agree too
 
 
@@ -85,7 +81,7 @@ def test_the_same_policies_compiled_from_anywhere_give_the_same_bytes(
         monkeypatch.chdir(cwd)
         result = CliRunner().invoke(cli, ["compile", given, "--out", str(tmp_path / name)])
         assert result.exit_code == 0, result.output
-        trees[name] = tree(tmp_path / name)
+        trees[name] = read_tree_bytes(tmp_path / name)
     assert trees["inside"] == trees["repository"] == trees["elsewhere"]
     everything = b"".join(trees["repository"].values())
     assert b"fleetc.dev/source: llm-training-pipeline.yaml#spec.stages[1]" in everything

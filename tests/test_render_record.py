@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import pytest
 from ruamel.yaml import YAML
-from support.corpus import CASES, GOLDEN, ROOT
+from support.corpus import CASES, GOLDEN, ROOT, read_tree_bytes
 
 from bench.generate import Spec, generate
 from fleetc.compiler import Compiled, Options, compile_fleet
@@ -30,10 +30,6 @@ from fleetc.render.record import RENDER_RECORD, layer_prefixes
 EDITS_PER_CASE = 3
 _YAML = YAML(typ="safe", pure=True)
 Document = Any
-
-
-def tree(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def compile_into(workdir: Path, out: str, *, reuse: bool, drain: tuple[str, ...] = ()) -> Compiled:
@@ -53,7 +49,7 @@ def recompiled_both_ways(workdir: Path, drain: tuple[str, ...] = ()) -> tuple[Co
         shutil.copytree(workdir / "out", workdir / "kept", symlinks=True)
         compile_into(workdir, "full", reuse=False, drain=drain)
         compiled = compile_into(workdir, "kept", reuse=True, drain=drain)
-        return compiled, tree(workdir / "kept"), tree(workdir / "full")
+        return compiled, read_tree_bytes(workdir / "kept"), read_tree_bytes(workdir / "full")
     finally:
         shutil.rmtree(workdir / "full", ignore_errors=True)
         shutil.rmtree(workdir / "kept", ignore_errors=True)
@@ -226,7 +222,7 @@ def test_an_edit_reaching_other_clusters_recompiles_to_what_rendering_everything
 def test_a_file_edited_by_hand_is_rendered_again(tmp_path: Path) -> None:
     workdir, _ = case_folder("bundled", tmp_path)
     compile_into(workdir, "out", reuse=False)
-    written = tree(workdir / "out")
+    written = read_tree_bytes(workdir / "out")
     job = next(p for p in sorted(written) if "/workloads/job-" in p)
     (workdir / "out" / job).write_text("edited: by hand\n", encoding="utf-8")
     (workdir / "out" / job).chmod(0o644)
@@ -235,17 +231,17 @@ def test_a_file_edited_by_hand_is_rendered_again(tmp_path: Path) -> None:
     assert cluster not in checked.folders and checked.folders  # the others still hold their files
     compiled = compile_into(workdir, "out", reuse=True)
     assert compiled.kept is not None and cluster not in compiled.kept.clusters
-    assert tree(workdir / "out") == written
+    assert read_tree_bytes(workdir / "out") == written
 
 
 @pytest.mark.parametrize("record", ["", "garbage\n", "a b c\n"])
 def test_a_record_that_is_not_fleetc_s_keeps_nothing(record: str, tmp_path: Path) -> None:
     workdir, _ = case_folder("bundled", tmp_path)
     compile_into(workdir, "out", reuse=False)
-    written = tree(workdir / "out")
+    written = read_tree_bytes(workdir / "out")
     (workdir / "out" / RENDER_RECORD).write_text(record, encoding="utf-8")
     compiled = compile_into(workdir, "out", reuse=True)
-    assert compiled.kept is None and tree(workdir / "out") == written
+    assert compiled.kept is None and read_tree_bytes(workdir / "out") == written
 
 
 def test_a_kept_folder_another_compile_changed_meanwhile_is_refused(tmp_path: Path) -> None:
@@ -261,14 +257,15 @@ def test_a_kept_folder_another_compile_changed_meanwhile_is_refused(tmp_path: Pa
     layer = layer_prefixes(cluster)[1]
     other = workdir / "other"
     shutil.copytree(workdir / "out", other)
-    changed = next(p for p in sorted(tree(other)) if p.startswith(layer) and p.endswith("kustomization.yaml"))
-    files = {p: t.decode() for p, t in tree(other).items() if not p.startswith(".fleetc/files")}
+    found = read_tree_bytes(other)
+    changed = next(p for p in sorted(found) if p.startswith(layer) and p.endswith("kustomization.yaml"))
+    files = {p: t.decode() for p, t in found.items() if not p.startswith(".fleetc/files")}
     files[changed] += "# changed\n"
     write_tree(workdir / "out", files)
-    before = tree(workdir / "out")
+    before = read_tree_bytes(workdir / "out")
     with pytest.raises(WriteError, match=rf"clusters/{cluster}/ is no longer as it was checked"):
         write_tree(workdir / "out", compiled.files, kept=compiled.kept)
-    assert tree(workdir / "out") == before
+    assert read_tree_bytes(workdir / "out") == before
 
 
 def test_a_local_queue_follows_the_file_of_its_namespace_s_first_pipeline(tmp_path: Path) -> None:
@@ -283,7 +280,7 @@ def test_a_local_queue_follows_the_file_of_its_namespace_s_first_pipeline(tmp_pa
              "spec": {"stages": [{**serve, "name": "other", "replicas": 1, "inputs": []}]}}
     write_documents({policies / "aaa.yaml": [first]})
     compile_into(workdir, "out", reuse=False)
-    assert "aaa.yaml#metadata.namespace" in tree(workdir / "out")[
+    assert "aaa.yaml#metadata.namespace" in read_tree_bytes(workdir / "out")[
         "clusters/train-kueue/infra/localqueue-ml-fleetc.yaml"].decode()
     (policies / "aaa.yaml").rename(policies / "moved.yaml")
     compiled, kept, full = recompiled_both_ways(workdir)

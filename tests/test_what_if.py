@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner, Result
 from git import Repo
 from ruamel.yaml import YAML
+from support.corpus import read_tree_bytes
 
 from fleetc import Options, Scenario, what_if_fleet
 from fleetc.cli import cli
@@ -49,10 +50,6 @@ def run(*args: str) -> Result:
     return CliRunner().invoke(cli, list(args))
 
 
-def tree(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The two-cluster pipeline (train on a100, serve on l4), compiled to out/."""
@@ -68,7 +65,7 @@ def summary(output: str) -> str:
 
 
 def test_a_lost_cluster_leaves_its_stage_unplaced_and_nothing_changes_on_disk(project: Path) -> None:
-    before = tree(project)
+    before = read_tree_bytes(project)
     result = run("diff", "--what-if", "drain=serve-l4")
     assert result.exit_code == 0, result.output
     assert summary(result.stdout) == (
@@ -81,7 +78,7 @@ def test_a_lost_cluster_leaves_its_stage_unplaced_and_nothing_changes_on_disk(pr
         "cost/h: 51.36 -> 48.96 (-2.40)\n"
         "headroom (free / capacity GPUs): a100 0/16 -> 0/16; l4 6/8 -> 0/0\n")
     assert "-      - name: serve-l4\n" in result.stdout  # the placement.yaml diff follows
-    assert tree(project) == before
+    assert read_tree_bytes(project) == before
     assert run("diff", "--what-if", "drain=serve-l4", "--exit-code").exit_code == 1
 
 
@@ -360,7 +357,6 @@ def test_scenarios_cut_whole_to_fit_the_comment() -> None:
     cut = format_markdown(report, limit=2 * (len("#### What-if scenarios on the working tree\n\n") + len(section)))
     assert cut.endswith(section + "> **Cut to fit GitHub's comment limit:** 1 scenario left out: "
                         "`scenarios/b.yaml`. Run `fleetc diff --scenario FILE` to see each.\n")
-
 
 
 def test_the_bundled_scenarios_run_on_the_bundled_policies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

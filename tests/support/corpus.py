@@ -21,6 +21,11 @@ def read_tree(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def read_tree_bytes(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` by its path relative to it, as bytes (byte-identity checks)."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 def read_policies(folder: Path) -> dict[str, str]:
     """The policy files under ``folder``, by their path relative to its parent (``policies/...``)."""
     return {p.relative_to(folder.parent).as_posix(): p.read_text(encoding="utf-8")

@@ -85,7 +85,7 @@ class Source:
     #: Left out of ``repr``, the canonical form of what a cluster's folder is rendered from
     #: (:func:`fleetc.render.record.folder_inputs`): reordering a file's policies changes no
     #: rendered object (run ids drop it too), only where warnings point.
-    document: int = dataclasses.field(default=0, repr=False)  # `field` is the field above here
+    document: int = dataclasses.field(default=0, repr=False)  # in this class, `field` names a field
 
 
 #: A cluster's batch admission layer (Fleet ``batchScheduler``): what its gang stages render as.

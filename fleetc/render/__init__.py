@@ -10,7 +10,9 @@ that have no Kubernetes form, named by file and field, never silently dropped).
   ``clusters/<cluster>/<kind>-<namespace>-<name>.yaml`` for namespaced ones (kind in lower case),
   one object per file, for every cluster that runs at least one assignment, and
   ``clusters/<cluster>/kustomization.yaml`` listing them, sorted;
-* ``argocd/`` and ``flux/<cluster>/``: the GitOps entrypoints (:mod:`.gitops`).
+* ``argocd/`` and ``flux/<cluster>/``: the GitOps entrypoints (:mod:`.gitops`);
+* ``.fleetc/render``: what each cluster's layers were rendered from and hold (:mod:`.record`),
+  so a compile given ``reuse`` keeps the folders no change reaches.
 
 Per cluster (one module per concern):
 

@@ -4,15 +4,26 @@ fleetc must never reach the network at run time, so every test runs with outgoin
 refused: a connect attempt raises :class:`NetworkBlocked` (an ``OSError``, as a real network
 failure would be, so the code under test cannot tell the difference but the test fails loudly
 through the recorded attempt). Subprocesses are covered by ``tests/test_security.py``.
+
+Hypothesis draws the same examples on every run and keeps no example database: no random draw
+decides whether the suite passes, on CI or on a fresh clone alike. ``FLEETC_HYPOTHESIS=explore``
+searches afresh (and remembers what fails in ``.hypothesis/``); a failure it finds becomes a
+test of its own, as ``test_properties`` has.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("deterministic", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("FLEETC_HYPOTHESIS", "deterministic"))
 
 
 class NetworkBlocked(OSError):

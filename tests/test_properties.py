@@ -394,13 +394,35 @@ def test_the_large_path_from_the_relaxation_holds_the_rules(model: FleetModel) -
     (``colgen._solve_by_kinds``, forced: every component's LP takes it): its LP rounding,
     repair and gang moves place what the verifier accepts, and its bound (the relaxation's) is
     at least the exact path's objective."""
+    _holds_from_the_relaxation(model)
+
+
+def _holds_from_the_relaxation(model: FleetModel) -> None:
     model = optimize._canonical(model)
     exact = place(model, allow_unplaced=True)
     by_kinds = mock.Mock(wraps=colgen._solve_by_kinds)
+    solve_large = mock.Mock(wraps=optimize.solve_large)
     with mock.patch.object(colgen, "WHOLE_LP_PAIRS", 0), mock.patch.object(colgen, "KINDS_PAIRS", 0), \
             mock.patch.object(colgen, "ALIKE_SHARE", 1.0), mock.patch.object(colgen, "_solve_by_kinds", by_kinds), \
-            SubPrograms(model):
+            mock.patch.object(optimize, "solve_large", solve_large), SubPrograms(model):
         large = place(model, large=0, allow_unplaced=True)
     assert verify(model, large, allow_unplaced=True) == []
-    assert by_kinds.called or not any(p.assignments for p in exact.stages)
+    # A component of one stage has no kinds to group (colgen._alike): it takes column generation.
+    sizes = [len(call.args[0].part.stages) for call in solve_large.call_args_list]
+    assert sizes or not any(p.assignments for p in exact.stages)
+    assert by_kinds.called or not any(size >= 2 for size in sizes)
     assert large.bound >= exact.objective - 1e-6 * max(1.0, abs(exact.objective))
+
+
+def test_a_component_of_one_stage_beside_an_unplaceable_one_holds_under_the_forced_relaxation() -> None:
+    """Hypothesis's saved example of issue 28: a CPU stage alone on the one uncordoned cluster,
+    beside a stage asking for a GPU type no cluster has. The exact path places the first; the
+    large path's component holds that stage alone, so the relaxation over kinds is not taken
+    (there is nothing to group), and the test's premise, not the placement, was wrong."""
+    fleet = make_fleet(
+        clusters=(make_cluster("c0", gpus=4, gpus_per_node=4, cores=32, memory_gib=128),
+                  make_cluster("c1", gpus=4, gpus_per_node=4, cores=32, memory_gib=128, cordoned=True)),
+        stages=(make_stage("s0", type=StageType.DATAPROC, gpus=0, cores=1, memory_gib=4),
+                make_stage("s1", type=StageType.DATAPROC, gpus=1, gpu_types=("h100",), cores=1, memory_gib=4)),
+    )
+    _holds_from_the_relaxation(fleet)

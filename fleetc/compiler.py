@@ -34,7 +34,7 @@ from fleetc.progress import NULL_REPORTER, Reporter, phase
 from fleetc.resolve import degraded_serving, resolve
 
 if TYPE_CHECKING:  # imported where used: explain needs the score matrix (numpy), diff gitpython
-    from fleetc.git.report import Report, WhatIf
+    from fleetc.git.report import ObjectDiff, Report, WhatIf
     from fleetc.placement.explain import Explanation
     from fleetc.render.record import Kept, Reusable
     from fleetc.scenario import Scenario
@@ -246,9 +246,26 @@ def diff_fleet(base_ref: str, options: Options, scenarios: Sequence[Scenario] = 
         compiled = compile_fleet(options)
     head = snapshot(compiled.model, compiled.placement, compiled.files)
     report = compare(base, head, base_label=base_ref, head_label="working tree", out=options.out)
+    unrendered, user_files = _out_tree(base_ref, options, compiled)
     return dataclasses.replace(report, scenarios=tuple(_what_if(s, options, compiled) for s in scenarios),
+                               unrendered=unrendered, user_files=user_files,
                                untouched=untouched_moves(compiled.model, before, compiled.placement),
                                move_cost=compiled.model.move_cost)
+
+
+def _out_tree(base_ref: str, options: Options, compiled: Compiled
+              ) -> tuple[tuple[tuple[str, str], ...], tuple[ObjectDiff, ...]]:
+    """What of the working tree's output folder no compile makes, for ``diff``: the files
+    fleetc does not render there (``compile --check`` fails on them), and the user's files
+    (``local/``) that differ from ``base_ref``'s, diffed whole."""
+    from fleetc.emit import changes, user_files
+    from fleetc.git.flow import user_files_at
+    from fleetc.git.report import user_file_diffs
+
+    out = options.workdir / options.out
+    unrendered = tuple((c.path, c.status) for c in changes(out, compiled.files) if c.status in ("unrendered", "link"))
+    now = {rel: (out / rel).read_text(encoding="utf-8", errors="replace") for rel in user_files(out)}
+    return unrendered, user_file_diffs(user_files_at(base_ref, options.out, options.workdir), now, options.out)
 
 
 def what_if_fleet(scenario: Scenario, options: Options) -> WhatIf:

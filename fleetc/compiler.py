@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 import operator
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -152,8 +153,10 @@ def compile_fleet(options: Options) -> Compiled:
         loaded = load_policies(options.paths, options.reporter, options.workdir)
         from fleetc.git.flow import previous_at  # fleetc.git imports this module
 
-        return compile_policies(loaded, dataclasses.replace(
+        compiled = compile_policies(loaded, dataclasses.replace(
             options, previous=previous_at(options.base, options.out, options.workdir)))
+        _check_gitops_path(compiled.model, options.workdir / options.out, loaded)
+        return compiled
     from fleetc.emit import RECORD, reusable_folders
 
     out = options.workdir / options.out
@@ -169,7 +172,35 @@ def compile_fleet(options: Options) -> Compiled:
         previous, ignored = reading.result()
         compiled = compile_policies(loaded, dataclasses.replace(
             options, previous=previous, reusable=None if checking is None else checking.result))
+    _check_gitops_path(compiled.model, out, loaded)
     return dataclasses.replace(compiled, previous_ignored=ignored)
+
+
+def _check_gitops_path(model: FleetModel, out: Path, loaded: Loaded) -> None:
+    """Refuse a Fleet whose ``spec.gitops.path`` is not where the output folder is in its git
+    repository: the engines would read a folder this compile neither writes nor checks."""
+    root = _repository_root(out)
+    if root is None or not model.clusters:
+        return  # no repository (nothing to compare with), or nothing rendered for an engine
+    from fleetc.render.gitops import repository_folder
+
+    where = Path(os.path.abspath(out)).relative_to(root).as_posix()
+    folder = repository_folder(model.gitops)
+    if where == (folder or "."):
+        return
+    source = model.clusters[0].source
+    problem = Diagnostic(model.display(source.path), 0, 0, "spec.gitops.path",
+                         f"the engines would read {folder or '.'}/ of the repository, but this compile "
+                         f"writes and checks {where}/",
+                         hint=f"set spec.gitops.path: {where}, or compile into --out {folder or '.'}",
+                         document=source.document)
+    raise PolicyError(positioned([problem], loaded.policies))
+
+
+def _repository_root(out: Path) -> Path | None:
+    """The work tree of the git repository holding the output folder, found as git finds it
+    (the nearest parent with ``.git``), or None."""
+    return next((folder for folder in Path(os.path.abspath(out)).parents if (folder / ".git").exists()), None)
 
 
 def _file_size(path: Path) -> int:

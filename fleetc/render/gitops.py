@@ -91,7 +91,7 @@ LOCAL = "local"
 _KUSTOMIZATION = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
 
 
-def _folder(gitops: GitOps) -> str:
+def repository_folder(gitops: GitOps) -> str:
     """The output folder relative to the repository root, normalised (``./out/`` -> ``out``,
     ``.`` -> ``""``): Argo CD matches generator paths literally."""
     folder = PurePosixPath(gitops.path.strip("/") or ".").as_posix()
@@ -99,7 +99,7 @@ def _folder(gitops: GitOps) -> str:
 
 
 def _in_repository(gitops: GitOps, path: str) -> str:
-    folder = _folder(gitops)
+    folder = repository_folder(gitops)
     return f"{folder}/{path}" if folder else path
 
 

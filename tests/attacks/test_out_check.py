@@ -171,3 +171,61 @@ def test_gitattributes_never_collapses_the_users_folder(tmp_path: Path) -> None:
                                 capture_output=True, text=True, check=True).stdout
     assert attributes == (f"out/local/{CLUSTER}/kustomization.yaml: linguist-generated: unset\n"
                           "out/placement.yaml: linguist-generated: true\n")
+
+
+def test_a_gitops_path_the_compile_never_covers_is_refused(repo: Path) -> None:
+    """PROMISE: covered: spec.gitops.path pointing the engines at a folder --check never reads."""
+    fleet = repo / "policies" / "fleet.yaml"
+    fleet.write_text(fleet.read_text().replace("\nspec:\n", "\nspec:\n  gitops:\n    path: deploy\n", 1))
+    for args in (("compile",), ("compile", "--check"), ("compile", "--check", "--base", "main")):
+        result = fleetc(repo, *args)
+        assert result.returncode == 1
+        assert findings(result)[0] == ("policies/fleet.yaml:11:5: error: spec.gitops.path: the engines would read "
+                                       "deploy/ of the repository, but this compile writes and checks out/")
+
+
+KILLED_MID_SWAP = """\
+import os, signal, sys
+from fleetc import emit
+from fleetc.cli import cli
+
+emit._exchange = lambda a, b: False  # the fallback swap: two renames
+renames = []
+real_rename = os.rename
+
+def rename(a, b):
+    real_rename(a, b)
+    renames.append(b)
+    if str(b).endswith("/tree"):  # out/ moved aside, the new tree not yet in its place
+        os.kill(os.getpid(), signal.SIGKILL)
+
+os.rename = rename
+cli(["compile"])
+"""
+
+
+def test_a_compile_killed_between_the_swaps_renames_is_restored_explicitly(repo: Path) -> None:
+    """PROMISE: recoverable: the next compile puts the previous out/ back before reading it
+    (its placement, the user's files), and --check names the backup instead of calling every
+    file missing."""
+    mine = "resources:\n  - sealed-secret.yaml\n"
+    (repo / "out" / "local" / CLUSTER / "kustomization.yaml").write_text(mine)
+    script = repo.parent / "kill.py"
+    script.write_text(KILLED_MID_SWAP)
+    killed = subprocess.run([sys.executable, str(script)], cwd=repo, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert killed.returncode == -9, killed.stderr
+    assert not (repo / "out").exists()
+    check = fleetc(repo, "compile", "--check")
+    assert check.returncode == 1
+    [line] = [line for line in findings(check) if "killed" in line]
+    assert line.startswith("out/../.out.fleetc-old-") and line.endswith(
+        "/tree: a compile was killed while swapping the output in; the previous output is here: run fleetc "
+        "compile to put it back")
+    result = fleetc(repo, "compile")
+    assert result.returncode == 0, result.stderr
+    assert ("warning: out/ was missing (a compile was killed while swapping it in): its previous tree was put "
+            "back") in result.stderr.splitlines()
+    assert (repo / "out" / "local" / CLUSTER / "kustomization.yaml").read_text() == mine
+    assert fleetc(repo, "compile", "--check").returncode == 0
+    assert sorted(p.name for p in repo.iterdir()) == [".git", "out", "policies"]

@@ -182,6 +182,7 @@ def _stage_and_swap(out_dir: Path, files: Mapping[str, str], then: Callable[[], 
         ours = set(owned)
         if kept is not None and previous is not None:
             _keep_files(staging, previous, kept.paths)
+            _verify_kept(staging, kept, out_dir)
             ours.update(kept.paths)
         if previous is not None:
             _carry_foreign_files(out_dir, staging, ours)
@@ -453,13 +454,13 @@ def _identity(out_dir: Path) -> tuple[int, ...]:
     return tuple(found)
 
 
-def _digest_of(out_dir: Path, paths: Sequence[str]) -> str | None:
+def _digest_of(out_dir: Path, paths: Sequence[str], linkable: bool = True) -> str | None:
     """:func:`files_digest` of the files ``paths`` (sorted) under ``out_dir``; None when one
     cannot be read (missing, a symlink, not a regular file) or not hard-linked into a new tree
-    as it is (:func:`_linkable`), so keeping them costs a link each."""
+    as it is (:func:`_linkable`; unless not ``linkable``), so keeping them costs a link each."""
     from fleetc.render.record import files_digest
 
-    umask = _umask()
+    umask = _umask() if linkable else None
     found: list[tuple[str, bytes]] = []
     by_folder: dict[str, list[str]] = defaultdict(list)
     for rel in paths:
@@ -479,16 +480,16 @@ def _digest_of(out_dir: Path, paths: Sequence[str]) -> str | None:
     return files_digest(sorted(found))
 
 
-def _read_regular(folder_fd: int, name: str, linkable_under: int | None = None) -> bytes | None:
+def _read_regular(folder_fd: int, name: str, linkable_under: int | None = None, links: int = 1) -> bytes | None:
     """The bytes of the regular file ``name`` in the open folder; None where there is none, or
-    with ``linkable_under`` (a umask) where it is not :func:`_linkable`."""
+    with ``linkable_under`` (a umask) where it is not :func:`_linkable` (with ``links`` links)."""
     try:
         fd = os.open(name, _READ_PREVIOUS, dir_fd=folder_fd)
     except OSError:
         return None
     try:
         info = os.fstat(fd)
-        if not (stat.S_ISREG(info.st_mode) if linkable_under is None else _linkable(info, linkable_under)):
+        if not (stat.S_ISREG(info.st_mode) if linkable_under is None else _linkable(info, linkable_under, links)):
             return None
         data = os.read(fd, info.st_size + 1)  # one read, unless the file grew since fstat
         if len(data) <= info.st_size:
@@ -515,6 +516,16 @@ def _check_kept(out_dir: Path, kept: Kept) -> None:
         raise WriteError(f"{out_dir}: changed while this compile ran (another fleetc wrote it?): "
                          f"clusters/{changed[0]}/ is no longer as it was checked; nothing was written\n"
                          "  hint: run fleetc compile again")
+
+
+def _verify_kept(staging: Path, kept: Kept, out_dir: Path) -> None:
+    """Hash the kept files as linked into the new tree: a file changed in place after
+    :func:`reusable_folders` read it and before the link shares its inode with the new tree,
+    so only the linked bytes say what the new tree holds."""
+    for name in kept.clusters:
+        if _digest_of(staging, kept.source.paths[name], linkable=False) != kept.source.folders[name].files:
+            raise WriteError(f"{out_dir}: clusters/{name}/ changed while this compile ran; nothing was "
+                             "written\n  hint: run fleetc compile again")
 
 
 def _keep_files(staging: Path, previous: Path, paths: Sequence[str]) -> None:
@@ -613,16 +624,23 @@ def _open_previous_folder(previous: Path | None, folder: str) -> int | None:
 
 def _link_unchanged(previous_fd: int, folder_fd: int, name: str, data: bytes, umask: int) -> bool:
     """Hard-link ``name`` from the previous tree into the new one when that leaves exactly what
-    writing ``data`` would: a linkable file (:func:`_linkable`) with those bytes. False
-    (nothing done) otherwise."""
-    return _read_regular(previous_fd, name, umask) == data and _link(previous_fd, folder_fd, name)
+    writing ``data`` would: a linkable file (:func:`_linkable`) with those bytes. Linked first,
+    then read through the new link, so a write into the old file before the link is seen.
+    False (nothing left behind) otherwise."""
+    if not _link(previous_fd, folder_fd, name):
+        return False
+    if _read_regular(folder_fd, name, umask, links=2) == data:
+        return True
+    os.unlink(name, dir_fd=folder_fd)
+    return False
 
 
-def _linkable(info: os.stat_result, umask: int) -> bool:
+def _linkable(info: os.stat_result, umask: int, links: int = 1) -> bool:
     """Whether a file of the previous tree may become the new tree's by a hard link: a regular
     file of ours with the mode a new file gets, whose only link is the old tree's (else the new
-    tree would share an inode with a file elsewhere, and an edit there would change out/)."""
-    return (stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and stat.S_IMODE(info.st_mode) == 0o666 & ~umask
+    tree would share an inode with a file elsewhere, and an edit there would change out/), or
+    with ``links`` 2, the old tree's and the new one's."""
+    return (stat.S_ISREG(info.st_mode) and info.st_nlink == links and stat.S_IMODE(info.st_mode) == 0o666 & ~umask
             and info.st_uid == os.geteuid())
 
 

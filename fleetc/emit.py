@@ -4,8 +4,11 @@ The new tree is written to a temporary folder beside the output folder and swapp
 end, so a compile that fails midway (or is killed) leaves the previous output as it was. On
 Linux the swap is one ``renameat2(RENAME_EXCHANGE)`` call; elsewhere two renames.
 
-fleetc owns only the files its record (:data:`RECORD`) lists: files someone else put in the
-output folder are carried over into the new tree, never deleted. Files under
+fleetc owns only the files its record (:data:`RECORD`) lists, and of those only files it could
+have written (:func:`could_be_fleetcs`; a record naming another is refused): files someone else
+put in the output folder are carried over into the new tree, never deleted, and
+``compile --check`` fails on each of them outside :data:`USER_FOLDER` (:func:`changes`): the
+engines read the output folder, so everything in it is fleetc's, byte for byte, or the user's. Files under
 :data:`USER_FOLDER` are the user's: fleetc writes one there only when it does not exist yet (the
 first, empty ``kustomization.yaml`` of ``local/<cluster>/``, which the cluster's kustomization
 includes), never records, changes or deletes it.
@@ -360,16 +363,13 @@ def _scan(root: Path, under: str = "") -> Iterator[tuple[str, str]]:
 def _read_file(path: Path) -> bytes | None:
     """The bytes of the regular file ``path``, never through a symlink (None otherwise)."""
     try:
-        fd = os.open(path, _READ_PREVIOUS)
+        folder_fd = os.open(path.parent, _OPEN_FOLDER)
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            return handle.read()
+        return _read_regular(folder_fd, path.name)
     finally:
-        os.close(fd)
+        os.close(folder_fd)
 
 
 def owned_files(out_dir: Path) -> set[str]:

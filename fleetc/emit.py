@@ -34,7 +34,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import fcntl
-import hashlib
 import os
 import re
 import shutil
@@ -195,7 +194,6 @@ def _stage_and_swap(out_dir: Path, files: Mapping[str, str], then: Callable[[], 
         _write_files(staging, {RECORD: record_text(ours)}, None)
         _match_mode(staging, out_dir)
         how = _swap(staging, out_dir)
-        _vouch(out_dir)
         if then is not None:
             try:
                 then()
@@ -424,19 +422,15 @@ def _is_safe_relative(rel: str) -> bool:
 def reusable_folders(out_dir: Path) -> Reusable:
     """The cluster folders of ``out_dir`` whose layers hold exactly the files its render record
     (:mod:`fleetc.render.record`) says they do, read and hashed: what a compile may keep instead
-    of rendering. Empty when there is no record, it cannot be read, or it is not one fleetc
-    wrote in this clone (:func:`_vouched`); a folder with a file
+    of rendering. Empty when there is no record or it cannot be read; a folder with a file
     missing or changed by hand, or one a hard link would not keep as it is (another link to
     it, another mode or owner), is left out (rendered again)."""
     from fleetc.render.record import RENDER_RECORD, Reusable, layer_prefixes, parse_record
 
     try:
         identity = _identity(out_dir)
-        record = (out_dir / RENDER_RECORD).read_bytes()
-        folders = parse_record(record.decode("utf-8"))
+        folders = parse_record((out_dir / RENDER_RECORD).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
-        return Reusable()
-    if not _vouched(out_dir, record):
         return Reusable()
     by_cluster: dict[str, list[str]] = defaultdict(list)
     for rel in sorted(owned_files(out_dir)):
@@ -446,58 +440,6 @@ def reusable_folders(out_dir: Path) -> Reusable:
     checked = {name: folder for name, folder in folders.items()
                if by_cluster.get(name) and _digest_of(out_dir, by_cluster[name]) == folder.files}
     return Reusable(checked, {name: tuple(by_cluster[name]) for name in checked}, identity)
-
-
-#: How many render records :func:`_vouch` remembers per repository (the newest).
-_VOUCHED = 64
-
-
-def _vouched_folder(out_dir: Path) -> Path | None:
-    """Where the render records fleetc wrote for an output folder inside a git repository are
-    remembered: a folder of the repository's git directory, which no commit, pull request or
-    checkout carries. None outside a git repository (nothing there is reviewed)."""
-    folder = Path(os.path.abspath(out_dir))
-    repository = next((parent / ".git" for parent in folder.parents if os.path.lexists(parent / ".git")), None)
-    if repository is None:
-        return None
-    if repository.is_file():  # a linked worktree or submodule: "gitdir: <path>"
-        try:
-            text = repository.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError):
-            return None
-        if not text.startswith("gitdir:"):
-            return None
-        repository = repository.parent / text.removeprefix("gitdir:").strip()
-    return repository / "fleetc" / "render-records"
-
-
-def _vouched(out_dir: Path, record: bytes) -> bool:
-    """Whether the render record ``record`` of ``out_dir`` is one fleetc wrote in this clone
-    (:func:`_vouch`), so its file digests say what fleetc rendered: a record edited to match a
-    hand-edited manifest, committed and pulled, is not, and keeps nothing. Outside a git
-    repository every record is taken as fleetc's."""
-    folder = _vouched_folder(out_dir)
-    return folder is None or (folder / hashlib.sha256(record).hexdigest()).is_file()
-
-
-def _vouch(out_dir: Path) -> None:
-    """Remember the render record just written to ``out_dir`` (:func:`_vouched`), and forget all
-    but the newest :data:`_VOUCHED`. Best effort: a git directory that cannot be written only
-    means the next compile keeps nothing."""
-    from fleetc.render.record import RENDER_RECORD
-
-    folder = _vouched_folder(out_dir)
-    if folder is None:
-        return
-    try:
-        record = (out_dir / RENDER_RECORD).read_bytes()
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / hashlib.sha256(record).hexdigest()).touch()
-        remembered = sorted(folder.iterdir(), key=lambda path: path.stat().st_mtime_ns)
-        for path in remembered[:-_VOUCHED]:
-            path.unlink()
-    except OSError:
-        pass
 
 
 def _identity(out_dir: Path) -> tuple[int, ...]:

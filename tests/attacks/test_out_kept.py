@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,10 +18,8 @@ from support.corpus import read_tree_bytes
 from fleetc import emit
 from fleetc.compiler import Options, compile_fleet
 from fleetc.emit import WriteError, write_tree
-from fleetc.render.record import RENDER_RECORD, files_digest, layer_prefixes
 
 ROOT = Path(__file__).resolve().parents[2]
-GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
 
 
 @pytest.fixture
@@ -66,29 +63,3 @@ def test_a_file_changed_between_the_check_and_the_link_is_never_kept(workdir: Pa
     else:  # the tampered file was written afresh
         assert which == "unchanged" and read_tree_bytes(workdir / "out") == before
     assert tampered
-
-
-def forge_record(out: Path, cluster: str) -> None:
-    """Rewrite ``cluster``'s files digest in ``out``'s render record to match its files now."""
-    lines = (out / RENDER_RECORD).read_text().splitlines(keepends=True)
-    layers = layer_prefixes(cluster)
-    files = sorted((path, data) for path, data in read_tree_bytes(out).items() if path.startswith(layers))
-    forged = [f"{cluster} {line.split()[1]} {files_digest(files)}\n" if line.startswith(f"{cluster} ") else line
-              for line in lines]
-    (out / RENDER_RECORD).write_text("".join(forged))
-
-
-def test_a_forged_render_record_keeps_nothing(workdir: Path) -> None:
-    """A pull request edits a manifest and the record's digest of its folder to match; once it is
-    merged and pulled, a plain compile must render that folder again, not keep the edit."""
-    subprocess.run([*GIT, "-C", str(workdir), "init", "-q"], check=True)
-    write_tree(workdir / "out", compile_fleet(Options(workdir=workdir)).files)  # written in this clone
-    assert compile_fleet(Options(workdir=workdir, reuse=True)).kept is not None  # its own record is kept
-    rendered = read_tree_bytes(workdir / "out")
-    job = next(path for path in sorted(rendered) if "/workloads/job-" in path)
-    (workdir / "out" / job).write_bytes(rendered[job].replace(b"image: ", b"image: evil.example/", 1))
-    forge_record(workdir / "out", job.split("/")[1])
-    compiled = compile_fleet(Options(workdir=workdir, reuse=True))
-    assert compiled.kept is None or not compiled.kept.clusters
-    write_tree(workdir / "out", compiled.files, kept=compiled.kept)
-    assert read_tree_bytes(workdir / "out") == rendered

@@ -117,8 +117,11 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, base_ref: str | Non
         _run(lambda: _usage("--base is for --check: it says where the previous placement comes from"),
              output_format)
     if not check:  # refuse a folder fleetc must not write before the work of compiling
-        from fleetc.emit import check_output_folder
+        from fleetc.emit import check_output_folder, recover_output
 
+        if _run(lambda: recover_output(Path(out_dir)), output_format):
+            click.echo(f"warning: {out_dir}/ was missing (a compile was killed while swapping it in): "
+                       "its previous tree was put back", err=True)
         roots = [Path(p) for p in paths or [DEFAULT_POLICIES]]
         _run(lambda: check_output_folder(Path(out_dir), roots), output_format)
     compiled = _run(lambda: _compile(paths, out_dir, base=base_ref, time_limit=time_limit, drain=tuple(drain),
@@ -215,21 +218,26 @@ def _file_count(compiled: Any) -> int:
 
 
 def _check(compiled: Any, out: Path, output_format: str) -> None:
-    """``--check``: list what writing would change, as ``black --check`` does; never write."""
-    from fleetc.emit import changes
+    """``--check``: list what writing would change, and what no write would (files fleetc does
+    not render, symlinks), as ``black --check`` does; list the user's files (applied unchecked);
+    never write."""
+    from fleetc.emit import changes, stranded_output, user_files
 
-    stale = _run(lambda: changes(out, compiled.files), output_format)
+    stale = _run(lambda: [*stranded_output(out), *changes(out, compiled.files)], output_format)
+    mine = _run(lambda: user_files(out, compiled.files), output_format)
     moved = _placement_differences(compiled, out) if stale else []
     if output_format == "json":
         _emit_json({**_summary(compiled, out), "current": not stale,
                     "changes": [{"path": c.path, "status": c.status} for c in stale],
-                    "placementDifferences": moved})
+                    "placementDifferences": moved, "userOwned": mine})
     else:
         for change in stale:
-            click.echo(f"would {_VERB[change.status]} {out / change.path}", err=True)
+            click.echo(_check_line(change, out), err=True)
         for difference in moved:
             click.echo(f"{difference['stage']}: {out}/placement.yaml places it on {difference['out']}; "
                        f"compile places it on {difference['compile']}", err=True)
+        for path in mine:  # on stderr with the rest: CI logs show what is applied unchecked
+            click.echo(f"user-owned (applied with its cluster, not checked): {out / path}", err=True)
     _print_warnings(compiled.warnings, output_format)
     if stale:
         if output_format == "text":
@@ -237,6 +245,27 @@ def _check(compiled: Any, out: Path, output_format: str) -> None:
         sys.exit(ExitCode.FAILED)
     if output_format == "text":
         click.echo(f"{out}/ is up to date")
+
+
+def _check_line(change: Any, out: Path) -> str:
+    from fleetc.emit import applied_by
+
+    line = _CHECK_LINE[change.status].format(path=out / change.path)
+    reader = applied_by(change.path) if change.status == "unrendered" else None
+    return line if reader is None else f"{line} (read by {reader})"
+
+
+#: How ``--check`` names each kind of :class:`fleetc.emit.Change`.
+_CHECK_LINE = {
+    "added": "would add {path}",
+    "changed": "would change {path}",
+    "removed": "would remove {path}",
+    "unrendered": "{path}: not rendered by fleetc, so never reviewed as fleetc's output: delete it, "
+                  "or keep your own objects in local/<cluster>/",
+    "link": "{path}: a symlink or other special file: fleetc writes regular files only; delete it",
+    "stranded": "{path}: a compile was killed while swapping the output in; the previous output is "
+                "here: run fleetc compile to put it back",
+}
 
 
 def _placement_differences(compiled: Any, out: Path) -> list[dict[str, str]]:
@@ -409,7 +438,6 @@ def explain(target: str, paths: Sequence[str], out_dir: str, drain: Sequence[str
         click.echo(why.format_text(explanation))
 
 
-_VERB = {"added": "add", "changed": "change", "removed": "remove"}
 
 
 def _print_warnings(warnings: Sequence[Diagnostic], output_format: str) -> None:

@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 import operator
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from fleetc.progress import NULL_REPORTER, Reporter, phase
 from fleetc.resolve import degraded_serving, resolve
 
 if TYPE_CHECKING:  # imported where used: explain needs the score matrix (numpy), diff gitpython
-    from fleetc.git.report import Report, WhatIf
+    from fleetc.git.report import ObjectDiff, Report, WhatIf
     from fleetc.placement.explain import Explanation
     from fleetc.render.record import Kept, Reusable
     from fleetc.scenario import Scenario
@@ -152,8 +153,10 @@ def compile_fleet(options: Options) -> Compiled:
         loaded = load_policies(options.paths, options.reporter, options.workdir)
         from fleetc.git.flow import previous_at  # fleetc.git imports this module
 
-        return compile_policies(loaded, dataclasses.replace(
+        compiled = compile_policies(loaded, dataclasses.replace(
             options, previous=previous_at(options.base, options.out, options.workdir)))
+        _check_gitops_path(compiled.model, options.workdir / options.out, loaded)
+        return compiled
     from fleetc.emit import RECORD, reusable_folders
 
     out = options.workdir / options.out
@@ -169,7 +172,35 @@ def compile_fleet(options: Options) -> Compiled:
         previous, ignored = reading.result()
         compiled = compile_policies(loaded, dataclasses.replace(
             options, previous=previous, reusable=None if checking is None else checking.result))
+    _check_gitops_path(compiled.model, out, loaded)
     return dataclasses.replace(compiled, previous_ignored=ignored)
+
+
+def _check_gitops_path(model: FleetModel, out: Path, loaded: Loaded) -> None:
+    """Refuse a Fleet whose ``spec.gitops.path`` is not where the output folder is in its git
+    repository: the engines would read a folder this compile neither writes nor checks."""
+    root = _repository_root(out)
+    if root is None or not model.clusters:
+        return  # no repository (nothing to compare with), or nothing rendered for an engine
+    from fleetc.render.gitops import repository_folder
+
+    where = Path(os.path.abspath(out)).relative_to(root).as_posix()
+    folder = repository_folder(model.gitops)
+    if where == (folder or "."):
+        return
+    source = model.clusters[0].source
+    problem = Diagnostic(model.display(source.path), 0, 0, "spec.gitops.path",
+                         f"the engines would read {folder or '.'}/ of the repository, but this compile "
+                         f"writes and checks {where}/",
+                         hint=f"set spec.gitops.path: {where}, or compile into --out {folder or '.'}",
+                         document=source.document)
+    raise PolicyError(positioned([problem], loaded.policies))
+
+
+def _repository_root(out: Path) -> Path | None:
+    """The work tree of the git repository holding the output folder, found as git finds it
+    (the nearest parent with ``.git``), or None."""
+    return next((folder for folder in Path(os.path.abspath(out)).parents if (folder / ".git").exists()), None)
 
 
 def _file_size(path: Path) -> int:
@@ -246,9 +277,26 @@ def diff_fleet(base_ref: str, options: Options, scenarios: Sequence[Scenario] = 
         compiled = compile_fleet(options)
     head = snapshot(compiled.model, compiled.placement, compiled.files)
     report = compare(base, head, base_label=base_ref, head_label="working tree", out=options.out)
+    unrendered, user_files = _out_tree(base_ref, options, compiled)
     return dataclasses.replace(report, scenarios=tuple(_what_if(s, options, compiled) for s in scenarios),
+                               unrendered=unrendered, user_files=user_files,
                                untouched=untouched_moves(compiled.model, before, compiled.placement),
                                move_cost=compiled.model.move_cost)
+
+
+def _out_tree(base_ref: str, options: Options, compiled: Compiled
+              ) -> tuple[tuple[tuple[str, str], ...], tuple[ObjectDiff, ...]]:
+    """What of the working tree's output folder no compile makes, for ``diff``: the files
+    fleetc does not render there (``compile --check`` fails on them), and the user's files
+    (``local/``) that differ from ``base_ref``'s, diffed whole."""
+    from fleetc.emit import changes, user_files
+    from fleetc.git.flow import user_files_at
+    from fleetc.git.report import user_file_diffs
+
+    out = options.workdir / options.out
+    unrendered = tuple((c.path, c.status) for c in changes(out, compiled.files) if c.status in ("unrendered", "link"))
+    now = {rel: (out / rel).read_text(encoding="utf-8", errors="replace") for rel in user_files(out)}
+    return unrendered, user_file_diffs(user_files_at(base_ref, options.out, options.workdir), now, options.out)
 
 
 def what_if_fleet(scenario: Scenario, options: Options) -> WhatIf:

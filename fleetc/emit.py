@@ -4,8 +4,11 @@ The new tree is written to a temporary folder beside the output folder and swapp
 end, so a compile that fails midway (or is killed) leaves the previous output as it was. On
 Linux the swap is one ``renameat2(RENAME_EXCHANGE)`` call; elsewhere two renames.
 
-fleetc owns only the files its record (:data:`RECORD`) lists: files someone else put in the
-output folder are carried over into the new tree, never deleted. Files under
+fleetc owns only the files its record (:data:`RECORD`) lists, and of those only files it could
+have written (:func:`could_be_fleetcs`; a record naming another is refused): files someone else
+put in the output folder are carried over into the new tree, never deleted, and
+``compile --check`` fails on each of them outside :data:`USER_FOLDER` (:func:`changes`): the
+engines read the output folder, so everything in it is fleetc's, byte for byte, or the user's. Files under
 :data:`USER_FOLDER` are the user's: fleetc writes one there only when it does not exist yet (the
 first, empty ``kustomization.yaml`` of ``local/<cluster>/``, which the cluster's kustomization
 includes), never records, changes or deletes it.
@@ -38,7 +41,7 @@ import stat
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,10 +68,28 @@ _READ_PREVIOUS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _OPEN_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
+#: The folders of the output the GitOps engines read, and who reads each: everything under them
+#: is applied to a cluster with cluster-admin rights, so ``--check`` holds every file there to
+#: what fleetc renders, byte for byte, except in :data:`USER_FOLDER`, which it lists. A renderer
+#: that adds an entry point (a folder an engine reads) adds it here.
+ENTRY_POINTS: Mapping[str, str] = {
+    "argocd/": "the Argo CD ApplicationSet, applied once by hand; it syncs the folders of the clusters it lists",
+    "flux/": "each cluster's Flux GitRepository and Kustomizations, applied once by hand",
+    "clusters/": "synced by Argo CD (clusters/<cluster>/) and by Flux (its infra/ and workloads/)",
+    USER_FOLDER: "the user's own objects (local/<cluster>/), applied by both engines with the cluster",
+}
+#: The only kind of file fleetc renders, apart from its records under ``.fleetc/``.
+_RENDERED_SUFFIX = ".yaml"
+
+
 @dataclass(frozen=True)
 class Change:
     path: str  # relative to the output folder
-    status: str  # added | changed | removed
+    #: added | changed | removed: writing would do so; unrendered: a file fleetc does not render
+    #: outside the user's folder (writing keeps it, so only a person can fix it); link: a
+    #: symlink or other non-regular file (fleetc never writes one; engines would follow it);
+    #: stranded: the previous output left beside a missing one (:func:`stranded_output`)
+    status: str
 
 
 class WriteError(FleetcError, OSError):
@@ -96,6 +117,7 @@ def write_tree(out_dir: Path, files: Mapping[str, str], policy_roots: Sequence[P
             _remove_stale_staging(out_dir)
             if kept is not None:
                 _check_kept(out_dir, kept)
+            _refuse_disowning(out_dir)
             _stage_and_swap(out_dir, files, then, kept)
     except FleetcError:
         raise
@@ -122,6 +144,7 @@ def check_output_folder(out_dir: Path, policy_roots: Sequence[Path] = ()) -> Pat
                            "keep the output folder and the policies apart, such as out/ beside "
                            "policies/")
     _refuse_foreign(real, out_dir)
+    _refuse_disowning(real, out_dir)
     return real
 
 
@@ -162,12 +185,13 @@ def _stage_and_swap(out_dir: Path, files: Mapping[str, str], then: Callable[[], 
         ours = set(owned)
         if kept is not None and previous is not None:
             _keep_files(staging, previous, kept.paths)
+            _verify_kept(staging, kept, out_dir)
             ours.update(kept.paths)
         if previous is not None:
             _carry_foreign_files(out_dir, staging, ours)
         _write_files(staging, {rel: text for rel, text in files.items()
                                if is_users(rel) and not os.path.lexists(staging / rel)}, None)
-        _write_files(staging, {RECORD: "".join(f"{rel}\n" for rel in sorted(ours))}, None)
+        _write_files(staging, {RECORD: record_text(ours)}, None)
         _match_mode(staging, out_dir)
         how = _swap(staging, out_dir)
         if then is not None:
@@ -208,17 +232,59 @@ def _staging_prefix(out_dir: Path, role: str) -> str:
 
 def _remove_stale_staging(out_dir: Path) -> None:
     """Remove temporary folders left beside ``out_dir`` by a killed compile (caller holds the
-    lock, so no live compile is using them). Only names :func:`tempfile.mkdtemp` gave fleetc's
-    own prefixes are touched: a user's ``.out.fleetc-notes`` is not one."""
-    ours = re.compile(re.escape(f".{out_dir.name}.{_STAGING_MARK}") + r"(?:new|old)-[a-z0-9_]{8}")
-    staged = sorted(entry for entry in out_dir.parent.iterdir()
-                    if ours.fullmatch(entry.name) and entry.is_dir() and not entry.is_symlink())
-    stranded = [entry / "tree" for entry in staged
-                if entry.name.startswith(_staging_prefix(out_dir, "old")) and (entry / "tree").is_dir()]
-    if stranded and not out_dir.exists():  # killed between the fallback swap's two renames
-        os.rename(stranded[0], out_dir)
-    for entry in staged:
+    lock, so no live compile is using them), once a stranded previous output is back
+    (:func:`_restore_stranded`). Only names :func:`tempfile.mkdtemp` gave fleetc's own
+    prefixes are touched: a user's ``.out.fleetc-notes`` is not one."""
+    _restore_stranded(out_dir)
+    for entry in _staging_folders(out_dir):
         shutil.rmtree(entry, ignore_errors=True)
+
+
+def _staging_folders(out_dir: Path) -> list[Path]:
+    ours = re.compile(re.escape(f".{out_dir.name}.{_STAGING_MARK}") + r"(?:new|old)-[a-z0-9_]{8}")
+    try:
+        return sorted(entry for entry in out_dir.parent.iterdir()
+                      if ours.fullmatch(entry.name) and entry.is_dir() and not entry.is_symlink())
+    except OSError:
+        return []
+
+
+def _stranded(out_dir: Path) -> Path | None:
+    """The previous output a compile killed between the two renames of the fallback swap
+    (:func:`_swap`) left in its ``old`` staging folder, when ``out_dir`` is missing."""
+    if os.path.lexists(out_dir):
+        return None
+    old = _staging_prefix(out_dir, "old")
+    found = [entry / "tree" for entry in _staging_folders(out_dir)
+             if entry.name.startswith(old) and (entry / "tree").is_dir()]
+    return found[0] if found else None
+
+
+def _restore_stranded(out_dir: Path) -> None:
+    """Put a stranded previous output (:func:`_stranded`) back at ``out_dir`` (caller holds the
+    lock)."""
+    stranded = _stranded(out_dir)
+    if stranded is not None:
+        os.rename(stranded, out_dir)
+
+
+def recover_output(out_dir: Path) -> bool:
+    """Before a compile reads ``out_dir`` (its placement, its folders to keep): put back the
+    previous output a killed compile left stranded beside it, under the write lock. Whether
+    one was put back."""
+    if _stranded(out_dir) is None or not out_dir.parent.is_dir():
+        return False
+    with _locked(out_dir):
+        restored = _stranded(out_dir) is not None
+        _restore_stranded(out_dir)
+    return restored
+
+
+def stranded_output(out_dir: Path) -> list[Change]:
+    """For ``--check``, which never writes: the stranded previous output (:func:`_stranded`),
+    as a change whose path is relative to ``out_dir``."""
+    stranded = _stranded(out_dir)
+    return [] if stranded is None else [Change(os.path.relpath(stranded, out_dir), "stranded")]
 
 
 def is_users(rel: str) -> bool:
@@ -227,25 +293,116 @@ def is_users(rel: str) -> bool:
 
 
 def changes(out_dir: Path, files: Mapping[str, str]) -> list[Change]:
-    """What writing ``files`` would change in ``out_dir`` (for ``--check``), sorted by path.
-    A file of the user's folder is a change only while it does not exist."""
+    """What makes ``out_dir`` other than writing ``files`` would leave it (for ``--check``),
+    sorted by path: each file fleetc renders must be there byte for byte (its record
+    :data:`RECORD` too), and nothing else may be, outside the user's folder (:data:`USER_FOLDER`:
+    a file of it fleetc renders is a change only while missing). Symlinks are never followed:
+    one anywhere in ``out_dir`` is a change (``link``)."""
+    rendered = {rel: text.encode("utf-8") for rel, text in files.items()}
+    rendered[RECORD] = record_text(rel for rel in files if not is_users(rel)).encode("utf-8")
+    present = dict(_scan(out_dir)) if os.path.isdir(out_dir) else {}
     found = []
-    for rel, text in files.items():
-        target = out_dir / rel
-        if not target.is_file():
+    for rel, data in rendered.items():
+        kind = present.get(rel)
+        if kind is None:
             found.append(Change(rel, "added"))
-        elif is_users(rel):
-            continue
-        elif target.read_bytes() != text.encode("utf-8"):
+        elif kind != "file":
+            found.append(Change(rel, "link"))
+        elif not is_users(rel) and _read_file(out_dir / rel) != data:
             found.append(Change(rel, "changed"))
-    found += [Change(rel, "removed") for rel in owned_files(out_dir) - set(files)
-              if (out_dir / rel).exists()]
+    owned = owned_files(out_dir)
+    for rel, kind in present.items():
+        if rel in rendered:
+            continue
+        if kind != "file":
+            found.append(Change(rel, "link"))
+        elif not is_users(rel):
+            found.append(Change(rel, "removed" if rel in owned else "unrendered"))
     return sorted(found, key=lambda c: c.path)
 
 
+def applied_by(rel: str) -> str | None:
+    """Who applies the file ``rel`` of the output folder (:data:`ENTRY_POINTS`), or None."""
+    return next((reader for folder, reader in ENTRY_POINTS.items() if rel.startswith(folder)), None)
+
+
+def user_files(out_dir: Path, files: Mapping[str, str] | None = None) -> list[str]:
+    """The regular files of the user's folder (:data:`USER_FOLDER`) of ``out_dir``, sorted,
+    but for those still as fleetc first wrote them (in ``files``): applied with their
+    clusters, never rendered or checked by fleetc, so ``--check`` lists them and the
+    pull-request report shows them whole."""
+    if not os.path.isdir(out_dir / USER_FOLDER):
+        return []
+    files = files or {}
+    return sorted(rel for rel, kind in _scan(out_dir, USER_FOLDER)
+                  if kind == "file" and (rel not in files or _read_file(out_dir / rel) != files[rel].encode("utf-8")))
+
+
+def record_text(paths: Iterable[str]) -> str:
+    """The text of :data:`RECORD` for fleetc's files ``paths``."""
+    return "".join(f"{rel}\n" for rel in sorted(paths))
+
+
+def _scan(root: Path, under: str = "") -> Iterator[tuple[str, str]]:
+    """Every entry under ``root/under`` that is not a folder, as (relative POSIX path, ``file``
+    for a regular file or ``link`` for anything else: a symlink, also to a folder, a FIFO, a
+    device); symlinks are never followed."""
+    stack = [(under, os.path.join(root, under))]
+    while stack:
+        prefix, folder = stack.pop()
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append((f"{prefix}{entry.name}/", entry.path))
+                else:
+                    yield prefix + entry.name, "file" if entry.is_file(follow_symlinks=False) else "link"
+
+
+def _read_file(path: Path) -> bytes | None:
+    """The bytes of the regular file ``path``, never through a symlink (None otherwise)."""
+    try:
+        folder_fd = os.open(path.parent, _OPEN_FOLDER)
+    except OSError:
+        return None
+    try:
+        return _read_regular(folder_fd, path.name)
+    finally:
+        os.close(folder_fd)
+
+
 def owned_files(out_dir: Path) -> set[str]:
-    """The files fleetc wrote last time, from its record (empty when there is none)."""
-    return {line for line in _recorded(out_dir) if line and _is_safe_relative(line)}
+    """The files fleetc wrote last time, from its record (empty when there is none), as far as
+    they can be fleetc's (:func:`could_be_fleetcs`): a line naming another path is never
+    taken for one of fleetc's files, so the record cannot make fleetc delete or overwrite it."""
+    return {line for line in _recorded(out_dir) if could_be_fleetcs(line)}
+
+
+def could_be_fleetcs(rel: str) -> bool:
+    """Whether fleetc could have written the file ``rel``: a path inside the output folder,
+    outside the user's folder and fleetc's own records, of the one kind fleetc renders
+    (YAML), or its render record."""
+    from fleetc.render.record import RENDER_RECORD
+
+    return _is_safe_relative(rel) and (rel == RENDER_RECORD or (
+        rel.endswith(_RENDERED_SUFFIX) and not is_users(rel) and not rel.startswith(".fleetc/")))
+
+
+def _refuse_disowning(out_dir: Path, named: Path | None = None) -> None:
+    """Refuse to write when fleetc's record names a file there that fleetc could not have
+    written (a line added by hand, or a record planted in a folder that is not fleetc's
+    output): it is not fleetc's to delete or reset, and the record is not to be trusted."""
+    foreign = sorted(rel for rel in _recorded(out_dir)
+                     if rel and not could_be_fleetcs(rel) and os.path.lexists(out_dir / rel)
+                     and _is_safe_relative(rel))
+    if foreign:
+        named = named or out_dir
+        raise FleetcError(
+            f"{named / RECORD}: names {named / foreign[0]}"
+            + (f" and {len(foreign) - 1} more" if len(foreign) > 1 else "")
+            + ", which fleetc does not write (the user's folder local/, or not a file fleetc renders); "
+            "refusing to delete it; nothing was written\n"
+            f"  hint: the record was edited by hand or is not fleetc's: restore it (git checkout "
+            f"{named / RECORD}) or remove that line")
 
 
 def _recorded(out_dir: Path) -> set[str]:
@@ -297,13 +454,13 @@ def _identity(out_dir: Path) -> tuple[int, ...]:
     return tuple(found)
 
 
-def _digest_of(out_dir: Path, paths: Sequence[str]) -> str | None:
+def _digest_of(out_dir: Path, paths: Sequence[str], linkable: bool = True) -> str | None:
     """:func:`files_digest` of the files ``paths`` (sorted) under ``out_dir``; None when one
     cannot be read (missing, a symlink, not a regular file) or not hard-linked into a new tree
-    as it is (:func:`_linkable`), so keeping them costs a link each."""
+    as it is (:func:`_linkable`; unless not ``linkable``), so keeping them costs a link each."""
     from fleetc.render.record import files_digest
 
-    umask = _umask()
+    umask = _umask() if linkable else None
     found: list[tuple[str, bytes]] = []
     by_folder: dict[str, list[str]] = defaultdict(list)
     for rel in paths:
@@ -323,16 +480,16 @@ def _digest_of(out_dir: Path, paths: Sequence[str]) -> str | None:
     return files_digest(sorted(found))
 
 
-def _read_regular(folder_fd: int, name: str, linkable_under: int | None = None) -> bytes | None:
+def _read_regular(folder_fd: int, name: str, linkable_under: int | None = None, links: int = 1) -> bytes | None:
     """The bytes of the regular file ``name`` in the open folder; None where there is none, or
-    with ``linkable_under`` (a umask) where it is not :func:`_linkable`."""
+    with ``linkable_under`` (a umask) where it is not :func:`_linkable` (with ``links`` links)."""
     try:
         fd = os.open(name, _READ_PREVIOUS, dir_fd=folder_fd)
     except OSError:
         return None
     try:
         info = os.fstat(fd)
-        if not (stat.S_ISREG(info.st_mode) if linkable_under is None else _linkable(info, linkable_under)):
+        if not (stat.S_ISREG(info.st_mode) if linkable_under is None else _linkable(info, linkable_under, links)):
             return None
         data = os.read(fd, info.st_size + 1)  # one read, unless the file grew since fstat
         if len(data) <= info.st_size:
@@ -359,6 +516,16 @@ def _check_kept(out_dir: Path, kept: Kept) -> None:
         raise WriteError(f"{out_dir}: changed while this compile ran (another fleetc wrote it?): "
                          f"clusters/{changed[0]}/ is no longer as it was checked; nothing was written\n"
                          "  hint: run fleetc compile again")
+
+
+def _verify_kept(staging: Path, kept: Kept, out_dir: Path) -> None:
+    """Hash the kept files as linked into the new tree: a file changed in place after
+    :func:`reusable_folders` read it and before the link shares its inode with the new tree,
+    so only the linked bytes say what the new tree holds."""
+    for name in kept.clusters:
+        if _digest_of(staging, kept.source.paths[name], linkable=False) != kept.source.folders[name].files:
+            raise WriteError(f"{out_dir}: clusters/{name}/ changed while this compile ran; nothing was "
+                             "written\n  hint: run fleetc compile again")
 
 
 def _keep_files(staging: Path, previous: Path, paths: Sequence[str]) -> None:
@@ -457,16 +624,23 @@ def _open_previous_folder(previous: Path | None, folder: str) -> int | None:
 
 def _link_unchanged(previous_fd: int, folder_fd: int, name: str, data: bytes, umask: int) -> bool:
     """Hard-link ``name`` from the previous tree into the new one when that leaves exactly what
-    writing ``data`` would: a linkable file (:func:`_linkable`) with those bytes. False
-    (nothing done) otherwise."""
-    return _read_regular(previous_fd, name, umask) == data and _link(previous_fd, folder_fd, name)
+    writing ``data`` would: a linkable file (:func:`_linkable`) with those bytes. Linked first,
+    then read through the new link, so a write into the old file before the link is seen.
+    False (nothing left behind) otherwise."""
+    if not _link(previous_fd, folder_fd, name):
+        return False
+    if _read_regular(folder_fd, name, umask, links=2) == data:
+        return True
+    os.unlink(name, dir_fd=folder_fd)
+    return False
 
 
-def _linkable(info: os.stat_result, umask: int) -> bool:
+def _linkable(info: os.stat_result, umask: int, links: int = 1) -> bool:
     """Whether a file of the previous tree may become the new tree's by a hard link: a regular
     file of ours with the mode a new file gets, whose only link is the old tree's (else the new
-    tree would share an inode with a file elsewhere, and an edit there would change out/)."""
-    return (stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and stat.S_IMODE(info.st_mode) == 0o666 & ~umask
+    tree would share an inode with a file elsewhere, and an edit there would change out/), or
+    with ``links`` 2, the old tree's and the new one's."""
+    return (stat.S_ISREG(info.st_mode) and info.st_nlink == links and stat.S_IMODE(info.st_mode) == 0o666 & ~umask
             and info.st_uid == os.geteuid())
 
 
@@ -485,8 +659,8 @@ def _umask() -> int:
 
 
 def _carry_foreign_files(out_dir: Path, staging: Path, rendered: set[str]) -> None:
-    # the record's lines as they are: only the paths the walk finds are looked up in them
-    owned = _recorded(out_dir) | {RECORD}
+    # only the paths the walk finds are looked up in the record
+    owned = owned_files(out_dir) | {RECORD}
     for rel in _walk(out_dir):
         if rel not in owned and rel not in rendered:
             target = staging / rel

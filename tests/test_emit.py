@@ -72,12 +72,15 @@ def test_changes_lists_added_changed_and_removed(tmp_path: Path) -> None:
     write_tree(out, {"same.yaml": "s\n", "edit.yaml": "e\n", "gone.yaml": "g\n"})
     (out / "foreign.yaml").write_text("not ours\n")
     found = changes(out, {"same.yaml": "s\n", "edit.yaml": "E\n", "new.yaml": "n\n"})
-    assert found == [Change("edit.yaml", "changed"), Change("gone.yaml", "removed"),
+    # the record changes too (it names gone.yaml, not new.yaml); foreign.yaml stays: only a
+    # person can remove it, and until then out/ is not what fleetc renders
+    assert found == [Change(RECORD, "changed"), Change("edit.yaml", "changed"),
+                     Change("foreign.yaml", "unrendered"), Change("gone.yaml", "removed"),
                      Change("new.yaml", "added")]
 
 
 def test_changes_on_a_missing_folder_adds_everything(tmp_path: Path) -> None:
-    assert changes(tmp_path / "out", {"a.yaml": "a\n"}) == [Change("a.yaml", "added")]
+    assert changes(tmp_path / "out", {"a.yaml": "a\n"}) == [Change(RECORD, "added"), Change("a.yaml", "added")]
 
 
 def test_a_tampered_record_cannot_reach_outside_the_folder(tmp_path: Path) -> None:

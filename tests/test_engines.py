@@ -43,7 +43,7 @@ def flux_kustomizations(files: Files, cluster: str) -> list[dict]:
 def repository_folder(files: Files) -> str:
     """The output folder inside the repository, as the Flux Kustomizations' paths name it."""
     appset = _YAML.load(files["argocd/applicationset-argocd-fleetc.yaml"])
-    return appset["spec"]["generators"][0]["git"]["directories"][0]["path"].removesuffix("/clusters/*") or "."
+    return appset["spec"]["template"]["spec"]["source"]["path"].removesuffix("clusters/{{.cluster}}").rstrip("/") or "."
 
 
 def desired(files: Files, cluster: str) -> dict:

@@ -28,17 +28,17 @@ spec:
   goTemplateOptions:
     - missingkey=error
   generators:
-    - git:
-        repoURL: https://git.example.org/team/fleet.git
-        revision: release
-        directories:
-          - path: deploy/fleet/clusters/*
+    - list:
+        elements:
+          - cluster: cpu-only
+          - cluster: gpu-east
+          - cluster: gpu-west
   syncPolicy:
     applicationsSync: create-update
     preserveResourcesOnDeletion: true
   template:
     metadata:
-      name: fleetc-{{.path.basename}}
+      name: fleetc-{{.cluster}}
       labels:
         app.kubernetes.io/managed-by: fleetc
     spec:
@@ -46,9 +46,9 @@ spec:
       source:
         repoURL: https://git.example.org/team/fleet.git
         targetRevision: release
-        path: "{{.path.path}}"
+        path: deploy/fleet/clusters/{{.cluster}}
       destination:
-        name: "{{.path.basename}}"
+        name: "{{.cluster}}"
       syncPolicy:
         automated:
           prune: true
@@ -151,12 +151,12 @@ def test_every_fleet_cluster_has_its_folders() -> None:
     local = {p.split("/")[1] for p in files if p.startswith("local/")}
     assert clusters == flux == local == {"cpu-only", "gpu-east", "gpu-west"}
     assert "path: ./out/clusters/gpu-east/infra\n" in files["flux/gpu-east/kustomization-flux-system-fleetc-infra.yaml"]
-    assert "- path: out/clusters/*\n" in files["argocd/applicationset-argocd-fleetc.yaml"]
+    assert "path: out/clusters/{{.cluster}}\n" in files["argocd/applicationset-argocd-fleetc.yaml"]
 
 
 def test_repository_root_path() -> None:
     files = files_with(replace(CUSTOM, path="."))
-    assert "- path: clusters/*\n" in files["argocd/applicationset-argocd-fleetc.yaml"]
+    assert "path: clusters/{{.cluster}}\n" in files["argocd/applicationset-argocd-fleetc.yaml"]
     workloads = files["flux/gpu-west/kustomization-flux-system-fleetc-workloads.yaml"]
     assert "path: ./clusters/gpu-west/workloads\n" in workloads
     assert "path: ./local/gpu-west\n" in files["flux/gpu-west/kustomization-flux-system-fleetc-local.yaml"]

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
 from fleetc.compiler import Compiled
-from fleetc.emit import RECORD, is_users, write_tree
+from fleetc.emit import RECORD, USER_FOLDER, could_be_fleetcs, is_users, write_tree
 from fleetc.errors import Diagnostic, FleetcError, UsageError
 from fleetc.git import repo as gitrepo
 from fleetc.git.report import commit_message, compare, snapshot, snapshot_of_output, time_sliced_units
@@ -52,6 +52,14 @@ def previous_at(ref: str, out_dir: str, workdir: Path) -> Previous:
         return Previous()
 
 
+def user_files_at(ref: str, out_dir: str, workdir: Path) -> dict[str, str]:
+    """The files of the output folder's user folder (``local/``) as committed at ``ref``, by their
+    path relative to the output folder (``diff`` shows how the change under review edits them)."""
+    root = gitrepo.repo_root(workdir)
+    folder = f"{gitrepo.relative_to_root(root, workdir / out_dir)}/{USER_FOLDER.rstrip('/')}"
+    return {f"{USER_FOLDER}{path}": text for path, text in gitrepo.read_folder(root, ref, folder).items()}
+
+
 def commit_output(compiled: Compiled, out: Path, policy_paths: Sequence[str],
                   workdir: Path) -> tuple[str | None, str]:
     """Write ``out`` and commit it together with the policies it was compiled from, in one
@@ -73,7 +81,8 @@ def commit_output(compiled: Compiled, out: Path, policy_paths: Sequence[str],
         raise UsageError("--commit needs an output folder inside the repository, not its root")
     policies = _policy_files(root, policy_paths, workdir)
     committed = gitrepo.read_folder(root, "HEAD", folder)
-    owned = set(committed.get(RECORD, "").splitlines()) or set(committed) - {RECORD}
+    owned = {p for p in set(committed.get(RECORD, "").splitlines()) or set(committed) - {RECORD}
+             if could_be_fleetcs(p)}  # a line naming the user's file does not make it fleetc's
     foreign = [p for p in gitrepo.uncommitted(root, folder)
                if not _made_by_fleetc(root / p, p[len(folder) + 1:], compiled.files, owned)]
     if foreign:

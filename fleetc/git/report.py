@@ -276,10 +276,17 @@ class Report:
     #: must gain more than (known when the head side was compiled: :func:`untouched_moves`).
     untouched: tuple[UntouchedMove, ...] = ()
     move_cost: float = 0.0
+    #: Files of the head's output folder that no compile put there, as (path, status of
+    #: :class:`fleetc.emit.Change`: ``unrendered`` or ``link``): the engines may apply them,
+    #: and ``compile --check`` fails on them.
+    unrendered: tuple[tuple[str, str], ...] = ()
+    #: The user's files (``local/``) the change adds, edits or removes, each diffed whole: applied
+    #: with their clusters, never rendered, so the reviewer reads them here.
+    user_files: tuple[ObjectDiff, ...] = ()
 
     @property
     def changed(self) -> bool:
-        return bool(self.objects or self.moves or self.clusters)
+        return bool(self.objects or self.moves or self.clusters or self.unrendered or self.user_files)
 
     @property
     def moved(self) -> tuple[StageMove, ...]:
@@ -350,6 +357,11 @@ def _group(path: str) -> str:
     return parts[1] if len(parts) > 2 and parts[0] in PER_CLUSTER_FOLDERS else FLEET_WIDE
 
 
+def user_file_diffs(before: Mapping[str, str], after: Mapping[str, str], out: str) -> tuple[ObjectDiff, ...]:
+    """The user's files (``local/``) that differ between two sides, by path, diffed whole."""
+    return tuple(sorted(_object_diffs(before, after, out), key=lambda o: o.path))
+
+
 def _object_diffs(before: Mapping[str, str], after: Mapping[str, str], out: str) -> Iterable[ObjectDiff]:
     for path in set(before) | set(after):
         old, new = before.get(path), after.get(path)
@@ -389,7 +401,16 @@ def format_text(report: Report) -> str:
     scenarios = "".join("\n" + "\n".join(_scenario_lines(w)) + "\n" for w in report.scenarios)
     if not report.changed:
         return f"no differences between {report.base} and {report.head}\n" + scenarios
-    return _summary_text(report) + scenarios + _diffs_text(report)
+    return _summary_text(report) + _out_tree_text(report) + scenarios + _diffs_text(report)
+
+
+def _out_tree_text(report: Report) -> str:
+    """What of the head's output folder no compile makes: files fleetc does not render, and the
+    user's files the change edits (whole)."""
+    lines = [f"\n{report.out}/{path}: not rendered by fleetc ({status})" for path, status in report.unrendered]
+    lines += [f"\n{report.out}/{o.path}: your own file ({o.status}), applied with its cluster:\n{o.diff}"
+              for o in report.user_files]
+    return "".join(lines)
 
 
 def _summary_text(report: Report) -> str:
@@ -449,6 +470,8 @@ def as_json(report: Report) -> dict[str, Any]:
         "moveCost": report.move_cost,
         "objects": [{"path": o.path, "cluster": None if o.group == FLEET_WIDE else o.group,
                      "status": o.status, "diff": o.diff} for o in report.objects],
+        "unrendered": [{"path": path, "status": status} for path, status in report.unrendered],
+        "userFiles": [{"path": o.path, "status": o.status, "diff": o.diff} for o in report.user_files],
         **({"scenarios": [{
             "file": w.source or None,
             **_what_if_facts(w),
@@ -633,8 +656,25 @@ def _markdown_head(report: Report) -> str:
                              f"{'–' if t.cap is None else _money(t.cap)} |" for t in report.teams)]) + "\n\n"
     choices = "".join(f"- GPU type of `{key}`: {before or 'not placed'} → {after or 'not placed'}\n"
                       for key, before, after in report.gpu_choices)
-    return (title + summary + "\n".join(rows) + "\n\n" + (choices + "\n" if choices else "") + teams
-            + _untouched_markdown(report) + _chart(report))
+    return (title + _out_tree_markdown(report) + summary + "\n".join(rows) + "\n\n"
+            + (choices + "\n" if choices else "") + teams + _untouched_markdown(report) + _chart(report))
+
+
+def _out_tree_markdown(report: Report) -> str:
+    """First, never cut: the files of the output folder no compile makes (a reviewer must see
+    everything the engines apply)."""
+    parts = []
+    if report.unrendered:
+        parts.append(f"**Not rendered by fleetc** ({_count(len(report.unrendered), 'file')}; "
+                     "`fleetc compile --check` fails until they are gone):\n\n"
+                     + "".join(f"- `{report.out}/{path}` ({status})\n" for path, status in report.unrendered)
+                     + "\n")
+    if report.user_files:
+        parts.append(f"**Your own objects** (`{report.out}/local/`, applied with their clusters, "
+                     "not rendered by fleetc):\n\n"
+                     + "".join(f"`{report.out}/{o.path}` ({o.status})\n\n```diff\n{_fence_safe(o.diff)}```\n\n"
+                               for o in report.user_files))
+    return "".join(parts)
 
 
 def _untouched_markdown(report: Report) -> str:

@@ -421,7 +421,8 @@ def _is_label_value(text: str) -> bool:
 #: ApplicationSet renders its template with goTemplate, so ``{{ ... }}`` would be evaluated.
 _BRANCH_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\{}]|\.\.|@\{|//|/\.|^[-/.]|[/.]\Z|\.lock(?:/|\Z)")
 #: A folder inside the repository: relative, no '..', no glob or template characters (the
-#: ApplicationSet's git generator globs ``<path>/clusters/*``).
+#: ApplicationSet's goTemplate names ``<path>/clusters/{{.cluster}}``; a glob in a path is
+#: never what a reader of the repository expects).
 _PATH_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f*?\[\]{}\\]")
 _URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f{}]")
 

@@ -25,10 +25,14 @@ never get past the dry run on a fresh cluster. So:
   (dependsOn infra) and ``fleetc-workloads`` (dependsOn both), the layering Flux documents
   for infrastructure and apps (fluxcd/kustomize-controller ``docs/spec/v1/kustomizations.md``,
   "Dependencies"). Each prunes what fleetc no longer renders.
-* ``argocd/``: one ApplicationSet whose git-directory generator turns every
-  ``<path>/clusters/<name>`` folder into an Application ``fleetc-<name>`` syncing that folder
-  to the cluster registered in Argo CD under the same name (goTemplate,
-  ``{{.path.basename}}``). Argo CD applies by sync wave, then by kind, unknown kinds such as
+* ``argocd/``: one ApplicationSet whose list generator names every cluster of the Fleet, each
+  an Application ``fleetc-<name>`` syncing ``<path>/clusters/<name>`` to the cluster
+  registered in Argo CD under the same name (goTemplate, ``{{.cluster}}``). A list, not a git
+  directory generator over ``clusters/*``: that one turns every folder of the repository
+  matching the glob into an Application (argo-cd v3.5.0 ``applicationset/generators/git.go``
+  ``filterApps``), so a folder added by hand as ``clusters/<any-name>/`` would be synced to
+  any cluster Argo CD knows; the list generator yields its elements and nothing else
+  (``applicationset/generators/list.go``). Argo CD applies by sync wave, then by kind, unknown kinds such as
   Volcano's Queue last (gitops-engine ``pkg/sync/sync_tasks.go``), and starts a wave only
   once the previous one is healthy (``pkg/sync/sync_context.go``): infra objects are in wave
   :data:`INFRA_WAVE`, workloads in :data:`WORKLOADS_WAVE` (``argocd.argoproj.io/sync-wave``),
@@ -41,8 +45,8 @@ never get past the dry run on a fresh cluster. So:
 
 Removing work and removing clusters. A cluster that runs nothing keeps its folder, with
 kustomizations that list nothing: both engines then prune what it ran. A cluster removed from
-the Fleet loses its folders, and then nothing is deleted on it, on purpose (a Fleet entry
-deleted by mistake must not wipe a cluster): Argo CD keeps its Application
+the Fleet loses its folders and its element of the list, and then nothing is deleted on it, on
+purpose (a Fleet entry deleted by mistake must not wipe a cluster): Argo CD keeps its Application
 (``applicationsSync: create-update``; ``preserveResourcesOnDeletion`` keeps the workloads even
 when someone deletes the Application), which reports the missing path; Flux's Kustomizations
 fail on the missing path and keep what they applied, and with ``deletionPolicy: Orphan``
@@ -87,7 +91,7 @@ LOCAL = "local"
 _KUSTOMIZATION = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
 
 
-def _folder(gitops: GitOps) -> str:
+def repository_folder(gitops: GitOps) -> str:
     """The output folder relative to the repository root, normalised (``./out/`` -> ``out``,
     ``.`` -> ``""``): Argo CD matches generator paths literally."""
     folder = PurePosixPath(gitops.path.strip("/") or ".").as_posix()
@@ -95,7 +99,7 @@ def _folder(gitops: GitOps) -> str:
 
 
 def _in_repository(gitops: GitOps, path: str) -> str:
-    folder = _folder(gitops)
+    folder = repository_folder(gitops)
     return f"{folder}/{path}" if folder else path
 
 
@@ -120,14 +124,15 @@ def cluster_kustomization(cluster: str) -> dict[str, str]:
     }
 
 
-def application_set(gitops: GitOps, source: Source) -> Obj:
-    """The Argo CD ApplicationSet over every cluster folder."""
+def application_set(gitops: GitOps, source: Source, clusters: list[str]) -> Obj:
+    """The Argo CD ApplicationSet over the folders of ``clusters`` (the Fleet's), and no other."""
     template = {
-        "metadata": {"name": f"{NAME}-{{{{.path.basename}}}}", "labels": metadata(NAME)["labels"]},
+        "metadata": {"name": f"{NAME}-{{{{.cluster}}}}", "labels": metadata(NAME)["labels"]},
         "spec": {
             "project": "default",
-            "source": {"repoURL": gitops.repo_url, "targetRevision": gitops.branch, "path": "{{.path.path}}"},
-            "destination": {"name": "{{.path.basename}}"},
+            "source": {"repoURL": gitops.repo_url, "targetRevision": gitops.branch,
+                       "path": _in_repository(gitops, "clusters/{{.cluster}}")},
+            "destination": {"name": "{{.cluster}}"},
             "syncPolicy": {
                 "automated": {"prune": True, "selfHeal": True},
                 "syncOptions": ["RespectIgnoreDifferences=true"],
@@ -144,13 +149,7 @@ def application_set(gitops: GitOps, source: Source) -> Obj:
         "spec": {
             "goTemplate": True,
             "goTemplateOptions": ["missingkey=error"],
-            "generators": [{
-                "git": {
-                    "repoURL": gitops.repo_url,
-                    "revision": gitops.branch,
-                    "directories": [{"path": f"{_in_repository(gitops, 'clusters')}/*"}],
-                },
-            }],
+            "generators": [{"list": {"elements": [{"cluster": name} for name in sorted(clusters)]}}],
             "syncPolicy": {"applicationsSync": "create-update", "preserveResourcesOnDeletion": True},
             "template": template,
         },
@@ -208,7 +207,7 @@ def flux_objects(gitops: GitOps, source: Source, cluster: str) -> list[Obj]:
 def gitops_files(gitops: GitOps, source: Source, clusters: list[str]) -> dict[str, str]:
     """``argocd/`` and ``flux/<cluster>/`` for every cluster of the Fleet; their ``source`` is the
     Fleet's ``spec.gitops``."""
-    files = folder_files("argocd", [application_set(gitops, source)])
+    files = folder_files("argocd", [application_set(gitops, source, clusters)])
     for cluster in clusters:
         files |= folder_files(f"flux/{cluster}", flux_objects(gitops, source, cluster))
     return files

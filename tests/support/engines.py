@@ -39,8 +39,10 @@ Kueue, Fluid, Flux and Argo CD and the namespaces of those and of the GPU Operat
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import posixpath
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -347,3 +349,53 @@ def argo_sync(cluster: Cluster, objects: list[Obj], state: ArgoState, prune: boo
                 return str(err)
             state.managed.add(k)
     return None
+
+
+# --------------------------------------------------------------------------- Argo CD ApplicationSet
+def applicationset_applications(appset: Obj, folders: list[str]) -> dict[str, tuple[str, str]]:
+    """The Applications an ApplicationSet makes, as name -> (source path, destination name),
+    given the folders (repository paths) of the revision it reads.
+
+    Ported from argo-cd v3.5.0 ``applicationset/generators``: a ``list`` generator yields its
+    ``elements`` as they are (``list.go`` ``GenerateParams``: with goTemplate, each element
+    is the parameter map); a ``git`` directory generator yields every folder of the
+    repository that matches one of its ``directories`` paths (``path.Match``) and no
+    ``exclude: true`` one, as ``path.path`` and ``path.basename`` (``git.go`` ``filterApps``,
+    ``generateParamsFromApps``). The template's ``{{.key}}`` / ``{{.path.basename}}`` are
+    filled from the parameters (``missingkey=error``: a key that is missing raises KeyError)."""
+    params: list[dict[str, Any]] = []
+    for generator in appset["spec"]["generators"]:
+        if "list" in generator:
+            params += [dict(element) for element in generator["list"].get("elements", [])]
+        elif "git" in generator:
+            directories = generator["git"]["directories"]
+            for folder in sorted(folders):
+                matches = [item for item in directories if _path_match(item["path"], folder)]
+                if matches and not any(item.get("exclude") for item in matches):
+                    params.append({"path": {"path": folder, "basename": posixpath.basename(folder)}})
+        else:
+            raise ValueError(f"generator not modelled: {sorted(generator)}")
+    template = appset["spec"]["template"]
+    found = {}
+    for values in params:
+        name = _fill(template["metadata"]["name"], values)
+        found[name] = (_fill(template["spec"]["source"]["path"], values),
+                       _fill(template["spec"]["destination"]["name"], values))
+    return found
+
+
+def _path_match(pattern: str, name: str) -> bool:
+    """Go's ``path.Match``: ``*`` and ``?`` never match a '/' (so, segment by segment)."""
+    patterns, names = pattern.split("/"), name.split("/")
+    return len(patterns) == len(names) and all(map(fnmatch.fnmatchcase, names, patterns))
+
+
+def _fill(text: str, values: dict[str, Any]) -> str:
+    """A Go template of ``{{.a.b}}`` fields only, filled from ``values``."""
+    def field_value(match: re.Match[str]) -> str:
+        value: Any = values
+        for part in match.group(1).split("."):
+            value = value[part]
+        return str(value)
+
+    return re.sub(r"\{\{\s*\.([A-Za-z0-9_.]+)\s*\}\}", field_value, text)

@@ -59,7 +59,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 from fleetc.errors import Diagnostic
-from fleetc.model import GitOps, Source
+from fleetc.model import DEFAULT_ENTRY_POINTS, GitOps, Source
 from fleetc.render.common import SYNC_WAVE, Obj, folder_files, metadata, warning
 from fleetc.render.yamlout import dump
 
@@ -94,7 +94,7 @@ def _folder(gitops: GitOps) -> str:
     return "" if folder == "." else folder
 
 
-def _in_repository(gitops: GitOps, path: str) -> str:
+def in_repository(gitops: GitOps, path: str) -> str:
     folder = _folder(gitops)
     return f"{folder}/{path}" if folder else path
 
@@ -148,7 +148,7 @@ def application_set(gitops: GitOps, source: Source) -> Obj:
                 "git": {
                     "repoURL": gitops.repo_url,
                     "revision": gitops.branch,
-                    "directories": [{"path": f"{_in_repository(gitops, 'clusters')}/*"}],
+                    "directories": [{"path": f"{in_repository(gitops, 'clusters')}/*"}],
                 },
             }],
             "syncPolicy": {"applicationsSync": "create-update", "preserveResourcesOnDeletion": True},
@@ -180,7 +180,7 @@ def flux_kustomization(gitops: GitOps, source: Source, name: str, path: str,
         "interval": APPLY_INTERVAL,
         "retryInterval": RETRY_INTERVAL,
         "sourceRef": {"kind": "GitRepository", "name": NAME},
-        "path": f"./{_in_repository(gitops, path)}",
+        "path": f"./{in_repository(gitops, path)}",
         "prune": True,
         "deletionPolicy": "Orphan",
     }
@@ -205,11 +205,12 @@ def flux_objects(gitops: GitOps, source: Source, cluster: str) -> list[Obj]:
     ]
 
 
-def gitops_files(gitops: GitOps, source: Source, clusters: list[str]) -> dict[str, str]:
-    """``argocd/`` and ``flux/<cluster>/`` for every cluster of the Fleet; their ``source`` is the
-    Fleet's ``spec.gitops``."""
-    files = folder_files("argocd", [application_set(gitops, source)])
-    for cluster in clusters:
+def gitops_files(gitops: GitOps, source: Source, clusters: list[str],
+                 entry_points: tuple[str, ...] = DEFAULT_ENTRY_POINTS) -> dict[str, str]:
+    """``argocd/`` and ``flux/<cluster>/`` for every cluster of the Fleet, those of the two that
+    ``entry_points`` names; their ``source`` is the Fleet's ``spec.gitops``."""
+    files = folder_files("argocd", [application_set(gitops, source)]) if "argocd" in entry_points else {}
+    for cluster in clusters if "flux" in entry_points else ():
         files |= folder_files(f"flux/{cluster}", flux_objects(gitops, source, cluster))
     return files
 

@@ -389,7 +389,12 @@ class Delivery:
     folders are rendered from (:func:`fleetc.render.record.folder_inputs`) leaves it out."""
 
     entry_points: tuple[str, ...] = DEFAULT_ENTRY_POINTS  # in ENTRY_POINTS order
-    kurator_kinds: tuple[tuple[str, str], ...] = ()  # (cluster, kind), by cluster name
+    #: (cluster, kind) of the clusters whose kind the Fleet names, by cluster name; the others
+    #: are ATTACHED_CLUSTER (:meth:`kurator_kind`).
+    kurator_kinds: tuple[tuple[str, str], ...] = ()
+
+    def kurator_kind(self, cluster: str) -> str:
+        return dict(self.kurator_kinds).get(cluster, ATTACHED_CLUSTER)
 
 
 @dataclass(frozen=True)

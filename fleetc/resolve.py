@@ -458,7 +458,7 @@ def _gitops(spec: p.GitOps | None) -> m.GitOps:
 def _delivery(spec: p.FleetSpec) -> m.Delivery:
     chosen = set(spec.gitops.entryPoints if spec.gitops and spec.gitops.entryPoints else m.DEFAULT_ENTRY_POINTS)
     return m.Delivery(tuple(e for e in m.ENTRY_POINTS if e in chosen),
-                      tuple(sorted((c.name, c.kind or m.ATTACHED_CLUSTER) for c in spec.clusters)))
+                      tuple(sorted((c.name, c.kind) for c in spec.clusters if c.kind)))
 
 
 def _flag(attributes: Mapping[str, object], key: str) -> bool:

@@ -142,10 +142,6 @@ class ClusterPricing(_Spec):
 
 class FleetCluster(_Spec):
     name: DNSLabel = Field(description="Cluster name, as registered with the GitOps tool.")
-    kind: Literal["AttachedCluster", "Cluster"] | None = describe(
-        "Kind of the Kurator object that registers the cluster, as in Kurator's Fleet "
-        "(default AttachedCluster). The Kurator entry point names the Flux Kustomizations "
-        "Kurator makes for the cluster after it (README, Kurator).")
     provider: NonEmptyLabelValue = Field(description="Infrastructure provider (huawei, aliyun, kubeedge...).")
     region: RegionName = Field(description="Region or site of the cluster, e.g. cn-north-1.")
     attributes: dict[str, AttributeValue] | None = describe(
@@ -192,6 +188,10 @@ class FleetCluster(_Spec):
         "(default volcano): volcano renders Volcano Jobs and Queues; kueue renders batch/v1 Jobs "
         "labelled for a Kueue LocalQueue, with a ResourceFlavor per GPU type and a ClusterQueue "
         "(docs/pipelines.md, Kueue).")
+    kind: Literal["AttachedCluster", "Cluster"] | None = describe(
+        "Kind of the Kurator object that registers the cluster, as in Kurator's Fleet "
+        "(default AttachedCluster). The Kurator entry point names the Flux Kustomizations "
+        "Kurator makes for the cluster after it (README, Kurator).")
 
 
 class FleetPlacement(_Spec):

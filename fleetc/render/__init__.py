@@ -185,10 +185,10 @@ def _render(model: FleetModel, placement: Placement,
 def _entry_points(ctx: Context) -> dict[str, str]:
     """The GitOps entry points the Fleet chose (``spec.gitops.entryPoints``)."""
     model, source = ctx.model, ctx.fleet_source("spec.gitops")
-    chosen = model.delivery.entry_points
-    files = gitops_files(model.gitops, source, [c.name for c in model.clusters], chosen)
+    chosen, clusters = model.delivery.entry_points, [c.name for c in model.clusters]
+    files = gitops_files(model.gitops, source, clusters, chosen)
     if "kurator" in chosen:
-        files |= kurator_files(model.gitops, source, model.name, model.namespace, model.delivery)
+        files |= kurator_files(model.gitops, source, model.name, model.namespace, clusters, model.delivery)
     return files
 
 

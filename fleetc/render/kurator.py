@@ -100,8 +100,10 @@ def sync_policies(gitops: GitOps, fleet: str, cluster: str, kind: str) -> list[O
     ]
 
 
-def application(gitops: GitOps, source: Source, fleet: str, namespace: str, delivery: Delivery) -> Obj:
-    """The Kurator Application over every cluster of the Fleet (``fleet`` in ``namespace``)."""
+def application(gitops: GitOps, source: Source, fleet: str, namespace: str, clusters: list[str],
+                delivery: Delivery) -> Obj:
+    """The Kurator Application over ``clusters``, every cluster of the Fleet (``fleet`` in
+    ``namespace``)."""
     repository: Obj = {"interval": SYNC_INTERVAL, "url": gitops.repo_url, "ref": {"branch": gitops.branch}}
     if gitops.secret_name:
         repository["secretRef"] = {"name": gitops.secret_name}
@@ -112,12 +114,13 @@ def application(gitops: GitOps, source: Source, fleet: str, namespace: str, deli
         "spec": {
             "source": {"gitRepository": repository},
             "destination": {"fleet": fleet},
-            "syncPolicies": [policy for cluster, kind in delivery.kurator_kinds
-                             for policy in sync_policies(gitops, fleet, cluster, kind)],
+            "syncPolicies": [policy for cluster in clusters
+                             for policy in sync_policies(gitops, fleet, cluster, delivery.kurator_kind(cluster))],
         },
     }
 
 
-def kurator_files(gitops: GitOps, source: Source, fleet: str, namespace: str, delivery: Delivery) -> dict[str, str]:
+def kurator_files(gitops: GitOps, source: Source, fleet: str, namespace: str, clusters: list[str],
+                  delivery: Delivery) -> dict[str, str]:
     """``kurator/``: the Application and a kustomization listing it."""
-    return folder_files("kurator", [application(gitops, source, fleet, namespace, delivery)])
+    return folder_files("kurator", [application(gitops, source, fleet, namespace, clusters, delivery)])

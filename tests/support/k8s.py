@@ -193,10 +193,9 @@ def _load_crd_file(path: Path) -> list[Any]:
 def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
     """Map (apiVersion, kind) -> strict openAPIV3Schema for every served version of every CRD."""
     folder = upstream_schemas_dir()
-    if folder is None:
-        return {}
+    shared = sorted((folder / "crds").glob("*.yaml")) if folder is not None else []
     schemas: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in [*sorted(FIXTURE_CRDS.glob("*.yaml")), *sorted((folder / "crds").glob("*.yaml"))]:
+    for path in [*sorted(FIXTURE_CRDS.glob("*.yaml")), *shared]:
         for crd in _load_crd_file(path):
             if not crd or crd.get("kind") != "CustomResourceDefinition":
                 continue

@@ -67,14 +67,26 @@ def with_entry_points(policies: Files, entry: str) -> dict[str, str]:
     for flux (the default), ``[argocd, kurator]`` for kurator (no Flux entry point at all)."""
     if entry == "flux":
         return dict(policies)
-    path = next(p for p, text in sorted(policies.items()) if re.search(r"^kind: Fleet$", text, re.M))
+    path = fleet_path(policies)
     text = policies[path]
     line = "    entryPoints: [argocd, kurator]\n"
-    if "\n  gitops:\n" in text:
+    if "\n    entryPoints:" in text:
+        text = re.sub(r"\n    entryPoints: .*\n", "\n" + line, text, count=1)
+    elif "\n  gitops:\n" in text:
         text = text.replace("\n  gitops:\n", "\n  gitops:\n" + line, 1)
     else:
         text = text.rstrip("\n") + "\n  gitops:\n" + line
     return {**policies, path: text}
+
+
+def fleet_path(policies: Files) -> str:
+    return next(p for p, text in sorted(policies.items()) if re.search(r"^kind: Fleet$", text, re.M))
+
+
+def member_kinds(policies: Files) -> dict[str, str]:
+    """The Kurator kind of each cluster the Fleet names one for."""
+    fleet = _YAML.load(policies[fleet_path(policies)])
+    return {c["name"]: c["kind"] for c in fleet["spec"]["clusters"] if "kind" in c}
 
 
 def compile_for(policies: Files, entry: str) -> dict[str, str]:
@@ -319,7 +331,7 @@ def test_bundled_example_converges_in_one_pass(entry: str) -> None:
 @pytest.mark.parametrize("entry", ENTRIES)
 @pytest.mark.parametrize("case", GOLDEN)
 def test_golden_case_converges_in_one_pass(case: str, entry: str) -> None:
-    Fleet(entry).sync(case_output(case, entry))
+    Fleet(entry, member_kinds(read_policies(CASES / case / "policies"))).sync(case_output(case, entry))
 
 
 @pytest.fixture(scope="module")

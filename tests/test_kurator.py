@@ -212,3 +212,11 @@ def test_long_cluster_names_that_kurator_would_merge_are_refused(tmp_path: Path)
     assert "would share the Kustomization 'workloads-inference-cluster-aliyun-xxxxxxxxxxxxxxxxxxxxxxxxxxxx'" \
         in result.output
     assert "hint: shorten one of the cluster names" in result.output
+
+
+def test_the_placeholder_warning_names_the_chosen_entry_points() -> None:
+    model, placement = fleet()
+    for chosen, readers in [(Delivery(), "Argo CD and Flux"), (Delivery(("kurator",)), "Kurator"),
+                            (Delivery(("argocd", "flux", "kurator")), "Argo CD, Flux and Kurator")]:
+        (warning,) = render(replace(model, delivery=chosen), placement).warnings
+        assert warning.message == f"not set: {readers} would read the placeholder https://git.example.com/fleet.git"

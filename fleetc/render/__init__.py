@@ -220,7 +220,7 @@ def _warnings(ctx: Context, work: dict[str, Work]) -> tuple[Diagnostic, ...]:
     found += data_warnings(ctx, work)
     found += [w for stages in work.values() for w in stage_warnings(ctx, stages) + order_warnings(ctx, stages)]
     if work:
-        found += gitops_warnings(model.gitops, ctx.fleet_source("spec.gitops"))
+        found += gitops_warnings(model.gitops, ctx.fleet_source("spec.gitops"), model.delivery.entry_points)
     return tuple(sorted(set(found)))
 
 

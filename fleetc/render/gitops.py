@@ -215,9 +215,16 @@ def gitops_files(gitops: GitOps, source: Source, clusters: list[str],
     return files
 
 
-def gitops_warnings(gitops: GitOps, source: Source) -> list[Diagnostic]:
-    """The placeholder repository left in ``source`` (the Fleet's ``spec.gitops``)."""
+#: How messages name each entry point.
+ENGINES = {"argocd": "Argo CD", "flux": "Flux", "kurator": "Kurator"}
+
+
+def gitops_warnings(gitops: GitOps, source: Source,
+                    entry_points: tuple[str, ...] = DEFAULT_ENTRY_POINTS) -> list[Diagnostic]:
+    """The placeholder repository left in ``source`` (the Fleet's ``spec.gitops``), which the
+    rendered ``entry_points`` would read."""
     if gitops.repo_url != GitOps().repo_url:
         return []
-    return [warning(source, "spec.gitops.repoURL",
-                    f"not set: Argo CD and Flux would read the placeholder {gitops.repo_url}")]
+    engines = [ENGINES[e] for e in entry_points]
+    readers = " and ".join([", ".join(engines[:-1]), engines[-1]] if len(engines) > 1 else engines)
+    return [warning(source, "spec.gitops.repoURL", f"not set: {readers} would read the placeholder {gitops.repo_url}")]

@@ -220,3 +220,26 @@ def test_the_placeholder_warning_names_the_chosen_entry_points() -> None:
                             (Delivery(("argocd", "flux", "kurator")), "Argo CD, Flux and Kurator")]:
         (warning,) = render(replace(model, delivery=chosen), placement).warnings
         assert warning.message == f"not set: {readers} would read the placeholder https://git.example.com/fleet.git"
+
+
+def test_compile_check_names_an_edited_file_the_application_reads(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end: ``fleetc compile --check`` over the golden Kurator case's output."""
+    import shutil
+
+    from click.testing import CliRunner
+    from support.corpus import CASES
+
+    from fleetc.cli import cli
+
+    shutil.copytree(CASES / "kurator-entry-point" / "policies", tmp_path / "policies")
+    monkeypatch.chdir(tmp_path)
+    assert CliRunner().invoke(cli, ["compile", "policies"]).exit_code == 0
+    assert CliRunner().invoke(cli, ["compile", "policies", "--check"]).exit_code == 0
+    for rel in ("kurator/application-kurator-system-fleetc.yaml", "clusters/serve-l4/infra/kustomization.yaml"):
+        target = tmp_path / "out" / rel
+        original = target.read_text()
+        target.write_text(original + "# edited\n")
+        result = CliRunner().invoke(cli, ["compile", "policies", "--check"])
+        assert result.exit_code == 1 and rel in result.output, result.output
+        target.write_text(original)

@@ -38,6 +38,8 @@ never get past the dry run on a fresh cluster. So:
   ``spec.replicas`` of Deployments, which fleetc renders without it; Argo CD still ignores
   that field, so an Application last synced from an output that named a replica count does not
   remove the count the HPA set.
+* ``kurator/``: a Kurator Application whose sync policies are the Flux layers above
+  (:mod:`.kurator`). The Fleet's ``spec.gitops.entryPoints`` chooses which are rendered.
 
 Removing work and removing clusters. A cluster that runs nothing keeps its folder, with
 kustomizations that list nothing: both engines then prune what it ran. A cluster removed from

@@ -75,6 +75,7 @@ _OPEN_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 ENTRY_POINTS: Mapping[str, str] = {
     "argocd/": "the Argo CD ApplicationSet, applied once by hand; it syncs the folders of the clusters it lists",
     "flux/": "each cluster's Flux GitRepository and Kustomizations, applied once by hand",
+    "kurator/": "the Kurator Application, applied once by hand; its fleet manager syncs each cluster's folders",
     "clusters/": "synced by Argo CD (clusters/<cluster>/) and by Flux (its infra/ and workloads/)",
     USER_FOLDER: "the user's own objects (local/<cluster>/), applied by both engines with the cluster",
 }

@@ -373,6 +373,30 @@ class GitOps:
     secret_name: str | None = None  # the Secret Flux clones the repository with
 
 
+#: The GitOps entry points fleetc renders, in this order, and those it renders unless the
+#: Fleet's ``spec.gitops.entryPoints`` says otherwise.
+ENTRY_POINTS = ("argocd", "flux", "kurator")
+DEFAULT_ENTRY_POINTS = ("argocd", "flux")
+#: The kind of Kurator object that registers a cluster unless the Fleet says (Kurator's examples').
+ATTACHED_CLUSTER = "AttachedCluster"
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """Which GitOps entry points are rendered, and the Kurator kind of each cluster (the Fleet's
+    ``spec.gitops.entryPoints`` and ``spec.clusters[].kind``). Kept apart from :class:`GitOps`
+    and :class:`Cluster` because no cluster folder depends on it, so the record of what those
+    folders are rendered from (:func:`fleetc.render.record.folder_inputs`) leaves it out."""
+
+    entry_points: tuple[str, ...] = DEFAULT_ENTRY_POINTS  # in ENTRY_POINTS order
+    #: (cluster, kind) of the clusters whose kind the Fleet names, by cluster name; the others
+    #: are ATTACHED_CLUSTER (:meth:`kurator_kind`).
+    kurator_kinds: tuple[tuple[str, str], ...] = ()
+
+    def kurator_kind(self, cluster: str) -> str:
+        return dict(self.kurator_kinds).get(cluster, ATTACHED_CLUSTER)
+
+
 @dataclass(frozen=True)
 class FleetModel:
     """Everything one compile places and renders. Tuples are sorted by name for determinism."""
@@ -388,6 +412,7 @@ class FleetModel:
     data_policies: tuple[DataPolicy, ...] = ()
     move_cost: float = 0.05  # score a stage must gain before it leaves its previous cluster
     gitops: GitOps = field(default_factory=GitOps)
+    delivery: Delivery = field(default_factory=Delivery)
     #: (provenance name, name in messages) of every policy file: sources name files relative
     #: to the policy root (the same from any folder), messages as the user named them.
     policy_files: tuple[tuple[str, str], ...] = ()

@@ -157,6 +157,7 @@ def _resolve(policies: PolicySet, where: str, drained: Sequence[str], names: dic
         data_policies=tuple(_data_policy(d) for d in policies.data_policies),
         move_cost=_or(spec.placement.moveCost if spec.placement else None, 0.05),
         gitops=_gitops(spec.gitops),
+        delivery=_delivery(spec),
         teams=tuple(team for pf in sorted(policies.platforms, key=lambda x: x.name)
                     for team in _teams(pf, policies)),
         budgets=tuple(m.PipelineBudget(pl.name, float(pl.obj.spec.maxHourlyCost),
@@ -452,6 +453,12 @@ def _gitops(spec: p.GitOps | None) -> m.GitOps:
     return m.GitOps(repo_url=spec.repoURL or default.repo_url,
                     branch=spec.branch or default.branch, path=spec.path or default.path,
                     secret_name=spec.secretName)
+
+
+def _delivery(spec: p.FleetSpec) -> m.Delivery:
+    chosen = set(spec.gitops.entryPoints if spec.gitops and spec.gitops.entryPoints else m.DEFAULT_ENTRY_POINTS)
+    return m.Delivery(tuple(e for e in m.ENTRY_POINTS if e in chosen),
+                      tuple(sorted((c.name, c.kind) for c in spec.clusters if c.kind)))
 
 
 def _flag(attributes: Mapping[str, object], key: str) -> bool:

@@ -1,7 +1,9 @@
 """fleetc's output converges on Flux and on Argo CD, as their apply semantics say it must
 (modelled in :mod:`support.engines`): on a fresh cluster in one pass, and again after a policy
 change (the old runs pruned, the unchanged ones untouched). Run over the bundled example, every
-golden case and a generated 20-cluster fleet."""
+golden case and a generated 20-cluster fleet. Every test of the Flux entry point runs for the
+Kurator one too (``entry``): the Kurator Application becomes Flux Kustomizations on the host,
+one per sync policy and member cluster, which Flux reconciles the same way."""
 
 from __future__ import annotations
 
@@ -12,13 +14,17 @@ import pytest
 from ruamel.yaml import YAML
 from support.corpus import CASES, GOLDEN, ROOT, compile_texts, read_policies, read_tree
 from support.engines import (
+    KURATOR_FLEET_LABEL,
     ArgoState,
     Cluster,
     FluxState,
+    Member,
     Refused,
     argo_sync,
     flux_reconcile,
     key,
+    kurator_kustomizations,
+    kurator_targets,
     kustomize_build,
 )
 
@@ -50,18 +56,89 @@ def desired(files: Files, cluster: str) -> dict:
     return {key(obj): obj for obj in kustomize_build(files, f"clusters/{cluster}")}
 
 
-class Fleet:
-    """Every cluster of a fleet as both engines see it, kept across commits."""
+#: The entry points whose Kustomizations Flux reconciles: fleetc's own, and Kurator's.
+ENTRIES = ["flux", "kurator"]
+#: The label the README tells Kurator users to put on each cluster object.
+CLUSTER_LABEL = "fleetc.dev/cluster"
 
-    def __init__(self) -> None:
+
+def with_entry_points(policies: Files, entry: str) -> dict[str, str]:
+    """``policies`` with the Fleet's ``spec.gitops.entryPoints`` set for ``entry``: as they are
+    for flux (the default), ``[argocd, kurator]`` for kurator (no Flux entry point at all)."""
+    if entry == "flux":
+        return dict(policies)
+    path = fleet_path(policies)
+    text = policies[path]
+    line = "    entryPoints: [argocd, kurator]\n"
+    if "\n    entryPoints:" in text:
+        text = re.sub(r"\n    entryPoints: .*\n", "\n" + line, text, count=1)
+    elif "\n  gitops:\n" in text:
+        text = text.replace("\n  gitops:\n", "\n  gitops:\n" + line, 1)
+    else:
+        text = text.rstrip("\n") + "\n  gitops:\n" + line
+    return {**policies, path: text}
+
+
+def fleet_path(policies: Files) -> str:
+    return next(p for p, text in sorted(policies.items()) if re.search(r"^kind: Fleet$", text, re.M))
+
+
+def member_kinds(policies: Files) -> dict[str, str]:
+    """The Kurator kind of each cluster the Fleet names one for."""
+    fleet = _YAML.load(policies[fleet_path(policies)])
+    return {c["name"]: c["kind"] for c in fleet["spec"]["clusters"] if "kind" in c}
+
+
+def compile_for(policies: Files, entry: str) -> dict[str, str]:
+    files = compile_texts(with_entry_points(policies, entry))
+    assert any(path.startswith(f"{entry}/") for path in files), entry
+    return files
+
+
+def case_output(case: str, entry: str) -> dict[str, str]:
+    """A golden case's output: as recorded for flux, compiled with the entry point otherwise."""
+    if entry == "flux":
+        return read_tree(CASES / case / "expected")
+    return compile_for(read_policies(CASES / case / "policies"), entry)
+
+
+def kurator_application(files: Files) -> dict:
+    return next(_YAML.load(text) for path, text in files.items()
+                if path.startswith("kurator/application-"))
+
+
+class Fleet:
+    """Every cluster of a fleet as both engines see it, kept across commits. ``entry``: whose
+    Flux Kustomizations Flux reconciles, fleetc's ``flux/<cluster>/`` or those Kurator makes
+    from ``kurator/`` (each cluster object labelled as the README says, of kind ``kinds``'s,
+    default AttachedCluster)."""
+
+    def __init__(self, entry: str = "flux", kinds: Mapping[str, str] | None = None) -> None:
+        self.entry = entry
+        self.kinds = dict(kinds or {})
         self.flux: dict[str, tuple[Cluster, FluxState]] = {}
         self.argo: dict[str, tuple[Cluster, ArgoState]] = {}
+        #: The Kustomizations last reconciled per cluster: they stay when the cluster leaves the
+        #: output (Flux's are the user's to delete; Kurator never deletes those it made).
+        self.kustomizations: dict[str, list[dict]] = {}
+        self._kurator: dict[str, dict] = {}  # what Kurator made, by name
+
+    def entry_kustomizations(self, files: Files, cluster: str) -> list[dict]:
+        if self.entry == "flux":
+            return flux_kustomizations(files, cluster)
+        application = kurator_application(files)
+        fleet = application["spec"]["destination"]["fleet"]
+        members = [Member(name, self.kinds.get(name, "AttachedCluster"),
+                          {CLUSTER_LABEL: name, KURATOR_FLEET_LABEL: fleet}) for name in clusters(files)]
+        self._kurator |= {k["metadata"]["name"]: k for k in kurator_kustomizations(application, members)}
+        return kurator_targets(list(self._kurator.values()), cluster)
 
     def sync(self, files: Files) -> None:
         """One pass of both engines on every cluster of ``files``; each must converge."""
         for cluster in clusters(files):
             live, state = self.flux.setdefault(cluster, (Cluster(), FluxState()))
-            failures = flux_reconcile(live, files, flux_kustomizations(files, cluster), state,
+            self.kustomizations[cluster] = self.entry_kustomizations(files, cluster)
+            failures = flux_reconcile(live, files, self.kustomizations[cluster], state,
                                       repository_folder(files))
             assert failures == {}, f"Flux on {cluster}: {failures}"
             assert _started(live) == desired(files, cluster), f"Flux on {cluster}"
@@ -92,10 +169,10 @@ def _started(live: Cluster) -> dict:
     return found
 
 
-def assert_second_pass_keeps_unchanged_runs(before: Files, after: Files) -> None:
+def assert_second_pass_keeps_unchanged_runs(before: Files, after: Files, entry: str = "flux") -> None:
     """Sync ``before``, then ``after``: both converge; every Job rendered the same in both
     keeps its uid (it never restarted), and every Job only ``before`` had is gone."""
-    fleet = Fleet()
+    fleet = Fleet(entry)
     fleet.sync(before)
     uids = fleet.uids()
     fleet.sync(after)
@@ -197,11 +274,12 @@ def test_one_flux_kustomization_with_kueue_queues_and_job_converges() -> None:
     assert argo_sync(Cluster(), list(objects.values()), ArgoState()) is None
 
 
-def test_a_sync_after_kueue_started_a_job_leaves_it_running() -> None:
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_a_sync_after_kueue_started_a_job_leaves_it_running(entry: str) -> None:
     """fleetc renders no ``spec.suspend``: re-applying the manifest must not stop the run."""
-    files = dict(read_tree(CASES / "kueue-two-cluster-pipeline" / "expected"))
+    files = case_output("kueue-two-cluster-pipeline", entry)
     assert not any("suspend" in text for path, text in files.items() if "/job-" in path)
-    fleet = Fleet()
+    fleet = Fleet(entry)
     fleet.sync(files)
     uids = fleet.uids()
     fleet.sync(files)
@@ -211,29 +289,32 @@ def test_a_sync_after_kueue_started_a_job_leaves_it_running() -> None:
         assert all(job["spec"]["suspend"] is False for job in jobs)
 
 
-def test_kueue_second_compile_converges_and_keeps_unchanged_runs() -> None:
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_kueue_second_compile_converges_and_keeps_unchanged_runs(entry: str) -> None:
     policies = read_policies(CASES / "kueue-two-cluster-pipeline" / "policies")
-    before = compile_texts(policies)
+    before = compile_for(policies, entry)
     path = "policies/pipeline.yaml"
-    after = compile_texts({**policies, path: _set_image(policies[path], "train", "registry.example.com/llm/train:3.1")})
+    trained = _set_image(policies[path], "train", "registry.example.com/llm/train:3.1")
+    after = compile_for({**policies, path: trained}, entry)
     renamed = {p.rsplit("/", 1)[1].rsplit("-", 1)[0] for p in set(before) ^ set(after) if "/workloads/" in p}
     assert renamed == {"job-ml-llm-train", "service-ml-llm-train"}  # a new run and its headless Service
     serve = "clusters/serve-l4/workloads/deployment-ml-llm-serve.yaml"
     assert before[serve] != after[serve]  # it waits for the new run's marker
-    assert_second_pass_keeps_unchanged_runs(before, after)
+    assert_second_pass_keeps_unchanged_runs(before, after, entry)
 
 
-def test_bundled_example_on_kueue_converges_in_one_pass_and_again_after_a_change() -> None:
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_bundled_example_on_kueue_converges_in_one_pass_and_again_after_a_change(entry: str) -> None:
     policies = read_policies(ROOT / "policies")
     path = "policies/fleet.yaml"
     kueue = re.sub(r"(\n  - name: [a-z-]+\n)(\s+)", r"\1\2batchScheduler: kueue\n\2", policies[path])
     assert kueue.count("batchScheduler: kueue") == 3
     policies = {**policies, path: kueue}
-    before = compile_texts(policies)
+    before = compile_for(policies, entry)
     assert any("kind: ClusterQueue" in text for text in before.values())
     training = "policies/llm-training-pipeline.yaml"
-    after = compile_texts({**policies, training: _set_image(policies[training], "model-training", "trainer:v2")})
-    assert_second_pass_keeps_unchanged_runs(before, after)
+    after = compile_for({**policies, training: _set_image(policies[training], "model-training", "trainer:v2")}, entry)
+    assert_second_pass_keeps_unchanged_runs(before, after, entry)
 
 
 def _dump(obj: dict) -> str:
@@ -242,13 +323,15 @@ def _dump(obj: dict) -> str:
 
 
 # --------------------------------------------------------------------------- fresh clusters, one pass
-def test_bundled_example_converges_in_one_pass() -> None:
-    Fleet().sync(compile_texts(read_policies(ROOT / "policies")))
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_bundled_example_converges_in_one_pass(entry: str) -> None:
+    Fleet(entry).sync(compile_for(read_policies(ROOT / "policies"), entry))
 
 
+@pytest.mark.parametrize("entry", ENTRIES)
 @pytest.mark.parametrize("case", GOLDEN)
-def test_golden_case_converges_in_one_pass(case: str) -> None:
-    Fleet().sync(read_tree(CASES / case / "expected"))
+def test_golden_case_converges_in_one_pass(case: str, entry: str) -> None:
+    Fleet(entry, member_kinds(read_policies(CASES / case / "policies"))).sync(case_output(case, entry))
 
 
 @pytest.fixture(scope="module")
@@ -257,10 +340,11 @@ def generated_fleet() -> dict[str, str]:
     return instance.files
 
 
-def test_generated_20_cluster_fleet_converges_in_one_pass(generated_fleet: dict[str, str]) -> None:
-    files = compile_texts(generated_fleet)
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_generated_20_cluster_fleet_converges_in_one_pass(generated_fleet: dict[str, str], entry: str) -> None:
+    files = compile_for(generated_fleet, entry)
     assert len(clusters(files)) == 20
-    Fleet().sync(files)
+    Fleet(entry).sync(files)
 
 
 # --------------------------------------------------------------------------- a second commit
@@ -279,36 +363,39 @@ def _set_image(text: str, stage: str, image: str) -> str:
     return text[:start] + edited + text[end:]
 
 
-def test_bundled_second_compile_converges_and_keeps_unchanged_runs() -> None:
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_bundled_second_compile_converges_and_keeps_unchanged_runs(entry: str) -> None:
     policies = read_policies(ROOT / "policies")
-    before = compile_texts(policies)
+    before = compile_for(policies, entry)
     path = "policies/llm-training-pipeline.yaml"
-    after = compile_texts({**policies, path: _set_image(policies[path], "model-training", "trainer:v2")})
+    after = compile_for({**policies, path: _set_image(policies[path], "model-training", "trainer:v2")}, entry)
     changed = {p for p in set(before) ^ set(after) if "/job-" in p}
     # the stage and the Evaluation that waits for its completion marker (it names the run)
     assert changed and all("model-training" in p or "model-evaluation" in p for p in changed)
-    assert_second_pass_keeps_unchanged_runs(before, after)
+    assert_second_pass_keeps_unchanged_runs(before, after, entry)
 
 
-def test_generated_fleet_second_compile_converges(generated_fleet: dict[str, str]) -> None:
-    before = compile_texts(generated_fleet)
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_generated_fleet_second_compile_converges(generated_fleet: dict[str, str], entry: str) -> None:
+    before = compile_for(generated_fleet, entry)
     path, text = next((p, t) for p, t in sorted(generated_fleet.items()) if "kind: AIGCPipeline" in t)
     stage = re.search(r"- name: (\S+)\n\s+type: (?:Training|Finetuning|DataProc|Evaluation)\n", text)
     assert stage is not None
-    after = compile_texts({**generated_fleet, path: _set_image(text, stage.group(1), "runner:v2")})
+    after = compile_for({**generated_fleet, path: _set_image(text, stage.group(1), "runner:v2")}, entry)
     assert before != after
-    assert_second_pass_keeps_unchanged_runs(before, after)
+    assert_second_pass_keeps_unchanged_runs(before, after, entry)
 
 
-def test_cluster_that_loses_its_last_stage_is_emptied_by_both_engines() -> None:
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_cluster_that_loses_its_last_stage_is_emptied_by_both_engines(entry: str) -> None:
     policies = read_policies(ROOT / "policies")
-    before = compile_texts(policies)
+    before = compile_for(policies, entry)
     fleet_path = "policies/fleet.yaml"
     cordoned = re.sub(r"(- name: edge-cluster-factory\n(\s+))", r"\1cordoned: true\n\2", policies[fleet_path])
     assert cordoned != policies[fleet_path]
-    after = compile_texts({**policies, fleet_path: cordoned})
+    after = compile_for({**policies, fleet_path: cordoned}, entry)
     assert desired(after, "edge-cluster-factory") == {}
-    fleet = Fleet()
+    fleet = Fleet(entry)
     fleet.sync(before)
     assert fleet.flux["edge-cluster-factory"][0].objects
     fleet.sync(after)
@@ -316,20 +403,23 @@ def test_cluster_that_loses_its_last_stage_is_emptied_by_both_engines() -> None:
     assert fleet.argo["edge-cluster-factory"][0].objects == {}
 
 
-def test_cluster_removed_from_the_fleet_keeps_its_workloads_on_both_engines() -> None:
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_cluster_removed_from_the_fleet_keeps_its_workloads_on_both_engines(entry: str) -> None:
     """The safe default: a Fleet entry deleted (by mistake, or before draining) deletes nothing.
-    Flux's Kustomizations fail on the missing path and keep what they applied; Argo CD keeps
-    the Application (create-update), which cannot render the missing path and so never
+    Flux's Kustomizations fail on the missing path and keep what they applied (Kurator's too:
+    it never deletes the Kustomizations of a sync policy that left the Application); Argo CD
+    keeps the Application (create-update), which cannot render the missing path and so never
     syncs, never prunes."""
-    files = compile_texts(read_policies(ROOT / "policies"))
-    fleet = Fleet()
+    files = compile_for(read_policies(ROOT / "policies"), entry)
+    fleet = Fleet(entry)
     fleet.sync(files)
     cluster = "edge-cluster-factory"
     removed = {p: t for p, t in files.items() if not p.startswith((f"clusters/{cluster}/", f"flux/{cluster}/"))}
     live, state = fleet.flux[cluster]
     before = live.uids()
-    failures = flux_reconcile(live, removed, flux_kustomizations(files, cluster), state, repository_folder(files))
-    assert set(failures) == {"fleetc-infra", "fleetc-local", "fleetc-workloads"}
+    kept = fleet.kustomizations[cluster]
+    failures = flux_reconcile(live, removed, kept, state, repository_folder(files))
+    assert len(kept) == 3 and set(failures) == {k["metadata"]["name"] for k in kept}
     assert live.uids() == before
     with pytest.raises(FileNotFoundError):
         kustomize_build(removed, f"clusters/{cluster}")  # Argo CD: ComparisonError, no sync
@@ -337,7 +427,7 @@ def test_cluster_removed_from_the_fleet_keeps_its_workloads_on_both_engines() ->
     assert appset["spec"]["syncPolicy"] == {"applicationsSync": "create-update",
                                             "preserveResourcesOnDeletion": True}
     for kustomization in flux_kustomizations(files, cluster):
-        assert kustomization["spec"]["deletionPolicy"] == "Orphan"
+        assert kustomization["spec"]["deletionPolicy"] == "Orphan"  # Kurator's has none: README
 
 
 def test_argo_retries_failed_syncs_with_bounded_backoff() -> None:

@@ -347,3 +347,16 @@ def test_moves_of_stages_the_change_did_not_touch_are_listed_with_their_gain() -
     assert data["untouchedMoves"] == [{"stage": "llm/train", "before": {"a": 1}, "after": {"b": 1}, "gain": 0.02}]
     assert data["moveCost"] == 0.01
     assert untouched_moves(model, {"llm/train": {"b": 1}}, after) == ()
+
+
+def test_the_entry_points_the_fleet_chose_are_in_the_report() -> None:
+    """A change of the Fleet's spec.gitops.entryPoints is said in one line, not only as files."""
+    base = Snapshot({"argocd/a.yaml": "", "flux/east/b.yaml": "", "clusters/east/c.yaml": ""})
+    head = Snapshot({"argocd/a.yaml": "", "kurator/app.yaml": "", "clusters/east/c.yaml": ""})
+    report = compare(base, head, base_label="main", head_label="wt")
+    assert report.entry_points == (("argocd", "flux"), ("argocd", "kurator"))
+    assert "GitOps entry points: argocd, flux -> argocd, kurator\n" in format_text(report)
+    assert "; GitOps entry points: argocd, flux → argocd, kurator.\n" in format_markdown(report)
+    assert as_json(report)["entryPoints"] == {"before": ["argocd", "flux"], "after": ["argocd", "kurator"]}
+    same = compare(base, base, base_label="main", head_label="wt")
+    assert "entry points" not in format_text(same) + format_markdown(same)

@@ -134,7 +134,7 @@ def test_unknown_field_lists_known_fields() -> None:
     assert check(cluster("zzz: x")) == [
         "f0.yaml:10:5: error: spec.clusters[0].zzz: unknown field 'zzz'\n"
         "  hint: known fields: name, provider, region, attributes, jurisdiction, capacity, "
-        "pricing, energyEfficiency, utilization, taints, cordoned, batchScheduler"
+        "pricing, energyEfficiency, utilization, taints, cordoned, batchScheduler, kind"
     ]
 
 

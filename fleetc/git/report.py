@@ -17,7 +17,7 @@ from typing import Any
 from ruamel.yaml.error import YAMLError
 
 from fleetc.errors import Diagnostic
-from fleetc.model import FleetModel, Placement
+from fleetc.model import ENTRY_POINTS, FleetModel, Placement
 from fleetc.placement import rules
 from fleetc.placement.alternatives import choices, describe
 from fleetc.placement.rules import slots_on, slots_per_gpu, time_sliced_gpus, time_sliced_unit, uses_shared_slots
@@ -283,6 +283,8 @@ class Report:
     #: The user's files (``local/``) the change adds, edits or removes, each diffed whole: applied
     #: with their clusters, never rendered, so the reviewer reads them here.
     user_files: tuple[ObjectDiff, ...] = ()
+    #: The GitOps entry points each side renders (:func:`entry_points`): the Fleet's choice.
+    entry_points: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
     @property
     def changed(self) -> bool:
@@ -313,7 +315,21 @@ def compare(base: Snapshot, head: Snapshot, *, base_label: str, head_label: str,
                         for key in sorted(set(base.gpu_choices) | set(head.gpu_choices))
                         if base.gpu_choices.get(key) != head.gpu_choices.get(key))
     return Report(base_label, head_label, out, clusters, objects, moves, totals, gpu_choices,
-                  teams=_team_costs(base, head))
+                  teams=_team_costs(base, head), entry_points=(entry_points(base.files), entry_points(head.files)))
+
+
+def entry_points(files: Mapping[str, str]) -> tuple[str, ...]:
+    """The GitOps entry points an output holds (``argocd/``, ``flux/``, ``kurator/``): those the
+    Fleet's ``spec.gitops.entryPoints`` chose."""
+    folders = {path.split("/", 1)[0] for path in files}
+    return tuple(e for e in ENTRY_POINTS if e in folders)
+
+
+def _entry_points_line(report: Report) -> str:
+    """'' unless the two sides render different entry points."""
+    before, after = report.entry_points
+    return "" if before == after else \
+        f"GitOps entry points: {', '.join(before) or 'none'} -> {', '.join(after) or 'none'}"
 
 
 def _team_costs(base: Snapshot, head: Snapshot) -> tuple[TeamCost, ...]:
@@ -425,6 +441,7 @@ def _summary_text(report: Report) -> str:
                   for m in report.untouched]
     totals = [f"GPUs {t}: {b} -> {a} ({a - b:+d})" for t, (b, a) in report.gpu_totals.items() if a != b]
     totals += [f"{t.name}: cost/h {_money(t.before)} -> {_money(t.after)}{_cap(t)}" for t in report.teams]
+    totals += [line] if (line := _entry_points_line(report)) else []
     for section in (totals, _choice_lines(report), untouched):  # each after a blank line, when there
         lines += ["", *section] if section else []
     return "\n".join(lines).rstrip("\n") + "\n"
@@ -468,6 +485,7 @@ def as_json(report: Report) -> dict[str, Any]:
         "untouchedMoves": [{"stage": m.stage, "before": dict(m.before), "after": dict(m.after),
                             "gain": round(m.gain, 6)} for m in report.untouched],
         "moveCost": report.move_cost,
+        "entryPoints": {"before": list(report.entry_points[0]), "after": list(report.entry_points[1])},
         "objects": [{"path": o.path, "cluster": None if o.group == FLEET_WIDE else o.group,
                      "status": o.status, "diff": o.diff} for o in report.objects],
         "unrendered": [{"path": path, "status": status} for path, status in report.unrendered],
@@ -648,7 +666,8 @@ def _markdown_head(report: Report) -> str:
     totals = [f"{t}: {b} → {a} ({a - b:+d})" for t, (b, a) in report.gpu_totals.items() if a != b]
     moved = len(report.moved)
     summary = (f"{_count(moved, 'stage')} moved; {_count(len(report.objects), 'file')} changed"
-               + (f"; GPUs {', '.join(totals)}" if totals else "") + ".\n\n")
+               + (f"; GPUs {', '.join(totals)}" if totals else "")
+               + (f"; {line.replace('->', '→')}" if (line := _entry_points_line(report)) else "") + ".\n\n")
     teams = ""
     if report.teams:
         teams = "\n".join(["| team | cost/h before → after | cap |", "|---|---|---|",

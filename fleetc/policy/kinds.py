@@ -188,6 +188,10 @@ class FleetCluster(_Spec):
         "(default volcano): volcano renders Volcano Jobs and Queues; kueue renders batch/v1 Jobs "
         "labelled for a Kueue LocalQueue, with a ResourceFlavor per GPU type and a ClusterQueue "
         "(docs/pipelines.md, Kueue).")
+    kind: Literal["AttachedCluster", "Cluster"] | None = describe(
+        "Kind of the Kurator object that registers the cluster, as in Kurator's Fleet "
+        "(default AttachedCluster). The Kurator entry point names the Flux Kustomizations "
+        "Kurator makes for the cluster after it (README, Kurator).")
 
 
 class FleetPlacement(_Spec):
@@ -198,6 +202,9 @@ class FleetPlacement(_Spec):
         "the cluster(s) the previous out/placement.yaml gave it (default 0.05; 0 disables).")
 
 
+EntryPoint = Literal["argocd", "flux", "kurator"]
+
+
 class GitOps(_Spec):
     repoURL: str | None = describe(
         "Git repository that holds the compiled output, as Argo CD and Flux fetch it "
@@ -206,9 +213,16 @@ class GitOps(_Spec):
     path: str | None = describe(
         "Folder of the compiled output inside the repository (default: out).")
     secretName: SecretName | None = describe(
-        "Secret in flux-system with the credentials Flux clones a private repository with "
-        "(GitRepository secretRef: username and password, or identity and known_hosts). "
-        "Argo CD keeps repository credentials in its own repository Secrets.")
+        "Secret with the credentials Flux clones a private repository with (GitRepository "
+        "secretRef: username and password, or identity and known_hosts): in flux-system for "
+        "the Flux entry point, in the Fleet's namespace for the Kurator one. Argo CD keeps "
+        "repository credentials in its own repository Secrets.")
+    entryPoints: list[EntryPoint] | None = describe(
+        "The GitOps entry points rendered (default [argocd, flux]): argocd (argocd/, an "
+        "ApplicationSet), flux (flux/<cluster>/, a GitRepository and Kustomizations per "
+        "cluster), kurator (kurator/, a Kurator Application in the Fleet's namespace), any "
+        "combination. Each names every cluster folder in the order it must be applied.",
+        min_length=1, json_schema_extra={"uniqueItems": True})
 
 
 class AIGCConfig(_Spec):
@@ -233,7 +247,8 @@ class FleetSpec(_Spec):
     aigcConfig: AIGCConfig | None = describe("Relative weights of the AIGC workload classes.")
     scoreWeights: ScoreWeightsSpec | None = describe(
         "Weights of the four score terms; they need not sum to 1 (fleetc normalises them).")
-    gitops: GitOps | None = describe("Where Argo CD and Flux find the compiled output.")
+    gitops: GitOps | None = describe(
+        "Where Argo CD, Flux and Kurator find the compiled output, and which of them are rendered for.")
     gpuThroughput: dict[NonEmptyLabelValue, Annotated[float, Field(gt=0, le=1_000_000)]] | None = describe(
         "GPU type -> its relative throughput, e.g. {h100: 2.0, a100: 1.0}: a stage may then ask "
         "for resources.throughput instead of a GPU count, and gets ceil(throughput / the type's "

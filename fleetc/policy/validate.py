@@ -402,6 +402,8 @@ def _fleet_checks(fleet: Parsed[p.Fleet]) -> Iterator[Diagnostic]:
             yield from _node_above_cluster(doc, base, cluster)
     if spec.gitops:
         yield from _gitops_checks(doc, spec.gitops)
+        if "kurator" in (spec.gitops.entryPoints or ()):
+            yield from _kurator_name_checks(doc, spec.clusters)
     weights = spec.aigcConfig
     if weights and all(w == 0 for w in (weights.trainingWeight, weights.inferenceWeight,
                                         weights.finetuningWeight)):
@@ -411,6 +413,26 @@ def _fleet_checks(fleet: Parsed[p.Fleet]) -> Iterator[Diagnostic]:
     if score and all(getattr(score, f) == 0 for f in ("compute", "cost", "network", "energy")):
         yield doc.diagnostic(("spec", "scoreWeights"), "all score weights are 0",
                              hint="give at least one score term a positive weight")
+
+
+def _kurator_name_checks(doc: Document, clusters: Sequence[p.FleetCluster]) -> Iterator[Diagnostic]:
+    """Kurator cuts the names of the Kustomizations it makes to 63 characters
+    (:func:`fleetc.render.kurator.kustomization_name`): two long cluster names alike in their
+    first characters would share them, and one cluster would be delivered the other's folder."""
+    from fleetc.model import ATTACHED_CLUSTER
+    from fleetc.render.kurator import kustomization_names
+
+    first: dict[str, int] = {}
+    for i, cluster in enumerate(clusters):
+        for name in kustomization_names(cluster.name, cluster.kind or ATTACHED_CLUSTER).values():
+            j = first.setdefault(name, i)
+            if j != i and clusters[j].name != cluster.name:  # a duplicate name is reported as such
+                yield doc.diagnostic(("spec", "clusters", i, "name"),
+                                     f"cluster '{cluster.name}' and cluster '{clusters[j].name}' "
+                                     f"(spec.clusters[{j}]) would share the Kustomization '{name}' that "
+                                     "Kurator makes for the kurator entry point (it cuts names to 63 "
+                                     "characters)", hint="shorten one of the cluster names")
+                break
 
 
 def _is_label_value(text: str) -> bool:

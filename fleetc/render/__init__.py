@@ -10,7 +10,8 @@ that have no Kubernetes form, named by file and field, never silently dropped).
   ``clusters/<cluster>/<kind>-<namespace>-<name>.yaml`` for namespaced ones (kind in lower case),
   one object per file, for every cluster that runs at least one assignment, and
   ``clusters/<cluster>/kustomization.yaml`` listing them, sorted;
-* ``argocd/`` and ``flux/<cluster>/``: the GitOps entrypoints (:mod:`.gitops`);
+* ``argocd/``, ``flux/<cluster>/`` and ``kurator/``: the GitOps entrypoints the Fleet chose
+  (:mod:`.gitops`, :mod:`.kurator`);
 * ``.fleetc/render``: what each cluster's layers were rendered from and hold (:mod:`.record`),
   so a compile given ``reuse`` keeps the folders no change reaches.
 
@@ -59,6 +60,7 @@ from fleetc.render.gitops import (
 )
 from fleetc.render.gpu import cluster_gpu_warnings, device_plugin_config, gpu_warnings
 from fleetc.render.kueue import kueue_job, kueue_queues
+from fleetc.render.kurator import kurator_files
 from fleetc.render.order import order_warnings
 from fleetc.render.record import (
     RENDER_RECORD,
@@ -161,7 +163,7 @@ def _render(model: FleetModel, placement: Placement,
     parts: list[tuple[Callable[[], _Part], int]] = [
         (lambda: _Part({"placement.yaml": dump(placement_report(model, placement))}), whole),
         (lambda: _Part({}, locate(_warnings(ctx, work))), 2 * whole),
-        (lambda: _Part(gitops_files(model.gitops, ctx.fleet_source("spec.gitops"), [c.name for c in model.clusters])
+        (lambda: _Part(_entry_points(ctx)
                        | {path: text for c in kept for path, text in cluster_kustomization(c).items()}), 0),
     ]
     for cluster in rendering:
@@ -178,6 +180,16 @@ def _render(model: FleetModel, placement: Placement,
     files[RENDER_RECORD] = record_text(folders)
     return Rendered(dict(sorted(files.items())), tuple(sorted(set(warnings))),
                     Kept(tuple(sorted(kept)), reuse) if kept else None)
+
+
+def _entry_points(ctx: Context) -> dict[str, str]:
+    """The GitOps entry points the Fleet chose (``spec.gitops.entryPoints``)."""
+    model, source = ctx.model, ctx.fleet_source("spec.gitops")
+    chosen, clusters = model.delivery.entry_points, [c.name for c in model.clusters]
+    files = gitops_files(model.gitops, source, clusters, chosen)
+    if "kurator" in chosen:
+        files |= kurator_files(model.gitops, source, model.name, model.namespace, clusters, model.delivery)
+    return files
 
 
 #: About what one cluster's folder and one stage placed there add to the output, in bytes: the
@@ -208,7 +220,7 @@ def _warnings(ctx: Context, work: dict[str, Work]) -> tuple[Diagnostic, ...]:
     found += data_warnings(ctx, work)
     found += [w for stages in work.values() for w in stage_warnings(ctx, stages) + order_warnings(ctx, stages)]
     if work:
-        found += gitops_warnings(model.gitops, ctx.fleet_source("spec.gitops"))
+        found += gitops_warnings(model.gitops, ctx.fleet_source("spec.gitops"), model.delivery.entry_points)
     return tuple(sorted(set(found)))
 
 

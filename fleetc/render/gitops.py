@@ -42,6 +42,8 @@ never get past the dry run on a fresh cluster. So:
   ``spec.replicas`` of Deployments, which fleetc renders without it; Argo CD still ignores
   that field, so an Application last synced from an output that named a replica count does not
   remove the count the HPA set.
+* ``kurator/``: a Kurator Application whose sync policies are the Flux layers above
+  (:mod:`.kurator`). The Fleet's ``spec.gitops.entryPoints`` chooses which are rendered.
 
 Removing work and removing clusters. A cluster that runs nothing keeps its folder, with
 kustomizations that list nothing: both engines then prune what it ran. A cluster removed from
@@ -63,7 +65,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 from fleetc.errors import Diagnostic
-from fleetc.model import GitOps, Source
+from fleetc.model import DEFAULT_ENTRY_POINTS, GitOps, Source
 from fleetc.render.common import SYNC_WAVE, Obj, folder_files, metadata, warning
 from fleetc.render.yamlout import dump
 
@@ -98,7 +100,7 @@ def repository_folder(gitops: GitOps) -> str:
     return "" if folder == "." else folder
 
 
-def _in_repository(gitops: GitOps, path: str) -> str:
+def in_repository(gitops: GitOps, path: str) -> str:
     folder = repository_folder(gitops)
     return f"{folder}/{path}" if folder else path
 
@@ -131,7 +133,7 @@ def application_set(gitops: GitOps, source: Source, clusters: list[str]) -> Obj:
         "spec": {
             "project": "default",
             "source": {"repoURL": gitops.repo_url, "targetRevision": gitops.branch,
-                       "path": _in_repository(gitops, "clusters/{{.cluster}}")},
+                       "path": in_repository(gitops, "clusters/{{.cluster}}")},
             "destination": {"name": "{{.cluster}}"},
             "syncPolicy": {
                 "automated": {"prune": True, "selfHeal": True},
@@ -179,7 +181,7 @@ def flux_kustomization(gitops: GitOps, source: Source, name: str, path: str,
         "interval": APPLY_INTERVAL,
         "retryInterval": RETRY_INTERVAL,
         "sourceRef": {"kind": "GitRepository", "name": NAME},
-        "path": f"./{_in_repository(gitops, path)}",
+        "path": f"./{in_repository(gitops, path)}",
         "prune": True,
         "deletionPolicy": "Orphan",
     }
@@ -204,18 +206,26 @@ def flux_objects(gitops: GitOps, source: Source, cluster: str) -> list[Obj]:
     ]
 
 
-def gitops_files(gitops: GitOps, source: Source, clusters: list[str]) -> dict[str, str]:
-    """``argocd/`` and ``flux/<cluster>/`` for every cluster of the Fleet; their ``source`` is the
-    Fleet's ``spec.gitops``."""
-    files = folder_files("argocd", [application_set(gitops, source, clusters)])
-    for cluster in clusters:
+def gitops_files(gitops: GitOps, source: Source, clusters: list[str],
+                 entry_points: tuple[str, ...] = DEFAULT_ENTRY_POINTS) -> dict[str, str]:
+    """``argocd/`` and ``flux/<cluster>/`` for every cluster of the Fleet, those of the two that
+    ``entry_points`` names; their ``source`` is the Fleet's ``spec.gitops``."""
+    files = folder_files("argocd", [application_set(gitops, source, clusters)]) if "argocd" in entry_points else {}
+    for cluster in clusters if "flux" in entry_points else ():
         files |= folder_files(f"flux/{cluster}", flux_objects(gitops, source, cluster))
     return files
 
 
-def gitops_warnings(gitops: GitOps, source: Source) -> list[Diagnostic]:
-    """The placeholder repository left in ``source`` (the Fleet's ``spec.gitops``)."""
+#: How messages name each entry point.
+ENGINES = {"argocd": "Argo CD", "flux": "Flux", "kurator": "Kurator"}
+
+
+def gitops_warnings(gitops: GitOps, source: Source,
+                    entry_points: tuple[str, ...] = DEFAULT_ENTRY_POINTS) -> list[Diagnostic]:
+    """The placeholder repository left in ``source`` (the Fleet's ``spec.gitops``), which the
+    rendered ``entry_points`` would read."""
     if gitops.repo_url != GitOps().repo_url:
         return []
-    return [warning(source, "spec.gitops.repoURL",
-                    f"not set: Argo CD and Flux would read the placeholder {gitops.repo_url}")]
+    engines = [ENGINES[e] for e in entry_points]
+    readers = " and ".join([", ".join(engines[:-1]), engines[-1]] if len(engines) > 1 else engines)
+    return [warning(source, "spec.gitops.repoURL", f"not set: {readers} would read the placeholder {gitops.repo_url}")]

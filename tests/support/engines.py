@@ -26,6 +26,9 @@ after:
   ``ssa/manager_apply.go`` ``ApplyAllStaged``, ``ssa/utils/is.go``), then what left the
   inventory pruned (``prune: true``). A Kustomization runs only once every one it
   ``dependsOn`` is Ready; a missing path fails it and leaves everything as it was;
+* Kurator's fleet manager (:func:`kurator_kustomizations`): a Kurator ``Application`` becomes,
+  per sync policy and per member cluster its destination selects, a Flux Kustomization that
+  applies the policy's path to that member; Flux then reconciles those as above;
 * Argo CD's gitops-engine (:func:`argo_sync`): a client-side dry run (no admission), then
   wave by wave (``argocd.argoproj.io/sync-wave``, default 0), in each wave the prunes first,
   then the applies ordered by kind (``kindOrder``, unknown kinds last) and name
@@ -296,6 +299,8 @@ def _dependency_order(kustomizations: list[Obj]) -> list[Obj]:
     def visit(name: str, seen: tuple[str, ...]) -> None:
         if name in seen:
             raise AssertionError(f"dependsOn cycle: {' -> '.join((*seen, name))}")
+        if name not in by_name:
+            return  # a missing dependency is never Ready: flux_reconcile says so
         kustomization = by_name[name]
         if kustomization in done:
             return
@@ -306,6 +311,60 @@ def _dependency_order(kustomizations: list[Obj]) -> list[Obj]:
     for name in sorted(by_name):
         visit(name, ())
     return done
+
+
+# --------------------------------------------------------------------------- Kurator
+#: The label Kurator's fleet manager puts on every cluster object of a Fleet (kurator-dev/kurator
+#: v0.6.0 ``pkg/fleet-manager/fleet.go`` ``FleetLabel``, set in ``clusters.go``).
+KURATOR_FLEET_LABEL = "fleet.kurator.dev/fleet-name"
+#: What of a sync policy's ``kustomization`` Kurator copies into the Flux Kustomization it makes.
+_KURATOR_COPIED = ("dependsOn", "interval", "retryInterval", "path", "prune", "patches", "images",
+                   "suspend", "targetNamespace", "timeout", "force", "components", "commonMetadata")
+
+
+@dataclass(frozen=True)
+class Member:
+    """A cluster object (``AttachedCluster`` or ``Cluster``) a Kurator Fleet lists."""
+
+    name: str
+    kind: str
+    labels: Mapping[str, str]
+
+
+def kurator_kustomizations(application: Obj, members: list[Member]) -> list[Obj]:
+    """The Flux Kustomizations Kurator's fleet manager makes for ``application``, ported from
+    kurator-dev/kurator v0.6.0 ``pkg/fleet-manager/application/helper.go``: per sync policy
+    (named, or ``<application>-<index>``: ``generatePolicyName``) and per member its
+    destination's ``clusterSelector.matchLabels`` selects (every key present with an equal
+    value, no selector selects all: ``doLabelsMatchSelector``), a Kustomization named
+    ``<policy>-<kind>-<cluster>`` in lower case cut to 63 characters
+    (``generatePolicyResourceName``), in the Application's namespace, with the policy's fields
+    copied (``syncKustomizationForCluster``), its source the Application's GitRepository and its
+    target the member's kubeconfig Secret (here: named after the member). Helm policies and
+    rollouts are not modelled: fleetc renders none."""
+    meta, spec = application["metadata"], application["spec"]
+    made = []
+    for index, policy in enumerate(spec["syncPolicies"]):
+        name = policy.get("name") or f"{meta['name']}-{index}"
+        destination = policy.get("destination") or spec["destination"]
+        selector = (destination.get("clusterSelector") or {}).get("matchLabels") or {}
+        for member in members:
+            if any(member.labels.get(label) != value for label, value in selector.items()):
+                continue
+            fields = {f: policy["kustomization"][f] for f in _KURATOR_COPIED if f in policy["kustomization"]}
+            made.append({
+                "apiVersion": "kustomize.toolkit.fluxcd.io/v1beta2", "kind": "Kustomization",
+                "metadata": {"name": f"{name}-{member.kind}-{member.name}".lower()[:63],
+                             "namespace": meta["namespace"], "labels": {"apps.kurator.dev/app-name": meta["name"]}},
+                "spec": {**fields, "kubeConfig": {"secretRef": {"name": member.name}},
+                         "sourceRef": {"kind": "GitRepository", "name": meta["name"]}},
+            })
+    return made
+
+
+def kurator_targets(kustomizations: list[Obj], member: str) -> list[Obj]:
+    """The Kustomizations that apply to ``member`` (through its kubeconfig Secret)."""
+    return [k for k in kustomizations if k["spec"]["kubeConfig"]["secretRef"]["name"] == member]
 
 
 # --------------------------------------------------------------------------- Argo CD

@@ -7,7 +7,8 @@ rendered fleet validates in milliseconds, and CRD kinds (Volcano, Argo CD, Flux,
 are checked against their upstream ``openAPIV3Schema`` made strict like
 ``kubeconform -strict``.  Everything is offline: core schemas are the JSON files bundled
 inside ``kubernetes_validate`` (Kubernetes 1.33.0, ``-local-strict``), CRDs come from
-``../shared/upstream-schemas/crds`` (or ``$FLEETC_UPSTREAM_SCHEMAS/crds``).
+``../shared/upstream-schemas/crds`` (or ``$FLEETC_UPSTREAM_SCHEMAS/crds``) and
+``tests/fixtures/crds`` (Kurator's Application).
 
 A test must never pass an object it cannot check, so an unknown (apiVersion, kind)
 is an error, not a silent success.
@@ -62,6 +63,11 @@ _KUSTOMIZATION_FIELDS = frozenset({
     "configurations", "generators", "transformers", "validators", "buildMetadata",
 })
 _KUSTOMIZE_API = "kustomize.config.k8s.io/"
+
+
+#: CRDs the shared folder does not hold, from their upstream repositories at a named release
+#: (``tests/fixtures/crds/README.md``); the shared folder's take precedence for the same kind.
+FIXTURE_CRDS = Path(__file__).resolve().parents[1] / "fixtures" / "crds"
 
 
 # --------------------------------------------------------------------------- locating
@@ -187,10 +193,9 @@ def _load_crd_file(path: Path) -> list[Any]:
 def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
     """Map (apiVersion, kind) -> strict openAPIV3Schema for every served version of every CRD."""
     folder = upstream_schemas_dir()
-    if folder is None:
-        return {}
+    shared = sorted((folder / "crds").glob("*.yaml")) if folder is not None else []
     schemas: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in sorted((folder / "crds").glob("*.yaml")):
+    for path in [*sorted(FIXTURE_CRDS.glob("*.yaml")), *shared]:
         for crd in _load_crd_file(path):
             if not crd or crd.get("kind") != "CustomResourceDefinition":
                 continue

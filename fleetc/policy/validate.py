@@ -682,10 +682,16 @@ def _amount(convert: Callable[[Any], int], value: Any) -> int:
 
 
 #: Namespaces a pipeline may not run in: Kubernetes' own, and those of the controllers fleetc's
-#: output relies on (Argo CD, Flux, Volcano, Fluid, the NVIDIA GPU operator). fleetc labels a
-#: pipeline's namespace as its own and, under data sovereignty, denies egress to every pod in it.
+#: output is rendered for or relies on (Argo CD, Flux, Volcano, Kueue, Fluid, Kurator, the NVIDIA
+#: GPU operator, cert-manager, which Kueue's and Volcano's webhooks take their certificates from).
+#: fleetc labels a pipeline's namespace as its own and, under data sovereignty, denies egress to
+#: every pod in it: in one of these it would cut a controller off the API server. ``default`` is
+#: reserved too: it is where every object without a namespace lands, so it is nobody's own (a
+#: pipeline without ``metadata.namespace`` runs in one named after it, never in ``default``).
 RESERVED_NAMESPACES = ("default", "argocd", "flux-system", "volcano-system", "volcano-monitoring",
-                       "fluid-system", "gpu-operator", "gpu-operator-resources", "nvidia-gpu-operator")
+                       "kueue-system", "fluid-system", "kurator-system", "cert-manager", "gpu-operator",
+                       "gpu-operator-resources", "nvidia-gpu-operator")
+#: Kubernetes' own: kube-system, kube-public, kube-node-lease and any it adds.
 RESERVED_NAMESPACE_PREFIX = "kube-"
 
 
@@ -864,7 +870,7 @@ def _storage_secret_checks(policies: PolicySet) -> Iterator[Diagnostic]:
     for pipeline in sorted(policies.pipelines, key=lambda pl: pl.doc.path):
         doc, stages = pipeline.doc, pipeline.obj.spec.stages
         outputs: dict[tuple[str, str], str] | None = None  # made for the first input naming a Secret
-        namespace = pipeline.obj.metadata.namespace or "default"
+        namespace = pipeline_namespace(pipeline.obj)  # where its Datasets are rendered
         for i, stage in enumerate(stages):
             named_here: list[tuple[str, int, str | None, str]] = []
             for j, source in enumerate(stage.inputs or ()):

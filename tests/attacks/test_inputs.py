@@ -1,0 +1,151 @@
+"""Issue 27's attacks on fleetc's inputs: the policies, the scenario settings, the command line
+and what reaches the terminal. Owner: the input side (other owners keep their own files here).
+
+Every attack is one row of :data:`ATTACKS`: a name, the promise it checks (README and issue 27),
+what it changes in a copy of the bundled policies, the command line, and what must come out.
+Each runs the real program in a subprocess, so what a user sees is what is asserted: no
+traceback, never exit 3, and the message the promise names. Attacks that need more than one
+command line, or look at what was rendered, are the test functions below the table.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: The promises the attacks check, by the name each row gives.
+PROMISES = {
+    "reserved-namespace": "a controller's or Kubernetes' own namespace is never a pipeline's",
+    "secret-per-url": "one URL is mounted with one Secret in the namespace the pipeline renders into",
+    "nothing-dropped": "no file under a policy path is silently ignored",
+    "no-exit-3": "bad user input is a clear error (exit 1 or 2), never an internal error",
+    "clean-terminal": "no user text forges a workflow command or reaches the terminal as a control",
+    "yaml-1.2": "a policy reads as YAML 1.2 whatever its directives say",
+    "scenario-bounds": "a scenario reads only small files inside the repository and never echoes them",
+    "label-value": "a policy value rendered as a label value is validated as one",
+    "no-secret-echo": "a suspected credential is never rendered, and never echoed by a message",
+}
+
+
+def fleetc(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m fleetc ARGS`` in ``cwd``, never a traceback nor an internal error."""
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    environment.pop("FLEETC_DEBUG", None)
+    environment.pop("GITHUB_STEP_SUMMARY", None)
+    result = subprocess.run([sys.executable, "-m", "fleetc", *args], cwd=cwd, env=environment,
+                            capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "internal error" not in result.stderr, result.stderr
+    assert result.returncode != 3, result.stderr
+    return result
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+
+
+PIPELINE = "policies/customer-service-pipeline.yaml"
+TRAINING = "policies/llm-training-pipeline.yaml"
+FLEET = "policies/fleet.yaml"
+
+
+def namespace(name: str) -> Callable[[Path], None]:
+    def setup(project: Path) -> None:
+        edit(project / PIPELINE, "namespace: aigc-cs", f"namespace: {name}")
+    return setup
+
+
+def unnamespaced(name: str) -> Callable[[Path], None]:
+    def setup(project: Path) -> None:
+        edit(project / PIPELINE, "  name: customer-service-assistant\n  namespace: aigc-cs\n", f"  name: {name}\n")
+    return setup
+
+
+@dataclass(frozen=True)
+class Attack:
+    name: str
+    promise: str
+    setup: Callable[[Path], None]
+    args: tuple[str, ...] = ("validate",)
+    exit: int = 1
+    #: Each must be in stderr (a regular expression).
+    says: tuple[str, ...] = ()
+    #: None may be in stdout or stderr.
+    never: tuple[str, ...] = field(default=())
+
+
+ATTACKS: list[Attack] = [
+    *(Attack(f"namespace {ns}", "reserved-namespace", namespace(ns),
+             says=(rf"{PIPELINE}:7:14: error: metadata.namespace: namespace '{ns}' is reserved",
+                   r"hint: give the pipeline a namespace of its own"))
+      for ns in ("kueue-system", "kurator-system", "cert-manager", "volcano-system", "fluid-system",
+                 "gpu-operator", "flux-system", "argocd", "kube-system", "kube-public", "kube-node-lease",
+                 "default")),
+    Attack("a pipeline named kueue-system without a namespace", "reserved-namespace", unnamespaced("kueue-system"),
+           says=(rf"{PIPELINE}:6:9: error: metadata.name: namespace 'kueue-system' \(the pipeline's name",)),
+]
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A working folder holding a copy of the bundled policies and scenarios, in a git repository."""
+    shutil.copytree(ROOT / "policies", tmp_path / "policies")
+    shutil.copytree(ROOT / "scenarios", tmp_path / "scenarios")
+    return tmp_path
+
+
+def test_every_attack_names_a_known_promise() -> None:
+    assert {a.promise for a in ATTACKS} <= set(PROMISES)
+    assert len({a.name for a in ATTACKS}) == len(ATTACKS)
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
+def test_attack(attack: Attack, project: Path) -> None:
+    attack.setup(project)
+    result = fleetc(project, *attack.args)
+    assert result.returncode == attack.exit, result.stderr
+    for pattern in attack.says:
+        assert re.search(pattern, result.stderr), f"{pattern!r} not in:\n{result.stderr}"
+    for text in attack.never:
+        assert text not in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+# --- promise secret-per-url: keyed by the namespace a pipeline renders into -------------------
+
+
+def test_two_pipelines_without_namespace_may_name_one_url_with_two_secrets(project: Path) -> None:
+    """Before: both were keyed 'default', a false refusal: they render into two namespaces."""
+    unnamespaced("assistant-a")(project)
+    second = (project / PIPELINE).read_text(encoding="utf-8").replace("name: assistant-a\n", "name: assistant-b\n", 1)
+    (project / "policies" / "second.yaml").write_text(second.replace("secretName: cos-credentials",
+                                                                     "secretName: other-credentials"),
+                                                      encoding="utf-8")
+    result = fleetc(project, "validate")
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_pipeline_without_namespace_is_keyed_by_the_one_it_renders_into(project: Path) -> None:
+    """Before: the pipeline without a namespace was keyed 'default', so another pipeline in the
+    namespace it renders into named the same URL with another Secret unseen (one Dataset)."""
+    unnamespaced("shared")(project)
+    second = (project / PIPELINE).read_text(encoding="utf-8").replace(
+        "  name: shared\n", "  name: assistant-b\n  namespace: shared\n", 1)
+    (project / "policies" / "second.yaml").write_text(second.replace("secretName: cos-credentials",
+                                                                     "secretName: other-credentials"),
+                                                      encoding="utf-8")
+    result = fleetc(project, "validate")
+    assert result.returncode == 1
+    assert re.search(r"is read in namespace shared with Secret 'cos-credentials' \(policies/customer-service",
+                     result.stderr), result.stderr

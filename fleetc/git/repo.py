@@ -445,8 +445,12 @@ def tracked_gone(root: Path, folder: str) -> list[str]:
 
 
 def _commit(repo: Repo, ref: str) -> Commit:
+    """The commit ``ref`` names, resolved by git itself: gitpython's own reader of revisions knows
+    a part of git's syntax and raises what it does not (``@{-1}``, ``HEAD@{1.year.ago}``), and
+    ``--end-of-options`` keeps a ref that starts with ``-`` from reading as an option."""
     try:
-        commit = repo.commit(ref)
+        sha = repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
+        commit = repo.commit(sha)
         commit.tree  # noqa: B018 - read now: in a shallow clone the commit may name a missing parent
         return commit
     except (BadName, BadObject, ValueError, GitCommandError):

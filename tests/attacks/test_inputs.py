@@ -149,3 +149,30 @@ def test_a_pipeline_without_namespace_is_keyed_by_the_one_it_renders_into(projec
     assert result.returncode == 1
     assert re.search(r"is read in namespace shared with Secret 'cos-credentials' \(policies/customer-service",
                      result.stderr), result.stderr
+
+
+# --- promise no-exit-3: git revisions gitpython cannot read -------------------------------------
+
+
+def commit_all(project: Path) -> None:
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.email=a@example.com", "-c", "user.name=a", *args], cwd=project,
+                       check=True, capture_output=True)
+    git("init", "-q", "-b", "main")
+    git("add", "-A")
+    git("commit", "-q", "-m", "policies")
+
+
+@pytest.mark.parametrize("ref, exit_code", [("@{-1}", 2), ("HEAD@{1.year.ago}", 0), ("-x", 2)])
+@pytest.mark.parametrize("command", [("diff",), ("compile", "--check")])
+def test_a_revision_in_any_git_syntax_is_read_by_git(project: Path, ref: str, exit_code: int,
+                                                     command: tuple[str, ...]) -> None:
+    """Before: gitpython's reader of revisions raised IndexError or NotImplementedError: exit 3."""
+    commit_all(project)
+    fleetc(project, "compile")
+    result = fleetc(project, *command, "--base", ref)
+    if exit_code == 2:
+        assert result.returncode == 2
+        assert f"error: {ref}: unknown revision" in result.stderr
+    else:
+        assert result.returncode == 0, result.stderr

@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 import operator
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -264,8 +265,18 @@ def what_if_fleet(scenario: Scenario, options: Options) -> WhatIf:
 
 
 def _check_pipelines(scenario: Scenario, options: Options) -> None:
+    """Each ``pipeline=FILE`` names a file inside the working folder (the repository): a scenario
+    comes with a pull request, and its report is posted where anyone reads it, so it may not
+    read a file the repository does not hold (``/etc/passwd``, ``../../secrets.yaml``, or a
+    link out). The file is then read as a policy file (bounded in size, never echoed whole)."""
     settings = [s for s in scenario.settings if s.startswith("pipeline=")]  # in the order of its pipelines
+    base = os.path.realpath(options.workdir)
     for setting, path in zip(settings, scenario.pipelines, strict=True):
+        real = os.path.realpath(options.workdir / path)
+        if Path(path).is_absolute() or os.path.commonpath([base, real]) != base:
+            raise UsageError(f"{scenario.named(setting)}: outside the working folder (the repository)\n"
+                             "  hint: name a policy file in the repository, relative to the working folder "
+                             "(or, in a scenario file, to its folder)")
         if not (options.workdir / path).is_file():
             raise UsageError(f"{scenario.named(setting)}: no such file\n"
                              "  hint: name a policy file with the AIGCPipeline(s) to add")

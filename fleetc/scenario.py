@@ -30,11 +30,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetc.errors import PolicyError, UsageError, did_you_mean
+from fleetc.errors import Diagnostic, PolicyError, UsageError, did_you_mean
 from fleetc.policy import kinds as p
-from fleetc.policy.load import Document, discover, display_path
-from fleetc.policy.load import parse as parse_documents
-from fleetc.policy.validate import Parsed, PolicySet
+from fleetc.policy.load import Document, discover, display_path, load_sources, read_source
+from fleetc.policy.validate import MAX_GPU_COUNT, Parsed, PolicySet
 
 SETTINGS = ("drain=CLUSTER", "gpus=CLUSTER[:TYPE]=N", "price=CLUSTER=X", "pipeline=FILE")
 _GPUS = re.compile(r"([^:=]+)(?::([^:=]+))?=([^=]*)")  # each used with fullmatch
@@ -106,6 +105,9 @@ def _gpu_change(named: str, value: str) -> GPUChange:
     cluster, gpu_type, count = match.groups()
     if not (count.isascii() and count.isdigit()):
         raise _fail(named, f"expected a whole number of GPUs, got {count!r}", "for example gpus=gpu-east=16")
+    if len(count.lstrip("0")) > len(str(MAX_GPU_COUNT)) or int(count) > MAX_GPU_COUNT:
+        raise _fail(named, f"expected at most {MAX_GPU_COUNT} GPUs (a Fleet's gpu-count), got {count[:20]}"
+                           f"{'...' if len(count) > 20 else ''}", "for example gpus=gpu-east=16")
     if gpu_type is not None and not _GPU_TYPE.fullmatch(gpu_type):
         raise _fail(named, f"{gpu_type!r} is not a GPU type", "a Kubernetes label value such as a100 or h100")
     return GPUChange(cluster, gpu_type.lower() if gpu_type else None, int(count))
@@ -143,13 +145,13 @@ def read_file(path: Path, shown: str) -> Scenario:
 
 def _document(path: Path, shown: str) -> Document:
     """The one YAML document of a file under a scenario path (a usage error otherwise)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise UsageError(f"--scenario {shown}: cannot read it: {err}") from err
-    documents, problems = parse_documents(text, shown)
-    if problems:  # not YAML: reported as a policy file's would be
-        raise PolicyError(problems)
+    source = read_source(path, shown)  # as a policy file is read: a regular file, bounded in size
+    if isinstance(source, Diagnostic):
+        raise PolicyError([source])
+    loaded = load_sources([source])
+    if loaded.diagnostics:  # not YAML: reported as a policy file's would be
+        raise PolicyError(loaded.diagnostics)
+    documents = loaded.documents
     if len(documents) != 1:
         raise UsageError(f"--scenario {shown}: expected one YAML document 'whatIf:' with a list of settings, "
                          f"got {len(documents)} documents\n"

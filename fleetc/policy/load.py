@@ -286,15 +286,24 @@ def load_files(files: Iterable[Path], workdir: Path = Path(".")) -> LoadResult:
     sources: list[tuple[str, bytes]] = []
     refused: list[Diagnostic] = []
     for path in files:
-        display = display_path(path, workdir)
-        try:
-            sources.append((display, _read_bounded(path)))
-        except _Refused as problem:
-            refused.append(problem.diagnostic(display))
-        except OSError as err:
-            refused.append(Diagnostic(display, 0, 0, "", f"cannot read file: {err.strerror or err}"))
+        source = read_source(path, display_path(path, workdir))
+        if isinstance(source, Diagnostic):
+            refused.append(source)
+        else:
+            sources.append(source)
     loaded = load_sources(sources)
     return LoadResult(loaded.documents, (*refused, *loaded.diagnostics))
+
+
+def read_source(path: Path, display: str) -> tuple[str, bytes] | Diagnostic:
+    """``(display, bytes)`` of the file ``path`` as :func:`load_files` reads it (a regular file,
+    at most :data:`MAX_FILE_BYTES`), or the problem that refuses it."""
+    try:
+        return display, _read_bounded(path)
+    except _Refused as problem:
+        return problem.diagnostic(display)
+    except OSError as err:
+        return Diagnostic(display, 0, 0, "", f"cannot read file: {err.strerror or err}")
 
 
 def load_paths(paths: Sequence[str], workdir: Path = Path(".")) -> LoadResult:

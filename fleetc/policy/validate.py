@@ -176,8 +176,10 @@ def _check_document(doc: Document, *, finite: bool) -> tuple[p.PolicyObject | No
     """Schema and model check of one document; ``finite``: it holds no NaN nor infinity."""
     data = doc.data
     if not isinstance(data, dict):
+        # A string is not shown: a document of one string may be a whole file's text (a file
+        # that is no policy, named by pipeline=FILE or planted under a policy folder).
         return None, [doc.diagnostic((), f"expected a policy object (a mapping), got "
-                                         f"{_describe(data)}")]
+                                         f"{'a string' if isinstance(data, str) else _describe(data)}")]
     kind_problem = _check_kind(doc, data)
     if kind_problem:
         return None, [kind_problem]

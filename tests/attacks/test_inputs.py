@@ -98,6 +98,52 @@ ATTACKS: list[Attack] = [
 ]
 
 
+def write(name: str, text: str) -> Callable[[Path], None]:
+    def setup(project: Path) -> None:
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text, encoding="utf-8")
+    return setup
+
+
+def nothing(project: Path) -> None:
+    """The bundled policies as they are."""
+
+
+BIG = 5 * 1024 * 1024
+HUAWEI = "gpu-cluster-huawei"
+
+ATTACKS += [
+    Attack("gpus=C=2^63", "no-exit-3", nothing, ("diff", "--what-if", f"gpus={HUAWEI}={2**63}"), exit=2,
+           says=(rf"--what-if gpus={HUAWEI}={2**63}: expected at most 1000000 GPUs",)),
+    Attack("gpus= with 5000 digits", "no-exit-3", nothing, ("diff", "--what-if", f"gpus={HUAWEI}={'9' * 5000}"),
+           exit=2, says=(r"expected at most 1000000 GPUs",)),
+    Attack("gpus= above the Fleet's maximum", "scenario-bounds", nothing,
+           ("diff", "--what-if", f"gpus={HUAWEI}=1000008"), exit=2,
+           says=(rf"gpus={HUAWEI}=1000008: expected at most 1000000 GPUs \(a Fleet's gpu-count\)",)),
+    Attack("pipeline= an absolute path", "scenario-bounds", nothing, ("diff", "--what-if", "pipeline=/etc/passwd"),
+           exit=2, says=(r"--what-if pipeline=/etc/passwd: outside the working folder",), never=("root:",)),
+    Attack("pipeline= a path out of the repository", "scenario-bounds", write("../outside.yaml", "name: leaked\n"),
+           ("diff", "--what-if", "pipeline=../outside.yaml"), exit=2,
+           says=(r"pipeline=../outside.yaml: outside the working folder",), never=("leaked",)),
+    Attack("pipeline= in a scenario file, out of the repository", "scenario-bounds",
+           write("scenarios/steal.yaml", "whatIf: [pipeline=../../../../../../etc/passwd]\n"),
+           ("diff", "--scenario", "scenarios/steal.yaml"), exit=2,
+           says=(r"scenarios/steal.yaml:1:10: whatIf\[0\]: pipeline=.*: outside the working folder",),
+           never=("root:",)),
+    Attack("pipeline= a file that is no policy is not echoed", "scenario-bounds",
+           write("notes.yaml", "the db password is TOPSECRET and more text\n"),
+           ("diff", "--what-if", "pipeline=notes.yaml"), exit=1,
+           says=(r"notes.yaml:1:1: error: expected a policy object \(a mapping\), got a string",),
+           never=("TOPSECRET",)),
+    Attack("pipeline= a file of 5 MB", "scenario-bounds", write("big.yaml", "#" * BIG + "\n"),
+           ("diff", "--what-if", "pipeline=big.yaml"), exit=1,
+           says=(r"big.yaml: error: file is \d+ bytes; the limit",)),
+    Attack("a scenario file of 5 MB", "scenario-bounds", write("scenarios/big.yaml", "whatIf: [drain=x]\n" + "#" * BIG),
+           ("diff", "--scenario", "scenarios/big.yaml"), exit=1,
+           says=(r"scenarios/big.yaml: error: file is \d+ bytes; the limit",)),
+]
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A working folder holding a copy of the bundled policies and scenarios, in a git repository."""

@@ -489,6 +489,8 @@ def _parse(text: str, display: str, fast: _Read | None) -> tuple[list[Document],
     yaml = YAML(typ="safe", pure=True)
     try:
         nodes, written = _compose(text, yaml)
+    except _OtherVersion as err:
+        return [], [_version_diagnostic(err, text, display)]
     except MarkedYAMLError as err:
         return [], [_syntax_diagnostic(err, display)]
     except ReaderError as err:
@@ -539,6 +541,7 @@ def yaml_documents(text: str) -> list[Any]:
             return stream.documents
         if fastcompose.deeper_than(text, MAX_DEPTH):
             raise RecursionError(f"nesting is deeper than {MAX_DEPTH} levels")
+        yaml.Composer = _Yaml12Composer
         return list(yaml.load_all(text))
 
 
@@ -563,7 +566,25 @@ def _compose(text: str, yaml: YAML) -> tuple[list[Node], WrittenTags]:
     return list(yaml.compose_all(text)), yaml.composer.written
 
 
-class _TagNotingComposer(Composer):
+class _OtherVersion(MarkedYAMLError):
+    """A ``%YAML`` directive for another version than 1.2."""
+
+
+class _Yaml12Composer(Composer):
+    """ruamel's composer, refusing a ``%YAML`` directive for any version but 1.2: ruamel reads
+    the document after ``%YAML 1.1`` by YAML 1.1's rules (``010`` is 8, ``yes`` is true,
+    ``1:30`` is 90), which no reviewer of the file expects and the fast paths, which decline
+    every directive, would never give."""
+
+    def compose_document(self: Any) -> Any:
+        event = self.parser.peek_event()
+        version = getattr(event, "version", None)
+        if version is not None and tuple(version) != (1, 2):
+            raise _OtherVersion(problem=f"%YAML {'.'.join(map(str, version))}", problem_mark=event.start_mark)
+        return super().compose_document()
+
+
+class _TagNotingComposer(_Yaml12Composer):
     """ruamel's composer, noting every node whose tag is written in the file.
 
     A node does not say whether its tag was written: ``!!str 5`` composes to the node ``'5'``
@@ -747,6 +768,15 @@ def _character_diagnostic(err: ReaderError, text: str, display: str) -> Diagnost
     return Diagnostic(display, line, column, "",
                       f"invalid YAML: control character U+{code:04X} is not allowed",
                       hint="remove it; policy files are plain text")
+
+
+def _version_diagnostic(err: _OtherVersion, text: str, display: str) -> Diagnostic:
+    """The ``%YAML`` line before the document ``err`` refuses (its mark is the document's start)."""
+    lines = text.split("\n")[:(err.problem_mark.line if err.problem_mark else 0) + 1]
+    line = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith("%YAML")), len(lines) - 1)
+    return Diagnostic(display, line + 1, 1, "", f"{err.problem}: fleetc reads YAML 1.2 only (YAML 1.1 reads "
+                                                "010 as 8 and yes as true)",
+                      hint="remove the %YAML line (or write %YAML 1.2)")
 
 
 def _syntax_diagnostic(err: MarkedYAMLError, display: str) -> Diagnostic:

@@ -144,6 +144,21 @@ ATTACKS += [
 ]
 
 
+def yaml_11(project: Path) -> None:
+    """``%YAML 1.1`` makes ``gpu: 010`` (ten GPUs in YAML 1.2) eight."""
+    path = project / TRAINING
+    path.write_text("%YAML 1.1\n---\n" + path.read_text(encoding="utf-8").replace("      gpu: 8\n", "      gpu: 010\n"),
+                    encoding="utf-8")
+
+
+ATTACKS += [
+    Attack("%YAML 1.1", "yaml-1.2", yaml_11,
+           says=(rf"{TRAINING}:1:1: error: %YAML 1.1: fleetc reads YAML 1.2 only",
+                 r"hint: remove the %YAML line")),
+    Attack("%YAML 1.1 in a compile", "yaml-1.2", yaml_11, ("compile",), says=(r"%YAML 1.1: fleetc reads YAML 1.2",)),
+]
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A working folder holding a copy of the bundled policies and scenarios, in a git repository."""
@@ -222,3 +237,30 @@ def test_a_revision_in_any_git_syntax_is_read_by_git(project: Path, ref: str, ex
         assert f"error: {ref}: unknown revision" in result.stderr
     else:
         assert result.returncode == 0, result.stderr
+
+
+# --- promise yaml-1.2: every reader of YAML -------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["%YAML 1.1\n---\na: 010\n", "a: 1\n---\nb: 2\n...\n%YAML 1.1\n---\na: 010\n",
+                                  "%YAML 1.1\n--- {a: 010}\n"])
+def test_no_reader_takes_yaml_11(text: str) -> None:
+    """Policy files from disk and from git (load_sources), and placement.yaml (yaml_documents):
+    before, each read a: 8."""
+    from ruamel.yaml.error import YAMLError
+
+    from fleetc.policy.load import load_sources, yaml_documents
+
+    loaded = load_sources([("f.yaml", text.encode())])
+    assert not loaded.documents
+    assert [d.message for d in loaded.diagnostics] == [
+        "%YAML 1.1: fleetc reads YAML 1.2 only (YAML 1.1 reads 010 as 8 and yes as true)"]
+    with pytest.raises(YAMLError):
+        yaml_documents(text)
+
+
+def test_yaml_12_directive_reads_as_without() -> None:
+    from fleetc.policy.load import load_sources, yaml_documents
+
+    assert [d.data for d in load_sources([("f.yaml", b"%YAML 1.2\n---\na: 010\n")]).documents] == [{"a": 10}]
+    assert yaml_documents("%YAML 1.2\n---\na: 010\n") == [{"a": 10}]

@@ -22,7 +22,7 @@ from fleetc.errors import Diagnostic, did_you_mean
 from fleetc.model import STORAGE_CREDENTIAL_KEYS, gpus_for_throughput, url_scheme
 from fleetc.nodefit import default_gpus_per_node
 from fleetc.policy import kinds as p
-from fleetc.policy.credentials import credential_checks
+from fleetc.policy.credentials import credential_checks, looks_like
 from fleetc.policy.load import Document, FieldPath, gc_paused, scan
 from fleetc.policy.quantity import cpu_millis, memory_bytes, parse_percentage
 from fleetc.policy.schemas import schema_for
@@ -238,8 +238,11 @@ _TYPE_NAMES = {
 
 
 def _describe(value: Any) -> str:
-    """How a value reads in a message: strings quoted, containers by their kind."""
+    """How a value reads in a message: strings quoted, unless shaped like a credential (never
+    shown: a message reaches CI logs), containers by their kind."""
     if isinstance(value, str):
+        if what := looks_like(value):
+            return f"a value that looks like a credential ({what}; not shown)"
         return repr(value) if len(value) <= 60 else repr(value[:57] + "...")
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -167,22 +167,6 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_every_attack_names_a_known_promise() -> None:
-    assert {a.promise for a in ATTACKS} <= set(PROMISES)
-    assert len({a.name for a in ATTACKS}) == len(ATTACKS)
-
-
-@pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
-def test_attack(attack: Attack, project: Path) -> None:
-    attack.setup(project)
-    result = fleetc(project, *attack.args)
-    assert result.returncode == attack.exit, result.stderr
-    for pattern in attack.says:
-        assert re.search(pattern, result.stderr), f"{pattern!r} not in:\n{result.stderr}"
-    for text in attack.never:
-        assert text not in result.stdout + result.stderr, result.stdout + result.stderr
-
-
 # --- promise secret-per-url: keyed by the namespace a pipeline renders into -------------------
 
 
@@ -264,3 +248,127 @@ def test_yaml_12_directive_reads_as_without() -> None:
 
     assert [d.data for d in load_sources([("f.yaml", b"%YAML 1.2\n---\na: 010\n")]).documents] == [{"a": 10}]
     assert yaml_documents("%YAML 1.2\n---\na: 010\n") == [{"a": 10}]
+
+
+# --- promise no-secret-echo: every common token format is refused, and never printed ------------
+
+#: One made-up token of each format the credential patterns know, with the kind they name.
+TOKENS = {
+    "hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ01234567": "a Hugging Face token",
+    "sk-" + "aB3dE" * 10: "an OpenAI API key",
+    "sk-proj-" + "aB3_-x" * 10: "an OpenAI API key",
+    "sk-ant-api03-" + "A1b_" * 10: "an Anthropic API key",
+    "WANDB_API_KEY " + "0123456789abcdef" * 2 + "01234567": "a Weights & Biases API key",
+    "ghp_" + "A1b2C3d4" * 5: "a GitHub token",
+    "gho_" + "A1b2C3d4" * 5: "a GitHub token",
+    "ghs_" + "A1b2C3d4" * 5: "a GitHub token",
+    "github_pat_" + "A1b2C3d4" * 4: "a GitHub token",
+    "glpat-" + "abcdEFGH1234_-abcdEF": "a GitLab token",
+    "xoxb-" + "1234567890-abcdef": "a Slack token",
+    "sk_live_" + "a1B2c3D4e5F6g7H8i9J0k1L2": "a Stripe key",
+    "rk_live_" + "a1B2c3D4e5F6g7H8i9J0k1L2": "a Stripe key",
+    "AccountName=acct;AccountKey=" + "Ab1+" * 21 + "Ab==": "an Azure storage account key",
+    '{"type": "service_account", "project_id": "p"}': "a Google Cloud service account key",
+    "SG." + "a1B2" * 5 + "a1." + "b2C3" * 10 + "b2C": "a SendGrid API key",
+    "AKIA" + "IOSFODNN7EXAMPLE": "an AWS access key id",
+}
+
+
+def command_with(token: str) -> Callable[[Path], None]:
+    def setup(project: Path) -> None:
+        edit(project / PIPELINE, "command: [python, -m, cs_data.clean_tickets,",
+             f"command: [python, -m, cs_data.clean_tickets, {json_string(token)},")
+    return setup
+
+
+def json_string(text: str) -> str:
+    import json
+
+    return json.dumps(text)
+
+
+def secret_name(token: str) -> Callable[[Path], None]:
+    def setup(project: Path) -> None:
+        edit(project / PIPELINE, "secretName: cos-credentials  #", f"secretName: {json_string(token)}  #")
+    return setup
+
+
+def secret_value(token: str) -> str:
+    """The part of a token that must never be printed (the key, not the words around it)."""
+    return max(re.split(r"[ ;=\"]", token), key=len)
+
+
+ATTACKS += [
+    *(Attack(f"{what}: {token[:14]}... in a command", "no-secret-echo", command_with(token),
+             says=(rf"{PIPELINE}:26:\d+: error: spec.stages\[0\].command\[3\]: looks like a credential "
+                   rf"\({re.escape(what)}\); fleetc never renders secrets",),
+             never=(secret_value(token),))
+      for token, what in TOKENS.items()),
+    Attack("an hf_ token in a command is not rendered", "no-secret-echo", command_with(next(iter(TOKENS))),
+           ("compile",), never=(secret_value(next(iter(TOKENS))),),
+           says=(r"looks like a credential \(a Hugging Face token\)",)),
+    *(Attack(f"secretName: AKIA... --format {output}", "no-secret-echo", secret_name("AKIA" + "IOSFODNN7EXAMPLE"),
+             ("validate", "--format", output), never=("IOSFODNN7EXAMPLE",))
+      for output in ("text", "json", "github")),
+    Attack("a schema error quoting an hf_ token", "no-secret-echo", secret_name(next(iter(TOKENS))),
+           says=(r"got a value that looks like a credential \(a Hugging Face token; not shown\)",),
+           never=(secret_value(next(iter(TOKENS))),)),
+    Attack("a usage error quoting a token", "no-secret-echo", nothing,
+           ("diff", "--what-if", "drain=ghp_" + "A1b2C3d4" * 5), exit=2,
+           says=(r"drain=<redacted>: no cluster '<redacted>'",), never=("A1b2C3d4",)),
+]
+
+
+def test_an_hf_token_in_a_command_never_reaches_out(project: Path) -> None:
+    """Before: the Hugging Face token was rendered into the stage's Job in out/."""
+    token = next(iter(TOKENS))
+    command_with(token)(project)
+    result = fleetc(project, "compile")
+    assert result.returncode == 1
+    assert not (project / "out").exists()
+
+
+# --- promise clean-terminal: no file name or value forges a workflow command --------------------
+
+FORGED = "x\n::error title=forged::pwned\x1b[2J\x9b31m\u202e"
+
+
+def forged_file(project: Path) -> None:
+    (project / "policies" / f"{FORGED}.yaml").write_text("kind: Nope\n", encoding="utf-8")
+
+
+def forged_key(project: Path) -> None:
+    edit(project / PIPELINE, "spec:\n", f"spec:\n  {json_string(FORGED)}: 1\n")
+
+
+ATTACKS += [
+    *(Attack(f"a file name forging a workflow command --format {output}", "clean-terminal", forged_file,
+             ("validate", "--format", output), says=(r"x\\n::error title=forged::pwned\\x1b\[2J\\x9b31m\\u202e",),
+             never=("\x1b", "\x9b", "\u202e", "\n::error title=forged"))
+      for output in ("text", "github")),
+    Attack("a key forging a workflow command", "clean-terminal", forged_key, ("validate", "--format", "github"),
+           says=(r"unknown field 'x\\n::error title=forged::pwned\\x1b\[2J",),
+           never=("\x1b", "\n::error title=forged")),
+    Attack("a --base ref forging a workflow command", "clean-terminal", commit_all,
+           ("diff", "--base", "x\n::error title=forged::pwned\x1b[2J"), exit=2,
+           says=(r"error: .*x\n\\x3a:error title=forged::pwned\\x1b\[2J: ",), never=("\x1b", "\n::error")),
+]
+
+
+# --- the table, run (below every row) -----------------------------------------------------------
+
+
+def test_every_attack_names_a_known_promise() -> None:
+    assert {a.promise for a in ATTACKS} <= set(PROMISES)
+    assert len({a.name for a in ATTACKS}) == len(ATTACKS)
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
+def test_attack(attack: Attack, project: Path) -> None:
+    attack.setup(project)
+    result = fleetc(project, *attack.args)
+    assert result.returncode == attack.exit, result.stderr
+    for pattern in attack.says:
+        assert re.search(pattern, result.stderr), f"{pattern!r} not in:\n{result.stderr}"
+    for text in attack.never:
+        assert text not in result.stdout + result.stderr, result.stdout + result.stderr

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetc.errors import Diagnostic, PolicyError, UsageError, did_you_mean
+from fleetc.model import MAX_GPU_PRODUCT, default_gpu_product
 from fleetc.policy import kinds as p
 from fleetc.policy.load import Document, discover, display_path, load_sources, read_source
 from fleetc.policy.validate import MAX_GPU_COUNT, Parsed, PolicySet
@@ -110,6 +111,10 @@ def _gpu_change(named: str, value: str) -> GPUChange:
                            f"{'...' if len(count) > 20 else ''}", "for example gpus=gpu-east=16")
     if gpu_type is not None and not _GPU_TYPE.fullmatch(gpu_type):
         raise _fail(named, f"{gpu_type!r} is not a GPU type", "a Kubernetes label value such as a100 or h100")
+    if gpu_type is not None and len(product := default_gpu_product(gpu_type.lower())) > MAX_GPU_PRODUCT:
+        raise _fail(named, f"GPU type {gpu_type[:20]!r}... is too long: its nodes' label nvidia.com/gpu.product "
+                           f"would be {len(product)} characters, more than {MAX_GPU_PRODUCT}",
+                    "a GPU type such as a100 or h100")
     return GPUChange(cluster, gpu_type.lower() if gpu_type else None, int(count))
 
 

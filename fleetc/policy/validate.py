@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from pydantic import ValidationError
 
 from fleetc.errors import Diagnostic, did_you_mean
-from fleetc.model import STORAGE_CREDENTIAL_KEYS, gpus_for_throughput, url_scheme
+from fleetc.model import MAX_GPU_PRODUCT, STORAGE_CREDENTIAL_KEYS, default_gpu_product, gpus_for_throughput, url_scheme
 from fleetc.nodefit import default_gpus_per_node
 from fleetc.policy import kinds as p
 from fleetc.policy.credentials import credential_checks, looks_like
@@ -471,9 +471,11 @@ def _attribute_checks(doc: Document, base: FieldPath, attributes: dict[str, Any]
         yield doc.diagnostic(base + ("gpu-type",), "gpu-type without gpu-count",
                              hint="add attribute gpu-count (the number of GPUs)")
     gpu_type = attributes.get("gpu-type")
-    if gpu_type is not None and not _anchored(p.NONEMPTY_LABEL_VALUE_PATTERN).search(str(gpu_type)):
+    if gpu_type is not None and not _label_value(str(gpu_type)):
         yield doc.diagnostic(base + ("gpu-type",), f"expected a GPU type that is a Kubernetes label "
                                                    f"value, such as a100, got {_describe(gpu_type)}")
+    elif gpu_type is not None:
+        yield from _gpu_product_check(doc, base, attributes, str(gpu_type).lower())
     yield from _gpus_per_node_check(doc, base, attributes)
     for name, convert, limit, example in (("cpu-per-node", cpu_millis, MAX_CPU_MILLIS, "cores, e.g. 96"),
                                           ("memory-per-node", memory_bytes, MAX_MEMORY_BYTES, "memory, e.g. 1Ti")):
@@ -493,6 +495,32 @@ def _attribute_checks(doc: Document, base: FieldPath, attributes: dict[str, Any]
         yield doc.diagnostic(base + ("network-tier",),
                              f"expected one of {', '.join(NETWORK_TIERS)}, got {_describe(tier)}",
                              hint=did_you_mean(str(tier), NETWORK_TIERS))
+
+
+def _label_value(text: str, limit: int = 63) -> bool:
+    return len(text) <= limit and _anchored(p.NONEMPTY_LABEL_VALUE_PATTERN).search(text) is not None
+
+
+def _gpu_product_check(doc: Document, base: FieldPath, attributes: dict[str, Any], gpu_type: str) -> Iterator[
+        Diagnostic]:
+    """The ``nvidia.com/gpu.product`` label the cluster's GPU pods select (its ``gpu-product``,
+    else the one its GPU type implies) is a label value, also with ``-SHARED`` appended (the
+    time-sliced nodes'): a manifest that selects an invalid label is refused on apply."""
+    product = attributes.get("gpu-product")
+    if product is None:
+        default = default_gpu_product(gpu_type)
+        if not _label_value(default, MAX_GPU_PRODUCT):
+            yield doc.diagnostic(base + ("gpu-type",), f"its nodes' label nvidia.com/gpu.product would be "
+                                                       f"{_describe(default)}, more than {MAX_GPU_PRODUCT} "
+                                                       "characters (with -SHARED for time-sliced GPUs, "
+                                                       "a label value's 63)",
+                                 hint="shorten the GPU type, or state the label as attribute gpu-product")
+    elif not _label_value(str(product), MAX_GPU_PRODUCT):
+        yield doc.diagnostic(base + ("gpu-product",), f"expected the nodes' nvidia.com/gpu.product label: a "
+                                                      f"Kubernetes label value ({p.LABEL_VALUE_WORDS}) of at most "
+                                                      f"{MAX_GPU_PRODUCT} characters (-SHARED is appended for "
+                                                      f"time-sliced GPUs), got {_describe(product)}",
+                             hint="the label GPU feature discovery gives the nodes, e.g. NVIDIA-A100-SXM4-40GB")
 
 
 def _whole(value: Any) -> int | None:

@@ -46,7 +46,7 @@ whose LocalQueue is missing: the Job waits, suspended, until the queue exists
 
 from __future__ import annotations
 
-from fleetc.model import Cluster, Source, Stage
+from fleetc.model import SHARED_PRODUCT_SUFFIX, Cluster, Source, Stage
 from fleetc.render.common import (
     GPU_RESOURCE,
     MANAGED_BY,
@@ -64,7 +64,6 @@ from fleetc.render.context import Context, Work, queue_gpus
 from fleetc.render.workloads import (
     MAX_RETRY,
     RENDEZVOUS_PORT,
-    SHARED_PRODUCT_SUFFIX,
     gang_pod_template,
     time_sliced,
 )

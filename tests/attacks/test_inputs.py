@@ -355,6 +355,31 @@ ATTACKS += [
 ]
 
 
+# --- promise label-value: gpu-product and the product a GPU type implies ------------------------
+
+
+def gpu_attribute(line: str) -> Callable[[Path], None]:
+    def setup(project: Path) -> None:
+        edit(project / FLEET, '      gpu-type: "a100"\n', f'      gpu-type: "a100"\n      {line}\n')
+    return setup
+
+
+ATTACKS += [
+    *(Attack(f"gpu-product {value!r}", "label-value", gpu_attribute(f"gpu-product: {json_string(value)}"),
+             says=(rf"{FLEET}:17:20: error: spec.clusters\[0\].attributes.gpu-product: expected the nodes' "
+                   r"nvidia.com/gpu.product label: a Kubernetes label value",))
+      for value in ("NVIDIA A100 40GB", "-NVIDIA", "A" * 57, "NVIDIA-A100\n", "x;$(id)")),
+    Attack("a GPU type whose product label is too long", "label-value",
+           lambda project: edit(project / FLEET, 'gpu-type: "t4"', f'gpu-type: "{"t" * 50}"'),
+           says=(rf"{FLEET}:29:17: error: spec.clusters\[1\].attributes.gpu-type: its nodes' label "
+                 r"nvidia.com/gpu.product would be 'NVIDIA-TTTT",)),
+    Attack("a scenario GPU type whose product label is too long", "label-value", nothing,
+           ("diff", "--what-if", f"gpus={HUAWEI}:{'h' * 50}=8"), exit=2,
+           says=(r"GPU type 'hhhhhhhhhhhhhhhhhhhh'... is too long: its nodes' label nvidia.com/gpu.product would "
+                 r"be 57 characters, more than 56",)),
+]
+
+
 # --- the table, run (below every row) -----------------------------------------------------------
 
 

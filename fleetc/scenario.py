@@ -12,7 +12,7 @@ list of the same strings; pipeline files relative to the scenario file):
 
 A repository keeps its scenarios in a folder of their own (``scenarios/`` beside ``policies/``:
 a scenario is no policy, and the policy loader refuses one), read by :func:`read_paths`: every
-``*.yaml``/``*.yml`` file under it is a scenario file or a pipeline file a scenario there adds;
+``*.yaml``/``*.yml``/``*.json`` file under it is a scenario file or a pipeline file a scenario there adds;
 anything else is an error that names it. ``fleetc diff --base REF --scenario scenarios`` reports
 each scenario on the working tree below the diff (the pull-request comment).
 
@@ -196,7 +196,7 @@ def read_paths(paths: Sequence[str], workdir: Path) -> tuple[Scenario, ...]:
                              "pipeline file a scenario there adds (pipeline=FILE)\n"
                              "  hint: keep only scenarios and the pipelines they add under a scenario folder")
     if not scenarios:
-        raise UsageError(f"--scenario {', '.join(paths)}: no scenario file there (*.yaml or *.yml, "
+        raise UsageError(f"--scenario {', '.join(paths)}: no scenario file there (*.yaml, *.yml or *.json, "
                          "one YAML document 'whatIf:')")
     return tuple(scenarios)
 

@@ -380,6 +380,56 @@ ATTACKS += [
 ]
 
 
+# --- promise nothing-dropped: every file under a policy path is read, a note, or an error -------
+
+BROKEN = "replicas: 6\n"  # the serving stage's; -6 is refused
+
+
+def renamed(name: str, *, broken: bool = True) -> Callable[[Path], None]:
+    def setup(project: Path) -> None:
+        if broken:
+            edit(project / PIPELINE, BROKEN, "replicas: -6\n")
+        (project / PIPELINE).rename(project / "policies" / name)
+    return setup
+
+
+def as_json(project: Path) -> None:
+    import json
+
+    from ruamel.yaml import YAML
+
+    data = YAML(typ="safe", pure=True).load((project / PIPELINE).read_text(encoding="utf-8"))
+    data["spec"]["stages"][2]["replicas"] = -6
+    (project / "policies" / "pipeline.json").write_text(json.dumps(data, indent="\t"), encoding="utf-8")
+    (project / PIPELINE).unlink()
+
+
+ATTACKS += [
+    *(Attack(f"a pipeline in *{suffix}", "nothing-dropped", renamed(f"pipeline{suffix}"),
+             says=(rf"policies/pipeline{re.escape(suffix)}:\d+:\d+: error: spec.stages\[2\].replicas",))
+      for suffix in (".YAML", ".Yml", ".yml")),
+    Attack("a pipeline in *.json", "nothing-dropped", as_json,
+           says=(r"policies/pipeline.json:\d+:\d+: error: spec.stages\[2\].replicas",)),
+    *(Attack(f"a pipeline saved as {name}", "nothing-dropped", renamed(name, broken=False),
+             says=(rf"policies/{re.escape(name)}: error: not a policy file: fleetc reads \*.yaml, \*.yml and "
+                   r"\*.json",))
+      for name in ("pipeline.yaml.bak", "pipeline.yaml~", "pipeline", "pipeline.yaml.orig")),
+    Attack("notes beside the policies are skipped", "nothing-dropped",
+           write("policies/README.md", "# policies\n"), exit=0),
+]
+
+
+def test_a_pipeline_in_yaml_upper_case_at_the_base_is_read(project: Path) -> None:
+    """Before: the revision's walk skipped pipeline.YAML as the working tree's did."""
+    renamed("pipeline.YAML")(project)
+    commit_all(project)
+    (project / "policies" / "pipeline.YAML").unlink()
+    result = fleetc(project, "diff", "--base", "HEAD")
+    assert result.returncode == 1
+    assert "error: the policies at HEAD do not compile:" in result.stderr
+    assert re.search(r"policies/pipeline.YAML:\d+:\d+: error: spec.stages\[2\].replicas", result.stderr)
+
+
 # --- the table, run (below every row) -----------------------------------------------------------
 
 

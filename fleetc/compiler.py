@@ -329,8 +329,12 @@ def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
                            for w in (*degraded_serving(model, placement), *found)], loaded.policies)
 
     with phase(report, "render"):  # the warnings are located (seconds on a large fleet) meanwhile
-        rendered = render(model, placement, locate=located,
-                          reuse=None if options.reusable is None else options.reusable())
+        try:
+            rendered = render(model, placement, locate=located,
+                              reuse=None if options.reusable is None else options.reusable())
+        except PolicyError as err:  # two policy fields that render one object (render.common.folder_files)
+            raise PolicyError(positioned([dataclasses.replace(d, path=model.display(d.path))
+                                          for d in err.diagnostics], loaded.policies)) from None
     return Compiled(model, placement, rendered.files, rendered.warnings, kept=rendered.kept)
 
 

@@ -39,6 +39,12 @@ SHARED_PRODUCT_SUFFIX = "-SHARED"
 MAX_GPU_PRODUCT = 63 - len(SHARED_PRODUCT_SUFFIX)
 
 
+#: Kueue's ResourceFlavor for CPU and memory (:mod:`fleetc.render.kueue`). A GPU type's flavor is
+#: ``fleetc-<type>``, so no GPU type may be named so that its flavor is this one.
+KUEUE_CPU_FLAVOR = "fleetc-default"
+RESERVED_GPU_TYPES = ("default",)
+
+
 def default_gpu_product(gpu_type: str) -> str:
     """The ``nvidia.com/gpu.product`` label of a GPU type's nodes when the Fleet names none."""
     return GPU_PRODUCT_LABELS.get(gpu_type, f"NVIDIA-{gpu_type.upper()}")

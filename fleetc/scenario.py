@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetc.errors import Diagnostic, PolicyError, UsageError, did_you_mean
-from fleetc.model import MAX_GPU_PRODUCT, default_gpu_product
+from fleetc.model import MAX_GPU_PRODUCT, RESERVED_GPU_TYPES, default_gpu_product
 from fleetc.policy import kinds as p
 from fleetc.policy.load import Document, discover, display_path, load_sources, read_source
 from fleetc.policy.validate import MAX_GPU_COUNT, Parsed, PolicySet
@@ -109,7 +109,8 @@ def _gpu_change(named: str, value: str) -> GPUChange:
     if len(count.lstrip("0")) > len(str(MAX_GPU_COUNT)) or int(count) > MAX_GPU_COUNT:
         raise _fail(named, f"expected at most {MAX_GPU_COUNT} GPUs (a Fleet's gpu-count), got {count[:20]}"
                            f"{'...' if len(count) > 20 else ''}", "for example gpus=gpu-east=16")
-    if gpu_type is not None and not _GPU_TYPE.fullmatch(gpu_type):
+    if gpu_type is not None and (not _GPU_TYPE.fullmatch(gpu_type)
+                                 or gpu_type.lower().replace("_", "-") in RESERVED_GPU_TYPES):
         raise _fail(named, f"{gpu_type!r} is not a GPU type", "a Kubernetes label value such as a100 or h100")
     if gpu_type is not None and len(product := default_gpu_product(gpu_type.lower())) > MAX_GPU_PRODUCT:
         raise _fail(named, f"GPU type {gpu_type[:20]!r}... is too long: its nodes' label nvidia.com/gpu.product "

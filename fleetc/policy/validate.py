@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from pydantic import ValidationError
 
 from fleetc.errors import Diagnostic, did_you_mean
-from fleetc.model import MAX_GPU_PRODUCT, STORAGE_CREDENTIAL_KEYS, default_gpu_product, gpus_for_throughput, url_scheme
+from fleetc.model import (
+    KUEUE_CPU_FLAVOR,
+    MAX_GPU_PRODUCT,
+    RESERVED_GPU_TYPES,
+    STORAGE_CREDENTIAL_KEYS,
+    default_gpu_product,
+    gpus_for_throughput,
+    url_scheme,
+)
 from fleetc.nodefit import default_gpus_per_node
 from fleetc.policy import kinds as p
 from fleetc.policy.credentials import credential_checks, looks_like
@@ -470,12 +478,7 @@ def _attribute_checks(doc: Document, base: FieldPath, attributes: dict[str, Any]
     elif "gpu-type" in attributes:
         yield doc.diagnostic(base + ("gpu-type",), "gpu-type without gpu-count",
                              hint="add attribute gpu-count (the number of GPUs)")
-    gpu_type = attributes.get("gpu-type")
-    if gpu_type is not None and not _label_value(str(gpu_type)):
-        yield doc.diagnostic(base + ("gpu-type",), f"expected a GPU type that is a Kubernetes label "
-                                                   f"value, such as a100, got {_describe(gpu_type)}")
-    elif gpu_type is not None:
-        yield from _gpu_product_check(doc, base, attributes, str(gpu_type).lower())
+    yield from _gpu_type_checks(doc, base, attributes)
     yield from _gpus_per_node_check(doc, base, attributes)
     for name, convert, limit, example in (("cpu-per-node", cpu_millis, MAX_CPU_MILLIS, "cores, e.g. 96"),
                                           ("memory-per-node", memory_bytes, MAX_MEMORY_BYTES, "memory, e.g. 1Ti")):
@@ -495,6 +498,23 @@ def _attribute_checks(doc: Document, base: FieldPath, attributes: dict[str, Any]
         yield doc.diagnostic(base + ("network-tier",),
                              f"expected one of {', '.join(NETWORK_TIERS)}, got {_describe(tier)}",
                              hint=did_you_mean(str(tier), NETWORK_TIERS))
+
+
+def _gpu_type_checks(doc: Document, base: FieldPath, attributes: dict[str, Any]) -> Iterator[Diagnostic]:
+    """``gpu-type`` is a label value, names no flavor fleetc renders for other resources, and
+    implies (or ``gpu-product`` states) a product label that is one."""
+    gpu_type = attributes.get("gpu-type")
+    if gpu_type is None:
+        return
+    if not _label_value(str(gpu_type)):
+        yield doc.diagnostic(base + ("gpu-type",), f"expected a GPU type that is a Kubernetes label "
+                                                   f"value, such as a100, got {_describe(gpu_type)}")
+    elif str(gpu_type).lower().replace("_", "-") in RESERVED_GPU_TYPES:
+        yield doc.diagnostic(base + ("gpu-type",), f"GPU type {_describe(gpu_type)} is reserved: its Kueue "
+                                                   f"ResourceFlavor would be {KUEUE_CPU_FLAVOR}, the one for CPU "
+                                                   "and memory", hint="name the GPU model, e.g. a100")
+    else:
+        yield from _gpu_product_check(doc, base, attributes, str(gpu_type).lower())
 
 
 def _label_value(text: str, limit: int = 63) -> bool:

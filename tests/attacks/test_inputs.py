@@ -430,6 +430,56 @@ def test_a_pipeline_in_yaml_upper_case_at_the_base_is_read(project: Path) -> Non
     assert re.search(r"policies/pipeline.YAML:\d+:\d+: error: spec.stages\[2\].replicas", result.stderr)
 
 
+# --- promise no-exit-3: a Kueue GPU type named default, names one once cut ---------------------
+
+KUEUE = ROOT / "tests" / "cases" / "kueue-two-cluster-pipeline" / "policies"
+
+
+def kueue_default(project: Path) -> None:
+    shutil.rmtree(project / "policies")
+    shutil.copytree(KUEUE, project / "policies")
+    edit(project / "policies" / "fleet.yaml", "gpu-type: a100", "gpu-type: default")
+    text = (project / "policies" / "pipeline.yaml").read_text(encoding="utf-8")
+    (project / "policies" / "pipeline.yaml").write_text(text.replace("gpuType: a100", "gpuType: default"),
+                                                         encoding="utf-8")
+
+
+def cut_to_one_name(project: Path) -> None:
+    """Two serving stages: one named so that its objects' name is cut to 63 characters (54 and
+    a hash), the other named exactly as the cut name."""
+    from fleetc.render.common import shorten
+
+    pipeline, first = "p" * 40, "s" * 40
+    second = shorten(f"{pipeline}-{first}")[len(pipeline) + 1:]
+    stages = "".join(f"""  - name: {name}
+    type: Deployment
+    resources: {{cpu: 1, memory: 1Gi}}
+    image: registry.example.com/x:1
+    command: [run]
+""" for name in (first, second))
+    (project / "policies" / "clash.yaml").write_text(f"""apiVersion: aigc.kurator.dev/v1alpha1
+kind: AIGCPipeline
+metadata:
+  name: {pipeline}
+  namespace: clash
+spec:
+  stages:
+{stages}""", encoding="utf-8")
+
+
+ATTACKS += [
+    Attack("a Kueue GPU type named default", "no-exit-3", kueue_default, ("compile",),
+           says=(r"policies/fleet.yaml:14:17: error: spec.clusters\[0\].attributes.gpu-type: GPU type 'default' is "
+                 r"reserved: its Kueue ResourceFlavor would be fleetc-default",)),
+    Attack("a what-if GPU type named default", "no-exit-3", nothing,
+           ("diff", "--what-if", f"gpus={HUAWEI}:default=8"), exit=2, says=(r"'default' is not a GPU type",)),
+    Attack("two stages whose names are one once cut", "no-exit-3", cut_to_one_name, ("compile",),
+           says=(r"policies/clash.yaml:8:5: error: spec.stages\[0\]: renders Deployment 'p{40}-s{13}-[0-9a-f]{8}' "
+                 r"in namespace 'clash', as clash.yaml#spec.stages\[1\] does: their names are one once cut",
+                 r"policies/clash.yaml:13:5: error: spec.stages\[1\]: renders Deployment")),
+]
+
+
 # --- the table, run (below every row) -----------------------------------------------------------
 
 

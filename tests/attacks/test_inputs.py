@@ -497,3 +497,25 @@ def test_attack(attack: Attack, project: Path) -> None:
         assert re.search(pattern, result.stderr), f"{pattern!r} not in:\n{result.stderr}"
     for text in attack.never:
         assert text not in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+# --- promise no-exit-3: a link in out/ to /proc/self/pagemap, outside --check -------------------
+# (compile --check on links in out/ is the "integrity" owner's; these hold every other reader)
+
+
+@pytest.mark.parametrize("link", ["placement.yaml", "clusters/edge-cluster-factory/infra/evil.yaml",
+                                  ".fleetc/files", ".fleetc/render"])
+@pytest.mark.parametrize("command", [("compile",), ("diff", "--what-if", "drain=edge-cluster-factory"),
+                                     ("explain", "llm-chinese-training/data-preparation")])
+def test_a_link_in_out_to_pagemap_is_no_internal_error(project: Path, link: str, command: tuple[str, ...]) -> None:
+    fleetc(project, "compile")
+    path = project / "out" / link
+    path.unlink(missing_ok=True)
+    path.symlink_to("/proc/self/pagemap")
+    assert fleetc(project, *command).returncode in (0, 1, 2)
+
+
+def test_a_policy_named_pagemap_is_a_read_error(project: Path) -> None:
+    result = fleetc(project, "validate", "/proc/self/pagemap")
+    assert result.returncode == 1
+    assert "/proc/self/pagemap: error: cannot read file" in result.stderr

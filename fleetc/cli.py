@@ -33,6 +33,8 @@ from fleetc.errors import (
     PlacementError,
     PolicyError,
     UsageError,
+    printable,
+    redact,
 )
 
 if TYPE_CHECKING:
@@ -82,7 +84,7 @@ def validate(paths: Sequence[str], output_format: str) -> None:
     if output_format == "json":
         _emit_json({"valid": True, "documents": loaded.documents, "diagnostics": []})
     else:
-        click.echo(f"{loaded.where}: {_plural(loaded.documents, 'policy document')} valid")
+        click.echo(f"{printable(loaded.where)}: {_plural(loaded.documents, 'policy document')} valid")
 
 
 @cli.command()
@@ -129,12 +131,12 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, base_ref: str | Non
                                      # --check and --commit read every file: only a plain write keeps some
                                      reuse=not (check or commit)), output_format)
     if compiled.previous_ignored:
-        click.echo(f"warning: {compiled.previous_ignored}", err=True)
+        click.echo(f"warning: {printable(compiled.previous_ignored, lines=True)}", err=True)
     for stage in compiled.placement.stages:
         if not stage.assignments:  # the reason names the stage unless it is a bare cause
             named = f"{stage.stage}:" in stage.reason
-            click.echo(f"warning: not placed: {stage.reason}" if named
-                       else f"warning: {stage.stage} is not placed: {stage.reason}", err=True)
+            click.echo(printable(f"warning: not placed: {stage.reason}" if named
+                                 else f"warning: {stage.stage} is not placed: {stage.reason}", lines=True), err=True)
     if allow_unplaced:
         for hint in _taint_hints(compiled):
             click.echo(f"  hint: {hint}", err=True)
@@ -231,13 +233,13 @@ def _check(compiled: Any, out: Path, output_format: str) -> None:
                     "changes": [{"path": c.path, "status": c.status} for c in stale],
                     "placementDifferences": moved, "userOwned": mine})
     else:
-        for change in stale:
+        for change in stale:  # a file name in the output folder may hold anything
             click.echo(_check_line(change, out), err=True)
         for difference in moved:
             click.echo(f"{difference['stage']}: {out}/placement.yaml places it on {difference['out']}; "
                        f"compile places it on {difference['compile']}", err=True)
         for path in mine:  # on stderr with the rest: CI logs show what is applied unchecked
-            click.echo(f"user-owned (applied with its cluster, not checked): {out / path}", err=True)
+            click.echo(f"user-owned (applied with its cluster, not checked): {printable(str(out / path))}", err=True)
     _print_warnings(compiled.warnings, output_format)
     if stale:
         if output_format == "text":
@@ -250,7 +252,7 @@ def _check(compiled: Any, out: Path, output_format: str) -> None:
 def _check_line(change: Any, out: Path) -> str:
     from fleetc.emit import applied_by
 
-    line = _CHECK_LINE[change.status].format(path=out / change.path)
+    line = _CHECK_LINE[change.status].format(path=printable(str(out / change.path)))
     reader = applied_by(change.path) if change.status == "unrendered" else None
     return line if reader is None else f"{line} (read by {reader})"
 
@@ -443,8 +445,9 @@ def explain(target: str, paths: Sequence[str], out_dir: str, drain: Sequence[str
 def _print_warnings(warnings: Sequence[Diagnostic], output_format: str) -> None:
     """``warning: <file>:<line>:<column>: <field>: <message>`` on stderr (JSON output carries them instead)."""
     for w in warnings if output_format == "text" else []:
-        where = w.path if w.line == 0 else f"{w.path}:{w.line}:{w.column}"
-        click.echo(f"warning: {where}: {w.field}: {w.message}", err=True)
+        path = printable(w.path)
+        where = path if w.line == 0 else f"{path}:{w.line}:{w.column}"
+        click.echo(f"warning: {where}: {printable(w.field)}: {printable(w.message)}", err=True)
 
 
 def _plural(n: int, word: str) -> str:
@@ -471,7 +474,7 @@ def _report(err: FleetcError, output_format: str) -> None:
             "valid": False,
             "error": type(err).__name__,
             "diagnostics": [d.as_dict() for d in diagnostics],
-            "messages": [] if diagnostics else str(err).splitlines(),
+            "messages": [] if diagnostics else redact(str(err)).splitlines(),
             **({"fixes": list(err.fixes)} if isinstance(err, PlacementError) and err.fixes else {}),
             **({"side": side} if side else {}),
         })
@@ -479,7 +482,7 @@ def _report(err: FleetcError, output_format: str) -> None:
     if output_format == "github":
         _github_annotations(err)
     if side and not isinstance(err, UsageError):
-        click.echo(f"error: the policies {side} do not compile:", err=True)
+        click.echo(f"error: the policies {printable(side)} do not compile:", err=True)
     if isinstance(err, PolicyError):
         for diagnostic in err.diagnostics:
             click.echo(diagnostic.format(), err=True)
@@ -489,15 +492,15 @@ def _report(err: FleetcError, output_format: str) -> None:
     elif isinstance(err, PlacementError):
         click.echo(f"error: {err.headline}:", err=True)
         for reason in err.reasons:
-            click.echo(f"  {reason}", err=True)
+            click.echo(printable(f"  {reason}", lines=True), err=True)
         if err.hint:
-            click.echo(f"  hint: {err.hint}", err=True)
+            click.echo(printable(f"  hint: {err.hint}", lines=True), err=True)
         for fix in err.fixes:
-            click.echo(f"  fix: {fix}", err=True)
+            click.echo(printable(f"  fix: {fix}", lines=True), err=True)
     elif isinstance(err, InternalError):
-        click.echo(f"fleetc: internal error: {err}\n{BUG_REPORT}", err=True)
-    else:
-        click.echo(f"error: {err}", err=True)
+        click.echo(f"fleetc: internal error: {printable(str(err), lines=True)}\n{BUG_REPORT}", err=True)
+    else:  # a usage error quotes the command line or a file name: fleetc's lines, any value escaped
+        click.echo(f"error: {printable(str(err), lines=True)}", err=True)
 
 
 def _usage(message: str) -> NoReturn:
@@ -508,14 +511,18 @@ def _github_annotations(err: FleetcError) -> None:
     """Workflow-command annotations on stdout (capped); all diagnostics in the step summary."""
     from fleetc.git.report import github_annotations, github_step_summary
 
-    diagnostics = err.diagnostics if isinstance(err, PolicyError) else ()
-    for line in github_annotations(diagnostics, str(err)):
+    # Control characters escaped (the annotations' own escaping keeps only their line breaks).
+    diagnostics = tuple(replace(d, path=printable(d.path), field=printable(d.field), message=printable(d.message),
+                                hint=printable(d.hint))
+                        for d in (err.diagnostics if isinstance(err, PolicyError) else ()))
+    fallback = printable(str(err), lines=True)
+    for line in github_annotations(diagnostics, fallback):
         click.echo(line)
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_file:
         try:
             with open(summary_file, "a", encoding="utf-8") as handle:
-                handle.write(github_step_summary(diagnostics, str(err)))
+                handle.write(github_step_summary(diagnostics, fallback))
         except OSError as problem:  # the annotations above still say it all
             click.echo(f"warning: cannot write the step summary to {summary_file} "
                        f"(GITHUB_STEP_SUMMARY): {problem.strerror or problem}", err=True)
@@ -524,7 +531,8 @@ def _github_annotations(err: FleetcError) -> None:
 def _internal_error(err: Exception) -> NoReturn:
     if os.environ.get("FLEETC_DEBUG"):
         traceback.print_exc()
-    click.echo(f"fleetc: internal error: {type(err).__name__}: {err}\n{BUG_REPORT}", err=True)
+    click.echo(f"fleetc: internal error: {type(err).__name__}: {printable(str(err), lines=True)}\n{BUG_REPORT}",
+               err=True)
     sys.exit(ExitCode.INTERNAL)
 
 
@@ -553,7 +561,7 @@ def _unwritable(err: OSError) -> NoReturn:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())  # what is still buffered is dropped, not flushed again
     try:
-        click.echo(f"error: cannot write the output: {err.strerror or err}", err=True)
+        click.echo(f"error: cannot write the output: {printable(str(err.strerror or err))}", err=True)
     except OSError:
         pass  # stderr is gone too: the exit code says it
     sys.exit(ExitCode.FAILED)

@@ -312,8 +312,18 @@ def what_if_fleet(scenario: Scenario, options: Options) -> WhatIf:
 
 
 def _check_pipelines(scenario: Scenario, options: Options) -> None:
+    """Each ``pipeline=FILE`` names a file inside the working folder (the repository): a scenario
+    comes with a pull request, and its report is posted where anyone reads it, so it may not
+    read a file the repository does not hold (``/etc/passwd``, ``../../secrets.yaml``, or a
+    link out). The file is then read as a policy file (bounded in size, never echoed whole)."""
     settings = [s for s in scenario.settings if s.startswith("pipeline=")]  # in the order of its pipelines
+    base = os.path.realpath(options.workdir)
     for setting, path in zip(settings, scenario.pipelines, strict=True):
+        real = os.path.realpath(options.workdir / path)
+        if Path(path).is_absolute() or os.path.commonpath([base, real]) != base:
+            raise UsageError(f"{scenario.named(setting)}: outside the working folder (the repository)\n"
+                             "  hint: name a policy file in the repository, relative to the working folder "
+                             "(or, in a scenario file, to its folder)")
         if not (options.workdir / path).is_file():
             raise UsageError(f"{scenario.named(setting)}: no such file\n"
                              "  hint: name a policy file with the AIGCPipeline(s) to add")
@@ -366,8 +376,12 @@ def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
                            for w in (*degraded_serving(model, placement), *found)], loaded.policies)
 
     with phase(report, "render"):  # the warnings are located (seconds on a large fleet) meanwhile
-        rendered = render(model, placement, locate=located,
-                          reuse=None if options.reusable is None else options.reusable())
+        try:
+            rendered = render(model, placement, locate=located,
+                              reuse=None if options.reusable is None else options.reusable())
+        except PolicyError as err:  # two policy fields that render one object (render.common.folder_files)
+            raise PolicyError(positioned([dataclasses.replace(d, path=model.display(d.path))
+                                          for d in err.diagnostics], loaded.policies)) from None
     return Compiled(model, placement, rendered.files, rendered.warnings, kept=rendered.kept)
 
 

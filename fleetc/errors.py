@@ -8,6 +8,7 @@ one place, :meth:`Diagnostic.format`, so tests can assert exact messages.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -32,6 +33,36 @@ BUG_REPORT = ("This is a bug in fleetc; please report it to the fleetc "
               "(FLEETC_DEBUG=1 shows the traceback).")
 
 
+#: What never reaches a terminal or a CI log as it is: C0 controls (line breaks, ESC), DEL, C1
+#: controls (CSI) and the bidirectional overrides that reorder what a reader sees.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+#: A line a GitHub runner reads as a workflow command (``::error ...``), leading blanks ignored.
+_WORKFLOW_COMMAND = re.compile(r"^([ \t]*):", re.MULTILINE)
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return _ESCAPES.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """``text`` safe to print: no credential (each shape :mod:`fleetc.policy.credentials` knows is
+    ``<redacted>``), and every control character written as an escape (``\\n``, ``\\x1b``), so
+    a file name or a value can neither drive the terminal nor start a line of its own: a GitHub
+    runner reads every line of a step's output that starts with ``::`` as a workflow command
+    (``::error``, ``::add-mask``, ``::stop-commands``). With ``lines``, the text is fleetc's
+    message of several lines (``error: ...`` then ``  hint: ...``) that a value may have been put
+    into: its line breaks are kept, and a line that would start with ``::`` starts ``\\x3a:``."""
+    from fleetc.policy.credentials import redact  # it names its findings with a Diagnostic
+
+    text = redact(text)
+    if not lines:
+        return _CONTROLS.sub(_escape, text)
+    kept = "\n".join(_CONTROLS.sub(_escape, line) for line in text.split("\n"))
+    return _WORKFLOW_COMMAND.sub(lambda m: f"{m.group(1)}\\x3a", kept) if "::" in kept else kept
+
+
 @dataclass(frozen=True, order=True)
 class Diagnostic:
     """One problem in the input, located as precisely as the input allows.
@@ -52,12 +83,24 @@ class Diagnostic:
     severity: str = "error"
     document: int = 0
 
+    def __post_init__(self) -> None:
+        """No message says a credential, whatever value it quotes (a value refused as one, or a
+        schema error that quotes it): every format (text, JSON, GitHub annotations) reads these."""
+        for name in ("field", "message", "hint"):
+            text = getattr(self, name)
+            if text:
+                object.__setattr__(self, name, redact(text))
+
     def format(self) -> str:
-        where = self.path if self.line == 0 else f"{self.path}:{self.line}:{self.column}"
-        what = f"{self.field}: {self.message}" if self.field else self.message
+        """The diagnostic as a user reads it: one line (two with a hint), each part
+        :func:`printable`, so a file name or value cannot break it into lines of its own."""
+        path = printable(self.path)
+        where = path if self.line == 0 else f"{path}:{self.line}:{self.column}"
+        message = printable(self.message)
+        what = f"{printable(self.field)}: {message}" if self.field else message
         text = f"{where}: {self.severity}: {what}"
         if self.hint:
-            text += f"\n  hint: {self.hint}"
+            text += f"\n  hint: {printable(self.hint)}"
         return text
 
     def as_dict(self) -> dict[str, object]:
@@ -141,6 +184,14 @@ class InternalError(FleetcError):
     """fleetc broke one of its own guarantees; a bug to report, never silently output."""
 
     exit_code = ExitCode.INTERNAL
+
+
+def redact(text: str) -> str:
+    """``text`` with every part shaped like a credential ``<redacted>``
+    (:func:`fleetc.policy.credentials.redact`)."""
+    from fleetc.policy.credentials import redact as redacted
+
+    return redacted(text)
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -12,6 +12,44 @@ import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+#: fleetc's GPU type names -> the ``nvidia.com/gpu.product`` label GPU feature discovery gives
+#: their nodes (the NVML device name, spaces as '-': NVIDIA/k8s-device-plugin
+#: internal/lm/resource.go), for the common variant; a cluster whose nodes carry another (an
+#: A100 40GB or PCIe) states it as attribute ``gpu-product``. Other types default to
+#: ``NVIDIA-<TYPE>``, which the compile reports.
+GPU_PRODUCT_LABELS: dict[str, str] = {
+    "a100": "NVIDIA-A100-SXM4-80GB",
+    "a10": "NVIDIA-A10",
+    "a10g": "NVIDIA-A10G",
+    "h100": "NVIDIA-H100-80GB-HBM3",
+    "h200": "NVIDIA-H200",
+    "l4": "NVIDIA-L4",
+    "l40": "NVIDIA-L40",
+    "l40s": "NVIDIA-L40S",
+    "t4": "Tesla-T4",
+    "v100": "Tesla-V100-SXM2-32GB",
+}
+#: GPU feature discovery appends this to the product label of nodes whose GPUs are time-sliced
+#: (NVIDIA/k8s-device-plugin internal/lm/resource.go: productLabel adds "SHARED" when the
+#: config shares the resource with replicas > 1 and does not rename it, fleetc's
+#: ``renameByDefault: false``), so shared and exclusive nodes differ.
+SHARED_PRODUCT_SUFFIX = "-SHARED"
+#: The longest ``gpu.product`` label a cluster may have: with :data:`SHARED_PRODUCT_SUFFIX` it
+#: is still a label value (63 characters).
+MAX_GPU_PRODUCT = 63 - len(SHARED_PRODUCT_SUFFIX)
+
+
+#: Kueue's ResourceFlavor for CPU and memory (:mod:`fleetc.render.kueue`). A GPU type's flavor is
+#: ``fleetc-<type>``, so no GPU type may be named so that its flavor is this one.
+KUEUE_CPU_FLAVOR = "fleetc-default"
+RESERVED_GPU_TYPES = ("default",)
+
+
+def default_gpu_product(gpu_type: str) -> str:
+    """The ``nvidia.com/gpu.product`` label of a GPU type's nodes when the Fleet names none."""
+    return GPU_PRODUCT_LABELS.get(gpu_type, f"NVIDIA-{gpu_type.upper()}")
+
+
 
 class StageType(StrEnum):
     DATAPROC = "DataProc"

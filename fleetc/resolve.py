@@ -38,23 +38,6 @@ DEFAULT_IMAGES = {
 }
 DEFAULT_NAMESPACE = "default"
 
-#: fleetc's GPU type names -> the ``nvidia.com/gpu.product`` label GPU feature discovery gives
-#: their nodes (the NVML device name, spaces as '-': NVIDIA/k8s-device-plugin
-#: internal/lm/resource.go), for the common variant; a cluster whose nodes carry another (an
-#: A100 40GB or PCIe) states it as attribute ``gpu-product``. Other types default to
-#: ``NVIDIA-<TYPE>``, which the compile reports.
-GPU_PRODUCT_LABELS: dict[str, str] = {
-    "a100": "NVIDIA-A100-SXM4-80GB",
-    "a10": "NVIDIA-A10",
-    "a10g": "NVIDIA-A10G",
-    "h100": "NVIDIA-H100-80GB-HBM3",
-    "h200": "NVIDIA-H200",
-    "l4": "NVIDIA-L4",
-    "l40": "NVIDIA-L40",
-    "l40s": "NVIDIA-L40S",
-    "t4": "Tesla-T4",
-    "v100": "Tesla-V100-SXM2-32GB",
-}
 
 #: The default serving image's server, as Triton's own chart runs it
 #: (triton-inference-server/server deploy/k8s-onprem/templates/deployment.yaml): HTTP on 8000,
@@ -523,7 +506,7 @@ def _gpu_product(attributes: Mapping[str, object], gpu_type: str | None) -> str:
         return ""
     if "gpu-product" in attributes:
         return str(attributes["gpu-product"])
-    return GPU_PRODUCT_LABELS.get(gpu_type, f"NVIDIA-{gpu_type.upper()}")
+    return m.default_gpu_product(gpu_type)
 
 
 def _or(value: float | None, default: float) -> float:

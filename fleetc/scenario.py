@@ -12,7 +12,7 @@ list of the same strings; pipeline files relative to the scenario file):
 
 A repository keeps its scenarios in a folder of their own (``scenarios/`` beside ``policies/``:
 a scenario is no policy, and the policy loader refuses one), read by :func:`read_paths`: every
-``*.yaml``/``*.yml`` file under it is a scenario file or a pipeline file a scenario there adds;
+``*.yaml``/``*.yml``/``*.json`` file under it is a scenario file or a pipeline file a scenario there adds;
 anything else is an error that names it. ``fleetc diff --base REF --scenario scenarios`` reports
 each scenario on the working tree below the diff (the pull-request comment).
 
@@ -30,11 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetc.errors import PolicyError, UsageError, did_you_mean
+from fleetc.errors import Diagnostic, PolicyError, UsageError, did_you_mean
+from fleetc.model import MAX_GPU_PRODUCT, RESERVED_GPU_TYPES, default_gpu_product
 from fleetc.policy import kinds as p
-from fleetc.policy.load import Document, discover, display_path
-from fleetc.policy.load import parse as parse_documents
-from fleetc.policy.validate import Parsed, PolicySet
+from fleetc.policy.load import Document, discover, display_path, load_sources, read_source
+from fleetc.policy.validate import MAX_GPU_COUNT, Parsed, PolicySet
 
 SETTINGS = ("drain=CLUSTER", "gpus=CLUSTER[:TYPE]=N", "price=CLUSTER=X", "pipeline=FILE")
 _GPUS = re.compile(r"([^:=]+)(?::([^:=]+))?=([^=]*)")  # each used with fullmatch
@@ -106,8 +106,16 @@ def _gpu_change(named: str, value: str) -> GPUChange:
     cluster, gpu_type, count = match.groups()
     if not (count.isascii() and count.isdigit()):
         raise _fail(named, f"expected a whole number of GPUs, got {count!r}", "for example gpus=gpu-east=16")
-    if gpu_type is not None and not _GPU_TYPE.fullmatch(gpu_type):
+    if len(count.lstrip("0")) > len(str(MAX_GPU_COUNT)) or int(count) > MAX_GPU_COUNT:
+        raise _fail(named, f"expected at most {MAX_GPU_COUNT} GPUs (a Fleet's gpu-count), got {count[:20]}"
+                           f"{'...' if len(count) > 20 else ''}", "for example gpus=gpu-east=16")
+    if gpu_type is not None and (not _GPU_TYPE.fullmatch(gpu_type)
+                                 or gpu_type.lower().replace("_", "-") in RESERVED_GPU_TYPES):
         raise _fail(named, f"{gpu_type!r} is not a GPU type", "a Kubernetes label value such as a100 or h100")
+    if gpu_type is not None and len(product := default_gpu_product(gpu_type.lower())) > MAX_GPU_PRODUCT:
+        raise _fail(named, f"GPU type {gpu_type[:20]!r}... is too long: its nodes' label nvidia.com/gpu.product "
+                           f"would be {len(product)} characters, more than {MAX_GPU_PRODUCT}",
+                    "a GPU type such as a100 or h100")
     return GPUChange(cluster, gpu_type.lower() if gpu_type else None, int(count))
 
 
@@ -143,13 +151,13 @@ def read_file(path: Path, shown: str) -> Scenario:
 
 def _document(path: Path, shown: str) -> Document:
     """The one YAML document of a file under a scenario path (a usage error otherwise)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise UsageError(f"--scenario {shown}: cannot read it: {err}") from err
-    documents, problems = parse_documents(text, shown)
-    if problems:  # not YAML: reported as a policy file's would be
-        raise PolicyError(problems)
+    source = read_source(path, shown)  # as a policy file is read: a regular file, bounded in size
+    if isinstance(source, Diagnostic):
+        raise PolicyError([source])
+    loaded = load_sources([source])
+    if loaded.diagnostics:  # not YAML: reported as a policy file's would be
+        raise PolicyError(loaded.diagnostics)
+    documents = loaded.documents
     if len(documents) != 1:
         raise UsageError(f"--scenario {shown}: expected one YAML document 'whatIf:' with a list of settings, "
                          f"got {len(documents)} documents\n"
@@ -189,7 +197,7 @@ def read_paths(paths: Sequence[str], workdir: Path) -> tuple[Scenario, ...]:
                              "pipeline file a scenario there adds (pipeline=FILE)\n"
                              "  hint: keep only scenarios and the pipelines they add under a scenario folder")
     if not scenarios:
-        raise UsageError(f"--scenario {', '.join(paths)}: no scenario file there (*.yaml or *.yml, "
+        raise UsageError(f"--scenario {', '.join(paths)}: no scenario file there (*.yaml, *.yml or *.json, "
                          "one YAML document 'whatIf:')")
     return tuple(scenarios)
 

@@ -16,6 +16,7 @@ from support.tree import by_logical_path
 
 from fleetc.errors import InternalError
 from fleetc.model import (
+    GPU_PRODUCT_LABELS,
     Assignment,
     ClassWeights,
     Cluster,
@@ -31,7 +32,6 @@ from fleetc.model import (
     Toleration,
 )
 from fleetc.render import object_name, render
-from fleetc.resolve import GPU_PRODUCT_LABELS
 
 GI = 1024**3
 MI = 1024**2

@@ -212,7 +212,7 @@ def test_unhashable_kind_is_a_diagnostic(kind: str, described: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "got"), [("- a\n- b\n", "a list"), ("hello\n", "'hello'"), ("42\n", "42")]
+    ("text", "got"), [("- a\n- b\n", "a list"), ("hello\n", "a string"), ("42\n", "42")]
 )
 def test_document_must_be_a_mapping(text: str, got: str) -> None:
     assert check(text) == [f"f0.yaml:1:1: error: expected a policy object (a mapping), got {got}"]

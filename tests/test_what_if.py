@@ -323,7 +323,8 @@ def test_scenarios_below_the_text_and_json_diff(reviewed: Path) -> None:
      "error: 2 scenarios under scenarios: without --base, give one\n"
      "  hint: --base REF --scenario PATH reports each below the diff from REF\n"),
     ({"scenarios/empty/.keep": ""}, ["--scenario", "scenarios/empty"],
-     "error: --scenario scenarios/empty: no scenario file there (*.yaml or *.yml, one YAML document 'whatIf:')\n"),
+     "error: --scenario scenarios/empty: no scenario file there (*.yaml, *.yml or *.json, "
+     "one YAML document 'whatIf:')\n"),
 ])
 def test_a_scenario_folder_reads_every_file_or_names_it(project: Path, files: dict[str, str], args: list[str],
                                                          message: str) -> None:

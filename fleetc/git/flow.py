@@ -13,7 +13,7 @@ from fleetc.errors import Diagnostic, FleetcError, UsageError
 from fleetc.git import repo as gitrepo
 from fleetc.git.report import commit_message, compare, snapshot, snapshot_of_output, time_sliced_units
 from fleetc.placement.previous import PLACEMENT_FILE, Previous, parse_previous
-from fleetc.policy.load import POLICY_SUFFIXES, discover, display_path
+from fleetc.policy.load import discover, display_path, is_policy_name
 
 Sources = list[tuple[str, bytes]]
 
@@ -121,7 +121,7 @@ def _policy_files(root: Path, policy_paths: Sequence[str], workdir: Path) -> lis
                          + hint.format(what="stop ignoring it"))
     gone = [p for given in policy_paths
             for p in gitrepo.tracked_gone(root, gitrepo.relative_to_root(root, workdir / given))
-            if p.endswith(POLICY_SUFFIXES) and not any(part.startswith(".") for part in PurePosixPath(p).parts)]
+            if is_policy_name(p) and not any(part.startswith(".") for part in PurePosixPath(p).parts)]
     return sorted(set(files) | set(gone))
 
 

@@ -29,7 +29,10 @@ from fleetc.policy.load import (
     LINK_OUTSIDE,
     LINK_OUTSIDE_HINT,
     MAX_FILE_BYTES,
-    POLICY_SUFFIXES,
+    NOT_A_POLICY,
+    NOT_A_POLICY_HINT,
+    is_note_name,
+    is_policy_name,
     too_large,
 )
 
@@ -86,7 +89,7 @@ def read_tree_files(root: Path, ref: str, paths: Sequence[str]) -> TreeFiles:
     """Policy files under ``paths`` (repository paths) at ``ref``, found as
     :func:`fleetc.policy.load.discover` finds them in the working tree.
 
-    A folder is searched recursively (``*.yaml``/``*.yml``, hidden entries skipped), a file
+    A folder is searched recursively (policy files and notes as discover tells them, hidden entries skipped), a file
     named directly is read whatever its name. A symbolic link is followed through the tree at
     ``ref`` when it stays inside the named paths, each file read once under the first of its
     names; a link that is broken, loops or leaves them is a problem, as is a submodule (its
@@ -233,8 +236,10 @@ class _TreeWalk:
             return []
         folder = isinstance(item, Tree)
         if not any(real[:len(r)] == r for r in self.roots):
-            if folder or path.endswith(POLICY_SUFFIXES):
+            if folder or is_policy_name(path):
                 self._problem(found, LINK_OUTSIDE, LINK_OUTSIDE_HINT)
+            elif not is_note_name(path):
+                self._problem(found, NOT_A_POLICY, NOT_A_POLICY_HINT)
             return []
         if isinstance(item, Tree):
             return [(found, real, item)]
@@ -246,8 +251,10 @@ class _TreeWalk:
         if isinstance(item, Submodule):
             self._problem(found, "a git submodule: its files are in another repository, which "
                           "fleetc does not read", "copy the policies into this repository")
-        elif named or self.shown(found).endswith(POLICY_SUFFIXES):
+        elif named or is_policy_name(self.shown(found)):
             self._file(found, real, cast(Blob, item))
+        elif not is_note_name(self.shown(found)):
+            self._problem(found, NOT_A_POLICY, NOT_A_POLICY_HINT)
 
     def _file(self, found: Found, real: _Real, blob: Blob) -> None:
         known = self.files.get(real)
@@ -445,8 +452,12 @@ def tracked_gone(root: Path, folder: str) -> list[str]:
 
 
 def _commit(repo: Repo, ref: str) -> Commit:
+    """The commit ``ref`` names, resolved by git itself: gitpython's own reader of revisions knows
+    a part of git's syntax and raises what it does not (``@{-1}``, ``HEAD@{1.year.ago}``), and
+    ``--end-of-options`` keeps a ref that starts with ``-`` from reading as an option."""
     try:
-        commit = repo.commit(ref)
+        sha = repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
+        commit = repo.commit(sha)
         commit.tree  # noqa: B018 - read now: in a shallow clone the commit may name a missing parent
         return commit
     except (BadName, BadObject, ValueError, GitCommandError):

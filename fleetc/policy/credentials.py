@@ -18,6 +18,8 @@ from fleetc.errors import Diagnostic
 if TYPE_CHECKING:  # fleetc.policy.load runs the probe below on what it reads
     from fleetc.policy.load import Document, FieldPath
 
+_GITLAB_PREFIXES = ("glpat-", "gloas-", "gldt-", "glrt-", "glcbt-", "glptt-", "glft-", "glimt-", "glagent-",
+                    "glsoat-")
 #: What a credential looks like, checked in every string value of every document.
 CREDENTIAL_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # Glued to a word too (``MY_AKIA...``): ``\b`` would not see a key id after ``_``.
@@ -40,8 +42,31 @@ CREDENTIAL_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a JSON Web Token", re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*")),
     ("a Google API key", re.compile(r"AIza[0-9A-Za-z_-]{35}")),
     ("a GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})")),
-    ("a Slack token", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}")),
+    ("a Slack token", re.compile(r"\b(?:xox[abeoprs]|xapp)-[A-Za-z0-9-]{10,}")),
     ("a Slack webhook URL", re.compile(r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]{16,}")),
+    # The token formats of the AI platforms and the services pipelines reach. Those marked
+    # (detect-secrets) are ported from Yelp/detect-secrets (Apache-2.0), detect_secrets/plugins/
+    # <name>.py at master: gitlab_token, stripe, sendgrid, openai, azure_storage_key, npm, pypi_token.
+    ("a Hugging Face token", re.compile(r"(?<![A-Za-z0-9])(?:hf|api_org)_[A-Za-z0-9]{30,}")),
+    ("an Anthropic API key", re.compile(r"(?<![A-Za-z0-9])sk-ant-[A-Za-z0-9_-]{20,}")),
+    # Legacy keys (sk- and 48 letters or digits), project, service and admin keys, and the
+    # T3BlbkFJ marker of both (detect-secrets: openai); sk- and a few words (sk-learn-job) is no key.
+    ("an OpenAI API key", re.compile(r"(?<![A-Za-z0-9])sk-(?:[A-Za-z0-9]{32,}|(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,}"
+                                     r"|[A-Za-z0-9_-]*[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20})")),
+    # A W&B API key is 40 hex digits: one near "wandb" (WANDB_API_KEY, wandb login KEY).
+    ("a Weights & Biases API key",
+     re.compile(r"wandb[^\n]{0,40}?(?<![0-9a-f])[0-9a-f]{40}(?![0-9a-f])", re.IGNORECASE)),
+    ("a GitLab token", re.compile(rf"\b(?:{'|'.join(p[:-1] for p in _GITLAB_PREFIXES)})-"
+                                  r"[A-Za-z0-9_-]{20,50}(?!\w)")),  # (detect-secrets: gitlab_token)
+    ("a Stripe key", re.compile(r"(?<![A-Za-z0-9])(?:[rs]k_(?:live|test)|whsec)_[0-9a-zA-Z]{16,}")),  # (stripe)
+    ("a SendGrid API key", re.compile(r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}")),  # (detect-secrets: sendgrid)
+    ("an Azure storage account key",  # (detect-secrets: azure_storage_key)
+     re.compile(r"(?:AccountKey|SharedAccessKey)\s*=\s*[A-Za-z0-9+/=]{20,}|[A-Za-z0-9+/]{86}==")),
+    ("a Google Cloud service account key",
+     re.compile(r"[\"']type[\"']\s*:\s*[\"']service_account|[\"']private_key(?:_id)?[\"']\s*:")),
+    ("an npm token", re.compile(r"\bnpm_[A-Za-z0-9]{36}")),  # (detect-secrets: npm)
+    ("a PyPI token", re.compile(r"pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}")),  # (detect-secrets: pypi_token)
+    ("a Replicate API token", re.compile(r"\br8_[A-Za-z0-9]{37}")),
 )
 #: Keys whose value is a secret when it looks random (``secretName``-like keys are references).
 _SECRET_KEY = re.compile(r"password|passwd|secret|token|api[-_]?key|access[-_]?key|private[-_]?key|"
@@ -86,8 +111,11 @@ _ANY_CREDENTIAL = re.compile("|".join(
 
 #: Every match of a credential pattern holds one of these (case matters in those patterns), or
 #: "aws" in any case (the AWS secret access key's)...
-_MATCH_FRAGMENTS = ("AKIA", "ASIA", "PRIVATE KEY", "@", "=", "gh", "github_pat_", "xox", "earer",
-                    "eyJ", "AIza", "hooks.slack.com")
+_MATCH_FRAGMENTS = ("AKIA", "ASIA", "PRIVATE KEY", "@", "=", "gh", "github_pat_", "xox", "xapp-", "earer",
+                    "eyJ", "AIza", "hooks.slack.com", "hf_", "api_org_", "k_live_", "k_test_", "whsec_",
+                    "SG.", "service_account", "private_key", "npm_", "pypi-", "r8_", *_GITLAB_PREFIXES)
+#: ...or ``sk-`` at the start of a word (``task-`` is no key: a probe of ``sk-`` would scan most files).
+_SK_WORD = re.compile(r"(?<![A-Za-z0-9])sk-")
 #: ...and every key :func:`_secret_key` accepts, in JSON text without a backslash, lower-cased,
 #: matches this: one of its words, then the rest of the key, not ending as a reference does
 #: (``secretName``, the way every stage output names its Secret, is no secret key), then the
@@ -103,8 +131,23 @@ def may_hold_credentials(text: str) -> bool:
     fragment of a credential pattern, and no key names a secret."""
     if any(fragment in text for fragment in _MATCH_FRAGMENTS) or not text.isascii() or "\\" in text:
         return True  # beyond ASCII, case-insensitive matching is more than lower(); escapes hide quotes
+    if "sk-" in text and _SK_WORD.search(text):
+        return True
     lowered = text.lower()
-    return "aws" in lowered or _SECRET_KEY_IN_JSON.search(lowered) is not None
+    return "aws" in lowered or "wandb" in lowered or _SECRET_KEY_IN_JSON.search(lowered) is not None
+
+
+def looks_like(value: str) -> str:
+    """What credential ``value`` holds by its shape (:data:`CREDENTIAL_PATTERNS`), or ''."""
+    if _ANY_CREDENTIAL.search(value):
+        return next(what for what, pattern in CREDENTIAL_PATTERNS if pattern.search(value))
+    return ""
+
+
+def redact(text: str) -> str:
+    """``text`` with every part shaped like a credential replaced by ``<redacted>``: no message
+    may print one (fleetc refuses them so that they reach no log)."""
+    return _ANY_CREDENTIAL.sub("<redacted>", text) if may_hold_credentials(text) else text
 
 
 def _credential_kind(key: str, value: str) -> str:

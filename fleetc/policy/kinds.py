@@ -44,22 +44,22 @@ def _text(pattern: str, expected: str, max_length: int | None = None) -> WithJso
     return WithJsonSchema({"type": "string", "pattern": pattern, **length, EXPECTED: expected})
 
 
-_LABEL_VALUE_WORDS = "letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+LABEL_VALUE_WORDS = "letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
 DNSLabel = Annotated[str, _text(
     DNS_LABEL_PATTERN, "a DNS-1123 label (lower-case letters, digits and '-', starting and ending with a "
     "letter or digit, at most 63 characters)", 63)]
 LabelValue = Annotated[str, _text(
-    LABEL_VALUE_PATTERN, f"a Kubernetes label value ({_LABEL_VALUE_WORDS}, at most 63 characters)", 63)]
+    LABEL_VALUE_PATTERN, f"a Kubernetes label value ({LABEL_VALUE_WORDS}, at most 63 characters)", 63)]
 SecretName = Annotated[str, _text(
     DNS_SUBDOMAIN_PATTERN, "the name of a Kubernetes Secret (a DNS-1123 subdomain: lower-case letters, "
     "digits, '-' and '.', at most 253 characters)", 253)]
 CIDR = Annotated[str, _text(CIDR_PATTERN, "an IPv4 or IPv6 CIDR block, e.g. 10.20.0.0/16")]
 NonEmptyLabelValue = Annotated[str, _text(
-    NONEMPTY_LABEL_VALUE_PATTERN, f"a Kubernetes label value ({_LABEL_VALUE_WORDS}, at most 63 characters)", 63)]
+    NONEMPTY_LABEL_VALUE_PATTERN, f"a Kubernetes label value ({LABEL_VALUE_WORDS}, at most 63 characters)", 63)]
 RegionName = Annotated[str, _text(
     REGION_PATTERN, "a region name: printable text, no line breaks or other control characters", 253)]
 QualifiedName = Annotated[str, _text(
-    QUALIFIED_NAME_PATTERN, f"a Kubernetes key such as example.com/gpu ({_LABEL_VALUE_WORDS}, after an "
+    QUALIFIED_NAME_PATTERN, f"a Kubernetes key such as example.com/gpu ({LABEL_VALUE_WORDS}, after an "
     "optional DNS prefix and '/')", 317)]
 Quantity = Annotated[
     int | float | str,
@@ -322,7 +322,7 @@ GPUTypes = Annotated[
     WithJsonSchema({
         "type": ["string", "array"], "pattern": NONEMPTY_LABEL_VALUE_PATTERN, "maxLength": 63,
         "items": {"type": "string", "pattern": NONEMPTY_LABEL_VALUE_PATTERN, "maxLength": 63,
-                  EXPECTED: f"a GPU type: a Kubernetes label value ({_LABEL_VALUE_WORDS}, at most 63 characters)"},
+                  EXPECTED: f"a GPU type: a Kubernetes label value ({LABEL_VALUE_WORDS}, at most 63 characters)"},
         "minItems": 1, "maxItems": MAX_GPU_ALTERNATIVES,
         EXPECTED: "a GPU type such as a100, or a list of them in order of preference such as [h100, a100]",
     }),

@@ -49,7 +49,29 @@ MAX_DEPTH = 64
 #: print one of more than 4,300 digits in a message.
 MAX_INT_DIGITS = 100
 
-POLICY_SUFFIXES = (".yaml", ".yml")
+#: What fleetc reads in a policy folder, whatever the case of the suffix: YAML, and JSON (which
+#: YAML 1.2 reads). The engines apply ``*.json`` too, and a pipeline saved as ``a.YAML`` must
+#: not be dropped without a word.
+POLICY_SUFFIXES = (".yaml", ".yml", ".json")
+#: What a policy folder may hold beside policies, never read: notes for people. Any other file
+#: there is an error: fleetc cannot tell a policy saved under another name from a stray file.
+NOTE_SUFFIXES = (".md", ".markdown", ".txt", ".rst", ".adoc")
+NOTE_NAMES = ("README", "LICENSE", "NOTICE", "OWNERS", "CODEOWNERS", "AUTHORS", "CHANGELOG")
+NOT_A_POLICY = ("not a policy file: fleetc reads *.yaml, *.yml and *.json (any case) and skips notes "
+                "(*.md, *.txt, README...); it would be ignored")
+NOT_A_POLICY_HINT = ("rename it to *.yaml if it holds policies; otherwise move it out of the policy folder "
+                     "(or hide it: .name)")
+
+
+def is_policy_name(name: str) -> bool:
+    """Whether a file of this name in a policy folder is read as policies."""
+    return name.lower().endswith(POLICY_SUFFIXES)
+
+
+def is_note_name(name: str) -> bool:
+    """Whether a file of this name in a policy folder is a note for people, skipped."""
+    base = name.rsplit("/", 1)[-1]
+    return base.lower().endswith(NOTE_SUFFIXES) or base.upper() in NOTE_NAMES
 
 #: What discovery says of a link it cannot follow; :mod:`fleetc.git.repo` says the same of a
 #: link at a revision.
@@ -151,11 +173,11 @@ class Discovery:
 
 
 def discover(paths: Sequence[str], workdir: Path = Path(".")) -> Discovery:
-    """Expand files and folders (recursively, ``*.yaml``/``*.yml``, hidden entries skipped),
+    """Expand files and folders (recursively, :func:`is_policy_name`, hidden entries skipped),
     relative to ``workdir`` unless absolute; problems name files as :func:`display_path` does.
 
-    Within a folder, every entry that is not a hidden entry or a regular file of another
-    suffix is either read or reported: a folder that cannot be listed, a FIFO, socket or device
+    Within a folder, every entry that is not a hidden entry or a note (:func:`is_note_name`)
+    is either read or reported: a file of another suffix, a folder that cannot be listed, a FIFO, socket or device
     (never opened: reading one could block forever or never end), a broken symbolic link, a
     link loop, and a link that leaves every named path (a policy cannot pull in arbitrary
     files). A link to a folder or file inside them is followed, each file read once.
@@ -222,8 +244,10 @@ class _Walk:
                 elif entry.is_dir(follow_symlinks=False):
                     subfolders.append(path)
                 elif entry.is_file(follow_symlinks=False):
-                    if entry.name.endswith(POLICY_SUFFIXES):
+                    if is_policy_name(entry.name):
                         self._file(os.path.join(real, entry.name), path)
+                    elif not is_note_name(entry.name):
+                        self._problem(path, NOT_A_POLICY, NOT_A_POLICY_HINT)
                 else:
                     self._special(path, entry.stat(follow_symlinks=False).st_mode)
             stack.extend(reversed(subfolders))
@@ -239,8 +263,10 @@ class _Walk:
         target = Path(os.path.realpath(path))
         folder = stat.S_ISDIR(info.st_mode)
         if not _inside(target, self.roots):
-            if folder or path.name.endswith(POLICY_SUFFIXES):
+            if folder or is_policy_name(path.name):
                 self._problem(path, LINK_OUTSIDE, LINK_OUTSIDE_HINT)
+            elif not is_note_name(path.name):
+                self._problem(path, NOT_A_POLICY, NOT_A_POLICY_HINT)
             return False
         if not folder:
             self.entry(path, info, named=False)
@@ -250,8 +276,10 @@ class _Walk:
         """A file (or a link to one) found in a folder, or one the user named (any name)."""
         if not stat.S_ISREG(info.st_mode):
             self._special(path, info.st_mode)
-        elif named or path.name.endswith(POLICY_SUFFIXES):
+        elif named or is_policy_name(path.name):
             self._file(os.path.realpath(path), path)
+        elif not is_note_name(path.name):
+            self._problem(path, NOT_A_POLICY, NOT_A_POLICY_HINT)
 
     def _file(self, real: str, path: Path) -> None:
         """One file, read once under the first of its names in path order."""
@@ -286,15 +314,24 @@ def load_files(files: Iterable[Path], workdir: Path = Path(".")) -> LoadResult:
     sources: list[tuple[str, bytes]] = []
     refused: list[Diagnostic] = []
     for path in files:
-        display = display_path(path, workdir)
-        try:
-            sources.append((display, _read_bounded(path)))
-        except _Refused as problem:
-            refused.append(problem.diagnostic(display))
-        except OSError as err:
-            refused.append(Diagnostic(display, 0, 0, "", f"cannot read file: {err.strerror or err}"))
+        source = read_source(path, display_path(path, workdir))
+        if isinstance(source, Diagnostic):
+            refused.append(source)
+        else:
+            sources.append(source)
     loaded = load_sources(sources)
     return LoadResult(loaded.documents, (*refused, *loaded.diagnostics))
+
+
+def read_source(path: Path, display: str) -> tuple[str, bytes] | Diagnostic:
+    """``(display, bytes)`` of the file ``path`` as :func:`load_files` reads it (a regular file,
+    at most :data:`MAX_FILE_BYTES`), or the problem that refuses it."""
+    try:
+        return display, _read_bounded(path)
+    except _Refused as problem:
+        return problem.diagnostic(display)
+    except OSError as err:
+        return Diagnostic(display, 0, 0, "", f"cannot read file: {err.strerror or err}")
 
 
 def load_paths(paths: Sequence[str], workdir: Path = Path(".")) -> LoadResult:
@@ -480,6 +517,8 @@ def _parse(text: str, display: str, fast: _Read | None) -> tuple[list[Document],
     yaml = YAML(typ="safe", pure=True)
     try:
         nodes, written = _compose(text, yaml)
+    except _OtherVersion as err:
+        return [], [_version_diagnostic(err, text, display)]
     except MarkedYAMLError as err:
         return [], [_syntax_diagnostic(err, display)]
     except ReaderError as err:
@@ -530,6 +569,7 @@ def yaml_documents(text: str) -> list[Any]:
             return stream.documents
         if fastcompose.deeper_than(text, MAX_DEPTH):
             raise RecursionError(f"nesting is deeper than {MAX_DEPTH} levels")
+        yaml.Composer = _Yaml12Composer
         return list(yaml.load_all(text))
 
 
@@ -554,7 +594,25 @@ def _compose(text: str, yaml: YAML) -> tuple[list[Node], WrittenTags]:
     return list(yaml.compose_all(text)), yaml.composer.written
 
 
-class _TagNotingComposer(Composer):
+class _OtherVersion(MarkedYAMLError):
+    """A ``%YAML`` directive for another version than 1.2."""
+
+
+class _Yaml12Composer(Composer):
+    """ruamel's composer, refusing a ``%YAML`` directive for any version but 1.2: ruamel reads
+    the document after ``%YAML 1.1`` by YAML 1.1's rules (``010`` is 8, ``yes`` is true,
+    ``1:30`` is 90), which no reviewer of the file expects and the fast paths, which decline
+    every directive, would never give."""
+
+    def compose_document(self: Any) -> Any:
+        event = self.parser.peek_event()
+        version = getattr(event, "version", None)
+        if version is not None and tuple(version) != (1, 2):
+            raise _OtherVersion(problem=f"%YAML {'.'.join(map(str, version))}", problem_mark=event.start_mark)
+        return super().compose_document()
+
+
+class _TagNotingComposer(_Yaml12Composer):
     """ruamel's composer, noting every node whose tag is written in the file.
 
     A node does not say whether its tag was written: ``!!str 5`` composes to the node ``'5'``
@@ -738,6 +796,15 @@ def _character_diagnostic(err: ReaderError, text: str, display: str) -> Diagnost
     return Diagnostic(display, line, column, "",
                       f"invalid YAML: control character U+{code:04X} is not allowed",
                       hint="remove it; policy files are plain text")
+
+
+def _version_diagnostic(err: _OtherVersion, text: str, display: str) -> Diagnostic:
+    """The ``%YAML`` line before the document ``err`` refuses (its mark is the document's start)."""
+    lines = text.split("\n")[:(err.problem_mark.line if err.problem_mark else 0) + 1]
+    line = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith("%YAML")), len(lines) - 1)
+    return Diagnostic(display, line + 1, 1, "", f"{err.problem}: fleetc reads YAML 1.2 only (YAML 1.1 reads "
+                                                "010 as 8 and yes as true)",
+                      hint="remove the %YAML line (or write %YAML 1.2)")
 
 
 def _syntax_diagnostic(err: MarkedYAMLError, display: str) -> Diagnostic:

@@ -19,10 +19,18 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from pydantic import ValidationError
 
 from fleetc.errors import Diagnostic, did_you_mean
-from fleetc.model import STORAGE_CREDENTIAL_KEYS, gpus_for_throughput, url_scheme
+from fleetc.model import (
+    KUEUE_CPU_FLAVOR,
+    MAX_GPU_PRODUCT,
+    RESERVED_GPU_TYPES,
+    STORAGE_CREDENTIAL_KEYS,
+    default_gpu_product,
+    gpus_for_throughput,
+    url_scheme,
+)
 from fleetc.nodefit import default_gpus_per_node
 from fleetc.policy import kinds as p
-from fleetc.policy.credentials import credential_checks
+from fleetc.policy.credentials import credential_checks, looks_like
 from fleetc.policy.load import Document, FieldPath, gc_paused, scan
 from fleetc.policy.quantity import cpu_millis, memory_bytes, parse_percentage
 from fleetc.policy.schemas import schema_for
@@ -176,8 +184,10 @@ def _check_document(doc: Document, *, finite: bool) -> tuple[p.PolicyObject | No
     """Schema and model check of one document; ``finite``: it holds no NaN nor infinity."""
     data = doc.data
     if not isinstance(data, dict):
+        # A string is not shown: a document of one string may be a whole file's text (a file
+        # that is no policy, named by pipeline=FILE or planted under a policy folder).
         return None, [doc.diagnostic((), f"expected a policy object (a mapping), got "
-                                         f"{_describe(data)}")]
+                                         f"{'a string' if isinstance(data, str) else _describe(data)}")]
     kind_problem = _check_kind(doc, data)
     if kind_problem:
         return None, [kind_problem]
@@ -236,8 +246,11 @@ _TYPE_NAMES = {
 
 
 def _describe(value: Any) -> str:
-    """How a value reads in a message: strings quoted, containers by their kind."""
+    """How a value reads in a message: strings quoted, unless shaped like a credential (never
+    shown: a message reaches CI logs), containers by their kind."""
     if isinstance(value, str):
+        if what := looks_like(value):
+            return f"a value that looks like a credential ({what}; not shown)"
         return repr(value) if len(value) <= 60 else repr(value[:57] + "...")
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -488,10 +501,7 @@ def _attribute_checks(doc: Document, base: FieldPath, attributes: dict[str, Any]
     elif "gpu-type" in attributes:
         yield doc.diagnostic(base + ("gpu-type",), "gpu-type without gpu-count",
                              hint="add attribute gpu-count (the number of GPUs)")
-    gpu_type = attributes.get("gpu-type")
-    if gpu_type is not None and not _anchored(p.NONEMPTY_LABEL_VALUE_PATTERN).search(str(gpu_type)):
-        yield doc.diagnostic(base + ("gpu-type",), f"expected a GPU type that is a Kubernetes label "
-                                                   f"value, such as a100, got {_describe(gpu_type)}")
+    yield from _gpu_type_checks(doc, base, attributes)
     yield from _gpus_per_node_check(doc, base, attributes)
     for name, convert, limit, example in (("cpu-per-node", cpu_millis, MAX_CPU_MILLIS, "cores, e.g. 96"),
                                           ("memory-per-node", memory_bytes, MAX_MEMORY_BYTES, "memory, e.g. 1Ti")):
@@ -511,6 +521,49 @@ def _attribute_checks(doc: Document, base: FieldPath, attributes: dict[str, Any]
         yield doc.diagnostic(base + ("network-tier",),
                              f"expected one of {', '.join(NETWORK_TIERS)}, got {_describe(tier)}",
                              hint=did_you_mean(str(tier), NETWORK_TIERS))
+
+
+def _gpu_type_checks(doc: Document, base: FieldPath, attributes: dict[str, Any]) -> Iterator[Diagnostic]:
+    """``gpu-type`` is a label value, names no flavor fleetc renders for other resources, and
+    implies (or ``gpu-product`` states) a product label that is one."""
+    gpu_type = attributes.get("gpu-type")
+    if gpu_type is None:
+        return
+    if not _label_value(str(gpu_type)):
+        yield doc.diagnostic(base + ("gpu-type",), f"expected a GPU type that is a Kubernetes label "
+                                                   f"value, such as a100, got {_describe(gpu_type)}")
+    elif str(gpu_type).lower().replace("_", "-") in RESERVED_GPU_TYPES:
+        yield doc.diagnostic(base + ("gpu-type",), f"GPU type {_describe(gpu_type)} is reserved: its Kueue "
+                                                   f"ResourceFlavor would be {KUEUE_CPU_FLAVOR}, the one for CPU "
+                                                   "and memory", hint="name the GPU model, e.g. a100")
+    else:
+        yield from _gpu_product_check(doc, base, attributes, str(gpu_type).lower())
+
+
+def _label_value(text: str, limit: int = 63) -> bool:
+    return len(text) <= limit and _anchored(p.NONEMPTY_LABEL_VALUE_PATTERN).search(text) is not None
+
+
+def _gpu_product_check(doc: Document, base: FieldPath, attributes: dict[str, Any], gpu_type: str) -> Iterator[
+        Diagnostic]:
+    """The ``nvidia.com/gpu.product`` label the cluster's GPU pods select (its ``gpu-product``,
+    else the one its GPU type implies) is a label value, also with ``-SHARED`` appended (the
+    time-sliced nodes'): a manifest that selects an invalid label is refused on apply."""
+    product = attributes.get("gpu-product")
+    if product is None:
+        default = default_gpu_product(gpu_type)
+        if not _label_value(default, MAX_GPU_PRODUCT):
+            yield doc.diagnostic(base + ("gpu-type",), f"its nodes' label nvidia.com/gpu.product would be "
+                                                       f"{_describe(default)}, more than {MAX_GPU_PRODUCT} "
+                                                       "characters (with -SHARED for time-sliced GPUs, "
+                                                       "a label value's 63)",
+                                 hint="shorten the GPU type, or state the label as attribute gpu-product")
+    elif not _label_value(str(product), MAX_GPU_PRODUCT):
+        yield doc.diagnostic(base + ("gpu-product",), f"expected the nodes' nvidia.com/gpu.product label: a "
+                                                      f"Kubernetes label value ({p.LABEL_VALUE_WORDS}) of at most "
+                                                      f"{MAX_GPU_PRODUCT} characters (-SHARED is appended for "
+                                                      f"time-sliced GPUs), got {_describe(product)}",
+                             hint="the label GPU feature discovery gives the nodes, e.g. NVIDIA-A100-SXM4-40GB")
 
 
 def _whole(value: Any) -> int | None:
@@ -705,10 +758,16 @@ def _amount(convert: Callable[[Any], int], value: Any) -> int:
 
 
 #: Namespaces a pipeline may not run in: Kubernetes' own, and those of the controllers fleetc's
-#: output relies on (Argo CD, Flux, Volcano, Fluid, the NVIDIA GPU operator). fleetc labels a
-#: pipeline's namespace as its own and, under data sovereignty, denies egress to every pod in it.
+#: output is rendered for or relies on (Argo CD, Flux, Volcano, Kueue, Fluid, Kurator, the NVIDIA
+#: GPU operator, cert-manager, which Kueue's and Volcano's webhooks take their certificates from).
+#: fleetc labels a pipeline's namespace as its own and, under data sovereignty, denies egress to
+#: every pod in it: in one of these it would cut a controller off the API server. ``default`` is
+#: reserved too: it is where every object without a namespace lands, so it is nobody's own (a
+#: pipeline without ``metadata.namespace`` runs in one named after it, never in ``default``).
 RESERVED_NAMESPACES = ("default", "argocd", "flux-system", "volcano-system", "volcano-monitoring",
-                       "fluid-system", "gpu-operator", "gpu-operator-resources", "nvidia-gpu-operator")
+                       "kueue-system", "fluid-system", "kurator-system", "cert-manager", "gpu-operator",
+                       "gpu-operator-resources", "nvidia-gpu-operator")
+#: Kubernetes' own: kube-system, kube-public, kube-node-lease and any it adds.
 RESERVED_NAMESPACE_PREFIX = "kube-"
 
 
@@ -887,7 +946,7 @@ def _storage_secret_checks(policies: PolicySet) -> Iterator[Diagnostic]:
     for pipeline in sorted(policies.pipelines, key=lambda pl: pl.doc.path):
         doc, stages = pipeline.doc, pipeline.obj.spec.stages
         outputs: dict[tuple[str, str], str] | None = None  # made for the first input naming a Secret
-        namespace = pipeline.obj.metadata.namespace or "default"
+        namespace = pipeline_namespace(pipeline.obj)  # where its Datasets are rendered
         for i, stage in enumerate(stages):
             named_here: list[tuple[str, int, str | None, str]] = []
             for j, source in enumerate(stage.inputs or ()):

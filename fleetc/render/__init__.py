@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from fleetc.errors import Diagnostic
-from fleetc.model import KUEUE, Cluster, FleetModel, Placement
+from fleetc.model import GPU_PRODUCT_LABELS, KUEUE, Cluster, FleetModel, Placement
 from fleetc.policy.forkmap import fork_map
 from fleetc.render.cluster import egress_policy, namespace, queue, security_warnings, sovereign_platform, team_queues
 from fleetc.render.common import Obj, cpu_quantity, folder_files, memory_quantity, object_name, stage_labels
@@ -85,7 +85,6 @@ from fleetc.render.workloads import (
     volcano_job,
 )
 from fleetc.render.yamlout import dump
-from fleetc.resolve import GPU_PRODUCT_LABELS
 
 __all__ = [
     "GPU_PRODUCT_LABELS",

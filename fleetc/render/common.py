@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
-from fleetc.errors import Diagnostic, InternalError
+from fleetc.errors import Diagnostic, FleetcError, InternalError, PolicyError
 from fleetc.model import Source, Stage
 from fleetc.render.yamlout import dump
 
@@ -176,13 +176,16 @@ def file_name(obj: Obj) -> str:
 
 
 def folder_files(folder: str, objects: Iterable[Obj]) -> dict[str, str]:
-    """One file per object plus a kustomization.yaml listing them; name clashes are bugs."""
+    """One file per object plus a kustomization.yaml listing them. Two objects of one name
+    from two policy fields are a policy error (names are cut to fit, so two stages may end as
+    one name: :func:`shorten`); from one, a bug."""
     files: dict[str, str] = {}
+    made: dict[str, Obj] = {}
     for obj in objects:
         name = file_name(obj)
         if name in files:
-            raise InternalError(f"two objects would both be written to {folder}/{name}")
-        files[name] = dump(obj)
+            raise _clash(f"{folder}/{name}", made[name], obj)
+        files[name], made[name] = dump(obj), obj
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
@@ -190,3 +193,21 @@ def folder_files(folder: str, objects: Iterable[Obj]) -> dict[str, str]:
     }
     files["kustomization.yaml"] = dump(kustomization)
     return {f"{folder}/{name}": text for name, text in sorted(files.items())}
+
+
+def _clash(path: str, first: Obj, second: Obj) -> FleetcError:
+    """Two objects that would be one file: a :class:`PolicyError` at both policy fields they
+    come from (``fleetc.dev/source``), an :class:`InternalError` when they come from one."""
+    sources = [obj["metadata"].get("annotations", {}).get(SOURCE_ANNOTATION, "") for obj in (first, second)]
+    if not all(sources) or sources[0] == sources[1]:
+        return InternalError(f"two objects would both be written to {path}")
+    meta = first["metadata"]
+    where = f" in namespace '{meta['namespace']}'" if meta.get("namespace") else ""
+    what = f"{first['kind']} '{meta['name']}'{where}"
+    diagnostics = []
+    for here, there in ((sources[0], sources[1]), (sources[1], sources[0])):
+        file, _, field = here.partition("#")
+        diagnostics.append(Diagnostic(file, 0, 0, field, f"renders {what}, as {there} does: their names are one "
+                                                         f"once cut to fit Kubernetes' limits (out/{path})",
+                                      hint="rename one of them (shorter names are never cut)"))
+    return PolicyError(diagnostics)

@@ -28,10 +28,9 @@ fills); ``memoryManagement.compactionStrategy`` has no Kubernetes form and is re
 from __future__ import annotations
 
 from fleetc.errors import Diagnostic
-from fleetc.model import Cluster, GPUPolicy
+from fleetc.model import GPU_PRODUCT_LABELS, Cluster, GPUPolicy
 from fleetc.render.common import GPU_RESOURCE, Obj, metadata, warning
 from fleetc.render.yamlout import dump
-from fleetc.resolve import GPU_PRODUCT_LABELS
 
 DEVICE_PLUGIN_NAMESPACE = "gpu-operator"
 CONFIG_NAME = "fleetc-device-plugin-config"

@@ -46,7 +46,7 @@ whose LocalQueue is missing: the Job waits, suspended, until the queue exists
 
 from __future__ import annotations
 
-from fleetc.model import Cluster, Source, Stage
+from fleetc.model import KUEUE_CPU_FLAVOR, SHARED_PRODUCT_SUFFIX, Cluster, Source, Stage
 from fleetc.render.common import (
     GPU_RESOURCE,
     MANAGED_BY,
@@ -64,7 +64,6 @@ from fleetc.render.context import Context, Work, queue_gpus
 from fleetc.render.workloads import (
     MAX_RETRY,
     RENDEZVOUS_PORT,
-    SHARED_PRODUCT_SUFFIX,
     gang_pod_template,
     time_sliced,
 )
@@ -73,7 +72,7 @@ API_VERSION = "kueue.x-k8s.io/v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 #: The ClusterQueue of each Kueue cluster and the LocalQueue of each namespace on it.
 QUEUE_NAME = "fleetc"
-CPU_FLAVOR = "fleetc-default"
+CPU_FLAVOR = KUEUE_CPU_FLAVOR
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 #: The Job controller annotates each pod of an Indexed Job with its index
 #: (kubernetes ``pkg/controller/job/indexed_job_utils.go``).

@@ -27,7 +27,7 @@ import math
 import re
 
 from fleetc.errors import Diagnostic
-from fleetc.model import Cluster, Serving, Stage, StageType, Toleration, url_scheme
+from fleetc.model import SHARED_PRODUCT_SUFFIX, Cluster, Serving, Stage, StageType, Toleration, url_scheme
 from fleetc.render.common import (
     GPU_RESOURCE,
     MAX_NAME,
@@ -48,12 +48,6 @@ from fleetc.render.context import Context, Work
 from fleetc.render.data import DataMounts, data_mounts
 from fleetc.render.order import STATUS_PATH, STATUS_VOLUME, mark_container, marks, wait_containers, wrap_command
 from fleetc.resolve import DEFAULT_IMAGES
-
-#: GPU feature discovery appends this to the product label of nodes whose GPUs are time-sliced
-#: (NVIDIA/k8s-device-plugin internal/lm/resource.go: productLabel adds "SHARED" when the
-#: config shares the resource with replicas > 1 and does not rename it, fleetc's
-#: ``renameByDefault: false``), so shared and exclusive nodes differ.
-SHARED_PRODUCT_SUFFIX = "-SHARED"
 
 #: ``trainingPriority`` -> PriorityClass value.
 PRIORITY_VALUES: dict[str, int] = {"low": 1_000, "medium": 10_000, "high": 100_000, "critical": 1_000_000}

@@ -5,6 +5,7 @@ test_properties."""
 from __future__ import annotations
 
 from fleetc.model import (
+    GPU_PRODUCT_LABELS,
     Cluster,
     FleetModel,
     GPUOption,
@@ -19,7 +20,6 @@ from fleetc.model import (
 )
 from fleetc.nodefit import default_gpus_per_node
 from fleetc.placement.scoring import GIB
-from fleetc.resolve import GPU_PRODUCT_LABELS
 
 SOURCE = Source("fleet.yaml", "spec")
 

@@ -17,6 +17,7 @@ from support.engines import (
     FluxState,
     Refused,
     argo_sync,
+    drifted,
     flux_reconcile,
     key,
     kustomize_build,
@@ -64,16 +65,24 @@ class Fleet:
             failures = flux_reconcile(live, files, flux_kustomizations(files, cluster), state,
                                       repository_folder(files))
             assert failures == {}, f"Flux on {cluster}: {failures}"
-            assert _started(live) == desired(files, cluster), f"Flux on {cluster}"
+            assert_converged(live, files, cluster, "Flux")
             live, argo = self.argo.setdefault(cluster, (Cluster(), ArgoState()))
             failure = argo_sync(live, kustomize_build(files, f"clusters/{cluster}"), argo)
             assert failure is None, f"Argo CD on {cluster}: {failure}"
-            assert _started(live) == desired(files, cluster), f"Argo CD on {cluster}"
+            assert_converged(live, files, cluster, "Argo CD")
 
     def uids(self) -> dict[tuple[str, str], dict]:
         return {(engine, cluster): live.uids()
                 for engine, by_cluster in (("flux", self.flux), ("argo", self.argo))
                 for cluster, (live, _) in by_cluster.items()}
+
+
+def assert_converged(live: Cluster, files: Files, cluster: str, engine: str) -> None:
+    """The cluster holds exactly the objects of ``files``, each as its manifest says (the
+    webhooks' defaults besides), and every Kueue Job started."""
+    wanted = desired(files, cluster)
+    assert _started(live).keys() == wanted.keys(), f"{engine} on {cluster}"
+    assert drifted(live, list(wanted.values())) == [], f"{engine} on {cluster}"
 
 
 def _objects(live: Cluster) -> dict:
@@ -131,6 +140,31 @@ def test_volcano_refuses_a_job_without_its_queue_also_on_a_dry_run() -> None:
     cluster.apply(job())
     with pytest.raises(Refused, match="job updates may not change"):
         cluster.apply(job(image="b"))
+
+
+def test_volcano_fills_task_defaults_on_create_only_and_refuses_a_reapply_that_drops_them() -> None:
+    """mutate_job.go on CREATE, an atomic ``spec.tasks`` under server-side apply, and
+    validateJobUpdate: the same manifest applied twice is refused the second time unless it
+    sets every field the webhook filled."""
+    cluster = Cluster()
+    cluster.apply(NAMESPACE)
+    cluster.apply(QUEUE)
+    cluster.apply(job())
+    task = cluster.objects[key(job())].obj["spec"]["tasks"][0]
+    assert (task["minAvailable"], task["maxRetry"]) == (1, 3)
+    assert drifted(cluster, [job()]) == [key(job())]  # Argo CD: OutOfSync
+    with pytest.raises(Refused, match="job updates may not change fields"):
+        cluster.apply(job(), dry_run=True)  # Flux's dry run of the workloads
+    explicit = job(name="explicit")
+    explicit["spec"]["tasks"][0] |= {"minAvailable": 1, "maxRetry": 3}
+    cluster.apply(explicit)
+    cluster.apply(explicit)
+    assert drifted(cluster, [explicit]) == []
+    files = {"c/kustomization.yaml": "resources: [job.yaml, explicit.yaml]\n", "c/job.yaml": _dump(job()),
+             "c/explicit.yaml": _dump(explicit)}
+    failures = flux_reconcile(cluster, files, [{"metadata": {"name": "w"}, "spec": {"path": "./c"}}],
+                              FluxState(), ".")
+    assert "validatejob.volcano.sh denied" in failures["w"]  # one refused dry run fails them all
 
 
 def test_one_flux_kustomization_with_queue_and_job_never_applies_the_queue() -> None:
@@ -277,6 +311,19 @@ def _set_image(text: str, stage: str, image: str) -> str:
         edited = re.sub(r"(\n(\s+)type: \w+\n)", rf"\1\2image: {image}\n", block, count=1)
     assert edited != block, stage
     return text[:start] + edited + text[end:]
+
+
+def test_a_recompile_of_the_same_policies_changes_nothing_on_volcano_clusters() -> None:
+    """A commit that renders the same output re-applies every Volcano Job as it is: both
+    engines converge again (no refused update, nothing OutOfSync) and no Job restarts."""
+    files = compile_texts(read_policies(ROOT / "policies"))
+    assert any("kind: Job\napiVersion: batch.volcano.sh" in t or "batch.volcano.sh/v1alpha1" in t
+               for t in files.values())
+    fleet = Fleet()
+    fleet.sync(files)
+    uids = fleet.uids()
+    fleet.sync(files)
+    assert fleet.uids() == uids
 
 
 def test_bundled_second_compile_converges_and_keeps_unchanged_runs() -> None:

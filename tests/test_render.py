@@ -576,6 +576,8 @@ spec:
   tasks:
     - name: worker
       replicas: 1
+      minAvailable: 1
+      maxRetry: 3
       template:
         metadata:
           labels:

@@ -276,11 +276,10 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
     priority = {"priorityClassName": priority_class_name(level)} if level else {}
     template = gang_pod_template(ctx, cluster, stage)
     if stage.pods > 1:
-        tasks = [{"name": MASTER_TASK, "replicas": 1, "template": template},
-                 {"name": WORKER_TASK, "replicas": stage.pods - 1, "template": template}]
+        tasks = [_task(MASTER_TASK, 1, template), _task(WORKER_TASK, stage.pods - 1, template)]
         plugins = {"plugins": distributed_plugins()}
     else:
-        tasks, plugins = [{"name": WORKER_TASK, "replicas": 1, "template": template}], {}
+        tasks, plugins = [_task(WORKER_TASK, 1, template)], {}
     job: Obj = {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
@@ -298,6 +297,18 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
     }
     job["metadata"]["name"] = job_name(job)
     return job
+
+
+def _task(name: str, replicas: int, template: Obj) -> Obj:
+    """A Volcano task with every field Volcano's mutating webhook would fill on create set as it
+    would fill it (``minAvailable`` = replicas, ``maxRetry`` = 3: volcano v1.15.1
+    ``pkg/webhooks/admission/jobs/mutate/mutate_job.go`` ``mutateSpec``). The webhook runs on
+    CREATE only and ``spec.tasks`` is an atomic list under server-side apply, so a re-apply
+    that left them out would replace the tasks without them, which ``validateJobUpdate``
+    refuses: Flux's workloads Kustomization would fail its dry run and Argo CD would show the
+    Job OutOfSync for ever."""
+    return {"name": name, "replicas": replicas, "minAvailable": replicas, "maxRetry": MAX_RETRY,
+            "template": template}
 
 
 def job_queue(ctx: Context, stage: Stage) -> str:

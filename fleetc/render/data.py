@@ -221,11 +221,11 @@ def alluxio_runtime(policy: DataPolicy, namespace: str, url: str, share: int = 1
 MAX_DATA_PROCESS = MAX_HELM_RELEASE - len("-processor")
 
 
-def _waiting_names(url: str, writers: tuple[Stage, ...]) -> tuple[str, str]:
+def _waiting_names(ctx: Context, url: str, writers: tuple[Stage, ...]) -> tuple[str, str]:
     """(DataProcess, DataLoad) names of a prefetch that waits for ``writers``: named after
     their runs (:func:`fleetc.render.order.run_id`), as a Fluid data operation runs once, so a
     changed writer gets a new pair that waits for its new marker."""
-    runs = digest(",".join(run_id(writer) for writer in writers))
+    runs = digest(",".join(run_id(ctx, writer) for writer in writers))
     prefix = hashed_slug("data", url, min(MAX_DATA_PROCESS - len("-wait"),
                                           MAX_HELM_RELEASE - len("-loader") - len("-prefetch")) - 9)
     return f"{prefix}-{runs}-wait", f"{prefix}-{runs}-prefetch"
@@ -249,7 +249,7 @@ def prefetch(ctx: Context, policy: DataPolicy, namespace: str, url: str) -> list
         return [data_load(policy, namespace, url, data_load_name(url))]
     if any(unmarked(ctx, writer) is not None for writer in writers):
         return []
-    gate, load = _waiting_names(url, writers)
+    gate, load = _waiting_names(ctx, url, writers)
     return [data_process(ctx, policy, namespace, url, writers, gate, load),
             data_load(policy, namespace, url, load, after=gate)]
 

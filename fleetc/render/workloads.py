@@ -174,7 +174,7 @@ def _resources(stage: Stage) -> Obj:
     return {"requests": amounts, "limits": dict(amounts)}
 
 
-def _container(ctx: Context, stage: Stage, mounted: DataMounts) -> Obj:
+def main_container(ctx: Context, stage: Stage, mounted: DataMounts) -> Obj:
     container: Obj = {"name": stage.type.value.lower(), "image": stage.image}
     if stage.command:
         container["command"] = list(stage.command)
@@ -260,7 +260,7 @@ def gang_pod_template(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
     level = training_priority(ctx, stage)
     priority = {"priorityClassName": priority_class_name(level)} if level else {}
     mounted = data_mounts(ctx, stage)
-    pod = _pod_spec(ctx, cluster, stage, _container(ctx, stage, mounted), mounted, restartPolicy="OnFailure",
+    pod = _pod_spec(ctx, cluster, stage, main_container(ctx, stage, mounted), mounted, restartPolicy="OnFailure",
                     **priority)
     return {"metadata": {"labels": stage_labels(stage)}, "spec": pod}
 
@@ -363,7 +363,7 @@ def deployment(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
     HPA says (see the module docstring)."""
     serving = _serving(stage)
     mounted = data_mounts(ctx, stage)
-    container = _container(ctx, stage, mounted)
+    container = main_container(ctx, stage, mounted)
     if serving.triton:
         container["command"] = triton_command(ctx, stage, mounted)
         credentials, _ = triton_credentials(ctx, stage, mounted)

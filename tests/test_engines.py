@@ -81,8 +81,15 @@ def assert_converged(live: Cluster, files: Files, cluster: str, engine: str) -> 
     """The cluster holds exactly the objects of ``files``, each as its manifest says (the
     webhooks' defaults besides), and every Kueue Job started."""
     wanted = desired(files, cluster)
-    assert _started(live).keys() == wanted.keys(), f"{engine} on {cluster}"
+    kept = {k for k, o in live.objects.items() if k[1] == "Secret" or _never_pruned(o.obj)}
+    assert _started(live).keys() - kept == wanted.keys() - kept, f"{engine} on {cluster}"
     assert drifted(live, list(wanted.values())) == [], f"{engine} on {cluster}"
+
+
+def _never_pruned(obj: dict) -> bool:
+    annotations = obj["metadata"].get("annotations", {})
+    return (annotations.get("argocd.argoproj.io/sync-options") == "Prune=false"
+            and annotations.get("kustomize.toolkit.fluxcd.io/prune") == "disabled")
 
 
 def _objects(live: Cluster) -> dict:
@@ -359,8 +366,33 @@ def test_cluster_that_loses_its_last_stage_is_emptied_by_both_engines() -> None:
     fleet.sync(before)
     assert fleet.flux["edge-cluster-factory"][0].objects
     fleet.sync(after)
-    assert fleet.flux["edge-cluster-factory"][0].objects == {}
-    assert fleet.argo["edge-cluster-factory"][0].objects == {}
+    for engine in (fleet.flux, fleet.argo):  # all but the Namespaces (the next test says why)
+        assert {k[1] for k in engine["edge-cluster-factory"][0].objects} == {"Namespace"}
+
+
+def test_a_move_that_takes_a_namespaces_last_pipeline_off_a_cluster_keeps_the_users_secret() -> None:
+    """The user's credential Secret lives in the namespace fleetc renders; when a placement
+    change takes the namespace's last pipeline off the cluster, neither engine prunes the
+    Namespace (deleting it would delete the Secret with it)."""
+    policies = read_policies(ROOT / "policies")
+    before = compile_texts(policies)
+    fleet_path = "policies/fleet.yaml"
+    cordoned = re.sub(r"(- name: edge-cluster-factory\n(\s+))", r"\1cordoned: true\n\2", policies[fleet_path])
+    after = compile_texts({**policies, fleet_path: cordoned})
+    cluster = "edge-cluster-factory"
+    namespaces = {k[3] for k in desired(before, cluster) if k[:2] == ("", "Namespace")}
+    assert namespaces and not any(k[:2] == ("", "Namespace") for k in desired(after, cluster))
+    fleet = Fleet()
+    fleet.sync(before)
+    secrets = [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "cos-credentials", "namespace": ns},
+                "data": {}} for ns in sorted(namespaces)]
+    for engine in (fleet.flux, fleet.argo):
+        for secret in secrets:
+            engine[cluster][0].apply(secret)  # the user's, not the engine's
+    fleet.sync(after)
+    for name, engine in (("Flux", fleet.flux), ("Argo CD", fleet.argo)):
+        live = engine[cluster][0].objects
+        assert all(key(secret) in live for secret in secrets), f"{name} deleted the user's Secrets"
 
 
 def test_cluster_removed_from_the_fleet_keeps_its_workloads_on_both_engines() -> None:

@@ -25,6 +25,7 @@ from fleetc.model import ClassWeights, Cluster, Platform, Stage, Team, WorkloadC
 from fleetc.render.common import (
     GPU_RESOURCE,
     MANAGED_BY,
+    NEVER_PRUNED,
     Obj,
     cpu_quantity,
     dns_label,
@@ -50,13 +51,15 @@ def namespace(ctx: Context, cluster: Cluster, name: str) -> Obj:
     """A Namespace; labelled with its pipeline only when exactly one pipeline (in the whole
     fleet, so the object is the same on every cluster) uses it, and then sourced from that
     pipeline's ``metadata.namespace``; labelled with the cluster's jurisdiction under data
-    sovereignty."""
+    sovereignty. Never pruned by either engine (:data:`~fleetc.render.common.NEVER_PRUNED`):
+    when a placement change takes its last pipeline off the cluster it stays, with the user's
+    Secrets in it."""
     pipelines = ctx.namespace_pipelines[name]
-    meta: Obj = {"name": name, "labels": dict(MANAGED_BY)}
+    meta: Obj = {"name": name, "labels": dict(MANAGED_BY), "annotations": dict(NEVER_PRUNED)}
     if len(pipelines) == 1:
         pipeline = next(iter(pipelines))
         meta["labels"]["fleetc.dev/pipeline"] = dns_label(pipeline)
-        meta["annotations"] = provenance(ctx.pipeline_sources[pipeline], "metadata.namespace")
+        meta["annotations"] = provenance(ctx.pipeline_sources[pipeline], "metadata.namespace") | NEVER_PRUNED
     if sovereign_platform(ctx, name) is not None:
         meta["labels"][JURISDICTION_LABEL] = cluster.jurisdiction
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}

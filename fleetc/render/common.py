@@ -130,6 +130,14 @@ def stage_metadata(stage: Stage) -> Obj:
     }
 
 
+#: What keeps an object on the cluster once it leaves fleetc's output: Argo CD skips its prune
+#: (gitops-engine ``pkg/sync/sync_context.go``, sync option ``Prune=false``) and Flux's
+#: kustomize-controller too (fluxcd/pkg ``ssa/manager_delete.go`` ``DeleteAll`` leaves an object
+#: annotated ``kustomize.toolkit.fluxcd.io/prune: disabled``). On a Namespace: deleting it would
+#: delete what the user put in it (the credential Secrets fleetc names but never renders).
+NEVER_PRUNED = {"argocd.argoproj.io/sync-options": "Prune=false", "kustomize.toolkit.fluxcd.io/prune": "disabled"}
+
+
 def metadata(name: str, namespace: str | None = None, source: Source | None = None,
              field: str | None = None) -> Obj:
     """Metadata of an object that is not a stage's: fleetc's label and, when one policy is its

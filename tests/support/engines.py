@@ -34,14 +34,16 @@ after:
   ``kustomize build <path>``; CRDs, Namespaces, ClusterRoles and ``*Class`` kinds applied
   first, then every other object dry-run together and applied only if all pass (fluxcd/pkg
   ``ssa/manager_apply.go`` ``ApplyAllStaged``, ``ssa/utils/is.go``), then what left the
-  inventory pruned (``prune: true``). A Kustomization runs only once every one it
+  inventory pruned (``prune: true``) but for objects annotated ``kustomize.toolkit.fluxcd.io/prune:
+  disabled`` (``ssa/manager_delete.go``). A Kustomization runs only once every one it
   ``dependsOn`` is Ready; a missing path fails it and leaves everything as it was;
 * Argo CD's gitops-engine (:func:`argo_sync`): a client-side dry run (no admission), then
   wave by wave (``argocd.argoproj.io/sync-wave``, default 0), in each wave the prunes first,
   then the applies ordered by kind (``kindOrder``, unknown kinds last) and name
   (``pkg/sync/sync_tasks.go``, ``pkg/sync/sync_context.go``); the first refused apply fails
-  the sync and later waves do not run. An object is OutOfSync when applying its manifest
-  would change the live object (:func:`drifted`: gitops-engine ``pkg/diff``
+  the sync and later waves do not run; a prune of an object with the sync option
+  ``Prune=false`` is skipped. Deleting a Namespace deletes everything in it. An object is
+  OutOfSync when applying its manifest would change the live object (:func:`drifted`: gitops-engine ``pkg/diff``
   ``ThreeWayDiff``, a JSON merge patch for custom resources, whose lists are replaced whole).
 
 The cluster starts with the platform fleetc's output needs installed: the CRDs of Volcano,
@@ -67,6 +69,8 @@ Key = tuple[str, str, str, str]
 PREINSTALLED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "flux-system", "argocd",
                                      "gpu-operator", "volcano-system", "kueue-system", "fluid-system"})
 SYNC_WAVE = "argocd.argoproj.io/sync-wave"
+ARGO_SYNC_OPTIONS = "argocd.argoproj.io/sync-options"
+FLUX_PRUNE_DISABLED = ("kustomize.toolkit.fluxcd.io/prune", "disabled")
 
 #: Kinds the model's API server serves: (group, kind) -> namespaced.
 SERVED: dict[tuple[str, str], bool] = {
@@ -358,7 +362,12 @@ class Cluster:
         return None
 
     def delete(self, k: Key) -> None:
+        """Delete the object; a Namespace takes everything in it along (the namespace
+        controller, kubernetes ``pkg/controller/namespace/deletion``), whoever put it there."""
         self.objects.pop(k, None)
+        if k[:2] == ("", "Namespace"):
+            for inside in [other for other in self.objects if other[2] == k[3]]:
+                del self.objects[inside]
 
     def uids(self) -> dict[Key, int]:
         return {k: live.uid for k, live in self.objects.items()}
@@ -425,10 +434,19 @@ def flux_reconcile(cluster: Cluster, files: Mapping[str, str], kustomizations: l
         applied = {key(obj) for obj in objects}
         if spec.get("prune"):
             for stale in sorted(state.inventory.get(name, set()) - applied):
-                cluster.delete(stale)
+                if stale in cluster.objects and not _flux_prune_disabled(cluster.objects[stale].obj):
+                    cluster.delete(stale)
         state.inventory[name] = applied
         state.ready[name] = True
     return failures
+
+
+def _flux_prune_disabled(obj: Obj) -> bool:
+    """fluxcd/pkg ``ssa/manager_delete.go`` ``DeleteAll`` skips an object whose annotations or
+    labels hold an exclusion; kustomize-controller passes ``kustomize.toolkit.fluxcd.io/prune:
+    disabled``."""
+    meta = obj["metadata"]
+    return FLUX_PRUNE_DISABLED in (*meta.get("annotations", {}).items(), *meta.get("labels", {}).items())
 
 
 def _flux_apply(cluster: Cluster, objects: list[Obj]) -> None:
@@ -477,6 +495,18 @@ class ArgoState:
     managed: set[Key] = field(default_factory=set)
 
 
+def _argo_sync_options(obj: Obj) -> set[str]:
+    """The object's ``argocd.argoproj.io/sync-options`` (comma separated)."""
+    text = obj["metadata"].get("annotations", {}).get(ARGO_SYNC_OPTIONS, "")
+    return {option.strip() for option in text.split(",") if option.strip()}
+
+
+def _argo_prune_disabled(obj: Obj) -> bool:
+    """gitops-engine ``pkg/sync/sync_context.go``: a prune task of a live object with the sync
+    option ``Prune=false`` is skipped (``PruneSkipped``), the object left as it is."""
+    return "Prune=false" in _argo_sync_options(obj)
+
+
 def argo_sync(cluster: Cluster, objects: list[Obj], state: ArgoState, prune: bool = True) -> str | None:
     """One automated sync of an Application whose manifests are ``objects``; the failure
     message, or None when every wave applied."""
@@ -484,7 +514,8 @@ def argo_sync(cluster: Cluster, objects: list[Obj], state: ArgoState, prune: boo
         if (group(obj), obj["kind"]) not in SERVED:
             return f"{describe(key(obj))}: the server could not find the requested resource (dry run)"
     target = {key(obj): obj for obj in objects}
-    prunes = [k for k in sorted(state.managed - set(target)) if k in cluster.objects] if prune else []
+    prunes = [k for k in sorted(state.managed - set(target))
+              if k in cluster.objects and not _argo_prune_disabled(cluster.objects[k].obj)] if prune else []
     tasks = [(wave(cluster.objects[k].obj), k, None) for k in prunes]
     tasks += [(wave(obj), k, obj) for k, obj in target.items()]
     for current in sorted({w for w, _, _ in tasks}):

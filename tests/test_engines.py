@@ -12,6 +12,8 @@ import pytest
 from ruamel.yaml import YAML
 from support.corpus import CASES, GOLDEN, ROOT, compile_texts, read_policies, read_tree
 from support.engines import (
+    PREINSTALLED_NAMESPACES,
+    SERVED,
     ArgoState,
     Cluster,
     FluxState,
@@ -54,19 +56,20 @@ def desired(files: Files, cluster: str) -> dict:
 class Fleet:
     """Every cluster of a fleet as both engines see it, kept across commits."""
 
-    def __init__(self) -> None:
+    def __init__(self, preinstalled: frozenset[str] = PREINSTALLED_NAMESPACES) -> None:
         self.flux: dict[str, tuple[Cluster, FluxState]] = {}
         self.argo: dict[str, tuple[Cluster, ArgoState]] = {}
+        self.preinstalled = preinstalled
 
     def sync(self, files: Files) -> None:
         """One pass of both engines on every cluster of ``files``; each must converge."""
         for cluster in clusters(files):
-            live, state = self.flux.setdefault(cluster, (Cluster(), FluxState()))
+            live, state = self.flux.setdefault(cluster, (Cluster(preinstalled=self.preinstalled), FluxState()))
             failures = flux_reconcile(live, files, flux_kustomizations(files, cluster), state,
                                       repository_folder(files))
             assert failures == {}, f"Flux on {cluster}: {failures}"
             assert_converged(live, files, cluster, "Flux")
-            live, argo = self.argo.setdefault(cluster, (Cluster(), ArgoState()))
+            live, argo = self.argo.setdefault(cluster, (Cluster(preinstalled=self.preinstalled), ArgoState()))
             failure = argo_sync(live, kustomize_build(files, f"clusters/{cluster}"), argo)
             assert failure is None, f"Argo CD on {cluster}: {failure}"
             assert_converged(live, files, cluster, "Argo CD")
@@ -302,6 +305,33 @@ def test_generated_20_cluster_fleet_converges_in_one_pass(generated_fleet: dict[
     files = compile_texts(generated_fleet)
     assert len(clusters(files)) == 20
     Fleet().sync(files)
+
+
+def test_the_device_plugin_config_lands_on_a_cluster_without_the_gpu_operator() -> None:
+    """The device plugin's ConfigMap goes into the GPU Operator's namespace; on a cluster not
+    set up for it (no ``gpu-operator``) fleetc's infra layer must still converge."""
+    files = compile_texts(read_policies(ROOT / "policies"))
+    assert any("name: fleetc-device-plugin-config" in text for text in files.values())
+    Fleet(preinstalled=PREINSTALLED_NAMESPACES - {"gpu-operator"}).sync(files)
+
+
+def test_argo_syncs_what_it_can_before_fluids_crds_are_served_and_the_rest_once_they_are() -> None:
+    """A cluster whose Fluid CRDs are not served yet (Fluid installed by another Application,
+    or being upgraded): custom resources carry SkipDryRunOnMissingResource=true, so the dry run
+    does not fail the whole sync: the Namespaces and Queues are applied, the Fluid objects are
+    refused until their CRDs are served, and the next sync converges."""
+    files = compile_texts(read_policies(ROOT / "policies"))
+    cluster = next(c for c in clusters(files) if any(k[0] == "data.fluid.io" for k in desired(files, c)))
+    objects = kustomize_build(files, f"clusters/{cluster}")
+    fluid = frozenset((g, k) for g, k in SERVED if g == "data.fluid.io")
+    live = Cluster(unserved=fluid)
+    failure = argo_sync(live, objects, ArgoState())
+    assert failure is not None and "data.fluid.io" in failure and "dry run" not in failure
+    assert any(k[:2] == ("", "Namespace") for k in live.objects)  # the rest of the wave went in
+    live.unserved = frozenset()
+    state = ArgoState()
+    assert argo_sync(live, objects, state) is None
+    assert drifted(live, objects) == []
 
 
 # --------------------------------------------------------------------------- a second commit

@@ -49,7 +49,8 @@ def meta(name: str, namespace: str, field: str, wave: str = "0") -> dict[str, An
         "name": name,
         "namespace": namespace,
         "labels": {"app.kubernetes.io/managed-by": "fleetc"},
-        "annotations": {"fleetc.dev/source": f"{DATA_FILE}#{field}", "argocd.argoproj.io/sync-wave": wave},
+        "annotations": {"fleetc.dev/source": f"{DATA_FILE}#{field}", "argocd.argoproj.io/sync-wave": wave,
+                        "argocd.argoproj.io/sync-options": "SkipDryRunOnMissingResource=true"},  # a Fluid CR
     }
 
 

@@ -213,6 +213,8 @@ def test_namespaces_carry_the_jurisdiction() -> None:
         "labels": {"app.kubernetes.io/managed-by": "fleetc", "fleetc.dev/pipeline": "llm",
                    "fleetc.dev/jurisdiction": "us"},
         "annotations": {"fleetc.dev/source": "pipelines/llm.yaml#metadata.namespace",
+                        "argocd.argoproj.io/sync-options": "Prune=false",  # never pruned: it holds the user's Secrets
+                        "kustomize.toolkit.fluxcd.io/prune": "disabled",
                         "argocd.argoproj.io/sync-wave": "0"},
     }
     assert objs["clusters/gpu-west/namespace-ml.yaml"]["metadata"]["labels"]["fleetc.dev/jurisdiction"] == "eu"

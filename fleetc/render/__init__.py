@@ -243,8 +243,9 @@ def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> tuple[list[O
         infra += [queue(ctx, cluster, c) for c in sorted({stage.workload_class for stage, _ in work})]
         infra += team_queues(ctx, cluster, work)
     infra += _priority_classes(ctx, work)
-    if ctx.model.gpu_policy is not None:
-        infra += device_plugin_config(ctx.model.gpu_policy, cluster, ctx.gpu_slots)
+    if ctx.model.gpu_policy is not None:  # its Namespace once, also when a pipeline's too
+        infra += [obj for obj in device_plugin_config(ctx.model.gpu_policy, cluster, ctx.gpu_slots)
+                  if obj["kind"] != "Namespace" or obj["metadata"]["name"] not in names]
     fluid = fluid_objects(ctx, work)
     infra += [obj for obj in fluid if obj["kind"] not in FLUID_OPERATIONS]
     workloads = [obj for obj in fluid if obj["kind"] in FLUID_OPERATIONS]

@@ -99,10 +99,30 @@ def _in_repository(gitops: GitOps, path: str) -> str:
     return f"{folder}/{path}" if folder else path
 
 
+#: Argo CD's sync option that skips the dry run of an object whose kind the cluster does not
+#: serve yet (gitops-engine ``pkg/sync/sync_context.go``): without it one custom resource whose
+#: CRD is not served (Fluid installed after fleetc's output, a CRD being upgraded) fails the
+#: dry run of the whole Application, so nothing of the cluster syncs, and auto-sync gives up
+#: after its retries. With it, every other object is applied, and that one once its CRD is.
+SKIP_DRY_RUN = "SkipDryRunOnMissingResource=true"
+ARGO_SYNC_OPTIONS = "argocd.argoproj.io/sync-options"
+
+
+def is_custom_resource(obj: Obj) -> bool:
+    """Whether the object's kind comes from a CRD: its API group has a dot and is not one of
+    Kubernetes' own (``*.k8s.io``)."""
+    group = str(obj["apiVersion"]).rpartition("/")[0]
+    return "." in group and not group.endswith(".k8s.io")
+
+
 def with_sync_wave(objects: list[Obj], wave: int) -> list[Obj]:
-    """``objects`` annotated with their Argo CD sync wave (Flux ignores the annotation)."""
+    """``objects`` annotated with their Argo CD sync wave, and custom resources with
+    :data:`SKIP_DRY_RUN` (Flux ignores both)."""
     for obj in objects:
-        obj["metadata"].setdefault("annotations", {})[SYNC_WAVE] = str(wave)
+        annotations = obj["metadata"].setdefault("annotations", {})
+        annotations[SYNC_WAVE] = str(wave)
+        if is_custom_resource(obj):
+            annotations[ARGO_SYNC_OPTIONS] = SKIP_DRY_RUN
     return objects
 
 

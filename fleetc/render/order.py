@@ -5,8 +5,9 @@ wait for them (docs/pipelines.md says why this and not Volcano JobFlow).
   marks its completion the way Hadoop's and Spark's output committers do: a ``_SUCCESS`` file
   beside its first output, written only after its command exited 0, so after its outputs are
   complete. Its main container runs the command through ``sh`` and records the exit code in a
-  shared ``emptyDir``; a ``fleetc-mark`` container waits for a 0 there (a failed run is
-  restarted in place by ``restartPolicy: OnFailure``) and then writes the marker. A gang of
+  shared ``emptyDir``; a ``fleetc-mark`` container waits for it and writes the marker on a 0;
+  on any other code it exits with it, writing nothing, so the pod (``restartPolicy: Never``)
+  ends Failed and the Job's retries take over (:func:`fleetc.render.workloads.gang_pod_template`). A gang of
   ``n`` pods writes ``_SUCCESS.<rank>`` from each pod (``RANK``, see
   :func:`fleetc.render.workloads.distributed_plugins`), a one-pod stage ``_SUCCESS``. The
   marker holds the run's id (a digest of the producing stage as compiled), so a marker left by
@@ -325,7 +326,9 @@ def mark_container(ctx: Context, stage: Stage) -> tuple[Obj, list[Obj]]:
     folder, volume, env = _location(stage.outputs[0].url, 0, ctx.storage_secret(stage, stage.outputs[0].url))
     name = MARKER if stage.pods == 1 else f"{MARKER}.$(RANK)"
     target = f"{shlex.quote(folder)}/{name}"  # $(RANK) is the kubelet's to expand
-    script = (f"until [ \"$(cat {STATUS_PATH}/exit-code 2>/dev/null)\" = 0 ]; do sleep 5; done; "
+    script = (f"until [ -s {STATUS_PATH}/exit-code ]; do sleep 5; done; code=$(cat {STATUS_PATH}/exit-code); "
+              f"if [ \"$code\" != 0 ]; then echo \"fleetc: {stage.key} failed (exit $code); no completion "
+              f"marker written\"; exit \"$code\"; fi; "
               f"echo {run_id(ctx, stage)} | rclone rcat {target} && "
               f"echo \"fleetc: {stage.key} completed; wrote {target}\"")
     mounts = [{"name": STATUS_VOLUME, "mountPath": STATUS_PATH}]

@@ -60,6 +60,8 @@ PRIORITY_VALUES: dict[str, int] = {"low": 1_000, "medium": 10_000, "high": 100_0
 
 SERVICE_PORT = 80
 MAX_RETRY = 3
+#: Pod events on which Volcano restarts a gang's Job (``policies``), up to ``maxRetry`` times.
+RESTART_EVENTS = ("PodEvicted", "PodFailed")
 MASTER_TASK = "master"
 WORKER_TASK = "worker"
 RENDEZVOUS_PORT = 23456  # the pytorch plugin's default port
@@ -255,12 +257,20 @@ def stage_warnings(ctx: Context, work: Work) -> list[Diagnostic]:
 
 # --------------------------------------------------------------------------- stage objects
 def gang_pod_template(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
-    """The pod template of a gang stage's pods, whichever batch scheduler admits them: restarted
-    in place on failure, with the governing platform's PriorityClass."""
+    """The pod template of a gang stage's pods, whichever batch scheduler admits them, with the
+    governing platform's PriorityClass.
+
+    ``restartPolicy: Never``: a failed command fails its pod, which is what the batch
+    controllers count. Under ``OnFailure`` the kubelet restarts the container in place and the
+    pod stays Running (kubernetes ``pkg/kubelet/kubelet_pods.go`` ``getPhase``); Volcano acts
+    on pod phases only (``pkg/controllers/job/job_controller_handler.go`` ``updatePod``), so
+    its ``policies`` and ``maxRetry`` never fired and a broken run crash-looped on its GPUs for
+    ever. Retries are the Job's: Volcano's ``PodFailed -> RestartJob`` bounded by ``maxRetry``
+    (:func:`volcano_job`), the Job controller's ``backoffLimit`` on Kueue."""
     level = training_priority(ctx, stage)
     priority = {"priorityClassName": priority_class_name(level)} if level else {}
     mounted = data_mounts(ctx, stage)
-    pod = _pod_spec(ctx, cluster, stage, main_container(ctx, stage, mounted), mounted, restartPolicy="OnFailure",
+    pod = _pod_spec(ctx, cluster, stage, main_container(ctx, stage, mounted), mounted, restartPolicy="Never",
                     **priority)
     return {"metadata": {"labels": stage_labels(stage)}, "spec": pod}
 
@@ -271,7 +281,14 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
 
     A gang of more than one pod is distributed: a ``master`` task of one pod and a ``worker``
     task of the rest, with Volcano's ``pytorch``, ``svc`` and ``env`` plugins (see
-    :func:`distributed_plugins`)."""
+    :func:`distributed_plugins`).
+
+    A failed or evicted pod restarts the whole Job (:data:`RESTART_EVENTS`: a gang's ranks
+    cannot go on without one of theirs); Volcano counts the restarts and, once ``maxRetry``
+    of them failed, kills the pods and ends the Job Failed (volcano v1.15.1
+    ``pkg/controllers/job/state/running.go`` ``RestartJobAction`` increments ``retryCount``,
+    ``state/restarting.go`` fails the Job at ``retryCount >= maxRetry``): its GPUs are
+    released and its dependants never get its marker."""
     level = training_priority(ctx, stage)
     priority = {"priorityClassName": priority_class_name(level)} if level else {}
     template = gang_pod_template(ctx, cluster, stage)
@@ -290,7 +307,7 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
             **priority,
             "minAvailable": stage.pods,
             "maxRetry": MAX_RETRY,
-            "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
+            "policies": [{"event": event, "action": "RestartJob"} for event in RESTART_EVENTS],
             **plugins,
             "tasks": tasks,
         },

@@ -37,7 +37,9 @@ after:
   inventory pruned (``prune: true``) but for objects annotated ``kustomize.toolkit.fluxcd.io/prune:
   disabled`` (``ssa/manager_delete.go``). A Kustomization runs only once every one it
   ``dependsOn`` is Ready; a missing path fails it and leaves everything as it was;
-* Argo CD's gitops-engine (:func:`argo_sync`): a client-side dry run (no admission), then
+* Argo CD's gitops-engine (:func:`argo_sync`): a dry run in which every kind must be served,
+  but for objects with the sync option ``SkipDryRunOnMissingResource=true``
+  (``pkg/sync/sync_context.go``; admission is not modelled there), then
   wave by wave (``argocd.argoproj.io/sync-wave``, default 0), in each wave the prunes first,
   then the applies ordered by kind (``kindOrder``, unknown kinds last) and name
   (``pkg/sync/sync_tasks.go``, ``pkg/sync/sync_context.go``); the first refused apply fails
@@ -287,16 +289,24 @@ class Live:
 class Cluster:
     objects: dict[Key, Live] = field(default_factory=dict)
     _uids: int = 0
+    #: The namespaces the cluster has before any sync (a cluster without the GPU Operator has
+    #: no ``gpu-operator``).
+    preinstalled: frozenset[str] = PREINSTALLED_NAMESPACES
+    #: (group, kind) of :data:`SERVED` whose CRDs are not served yet.
+    unserved: frozenset[tuple[str, str]] = frozenset()
+
+    def serves(self, grp: str, kind: str) -> bool:
+        return (grp, kind) in SERVED and (grp, kind) not in self.unserved
 
     def namespaces(self) -> set[str]:
-        return PREINSTALLED_NAMESPACES | {k[3] for k in self.objects if k[:2] == ("", "Namespace")}
+        return self.preinstalled | {k[3] for k in self.objects if k[:2] == ("", "Namespace")}
 
     def apply(self, obj: Obj, dry_run: bool = False) -> None:
         """Create ``obj`` (with the mutating webhooks' create-time defaults) or update the live
         object with it (:func:`apply_merge`), or raise :class:`Refused` saying why not."""
         k = key(obj)
         served = SERVED.get(k[:2])
-        if served is None:
+        if served is None or not self.serves(*k[:2]):
             raise Refused(f"{describe(k)}: no matches for kind {k[1]!r} (CRD not installed)")
         if served and k[2] not in self.namespaces():
             raise Refused(f"{describe(k)}: namespaces {k[2]!r} not found")
@@ -510,8 +520,9 @@ def _argo_prune_disabled(obj: Obj) -> bool:
 def argo_sync(cluster: Cluster, objects: list[Obj], state: ArgoState, prune: bool = True) -> str | None:
     """One automated sync of an Application whose manifests are ``objects``; the failure
     message, or None when every wave applied."""
-    for obj in objects:  # the client-side dry run: only that every kind is known
-        if (group(obj), obj["kind"]) not in SERVED:
+    for obj in objects:  # the dry run, before anything is applied: every kind must be served
+        if not cluster.serves(group(obj), obj["kind"]) and "SkipDryRunOnMissingResource=true" not in \
+                _argo_sync_options(obj):
             return f"{describe(key(obj))}: the server could not find the requested resource (dry run)"
     target = {key(obj): obj for obj in objects}
     prunes = [k for k in sorted(state.managed - set(target))

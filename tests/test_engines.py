@@ -334,6 +334,28 @@ def test_argo_syncs_what_it_can_before_fluids_crds_are_served_and_the_rest_once_
     assert drifted(live, objects) == []
 
 
+def test_one_unhealthy_dataset_does_not_hold_back_the_workloads_on_flux() -> None:
+    """A Fluid Dataset whose runtime failed a health check is not Current; the infra layer
+    waits for its objects (``wait: true``) and the workloads depend on it: the Datasets' health
+    must not decide it, or no workload change ever reaches the cluster again."""
+    policies = read_policies(ROOT / "policies")
+    before = compile_texts(policies)
+    after = compile_texts({**policies, TRAINING: _set_image(policies[TRAINING], "model-training", "trainer:v2")})
+    cluster = next(c for c in clusters(before) if any(k[1] == "Dataset" for k in desired(before, c))
+                   and desired(before, c).keys() != desired(after, c).keys())
+    live, state = Cluster(), FluxState()
+    kustomizations = flux_kustomizations(before, cluster)
+    assert flux_reconcile(live, before, kustomizations, state, repository_folder(before)) == {}
+    live.unhealthy = {k for k in live.objects if k[1] == "Dataset"}
+    assert live.unhealthy
+    failures = flux_reconcile(live, after, flux_kustomizations(after, cluster), state, repository_folder(after))
+    assert "fleetc-workloads" not in failures, failures
+    assert desired(after, cluster).keys() <= live.objects.keys()
+
+
+TRAINING = "policies/llm-training-pipeline.yaml"
+
+
 # --------------------------------------------------------------------------- a second commit
 def _set_image(text: str, stage: str, image: str) -> str:
     """The policy text with stage ``stage`` running ``image`` (its image line replaced, or one

@@ -57,3 +57,15 @@ def test_a_permanently_failing_kueue_job_ends_failed() -> None:
         assert run.phase == "Failed" and run.gpus_held_at_end == 0, path
         assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never", path  # a failure fails the pod
         assert run_batch_job(job, main_exit=0).phase == "Complete", path
+
+
+def test_the_serving_service_exposes_every_port_the_server_listens_on() -> None:
+    """Triton listens on http, grpc and metrics: the Service must reach all three."""
+    files = dict(compiled_in(ROOT).files)
+    deployments = {p: load(t) for p, t in files.items() if "/workloads/deployment-" in p}
+    assert deployments
+    for path, deployment in deployments.items():
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        service = load(files[path.replace("/deployment-", "/service-")])
+        exposed = {port["targetPort"] for port in service["spec"]["ports"]}
+        assert exposed == {port["name"] for port in container["ports"]}, path

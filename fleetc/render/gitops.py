@@ -189,6 +189,17 @@ def git_repository(gitops: GitOps, source: Source) -> Obj:
     }
 
 
+#: Kinds whose health the infra layer does not wait for (``healthCheckExprs`` with ``current:
+#: "true"``, kustomize-controller v1.5 or newer; fluxcd/pkg ``runtime/cel``): a Fluid Dataset
+#: turns not ready on any failed health check of its runtime (fluid v1.0.8 ``pkg/ddc/base``
+#: ``TemplateEngine.Sync``, ``pkg/ddc/alluxio/health_check.go`` ``CheckRuntimeHealthy``), which
+#: kstatus reads as not Current, and under ``wait: true`` one
+#: such Dataset kept ``fleetc-infra`` from Ready, so ``fleetc-workloads`` (which depends on it)
+#: never applied another change on the cluster. A pod mounting a Dataset's volume waits for it
+#: itself, and a DataLoad for its Dataset.
+NOT_WAITED_FOR = (("data.fluid.io/v1alpha1", "Dataset"), ("data.fluid.io/v1alpha1", "AlluxioRuntime"))
+
+
 def flux_kustomization(gitops: GitOps, source: Source, name: str, path: str,
                        depends_on: tuple[str, ...] = (), wait: bool = False) -> Obj:
     """A Flux Kustomization applying one folder; it prunes what leaves the folder, and when it
@@ -205,7 +216,8 @@ def flux_kustomization(gitops: GitOps, source: Source, name: str, path: str,
         "deletionPolicy": "Orphan",
     }
     if wait:
-        spec |= {"wait": True, "timeout": WAIT_TIMEOUT}
+        spec |= {"wait": True, "timeout": WAIT_TIMEOUT, "healthCheckExprs": [
+            {"apiVersion": api, "kind": kind, "current": "true"} for api, kind in NOT_WAITED_FOR]}
     return {
         "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
         "kind": "Kustomization",

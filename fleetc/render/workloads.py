@@ -468,11 +468,16 @@ def triton_command(ctx: Context, stage: Stage, mounted: DataMounts) -> list[str]
 
 
 def service(stage: Stage) -> Obj:
-    """ClusterIP Service in front of a Deployment stage: port 80 -> the pods' ``http`` port.
-    Its name is a DNS-1035 label, as the API server requires of Services (``x-`` in front of
-    a name that starts with a digit)."""
+    """ClusterIP Service in front of a Deployment stage: port 80 -> the pods' ``http`` port,
+    and every other port the server listens on (``serving`` extra ports: Triton's ``grpc`` and
+    ``metrics``) under its own number and name, so gRPC clients and a metrics scraper reach the
+    pods through the Service too. Its name is a DNS-1035 label, as the API server requires of
+    Services (``x-`` in front of a name that starts with a digit)."""
     meta = stage_metadata(stage)
     meta["name"] = dns1035_label(meta["name"])
+    ports = [{"name": "http", "port": SERVICE_PORT, "targetPort": "http", "protocol": "TCP"}]
+    ports += [{"name": name, "port": number, "targetPort": name, "protocol": "TCP"}
+              for name, number in _serving(stage).extra_ports if number != SERVICE_PORT]
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -480,7 +485,7 @@ def service(stage: Stage) -> Obj:
         "spec": {
             "type": "ClusterIP",
             "selector": selector(stage),
-            "ports": [{"name": "http", "port": SERVICE_PORT, "targetPort": "http", "protocol": "TCP"}],
+            "ports": ports,
         },
     }
 

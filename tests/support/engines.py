@@ -36,7 +36,9 @@ after:
   ``ssa/manager_apply.go`` ``ApplyAllStaged``, ``ssa/utils/is.go``), then what left the
   inventory pruned (``prune: true``) but for objects annotated ``kustomize.toolkit.fluxcd.io/prune:
   disabled`` (``ssa/manager_delete.go``). A Kustomization runs only once every one it
-  ``dependsOn`` is Ready; a missing path fails it and leaves everything as it was;
+  ``dependsOn`` is Ready; with ``wait: true`` it is Ready only once every object it applied is
+  Current (kstatus), which ``healthCheckExprs`` may redefine per kind; a missing path fails it
+  and leaves everything as it was;
 * Argo CD's gitops-engine (:func:`argo_sync`): a dry run in which every kind must be served,
   but for objects with the sync option ``SkipDryRunOnMissingResource=true``
   (``pkg/sync/sync_context.go``; admission is not modelled there), then
@@ -219,7 +221,7 @@ def _go_value(value: Any) -> Any:
 #: names no list type: structured-merge-diff's default for a list is atomic).
 BUILTIN_MAP_LISTS: dict[str, tuple[str, ...]] = {
     "containers": ("name",), "initContainers": ("name",), "volumes": ("name",), "env": ("name",),
-    "volumeMounts": ("mountPath",), "ports": ("containerPort", "protocol"),
+    "volumeMounts": ("mountPath",), "ports": ("containerPort", "protocol"),  # a Service's: port, protocol
 }
 
 
@@ -242,7 +244,8 @@ def _merge(live: Any, applied: Any, before: Any, builtin: bool, name: str) -> An
     keys = BUILTIN_MAP_LISTS.get(name) if builtin else None
     if keys is not None and isinstance(applied, list) and isinstance(live, list):
         def ident(item: Any) -> tuple[Any, ...]:
-            return tuple(item.get(k, "TCP" if k == "protocol" else None) for k in keys)
+            names = keys if "containerPort" in item or name != "ports" else ("port", "protocol")
+            return tuple(item.get(k, "TCP" if k == "protocol" else None) for k in names)
         owned_items = {ident(item): item for item in before or []}
         applied_items = {ident(item): item for item in applied}
         merged_list = [item for item in live if ident(item) in applied_items or ident(item) not in owned_items]
@@ -294,6 +297,9 @@ class Cluster:
     preinstalled: frozenset[str] = PREINSTALLED_NAMESPACES
     #: (group, kind) of :data:`SERVED` whose CRDs are not served yet.
     unserved: frozenset[tuple[str, str]] = frozenset()
+    #: Objects whose status says they are not ready (a Fluid Dataset after a failed health
+    #: check of its runtime): kstatus reads them as not Current.
+    unhealthy: set[Key] = field(default_factory=set)
 
     def serves(self, grp: str, kind: str) -> bool:
         return (grp, kind) in SERVED and (grp, kind) not in self.unserved
@@ -442,13 +448,26 @@ def flux_reconcile(cluster: Cluster, files: Mapping[str, str], kustomizations: l
             failures[name] = str(err)
             continue
         applied = {key(obj) for obj in objects}
+        if spec.get("wait") and (sick := sorted(k for k in applied if not _flux_healthy(cluster, k, spec))):
+            failures[name] = f"health check failed: {', '.join(describe(k) for k in sick)} not Current"
         if spec.get("prune"):
             for stale in sorted(state.inventory.get(name, set()) - applied):
                 if stale in cluster.objects and not _flux_prune_disabled(cluster.objects[stale].obj):
                     cluster.delete(stale)
         state.inventory[name] = applied
-        state.ready[name] = True
+        state.ready[name] = name not in failures
     return failures
+
+
+def _flux_healthy(cluster: Cluster, k: Key, spec: Obj) -> bool:
+    """Whether ``wait: true`` counts the object Current: kstatus (fluxcd/cli-utils
+    ``pkg/kstatus/status``) reads a not-ready status as InProgress, unless one of the
+    Kustomization's ``healthCheckExprs`` names the kind with ``current: "true"`` (the only CEL
+    expression this model evaluates)."""
+    for expr in spec.get("healthCheckExprs", []):
+        if (expr["apiVersion"].rpartition("/")[0], expr["kind"]) == k[:2] and expr["current"] == "true":
+            return True
+    return k not in cluster.unhealthy
 
 
 def _flux_prune_disabled(obj: Obj) -> bool:

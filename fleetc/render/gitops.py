@@ -60,7 +60,7 @@ from pathlib import PurePosixPath
 
 from fleetc.errors import Diagnostic
 from fleetc.model import GitOps, Source
-from fleetc.render.common import SYNC_WAVE, Obj, folder_files, metadata, warning
+from fleetc.render.common import ARGO_SYNC_OPTIONS, SYNC_WAVE, Obj, folder_files, metadata, warning
 from fleetc.render.yamlout import dump
 
 ARGOCD_NAMESPACE = "argocd"
@@ -105,7 +105,6 @@ def _in_repository(gitops: GitOps, path: str) -> str:
 #: dry run of the whole Application, so nothing of the cluster syncs, and auto-sync gives up
 #: after its retries. With it, every other object is applied, and that one once its CRD is.
 SKIP_DRY_RUN = "SkipDryRunOnMissingResource=true"
-ARGO_SYNC_OPTIONS = "argocd.argoproj.io/sync-options"
 
 
 def is_custom_resource(obj: Obj) -> bool:
@@ -121,8 +120,9 @@ def with_sync_wave(objects: list[Obj], wave: int) -> list[Obj]:
     for obj in objects:
         annotations = obj["metadata"].setdefault("annotations", {})
         annotations[SYNC_WAVE] = str(wave)
-        if is_custom_resource(obj):
-            annotations[ARGO_SYNC_OPTIONS] = SKIP_DRY_RUN
+        options = [option for option in annotations.get(ARGO_SYNC_OPTIONS, "").split(",") if option]
+        if is_custom_resource(obj) and SKIP_DRY_RUN not in options:
+            annotations[ARGO_SYNC_OPTIONS] = ",".join([*options, SKIP_DRY_RUN])
     return objects
 
 

@@ -15,12 +15,15 @@ from ruamel.yaml import YAML
 from support.corpus import CASES, GOLDEN, ROOT, compile_texts, read_policies, read_tree
 from support.engines import (
     KURATOR_FLEET_LABEL,
+    PREINSTALLED_NAMESPACES,
+    SERVED,
     ArgoState,
     Cluster,
     FluxState,
     Member,
     Refused,
     argo_sync,
+    drifted,
     flux_reconcile,
     key,
     kurator_kustomizations,
@@ -113,8 +116,10 @@ class Fleet:
     from ``kurator/`` (each cluster object labelled as the README says, of kind ``kinds``'s,
     default AttachedCluster)."""
 
-    def __init__(self, entry: str = "flux", kinds: Mapping[str, str] | None = None) -> None:
+    def __init__(self, entry: str = "flux", kinds: Mapping[str, str] | None = None,
+                 preinstalled: frozenset[str] = PREINSTALLED_NAMESPACES) -> None:
         self.entry = entry
+        self.preinstalled = preinstalled
         self.kinds = dict(kinds or {})
         self.flux: dict[str, tuple[Cluster, FluxState]] = {}
         self.argo: dict[str, tuple[Cluster, ArgoState]] = {}
@@ -136,21 +141,36 @@ class Fleet:
     def sync(self, files: Files) -> None:
         """One pass of both engines on every cluster of ``files``; each must converge."""
         for cluster in clusters(files):
-            live, state = self.flux.setdefault(cluster, (Cluster(), FluxState()))
+            live, state = self.flux.setdefault(cluster, (Cluster(preinstalled=self.preinstalled), FluxState()))
             self.kustomizations[cluster] = self.entry_kustomizations(files, cluster)
             failures = flux_reconcile(live, files, self.kustomizations[cluster], state,
                                       repository_folder(files))
             assert failures == {}, f"Flux on {cluster}: {failures}"
-            assert _started(live) == desired(files, cluster), f"Flux on {cluster}"
-            live, argo = self.argo.setdefault(cluster, (Cluster(), ArgoState()))
+            assert_converged(live, files, cluster, "Flux")
+            live, argo = self.argo.setdefault(cluster, (Cluster(preinstalled=self.preinstalled), ArgoState()))
             failure = argo_sync(live, kustomize_build(files, f"clusters/{cluster}"), argo)
             assert failure is None, f"Argo CD on {cluster}: {failure}"
-            assert _started(live) == desired(files, cluster), f"Argo CD on {cluster}"
+            assert_converged(live, files, cluster, "Argo CD")
 
     def uids(self) -> dict[tuple[str, str], dict]:
         return {(engine, cluster): live.uids()
                 for engine, by_cluster in (("flux", self.flux), ("argo", self.argo))
                 for cluster, (live, _) in by_cluster.items()}
+
+
+def assert_converged(live: Cluster, files: Files, cluster: str, engine: str) -> None:
+    """The cluster holds exactly the objects of ``files``, each as its manifest says (the
+    webhooks' defaults besides), and every Kueue Job started."""
+    wanted = desired(files, cluster)
+    kept = {k for k, o in live.objects.items() if k[1] == "Secret" or _never_pruned(o.obj)}
+    assert _started(live).keys() - kept == wanted.keys() - kept, f"{engine} on {cluster}"
+    assert drifted(live, list(wanted.values())) == [], f"{engine} on {cluster}"
+
+
+def _never_pruned(obj: dict) -> bool:
+    annotations = obj["metadata"].get("annotations", {})
+    return (annotations.get("argocd.argoproj.io/sync-options") == "Prune=false"
+            and annotations.get("kustomize.toolkit.fluxcd.io/prune") == "disabled")
 
 
 def _objects(live: Cluster) -> dict:
@@ -208,6 +228,31 @@ def test_volcano_refuses_a_job_without_its_queue_also_on_a_dry_run() -> None:
     cluster.apply(job())
     with pytest.raises(Refused, match="job updates may not change"):
         cluster.apply(job(image="b"))
+
+
+def test_volcano_fills_task_defaults_on_create_only_and_refuses_a_reapply_that_drops_them() -> None:
+    """mutate_job.go on CREATE, an atomic ``spec.tasks`` under server-side apply, and
+    validateJobUpdate: the same manifest applied twice is refused the second time unless it
+    sets every field the webhook filled."""
+    cluster = Cluster()
+    cluster.apply(NAMESPACE)
+    cluster.apply(QUEUE)
+    cluster.apply(job())
+    task = cluster.objects[key(job())].obj["spec"]["tasks"][0]
+    assert (task["minAvailable"], task["maxRetry"]) == (1, 3)
+    assert drifted(cluster, [job()]) == [key(job())]  # Argo CD: OutOfSync
+    with pytest.raises(Refused, match="job updates may not change fields"):
+        cluster.apply(job(), dry_run=True)  # Flux's dry run of the workloads
+    explicit = job(name="explicit")
+    explicit["spec"]["tasks"][0] |= {"minAvailable": 1, "maxRetry": 3}
+    cluster.apply(explicit)
+    cluster.apply(explicit)
+    assert drifted(cluster, [explicit]) == []
+    files = {"c/kustomization.yaml": "resources: [job.yaml, explicit.yaml]\n", "c/job.yaml": _dump(job()),
+             "c/explicit.yaml": _dump(explicit)}
+    failures = flux_reconcile(cluster, files, [{"metadata": {"name": "w"}, "spec": {"path": "./c"}}],
+                              FluxState(), ".")
+    assert "validatejob.volcano.sh denied" in failures["w"]  # one refused dry run fails them all
 
 
 def test_one_flux_kustomization_with_queue_and_job_never_applies_the_queue() -> None:
@@ -347,6 +392,55 @@ def test_generated_20_cluster_fleet_converges_in_one_pass(generated_fleet: dict[
     Fleet(entry).sync(files)
 
 
+def test_the_device_plugin_config_lands_on_a_cluster_without_the_gpu_operator() -> None:
+    """The device plugin's ConfigMap goes into the GPU Operator's namespace; on a cluster not
+    set up for it (no ``gpu-operator``) fleetc's infra layer must still converge."""
+    files = compile_texts(read_policies(ROOT / "policies"))
+    assert any("name: fleetc-device-plugin-config" in text for text in files.values())
+    Fleet(preinstalled=PREINSTALLED_NAMESPACES - {"gpu-operator"}).sync(files)
+
+
+def test_argo_syncs_what_it_can_before_fluids_crds_are_served_and_the_rest_once_they_are() -> None:
+    """A cluster whose Fluid CRDs are not served yet (Fluid installed by another Application,
+    or being upgraded): custom resources carry SkipDryRunOnMissingResource=true, so the dry run
+    does not fail the whole sync: the Namespaces and Queues are applied, the Fluid objects are
+    refused until their CRDs are served, and the next sync converges."""
+    files = compile_texts(read_policies(ROOT / "policies"))
+    cluster = next(c for c in clusters(files) if any(k[0] == "data.fluid.io" for k in desired(files, c)))
+    objects = kustomize_build(files, f"clusters/{cluster}")
+    fluid = frozenset((g, k) for g, k in SERVED if g == "data.fluid.io")
+    live = Cluster(unserved=fluid)
+    failure = argo_sync(live, objects, ArgoState())
+    assert failure is not None and "data.fluid.io" in failure and "dry run" not in failure
+    assert any(k[:2] == ("", "Namespace") for k in live.objects)  # the rest of the wave went in
+    live.unserved = frozenset()
+    state = ArgoState()
+    assert argo_sync(live, objects, state) is None
+    assert drifted(live, objects) == []
+
+
+def test_one_unhealthy_dataset_does_not_hold_back_the_workloads_on_flux() -> None:
+    """A Fluid Dataset whose runtime failed a health check is not Current; the infra layer
+    waits for its objects (``wait: true``) and the workloads depend on it: the Datasets' health
+    must not decide it, or no workload change ever reaches the cluster again."""
+    policies = read_policies(ROOT / "policies")
+    before = compile_texts(policies)
+    after = compile_texts({**policies, TRAINING: _set_image(policies[TRAINING], "model-training", "trainer:v2")})
+    cluster = next(c for c in clusters(before) if any(k[1] == "Dataset" for k in desired(before, c))
+                   and desired(before, c).keys() != desired(after, c).keys())
+    live, state = Cluster(), FluxState()
+    kustomizations = flux_kustomizations(before, cluster)
+    assert flux_reconcile(live, before, kustomizations, state, repository_folder(before)) == {}
+    live.unhealthy = {k for k in live.objects if k[1] == "Dataset"}
+    assert live.unhealthy
+    failures = flux_reconcile(live, after, flux_kustomizations(after, cluster), state, repository_folder(after))
+    assert "fleetc-workloads" not in failures, failures
+    assert desired(after, cluster).keys() <= live.objects.keys()
+
+
+TRAINING = "policies/llm-training-pipeline.yaml"
+
+
 # --------------------------------------------------------------------------- a second commit
 def _set_image(text: str, stage: str, image: str) -> str:
     """The policy text with stage ``stage`` running ``image`` (its image line replaced, or one
@@ -361,6 +455,19 @@ def _set_image(text: str, stage: str, image: str) -> str:
         edited = re.sub(r"(\n(\s+)type: \w+\n)", rf"\1\2image: {image}\n", block, count=1)
     assert edited != block, stage
     return text[:start] + edited + text[end:]
+
+
+def test_a_recompile_of_the_same_policies_changes_nothing_on_volcano_clusters() -> None:
+    """A commit that renders the same output re-applies every Volcano Job as it is: both
+    engines converge again (no refused update, nothing OutOfSync) and no Job restarts."""
+    files = compile_texts(read_policies(ROOT / "policies"))
+    assert any("kind: Job\napiVersion: batch.volcano.sh" in t or "batch.volcano.sh/v1alpha1" in t
+               for t in files.values())
+    fleet = Fleet()
+    fleet.sync(files)
+    uids = fleet.uids()
+    fleet.sync(files)
+    assert fleet.uids() == uids
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
@@ -399,8 +506,33 @@ def test_cluster_that_loses_its_last_stage_is_emptied_by_both_engines(entry: str
     fleet.sync(before)
     assert fleet.flux["edge-cluster-factory"][0].objects
     fleet.sync(after)
-    assert fleet.flux["edge-cluster-factory"][0].objects == {}
-    assert fleet.argo["edge-cluster-factory"][0].objects == {}
+    for engine in (fleet.flux, fleet.argo):  # all but the Namespaces (the next test says why)
+        assert {k[1] for k in engine["edge-cluster-factory"][0].objects} == {"Namespace"}
+
+
+def test_a_move_that_takes_a_namespaces_last_pipeline_off_a_cluster_keeps_the_users_secret() -> None:
+    """The user's credential Secret lives in the namespace fleetc renders; when a placement
+    change takes the namespace's last pipeline off the cluster, neither engine prunes the
+    Namespace (deleting it would delete the Secret with it)."""
+    policies = read_policies(ROOT / "policies")
+    before = compile_texts(policies)
+    fleet_path = "policies/fleet.yaml"
+    cordoned = re.sub(r"(- name: edge-cluster-factory\n(\s+))", r"\1cordoned: true\n\2", policies[fleet_path])
+    after = compile_texts({**policies, fleet_path: cordoned})
+    cluster = "edge-cluster-factory"
+    namespaces = {k[3] for k in desired(before, cluster) if k[:2] == ("", "Namespace")}
+    assert namespaces and not any(k[:2] == ("", "Namespace") for k in desired(after, cluster))
+    fleet = Fleet()
+    fleet.sync(before)
+    secrets = [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "cos-credentials", "namespace": ns},
+                "data": {}} for ns in sorted(namespaces)]
+    for engine in (fleet.flux, fleet.argo):
+        for secret in secrets:
+            engine[cluster][0].apply(secret)  # the user's, not the engine's
+    fleet.sync(after)
+    for name, engine in (("Flux", fleet.flux), ("Argo CD", fleet.argo)):
+        live = engine[cluster][0].objects
+        assert all(key(secret) in live for secret in secrets), f"{name} deleted the user's Secrets"
 
 
 @pytest.mark.parametrize("entry", ENTRIES)

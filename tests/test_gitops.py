@@ -97,7 +97,17 @@ def kustomization(layer: str, path: str, depends_on: tuple[str, ...] = (), waits
   path: {path}
   prune: true
   deletionPolicy: Orphan
-""" + ("  wait: true\n  timeout: 5m\n" if waits else ""))
+""" + ("""\
+  wait: true
+  timeout: 5m
+  healthCheckExprs:
+    - apiVersion: data.fluid.io/v1alpha1
+      kind: Dataset
+      current: "true"
+    - apiVersion: data.fluid.io/v1alpha1
+      kind: AlluxioRuntime
+      current: "true"
+""" if waits else ""))
 
 
 GIT_REPOSITORY = flux_object("GitRepository", "source.toolkit.fluxcd.io/v1", "fleetc", """\

@@ -300,11 +300,12 @@ def test_gang_job() -> None:
     assert (spec["schedulerName"], spec["queue"], spec["minAvailable"], spec["maxRetry"]) == (
         "volcano", "fleetc-training", 1, 3,
     )
-    assert spec["policies"] == [{"event": "PodEvicted", "action": "RestartJob"}]
+    assert spec["policies"] == [{"event": "PodEvicted", "action": "RestartJob"},
+                                {"event": "PodFailed", "action": "RestartJob"}]
     (task,) = spec["tasks"]
     assert (task["name"], task["replicas"]) == ("worker", 1)
     pod = task["template"]["spec"]
-    assert pod["restartPolicy"] == "OnFailure"
+    assert pod["restartPolicy"] == "Never"  # a failure fails the pod; the Job retries (test_lifecycle)
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     container, marker = pod["containers"]  # serve depends on train: train marks its completion
@@ -372,7 +373,8 @@ def test_queues() -> None:
     assert training["metadata"] == {
         "name": "fleetc-training",
         "labels": {"app.kubernetes.io/managed-by": "fleetc"},
-        "annotations": {"fleetc.dev/source": "fleet.yaml#spec.aigcConfig", "argocd.argoproj.io/sync-wave": "0"},
+        "annotations": {"fleetc.dev/source": "fleet.yaml#spec.aigcConfig", "argocd.argoproj.io/sync-wave": "0",
+                        "argocd.argoproj.io/sync-options": "SkipDryRunOnMissingResource=true"},
     }
     assert training["spec"] == {
         "weight": 10,
@@ -565,6 +567,7 @@ metadata:
   annotations:
     fleetc.dev/source: pipelines/llm.yaml#spec.stages.train
     argocd.argoproj.io/sync-wave: "1"
+    argocd.argoproj.io/sync-options: SkipDryRunOnMissingResource=true
 spec:
   schedulerName: volcano
   queue: fleetc-training
@@ -573,9 +576,13 @@ spec:
   policies:
     - event: PodEvicted
       action: RestartJob
+    - event: PodFailed
+      action: RestartJob
   tasks:
     - name: worker
       replicas: 1
+      minAvailable: 1
+      maxRetry: 3
       template:
         metadata:
           labels:
@@ -585,7 +592,7 @@ spec:
             fleetc.dev/pipeline: llm
             fleetc.dev/stage: train
         spec:
-          restartPolicy: OnFailure
+          restartPolicy: Never
           nodeSelector:
             nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB
           tolerations:

@@ -18,7 +18,7 @@ from fleetc.render import order, render
 from fleetc.render.common import digest
 from fleetc.render.context import Context
 from fleetc.render.data import dataset_name
-from fleetc.render.order import run_id
+from fleetc.render.order import run_id, stage_digest
 
 DATA_FILE = "policies/data.yaml"
 RAW = "s3://data/raw"
@@ -49,7 +49,8 @@ def meta(name: str, namespace: str, field: str, wave: str = "0") -> dict[str, An
         "name": name,
         "namespace": namespace,
         "labels": {"app.kubernetes.io/managed-by": "fleetc"},
-        "annotations": {"fleetc.dev/source": f"{DATA_FILE}#{field}", "argocd.argoproj.io/sync-wave": wave},
+        "annotations": {"fleetc.dev/source": f"{DATA_FILE}#{field}", "argocd.argoproj.io/sync-wave": wave,
+                        "argocd.argoproj.io/sync-options": "SkipDryRunOnMissingResource=true"},  # a Fluid CR
     }
 
 
@@ -100,8 +101,9 @@ def test_the_prefetch_of_an_output_runs_after_a_data_process_that_waits_for_its_
     ckpt = "s3://models/ckpt"
     loads = {p: o for p, o in objs.items()
              if o["kind"] == "DataLoad" and o["spec"]["dataset"]["name"] == dataset_name(ckpt)}
-    train = next(s for s in with_data()[0].stages if s.name == "train")
-    name = f"{dataset_name(ckpt)}-{digest(run_id(train))}"  # named after the run of its writer
+    model = with_data()[0]
+    train = next(s for s in model.stages if s.name == "train")
+    name = f"{dataset_name(ckpt)}-{digest(run_id(Context.of(model), train))}"  # named after the run of its writer
     assert sorted(loads) == [f"clusters/{c}/dataload-{ns}-{name}-prefetch.yaml"
                              for c, ns in (("gpu-east", "serving"), ("gpu-west", "ml"), ("gpu-west", "serving"))]
     load = loads[f"clusters/gpu-west/dataload-ml-{name}-prefetch.yaml"]
@@ -327,13 +329,13 @@ def test_a_run_id_survives_a_model_field_added_with_its_default() -> None:
     default) to change every run id, upgrading fleetc would restart every Job in the fleet."""
     stage = make_stage("train", gpus=8)
     later = LaterStage(**{f.name: getattr(stage, f.name) for f in fields(stage)})
-    assert run_id(later) == run_id(stage)
-    assert run_id(replace(later, priority=1)) != run_id(stage)
-    assert run_id(replace(stage, gpus=4)) != run_id(stage)
-    assert run_id(replace(stage, shared_gpu=True)) != run_id(stage)
+    assert stage_digest(later) == stage_digest(stage)
+    assert stage_digest(replace(later, priority=1)) != stage_digest(stage)
+    assert stage_digest(replace(stage, gpus=4)) != stage_digest(stage)
+    assert stage_digest(replace(stage, shared_gpu=True)) != stage_digest(stage)
 
 
-def _plain_run_id(stage: Stage) -> str:
+def _plain_stage_digest(stage: Stage) -> str:
     """run_id as first written: the stage replaced as it says, walked generically."""
     def canonical(value: object) -> object:
         if is_dataclass(value) and not isinstance(value, type):
@@ -367,9 +369,9 @@ def test_run_ids_are_the_generic_walk_of_the_stage() -> None:
                 outputs=(Output("data", "cos://c/d", None, jurisdiction="eu"),), command=("run", "x")),
     ]
     for stage in stages:
-        assert run_id(stage) == _plain_run_id(stage)
-        assert run_id(stage) == _plain_run_id(stage)  # remembered: the same again
-    assert run_id(stages[1]) == run_id(stages[2])  # readers and the cluster's copy agree
+        assert stage_digest(stage) == _plain_stage_digest(stage)
+        assert stage_digest(stage) == _plain_stage_digest(stage)  # remembered: the same again
+    assert stage_digest(stages[1]) == stage_digest(stages[2])  # readers and the cluster's copy agree
 
 
 def test_a_remembered_run_id_goes_with_its_stage() -> None:
@@ -377,7 +379,7 @@ def test_a_remembered_run_id_goes_with_its_stage() -> None:
     stage goes: a later stage at the same address is hashed afresh, and no render keeps the
     ids of a model it no longer holds."""
     stage = make_stage("train", gpus=8)
-    address, expected = id(stage), run_id(stage)
+    address, expected = id(stage), stage_digest(stage)
     assert order._remembered_for[address][1] == expected
     del stage
     gc.collect()

@@ -213,6 +213,8 @@ def test_namespaces_carry_the_jurisdiction() -> None:
         "labels": {"app.kubernetes.io/managed-by": "fleetc", "fleetc.dev/pipeline": "llm",
                    "fleetc.dev/jurisdiction": "us"},
         "annotations": {"fleetc.dev/source": "pipelines/llm.yaml#metadata.namespace",
+                        "argocd.argoproj.io/sync-options": "Prune=false",  # never pruned: it holds the user's Secrets
+                        "kustomize.toolkit.fluxcd.io/prune": "disabled",
                         "argocd.argoproj.io/sync-wave": "0"},
     }
     assert objs["clusters/gpu-west/namespace-ml.yaml"]["metadata"]["labels"]["fleetc.dev/jurisdiction"] == "eu"
@@ -220,7 +222,8 @@ def test_namespaces_carry_the_jurisdiction() -> None:
     # their storage), one in us, and a warning naming eu
     assert "clusters/gpu-east/networkpolicy-ml-fleetc-jurisdiction-egress.yaml" in objs
     assert "clusters/gpu-west/networkpolicy-ml-fleetc-jurisdiction-egress.yaml" not in objs
-    warnings = [w.message for w in render(model, placement).warnings if w.field == "spec.security.storageEndpoints"]
+    warnings = [w.message for w in render(model, placement).warnings
+                if w.field == "spec.security.storageEndpoints" and w.message.startswith("no storage endpoints")]
     assert warnings == ["no storage endpoints declared for jurisdiction(s) eu: no egress NetworkPolicy rendered "
                         "there (placement still keeps the stages in their jurisdiction); declare them as "
                         "spec.security.storageEndpoints: [{jurisdiction: <name>, cidrs: [<CIDR>, ...]}]"]
@@ -343,6 +346,12 @@ def test_warnings_exact() -> None:
         "(audit policy is API-server configuration); not rendered",
         "policies/platform.yaml: warning: spec.security.encryptionAtRest: has no portable Kubernetes object "
         "(encryption at rest is API-server or storage-class configuration); not rendered",
+        "policies/platform.yaml: warning: spec.security.storageEndpoints: llm/eval (s3://models/ckpt), "
+        "llm/prep (s3://data/raw), llm/prep (s3://data/tokens), llm/serve (s3://models/ckpt), "
+        "llm/train (s3://data/tokens), llm/train (s3://models/ckpt), llm/train (s3://models/metrics): reached "
+        "with the pods' cloud identity (no secretName), whose endpoints (the instance metadata service "
+        "169.254.169.254/32, the cloud's token service) the egress NetworkPolicy blocks: add them to "
+        "storageEndpoints, or name a secretName",
     ]
     assert all(isinstance(w, Diagnostic) and w.severity == "warning" for w in warnings)
 
@@ -366,4 +375,37 @@ def test_two_platforms_report_each_once() -> None:
         ("policies/other.yaml", "spec.security.auditEnabled"),
         ("policies/platform.yaml", "spec.security.auditEnabled"),
         ("policies/platform.yaml", "spec.security.encryptionAtRest"),
+        ("policies/platform.yaml", "spec.security.storageEndpoints"),  # the cloud identity's endpoints
     ]
+
+
+def _egress_reaches(policy: dict[str, Any], namespace: str, host_network: bool) -> bool:
+    """Whether the egress rules of ``policy`` let a pod of its namespace reach a pod of
+    ``namespace``: a ``podSelector`` peer (with no ``namespaceSelector``: the policy's own
+    namespace) selects pod-network pods only; a host-network pod has its node's IP, which only
+    an ``ipBlock`` matches (kubernetes ``website/content/en/docs/concepts/services-networking/
+    network-policies.md``: "NetworkPolicy ... behavior for hostNetwork pods is undefined", in
+    practice treated as node traffic)."""
+    for rule in policy["spec"]["egress"]:
+        for peer in rule.get("to", []):
+            if host_network:
+                continue  # node IPs: the declared blocks are storage's, not the nodes'
+            own = namespace == policy["metadata"]["namespace"]
+            if "podSelector" in peer and "namespaceSelector" not in peer and own:
+                return True
+    return False
+
+
+def test_dataload_pods_reach_the_alluxio_master_under_the_egress_policy() -> None:
+    """Fluid runs Alluxio on the host network unless told otherwise; under the sovereignty
+    egress policy a DataLoad pod (an Alluxio client) could then not reach its master."""
+    data = DataPolicy("data", 8, True, True, "LFU", 50 * 1024**3, True, 4, Source("policies/data.yaml", "spec"))
+    objs = governed_objects(data_policies=(data,))
+    policies = {o["metadata"]["namespace"]: o for o in objs.values() if o["kind"] == "NetworkPolicy"}
+    runtimes = [o for o in objs.values() if o["kind"] == "AlluxioRuntime" and o["metadata"]["namespace"] in policies]
+    assert runtimes
+    for runtime in runtimes:
+        host = any(runtime["spec"].get(part, {}).get("networkMode", "HostNetwork") != "ContainerNetwork"
+                   for part in ("master", "worker", "fuse"))
+        namespace = runtime["metadata"]["namespace"]
+        assert _egress_reaches(policies[namespace], namespace, host_network=host), runtime["metadata"]["name"]

@@ -154,7 +154,8 @@ def _edited(files: dict[str, str], suffix: str, old: str, new: str) -> dict[str,
 def test_the_model_sees_a_gang_without_plugins_a_probe_off_its_port_and_an_unset_variable(bundled: Compiled) -> None:
     files = dict(compiled_in(CASES / "gang-16-gpus-on-8-gpu-nodes").files)
     no_svc = _edited(files, "job-ml-llm-pretrain.yaml", "    svc: []\n", "")
-    job = "llm-pretrain-86630259"  # named after its spec (with the svc plugin)
+    job = next(re.search(r"\n  name: (\S+)\n", text).group(1)  # type: ignore[union-attr]
+               for path, text in files.items() if "/job-ml-llm-pretrain-" in path)  # named after its spec
     assert rendezvous_problems(no_svc) == [
         f"big: Job/{job}: {job}-master-0.{job} cannot resolve MASTER_ADDR {job}-master-0.{job}",
         f"big: Job/{job}: {job}-worker-0.{job} cannot resolve MASTER_ADDR {job}-master-0.{job}"]

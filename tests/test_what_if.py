@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -127,9 +128,9 @@ def test_an_added_pipeline_is_placed_where_there_is_room(project: Path) -> None:
         "headroom (free / capacity GPUs): a100 0/16 -> 0/16; l4 6/8 -> 4/8\n")
     # its Job and the finetuning Queue are added; the namespace now serves two pipelines
     files = [line.split("/", 3)[3] for line in result.stdout.splitlines() if line.startswith("+++ b/out/clusters/")]
-    assert [f for f in files if "kustomization" not in f] == [
+    assert [re.sub(r"-[0-9a-f]{8}\.yaml$", "-HASH.yaml", f) for f in files if "kustomization" not in f] == [
         "serve-l4/infra/namespace-ml.yaml", "serve-l4/infra/queue-fleetc-finetuning.yaml",
-        "serve-l4/workloads/job-ml-extra-tune-d1d85dee.yaml", "train-a100/infra/namespace-ml.yaml"]
+        "serve-l4/workloads/job-ml-extra-tune-HASH.yaml", "train-a100/infra/namespace-ml.yaml"]  # named after its spec
     assert "+    fleetc.dev/source: extra.yaml#spec.stages[0]\n" in result.stdout  # named as the others are
 
 

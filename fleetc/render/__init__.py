@@ -44,7 +44,15 @@ from dataclasses import dataclass, field, replace
 from fleetc.errors import Diagnostic
 from fleetc.model import GPU_PRODUCT_LABELS, KUEUE, Cluster, FleetModel, Placement
 from fleetc.policy.forkmap import fork_map
-from fleetc.render.cluster import egress_policy, namespace, queue, security_warnings, sovereign_platform, team_queues
+from fleetc.render.cluster import (
+    egress_policy,
+    identity_warnings,
+    namespace,
+    queue,
+    security_warnings,
+    sovereign_platform,
+    team_queues,
+)
 from fleetc.render.common import Obj, cpu_quantity, folder_files, memory_quantity, object_name, stage_labels
 from fleetc.render.context import Context, Work, placements, team_guarantees, work_by_cluster
 from fleetc.render.data import FLUID_OPERATIONS, data_warnings, fluid_objects
@@ -213,6 +221,7 @@ def _warnings(ctx: Context, work: dict[str, Work]) -> tuple[Diagnostic, ...]:
     found = [w for p in model.platforms
              for w in security_warnings(p, {jurisdiction[name] for name, placed in work.items()
                                             for stage, _ in placed if stage.pipeline in p.pipelines})]
+    found += [w for p in model.platforms for w in identity_warnings(ctx, p, work)]
     if model.gpu_policy is not None:
         found += gpu_warnings(model.gpu_policy)
     found += [w for c in model.clusters if c.name in work for w in cluster_gpu_warnings(c, ctx.gpu_slots)]
@@ -245,8 +254,9 @@ def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> tuple[list[O
     batch Jobs; Deployments with their Services, HPAs and PDBs; Fluid DataLoads and DataProcesses)."""
     names = sorted({stage.namespace for stage, _ in work})
     infra = [namespace(ctx, cluster, name) for name in names]
-    infra += [policy for name in names if (p := sovereign_platform(ctx, name))
+    fences = [policy for name in names if (p := sovereign_platform(ctx, name))
               if (policy := egress_policy(cluster, name, p)) is not None]
+    infra += fences
     kueue = cluster.batch_scheduler == KUEUE
     if kueue:
         infra += kueue_queues(ctx, cluster, work)
@@ -254,9 +264,10 @@ def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> tuple[list[O
         infra += [queue(ctx, cluster, c) for c in sorted({stage.workload_class for stage, _ in work})]
         infra += team_queues(ctx, cluster, work)
     infra += _priority_classes(ctx, work)
-    if ctx.model.gpu_policy is not None:
-        infra += device_plugin_config(ctx.model.gpu_policy, cluster, ctx.gpu_slots)
-    fluid = fluid_objects(ctx, work)
+    if ctx.model.gpu_policy is not None:  # its Namespace once, also when a pipeline's too
+        infra += [obj for obj in device_plugin_config(ctx.model.gpu_policy, cluster, ctx.gpu_slots)
+                  if obj["kind"] != "Namespace" or obj["metadata"]["name"] not in names]
+    fluid = fluid_objects(ctx, work, frozenset(policy["metadata"]["namespace"] for policy in fences))
     infra += [obj for obj in fluid if obj["kind"] not in FLUID_OPERATIONS]
     workloads = [obj for obj in fluid if obj["kind"] in FLUID_OPERATIONS]
     for stage, assignment in work:

@@ -9,8 +9,12 @@
   gets a NetworkPolicy (:func:`egress_policy`) that lets its pods reach DNS, their own
   namespace and those blocks, and nothing else. Without declared endpoints no egress policy is
   rendered (it would block the storage the stages must write to) and a warning says how to
-  declare them. NetworkPolicy governs pod-network pods only: Fluid's Alluxio pods run on the
-  host network, which no NetworkPolicy restricts.
+  declare them. NetworkPolicy governs pod-network pods only, and Fluid runs Alluxio on the host
+  network by default: in a namespace with the policy its AlluxioRuntimes are rendered on the pod
+  network (:data:`fleetc.render.data.CONTAINER_NETWORK`), so the DataLoad pods reach the
+  Alluxio master under the own-namespace rule and Alluxio is fenced like the stages. Pods that
+  reach storage with the cloud identity (no ``secretName``) need the identity endpoints
+  (instance metadata, the token service) in ``storageEndpoints`` too: a warning names them.
 * ``auditEnabled``: audit policy is API-server configuration (``--audit-policy-file``); no
   Kubernetes object enables it for a namespace, so it is a warning, not an object.
 * ``encryptionAtRest``: encryption of Secrets and other resources is API-server configuration
@@ -21,10 +25,11 @@
 from __future__ import annotations
 
 from fleetc.errors import Diagnostic
-from fleetc.model import ClassWeights, Cluster, Platform, Stage, Team, WorkloadClass
+from fleetc.model import ClassWeights, Cluster, Platform, Stage, Team, WorkloadClass, url_scheme
 from fleetc.render.common import (
     GPU_RESOURCE,
     MANAGED_BY,
+    NEVER_PRUNED,
     Obj,
     cpu_quantity,
     dns_label,
@@ -35,6 +40,10 @@ from fleetc.render.common import (
     whole_gib,
 )
 from fleetc.render.context import Context, Work, queue_gpus
+
+#: Schemes reached with credentials: an input or output of one without a Secret uses the pod's
+#: cloud identity.
+OBJECT_STORES = frozenset({"s3", "s3a", "gs", "cos", "cosn", "oss", "obs"})
 
 JURISDICTION_LABEL = "fleetc.dev/jurisdiction"
 EGRESS_POLICY_NAME = "fleetc-jurisdiction-egress"
@@ -50,13 +59,15 @@ def namespace(ctx: Context, cluster: Cluster, name: str) -> Obj:
     """A Namespace; labelled with its pipeline only when exactly one pipeline (in the whole
     fleet, so the object is the same on every cluster) uses it, and then sourced from that
     pipeline's ``metadata.namespace``; labelled with the cluster's jurisdiction under data
-    sovereignty."""
+    sovereignty. Never pruned by either engine (:data:`~fleetc.render.common.NEVER_PRUNED`):
+    when a placement change takes its last pipeline off the cluster it stays, with the user's
+    Secrets in it."""
     pipelines = ctx.namespace_pipelines[name]
-    meta: Obj = {"name": name, "labels": dict(MANAGED_BY)}
+    meta: Obj = {"name": name, "labels": dict(MANAGED_BY), "annotations": dict(NEVER_PRUNED)}
     if len(pipelines) == 1:
         pipeline = next(iter(pipelines))
         meta["labels"]["fleetc.dev/pipeline"] = dns_label(pipeline)
-        meta["annotations"] = provenance(ctx.pipeline_sources[pipeline], "metadata.namespace")
+        meta["annotations"] = provenance(ctx.pipeline_sources[pipeline], "metadata.namespace") | NEVER_PRUNED
     if sovereign_platform(ctx, name) is not None:
         meta["labels"][JURISDICTION_LABEL] = cluster.jurisdiction
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
@@ -169,3 +180,24 @@ def security_warnings(platform: Platform, jurisdictions: set[str]) -> list[Diagn
                              "has no portable Kubernetes object (encryption at rest is API-server "
                              "or storage-class configuration); not rendered"))
     return found
+
+
+def identity_warnings(ctx: Context, platform: Platform, work: dict[str, Work]) -> list[Diagnostic]:
+    """Stages under the platform's egress NetworkPolicy that reach an object store with the
+    pod's cloud identity (no Secret named for the URL): the identity endpoints (the instance
+    metadata service, the cloud's token service) are outside the declared storage blocks, so
+    the policy blocks them unless ``storageEndpoints`` lists them."""
+    if not platform.data_sovereignty:
+        return []
+    fenced = {c.name for c in ctx.model.clusters if storage_blocks(platform, c.jurisdiction)}
+    found = sorted({(stage.key, url) for name in sorted(work.keys() & fenced) for stage, _ in work[name]
+                    if stage.pipeline in platform.pipelines
+                    for url in [u for _, u in ctx.input_urls(stage)] + [o.url for o in stage.outputs]
+                    if url_scheme(url) in OBJECT_STORES and ctx.storage_secret(stage, url) is None})
+    if not found:
+        return []
+    listed = ", ".join(f"{key} ({url})" for key, url in found)
+    return [warning(platform.source, "spec.security.storageEndpoints",
+                    f"{listed}: reached with the pods' cloud identity (no secretName), whose endpoints (the "
+                    "instance metadata service 169.254.169.254/32, the cloud's token service) the egress "
+                    "NetworkPolicy blocks: add them to storageEndpoints, or name a secretName")]

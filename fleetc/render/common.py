@@ -23,6 +23,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 #: Argo CD applies objects wave by wave (lowest first), each wave only once the previous one is
 #: healthy (gitops-engine ``pkg/sync/sync_context.go``); see :mod:`.gitops`.
 SYNC_WAVE = "argocd.argoproj.io/sync-wave"
+#: Argo CD's per-object sync options, comma separated.
+ARGO_SYNC_OPTIONS = "argocd.argoproj.io/sync-options"
 
 _GI = 1024**3
 _MI = 1024**2
@@ -128,6 +130,14 @@ def stage_metadata(stage: Stage) -> Obj:
         "labels": stage_labels(stage),
         "annotations": provenance(stage.source),
     }
+
+
+#: What keeps an object on the cluster once it leaves fleetc's output: Argo CD skips its prune
+#: (gitops-engine ``pkg/sync/sync_context.go``, sync option ``Prune=false``) and Flux's
+#: kustomize-controller too (fluxcd/pkg ``ssa/manager_delete.go`` ``DeleteAll`` leaves an object
+#: annotated ``kustomize.toolkit.fluxcd.io/prune: disabled``). On a Namespace: deleting it would
+#: delete what the user put in it (the credential Secrets fleetc names but never renders).
+NEVER_PRUNED = {ARGO_SYNC_OPTIONS: "Prune=false", "kustomize.toolkit.fluxcd.io/prune": "disabled"}
 
 
 def metadata(name: str, namespace: str | None = None, source: Source | None = None,

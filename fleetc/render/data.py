@@ -193,9 +193,20 @@ def dataset(policy: DataPolicy, namespace: str, url: str, secret: str | None = N
     }
 
 
-def alluxio_runtime(policy: DataPolicy, namespace: str, url: str, share: int = 1) -> Obj:
+#: Where an AlluxioRuntime's pods run when their namespace's egress is fenced by the
+#: sovereignty NetworkPolicy (:func:`fleetc.render.cluster.egress_policy`): on the pod network.
+#: Fluid runs Alluxio's master, workers and FUSE on the host network by default (fluid v1.0.8
+#: ``api/v1alpha1/alluxioruntime_types.go`` ``networkMode``, ``pkg/ddc/alluxio/transform.go``),
+#: at node IPs that the policy's own-namespace rule (a ``podSelector``) does not match, so the
+#: DataLoad pods, which reach the master as Alluxio clients, were cut off. On the pod network
+#: they are pods of the namespace, reachable under that rule and fenced by the policy too.
+CONTAINER_NETWORK = {"networkMode": "ContainerNetwork"}
+
+
+def alluxio_runtime(policy: DataPolicy, namespace: str, url: str, share: int = 1, fenced: bool = False) -> Obj:
     """The cache of one Dataset: ``1/share`` of ``caching.size``, so the runtimes of a cluster
-    (``share`` of them) add up to the size the policy sets."""
+    (``share`` of them) add up to the size the policy sets; on the pod network where the
+    namespace's egress is ``fenced`` (:data:`CONTAINER_NETWORK`)."""
     level = {
         "mediumtype": "SSD",
         "volumeType": "hostPath",
@@ -204,15 +215,18 @@ def alluxio_runtime(policy: DataPolicy, namespace: str, url: str, share: int = 1
         "high": "0.95",
         "low": "0.7",
     }
+    spec: Obj = {
+        "replicas": 1,
+        "properties": dict(_ANNOTATORS.get(policy.caching_strategy.upper(), _ANNOTATORS["LRU"])),
+        "tieredstore": {"levels": [level]},
+    }
+    if fenced:
+        spec |= {part: dict(CONTAINER_NETWORK) for part in ("master", "worker", "fuse")}
     return {
         "apiVersion": "data.fluid.io/v1alpha1",
         "kind": "AlluxioRuntime",
         "metadata": metadata(dataset_name(url), namespace, _source(policy, "spec.caching")),
-        "spec": {
-            "replicas": 1,
-            "properties": dict(_ANNOTATORS.get(policy.caching_strategy.upper(), _ANNOTATORS["LRU"])),
-            "tieredstore": {"levels": [level]},
-        },
+        "spec": spec,
     }
 
 
@@ -221,11 +235,11 @@ def alluxio_runtime(policy: DataPolicy, namespace: str, url: str, share: int = 1
 MAX_DATA_PROCESS = MAX_HELM_RELEASE - len("-processor")
 
 
-def _waiting_names(url: str, writers: tuple[Stage, ...]) -> tuple[str, str]:
+def _waiting_names(ctx: Context, url: str, writers: tuple[Stage, ...]) -> tuple[str, str]:
     """(DataProcess, DataLoad) names of a prefetch that waits for ``writers``: named after
     their runs (:func:`fleetc.render.order.run_id`), as a Fluid data operation runs once, so a
     changed writer gets a new pair that waits for its new marker."""
-    runs = digest(",".join(run_id(writer) for writer in writers))
+    runs = digest(",".join(run_id(ctx, writer) for writer in writers))
     prefix = hashed_slug("data", url, min(MAX_DATA_PROCESS - len("-wait"),
                                           MAX_HELM_RELEASE - len("-loader") - len("-prefetch")) - 9)
     return f"{prefix}-{runs}-wait", f"{prefix}-{runs}-prefetch"
@@ -249,7 +263,7 @@ def prefetch(ctx: Context, policy: DataPolicy, namespace: str, url: str) -> list
         return [data_load(policy, namespace, url, data_load_name(url))]
     if any(unmarked(ctx, writer) is not None for writer in writers):
         return []
-    gate, load = _waiting_names(url, writers)
+    gate, load = _waiting_names(ctx, url, writers)
     return [data_process(ctx, policy, namespace, url, writers, gate, load),
             data_load(policy, namespace, url, load, after=gate)]
 
@@ -304,9 +318,9 @@ def data_load(policy: DataPolicy, namespace: str, url: str, name: str, after: st
     }
 
 
-def fluid_objects(ctx: Context, work: Work) -> list[Obj]:
+def fluid_objects(ctx: Context, work: Work, fenced: frozenset[str] = frozenset()) -> list[Obj]:
     """Dataset, AlluxioRuntime and (prefetching) DataLoad, and the DataProcess it waits for,
-    per cached URL of one cluster."""
+    per cached URL of one cluster; ``fenced``: the namespaces whose egress a NetworkPolicy limits."""
     policy = ctx.data_policy
     if policy is None or not policy.caching_enabled:
         return []
@@ -314,7 +328,7 @@ def fluid_objects(ctx: Context, work: Work) -> list[Obj]:
     cached = cached_urls(ctx, work)
     for namespace, url in cached:
         objects += [dataset(policy, namespace, url, ctx.storage_secrets.get((namespace, url))),
-                    alluxio_runtime(policy, namespace, url, len(cached))]
+                    alluxio_runtime(policy, namespace, url, len(cached), namespace in fenced)]
         if policy.prefetching_enabled:
             objects += prefetch(ctx, policy, namespace, url)
     return objects

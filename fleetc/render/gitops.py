@@ -66,7 +66,7 @@ from pathlib import PurePosixPath
 
 from fleetc.errors import Diagnostic
 from fleetc.model import DEFAULT_ENTRY_POINTS, GitOps, Source
-from fleetc.render.common import SYNC_WAVE, Obj, folder_files, metadata, warning
+from fleetc.render.common import ARGO_SYNC_OPTIONS, SYNC_WAVE, Obj, folder_files, metadata, warning
 from fleetc.render.yamlout import dump
 
 ARGOCD_NAMESPACE = "argocd"
@@ -105,10 +105,30 @@ def in_repository(gitops: GitOps, path: str) -> str:
     return f"{folder}/{path}" if folder else path
 
 
+#: Argo CD's sync option that skips the dry run of an object whose kind the cluster does not
+#: serve yet (gitops-engine ``pkg/sync/sync_context.go``): without it one custom resource whose
+#: CRD is not served (Fluid installed after fleetc's output, a CRD being upgraded) fails the
+#: dry run of the whole Application, so nothing of the cluster syncs, and auto-sync gives up
+#: after its retries. With it, every other object is applied, and that one once its CRD is.
+SKIP_DRY_RUN = "SkipDryRunOnMissingResource=true"
+
+
+def is_custom_resource(obj: Obj) -> bool:
+    """Whether the object's kind comes from a CRD: its API group has a dot and is not one of
+    Kubernetes' own (``*.k8s.io``)."""
+    group = str(obj["apiVersion"]).rpartition("/")[0]
+    return "." in group and not group.endswith(".k8s.io")
+
+
 def with_sync_wave(objects: list[Obj], wave: int) -> list[Obj]:
-    """``objects`` annotated with their Argo CD sync wave (Flux ignores the annotation)."""
+    """``objects`` annotated with their Argo CD sync wave, and custom resources with
+    :data:`SKIP_DRY_RUN` (Flux ignores both)."""
     for obj in objects:
-        obj["metadata"].setdefault("annotations", {})[SYNC_WAVE] = str(wave)
+        annotations = obj["metadata"].setdefault("annotations", {})
+        annotations[SYNC_WAVE] = str(wave)
+        options = [option for option in annotations.get(ARGO_SYNC_OPTIONS, "").split(",") if option]
+        if is_custom_resource(obj) and SKIP_DRY_RUN not in options:
+            annotations[ARGO_SYNC_OPTIONS] = ",".join([*options, SKIP_DRY_RUN])
     return objects
 
 
@@ -170,6 +190,17 @@ def git_repository(gitops: GitOps, source: Source) -> Obj:
     }
 
 
+#: Kinds whose health the infra layer does not wait for (``healthCheckExprs`` with ``current:
+#: "true"``, kustomize-controller v1.5 or newer; fluxcd/pkg ``runtime/cel``): a Fluid Dataset
+#: turns not ready on any failed health check of its runtime (fluid v1.0.8 ``pkg/ddc/base``
+#: ``TemplateEngine.Sync``, ``pkg/ddc/alluxio/health_check.go`` ``CheckRuntimeHealthy``), which
+#: kstatus reads as not Current, and under ``wait: true`` one
+#: such Dataset kept ``fleetc-infra`` from Ready, so ``fleetc-workloads`` (which depends on it)
+#: never applied another change on the cluster. A pod mounting a Dataset's volume waits for it
+#: itself, and a DataLoad for its Dataset.
+NOT_WAITED_FOR = (("data.fluid.io/v1alpha1", "Dataset"), ("data.fluid.io/v1alpha1", "AlluxioRuntime"))
+
+
 def flux_kustomization(gitops: GitOps, source: Source, name: str, path: str,
                        depends_on: tuple[str, ...] = (), wait: bool = False) -> Obj:
     """A Flux Kustomization applying one folder; it prunes what leaves the folder, and when it
@@ -186,7 +217,8 @@ def flux_kustomization(gitops: GitOps, source: Source, name: str, path: str,
         "deletionPolicy": "Orphan",
     }
     if wait:
-        spec |= {"wait": True, "timeout": WAIT_TIMEOUT}
+        spec |= {"wait": True, "timeout": WAIT_TIMEOUT, "healthCheckExprs": [
+            {"apiVersion": api, "kind": kind, "current": "true"} for api, kind in NOT_WAITED_FOR]}
     return {
         "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
         "kind": "Kustomization",

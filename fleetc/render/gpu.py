@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from fleetc.errors import Diagnostic
 from fleetc.model import GPU_PRODUCT_LABELS, Cluster, GPUPolicy
-from fleetc.render.common import GPU_RESOURCE, Obj, metadata, warning
+from fleetc.render.common import GPU_RESOURCE, NEVER_PRUNED, Obj, metadata, warning
 from fleetc.render.yamlout import dump
 
 DEVICE_PLUGIN_NAMESPACE = "gpu-operator"
@@ -58,15 +58,23 @@ def _time_sliced_config(slots: int) -> Obj:
 
 
 def device_plugin_config(policy: GPUPolicy, cluster: Cluster, slots: int) -> list[Obj]:
-    """The ConfigMap for a GPU cluster when GPUs are shared (``slots`` > 1), else nothing."""
+    """The ConfigMap for a GPU cluster when GPUs are shared (``slots`` > 1), else nothing; and
+    its Namespace, which a cluster without the GPU Operator does not have (the infra layer
+    would otherwise fail on it: ``namespaces "gpu-operator" not found``). Applying it to a
+    cluster that has it changes nothing but fleetc's label and annotations, and neither engine
+    ever prunes it (:data:`~fleetc.render.common.NEVER_PRUNED`): the operator may live there."""
     if cluster.gpus == 0 or slots <= 1:
         return []
+    home: Obj = {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": metadata(policy.device_plugin_namespace, source=policy.source,
+                                      field="spec.devicePlugin.namespace")}
+    home["metadata"]["annotations"] |= NEVER_PRUNED
     meta = metadata(CONFIG_NAME, policy.device_plugin_namespace, policy.source)
     meta["annotations"]["fleetc.dev/node-selection"] = (
         f"label a node {CONFIG_LABEL}={EXCLUSIVE} (training, the default) or "
         f"{CONFIG_LABEL}={TIME_SLICED} (inference: each GPU shared {slots} ways)"
     )
-    return [{
+    return [home, {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": meta,

@@ -5,8 +5,9 @@ wait for them (docs/pipelines.md says why this and not Volcano JobFlow).
   marks its completion the way Hadoop's and Spark's output committers do: a ``_SUCCESS`` file
   beside its first output, written only after its command exited 0, so after its outputs are
   complete. Its main container runs the command through ``sh`` and records the exit code in a
-  shared ``emptyDir``; a ``fleetc-mark`` container waits for a 0 there (a failed run is
-  restarted in place by ``restartPolicy: OnFailure``) and then writes the marker. A gang of
+  shared ``emptyDir``; a ``fleetc-mark`` container waits for it and writes the marker on a 0;
+  on any other code it exits with it, writing nothing, so the pod (``restartPolicy: Never``)
+  ends Failed and the Job's retries take over (:func:`fleetc.render.workloads.gang_pod_template`). A gang of
   ``n`` pods writes ``_SUCCESS.<rank>`` from each pod (``RANK``, see
   :func:`fleetc.render.workloads.distributed_plugins`), a one-pod stage ``_SUCCESS``. The
   marker holds the run's id (a digest of the producing stage as compiled), so a marker left by
@@ -97,18 +98,46 @@ def marker_resources() -> Obj:
     return {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "128Mi"}}
 
 
-def run_id(stage: Stage) -> str:
-    """What a marker holds: the same for the same compiled stage, else different. A stage
-    asking for throughput is rendered as it runs on its cluster
-    (:func:`fleetc.placement.rules.on_cluster`), its
-    readers see the model's: both hash the model's (its first GPU option's figures). Which
-    document of its file the stage's pipeline is does not count: reordering a file's policies
-    changes nothing that runs.
+def run_id(ctx: Context, stage: Stage) -> str:
+    """What a marker holds: one id per run, chained like a build action's key. It covers what
+    the stage runs, so a change to any of it is a new run:
 
-    Remembered per stage object (:func:`_remembered`): a large render asks again for every
-    marker, every wait on it and every DataProcess (55,478 times for 13,861 stages at 1,000 x
-    20,000)."""
+    * the stage as compiled (:func:`_digest`);
+    * its main container as rendered (image, command, environment: the URLs its ``from:``
+      inputs resolve to, the paths its cached inputs are mounted at, the data policy's
+      preprocessing settings; resources and mounts), which edits outside the stage (a data
+      policy, a Secret named for a URL) change, and the PriorityClass it runs under: what
+      renames its Job (:func:`fleetc.render.workloads.job_name`) changes its run id;
+    * the run ids of the stages it depends on, so a re-run of an upstream stage is a new run
+      of every stage downstream of it and of nothing else, and a marker an earlier run left
+      never satisfies a wait on this one.
+
+    What differs between the clusters a stage could run on (the node selector) does not
+    count: every reader, on whichever cluster, computes the same id. Remembered per stage in
+    a render (a large render asks again for every marker, every wait on it and every
+    DataProcess)."""
+    memo = _memo(ctx)
+    known = memo.get(("run", id(stage)))
+    if known is None:
+        upstream = [run_id(ctx, u) for u in producers(ctx, stage)]
+        facts = {"stage": stage_digest(stage), "runs": _runs(ctx, stage), "after": upstream}
+        made = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
+        known = memo[("run", id(stage))] = (stage, made)
+    return cast(str, known[1])
+
+
+def stage_digest(stage: Stage) -> str:
+    """The stage as compiled (:func:`_digest`), remembered per stage object (:func:`_remembered`)."""
     return _remembered(stage, _digest)
+
+
+def _runs(ctx: Context, stage: Stage) -> object:
+    """The main container of the stage's pods and their PriorityClass, as rendered."""
+    from fleetc.render import data, workloads  # they render the containers this module wraps
+
+    mounted = data.data_mounts(ctx, stage)
+    return {"container": workloads.main_container(ctx, stage, mounted),
+            "priority": workloads.training_priority(ctx, stage)}
 
 
 T = TypeVar("T")
@@ -146,8 +175,11 @@ def _memo(ctx: Context) -> dict[Hashable, Any]:
 
 
 def _digest(stage: Stage) -> str:
-    """:func:`run_id` computed: sha256 of the stage's canonical JSON (:func:`_canonical`), with
-    its first GPU option's figures and its source's document as 0, as if replaced there."""
+    """The stage as compiled: sha256 of its canonical JSON (:func:`_canonical`). A stage asking
+    for throughput is rendered as it runs on its cluster
+    (:func:`fleetc.placement.rules.on_cluster`), its readers see the model's: both hash the
+    model's (its first GPU option's figures). Which document of its file the stage's pipeline
+    is does not count: reordering a file's policies changes nothing that runs."""
     overrides: dict[str, object] = {}
     if stage.gpu_options:
         first = stage.gpu_options[0]
@@ -294,8 +326,10 @@ def mark_container(ctx: Context, stage: Stage) -> tuple[Obj, list[Obj]]:
     folder, volume, env = _location(stage.outputs[0].url, 0, ctx.storage_secret(stage, stage.outputs[0].url))
     name = MARKER if stage.pods == 1 else f"{MARKER}.$(RANK)"
     target = f"{shlex.quote(folder)}/{name}"  # $(RANK) is the kubelet's to expand
-    script = (f"until [ \"$(cat {STATUS_PATH}/exit-code 2>/dev/null)\" = 0 ]; do sleep 5; done; "
-              f"echo {run_id(stage)} | rclone rcat {target} && "
+    script = (f"until [ -s {STATUS_PATH}/exit-code ]; do sleep 5; done; code=$(cat {STATUS_PATH}/exit-code); "
+              f"if [ \"$code\" != 0 ]; then echo \"fleetc: {stage.key} failed (exit $code); no completion "
+              f"marker written\"; exit \"$code\"; fi; "
+              f"echo {run_id(ctx, stage)} | rclone rcat {target} && "
               f"echo \"fleetc: {stage.key} completed; wrote {target}\"")
     mounts = [{"name": STATUS_VOLUME, "mountPath": STATUS_PATH}]
     volumes: list[Obj] = [{"name": STATUS_VOLUME, "emptyDir": {}}]
@@ -344,7 +378,7 @@ def _waits(ctx: Context, namespace: str, upstreams: list[Stage]) -> tuple[list[O
         url = upstream.outputs[0].url
         folder, volume, env = _location(url, slot, ctx.storage_secrets.get((namespace, url)))
         checks = " && ".join(
-            f"[ \"$(rclone cat {shlex.quote(folder + '/' + name)} 2>/dev/null)\" = {run_id(upstream)} ]"
+            f"[ \"$(rclone cat {shlex.quote(folder + '/' + name)} 2>/dev/null)\" = {run_id(ctx, upstream)} ]"
             for name in _marker_names(upstream))
         what = f"{upstream.key} to complete ({folder}/{MARKER}*)"
         script = (f"deadline=$(( $(date +%s) + {WAIT_TIMEOUT_SECONDS} )); "

@@ -54,6 +54,8 @@ PRIORITY_VALUES: dict[str, int] = {"low": 1_000, "medium": 10_000, "high": 100_0
 
 SERVICE_PORT = 80
 MAX_RETRY = 3
+#: Pod events on which Volcano restarts a gang's Job (``policies``), up to ``maxRetry`` times.
+RESTART_EVENTS = ("PodEvicted", "PodFailed")
 MASTER_TASK = "master"
 WORKER_TASK = "worker"
 RENDEZVOUS_PORT = 23456  # the pytorch plugin's default port
@@ -168,7 +170,7 @@ def _resources(stage: Stage) -> Obj:
     return {"requests": amounts, "limits": dict(amounts)}
 
 
-def _container(ctx: Context, stage: Stage, mounted: DataMounts) -> Obj:
+def main_container(ctx: Context, stage: Stage, mounted: DataMounts) -> Obj:
     container: Obj = {"name": stage.type.value.lower(), "image": stage.image}
     if stage.command:
         container["command"] = list(stage.command)
@@ -249,12 +251,20 @@ def stage_warnings(ctx: Context, work: Work) -> list[Diagnostic]:
 
 # --------------------------------------------------------------------------- stage objects
 def gang_pod_template(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
-    """The pod template of a gang stage's pods, whichever batch scheduler admits them: restarted
-    in place on failure, with the governing platform's PriorityClass."""
+    """The pod template of a gang stage's pods, whichever batch scheduler admits them, with the
+    governing platform's PriorityClass.
+
+    ``restartPolicy: Never``: a failed command fails its pod, which is what the batch
+    controllers count. Under ``OnFailure`` the kubelet restarts the container in place and the
+    pod stays Running (kubernetes ``pkg/kubelet/kubelet_pods.go`` ``getPhase``); Volcano acts
+    on pod phases only (``pkg/controllers/job/job_controller_handler.go`` ``updatePod``), so
+    its ``policies`` and ``maxRetry`` never fired and a broken run crash-looped on its GPUs for
+    ever. Retries are the Job's: Volcano's ``PodFailed -> RestartJob`` bounded by ``maxRetry``
+    (:func:`volcano_job`), the Job controller's ``backoffLimit`` on Kueue."""
     level = training_priority(ctx, stage)
     priority = {"priorityClassName": priority_class_name(level)} if level else {}
     mounted = data_mounts(ctx, stage)
-    pod = _pod_spec(ctx, cluster, stage, _container(ctx, stage, mounted), mounted, restartPolicy="OnFailure",
+    pod = _pod_spec(ctx, cluster, stage, main_container(ctx, stage, mounted), mounted, restartPolicy="Never",
                     **priority)
     return {"metadata": {"labels": stage_labels(stage)}, "spec": pod}
 
@@ -265,16 +275,22 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
 
     A gang of more than one pod is distributed: a ``master`` task of one pod and a ``worker``
     task of the rest, with Volcano's ``pytorch``, ``svc`` and ``env`` plugins (see
-    :func:`distributed_plugins`)."""
+    :func:`distributed_plugins`).
+
+    A failed or evicted pod restarts the whole Job (:data:`RESTART_EVENTS`: a gang's ranks
+    cannot go on without one of theirs); Volcano counts the restarts and, once ``maxRetry``
+    of them failed, kills the pods and ends the Job Failed (volcano v1.15.1
+    ``pkg/controllers/job/state/running.go`` ``RestartJobAction`` increments ``retryCount``,
+    ``state/restarting.go`` fails the Job at ``retryCount >= maxRetry``): its GPUs are
+    released and its dependants never get its marker."""
     level = training_priority(ctx, stage)
     priority = {"priorityClassName": priority_class_name(level)} if level else {}
     template = gang_pod_template(ctx, cluster, stage)
     if stage.pods > 1:
-        tasks = [{"name": MASTER_TASK, "replicas": 1, "template": template},
-                 {"name": WORKER_TASK, "replicas": stage.pods - 1, "template": template}]
+        tasks = [_task(MASTER_TASK, 1, template), _task(WORKER_TASK, stage.pods - 1, template)]
         plugins = {"plugins": distributed_plugins()}
     else:
-        tasks, plugins = [{"name": WORKER_TASK, "replicas": 1, "template": template}], {}
+        tasks, plugins = [_task(WORKER_TASK, 1, template)], {}
     job: Obj = {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
@@ -285,13 +301,25 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
             **priority,
             "minAvailable": stage.pods,
             "maxRetry": MAX_RETRY,
-            "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
+            "policies": [{"event": event, "action": "RestartJob"} for event in RESTART_EVENTS],
             **plugins,
             "tasks": tasks,
         },
     }
     job["metadata"]["name"] = job_name(job)
     return job
+
+
+def _task(name: str, replicas: int, template: Obj) -> Obj:
+    """A Volcano task with every field Volcano's mutating webhook would fill on create set as it
+    would fill it (``minAvailable`` = replicas, ``maxRetry`` = 3: volcano v1.15.1
+    ``pkg/webhooks/admission/jobs/mutate/mutate_job.go`` ``mutateSpec``). The webhook runs on
+    CREATE only and ``spec.tasks`` is an atomic list under server-side apply, so a re-apply
+    that left them out would replace the tasks without them, which ``validateJobUpdate``
+    refuses: Flux's workloads Kustomization would fail its dry run and Argo CD would show the
+    Job OutOfSync for ever."""
+    return {"name": name, "replicas": replicas, "minAvailable": replicas, "maxRetry": MAX_RETRY,
+            "template": template}
 
 
 def job_queue(ctx: Context, stage: Stage) -> str:
@@ -346,7 +374,7 @@ def deployment(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
     HPA says (see the module docstring)."""
     serving = _serving(stage)
     mounted = data_mounts(ctx, stage)
-    container = _container(ctx, stage, mounted)
+    container = main_container(ctx, stage, mounted)
     if serving.triton:
         container["command"] = triton_command(ctx, stage, mounted)
         credentials, _ = triton_credentials(ctx, stage, mounted)
@@ -434,11 +462,16 @@ def triton_command(ctx: Context, stage: Stage, mounted: DataMounts) -> list[str]
 
 
 def service(stage: Stage) -> Obj:
-    """ClusterIP Service in front of a Deployment stage: port 80 -> the pods' ``http`` port.
-    Its name is a DNS-1035 label, as the API server requires of Services (``x-`` in front of
-    a name that starts with a digit)."""
+    """ClusterIP Service in front of a Deployment stage: port 80 -> the pods' ``http`` port,
+    and every other port the server listens on (``serving`` extra ports: Triton's ``grpc`` and
+    ``metrics``) under its own number and name, so gRPC clients and a metrics scraper reach the
+    pods through the Service too. Its name is a DNS-1035 label, as the API server requires of
+    Services (``x-`` in front of a name that starts with a digit)."""
     meta = stage_metadata(stage)
     meta["name"] = dns1035_label(meta["name"])
+    ports = [{"name": "http", "port": SERVICE_PORT, "targetPort": "http", "protocol": "TCP"}]
+    ports += [{"name": name, "port": number, "targetPort": name, "protocol": "TCP"}
+              for name, number in _serving(stage).extra_ports if number != SERVICE_PORT]
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -446,7 +479,7 @@ def service(stage: Stage) -> Obj:
         "spec": {
             "type": "ClusterIP",
             "selector": selector(stage),
-            "ports": [{"name": "http", "port": SERVICE_PORT, "targetPort": "http", "protocol": "TCP"}],
+            "ports": ports,
         },
     }
 

@@ -7,10 +7,20 @@ after:
 
 * the API server (:class:`Cluster`): a kind must be served (its CRD installed) and a
   namespaced object's Namespace must exist, on a dry run as on a real apply;
-* Volcano's admission webhook (volcano ``pkg/webhooks/admission/jobs/validate/admit_job.go``):
-  a Job whose ``spec.queue`` does not exist is refused, on dry runs too (the webhook is
-  registered ``sideEffects: NoneOnDryRun``), and so is any change to an existing Job's spec
-  (``validateJobUpdate``);
+* Volcano's admission webhooks (volcano v1.15.1): on CREATE only, the mutating one fills the
+  Job's defaults (:func:`volcano_create_defaults`, ``pkg/webhooks/admission/jobs/mutate/
+  mutate_job.go``); the validating one (``pkg/webhooks/admission/jobs/validate/admit_job.go``)
+  refuses a Job whose ``spec.queue`` does not exist, on dry runs too (the webhook is
+  registered ``sideEffects: NoneOnDryRun``), and any update that changes more than
+  ``minAvailable``, ``priorityClassName`` and the tasks' ``replicas``/``minAvailable``
+  (:func:`validate_volcano_job_update`);
+* server-side apply (kubernetes-sigs/structured-merge-diff v4 ``merge``; :func:`apply_merge`):
+  an update is the live object with the applied fields overlaid and the fields the applier
+  set before but no longer sets removed; a map merges key by key, a ``listType: map`` list
+  item by item by its keys, and any other list (``listType: atomic``, which is every list of
+  a CRD schema that names no list type, Volcano's ``spec.tasks`` among them) is replaced
+  whole. So a field a webhook filled on create inside an atomic list is gone after a
+  re-apply that does not set it;
 * Kueue (kubernetes-sigs/kueue): its Job webhook creates every ``batch/v1`` Job that names a
   queue (``kueue.x-k8s.io/queue-name``) suspended and refuses none for a missing LocalQueue
   (``pkg/controller/jobs/job/job_webhook.go`` ``Default``, ``pkg/controller/jobframework``
@@ -24,16 +34,24 @@ after:
   ``kustomize build <path>``; CRDs, Namespaces, ClusterRoles and ``*Class`` kinds applied
   first, then every other object dry-run together and applied only if all pass (fluxcd/pkg
   ``ssa/manager_apply.go`` ``ApplyAllStaged``, ``ssa/utils/is.go``), then what left the
-  inventory pruned (``prune: true``). A Kustomization runs only once every one it
-  ``dependsOn`` is Ready; a missing path fails it and leaves everything as it was;
+  inventory pruned (``prune: true``) but for objects annotated ``kustomize.toolkit.fluxcd.io/prune:
+  disabled`` (``ssa/manager_delete.go``). A Kustomization runs only once every one it
+  ``dependsOn`` is Ready; with ``wait: true`` it is Ready only once every object it applied is
+  Current (kstatus), which ``healthCheckExprs`` may redefine per kind; a missing path fails it
+  and leaves everything as it was;
 * Kurator's fleet manager (:func:`kurator_kustomizations`): a Kurator ``Application`` becomes,
   per sync policy and per member cluster its destination selects, a Flux Kustomization that
   applies the policy's path to that member; Flux then reconciles those as above;
-* Argo CD's gitops-engine (:func:`argo_sync`): a client-side dry run (no admission), then
+* Argo CD's gitops-engine (:func:`argo_sync`): a dry run in which every kind must be served,
+  but for objects with the sync option ``SkipDryRunOnMissingResource=true``
+  (``pkg/sync/sync_context.go``; admission is not modelled there), then
   wave by wave (``argocd.argoproj.io/sync-wave``, default 0), in each wave the prunes first,
   then the applies ordered by kind (``kindOrder``, unknown kinds last) and name
   (``pkg/sync/sync_tasks.go``, ``pkg/sync/sync_context.go``); the first refused apply fails
-  the sync and later waves do not run.
+  the sync and later waves do not run; a prune of an object with the sync option
+  ``Prune=false`` is skipped. Deleting a Namespace deletes everything in it. An object is
+  OutOfSync when applying its manifest would change the live object (:func:`drifted`: gitops-engine ``pkg/diff``
+  ``ThreeWayDiff``, a JSON merge patch for custom resources, whose lists are replaced whole).
 
 The cluster starts with the platform fleetc's output needs installed: the CRDs of Volcano,
 Kueue, Fluid, Flux and Argo CD and the namespaces of those and of the GPU Operator
@@ -42,6 +60,7 @@ Kueue, Fluid, Flux and Argo CD and the namespaces of those and of the GPU Operat
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import functools
 import posixpath
@@ -59,6 +78,8 @@ Key = tuple[str, str, str, str]
 PREINSTALLED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "flux-system", "argocd",
                                      "gpu-operator", "volcano-system", "kueue-system", "fluid-system"})
 SYNC_WAVE = "argocd.argoproj.io/sync-wave"
+ARGO_SYNC_OPTIONS = "argocd.argoproj.io/sync-options"
+FLUX_PRUNE_DISABLED = ("kustomize.toolkit.fluxcd.io/prune", "disabled")
 
 #: Kinds the model's API server serves: (group, kind) -> namespaced.
 SERVED: dict[tuple[str, str], bool] = {
@@ -99,11 +120,150 @@ def load(text: str) -> Any:
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
-def _kueue_default(k: Key, obj: Obj) -> Obj:
-    """Kueue's mutating Job webhook on create: a Job that names a queue starts suspended."""
+def _create_defaults(k: Key, obj: Obj) -> Obj:
+    """What the mutating webhooks make of ``obj`` on create: Kueue's Job webhook starts a Job
+    that names a queue suspended; Volcano's fills a Job's defaults (:func:`volcano_create_defaults`)."""
     if k[:2] == ("batch", "Job") and KUEUE_QUEUE_LABEL in obj["metadata"].get("labels", {}):
         return {**obj, "spec": {**obj["spec"], "suspend": True}}
+    if k[:2] == VOLCANO_JOB:
+        return volcano_create_defaults(obj)
     return obj
+
+
+# --------------------------------------------------------------------------- Volcano's webhooks
+VOLCANO_JOB = ("batch.volcano.sh", "Job")
+#: mutate_job.go ``DefaultQueue``, ``defaultSchedulerName``, ``defaultMaxRetry``; volcano-sh/apis
+#: ``pkg/apis/batch/v1alpha1`` ``DefaultTaskSpec``.
+VOLCANO_DEFAULT_QUEUE = "default"
+VOLCANO_DEFAULT_SCHEDULER = "volcano"
+VOLCANO_DEFAULT_MAX_RETRY = 3
+VOLCANO_DEFAULT_TASK = "default"
+
+
+def volcano_create_defaults(obj: Obj) -> Obj:
+    """What ``mutatejob.volcano.sh`` makes of a Job on CREATE (its only operation), ported from
+    volcano v1.15.1 ``pkg/webhooks/admission/jobs/mutate/mutate_job.go`` ``createPatch``: the
+    queue, scheduler and ``maxRetry`` when unset (zero); per task (``mutateSpec``) a name
+    ``default<index>``, ``dnsPolicy: ClusterFirstWithHostNet`` on host networking,
+    ``minAvailable`` = its replicas and ``maxRetry`` = 3 when unset; the Job's
+    ``minAvailable`` as the tasks' sum when unset; and the ``svc`` plugin beside ``pytorch``,
+    ``tensorflow`` or ``mpi`` (``ssh`` beside ``mpi``)."""
+    job = copy.deepcopy(obj)
+    spec = job["spec"]
+    if not spec.get("queue"):
+        spec["queue"] = VOLCANO_DEFAULT_QUEUE
+    if not spec.get("schedulerName"):
+        spec["schedulerName"] = VOLCANO_DEFAULT_SCHEDULER
+    if not spec.get("maxRetry"):
+        spec["maxRetry"] = VOLCANO_DEFAULT_MAX_RETRY
+    for index, task in enumerate(spec.get("tasks", [])):
+        if not task.get("name"):
+            task["name"] = f"{VOLCANO_DEFAULT_TASK}{index}"
+        pod = task.get("template", {}).get("spec", {})
+        if pod.get("hostNetwork") and not pod.get("dnsPolicy"):
+            pod["dnsPolicy"] = "ClusterFirstWithHostNet"
+        if task.get("minAvailable") is None:
+            task["minAvailable"] = task.get("replicas", 0)
+        if not task.get("maxRetry"):
+            task["maxRetry"] = VOLCANO_DEFAULT_MAX_RETRY
+    if not spec.get("minAvailable"):
+        spec["minAvailable"] = sum(task["minAvailable"] for task in spec.get("tasks", []))
+    plugins = spec.get("plugins")
+    if plugins is not None:
+        if {"tensorflow", "mpi", "pytorch"} & set(plugins):
+            plugins.setdefault("svc", [])
+        if "mpi" in plugins:
+            plugins.setdefault("ssh", [])
+    return job
+
+
+def validate_volcano_job_update(old: Obj, new: Obj) -> str | None:
+    """Why ``validatejob.volcano.sh`` refuses to update ``old`` to ``new`` (None: it admits it),
+    ported from volcano v1.15.1 ``pkg/webhooks/admission/jobs/validate/admit_job.go``
+    ``validateJobUpdate``: replicas and minAvailable bounds, no task added or removed, and
+    nothing under spec changed but ``minAvailable``, ``priorityClassName`` and each task's
+    ``replicas`` and ``minAvailable`` (``apiequality.Semantic.DeepEqual`` of the rest; an unset
+    field and its zero value are the same Go value)."""
+    tasks = new["spec"].get("tasks", [])
+    for task in tasks:
+        if task.get("replicas", 0) < 0:
+            return f"'replicas' must be >= 0 in task: {task.get('name')}"
+        if task.get("minAvailable") is not None and task["minAvailable"] > task.get("replicas", 0):
+            return f"'minAvailable' must be <= 'replicas' in task: {task.get('name')};"
+    if new["spec"].get("minAvailable", 0) > sum(task.get("replicas", 0) for task in tasks):
+        return "job 'minAvailable' must not be greater than total replicas"
+    if len(old["spec"].get("tasks", [])) != len(tasks):
+        return "job updates may not add or remove tasks"
+    mutable = ("minAvailable", "priorityClassName")
+    before = {k: v for k, v in old["spec"].items() if k not in mutable}
+    after = {k: v for k, v in new["spec"].items() if k not in mutable}
+    before["tasks"] = [_without(t, "replicas", "minAvailable") for t in old["spec"].get("tasks", [])]
+    after["tasks"] = [_without(t, "replicas", "minAvailable") for t in tasks]
+    if _go_value(before) != _go_value(after):
+        return "job updates may not change fields other than `minAvailable`, `tasks[*].replicas under spec`"
+    return None
+
+
+def _without(obj: Obj, *names: str) -> Obj:
+    return {k: v for k, v in obj.items() if k not in names}
+
+
+def _go_value(value: Any) -> Any:
+    """``value`` as Go would compare it after decoding: zero values (0, "", false, empty lists
+    and maps, null) are the same as absent fields."""
+    if isinstance(value, dict):
+        found = {k: _go_value(v) for k, v in value.items()}
+        return {k: v for k, v in found.items() if v not in (None, 0, "", False, [], {})}
+    if isinstance(value, list):
+        return [_go_value(item) for item in value]
+    return value
+
+
+# --------------------------------------------------------------------------- server-side apply
+#: Lists of built-in kinds that merge item by item (``+listType=map`` in kubernetes
+#: ``staging/src/k8s.io/api/core/v1/types.go``; ``patchMergeKey`` for strategic merge patch),
+#: by their keys. Every other list is atomic, and every list of a custom resource is (its CRD
+#: names no list type: structured-merge-diff's default for a list is atomic).
+BUILTIN_MAP_LISTS: dict[str, tuple[str, ...]] = {
+    "containers": ("name",), "initContainers": ("name",), "volumes": ("name",), "env": ("name",),
+    "volumeMounts": ("mountPath",), "ports": ("containerPort", "protocol"),  # a Service's: port, protocol
+}
+
+
+def apply_merge(live: Any, applied: Any, before: Any, builtin: bool) -> Any:
+    """The object server-side apply stores (structured-merge-diff v4 ``merge``, for one
+    applier): ``live`` with every field of ``applied`` set, and the fields of ``before`` (what
+    this applier applied last time, so owns) that ``applied`` no longer sets removed. Maps merge
+    by key; map lists of built-in kinds (:data:`BUILTIN_MAP_LISTS`) by their keys; any other
+    list, and any scalar, is replaced by the applied one."""
+    return _merge(live, applied, before, builtin, "")
+
+
+def _merge(live: Any, applied: Any, before: Any, builtin: bool, name: str) -> Any:
+    if isinstance(applied, dict) and isinstance(live, dict):
+        owned = before if isinstance(before, dict) else {}
+        merged = {k: v for k, v in live.items() if k in applied or k not in owned}
+        for k, v in applied.items():
+            merged[k] = _merge(live.get(k), v, owned.get(k), builtin, k) if k in live else v
+        return merged
+    keys = BUILTIN_MAP_LISTS.get(name) if builtin else None
+    if keys is not None and isinstance(applied, list) and isinstance(live, list):
+        def ident(item: Any) -> tuple[Any, ...]:
+            names = keys if "containerPort" in item or name != "ports" else ("port", "protocol")
+            return tuple(item.get(k, "TCP" if k == "protocol" else None) for k in names)
+        owned_items = {ident(item): item for item in before or []}
+        applied_items = {ident(item): item for item in applied}
+        merged_list = [item for item in live if ident(item) in applied_items or ident(item) not in owned_items]
+        live_items = {ident(item): item for item in merged_list}
+        result = [_merge(live_items[i], item, owned_items.get(i), builtin, "") if i in live_items else item
+                  for i, item in applied_items.items()]
+        return result + [item for item in merged_list if ident(item) not in applied_items]
+    return applied
+
+
+def is_builtin(k: Key) -> bool:
+    """Whether the kind is the API server's own (its group has no dot, or is a ``*.k8s.io`` one)."""
+    return "." not in k[0] or k[0].endswith(".k8s.io")
 
 
 class Refused(Exception):
@@ -130,54 +290,69 @@ def describe(k: Key) -> str:
 class Live:
     obj: Obj
     uid: int  # a new uid is a new object: a Job that kept its uid was never restarted
+    applied: Obj = field(default_factory=dict)  # what the engine applied last: the fields it owns
 
 
 @dataclass
 class Cluster:
     objects: dict[Key, Live] = field(default_factory=dict)
     _uids: int = 0
+    #: The namespaces the cluster has before any sync (a cluster without the GPU Operator has
+    #: no ``gpu-operator``).
+    preinstalled: frozenset[str] = PREINSTALLED_NAMESPACES
+    #: (group, kind) of :data:`SERVED` whose CRDs are not served yet.
+    unserved: frozenset[tuple[str, str]] = frozenset()
+    #: Objects whose status says they are not ready (a Fluid Dataset after a failed health
+    #: check of its runtime): kstatus reads them as not Current.
+    unhealthy: set[Key] = field(default_factory=set)
+
+    def serves(self, grp: str, kind: str) -> bool:
+        return (grp, kind) in SERVED and (grp, kind) not in self.unserved
 
     def namespaces(self) -> set[str]:
-        return PREINSTALLED_NAMESPACES | {k[3] for k in self.objects if k[:2] == ("", "Namespace")}
+        return self.preinstalled | {k[3] for k in self.objects if k[:2] == ("", "Namespace")}
 
     def apply(self, obj: Obj, dry_run: bool = False) -> None:
-        """Create or update ``obj``, or raise :class:`Refused` saying why not."""
+        """Create ``obj`` (with the mutating webhooks' create-time defaults) or update the live
+        object with it (:func:`apply_merge`), or raise :class:`Refused` saying why not."""
         k = key(obj)
         served = SERVED.get(k[:2])
-        if served is None:
+        if served is None or not self.serves(*k[:2]):
             raise Refused(f"{describe(k)}: no matches for kind {k[1]!r} (CRD not installed)")
         if served and k[2] not in self.namespaces():
             raise Refused(f"{describe(k)}: namespaces {k[2]!r} not found")
-        self._admit(k, obj)
-        if dry_run:
-            return
         live = self.objects.get(k)
         if live is None:
-            self._uids += 1
-            self.objects[k] = Live(_kueue_default(k, obj), self._uids)
-        elif k[:2] == ("batch", "Job") and "suspend" not in obj["spec"] and "suspend" in live.obj["spec"]:
-            live.obj = {**obj, "spec": {**obj["spec"], "suspend": live.obj["spec"]["suspend"]}}
+            stored = _create_defaults(k, obj)
         else:
-            live.obj = obj
+            stored = apply_merge(live.obj, obj, live.applied, is_builtin(k))
+        self._admit(k, stored, live)
+        if dry_run:
+            return
+        if live is None:
+            self._uids += 1
+            self.objects[k] = Live(stored, self._uids, obj)
+        else:
+            live.obj, live.applied = stored, obj
 
-    def _admit(self, k: Key, obj: Obj) -> None:
+    def _admit(self, k: Key, obj: Obj, live: Live | None) -> None:
         if k[:2] == ("batch", "Job"):
-            live = self.objects.get(k)
             for name in ("template", "completions", "completionMode"):
                 if live is not None and live.obj["spec"].get(name) != obj["spec"].get(name):
                     raise Refused(f"{describe(k)}: Job.batch is invalid: spec.{name}: field is immutable")
             return
-        if k[:2] != ("batch.volcano.sh", "Job"):
+        if k[:2] != VOLCANO_JOB:
             return
-        queue = obj["spec"].get("queue", "default")
+        if live is not None:
+            problem = validate_volcano_job_update(live.obj, obj)
+            if problem is not None:
+                raise Refused(f"{describe(k)}: admission webhook validatejob.volcano.sh denied the request: "
+                              f"{problem}")
+            return
+        queue = obj["spec"]["queue"]
         if ("scheduling.volcano.sh", "Queue", "", queue) not in self.objects:
             raise Refused(f"{describe(k)}: admission webhook validatejob.volcano.sh denied the request: "
                           f"unable to find job queue: {queue}")
-        live = self.objects.get(k)
-        if live is not None and live.obj["spec"] != obj["spec"]:
-            raise Refused(f"{describe(k)}: admission webhook validatejob.volcano.sh denied the request: "
-                          "job updates may not change fields other than minAvailable, tasks[*].replicas "
-                          "under spec")
 
     def kueue_admit(self) -> list[Key]:
         """Kueue's controller: every suspended Job whose queue chain exists is started
@@ -208,7 +383,12 @@ class Cluster:
         return None
 
     def delete(self, k: Key) -> None:
+        """Delete the object; a Namespace takes everything in it along (the namespace
+        controller, kubernetes ``pkg/controller/namespace/deletion``), whoever put it there."""
         self.objects.pop(k, None)
+        if k[:2] == ("", "Namespace"):
+            for inside in [other for other in self.objects if other[2] == k[3]]:
+                del self.objects[inside]
 
     def uids(self) -> dict[Key, int]:
         return {k: live.uid for k, live in self.objects.items()}
@@ -273,12 +453,34 @@ def flux_reconcile(cluster: Cluster, files: Mapping[str, str], kustomizations: l
             failures[name] = str(err)
             continue
         applied = {key(obj) for obj in objects}
+        if spec.get("wait") and (sick := sorted(k for k in applied if not _flux_healthy(cluster, k, spec))):
+            failures[name] = f"health check failed: {', '.join(describe(k) for k in sick)} not Current"
         if spec.get("prune"):
             for stale in sorted(state.inventory.get(name, set()) - applied):
-                cluster.delete(stale)
+                if stale in cluster.objects and not _flux_prune_disabled(cluster.objects[stale].obj):
+                    cluster.delete(stale)
         state.inventory[name] = applied
-        state.ready[name] = True
+        state.ready[name] = name not in failures
     return failures
+
+
+def _flux_healthy(cluster: Cluster, k: Key, spec: Obj) -> bool:
+    """Whether ``wait: true`` counts the object Current: kstatus (fluxcd/cli-utils
+    ``pkg/kstatus/status``) reads a not-ready status as InProgress, unless one of the
+    Kustomization's ``healthCheckExprs`` names the kind with ``current: "true"`` (the only CEL
+    expression this model evaluates)."""
+    for expr in spec.get("healthCheckExprs", []):
+        if (expr["apiVersion"].rpartition("/")[0], expr["kind"]) == k[:2] and expr["current"] == "true":
+            return True
+    return k not in cluster.unhealthy
+
+
+def _flux_prune_disabled(obj: Obj) -> bool:
+    """fluxcd/pkg ``ssa/manager_delete.go`` ``DeleteAll`` skips an object whose annotations or
+    labels hold an exclusion; kustomize-controller passes ``kustomize.toolkit.fluxcd.io/prune:
+    disabled``."""
+    meta = obj["metadata"]
+    return FLUX_PRUNE_DISABLED in (*meta.get("annotations", {}).items(), *meta.get("labels", {}).items())
 
 
 def _flux_apply(cluster: Cluster, objects: list[Obj]) -> None:
@@ -383,14 +585,28 @@ class ArgoState:
     managed: set[Key] = field(default_factory=set)
 
 
+def _argo_sync_options(obj: Obj) -> set[str]:
+    """The object's ``argocd.argoproj.io/sync-options`` (comma separated)."""
+    text = obj["metadata"].get("annotations", {}).get(ARGO_SYNC_OPTIONS, "")
+    return {option.strip() for option in text.split(",") if option.strip()}
+
+
+def _argo_prune_disabled(obj: Obj) -> bool:
+    """gitops-engine ``pkg/sync/sync_context.go``: a prune task of a live object with the sync
+    option ``Prune=false`` is skipped (``PruneSkipped``), the object left as it is."""
+    return "Prune=false" in _argo_sync_options(obj)
+
+
 def argo_sync(cluster: Cluster, objects: list[Obj], state: ArgoState, prune: bool = True) -> str | None:
     """One automated sync of an Application whose manifests are ``objects``; the failure
     message, or None when every wave applied."""
-    for obj in objects:  # the client-side dry run: only that every kind is known
-        if (group(obj), obj["kind"]) not in SERVED:
+    for obj in objects:  # the dry run, before anything is applied: every kind must be served
+        if not cluster.serves(group(obj), obj["kind"]) and "SkipDryRunOnMissingResource=true" not in \
+                _argo_sync_options(obj):
             return f"{describe(key(obj))}: the server could not find the requested resource (dry run)"
     target = {key(obj): obj for obj in objects}
-    prunes = [k for k in sorted(state.managed - set(target)) if k in cluster.objects] if prune else []
+    prunes = [k for k in sorted(state.managed - set(target))
+              if k in cluster.objects and not _argo_prune_disabled(cluster.objects[k].obj)] if prune else []
     tasks = [(wave(cluster.objects[k].obj), k, None) for k in prunes]
     tasks += [(wave(obj), k, obj) for k, obj in target.items()]
     for current in sorted({w for w, _, _ in tasks}):
@@ -458,3 +674,20 @@ def _fill(text: str, values: dict[str, Any]) -> str:
         return str(value)
 
     return re.sub(r"\{\{\s*\.([A-Za-z0-9_.]+)\s*\}\}", field_value, text)
+
+
+def drifted(cluster: Cluster, objects: list[Obj]) -> list[Key]:
+    """The objects not as their manifests say: missing, or whose manifest applied to the live
+    object would change it. Argo CD shows them OutOfSync (gitops-engine ``pkg/diff``
+    ``ThreeWayDiff``: the last applied manifest, the new one and the live object; a custom
+    resource's lists are replaced whole by a JSON merge patch, as :func:`apply_merge` replaces
+    atomic lists) and auto-sync applies them again on every refresh; Flux's server-side apply
+    reports them ``configured`` rather than ``unchanged`` (fluxcd/pkg ``ssa``) on every
+    reconcile. A refused apply leaves them so."""
+    found = []
+    for obj in objects:
+        k = key(obj)
+        live = cluster.objects.get(k)
+        if live is None or apply_merge(live.obj, obj, live.applied, is_builtin(k)) != live.obj:
+            found.append(k)
+    return sorted(found)

@@ -789,7 +789,7 @@ def _batch_command_problems(cluster: str, job: Mapping[str, Any]) -> list[str]:
 
 # --------------------------------------------------------------------------- order
 #: The scripts fleetc rendered before its scripts took policy values as arguments (render
-#: version 40 and older), read after the kubelet's expansion, so that the suite can show what
+#: version 1), read after the kubelet's expansion, so that the suite can show what
 #: they did: a marker path inside ``$(...)`` is never expanded (its ``$(VAR)`` ends the
 #: reference at the first ``)``).
 _OLD_WRITE = re.compile(r"echo (\w+) \| rclone rcat (\S+)")

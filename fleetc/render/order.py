@@ -4,17 +4,18 @@ wait for them (docs/pipelines.md says why this and not Volcano JobFlow).
 * A run-to-completion stage that another stage depends on (``dependencies`` or ``from:``)
   marks its completion the way Hadoop's and Spark's output committers do: a ``_SUCCESS`` file
   beside its first output, written only after its command exited 0, so after its outputs are
-  complete. Its main container runs the command through ``sh`` and records the exit code in a
-  shared ``emptyDir``; a ``fleetc-mark`` container waits for a 0 there (a failed run is
-  restarted in place by ``restartPolicy: OnFailure``) and then writes the marker. A gang of
+  complete. Its main container runs the command under :data:`RUN_SCRIPT` and records the exit
+  code in a shared ``emptyDir``; a ``fleetc-mark`` container (:data:`MARK_SCRIPT`) waits for it
+  and then writes the marker, or a ``_FAILED`` marker when the command failed. A gang of
   ``n`` pods writes ``_SUCCESS.<rank>`` from each pod (``RANK``, see
   :func:`fleetc.render.workloads.distributed_plugins`), a one-pod stage ``_SUCCESS``. The
   marker holds the run's id (a digest of the producing stage as compiled), so a marker left by
   an earlier run of a changed stage is not taken for this one.
 * Every pod of a dependant stage, on whichever cluster, starts with one ``fleetc-wait-<stage>``
-  init container per run-to-completion stage it depends on: it polls the marker(s) every
-  :data:`POLL_SECONDS`, logs one line per poll naming the stage and the marker, and fails after
-  :data:`WAIT_TIMEOUT_SECONDS` (the pod then restarts it, logging why).
+  init container per run-to-completion stage it depends on (:data:`WAIT_SCRIPT`): it polls the
+  marker(s) every :data:`POLL_SECONDS`, logs one line per poll naming the stage and the marker
+  and every read error, and fails after :data:`WAIT_TIMEOUT_SECONDS` or at once when the
+  upstream's last attempt failed (the pod then restarts it, logging why).
 
 Markers are read and written with rclone (:data:`MARKER_IMAGE`): ``nfs://`` outputs are mounted
 (the producing pod's own output volume) and used as local paths; object stores as rclone's
@@ -435,9 +436,8 @@ def _marker_env(folder: str, what: str, stage: Stage) -> list[Obj]:
 def mark_container(ctx: Context, stage: Stage, restart_policy: str) -> tuple[Obj, list[Obj]]:
     """The ``fleetc-mark`` container of a marking stage's pods (:data:`MARK_SCRIPT`), and the
     volumes it needs. Writes go with ``no_check_bucket``: rclone's S3 backend otherwise calls
-    CreateBucket before an upload (rclone v1.68 ``backend/s3/s3.go``, ``Put`` ->
-    ``makeBucket`` unless ``NoCheckBucket``), which a key allowed to write objects only is
-    refused."""
+    CreateBucket before an upload (rclone v1.68 ``backend/s3/s3.go``: ``makeBucket`` returns at
+    once only with ``NoCheckBucket``), which a key allowed to write objects only is refused."""
     folder, volume, env = _location(stage.outputs[0].url, 0, ctx.storage_secret(stage, stage.outputs[0].url))
     name = MARKER if stage.pods == 1 else f"{MARKER}.$(RANK)"  # $(RANK): the kubelet's to expand
     if folder.startswith(":s3:"):

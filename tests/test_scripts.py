@@ -247,6 +247,38 @@ def test_a_final_failure_is_marked_and_stops_its_dependants_naming_it(shell: str
 
 
 @pytest.mark.parametrize("shell", SHELLS)
+def test_a_run_restarted_in_place_is_marked_once_it_succeeds(shell: str, two_cluster: dict[str, str],
+                                                             tmp_path: Path) -> None:
+    """With ``restartPolicy: OnFailure`` the kubelet restarts the main container in place: the
+    mark reports the failure, then waits for the next attempt's code (even one that follows
+    faster than it polls) and marks its success."""
+    box = Sandbox(tmp_path)
+    mark, plugins = _container(two_cluster, "fleetc-mark")
+    env, argv = kubelet_view(mark, plugins, VOLCANO_ANNOTATIONS)
+    assert env["FLEETC_RESTART_POLICY"] == "OnFailure"
+    (box.status / "exit-code").write_text("3\n")
+    script = argv[2].replace(STATUS_PATH, str(box.status))
+    environ = {**env, "PATH": f"{box.bin}:{os.environ['PATH']}", "TMPDIR": str(tmp_path),
+               "STUB_LOG": str(box.log), "STUB_STORE": str(box.store)}
+    process = subprocess.Popen([shell, "-c", script, *argv[3:]], env=environ, stdout=subprocess.PIPE, text=True)
+    try:
+        for _ in range(1200):  # until the failure is marked (a bound on waiting, not a timing assertion)
+            if "_FAILED" in box.log.read_text():
+                break
+            subprocess.run(["sleep", "0.05"], check=True)
+        (box.status / "exit-code").write_text("0\n")  # the next attempt succeeded
+        out, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0
+    assert out.splitlines() == [
+        "fleetc: llm/train failed with exit code 3 (retried); wrote :s3:models/llm/v2/_FAILED.0",
+        f"fleetc: llm/train completed; wrote :s3:models/llm/v2/{argv[4]}"]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
 @pytest.mark.parametrize("code", [0, 5])
 def test_the_run_wrapper_records_the_exit_code(shell: str, code: int, tmp_path: Path) -> None:
     box = Sandbox(tmp_path)

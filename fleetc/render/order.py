@@ -336,7 +336,8 @@ RUN_SCRIPT = (
 #: (volcano ``pkg/controllers/job/state/restarting.go``) and annotates each pod with the count
 #: it was created at (``volcano.sh/job-retry-count``, ``FLEETC_RETRY_COUNT``; empty elsewhere,
 #: so never final there). Then, with ``restartPolicy: Never``, it exits so the pod can fail;
-#: otherwise it waits for the next attempt in place.
+#: otherwise it waits for the next attempt in place (the code changes, or the file is gone:
+#: the wrapper removes it when it starts; a missing file is no error to report).
 MARK_SCRIPT = (
     "trap 'exit 143' TERM\n"
     f"status={STATUS_PATH}; name=$1; failed=\"{FAILED}${{name#{MARKER}}}\"\n"
@@ -369,7 +370,8 @@ MARK_SCRIPT = (
     "  printf 'fleetc: %s failed with exit code %s (%s); wrote %s/%s\\n' "
     '"$FLEETC_STAGE" "$code" "$final" "$FLEETC_MARKER_DIR" "$failed"\n'
     '  [ "$FLEETC_RESTART_POLICY" = Never ] && exit 1\n'
-    '  while [ -f "$status/exit-code" ]; do sleep 5 & wait $!; done\n'
+    '  now=$code\n'
+    '  while [ "$now" = "$code" ]; do sleep 5 & wait $!; now=`cat "$status/exit-code" 2>/dev/null`; done\n'
     "done\n")
 
 #: ``fleetc-wait-<stage>`` (``sh -c WAIT_SCRIPT fleetc-wait <marker name>...``; the upstream,

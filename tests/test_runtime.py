@@ -354,8 +354,8 @@ def test_a_kueue_gang_is_an_indexed_job_that_rendezvouses_through_its_headless_s
     unranked = {**files, path: files[path].replace("metadata.annotations['batch.kubernetes.io/job-completion-index']",
                                                    "metadata.annotations['rank']")}
     assert rendezvous_problems(unranked)[:2] == [
-        f"train-kueue: Job/{job}: {job}-0 has no rank of its own (None)",
-        f"train-kueue: Job/{job}: {job}-1 has no rank of its own (None)"]
+        f"train-kueue: Job/{job}: {job}-0 has no rank of its own ('')",
+        f"train-kueue: Job/{job}: {job}-1 has no rank of its own ('')"]
 
 
 def test_the_kueue_model_sees_a_queue_short_of_gpus_and_a_flavor_of_another_product() -> None:

@@ -332,8 +332,9 @@ def _batch_rendezvous_problems(files: Mapping[str, str]) -> list[str]:
             env = container_env(job, job["spec"]["template"]["spec"]["containers"][0], index)
             if env.get("WORLD_SIZE") != str(size):
                 problems.append(f"{where}: {host} has WORLD_SIZE {env.get('WORLD_SIZE')}, the gang {size}")
-            if "RANK" not in env or int(env["RANK"]) in ranks:
-                problems.append(f"{where}: {host} has no rank of its own ({env.get('RANK')})")
+            # an annotation the pod lacks is "" through the downward API
+            if not env.get("RANK", "").isdigit() or int(env["RANK"]) in ranks:
+                problems.append(f"{where}: {host} has no rank of its own ({env.get('RANK')!r})")
             else:
                 ranks[int(env["RANK"])] = f"{host}.{job['spec']['template']['spec'].get('subdomain')}"
             if env.get("MASTER_ADDR") not in hosts:

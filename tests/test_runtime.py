@@ -16,12 +16,14 @@ from support.runtime import (
     command_problems,
     credential_problems,
     fit_problems,
+    gpu_seconds_waiting,
     kueue_problems,
     markers_written,
     mount_problems,
     objects,
     order_problems,
     pods,
+    pods_ready_evictions,
     prefetch_problems,
     probe_problems,
     rendezvous_problems,
@@ -427,3 +429,20 @@ def test_the_bundled_example_with_every_cluster_on_kueue_runs_as_on_volcano(tmp_
     assert fit_problems(result.model, result.files) == []
     assert order_problems(result.model, result.files, warned_order(result)) == []
     assert command_problems(result.files) == []
+
+
+def test_the_model_sees_gpus_held_and_kueue_evictions_while_a_dependant_waits() -> None:
+    """Issue 25 item 4, not fixed yet (docs/pipelines.md, "Known limitation"): a dependant's
+    pods wait in init containers, holding their GPUs for the whole upstream run, and Kueue's
+    waitForPodsReady evicts and requeues such a Job every timeout. The model measures both on
+    the Kueue golden case; the fix must bring them to 0 (then this test asserts that)."""
+    result = compiled_in(KUEUE_CASE)
+    runtime = {"llm/tokenize": 2 * 3600, "llm/train": 6 * 3600}
+    held = gpu_seconds_waiting(result.files, runtime)
+    assert held == {"llm/train": 2 * 8 * 2 * 3600, "llm/serve": 2 * 1 * 6 * 3600}
+    (train,) = [p for p in result.files if logical_path(p).startswith("clusters/train-kueue/")
+                and "/job-ml-llm-train" in logical_path(p)]
+    job = next(objects({train: result.files[train]}))[1]["metadata"]["name"]
+    assert pods_ready_evictions(result.files, runtime) == [
+        f"train-kueue: Job/{job}: evicted by PodsReadyTimeout 23 times while it waits 7200s for llm/tokenize"]
+    assert pods_ready_evictions(result.files, {"llm/tokenize": 240, "llm/train": 60}) == []

@@ -884,3 +884,60 @@ def order_problems(model: FleetModel, files: Mapping[str, str], warned: set[tupl
             elif waited.get(f"fleetc-wait-{name}") != marks:
                 problems.append(f"{pod.cluster}: {pod.owner} pod {pod.index} does not wait for {name}'s markers")
     return sorted(set(problems))
+
+
+# --------------------------------------------------------------------------- GPUs held while waiting
+#: Kueue's default ``waitForPodsReady.timeout`` (kueue ``apis/config/v1beta1/defaults.go``,
+#: ``defaultPodsReadyTimeout``).
+PODS_READY_TIMEOUT = 300
+
+
+def _waiting_pods(files: Mapping[str, str]) -> Iterator[tuple[str, dict[str, Any], Pod, set[str]]]:
+    """(cluster, owner object, pod, upstream stage keys it waits for in init containers) of
+    every pod that waits for a marker before it starts."""
+    runs = {content: key for key, found in markers_written(files).items() for _, content in found}
+    owners = {(cluster, f"{obj['kind']}/{obj['metadata']['name']}"): obj for cluster, obj in objects(files)}
+    for pod in pods(files):
+        upstreams = {runs[content] for init in pod.spec.get("initContainers", [])
+                     for _, content in reads(init, {}) if content in runs}
+        if upstreams:
+            yield pod.cluster, owners[(pod.cluster, pod.owner)], pod, upstreams
+
+
+def gpu_seconds_waiting(files: Mapping[str, str], runtime: Mapping[str, int]) -> dict[str, int]:
+    """Stage key -> GPU-seconds its pods hold while they wait, when each upstream stage runs
+    ``runtime[key]`` seconds: a pod whose wait is an init container is bound to a node (and on
+    Kueue admitted with its quota) before the wait starts, and keeps its GPUs until its main
+    container ends (the scheduler binds a pod with its effective requests, the larger of its
+    containers' sum and any init container's, before any container runs; kubernetes
+    ``pkg/api/v1/resource`` ``PodRequests``)."""
+    held: dict[str, int] = {}
+    for _, _, pod, upstreams in _waiting_pods(files):
+        waited = max(runtime[key] for key in upstreams)
+        held[pod.stage] = held.get(pod.stage, 0) + pod.requests()[0] * waited
+    return {key: value for key, value in held.items() if value}
+
+
+def pods_ready_evictions(files: Mapping[str, str], runtime: Mapping[str, int],
+                         timeout: int = PODS_READY_TIMEOUT) -> list[str]:
+    """Kueue Jobs that ``waitForPodsReady`` evicts and requeues while their pods wait, when
+    each upstream stage runs ``runtime[key]`` seconds.
+
+    Kueue (``pkg/controller/core/workload_controller.go``, ``reconcileNotReadyTimeout`` and
+    ``admittedNotReadyWorkload``, the ``WaitForStart`` case) evicts an admitted Workload whose
+    ``PodsReady`` condition is not True once ``timeout`` has passed since it was admitted, and
+    requeues it; the Job integration reports ``PodsReady`` when ready and succeeded pods reach
+    ``parallelism`` (``pkg/controller/jobs/job/job_controller.go`` ``PodsReady``), and a pod
+    whose init container still runs is not ready. Each readmission starts the pods, and their
+    waits, again, so a Job waiting ``w`` seconds is evicted ``(w - 1) // timeout`` times (the
+    requeue backoff only adds to it)."""
+    evicted: dict[tuple[str, str], tuple[int, set[str]]] = {}
+    for cluster, owner, _, upstreams in _waiting_pods(files):
+        if not is_batch_job(owner) or QUEUE_LABEL not in owner["metadata"].get("labels", {}):
+            continue
+        waited = max(runtime[key] for key in upstreams)
+        key = (cluster, owner["metadata"]["name"])
+        evicted[key] = (max(waited, evicted.get(key, (0, set()))[0]), upstreams)
+    return [f"{cluster}: Job/{name}: evicted by PodsReadyTimeout {(waited - 1) // timeout} times while it "
+            f"waits {waited}s for {', '.join(sorted(upstreams))}"
+            for (cluster, name), (waited, upstreams) in sorted(evicted.items()) if waited > timeout]

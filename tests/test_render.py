@@ -32,6 +32,7 @@ from fleetc.model import (
     Toleration,
 )
 from fleetc.render import object_name, render
+from fleetc.render.order import MARK_SCRIPT, RUN_SCRIPT, WAIT_SCRIPT
 
 GI = 1024**3
 MI = 1024**2
@@ -531,12 +532,12 @@ stages:
 
 #: What both rclone containers of a Job with object-store data (the init container that waits for
 #: an upstream stage's output, and the sidecar that marks the stage's own output done) are given.
-RCLONE_SIDECAR = """\
-              env:
+RCLONE_ENV = """\
                 - name: RCLONE_S3_ENV_AUTH
                   value: "true"
                 - name: RCLONE_S3_PROVIDER
-                  value: AWS
+                  value: AWS"""
+MARKER_RESOURCES = """\
               resources:
                 requests:
                   cpu: 10m
@@ -546,12 +547,34 @@ RCLONE_SIDECAR = """\
                   memory: 128Mi"""
 
 
+def _elide_scripts(text: str) -> str:
+    """``text`` with every ``|`` block in a sequence cut to ``- | <its first line> ...``: the
+    scripts are constants of fleetc.render.order, run by tests/test_scripts.py."""
+    out: list[str] = []
+    lines = iter(text.splitlines(keepends=True))
+    for line in lines:
+        out.append(line)
+        if line.rstrip().endswith("- |"):
+            first = next(lines)
+            out[-1] = f"{line.rstrip()} {first.strip()} ...\n"
+            depth = len(first) - len(first.lstrip())
+            for following in lines:
+                if following.strip() and len(following) - len(following.lstrip()) < depth:
+                    out.append(following)
+                    break
+    return "".join(out)
+
+
 def test_sample_job_exact_text() -> None:
     """Pins the full shape of a rendered Volcano Job (the reference sample in the docs)."""
     text = by_logical_path(rendered(*fleet()))["clusters/gpu-east/job-ml-llm-train.yaml"]
-    # the marker scripts are long and checked by tests/support/runtime.py; pinned here by their start
-    text = re.sub(r'- "(deadline=|until ).*"$', r'- "\1..."', text, flags=re.M)
+    job = YAML(typ="safe").load(text)
+    spec = job["spec"]["tasks"][0]["template"]["spec"]
+    assert [c["command"][2] for c in spec["initContainers"] + spec["containers"]] == [WAIT_SCRIPT, RUN_SCRIPT,
+                                                                                      MARK_SCRIPT]
+    text = _elide_scripts(text)
     text = re.sub(r"^  name: llm-train-[0-9a-f]{8}$", "  name: llm-train-HASH", text, flags=re.M)
+    text = re.sub(r"(- name: FLEETC_RUN\n +value:) [0-9a-f]{16}$", r"\1 RUN", text, flags=re.M)
     assert text == f"""\
 apiVersion: batch.volcano.sh/v1alpha1
 kind: Job
@@ -605,15 +628,26 @@ spec:
               command:
                 - sh
                 - -c
-                - "deadline=..."
-{RCLONE_SIDECAR}
+                - | err="${{TMPDIR:-/tmp}}/fleetc-wait.err" ...
+                - fleetc-wait
+                - _SUCCESS.0
+                - _SUCCESS.1
+              env:
+{RCLONE_ENV}
+                - name: FLEETC_UPSTREAM
+                  value: llm/prep
+                - name: FLEETC_MARKER_DIR
+                  value: ":s3:data/tokens"
+                - name: FLEETC_RUN
+                  value: RUN
+{MARKER_RESOURCES}
           containers:
             - name: training
               image: registry.example.com/train:1.0
               command:
                 - sh
                 - -c
-                - "\\"$@\\"; code=$?; echo \\"$code\\" > /fleetc/status/exit-code; exit \\"$code\\""
+                - | status=/fleetc/status; rm -f "$status/exit-code"; stopped=; child= ...
                 - fleetc-run
                 - torchrun
                 - --nproc-per-node
@@ -653,8 +687,26 @@ spec:
               command:
                 - sh
                 - -c
-                - "until ..."
-{RCLONE_SIDECAR}
+                - | trap 'exit 143' TERM ...
+                - fleetc-mark
+                - _SUCCESS
+              env:
+{RCLONE_ENV}
+                - name: RCLONE_S3_NO_CHECK_BUCKET
+                  value: "true"
+                - name: FLEETC_STAGE
+                  value: llm/train
+                - name: FLEETC_MARKER_DIR
+                  value: ":s3:models/ckpt"
+                - name: FLEETC_RUN
+                  value: RUN
+                - name: FLEETC_RESTART_POLICY
+                  value: Never
+                - name: FLEETC_RETRY_COUNT
+                  valueFrom:
+                    fieldRef:
+                      fieldPath: metadata.annotations['volcano.sh/job-retry-count']
+{MARKER_RESOURCES}
               volumeMounts:
                 - name: fleetc-status
                   mountPath: /fleetc/status

@@ -119,9 +119,8 @@ def test_the_prefetch_of_an_output_runs_after_a_data_process_that_waits_for_its_
     evaluate = objs["clusters/gpu-west/job-ml-llm-eval.yaml"]["spec"]["tasks"][0]["template"]["spec"]
     assert pod["initContainers"] == evaluate["initContainers"]
     assert [c["name"] for c in pod["initContainers"]] == ["fleetc-wait-train"]
-    assert pod["containers"][0]["command"] == [
-        "sh", "-c", f"echo 'fleetc: llm/train completed; DataLoad {name}-prefetch may cache "
-        "s3://models/ckpt'"]
+    assert pod["containers"][0]["command"] == [  # no shell: the message holds the URL
+        "echo", f"fleetc: llm/train completed; DataLoad {name}-prefetch may cache s3://models/ckpt"]
 
 
 def test_a_writer_without_a_marker_leaves_its_output_without_a_data_load() -> None:

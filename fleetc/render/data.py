@@ -29,7 +29,6 @@ under the keys Alluxio names for the scheme (:data:`fleetc.model.STORAGE_CREDENT
 from __future__ import annotations
 
 import functools
-import shlex
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -51,6 +50,7 @@ from fleetc.render.context import Context, Work
 from fleetc.render.order import (
     ENDPOINT_IN_SECRET,
     MARKER_IMAGE,
+    literal,
     marker_resources,
     output_volume,
     run_id,
@@ -281,7 +281,8 @@ def data_process(ctx: Context, policy: DataPolicy, namespace: str, url: str, wri
     containers, volumes = waits(ctx, namespace, list(writers))
     done = (f"fleetc: {', '.join(writer.key for writer in writers)} completed; "
             f"DataLoad {load} may cache {url}")
-    ready: Obj = {"name": "fleetc-ready", "image": MARKER_IMAGE, "command": ["sh", "-c", f"echo {shlex.quote(done)}"],
+    # echo, not a shell: the message holds a policy's URL
+    ready: Obj = {"name": "fleetc-ready", "image": MARKER_IMAGE, "command": ["echo", literal(done)],
                   "resources": marker_resources()}
     pod: Obj = {"restartPolicy": "Never", "initContainers": containers, "containers": [ready]}
     if volumes:

@@ -61,8 +61,8 @@ from fleetc.render.common import (
     team_queue_name,
 )
 from fleetc.render.context import Context, Work, queue_gpus
+from fleetc.render.order import MAX_RETRY
 from fleetc.render.workloads import (
-    MAX_RETRY,
     RENDEZVOUS_PORT,
     gang_pod_template,
     time_sliced,

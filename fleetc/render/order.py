@@ -4,18 +4,20 @@ wait for them (docs/pipelines.md says why this and not Volcano JobFlow).
 * A run-to-completion stage that another stage depends on (``dependencies`` or ``from:``)
   marks its completion the way Hadoop's and Spark's output committers do: a ``_SUCCESS`` file
   beside its first output, written only after its command exited 0, so after its outputs are
-  complete. Its main container runs the command through ``sh`` and records the exit code in a
-  shared ``emptyDir``; a ``fleetc-mark`` container waits for it and writes the marker on a 0;
-  on any other code it exits with it, writing nothing, so the pod (``restartPolicy: Never``)
-  ends Failed and the Job's retries take over (:func:`fleetc.render.workloads.gang_pod_template`). A gang of
+  complete. Its main container runs the command under :data:`RUN_SCRIPT` and records the exit
+  code in a shared ``emptyDir``; a ``fleetc-mark`` container (:data:`MARK_SCRIPT`) waits for it
+  and then writes the marker, or a ``_FAILED`` marker when the command failed, then exits with
+  the failure so the pod (``restartPolicy: Never``) ends Failed and the Job's retries take over
+  (:func:`fleetc.render.workloads.gang_pod_template`). A gang of
   ``n`` pods writes ``_SUCCESS.<rank>`` from each pod (``RANK``, see
   :func:`fleetc.render.workloads.distributed_plugins`), a one-pod stage ``_SUCCESS``. The
   marker holds the run's id (a digest of the producing stage as compiled), so a marker left by
   an earlier run of a changed stage is not taken for this one.
 * Every pod of a dependant stage, on whichever cluster, starts with one ``fleetc-wait-<stage>``
-  init container per run-to-completion stage it depends on: it polls the marker(s) every
-  :data:`POLL_SECONDS`, logs one line per poll naming the stage and the marker, and fails after
-  :data:`WAIT_TIMEOUT_SECONDS` (the pod then restarts it, logging why).
+  init container per run-to-completion stage it depends on (:data:`WAIT_SCRIPT`): it polls the
+  marker(s) every :data:`POLL_SECONDS`, logs one line per poll naming the stage and the marker
+  and every read error, and fails after :data:`WAIT_TIMEOUT_SECONDS` or at once when the
+  upstream's last attempt failed (the pod then restarts it, logging why).
 
 Markers are read and written with rclone (:data:`MARKER_IMAGE`): ``nfs://`` outputs are mounted
 (the producing pod's own output volume) and used as local paths; object stores as rclone's
@@ -32,7 +34,6 @@ import dataclasses
 import functools
 import hashlib
 import json
-import shlex
 import weakref
 from collections import Counter
 from collections.abc import Callable, Hashable
@@ -47,6 +48,14 @@ from fleetc.render.context import Context, Work
 
 MARKER_IMAGE = "rclone/rclone:1.68"
 MARKER = "_SUCCESS"
+#: The failure marker beside it: ``<run id> <exit code> final|retried`` (:data:`MARK_SCRIPT`).
+FAILED = "_FAILED"
+#: How often Volcano restarts a failed Job (``maxRetry``) before it fails it.
+MAX_RETRY = 3
+#: The pod annotation Volcano's job controller sets to the Job's ``status.retryCount`` when it
+#: creates the pod (volcano-sh/apis ``pkg/apis/batch/v1alpha1/labels.go`` ``JobRetryCountKey``;
+#: volcano ``pkg/controllers/job/job_controller_util.go`` ``createJobPod``).
+RETRY_COUNT = "volcano.sh/job-retry-count"
 STATUS_PATH = "/fleetc/status"
 STATUS_VOLUME = "fleetc-status"
 MARKER_ROOT = "/fleetc/markers"
@@ -283,28 +292,40 @@ def reachable(url: str) -> bool:
     return scheme == "nfs" or scheme in REMOTES
 
 
+def literal(value: str) -> str:
+    """``value`` as the kubelet must leave it in a ``command`` item or ``env`` value: every
+    ``$`` doubled, so that ``$(VAR)`` in a policy value is not filled in from the container's
+    environment (kubernetes ``third_party/forked/golang/expansion/expand.go``: ``$$`` is one
+    literal ``$``)."""
+    return value.replace("$", "$$")
+
+
 def _location(url: str, slot: int, secret: str | None) -> tuple[str, Obj | None, list[Obj]]:
-    """(rclone path of the folder, the NFS volume it needs or None, the env the remote needs:
-    the Secret's keys by reference first, so later plain values may name them as ``$(VAR)``)."""
+    """(rclone path of the folder as the kubelet expands it in an ``env`` value: the URL's parts
+    literal, the COS app id a reference to the Secret's variable; the NFS volume it needs or
+    None; the env the remote needs: the Secret's keys by reference first, so later plain values
+    may name them as ``$(VAR)``, which the kubelet fills in from variables defined before)."""
     parts = split_url(url)
     scheme = parts.scheme.lower()
-    path = parts.path.strip("/")
+    path = literal(parts.path.strip("/"))
     if scheme == "nfs":
-        volume = {"name": f"fleetc-marker-{slot}", "nfs": {"server": parts.hostname or "", "path": f"/{path}"}}
+        export = f"/{parts.path.strip('/')}"  # a volume field: the kubelet does not expand it
+        volume = {"name": f"fleetc-marker-{slot}", "nfs": {"server": parts.hostname or "", "path": export}}
         return f"{MARKER_ROOT}/{slot}", volume, []
     backend = REMOTES[scheme]
+    netloc = literal(parts.netloc)
     if backend == "hdfs":
-        return f":hdfs:/{path}", None, _env({"RCLONE_HDFS_NAMENODE": parts.netloc})
+        return f":hdfs:/{path}", None, _env({"RCLONE_HDFS_NAMENODE": netloc})
     if secret is not None and scheme in S3_CREDENTIALS:
         provider, keys, plain = S3_CREDENTIALS[scheme]
-        bucket = f"{parts.netloc}-$({COS_APP_ID})" if COS_APP_ID in keys else parts.netloc
+        bucket = f"{netloc}-$({COS_APP_ID})" if COS_APP_ID in keys else netloc
         env = [{"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": keys[name]}}}
                for name in sorted(keys)]
         return f":s3:{bucket}/{path}", None, env + _env({"RCLONE_S3_PROVIDER": provider, **plain})
     if backend == "s3":
         provider = S3_CREDENTIALS[scheme][0] if scheme in S3_CREDENTIALS else "Other"
-        return f":s3:{parts.netloc}/{path}", None, _env({"RCLONE_S3_PROVIDER": provider, "RCLONE_S3_ENV_AUTH": "true"})
-    return f":gcs:{parts.netloc}/{path}", None, _env({"RCLONE_GCS_ENV_AUTH": "true"})
+        return f":s3:{netloc}/{path}", None, _env({"RCLONE_S3_PROVIDER": provider, "RCLONE_S3_ENV_AUTH": "true"})
+    return f":gcs:{netloc}/{path}", None, _env({"RCLONE_GCS_ENV_AUTH": "true"})
 
 
 def _marker_names(stage: Stage) -> list[str]:
@@ -315,31 +336,158 @@ def _env(values: dict[str, str]) -> list[Obj]:
     return [{"name": k, "value": values[k]} for k in sorted(values)]
 
 
+#: The scripts below are the same text for every stage: what differs (URLs, names, run ids)
+#: reaches them as environment variables or positional parameters, always quoted, never as
+#: script text. They hold no ``$(`` and no ``$$``, the two things the kubelet's expansion of a
+#: ``command`` item acts on (kubernetes ``third_party/forked/golang/expansion/expand.go``), so
+#: it passes them on unchanged: command substitution is written with backquotes.
+#:
+#: The main container's wrapper (``sh -c RUN_SCRIPT fleetc-run <command...>``): runs the
+#: stage's command as its child with the words it was given (never re-read by the shell), passes
+#: SIGTERM and SIGINT on to it (a shell as PID 1 has no default action for them, so without
+#: the trap a training would never see the kubelet's SIGTERM and could not checkpoint), and
+#: records the exit code for ``fleetc-mark`` unless the container was being stopped. The code
+#: is written to a temporary name first so the marker never reads half a file.
+RUN_SCRIPT = (
+    f'status={STATUS_PATH}; rm -f "$status/exit-code"; stopped=; child=\n'
+    "trap 'stopped=1; [ -n \"$child\" ] && kill -TERM \"$child\"' TERM INT\n"
+    '"$@" &\n'
+    "child=$!\n"
+    'wait "$child"; code=$?\n'
+    'while kill -0 "$child" 2>/dev/null; do wait "$child"; code=$?; done\n'
+    'if [ -z "$stopped" ]; then\n'
+    '  printf \'%s\\n\' "$code" > "$status/exit-code.tmp" && mv "$status/exit-code.tmp" "$status/exit-code"\n'
+    "fi\n"
+    'exit "$code"\n')
+
+#: ``fleetc-mark`` (``sh -c MARK_SCRIPT fleetc-mark <marker name>``; the stage, folder and run
+#: in ``FLEETC_STAGE``, ``FLEETC_MARKER_DIR``, ``FLEETC_RUN``): once the main container
+#: recorded 0, writes the run id to ``<folder>/<marker name>`` (10 tries, each error logged);
+#: once it recorded a failure, writes ``<run id> <exit code> final|retried`` to the
+#: ``_FAILED`` marker of the same rank. ``final`` when Volcano will not restart the Job again:
+#: it fails a Job whose ``status.retryCount`` reached ``maxRetry``
+#: (volcano ``pkg/controllers/job/state/restarting.go``) and annotates each pod with the count
+#: it was created at (``volcano.sh/job-retry-count``, ``FLEETC_RETRY_COUNT``; empty elsewhere,
+#: so never final there). Then, with ``restartPolicy: Never``, it exits so the pod can fail;
+#: otherwise it waits for the next attempt in place (the code changes, or the file is gone:
+#: the wrapper removes it when it starts; a missing file is no error to report).
+MARK_SCRIPT = (
+    "trap 'exit 143' TERM\n"
+    f"status={STATUS_PATH}; name=$1; failed=\"{FAILED}${{name#{MARKER}}}\"\n"
+    'err="${TMPDIR:-/tmp}/fleetc-mark.err"\n'
+    "while :; do\n"
+    '  until [ -f "$status/exit-code" ]; do sleep 5 & wait $!; done\n'
+    '  code=`cat "$status/exit-code"`\n'
+    '  if [ "$code" = 0 ]; then\n'
+    "    tries=1\n"
+    '    until printf \'%s\\n\' "$FLEETC_RUN" | rclone rcat "$FLEETC_MARKER_DIR/$name" 2>"$err"; do\n'
+    '      why=`cat "$err"`\n'
+    "      printf 'fleetc: %s completed, but writing %s/%s failed (try %s of 10): %s\\n' "
+    '"$FLEETC_STAGE" "$FLEETC_MARKER_DIR" "$name" "$tries" "$why"\n'
+    '      [ "$tries" -ge 10 ] && exit 1\n'
+    "      tries=`expr $tries + 1`; sleep 30 & wait $!\n"
+    "    done\n"
+    "    printf 'fleetc: %s completed; wrote %s/%s\\n' \"$FLEETC_STAGE\" \"$FLEETC_MARKER_DIR\" \"$name\"\n"
+    "    exit 0\n"
+    "  fi\n"
+    "  final=retried\n"
+    "  case $FLEETC_RETRY_COUNT in\n"
+    "    ''|*[!0-9]*) ;;\n"
+    f'    *) [ "$FLEETC_RETRY_COUNT" -ge {MAX_RETRY - 1} ] && final=final ;;\n'
+    "  esac\n"
+    '  if ! printf \'%s %s %s\\n\' "$FLEETC_RUN" "$code" "$final" \\\n'
+    '      | rclone rcat "$FLEETC_MARKER_DIR/$failed" 2>"$err"; then\n'
+    '    why=`cat "$err"`\n'
+    "    printf 'fleetc: writing %s/%s failed: %s\\n' \"$FLEETC_MARKER_DIR\" \"$failed\" \"$why\"\n"
+    "  fi\n"
+    "  printf 'fleetc: %s failed with exit code %s (%s); wrote %s/%s\\n' "
+    '"$FLEETC_STAGE" "$code" "$final" "$FLEETC_MARKER_DIR" "$failed"\n'
+    '  [ "$FLEETC_RESTART_POLICY" = Never ] && exit 1\n'
+    '  now=$code\n'
+    '  while [ "$now" = "$code" ]; do sleep 5 & wait $!; now=`cat "$status/exit-code" 2>/dev/null`; done\n'
+    "done\n")
+
+#: ``fleetc-wait-<stage>`` (``sh -c WAIT_SCRIPT fleetc-wait <marker name>...``; the upstream,
+#: folder and run in ``FLEETC_UPSTREAM``, ``FLEETC_MARKER_DIR``, ``FLEETC_RUN``): polls every
+#: marker until each holds the run, logging each poll and every read error other than "not
+#: there yet" (rclone's "not found", a local "no such file"); stops with the upstream named
+#: when a ``_FAILED`` marker of the run says ``final``, and after the timeout.
+WAIT_SCRIPT = (
+    'err="${TMPDIR:-/tmp}/fleetc-wait.err"\n'
+    "fetch() {\n"
+    '  if got=`rclone cat "$FLEETC_MARKER_DIR/$1" 2>"$err"`; then [ -n "$got" ]; return; fi\n'
+    '  why=`cat "$err"`\n'
+    "  case $why in\n"
+    '    *"not found"*|*"o such file"*) ;;\n'
+    "    *) printf 'fleetc: reading %s/%s, the marker of %s, failed: %s\\n' "
+    '"$FLEETC_MARKER_DIR" "$1" "$FLEETC_UPSTREAM" "$why" ;;\n'
+    "  esac\n"
+    "  return 1\n"
+    "}\n"
+    f"deadline=`date +%s`; deadline=`expr $deadline + {WAIT_TIMEOUT_SECONDS}`\n"
+    "while :; do\n"
+    "  complete=yes\n"
+    '  for name in "$@"; do\n'
+    f'    failed="{FAILED}${{name#{MARKER}}}"\n'
+    '    if fetch "$failed"; then\n'
+    '      case $got in\n'
+    '        "$FLEETC_RUN "*" final")\n'
+    "          printf 'fleetc: %s failed: its last attempt ended with %s (%s/%s); not starting\\n' "
+    '"$FLEETC_UPSTREAM" "$got" "$FLEETC_MARKER_DIR" "$failed"\n'
+    "          exit 1 ;;\n"
+    '        "$FLEETC_RUN "*)\n'
+    "          printf 'fleetc: %s: an attempt failed (%s/%s: %s); waiting for its retry\\n' "
+    '"$FLEETC_UPSTREAM" "$FLEETC_MARKER_DIR" "$failed" "$got" ;;\n'
+    "      esac\n"
+    "    fi\n"
+    '    if ! fetch "$name" || [ "$got" != "$FLEETC_RUN" ]; then complete=no; fi\n'
+    "  done\n"
+    '  [ "$complete" = yes ] && break\n'
+    '  if [ "`date +%s`" -ge "$deadline" ]; then\n'
+    f"    printf 'fleetc: gave up after {WAIT_TIMEOUT_SECONDS}s waiting for %s to complete (%s/{MARKER}*)\\n' "
+    '"$FLEETC_UPSTREAM" "$FLEETC_MARKER_DIR"\n'
+    "    exit 1\n"
+    "  fi\n"
+    f"  printf 'fleetc: waiting for %s to complete (%s/{MARKER}*)\\n' \"$FLEETC_UPSTREAM\" \"$FLEETC_MARKER_DIR\"\n"
+    f"  sleep {POLL_SECONDS}\n"
+    "done\n"
+    "printf 'fleetc: %s completed; starting\\n' \"$FLEETC_UPSTREAM\"\n")
+
+
 def wrap_command(command: list[str]) -> list[str]:
-    """Run ``command`` and record its exit code for the ``fleetc-mark`` container."""
-    script = f'"$@"; code=$?; echo "$code" > {STATUS_PATH}/exit-code; exit "$code"'
-    return ["sh", "-c", script, "fleetc-run", *command]
+    """Run ``command`` and record its exit code for the ``fleetc-mark`` container
+    (:data:`RUN_SCRIPT`): its words are the shell's positional parameters, never script text."""
+    return ["sh", "-c", RUN_SCRIPT, "fleetc-run", *command]
 
 
-def mark_container(ctx: Context, stage: Stage) -> tuple[Obj, list[Obj]]:
-    """The ``fleetc-mark`` container of a marking stage's pods, and the volumes it needs."""
+def _marker_env(ctx: Context, folder: str, what: str, stage: Stage) -> list[Obj]:
+    """What a mark or wait script reads: the stage it names (``FLEETC_STAGE`` or
+    ``FLEETC_UPSTREAM``), the marker folder (after the remote's variables it may name) and the
+    run id."""
+    return [{"name": what, "value": literal(stage.key)}, {"name": "FLEETC_MARKER_DIR", "value": folder},
+            {"name": "FLEETC_RUN", "value": run_id(ctx, stage)}]
+
+
+def mark_container(ctx: Context, stage: Stage, restart_policy: str) -> tuple[Obj, list[Obj]]:
+    """The ``fleetc-mark`` container of a marking stage's pods (:data:`MARK_SCRIPT`), and the
+    volumes it needs. Writes go with ``no_check_bucket``: rclone's S3 backend otherwise calls
+    CreateBucket before an upload (rclone v1.68 ``backend/s3/s3.go``: ``makeBucket`` returns at
+    once only with ``NoCheckBucket``), which a key allowed to write objects only is refused."""
     folder, volume, env = _location(stage.outputs[0].url, 0, ctx.storage_secret(stage, stage.outputs[0].url))
-    name = MARKER if stage.pods == 1 else f"{MARKER}.$(RANK)"
-    target = f"{shlex.quote(folder)}/{name}"  # $(RANK) is the kubelet's to expand
-    script = (f"until [ -s {STATUS_PATH}/exit-code ]; do sleep 5; done; code=$(cat {STATUS_PATH}/exit-code); "
-              f"if [ \"$code\" != 0 ]; then echo \"fleetc: {stage.key} failed (exit $code); no completion "
-              f"marker written\"; exit \"$code\"; fi; "
-              f"echo {run_id(ctx, stage)} | rclone rcat {target} && "
-              f"echo \"fleetc: {stage.key} completed; wrote {target}\"")
+    name = MARKER if stage.pods == 1 else f"{MARKER}.$(RANK)"  # $(RANK): the kubelet's to expand
+    if folder.startswith(":s3:"):
+        env = env + _env({"RCLONE_S3_NO_CHECK_BUCKET": "true"})
+    env = env + _marker_env(ctx, folder, "FLEETC_STAGE", stage) + [
+        {"name": "FLEETC_RESTART_POLICY", "value": restart_policy},
+        {"name": "FLEETC_RETRY_COUNT",
+         "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{RETRY_COUNT}']"}}}]
     mounts = [{"name": STATUS_VOLUME, "mountPath": STATUS_PATH}]
     volumes: list[Obj] = [{"name": STATUS_VOLUME, "emptyDir": {}}]
     if volume is not None:  # the pod mounts the nfs:// output already (fleetc.render.data.data_mounts)
         mounts.append({"name": output_volume(stage.outputs[0].name), "mountPath": folder})
-    container: Obj = {"name": "fleetc-mark", "image": MARKER_IMAGE, "command": ["sh", "-c", script]}
-    if env:
-        container["env"] = env
-    container["resources"] = marker_resources()
-    container["volumeMounts"] = mounts
+    container: Obj = {"name": "fleetc-mark", "image": MARKER_IMAGE,
+                      "command": ["sh", "-c", MARK_SCRIPT, "fleetc-mark", name], "env": env,
+                      "resources": marker_resources(), "volumeMounts": mounts}
     return container, volumes
 
 
@@ -350,7 +498,8 @@ def wait_containers(ctx: Context, stage: Stage) -> tuple[list[Obj], list[Obj]]:
 
 def waits(ctx: Context, namespace: str, upstreams: list[Stage]) -> tuple[list[Obj], list[Obj]]:
     """One container per stage of ``upstreams`` that writes a marker, polling for it every
-    :data:`POLL_SECONDS` and giving up after :data:`WAIT_TIMEOUT_SECONDS`, each reaching the
+    :data:`POLL_SECONDS` and giving up after :data:`WAIT_TIMEOUT_SECONDS`
+    (:data:`WAIT_SCRIPT`), each reaching the
     marker with the Secret named for its URL in ``namespace``; and the volumes they need. The
     init containers of a dependant's pods, and of the Fluid DataProcess a prefetch waits for
     (:mod:`fleetc.render.data`). Named ``fleetc-wait-<stage>``, or ``fleetc-wait-<pipeline>-
@@ -377,22 +526,11 @@ def _waits(ctx: Context, namespace: str, upstreams: list[Stage]) -> tuple[list[O
             continue
         url = upstream.outputs[0].url
         folder, volume, env = _location(url, slot, ctx.storage_secrets.get((namespace, url)))
-        checks = " && ".join(
-            f"[ \"$(rclone cat {shlex.quote(folder + '/' + name)} 2>/dev/null)\" = {run_id(ctx, upstream)} ]"
-            for name in _marker_names(upstream))
-        what = f"{upstream.key} to complete ({folder}/{MARKER}*)"
-        script = (f"deadline=$(( $(date +%s) + {WAIT_TIMEOUT_SECONDS} )); "
-                  f"until {checks}; do "
-                  f"if [ $(date +%s) -ge $deadline ]; then echo \"fleetc: gave up after "
-                  f"{WAIT_TIMEOUT_SECONDS}s waiting for {what}\"; exit 1; fi; "
-                  f"echo \"fleetc: waiting for {what}\"; sleep {POLL_SECONDS}; done; "
-                  f"echo \"fleetc: {upstream.key} completed; starting\"")
         label = upstream.name if names[upstream.name] == 1 else f"{upstream.pipeline}-{upstream.name}"
         container: Obj = {"name": dns_label(f"fleetc-wait-{label}"), "image": MARKER_IMAGE,
-                          "command": ["sh", "-c", script]}
-        if env:
-            container["env"] = env
-        container["resources"] = marker_resources()
+                          "command": ["sh", "-c", WAIT_SCRIPT, "fleetc-wait", *_marker_names(upstream)],
+                          "env": env + _marker_env(ctx, folder, "FLEETC_UPSTREAM", upstream),
+                          "resources": marker_resources()}
         if volume is not None:
             volume = {**volume, "nfs": {**volume["nfs"], "readOnly": True}}
             container["volumeMounts"] = [{"name": volume["name"], "mountPath": folder, "readOnly": True}]

@@ -36,8 +36,10 @@ from fleetc.render.gitops import INFRA, WORKLOADS
 
 #: The version of what the renderer writes, part of every inputs digest: bump it in the same
 #: commit as any change to rendered output, so a recompile after an upgrade renders every
-#: cluster's folder again. 1: the record is introduced.
-RENDER_VERSION = "8"
+#: cluster's folder again. 1: the record is introduced. 2-7: Volcano task defaults, chained run
+#: ids, Namespaces never pruned, failure ends. 8-9: the wait, mark and run scripts take policy
+#: values as variables and arguments, failure markers, SIGTERM passed on.
+RENDER_VERSION = "9"
 
 #: Where the record is written, relative to the output folder.
 RENDER_RECORD = ".fleetc/render"

@@ -46,14 +46,22 @@ from fleetc.render.common import (
 )
 from fleetc.render.context import Context, Work
 from fleetc.render.data import DataMounts, data_mounts
-from fleetc.render.order import STATUS_PATH, STATUS_VOLUME, mark_container, marks, wait_containers, wrap_command
+from fleetc.render.order import (
+    MAX_RETRY,
+    STATUS_PATH,
+    STATUS_VOLUME,
+    literal,
+    mark_container,
+    marks,
+    wait_containers,
+    wrap_command,
+)
 from fleetc.resolve import DEFAULT_IMAGES
 
 #: ``trainingPriority`` -> PriorityClass value.
 PRIORITY_VALUES: dict[str, int] = {"low": 1_000, "medium": 10_000, "high": 100_000, "critical": 1_000_000}
 
 SERVICE_PORT = 80
-MAX_RETRY = 3
 #: Pod events on which Volcano restarts a gang's Job (``policies``), up to ``maxRetry`` times.
 RESTART_EVENTS = ("PodEvicted", "PodFailed")
 MASTER_TASK = "master"
@@ -143,7 +151,8 @@ def env_vars(ctx: Context, stage: Stage, mounted: DataMounts) -> list[Obj]:
         env[TIMEOUT_ENV] = _seconds(timeout)
     if stage.is_gang:
         env |= _rendezvous_env(stage)
-    return [{"name": name, "value": env[name]} for name in sorted(env)]
+    # Values come from policies: '$' doubled, so the kubelet fills in no $(VAR) of theirs.
+    return [{"name": name, "value": literal(env[name])} for name in sorted(env)]
 
 
 def _rendezvous_env(stage: Stage) -> dict[str, str]:
@@ -213,7 +222,7 @@ def _pod_spec(ctx: Context, cluster: Cluster, stage: Stage, container: Obj, moun
     if marks(ctx, stage):
         container["command"] = wrap_command(container["command"])
         container.setdefault("volumeMounts", []).append({"name": STATUS_VOLUME, "mountPath": STATUS_PATH})
-        marker, marker_volumes = mark_container(ctx, stage)
+        marker, marker_volumes = mark_container(ctx, stage, spec.get("restartPolicy", "Always"))
         spec["containers"].append(marker)
         volumes += marker_volumes
     volumes = mounted.volumes + volumes
@@ -444,7 +453,7 @@ def triton_credentials(ctx: Context, stage: Stage, mounted: DataMounts) -> tuple
             env += [{"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
                     for name, key in sorted(TRITON_S3_CREDENTIALS.items())]
         if spec.location:
-            env.append({"name": "AWS_DEFAULT_REGION", "value": spec.location})
+            env.append({"name": "AWS_DEFAULT_REGION", "value": literal(spec.location)})
         return env, ""
     if scheme in TRITON_SCHEMES and secret is not None:
         return [], (f"Triton reads {scheme}:// model repositories with its own credentials (a key file, or "

@@ -22,7 +22,7 @@ Layout: block style, keys in insertion order, 2-space indentation, sequence item
 spaces under their key (``- `` at offset 2, content at +4), empty collections as ``{}`` / ``[]``,
 no line wrapping, floats as ``repr`` with a ``.0`` forced into the mantissa (``1e+16`` ->
 ``1.0e+16``, which YAML 1.1 would otherwise read as a string), ``.inf`` / ``-.inf`` / ``.nan``,
-a trailing newline, and multi-line strings under a key as ``|`` literal blocks when that is
+a trailing newline, and multi-line strings under a key or as a sequence item as ``|`` literal blocks when that is
 unambiguous (:func:`_is_literal`), else double-quoted.
 """
 
@@ -281,12 +281,17 @@ def _mapping_value(line: str, value: object, inner: int, out: list[str]) -> None
         out.append(line + "\n")
         _node(value, inner, out)
     elif isinstance(value, str) and _is_literal(value):
-        out.append(line + " |\n")
-        _deeper(inner)
-        indent = _INDENTS[inner]
-        out.extend(f"{indent}{text}\n" if text else "\n" for text in value[:-1].split("\n"))
+        _literal(line + " |", value, inner, out)
     else:
         out.append(f"{line} {_scalar(value)}\n")
+
+
+def _literal(line: str, text: str, depth: int, out: list[str]) -> None:
+    """``line`` (a key or a sequence's ``-``, then ``|``) and ``text``'s lines at ``depth``."""
+    out.append(line + "\n")
+    _deeper(depth)
+    indent = _INDENTS[depth]
+    out.extend(f"{indent}{part}\n" if part else "\n" for part in text[:-1].split("\n"))
 
 
 def _sequence(node: list[object], depth: int, out: list[str], first_prefix: str | None) -> None:
@@ -308,7 +313,12 @@ def _sequence(node: list[object], depth: int, out: list[str], first_prefix: str 
             _mapping(item, inner, out, dash)  # type: ignore[arg-type]
         elif kind is str:
             tail = _tails.get(item) or _tail(item)  # type: ignore[call-overload, arg-type]
-            append(f"{dash}{_string(item)}\n" if tail is None else bare + tail)
+            if tail is not None:
+                append(bare + tail)
+            elif _is_literal(item):  # type: ignore[arg-type]
+                _literal(dash + "|", item, inner, out)  # type: ignore[arg-type]
+            else:
+                append(f"{dash}{_string(item)}\n")
         elif isinstance(item, dict) and item:
             _mapping(item, inner, out, dash)
         elif isinstance(item, list) and item:

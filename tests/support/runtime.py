@@ -45,6 +45,9 @@ from ruamel.yaml import YAML
 from fleetc.model import FleetModel, Stage
 from fleetc.placement.rules import slots_per_gpu
 from fleetc.policy.quantity import cpu_millis, memory_bytes
+from fleetc.render.order import MARK_SCRIPT, RETRY_COUNT, RUN_SCRIPT, WAIT_SCRIPT
+
+from .expansion import command_line, environment, references
 
 GPU = "nvidia.com/gpu"
 PRODUCT = "nvidia.com/gpu.product"
@@ -213,11 +216,10 @@ def _volcano_jobs(files: Mapping[str, str]) -> Iterator[tuple[str, dict[str, Any
             yield cluster, obj
 
 
-def pod_env(job: Mapping[str, Any], task: Mapping[str, Any], index: int) -> dict[str, str]:
-    """A Volcano Job pod's environment after the job plugins ran (volcano-sh/volcano
+def plugin_env(job: Mapping[str, Any], task: Mapping[str, Any], index: int) -> list[dict[str, str]]:
+    """What Volcano's job plugins append to every container of a pod (volcano-sh/volcano
     pkg/controllers/job/plugins: env/env.go, distributed-framework/pytorch/pytorch.go)."""
-    container = task["template"]["spec"]["containers"][0]
-    env = {e["name"]: e.get("value", "") for e in container.get("env", [])}
+    env: dict[str, str] = {}
     plugins = job["spec"].get("plugins", {})
     name = job["metadata"]["name"]
     if "env" in plugins:
@@ -232,7 +234,19 @@ def pod_env(job: Mapping[str, Any], task: Mapping[str, Any], index: int) -> dict
             env["RANK"] = str(index + 1)
         elif task["name"] == master:
             env["RANK"] = "0"
-    return env
+    return [{"name": key, "value": value} for key, value in env.items()]
+
+
+#: The annotations Volcano's job controller puts on a pod it creates, on the first run
+#: (``createJobPod``: the Job's retry count when it made the pod).
+VOLCANO_ANNOTATIONS = {RETRY_COUNT: "0"}
+
+
+def pod_env(job: Mapping[str, Any], task: Mapping[str, Any], index: int) -> dict[str, str]:
+    """A Volcano Job pod's main container's environment after the job plugins ran, as the
+    kubelet makes it (:func:`kubelet_view`)."""
+    container = task["template"]["spec"]["containers"][0]
+    return kubelet_view(container, plugin_env(job, task, index), VOLCANO_ANNOTATIONS)[0]
 
 
 def _hostnames(job: Mapping[str, Any]) -> set[str]:
@@ -282,25 +296,13 @@ def _batch_jobs(files: Mapping[str, str]) -> Iterator[tuple[str, dict[str, Any]]
 
 
 def container_env(job: Mapping[str, Any], container: Mapping[str, Any], index: int) -> dict[str, str]:
-    """A container's environment in pod ``index`` of a batch Job: its own variables, with
-    ``fieldRef``s to the pod's completion-index annotation resolved, and, in an Indexed Job,
-    ``JOB_COMPLETION_INDEX`` (the Job controller's, kubernetes ``pkg/controller/job/
-    indexed_job_utils.go``); an unresolvable reference is left out."""
+    """A container's environment in pod ``index`` of a batch Job, as the kubelet makes it
+    (:func:`kubelet_view`): ``fieldRef``s to the pod's completion-index annotation resolved,
+    and, in an Indexed Job, ``JOB_COMPLETION_INDEX`` (the Job controller's, kubernetes
+    ``pkg/controller/job/indexed_job_utils.go``)."""
     indexed = job["spec"].get("completionMode") == "Indexed"
     annotations = {COMPLETION_INDEX: str(index)} if indexed else {}
-    env: dict[str, str] = {}
-    for item in container.get("env", []):
-        if "value" in item:
-            env[item["name"]] = item["value"]
-            continue
-        secret = item.get("valueFrom", {}).get("secretKeyRef")
-        if secret is not None:  # set from the Secret at run time: its value stays a reference here
-            env[item["name"]] = f"$({item['name']})"
-            continue
-        path = item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")
-        found = re.fullmatch(r"metadata\.annotations\['([^']+)'\]", path)
-        if found and found.group(1) in annotations:
-            env[item["name"]] = annotations[found.group(1)]
+    env = kubelet_view(container, [], annotations)[0]
     if indexed:
         env["JOB_COMPLETION_INDEX"] = str(index)
     return env
@@ -341,8 +343,9 @@ def _batch_rendezvous_problems(files: Mapping[str, str]) -> list[str]:
             env = container_env(job, job["spec"]["template"]["spec"]["containers"][0], index)
             if env.get("WORLD_SIZE") != str(size):
                 problems.append(f"{where}: {host} has WORLD_SIZE {env.get('WORLD_SIZE')}, the gang {size}")
-            if "RANK" not in env or int(env["RANK"]) in ranks:
-                problems.append(f"{where}: {host} has no rank of its own ({env.get('RANK')})")
+            # an annotation the pod lacks is "" through the downward API
+            if not env.get("RANK", "").isdigit() or int(env["RANK"]) in ranks:
+                problems.append(f"{where}: {host} has no rank of its own ({env.get('RANK')!r})")
             else:
                 ranks[int(env["RANK"])] = f"{host}.{job['spec']['template']['spec'].get('subdomain')}"
             if env.get("MASTER_ADDR") not in hosts:
@@ -595,7 +598,7 @@ def credential_problems(model: FleetModel, files: Mapping[str, str]) -> list[str
         if obj["kind"] == "DataProcess":
             spec = obj["spec"]["processor"].get("job", {}).get("podSpec", {})
             for container in spec.get("initContainers", []) + spec.get("containers", []):
-                waited = {runs.get(content) for _, content in _READ.findall(_script(container))}
+                waited = {runs.get(content) for _, content in reads(container, {})}
                 url = stages[waited.pop()].outputs[0].url if len(waited) == 1 and None not in waited else None
                 problems += _reached(where, container, url, named.get((namespace, url)) if url else None)
             continue
@@ -636,19 +639,14 @@ def _reaches(stages: Mapping[str, Stage], stage: Stage, container: Mapping[str, 
 
 def _s3_model_repository(container: Mapping[str, Any]) -> str | None:
     """The ``s3://`` model repository a ``tritonserver`` container reads itself, if it does."""
-    if container.get("command", [""])[0] != "tritonserver":
+    env, argv = kubelet_view(container)
+    if argv[:1] != ["tritonserver"]:
         return None
-    env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
-    for word in container["command"] + container.get("args", []):
+    for word in argv:
         if word.startswith("--model-repository="):
-            repository = _expand(word.partition("=")[2], env)
+            repository = word.partition("=")[2]
             return repository if repository.startswith("s3://") else None
     return None
-
-
-def _script(container: Mapping[str, Any]) -> str:
-    command = container.get("command", [])
-    return command[2] if command[:2] == ["sh", "-c"] and len(command) > 2 else ""
 
 
 def _reached(where: str, container: Mapping[str, Any], url: str | None, secret: str | None) -> list[str]:
@@ -673,8 +671,8 @@ def _waited(spec: Mapping[str, Any]) -> dict[str, set[tuple[str, str]]]:
     that content: the pod's main containers start only once every init container exited 0."""
     waited: dict[str, set[tuple[str, str]]] = {}
     for init in spec.get("initContainers", []):
-        for path, content in _READ.findall(_script(init)):
-            waited.setdefault(init["name"], set()).add((_where(shlex.split(path)[0], spec, init), content))
+        for path, content in reads(init, {}):
+            waited.setdefault(init["name"], set()).add((_where(path, spec, init), content))
     return waited
 
 
@@ -733,8 +731,36 @@ def prefetch_problems(model: FleetModel, files: Mapping[str, str]) -> list[str]:
     return problems
 
 
+# --------------------------------------------------------------------------- the kubelet
+def _resolver(annotations: Mapping[str, str]) -> Any:
+    """How the kubelet resolves a ``valueFrom``: a Secret's key at run time (here a placeholder
+    naming it, never a value), a pod annotation (``""`` when the pod has none, as the
+    downward API gives it); None for what the model does not know."""
+    def resolve(entry: Mapping[str, Any]) -> str | None:
+        source = entry["valueFrom"]
+        if "secretKeyRef" in source:
+            ref = source["secretKeyRef"]
+            return f"{{secret:{ref['name']}:{ref['key']}}}"
+        found = re.fullmatch(r"metadata\.annotations\['([^']+)'\]", source.get("fieldRef", {}).get("fieldPath", ""))
+        return annotations.get(found.group(1), "") if found else None
+    return resolve
+
+
+def kubelet_view(container: Mapping[str, Any], appended: list[dict[str, str]] | None = None,
+                 annotations: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+    """(environment, argv) of a container as the kubelet starts it
+    (:mod:`support.expansion`): its ``env`` with what a controller ``appended`` to it, in
+    order, then ``command`` + ``args`` expanded with the result."""
+    env = environment([*container.get("env", []), *(appended or [])], _resolver(annotations or {}))
+    return env, command_line(container, env)
+
+
 # --------------------------------------------------------------------------- commands
-_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+def _unset(container: Mapping[str, Any], known: Mapping[str, str]) -> list[str]:
+    """The variables a container's command or args refer to, as the kubelet reads the
+    references, that are not in ``known``."""
+    return [name for word in container.get("command", []) + container.get("args", [])
+            for name in references(word) if name not in known]
 
 
 def command_problems(files: Mapping[str, str]) -> list[str]:
@@ -743,28 +769,22 @@ def command_problems(files: Mapping[str, str]) -> list[str]:
     problems = []
     for cluster, obj in objects(files):
         if obj["kind"] == "Job" and obj["apiVersion"].startswith("batch.volcano.sh/"):
-            cases = [(t["template"]["spec"], pod_env(obj, t, i)) for t in obj["spec"]["tasks"]
+            cases = [(t["template"]["spec"], plugin_env(obj, t, i)) for t in obj["spec"]["tasks"]
                      for i in range(t["replicas"])]
         elif obj["kind"] == "Deployment":
-            spec = obj["spec"]["template"]["spec"]
-            cases = [(spec, {e["name"]: e.get("value", "") for e in spec["containers"][0].get("env", [])})]
+            cases = [(obj["spec"]["template"]["spec"], [])]
         elif is_batch_job(obj):
             problems += _batch_command_problems(cluster, obj)
             continue
         else:
             continue
-        for spec, env in cases:
-            own = {e["name"]: e.get("value", "") for e in spec["containers"][0].get("env", [])}
-            plugins = {k: v for k, v in env.items() if k not in own}  # Volcano's, on every container
+        for spec, plugins in cases:
             for container in spec.get("initContainers", []) + spec["containers"]:
-                known = {**plugins, **{e["name"]: e.get("value", "") for e in container.get("env", [])}}
-                if container in spec.get("initContainers", []):
-                    known = {e["name"]: e.get("value", "") for e in container.get("env", [])}
-                for word in container.get("command", []) + container.get("args", []):
-                    for name in _REFERENCE.findall(word):
-                        if name not in known:
-                            problems.append(f"{cluster}: {obj['kind']}/{obj['metadata']['name']} "
-                                            f"{container['name']}: $({name}) is not set")
+                # Volcano's plugins append to the pod's containers, not its init containers
+                appended = [] if container in spec.get("initContainers", []) else plugins
+                known = kubelet_view(container, appended, VOLCANO_ANNOTATIONS)[0]
+                problems += [f"{cluster}: {obj['kind']}/{obj['metadata']['name']} {container['name']}: "
+                             f"$({name}) is not set" for name in _unset(container, known)]
     return sorted(set(problems))
 
 
@@ -774,16 +794,50 @@ def _batch_command_problems(cluster: str, job: Mapping[str, Any]) -> list[str]:
     for index in range(job["spec"].get("parallelism", 1)):
         for container in spec.get("initContainers", []) + spec["containers"]:
             known = container_env(job, container, index)
-            for word in container.get("command", []) + container.get("args", []):
-                problems += [f"{cluster}: Job/{job['metadata']['name']} {container['name']}: $({name}) is not set"
-                             for name in _REFERENCE.findall(word) if name not in known]
+            problems += [f"{cluster}: Job/{job['metadata']['name']} {container['name']}: $({name}) is not set"
+                         for name in _unset(container, known)]
     return problems
 
 
 # --------------------------------------------------------------------------- order
-_WRITE = re.compile(r"echo (\w+) \| rclone rcat (\S+)")
-_READ = re.compile(r"rclone cat (\S+) 2>/dev/null\)\\?\" = (\w+)")
-_WRAPPED = '"$@"; code=$?; echo "$code" > /fleetc/status/exit-code; exit "$code"'
+#: The scripts fleetc rendered before its scripts took policy values as arguments (render
+#: version 1), read after the kubelet's expansion, so that the suite can show what
+#: they did: a marker path inside ``$(...)`` is never expanded (its ``$(VAR)`` ends the
+#: reference at the first ``)``).
+_OLD_WRITE = re.compile(r"echo (\w+) \| rclone rcat (\S+)")
+_OLD_READ = re.compile(r"rclone cat (\S+) 2>/dev/null\)\\?\" = (\w+)")
+_OLD_WRAPPED = '"$@"; code=$?; echo "$code" > /fleetc/status/exit-code; exit "$code"'
+
+
+def writes(container: Mapping[str, Any], appended: list[dict[str, str]],
+           annotations: Mapping[str, str]) -> set[tuple[str, str]]:
+    """(path, content) of the completion markers a ``fleetc-mark`` container writes, as the
+    kubelet starts it: :data:`fleetc.render.order.MARK_SCRIPT` writes the run id to the
+    folder in ``FLEETC_MARKER_DIR`` under the name it is given as ``$1``."""
+    env, argv = kubelet_view(container, appended, annotations)
+    if argv[:3] == ["sh", "-c", MARK_SCRIPT] and len(argv) == 5:
+        return {(f"{env['FLEETC_MARKER_DIR']}/{argv[4]}", env["FLEETC_RUN"])}
+    if argv[:2] == ["sh", "-c"] and len(argv) == 3:
+        return {(shlex.split(path)[0], content) for content, path in _OLD_WRITE.findall(argv[2])}
+    return set()
+
+
+def reads(container: Mapping[str, Any], annotations: Mapping[str, str]) -> set[tuple[str, str]]:
+    """(path, content) of the markers a ``fleetc-wait-*`` container polls until each holds that
+    content, as the kubelet starts it: :data:`fleetc.render.order.WAIT_SCRIPT` reads every
+    name it is given under ``FLEETC_MARKER_DIR`` and waits for ``FLEETC_RUN``."""
+    env, argv = kubelet_view(container, [], annotations)
+    if argv[:3] == ["sh", "-c", WAIT_SCRIPT]:
+        return {(f"{env['FLEETC_MARKER_DIR']}/{name}", env["FLEETC_RUN"]) for name in argv[4:]}
+    if argv[:2] == ["sh", "-c"] and len(argv) == 3:
+        return {(shlex.split(path)[0], content) for path, content in _OLD_READ.findall(argv[2])}
+    return set()
+
+
+def _records_exit_code(main: Mapping[str, Any]) -> bool:
+    """Whether the main container records its exit code for ``fleetc-mark``."""
+    command = main.get("command", [])
+    return command[:3] in (["sh", "-c", RUN_SCRIPT], ["sh", "-c", _OLD_WRAPPED])
 
 
 def _where(path: str, spec: Mapping[str, Any], container: Mapping[str, Any]) -> str:
@@ -796,38 +850,28 @@ def _where(path: str, spec: Mapping[str, Any], container: Mapping[str, Any]) -> 
     return path
 
 
-def _expand(text: str, env: Mapping[str, str]) -> str:
-    return _REFERENCE.sub(lambda m: env.get(m.group(1), m.group(0)), text)
-
-
 def markers_written(files: Mapping[str, str]) -> dict[str, set[tuple[str, str]]]:
     """Stage key -> (location, content) of the completion markers its pods write once their
     main container exited 0 (and only then: the main command must record its exit code)."""
     written: dict[str, set[tuple[str, str]]] = {}
+    pods_of: list[tuple[Mapping[str, Any], list[dict[str, str]], dict[str, str]]] = []
     for _, job in _volcano_jobs(files):
         for task in job["spec"]["tasks"]:
-            spec = task["template"]["spec"]
-            main, *others = spec["containers"]
-            for index in range(task["replicas"]):
-                env = pod_env(job, task, index)
-                for container in others:
-                    if container["name"] != "fleetc-mark" or main["command"][:3] != ["sh", "-c", _WRAPPED]:
-                        continue
-                    script = _expand(container["command"][2], env)
-                    for content, path in _WRITE.findall(script):
-                        written.setdefault(_stage(task["template"]), set()).add(
-                            (_where(shlex.split(path)[0], spec, container), content))
+            pods_of += [(task["template"], plugin_env(job, task, index), VOLCANO_ANNOTATIONS)
+                        for index in range(task["replicas"])]
     for _, job in _batch_jobs(files):
-        template = job["spec"]["template"]
-        main, *others = template["spec"]["containers"]
-        for index in range(job["spec"].get("parallelism", 1)):
-            for container in others:
-                if container["name"] != "fleetc-mark" or main["command"][:3] != ["sh", "-c", _WRAPPED]:
-                    continue
-                script = _expand(container["command"][2], container_env(job, container, index))
-                for content, path in _WRITE.findall(script):
-                    written.setdefault(_stage(template), set()).add(
-                        (_where(shlex.split(path)[0], template["spec"], container), content))
+        indexed = job["spec"].get("completionMode") == "Indexed"
+        pods_of += [(job["spec"]["template"], [], {COMPLETION_INDEX: str(index)} if indexed else {})
+                    for index in range(job["spec"].get("parallelism", 1))]
+    for template, appended, known in pods_of:
+        spec = template["spec"]
+        main, *others = spec["containers"]
+        if not _records_exit_code(main):
+            continue
+        for container in others:
+            if container["name"] == "fleetc-mark":
+                written.setdefault(_stage(template), set()).update(
+                    (_where(path, spec, container), content) for path, content in writes(container, appended, known))
     return written
 
 
@@ -851,3 +895,60 @@ def order_problems(model: FleetModel, files: Mapping[str, str], warned: set[tupl
             elif waited.get(f"fleetc-wait-{name}") != marks:
                 problems.append(f"{pod.cluster}: {pod.owner} pod {pod.index} does not wait for {name}'s markers")
     return sorted(set(problems))
+
+
+# --------------------------------------------------------------------------- GPUs held while waiting
+#: Kueue's default ``waitForPodsReady.timeout`` (kueue ``apis/config/v1beta1/defaults.go``,
+#: ``defaultPodsReadyTimeout``).
+PODS_READY_TIMEOUT = 300
+
+
+def _waiting_pods(files: Mapping[str, str]) -> Iterator[tuple[str, dict[str, Any], Pod, set[str]]]:
+    """(cluster, owner object, pod, upstream stage keys it waits for in init containers) of
+    every pod that waits for a marker before it starts."""
+    runs = {content: key for key, found in markers_written(files).items() for _, content in found}
+    owners = {(cluster, f"{obj['kind']}/{obj['metadata']['name']}"): obj for cluster, obj in objects(files)}
+    for pod in pods(files):
+        upstreams = {runs[content] for init in pod.spec.get("initContainers", [])
+                     for _, content in reads(init, {}) if content in runs}
+        if upstreams:
+            yield pod.cluster, owners[(pod.cluster, pod.owner)], pod, upstreams
+
+
+def gpu_seconds_waiting(files: Mapping[str, str], runtime: Mapping[str, int]) -> dict[str, int]:
+    """Stage key -> GPU-seconds its pods hold while they wait, when each upstream stage runs
+    ``runtime[key]`` seconds: a pod whose wait is an init container is bound to a node (and on
+    Kueue admitted with its quota) before the wait starts, and keeps its GPUs until its main
+    container ends (the scheduler binds a pod with its effective requests, the larger of its
+    containers' sum and any init container's, before any container runs; kubernetes
+    ``pkg/api/v1/resource`` ``PodRequests``)."""
+    held: dict[str, int] = {}
+    for _, _, pod, upstreams in _waiting_pods(files):
+        waited = max(runtime[key] for key in upstreams)
+        held[pod.stage] = held.get(pod.stage, 0) + pod.requests()[0] * waited
+    return {key: value for key, value in held.items() if value}
+
+
+def pods_ready_evictions(files: Mapping[str, str], runtime: Mapping[str, int],
+                         timeout: int = PODS_READY_TIMEOUT) -> list[str]:
+    """Kueue Jobs that ``waitForPodsReady`` evicts and requeues while their pods wait, when
+    each upstream stage runs ``runtime[key]`` seconds.
+
+    Kueue (``pkg/controller/core/workload_controller.go``, ``reconcileNotReadyTimeout`` and
+    ``admittedNotReadyWorkload``, the ``WaitForStart`` case) evicts an admitted Workload whose
+    ``PodsReady`` condition is not True once ``timeout`` has passed since it was admitted, and
+    requeues it; the Job integration reports ``PodsReady`` when ready and succeeded pods reach
+    ``parallelism`` (``pkg/controller/jobs/job/job_controller.go`` ``PodsReady``), and a pod
+    whose init container still runs is not ready. Each readmission starts the pods, and their
+    waits, again, so a Job waiting ``w`` seconds is evicted ``(w - 1) // timeout`` times (the
+    requeue backoff only adds to it)."""
+    evicted: dict[tuple[str, str], tuple[int, set[str]]] = {}
+    for cluster, owner, _, upstreams in _waiting_pods(files):
+        if not is_batch_job(owner) or QUEUE_LABEL not in owner["metadata"].get("labels", {}):
+            continue
+        waited = max(runtime[key] for key in upstreams)
+        key = (cluster, owner["metadata"]["name"])
+        evicted[key] = (max(waited, evicted.get(key, (0, set()))[0]), upstreams)
+    return [f"{cluster}: Job/{name}: evicted by PodsReadyTimeout {(waited - 1) // timeout} times while it "
+            f"waits {waited}s for {', '.join(sorted(upstreams))}"
+            for (cluster, name), (waited, upstreams) in sorted(evicted.items()) if waited > timeout]

@@ -122,6 +122,9 @@ def place(
         replicas_at, objective, bound, methods, proven, blocked = _solve_all(model, scores, previous, budget, large,
                                                                              time_limit, deadline)
     objective += _stay_where_moving_gains_nothing(model, scores, previous or {}, replicas_at)
+    repacked, left_out = _packed(model, scores, replicas_at)
+    objective += repacked
+    proven = proven and not left_out
     _top_up(model, scores, replicas_at)
     unplaced = reasons.unplaced(model, scores, blocked, replicas_at)
     # A solve the deadline cut short ends past it; one that ends past it may just have finished
@@ -305,6 +308,64 @@ def _put_back(model: FleetModel, previous: PreviousClusters, placed: dict[str, d
         for name, n in before.items():
             replicas_at[s, names[name]] = n
     return bool(moves)
+
+
+def _packed(model: FleetModel, scores: Scores, replicas_at: np.ndarray) -> tuple[float, bool]:
+    """Make every cluster's pods pack onto its nodes (in place): the solvers count a cluster's
+    GPUs, cores and memory in total (a relaxation of packing, ``docs/optimizer.md``), so a
+    cluster they fill may hold pods no assignment to its nodes holds (:func:`rules.unpacked`).
+    From each such cluster the stages of least value are taken off (whole: every replica,
+    wherever it runs) until it packs; then each stage taken off, most valuable first, goes back
+    where it was if that packs now, else to the best-scoring cluster that may run it and has
+    room and packs (a gang whole on one cluster; a serving stage without ``multiCluster`` all on
+    one). The objective's change, and whether a stage was left out (not proven unplaceable)."""
+    unpacked = [c for c in np.flatnonzero(replicas_at.any(axis=0)).tolist() if rules.unpacked(
+        model, model.clusters[c], [(rules.on_cluster(model.stages[s], model.clusters[c]), int(replicas_at[s, c]))
+                                   for s in np.flatnonzero(replicas_at[:, c]).tolist()])]
+    if not unpacked:  # the common case: no ledger of 20,000 stages to build
+        return 0.0, False
+    stage_of, cluster_of = np.nonzero(replicas_at)
+    ledger = rules.Ledger(model, ((model.stages[s], model.clusters[c].name, int(replicas_at[s, c]))
+                                  for s, c in zip(stage_of.tolist(), cluster_of.tolist(), strict=True)))
+    values = stage_values(model, model.stages)
+    taken: dict[int, np.ndarray] = {}
+    for c in unpacked:
+        cluster = model.clusters[c]
+        while rules.unpacked(model, cluster, ledger.on[cluster.name].values()):
+            s = min(np.flatnonzero(replicas_at[:, c]).tolist(), key=lambda s: (values[s], s))
+            taken[s] = replicas_at[s].copy()
+            for d in np.flatnonzero(replicas_at[s]).tolist():
+                ledger.add(model.stages[s], model.clusters[d].name, -int(replicas_at[s, d]))
+            replicas_at[s] = 0
+    change = 0.0
+    for s in sorted(taken, key=lambda s: (-values[s], s)):
+        where = _packed_place(model, scores, ledger, s, taken[s])
+        if where is not None:
+            replicas_at[s] = where
+        change += float(values[s] / model.stages[s].replicas * (replicas_at[s] - taken[s]) @ (1.0 + scores.total[s]))
+    return change, bool(taken) and not all(replicas_at[s].any() for s in taken)
+
+
+def _packed_place(model: FleetModel, scores: Scores, ledger: rules.Ledger, s: int, before: np.ndarray
+                  ) -> np.ndarray | None:
+    """Where stage ``s``, taken off by :func:`_packed`, goes (added to ``ledger``): as it was
+    (``before``) when that fits and packs now, else whole on the best-scoring cluster that may
+    run it with room (a serving stage that ``multiCluster`` spreads only as it was); None:
+    nowhere."""
+    stage, names = model.stages[s], [c.name for c in model.clusters]
+    candidates = [{names[c]: int(before[c]) for c in np.flatnonzero(before).tolist()}]
+    if stage.is_gang or not rules.ha_clusters(model, stage):
+        allowed = np.flatnonzero(scores.allowed[s]).tolist()
+        candidates += [{names[c]: stage.replicas} for c in sorted(allowed, key=lambda c: (-scores.total[s, c], c))]
+    for where in candidates:
+        if ledger.fits_with(stage, where):
+            for name, n in where.items():
+                ledger.add(stage, name, n)
+            row = np.zeros_like(before)
+            for name, n in where.items():
+                row[names.index(name)] = n
+            return row
+    return None
 
 
 def _top_up(model: FleetModel, scores: Scores, replicas_at: np.ndarray) -> None:

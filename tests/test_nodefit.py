@@ -224,7 +224,8 @@ def test_cores_per_node_decide_a_packing_too() -> None:
     """Nodes of 8 GPUs and 64 cores: 1-GPU pods of 40 cores, one a node by cores: two pack, a
     third fits the cluster's 128 cores in total (120) but packs onto no node."""
     fleet = cluster("attributes: {gpu-type: a100, gpu-count: 16, cpu-per-node: 64}")
-    model = model_of_texts(fleet, pipeline("{name: serve, type: Deployment, replicas: 3, resources: {gpu: 1, cpu: 40}}"))
+    model = model_of_texts(fleet, pipeline("{name: serve, type: Deployment, replicas: 3, "
+                                           "resources: {gpu: 1, cpu: 40}}"))
     (serve,), (here,) = model.stages, model.clusters
     assert not rules.unpacked(model, here, [(serve, 2)])
     assert rules.unpacked(model, here, [(serve, 3)])

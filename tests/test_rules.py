@@ -315,9 +315,10 @@ def _assert_repair_room_follows_the_rules(model: FleetModel, problem: Problem, r
 def test_the_repair_counts_time_sliced_gpus_on_the_other_ha_clusters_in_whole_units() -> None:
     """h1 and h2 keep failover headroom for pipeline p; q/side's one time-sliced slot on h2
     takes a whole GPU there (a node of 1 GPU, 4 slots each). Losing h1 needs p's 2 exclusive
-    GPUs (8 slots; 1-GPU pods, which pack onto 1-GPU nodes) plus p/small's slots back on h2, which leaves (8 - 2 - 1) x 4 = 20 slots: 12
-    replicas of p/small fit h1, as the rules count. Counting the slot on h2 as a quarter GPU,
-    the repair found room for 15, and the verifier refused the placement (exit 3)."""
+    GPUs (8 slots: two 1-GPU pods, as its nodes hold) plus p/small's slots back on h2, which
+    leaves (8 - 2 - 1) x 4 = 20 slots: 12 replicas of p/small fit h1, as the rules count.
+    Counting the slot on h2 as a quarter GPU, the repair found room for 15, and the verifier
+    refused the placement (exit 3)."""
     clusters = (make_cluster("h1", gpus=8, gpus_per_node=1), make_cluster("h2", gpus=8, gpus_per_node=1))
     platform = dataclasses.replace(make_platform("h1", ("h2",), pipelines=("p",)), failover_headroom=True)
     stages = (

@@ -168,3 +168,59 @@ def _search(pods: Sequence[Shape], nodes: Sequence[Shape], limit: int) -> list[i
         return False
 
     return where if place(0) else None
+
+
+#: The largest node (in GPUs, or time-sliced slots) whose patterns :func:`pattern_weights`
+#: enumerates: a node of 16 has at most a few hundred.
+PATTERN_NODE_LIMIT = 16
+
+
+def patterns(node: int, sizes: Sequence[int]) -> list[tuple[int, ...]]:
+    """Every maximal multiset of ``sizes`` (distinct, positive) that fits a node of ``node``
+    GPUs, as a count per size in the order of ``sizes``: no size fits beside it."""
+    found: list[tuple[int, ...]] = []
+    smallest = min(sizes)
+
+    def extend(i: int, left: int, counts: list[int]) -> None:
+        if i == len(sizes):
+            if left < smallest:
+                found.append(tuple(counts))
+            return
+        for n in range(left // sizes[i], -1, -1):
+            counts.append(n)
+            extend(i + 1, left - n * sizes[i], counts)
+            counts.pop()
+
+    extend(0, node, [])
+    return found
+
+
+def pattern_weights(node: int, counts: dict[int, int]) -> tuple[float, dict[int, float]]:
+    """The fewest nodes of ``node`` GPUs that pods of these GPU counts (size -> pods) need by
+    the pattern LP (Gilmore and Gomory's relaxation of bin packing: fractions of maximal
+    patterns that cover every pod), and its dual: a weight per size such that no pattern's
+    pods weigh more than 1 together. Every packing onto ``k`` nodes therefore weighs at most
+    ``k``: where the pods placed weigh more than the nodes there are, no packing exists, and
+    ``sum(weight of each pod) <= nodes`` is a valid linear row for the optimizer.
+    (0.0, {}) for a node above :data:`PATTERN_NODE_LIMIT` or no pods with GPUs."""
+    from scipy.optimize import linprog
+
+    sizes = sorted((g for g, n in counts.items() if 0 < g <= node and n > 0), reverse=True)
+    if not sizes or node > PATTERN_NODE_LIMIT:
+        return 0.0, {}
+    found = patterns(node, sizes)
+    # min sum(x) s.t. sum_p x_p * a_pg >= counts_g, x >= 0; as <= rows for linprog
+    coverage = [[-float(p[i]) for p in found] for i in range(len(sizes))]
+    result = linprog([1.0] * len(found), A_ub=coverage, b_ub=[-float(counts[g]) for g in sizes],
+                     bounds=(0, None), method="highs")
+    if result.status != 0 or result.fun is None:
+        return 0.0, {}
+    duals = [max(0.0, -float(m)) for m in result.ineqlin.marginals]
+    return float(result.fun), dict(zip(sizes, duals, strict=True))
+
+
+def weight_of(pod_gpus: int, weights: dict[int, float]) -> float:
+    """A pod's weight under :func:`pattern_weights`' dual, for any GPU count: that of the
+    largest size weighed that is no larger (a larger pod takes the smaller one's place in any
+    pattern it fits), 0 below them all."""
+    return max((w for g, w in weights.items() if g <= pod_gpus), default=0.0)

@@ -7,12 +7,14 @@ import itertools
 from collections.abc import Sequence
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.builders import make_cluster, make_fleet, make_stage
+from support.packing_exact import most_placed
 from test_validate import FLEET, check, cluster, documents, pipeline
 
 from fleetc.errors import PlacementError
-from fleetc.model import Assignment, FleetModel, Placement, StagePlacement
+from fleetc.model import Assignment, FleetModel, Placement, StagePlacement, StageType
 from fleetc.nodefit import Shape, default_gpus_per_node, node_of, pack, pods_per_replica
 from fleetc.placement import rules
 from fleetc.placement.optimize import place
@@ -272,3 +274,45 @@ def test_pack_searches_where_first_fit_decreasing_fails() -> None:
     found = pack(pods, nodes)
     assert found is not None
     assert sorted(sum(p.gpus for p, j in zip(pods, found, strict=True) if j == n) for n in range(2)) == [10, 10]
+
+
+# --- against an exact model of packing ---------------------------------------------------------
+
+
+@st.composite
+def node_fleets(draw: st.DrawFn) -> FleetModel:
+    """1-3 clusters of 1-3 nodes of 4, 6 or 8 GPUs (one maybe cordoned), and gangs of one
+    replica that fill each node of the clusters not cordoned exactly (so that a packing places
+    them all, and only one that puts the right gangs together), shuffled, maybe with 1-3 more
+    gangs of 1-12 GPUs per replica in 1-2 replicas, some of them crowding a node's cores."""
+    clusters, sizes = [], []
+    for i in range(draw(st.integers(1, 3))):
+        node, nodes = draw(st.sampled_from([4, 6, 8])), draw(st.integers(1, 3))
+        cordoned = draw(st.booleans()) and i > 0
+        clusters.append(make_cluster(f"c{i}", gpus=node * nodes, gpus_per_node=node, cores=32 * nodes,
+                                     memory_gib=256 * nodes, cordoned=cordoned))
+        for _ in range(0 if cordoned else nodes):
+            cuts = sorted(draw(st.sets(st.integers(1, node - 1), max_size=2)))
+            sizes += [b - a for a, b in itertools.pairwise([0, *cuts, node])]
+    sizes = draw(st.permutations(sizes))
+    stages = [make_stage(f"s{i:02d}", gpus=g, cores=1, memory_gib=1) for i, g in enumerate(sizes)]
+    stages += [make_stage(f"x{i}", gpus=draw(st.integers(1, 12)), replicas=draw(st.integers(1, 2)),
+                          type=draw(st.sampled_from([StageType.TRAINING, StageType.FINETUNING])),
+                          cores=draw(st.sampled_from([1, 1, 20])), memory_gib=1)
+               for i in range(draw(st.sampled_from([0, 0, 1, 3])))]
+    return make_fleet(tuple(clusters), tuple(stages))
+
+
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(node_fleets())
+def test_fleetc_places_every_fleet_a_packing_places_and_what_it_renders_packs(model: FleetModel) -> None:
+    """Against :func:`support.packing_exact.most_placed` (every pod's node a variable): where a
+    packing places every stage, fleetc places them all; its placement always packs (the
+    verifier, which place() runs, finds each cluster's assignment of pods to nodes)."""
+    every = most_placed(model) == len(model.stages)
+    placement = place(model, allow_unplaced=True)
+    assert verify(model, placement, allow_unplaced=True) == []
+    placed = sum(1 for p in placement.stages if p.assignments)
+    assert placed <= most_placed(model)
+    if every:
+        assert placed == len(model.stages), where(placement)

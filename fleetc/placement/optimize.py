@@ -51,6 +51,7 @@ only a solve that hits its time limit may end differently from run to run.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
@@ -122,7 +123,7 @@ def place(
         replicas_at, objective, bound, methods, proven, blocked = _solve_all(model, scores, previous, budget, large,
                                                                              time_limit, deadline)
     objective += _stay_where_moving_gains_nothing(model, scores, previous or {}, replicas_at)
-    repacked, left_out = _packed(model, scores, replicas_at)
+    repacked, left_out = _packed(model, scores, replicas_at, previous or {})
     objective += repacked
     proven = proven and not left_out
     _top_up(model, scores, replicas_at)
@@ -310,7 +311,8 @@ def _put_back(model: FleetModel, previous: PreviousClusters, placed: dict[str, d
     return bool(moves)
 
 
-def _packed(model: FleetModel, scores: Scores, replicas_at: np.ndarray) -> tuple[float, bool]:
+def _packed(model: FleetModel, scores: Scores, replicas_at: np.ndarray, previous: PreviousClusters
+            ) -> tuple[float, bool]:
     """Make every cluster's pods pack onto its nodes (in place): the solvers count a cluster's
     GPUs, cores and memory in total (a relaxation of packing, ``docs/optimizer.md``), so a
     cluster they fill may hold pods no assignment to its nodes holds (:func:`rules.unpacked`).
@@ -318,7 +320,10 @@ def _packed(model: FleetModel, scores: Scores, replicas_at: np.ndarray) -> tuple
     wherever it runs) until it packs; then each stage taken off, most valuable first, goes back
     where it was if that packs now, else to the best-scoring cluster that may run it and has
     room and packs (a gang whole on one cluster; a serving stage without ``multiCluster`` all on
-    one). The objective's change, and whether a stage was left out (not proven unplaceable)."""
+    one), else, for a gang, where moving up to :data:`SWAP_MOST` gangs of that cluster to other
+    clusters with room makes room (:func:`_swapped_in`; gangs of the ``previous`` placement are
+    not moved, so the churn rule holds). The objective's change, and whether a stage was left
+    out (then not proven unplaceable)."""
     unpacked = [c for c in np.flatnonzero(replicas_at.any(axis=0)).tolist() if rules.unpacked(
         model, model.clusters[c], [(rules.on_cluster(model.stages[s], model.clusters[c]), int(replicas_at[s, c]))
                                    for s in np.flatnonzero(replicas_at[:, c]).tolist()])]
@@ -337,13 +342,59 @@ def _packed(model: FleetModel, scores: Scores, replicas_at: np.ndarray) -> tuple
             for d in np.flatnonzero(replicas_at[s]).tolist():
                 ledger.add(model.stages[s], model.clusters[d].name, -int(replicas_at[s, d]))
             replicas_at[s] = 0
-    change = 0.0
+    start = replicas_at.copy()
     for s in sorted(taken, key=lambda s: (-values[s], s)):
         where = _packed_place(model, scores, ledger, s, taken[s])
         if where is not None:
             replicas_at[s] = where
-        change += float(values[s] / model.stages[s].replicas * (replicas_at[s] - taken[s]) @ (1.0 + scores.total[s]))
-    return change, bool(taken) and not all(replicas_at[s].any() for s in taken)
+        else:
+            _swapped_in(model, scores, ledger, s, replicas_at,
+                        fixed={t for t, stage in enumerate(model.stages) if stage.key in previous} | set(taken))
+    start[list(taken)] = np.array([taken[s] for s in taken])
+    moved = np.flatnonzero((replicas_at != start).any(axis=1)).tolist()
+    change = sum(float(values[s] / model.stages[s].replicas * (replicas_at[s] - start[s]) @ (1.0 + scores.total[s]))
+                 for s in moved)
+    return change, not all(replicas_at[s].any() for s in taken)
+
+
+#: The most gangs :func:`_swapped_in` moves off a cluster to make room for one, and the most
+#: sets of them it tries for one gang (each a few packings).
+SWAP_MOST = 3
+SWAP_TRIES = 400
+
+
+def _swapped_in(model: FleetModel, scores: Scores, ledger: rules.Ledger, s: int, replicas_at: np.ndarray,
+                fixed: set[int]) -> bool:
+    """Place gang ``s`` (in place, and in ``ledger``) on the best-scoring cluster where moving up
+    to :data:`SWAP_MOST` of its gangs (none of ``fixed``; of alike gangs one set is tried, fewest
+    GPUs first, at most :data:`SWAP_TRIES` sets in all) to other clusters with room
+    (best-scoring first) lets it fit and pack; whether it went."""
+    stage = model.stages[s]
+    if not stage.is_gang:
+        return False
+    tries = SWAP_TRIES
+    for d in sorted(np.flatnonzero(scores.allowed[s]).tolist(), key=lambda c: (-scores.total[s, c], c)):
+        alike: dict[tuple[int, ...], list[int]] = {}  # gangs of a kind (GPUs, replicas, cores, memory)
+        for t in np.flatnonzero(replicas_at[:, d]).tolist():
+            gang = model.stages[t]
+            if gang.is_gang and t not in fixed:
+                alike.setdefault((gang.gpus, gang.replicas, gang.cpu_millis, gang.memory_bytes), []).append(t)
+        kinds = [kind for kind, gangs in sorted(alike.items()) for _ in gangs[:SWAP_MOST]]
+        picked = {tuple(sorted(combo)) for n in range(1, SWAP_MOST + 1) for combo in itertools.combinations(kinds, n)}
+        sets = sorted(([alike[kind][i] for kind in set(combo) for i in range(combo.count(kind))] for combo in picked),
+                      key=lambda gangs: (sum(model.stages[t].total_gpus for t in gangs), sorted(gangs)))
+        for combo in sets[:tries]:
+            moves = _moves_for(model, scores, ledger, s, d, combo)
+            if moves is not None:
+                for t, e in moves:
+                    replicas_at[t] = 0
+                    replicas_at[t, e] = model.stages[t].replicas
+                replicas_at[s, d] = stage.replicas
+                return True
+        tries -= min(tries, len(sets))
+        if not tries:
+            break
+    return False
 
 
 def _packed_place(model: FleetModel, scores: Scores, ledger: rules.Ledger, s: int, before: np.ndarray
@@ -366,6 +417,36 @@ def _packed_place(model: FleetModel, scores: Scores, ledger: rules.Ledger, s: in
                 row[names.index(name)] = n
             return row
     return None
+
+
+def _moves_for(model: FleetModel, scores: Scores, ledger: rules.Ledger, s: int, d: int, movable: list[int]
+               ) -> list[tuple[int, int]] | None:
+    """Each gang of ``movable`` (on cluster ``d``) with the cluster it moves to, where moving them
+    all lets gang ``s`` onto ``d`` (all applied to ``ledger``); None, and ``ledger`` as it was,
+    when they do not or one of them has nowhere to go."""
+    names, stage = [c.name for c in model.clusters], model.stages[s]
+    for t in movable:
+        ledger.add(model.stages[t], names[d], -model.stages[t].replicas)
+    if not ledger.room_for(stage, names[d], stage.replicas):
+        for t in movable:
+            ledger.add(model.stages[t], names[d], model.stages[t].replicas)
+        return None
+    ledger.add(stage, names[d], stage.replicas)
+    moves: list[tuple[int, int]] = []
+    for t in sorted(movable, key=lambda t: (-model.stages[t].total_gpus, t)):
+        gang = model.stages[t]
+        e = next((e for e in sorted(np.flatnonzero(scores.allowed[t]).tolist(), key=lambda c: (-scores.total[t, c], c))
+                  if e != d and ledger.room_for(gang, names[e], gang.replicas)), None)
+        if e is None:
+            for u, where in moves:
+                ledger.add(model.stages[u], names[where], -model.stages[u].replicas)
+            ledger.add(stage, names[d], -stage.replicas)
+            for u in movable:
+                ledger.add(model.stages[u], names[d], model.stages[u].replicas)
+            return None
+        ledger.add(gang, names[e], gang.replicas)
+        moves.append((t, e))
+    return moves
 
 
 def _top_up(model: FleetModel, scores: Scores, replicas_at: np.ndarray) -> None:

@@ -303,14 +303,17 @@ def node_fleets(draw: st.DrawFn) -> FleetModel:
     return make_fleet(tuple(clusters), tuple(stages))
 
 
+@pytest.mark.parametrize("large", [None, 0], ids=["exact-path", "large-path"])
 @settings(derandomize=True, max_examples=60, deadline=None)
-@given(node_fleets())
-def test_fleetc_places_every_fleet_a_packing_places_and_what_it_renders_packs(model: FleetModel) -> None:
+@given(model=node_fleets())
+def test_fleetc_places_every_fleet_a_packing_places_and_what_it_renders_packs(model: FleetModel,
+                                                                              large: int | None) -> None:
     """Against :func:`support.packing_exact.most_placed` (every pod's node a variable): where a
-    packing places every stage, fleetc places them all; its placement always packs (the
-    verifier, which place() runs, finds each cluster's assignment of pods to nodes)."""
+    packing places every stage, fleetc places them all, on the exact path (packing rows) and on
+    the large path (the packing repair); its placement always packs (the verifier, which place()
+    runs, finds each cluster's assignment of pods to nodes)."""
     every = most_placed(model) == len(model.stages)
-    placement = place(model, allow_unplaced=True)
+    placement = place(model, allow_unplaced=True, large=large)
     assert verify(model, placement, allow_unplaced=True) == []
     placed = sum(1 for p in placement.stages if p.assignments)
     assert placed <= most_placed(model)

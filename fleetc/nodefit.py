@@ -43,7 +43,7 @@ DEFAULT_GPUS_PER_NODE = 8
 SEARCH_LIMIT = 200_000
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Shape:
     """What one pod asks for, or one node offers: GPUs (time-sliced slots on a time-sliced
     node), millicores and bytes."""

@@ -317,9 +317,9 @@ def _packed(model: FleetModel, scores: Scores, replicas_at: np.ndarray, previous
     GPUs, cores and memory in total (a relaxation of packing, ``docs/optimizer.md``), so a
     cluster they fill may hold pods no assignment to its nodes holds (:func:`rules.unpacked`).
     From each such cluster the stages of least value are taken off (whole: every replica,
-    wherever it runs) until it packs; then each stage taken off, most valuable first, goes back
-    where it was if that packs now, else to the best-scoring cluster that may run it and has
-    room and packs (a gang whole on one cluster; a serving stage without ``multiCluster`` all on
+    wherever it runs; those where the ``previous`` placement had them last) until it packs;
+    then each stage taken off, most valuable first, goes back where it was if that packs now,
+    else to the best-scoring cluster that may run it and has room and packs (a gang whole on one cluster; a serving stage without ``multiCluster`` all on
     one), else, for a gang, where moving up to :data:`SWAP_MOST` gangs of that cluster to other
     clusters with room makes room (:func:`_swapped_in`; gangs of the ``previous`` placement are
     not moved, so the churn rule holds). The objective's change, and whether a stage was left
@@ -337,7 +337,8 @@ def _packed(model: FleetModel, scores: Scores, replicas_at: np.ndarray, previous
     for c in unpacked:
         cluster = model.clusters[c]
         while rules.unpacked(model, cluster, ledger.on[cluster.name].values()):
-            s = min(np.flatnonzero(replicas_at[:, c]).tolist(), key=lambda s: (values[s], s))
+            s = min(np.flatnonzero(replicas_at[:, c]).tolist(),
+                    key=lambda s: (_stays(model, previous, replicas_at, s), values[s], s))
             taken[s] = replicas_at[s].copy()
             for d in np.flatnonzero(replicas_at[s]).tolist():
                 ledger.add(model.stages[s], model.clusters[d].name, -int(replicas_at[s, d]))
@@ -355,6 +356,15 @@ def _packed(model: FleetModel, scores: Scores, replicas_at: np.ndarray, previous
     change = sum(float(values[s] / model.stages[s].replicas * (replicas_at[s] - start[s]) @ (1.0 + scores.total[s]))
                  for s in moved)
     return change, not all(replicas_at[s].any() for s in taken)
+
+
+def _stays(model: FleetModel, previous: PreviousClusters, replicas_at: np.ndarray, s: int) -> bool:
+    """Whether stage ``s`` is where the previous placement had it (the churn rule keeps it
+    there unless moving gains more than ``moveCost``)."""
+    before = previous.get(model.stages[s].key)
+    return before is not None and all(int(replicas_at[s, c]) == before.get(cluster.name, 0)
+                                      for c, cluster in enumerate(model.clusters)
+                                      if replicas_at[s, c] or cluster.name in before)
 
 
 #: The most gangs :func:`_swapped_in` moves off a cluster to make room for one, and the most

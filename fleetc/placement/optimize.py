@@ -319,11 +319,12 @@ def _packed(model: FleetModel, scores: Scores, replicas_at: np.ndarray, previous
     From each such cluster the stages of least value are taken off (whole: every replica,
     wherever it runs; those where the ``previous`` placement had them last) until it packs;
     then each stage taken off, most valuable first, goes back where it was if that packs now,
-    else to the best-scoring cluster that may run it and has room and packs (a gang whole on one cluster; a serving stage without ``multiCluster`` all on
-    one), else, for a gang, where moving up to :data:`SWAP_MOST` gangs of that cluster to other
-    clusters with room makes room (:func:`_swapped_in`; gangs of the ``previous`` placement are
-    not moved, so the churn rule holds). The objective's change, and whether a stage was left
-    out (then not proven unplaceable)."""
+    else to the best-scoring cluster that may run it and has room and packs (a gang whole on
+    one cluster; a serving stage without ``multiCluster`` all on one), else, for a gang, where
+    moving up to :data:`SWAP_MOST` gangs of that cluster to other clusters with room makes room
+    (:func:`_swapped_in`; gangs of the ``previous`` placement are not moved, so the churn rule
+    holds). The objective's change, and whether a stage was left out (then not proven
+    unplaceable)."""
     unpacked = [c for c in np.flatnonzero(replicas_at.any(axis=0)).tolist() if rules.unpacked(
         model, model.clusters[c], [(rules.on_cluster(model.stages[s], model.clusters[c]), int(replicas_at[s, c]))
                                    for s in np.flatnonzero(replicas_at[:, c]).tolist()])]

@@ -11,8 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.builders import make_cluster, make_fleet, make_stage
 from support.packing_exact import most_placed
+from test_scale import model_of as bench_model
 from test_validate import FLEET, check, cluster, documents, pipeline
 
+from bench.generate import Spec
 from fleetc.errors import PlacementError
 from fleetc.model import Assignment, FleetModel, Placement, StagePlacement, StageType
 from fleetc.nodefit import Shape, default_gpus_per_node, node_of, pack, pods_per_replica
@@ -320,3 +322,16 @@ def test_fleetc_places_every_fleet_a_packing_places_and_what_it_renders_packs(mo
     assert placed <= most_placed(model)
     if every:
         assert placed == len(model.stages), where(placement)
+
+
+@pytest.mark.parametrize("large", [None, 0], ids=["exact-path", "large-path"])
+@pytest.mark.parametrize("seed", range(3))
+def test_generated_fleets_on_mixed_nodes_cut_exactly_into_gangs_are_placed_whole(seed: int,
+                                                                                  large: int | None) -> None:
+    """``bench.generate --perfect --node-gpus 6,8``: each node's GPUs split exactly into gangs,
+    so a placement that packs every node full exists; fleetc finds one on either path."""
+    model = bench_model(Spec(clusters=8, stages=60, seed=seed, perfect=True, node_gpus=(6, 8)))
+    placement = place(model, large=large)
+    assert all(p.assignments for p in placement.stages)
+    assert sum(a.gpus for p in placement.stages for a in p.assignments) == sum(
+        rules.usable_capacity(model, c)[0] for c in model.clusters)

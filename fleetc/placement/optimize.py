@@ -64,7 +64,15 @@ from fleetc.placement import LARGE, cvx, reasons, rules
 from fleetc.placement.colgen import solve_large
 from fleetc.placement.incremental import INCREMENTAL, recompile
 from fleetc.placement.previous import Recorded
-from fleetc.placement.problem import Budget, PreviousClusters, Problem, multicluster_conflicts, problems, stage_values
+from fleetc.placement.problem import (
+    Budget,
+    Part,
+    PreviousClusters,
+    Problem,
+    multicluster_conflicts,
+    problems,
+    stage_values,
+)
 from fleetc.placement.program import OutOfTime, Solved
 from fleetc.placement.scoring import Scores, score_matrix
 from fleetc.placement.solvers import DEFAULT_SOLVER
@@ -125,6 +133,10 @@ def place(
     objective += _stay_where_moving_gains_nothing(model, scores, previous or {}, replicas_at)
     repacked, left_out = _packed(model, scores, replicas_at, previous or {})
     objective += repacked
+    if left_out and not previous:
+        resolved = _packed_exactly(model, scores, replicas_at, budget)
+        objective += resolved or 0.0
+        left_out = resolved is None
     proven = proven and not left_out
     _top_up(model, scores, replicas_at)
     unplaced = reasons.unplaced(model, scores, blocked, replicas_at)
@@ -357,6 +369,44 @@ def _packed(model: FleetModel, scores: Scores, replicas_at: np.ndarray, previous
     change = sum(float(values[s] / model.stages[s].replicas * (replicas_at[s] - start[s]) @ (1.0 + scores.total[s]))
                  for s in moved)
     return change, not all(replicas_at[s].any() for s in taken)
+
+
+def _packed_exactly(model: FleetModel, scores: Scores, replicas_at: np.ndarray, budget: Budget) -> float | None:
+    """Where :func:`_packed` left stages out that may run somewhere, solve their neighbourhood
+    exactly (in place): the clusters they may run on and every stage placed there, when those
+    stages run on nothing else, no cap or failover headroom couples them to the rest, and it has
+    at most :data:`~fleetc.placement.LARGE` pairs (the exact path with its packing rows,
+    :func:`fleetc.placement.cvx.solve`). Taken only when it places every stage of the
+    neighbourhood and every cluster packs; the objective's change, None when not taken."""
+    out = [s for s in np.flatnonzero(~replicas_at.any(axis=1)).tolist() if scores.allowed[s].any()]
+    if not out or rules.caps(model) or rules.failover_groups(model):
+        return None
+    near = np.flatnonzero(scores.allowed[out].any(axis=0))
+    stages = np.union1d(out, np.flatnonzero(replicas_at[:, near].any(axis=1)))
+    elsewhere = np.setdiff1d(np.arange(len(model.clusters)), near)
+    if replicas_at[np.ix_(stages, elsewhere)].any():
+        return None
+    problem = Problem.of(model, scores, multicluster_conflicts(model, scores), np.zeros_like(replicas_at),
+                         Part(stages, near))
+    if problem.pairs > LARGE:
+        return None
+    solved = cvx.solve(problem, budget)
+    if not solved.replicas_at.any(axis=1).all() or not _all_pack(model, stages, near, solved.replicas_at):
+        return None
+    before = problem.score_of(replicas_at[np.ix_(stages, near)])
+    replicas_at[np.ix_(stages, near)] = solved.replicas_at
+    return problem.score_of(solved.replicas_at) - before
+
+
+def _all_pack(model: FleetModel, stages: np.ndarray, clusters: np.ndarray, replicas_at: np.ndarray) -> bool:
+    """Whether ``replicas_at`` ((stages, clusters), of those model indices) packs on every cluster."""
+    for i, c in enumerate(clusters.tolist()):
+        cluster = model.clusters[c]
+        placed = [(rules.on_cluster(model.stages[s], cluster), int(n))
+                  for s, n in zip(stages.tolist(), replicas_at[:, i].tolist(), strict=True) if n]
+        if rules.unpacked(model, cluster, placed):
+            return False
+    return True
 
 
 def _stays(model: FleetModel, previous: PreviousClusters, replicas_at: np.ndarray, s: int) -> bool:

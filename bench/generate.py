@@ -531,13 +531,13 @@ def _parser() -> argparse.ArgumentParser:
                         help="with --quotas: teams' hourly cost caps, this share of their GPUs' price")
     parser.add_argument("--diverse", action="store_true",
                         help="stages with data and cores/memory of their own (hardly two alike)")
-    parser.add_argument("--node-gpus", type=_sizes, default=(),
+    parser.add_argument("--node-gpus", type=node_sizes, default=(),
                         help="GPUs per node a GPU cluster may have, one drawn per cluster (e.g. 6,8,8)")
     parser.add_argument("--out", type=Path, required=True, help="folder to write")
     return parser
 
 
-def _sizes(text: str) -> tuple[int, ...]:
+def node_sizes(text: str) -> tuple[int, ...]:
     """``6,8,8`` -> (6, 8, 8): positive GPUs per node."""
     try:
         sizes = tuple(int(part) for part in text.split(","))

@@ -15,6 +15,13 @@ policy) as YAML files, exactly what a user would keep under ``policies/``. Two m
 * **perfect**: every GPU cluster's GPUs are split exactly into gang jobs of its GPU type, so a
   placement that uses 100% of the GPUs is known to exist ("all GPUs placed" checks).
 
+``--node-gpus 6,8,8`` gives each GPU cluster nodes of one of these sizes (drawn from a stream of
+its own, so a third of them on 6-GPU nodes here): attribute ``gpus-per-node``, and a GPU count
+of as many nodes as the default draw (8 -> 6, 16 -> 12 on 6-GPU nodes). Gang replicas then come
+in these sizes too (6 beside 8, 4, 2, 1), so that node fit has pods to pack; in perfect mode
+each node's GPUs are split exactly into gangs of one replica each, so that every gang packs.
+Without it every node carries 8 GPUs and the bytes are as before.
+
 Everything is drawn from one ``random.Random(seed)``: the same arguments give the same bytes.
 Use :func:`generate` as a library (it returns file texts) or run
 ``python -m bench.generate --clusters 20 --stages 200 --load 0.9 --out /tmp/instance``.
@@ -75,6 +82,9 @@ class Spec:
     #: memory of its own per GPU, so that hardly two stages are alike in what placement reads
     #: (drawn after everything else, from a stream of their own: the rest is as without it).
     diverse: bool = False
+    #: GPUs per node a GPU cluster may have (one drawn per cluster; () : 8, the default, and
+    #: no attribute written). See the module docstring.
+    node_gpus: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,6 +114,7 @@ class _Cluster:
     gpu_type: str | None
     gpus: int  # usable: after utilization
     document: dict[str, Any]
+    node: int = 8  # GPUs per node
 
 
 @dataclass
@@ -116,19 +127,23 @@ class _Stage:
     gpu_type: str | None = None  # the type whose budget it counts against
     typed: bool = True  # write gpuType (an untyped stage runs on any GPU)
     slots: int = 1  # GPU slots one of its GPUs takes: SLOTS (whole) with the GPU policy
+    one_replica: bool = False  # a gang of one replica of ``total`` GPUs (perfect mode on node shapes)
 
 
 def generate(spec: Spec) -> Instance:
     """Draw one instance; see the module docstring."""
     rng = random.Random(spec.seed)
     clusters = _clusters(rng, spec.clusters, realistic=not spec.perfect)
+    if spec.node_gpus:
+        _shape_nodes(random.Random(spec.seed + NODES_STREAM), clusters, spec.node_gpus)
     slots = SLOTS if spec.policies else 1
     if spec.perfect:
-        pipelines = _perfect_pipelines(rng, clusters, spec.stages, slots)
+        pipelines = _perfect_pipelines(rng, clusters, spec.stages, slots, by_node=bool(spec.node_gpus))
     else:
         pipelines = _load_pipelines(rng, clusters, spec.stages, spec.load, slots)
     files = {"fleet.yaml": dump(_fleet(clusters))}
-    documents = [_pipeline_document(rng, i, stages, clusters) for i, stages in enumerate(pipelines)]
+    sizes = tuple(sorted({*REPLICA_GPUS, *spec.node_gpus}, reverse=True))
+    documents = [_pipeline_document(rng, i, stages, clusters, sizes) for i, stages in enumerate(pipelines)]
     if spec.diverse:
         _diversify(random.Random(spec.seed + DIVERSE_STREAM), documents)
     for start in range(0, len(documents), DOCUMENTS_PER_FILE):
@@ -192,6 +207,25 @@ def _cluster(rng: random.Random, index: int, gpu_type: str | None, realistic: bo
         document["utilization"] = utilization
         gpus = math.floor(gpus * (1 - utilization) + 1e-9)  # fleetc.placement.rules.usable_capacity
     return _Cluster(name, region, gpu_type, gpus, document)
+
+
+#: Offset of the seed of ``--node-gpus``' own random stream.
+NODES_STREAM = 2_000_003
+
+
+def _shape_nodes(rng: random.Random, clusters: list[_Cluster], sizes: tuple[int, ...]) -> None:
+    """Give each GPU cluster nodes of one of ``sizes`` GPUs (in place): as many nodes as its
+    drawn GPU count makes of 8-GPU nodes, its usable GPUs after its utilization again."""
+    for cluster in clusters:
+        attributes = cluster.document["attributes"]
+        if not cluster.gpu_type:
+            continue
+        size = rng.choice(sizes)
+        count = int(attributes["gpu-count"]) // 8 * size
+        attributes["gpu-count"] = str(count)
+        attributes["gpus-per-node"] = str(size)
+        cluster.gpus = math.floor(count * (1 - cluster.document.get("utilization", 0.0)) + 1e-9)
+        cluster.node = size
 
 
 def _fleet(clusters: list[_Cluster]) -> dict[str, Any]:
@@ -304,25 +338,32 @@ def _cap(stage: _Stage, gang_cap: int) -> int:
 
 
 def _perfect_pipelines(rng: random.Random, clusters: list[_Cluster], stage_count: int,
-                       slots: int) -> list[list[_Stage]]:
+                       slots: int, *, by_node: bool = False) -> list[list[_Stage]]:
     """Split each GPU cluster's GPUs exactly into gangs of its type, about ``stage_count`` in
-    all, and group them into pipelines of 1-3 stages."""
+    all, and group them into pipelines of 1-3 stages; ``by_node``: each node's GPUs, into gangs
+    of one replica (so that they pack onto the nodes whatever their size)."""
     gpu_clusters = [c for c in clusters if c.gpus]
     total = sum(c.gpus for c in gpu_clusters)
     gangs: list[_Stage] = []
     for cluster in gpu_clusters:
         low, high = math.ceil(cluster.gpus / MAX_GANG_GPUS), cluster.gpus
         parts = min(high, max(low, round(stage_count * cluster.gpus / total)))
-        for size in _composition(rng, cluster.gpus, parts):
+        if by_node:
+            nodes = cluster.gpus // cluster.node
+            split = [max(1, min(cluster.node, round(parts / nodes)))] * nodes
+            sizes = [size for share in split for size in _composition(rng, cluster.node, share)]
+        else:
+            sizes = _composition(rng, cluster.gpus, parts)
+        for size in sizes:
             kind = rng.choice(("Training", "Training", "Finetuning"))
-            gangs.append(_Stage(STAGE_NAMES[kind], kind, size, cluster.gpu_type, slots=slots))
+            gangs.append(_Stage(STAGE_NAMES[kind], kind, size, cluster.gpu_type, slots=slots, one_replica=by_node))
     rng.shuffle(gangs)
     pipelines = []
     while gangs:
         take = min(len(gangs), rng.randint(1, 3))
         chunk, gangs = gangs[:take], gangs[take:]
-        pipelines.append([_Stage(f"{s.name}-{i}", s.type, s.total, s.gpu_type, slots=s.slots)
-                          for i, s in enumerate(chunk)])
+        pipelines.append([_Stage(f"{s.name}-{i}", s.type, s.total, s.gpu_type, slots=s.slots,
+                                 one_replica=s.one_replica) for i, s in enumerate(chunk)])
     return pipelines
 
 
@@ -339,7 +380,7 @@ def _composition(rng: random.Random, total: int, parts: int) -> list[int]:
 
 
 def _pipeline_document(rng: random.Random, index: int, stages: list[_Stage],
-                       clusters: list[_Cluster]) -> dict[str, Any]:
+                       clusters: list[_Cluster], sizes: tuple[int, ...] = (8, 4, 2, 1)) -> dict[str, Any]:
     name = f"pipeline-{index:05d}"
     home = rng.choice(clusters).region  # where the pipeline's data lives
     bucket = f"cos://bench-{index:05d}"
@@ -356,7 +397,7 @@ def _pipeline_document(rng: random.Random, index: int, stages: list[_Stage],
             document["command"] = ["python", "-m", f"bench.{stage.type.lower()}", "--stage", stage.name]
             document["outputs"] = [{"name": "data", "storage": f"{bucket}/{stage.name}/",
                                     "location": home, "secretName": "bench-store"}]
-        document.update(_resources(rng, stage))
+        document.update(_resources(rng, stage, sizes))
         documents.append(document)
     return {
         "apiVersion": "aigc.kurator.dev/v1alpha1",
@@ -389,8 +430,14 @@ def _diversify(rng: random.Random, documents: list[dict[str, Any]]) -> None:
             resources["memory"] = f"{memory}Gi"
 
 
-def _resources(rng: random.Random, stage: _Stage) -> dict[str, Any]:
-    """Replicas and per-replica resources for a stage of ``stage.total`` GPUs."""
+#: GPUs per gang replica: the largest of these that divides the gang's GPUs (with ``--node-gpus``
+#: its node sizes too).
+REPLICA_GPUS = (8, 4, 2, 1)
+
+
+def _resources(rng: random.Random, stage: _Stage, sizes: tuple[int, ...] = REPLICA_GPUS) -> dict[str, Any]:
+    """Replicas and per-replica resources for a stage of ``stage.total`` GPUs: gangs in replicas
+    of the largest of ``sizes`` that divides it (one replica of it all: ``stage.one_replica``)."""
     if stage.type == "DataProc" or not stage.total:
         cores = rng.choice((4, 8, 16))
         return {"resources": {"cpu": cores, "memory": f"{cores * 4}Gi", "gpu": 0}}
@@ -400,7 +447,7 @@ def _resources(rng: random.Random, stage: _Stage) -> dict[str, Any]:
         extra: dict[str, Any] = {"replicas": replicas,
                                  "minReplicasPerCluster": min(replicas, rng.choice((1, 2)))}
     else:
-        per_replica = next(g for g in (8, 4, 2, 1) if stage.total % g == 0)
+        per_replica = stage.total if stage.one_replica else next(g for g in sizes if stage.total % g == 0)
         replicas = stage.total // per_replica
         resources = {"gpu": per_replica, "cpu": 4 * per_replica, "memory": f"{32 * per_replica}Gi"}
         extra = {"replicas": replicas} if replicas > 1 else {}
@@ -484,14 +531,27 @@ def _parser() -> argparse.ArgumentParser:
                         help="with --quotas: teams' hourly cost caps, this share of their GPUs' price")
     parser.add_argument("--diverse", action="store_true",
                         help="stages with data and cores/memory of their own (hardly two alike)")
+    parser.add_argument("--node-gpus", type=node_sizes, default=(),
+                        help="GPUs per node a GPU cluster may have, one drawn per cluster (e.g. 6,8,8)")
     parser.add_argument("--out", type=Path, required=True, help="folder to write")
     return parser
+
+
+def node_sizes(text: str) -> tuple[int, ...]:
+    """``6,8,8`` -> (6, 8, 8): positive GPUs per node."""
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected GPUs per node such as 6,8, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive GPUs per node, got {text!r}")
+    return sizes
 
 
 def spec_of(args: argparse.Namespace) -> Spec:
     return Spec(clusters=args.clusters, stages=args.stages, load=args.load, seed=args.seed,
                 perfect=args.perfect, platform=args.platform, sovereignty=args.sovereignty,
-                quotas=args.quotas, budget=args.budget, diverse=args.diverse)
+                quotas=args.quotas, budget=args.budget, diverse=args.diverse, node_gpus=args.node_gpus)
 
 
 def describe(instance: Instance) -> Iterator[str]:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.generate import Spec, generate
+from bench.generate import Spec, generate, node_sizes
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("import", "load", "validate", "resolve", "scores", "place", "render", "write")
@@ -279,6 +279,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--perfect", action="store_true",
                         help="instances whose GPUs split exactly into gangs (100%% placeable)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--node-gpus", type=node_sizes, default=(),
+                        help="GPUs per node a GPU cluster may have, one drawn per cluster (bench.generate --node-gpus)")
     parser.add_argument("--quotas", type=float, default=0.0,
                         help="also run each instance with team GPU quotas of this share of what each "
                              "team asks for (bench.generate --quotas), side by side")
@@ -304,9 +306,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.child:
         return child_main(args.child, args.time_limit, args.baseline, args.write_to)
-    cases = ([Spec(args.clusters, n, args.load[0], args.seed, args.perfect) for n in args.fit]
-             if args.fit else
-             [Spec(args.clusters, args.stages, load, args.seed, args.perfect) for load in args.load])
+    cases = ([Spec(args.clusters, n, args.load[0], args.seed, args.perfect, node_gpus=args.node_gpus)
+              for n in args.fit] if args.fit else
+             [Spec(args.clusters, args.stages, load, args.seed, args.perfect, node_gpus=args.node_gpus)
+              for load in args.load])
     if args.quotas:  # each instance without caps, then with them
         cases = [case for spec in cases
                  for case in (spec, dataclasses.replace(spec, quotas=args.quotas, budget=args.budget))]

@@ -226,12 +226,11 @@ def gpus_for_throughput(throughput: float, per_gpu: float) -> int:
 @dataclass(frozen=True)
 class GPUOption:
     """What one replica of a stage asking for throughput takes on clusters of one GPU type:
-    ``ceil(throughput / the type's throughput)`` GPUs, then node fit (:mod:`fleetc.nodefit`)."""
+    ``ceil(throughput / the type's throughput)`` GPUs (split into pods per cluster by node fit,
+    :func:`fleetc.placement.rules.on_cluster`)."""
 
     gpu_type: str
-    gpus: int  # per replica, as reserved
-    gpu_request: int | None = None  # per replica as asked, when ``gpus`` reserves more
-    pods_per_replica: int = 1
+    gpus: int  # per replica
 
 
 @dataclass(frozen=True)
@@ -245,7 +244,7 @@ class Stage:
     outputs: tuple[Output, ...]
     cpu_millis: int  # per replica
     memory_bytes: int  # per replica
-    gpus: int  # per replica, as reserved: rounded up so pods pack onto nodes (fleetc.nodefit)
+    gpus: int  # per replica, as asked (node fit splits it into pods per cluster, never rounds it)
     #: The GPU types it may run on, in order of preference (``gpuType``, lower case); empty:
     #: any type (or none needed when gpus == 0). Each cluster has one type, so a gang (on one
     #: cluster) runs on one type; a serving stage's clusters may differ in type.
@@ -259,14 +258,14 @@ class Stage:
     shared_gpu: bool = False  # accepts time-sliced GPU slots (never for Training/Finetuning)
     #: Data sovereignty: the jurisdiction whose clusters alone may run the stage (None: any).
     jurisdiction: str | None = None
-    #: Node fit (:mod:`fleetc.nodefit`): the pods one replica is split into, and the GPUs per
-    #: replica the policy asked for when ``gpus`` reserves more (None: ``gpus`` as asked).
+    #: Node fit (:mod:`fleetc.nodefit`): the pods one replica is split into. It depends on the
+    #: nodes of the cluster the stage runs on, so the model's stage has 1 and
+    #: :func:`fleetc.placement.rules.on_cluster` gives a cluster's split.
     pods_per_replica: int = 1
-    gpu_request: int | None = None
     serving: Serving | None = None  # Deployment stages only
     #: ``resources.throughput``: the GPUs per replica depend on the cluster's GPU type, one
-    #: :class:`GPUOption` per type it may run on (preference order; ``gpus``, ``gpu_request``
-    #: and ``pods_per_replica`` above are the first option's). Use
+    #: :class:`GPUOption` per type it may run on (preference order; ``gpus`` above is the
+    #: first option's). Use
     #: :func:`fleetc.placement.rules.on_cluster` for a cluster's figures. None: ``gpus`` holds.
     throughput: float | None = None
     gpu_options: tuple[GPUOption, ...] = ()
@@ -298,7 +297,7 @@ class Stage:
     @property
     def pod_gpus(self) -> int:
         """The GPUs each of the stage's pods requests."""
-        return (self.gpus if self.gpu_request is None else self.gpu_request) // self.pods_per_replica
+        return self.gpus // self.pods_per_replica
 
     @property
     def pod_cpu_millis(self) -> int:

@@ -1,52 +1,47 @@
-"""Node fit: how a stage's GPUs become pods that fit the cluster's nodes.
+"""Node fit: how a stage's GPUs become pods, and whether pods pack onto a cluster's nodes.
 
 A Fleet cluster says how many GPUs one of its nodes carries (attribute ``gpus-per-node``;
-default 8, or the largest divisor of ``gpu-count`` up to 8 when 8 does not divide it). The
-optimizer counts GPUs per cluster, so two rules make every placement it accepts pack onto
-nodes:
+default 8, or the largest divisor of ``gpu-count`` up to 8 when 8 does not divide it), and may
+state what one node offers of cores and memory (attributes ``cpu-per-node``,
+``memory-per-node``); otherwise each of its ``gpu-count / gpus-per-node`` nodes has an equal
+share of the cluster's cores and memory (a cluster without GPUs is one node, unless it states
+its node's cores or memory). Everything here reads one cluster's nodes at a time: what a
+stage takes on a cluster never depends on another cluster's nodes.
 
-* **split**: a replica asking for more GPUs than a node holds becomes ``k`` pods of ``g / k``
-  GPUs each, ``k`` the smallest number of equal pods that each fit a node (16 GPUs on 8-GPU
-  nodes: 2 pods of 8). A serving replica is one server process and cannot be split: asking
-  for more than a node holds is a validate-time error (:func:`fleetc.policy.validate`).
-* **round**: for capacity, each pod's GPUs are rounded up to the next step of the node's
-  divisor chain (:func:`divisor_chain`: 1, 2, 4, 8 for 8-GPU nodes). Pod sizes that all divide
-  one another and the node size pack without waste: sorted largest first, each pod fills the
-  free space of a node exactly, so ``sum(rounded) <= nodes x gpus-per-node`` is the only
-  condition, and that is what the optimizer's GPU capacity rule checks. A 3-GPU pod therefore
-  reserves 4 GPUs of an 8-GPU node: the fourth could hold no other 3-GPU pod anyway.
-
-Cores and memory count per node too (:class:`Shape`, :func:`node_of`): a Fleet cluster may
-state what one node offers (attributes ``cpu-per-node``, ``memory-per-node``); otherwise each
-of its ``gpu-count / gpus-per-node`` nodes has an equal share of the cluster's cores and memory
-(a cluster without GPUs is one node, unless it states its node's cores or memory). Two more
-rules follow:
-
+* **split** (:func:`pods_per_replica`): a gang replica asking for more GPUs than a node of the
+  cluster holds becomes ``k`` pods of ``g / k`` GPUs each, ``k`` the smallest number of equal
+  pods that each fit a node of *that* cluster (16 GPUs: 2 pods of 8 on 8-GPU nodes, 4 pods of
+  4 on 6-GPU nodes). A serving replica is one server process and is never split: it runs only
+  on clusters with a node large enough (validation refuses one no node of the fleet holds).
 * **fit**: a pod asking for more GPUs, cores or memory than one node offers runs on no node of
   the cluster: the stage may not run there (:func:`fleetc.placement.rules.fits_no_node`).
-* **crowd**: where fewer of a pod fit a node by cores or memory than by GPUs, its GPUs are
-  rounded further up the divisor chain (:func:`reserved`): to the first step ``s`` at which
-  ``node / s`` such pods fit the node by every resource. Each pod then takes no more of a
-  node's cores and memory than its share ``s / node`` of the node's GPUs, so pods whose
-  reservations fill a node's GPUs also fit its cores and memory: the GPU count still decides
-  whether they pack. (Pods without GPUs are held to the fit rule and the cluster's totals
-  only; where they share GPU nodes with GPU pods, their cores and memory are not rounded.)
-
-Where a stage may run on clusters with different node sizes (no ``gpuType``, or one type with
-mixed nodes), the split follows the smallest node and the reservation the largest rounding over
-the clusters its pods fit, so the one demand the optimizer sees is safe on every cluster it may
-choose.
+* **pack** (:func:`pack`): what is placed on a cluster must pack onto its nodes: an
+  assignment of every pod to a node such that no node gives out more GPUs, cores or memory
+  than it has. Nothing is rounded: a 6-GPU pod takes 6 GPUs, and a 2-GPU pod may take the
+  other 2 of its node. The optimizer counts each cluster's GPUs, cores and memory in total (a
+  relaxation of packing, ``docs/optimizer.md``); the placement it returns is packed cluster by
+  cluster (:func:`fleetc.placement.rules.unpacked`) and repaired where it does not pack, and
+  the verifier checks the packing again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from fleetc.model import Cluster
 
 DEFAULT_GPUS_PER_NODE = 8
+
+#: The most steps (pods placed) :func:`pack`'s exact search takes before it gives up (about 0.1 s).
+#: Pods of one shape are placed in node order and nodes left alike are tried once, so a
+#: cluster's few dozen pods are decided in far fewer steps; a search that runs out answers "no
+#: packing" (the optimizer then leaves a stage out and says it did not prove that none fits: an
+#: unpacked node is never rendered).
+SEARCH_LIMIT = 50_000
 
 
 @dataclass(frozen=True)
@@ -78,18 +73,6 @@ def node_of(cluster: Cluster) -> Shape:
     return Shape(cluster.gpus_per_node if cluster.gpus > 0 else 0, millis, memory)
 
 
-def reserved(pod: Shape, node: Shape) -> int:
-    """The GPUs (slots) a pod that fits ``node`` reserves there for capacity: the first step of
-    the node's divisor chain at least its GPUs at which ``node.gpus / step`` such pods fit the
-    node's cores and memory too (0 for a pod without GPUs)."""
-    if pod.gpus <= 0:
-        return 0
-    least = rounded(pod.gpus, node.gpus)
-    return next(step for step in divisor_chain(node.gpus)
-                if step >= least and (node.gpus // step) * pod.millis <= node.millis
-                and (node.gpus // step) * pod.memory <= node.memory)
-
-
 def default_gpus_per_node(gpu_count: int) -> int:
     """8 when it divides ``gpu_count``, else the largest divisor of ``gpu_count`` below 8."""
     if gpu_count <= 0:
@@ -97,41 +80,155 @@ def default_gpus_per_node(gpu_count: int) -> int:
     return max(d for d in range(1, DEFAULT_GPUS_PER_NODE + 1) if gpu_count % d == 0)
 
 
-def divisor_chain(node: int) -> tuple[int, ...]:
-    """Divisors of ``node`` each dividing the next: 1, then times each prime factor, smallest
-    first (8 -> 1, 2, 4, 8; 12 -> 1, 2, 4, 12; 6 -> 1, 2, 6)."""
-    chain, left, factor = [1], node, 2
-    while left > 1:
-        while left % factor:
-            factor += 1
-        left //= factor
-        chain.append(chain[-1] * factor if left > 1 else node)
-    return tuple(dict.fromkeys(chain))
-
-
-def rounded(pod_gpus: int, node: int) -> int:
-    """The GPUs a pod of ``pod_gpus`` reserves on nodes of ``node`` GPUs (``pod_gpus <= node``)."""
-    if pod_gpus <= 0:
-        return 0
-    return next(step for step in divisor_chain(node) if step >= pod_gpus)
-
-
+@lru_cache(maxsize=4096)
 def pods_per_replica(gpus: int, node: int) -> int:
-    """The fewest equal pods a replica of ``gpus`` splits into so that each fits a node."""
-    if gpus <= node:
+    """The fewest equal pods a gang replica of ``gpus`` splits into so that each fits a node of
+    ``node`` GPUs (1 when it fits one already, or when the cluster has no GPU nodes)."""
+    if gpus <= node or node <= 0:
         return 1
     return next(k for k in range(-(-gpus // node), gpus + 1) if gpus % k == 0)
 
 
-def reserved_per_replica(replica: Shape, nodes: list[Shape], smallest: int) -> tuple[int, int]:
-    """(pods per replica, GPUs reserved per replica) of a replica asking for ``replica`` that may
-    run on clusters whose nodes are ``nodes`` (as its pods see them: time-sliced slots where it
-    shares GPUs): split so that each pod fits a node of ``smallest`` GPUs (0: never split, a
-    serving replica is one pod), each pod reserving the most :func:`reserved` gives over the
-    nodes it fits. No candidate cluster, or none its pods fit: nothing rounded."""
-    sizes = [node for node in nodes if node.gpus > 0]
-    if replica.gpus <= 0 or not sizes:
-        return 1, replica.gpus
-    pods = pods_per_replica(replica.gpus, smallest) if smallest else 1
-    pod = Shape(replica.gpus // pods, -(-replica.millis // pods), -(-replica.memory // pods))
-    return pods, pods * max((reserved(pod, node) for node in sizes if pod.fits(node)), default=pod.gpus)
+def pack(pods: Sequence[Shape], nodes: Sequence[Shape], limit: int = SEARCH_LIMIT) -> tuple[int, ...] | None:
+    """A packing of ``pods`` onto ``nodes``: the index of the node each pod runs on (in the
+    order of ``pods``), no node giving out more GPUs, cores or memory than it offers; None when
+    there is none (or the exact search passed ``limit`` steps without finding one).
+
+    First fit decreasing first (largest pods first, each on the first node with room), which
+    packs what the optimizer places almost always; where it fails, an exact depth-first search
+    over the pods, largest first, that tries a node only when no node tried before for that
+    pod is left alike, places pods of one shape in node order, and stops a branch whose pods
+    left need more of a resource than the nodes have free."""
+    order = sorted(range(len(pods)), key=lambda i: (pods[i].gpus, pods[i].millis, pods[i].memory), reverse=True)
+    found = _sorted_packing(tuple(pods[i] for i in order), tuple(nodes), limit)
+    if found is None:
+        return None
+    where = [0] * len(pods)
+    for i, node in zip(order, found, strict=True):
+        where[i] = node
+    return tuple(where)
+
+
+@lru_cache(maxsize=2048)
+def _sorted_packing(pods: tuple[Shape, ...], nodes: tuple[Shape, ...], limit: int) -> tuple[int, ...] | None:
+    """:func:`pack` of ``pods`` sorted largest first (remembered: the repair and the ledger ask
+    about the same pods again)."""
+    found = _first_fit(pods, nodes)
+    if found is None:
+        found = _search(pods, nodes, limit)
+    return None if found is None else tuple(found)
+
+
+def _first_fit(pods: Sequence[Shape], nodes: Sequence[Shape]) -> list[int] | None:
+    free = [[n.gpus, n.millis, n.memory] for n in nodes]
+    found = []
+    for pod in pods:
+        node = next((j for j, f in enumerate(free)
+                     if pod.gpus <= f[0] and pod.millis <= f[1] and pod.memory <= f[2]), None)
+        if node is None:
+            return None
+        free[node][0] -= pod.gpus
+        free[node][1] -= pod.millis
+        free[node][2] -= pod.memory
+        found.append(node)
+    return found
+
+
+def _search(pods: Sequence[Shape], nodes: Sequence[Shape], limit: int) -> list[int] | None:
+    """The exact search of :func:`pack` over ``pods`` sorted largest first."""
+    free = [[n.gpus, n.millis, n.memory] for n in nodes]
+    left = [[0, 0, 0] for _ in range(len(pods) + 1)]  # what pods i.. ask for together
+    for i in range(len(pods) - 1, -1, -1):
+        left[i] = [left[i + 1][0] + pods[i].gpus, left[i + 1][1] + pods[i].millis, left[i + 1][2] + pods[i].memory]
+    total = [sum(f[r] for f in free) for r in range(3)]
+    where = [0] * len(pods)
+    steps = 0
+
+    def place(i: int) -> bool:
+        nonlocal steps
+        if i == len(pods):
+            return True
+        steps += 1
+        if steps > limit or any(left[i][r] > total[r] for r in range(3)):
+            return False
+        pod = pods[i]
+        start = where[i - 1] if i and pods[i - 1] == pod else 0
+        tried: set[tuple[int, ...]] = set()
+        for j in range(start, len(free)):
+            f = free[j]
+            state = tuple(f)
+            if state in tried or pod.gpus > f[0] or pod.millis > f[1] or pod.memory > f[2]:
+                continue
+            tried.add(state)
+            f[0] -= pod.gpus
+            f[1] -= pod.millis
+            f[2] -= pod.memory
+            for r, need in enumerate((pod.gpus, pod.millis, pod.memory)):
+                total[r] -= need
+            where[i] = j
+            if place(i + 1):
+                return True
+            f[0] += pod.gpus
+            f[1] += pod.millis
+            f[2] += pod.memory
+            for r, need in enumerate((pod.gpus, pod.millis, pod.memory)):
+                total[r] += need
+        return False
+
+    return where if place(0) else None
+
+
+#: The largest node (in GPUs, or time-sliced slots) whose patterns :func:`pattern_weights`
+#: enumerates: a node of 16 has at most a few hundred.
+PATTERN_NODE_LIMIT = 16
+
+
+def patterns(node: int, sizes: Sequence[int]) -> list[tuple[int, ...]]:
+    """Every maximal multiset of ``sizes`` (distinct, positive) that fits a node of ``node``
+    GPUs, as a count per size in the order of ``sizes``: no size fits beside it."""
+    found: list[tuple[int, ...]] = []
+    smallest = min(sizes)
+
+    def extend(i: int, left: int, counts: list[int]) -> None:
+        if i == len(sizes):
+            if left < smallest:
+                found.append(tuple(counts))
+            return
+        for n in range(left // sizes[i], -1, -1):
+            counts.append(n)
+            extend(i + 1, left - n * sizes[i], counts)
+            counts.pop()
+
+    extend(0, node, [])
+    return found
+
+
+def pattern_weights(node: int, counts: dict[int, int]) -> tuple[float, dict[int, float]]:
+    """The fewest nodes of ``node`` GPUs that pods of these GPU counts (size -> pods) need by
+    the pattern LP (Gilmore and Gomory's relaxation of bin packing: fractions of maximal
+    patterns that cover every pod), and its dual: a weight per size such that no pattern's
+    pods weigh more than 1 together. Every packing onto ``k`` nodes therefore weighs at most
+    ``k``: where the pods placed weigh more than the nodes there are, no packing exists, and
+    ``sum(weight of each pod) <= nodes`` is a valid linear row for the optimizer.
+    (0.0, {}) for a node above :data:`PATTERN_NODE_LIMIT` or no pods with GPUs."""
+    from scipy.optimize import linprog
+
+    sizes = sorted((g for g, n in counts.items() if 0 < g <= node and n > 0), reverse=True)
+    if not sizes or node > PATTERN_NODE_LIMIT:
+        return 0.0, {}
+    found = patterns(node, sizes)
+    # min sum(x) s.t. sum_p x_p * a_pg >= counts_g, x >= 0; as <= rows for linprog
+    coverage = [[-float(p[i]) for p in found] for i in range(len(sizes))]
+    result = linprog([1.0] * len(found), A_ub=coverage, b_ub=[-float(counts[g]) for g in sizes],
+                     bounds=(0, None), method="highs")
+    if result.status != 0 or result.fun is None:
+        return 0.0, {}
+    duals = [max(0.0, -float(m)) for m in result.ineqlin.marginals]
+    return float(result.fun), dict(zip(sizes, duals, strict=True))
+
+
+def weight_of(pod_gpus: int, weights: dict[int, float]) -> float:
+    """A pod's weight under :func:`pattern_weights`' dual, for any GPU count: that of the
+    largest size weighed that is no larger (a larger pod takes the smaller one's place in any
+    pattern it fits), 0 below them all."""
+    return max((w for g, w in weights.items() if g <= pod_gpus), default=0.0)

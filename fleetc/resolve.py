@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import fields, replace
 from pathlib import PurePath
 
 from fleetc import model as m
 from fleetc import nodefit
 from fleetc.errors import Diagnostic, InternalError, PolicyError, UsageError, did_you_mean
-from fleetc.placement.rules import degraded_platforms, slots_on, uses_shared_slots
+from fleetc.placement.rules import degraded_platforms
 from fleetc.policy import kinds as p
 from fleetc.policy.load import gc_paused
 from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage
@@ -123,11 +123,11 @@ def _resolve(policies: PolicySet, where: str, drained: Sequence[str], names: dic
     gpu_taints = _derived_gpu_taints(fleet)
     throughput = gpu_throughput(spec)
     stages = _with_jurisdictions(policies, clusters, tuple(
-        _fitted(_with_gpu_tolerations(stage, gpu_taints), clusters, throughput)
+        _fitted(_with_gpu_tolerations(stage, gpu_taints), throughput)
         for pipeline in sorted(policies.pipelines, key=lambda pl: pl.name)
         for stage in _stages(pipeline, fleet_tolerations, names.get(pipeline.doc.path, pipeline.doc.path))
     ))
-    model = m.FleetModel(
+    return m.FleetModel(
         name=fleet.name,
         namespace=fleet.obj.metadata.namespace or DEFAULT_NAMESPACE,
         clusters=clusters,
@@ -148,8 +148,6 @@ def _resolve(policies: PolicySet, where: str, drained: Sequence[str], names: dic
                       for pl in sorted(policies.pipelines, key=lambda pl: pl.name)
                       if pl.obj.spec.maxHourlyCost is not None),
     )
-    shapes = _node_shapes(model)
-    return replace(model, stages=tuple(_fitted_to_nodes(model, stage, shapes) for stage in model.stages))
 
 
 def _teams(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> list[m.Team]:
@@ -171,76 +169,12 @@ def _teams(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> list[m.Team
     return sorted(teams, key=lambda t: t.name)
 
 
-def _fitted(stage: m.Stage, clusters: Sequence[m.Cluster], throughput: Mapping[str, float]) -> m.Stage:
+def _fitted(stage: m.Stage, throughput: Mapping[str, float]) -> m.Stage:
     """A stage asking for throughput gets one :class:`~fleetc.model.GPUOption` per GPU type it
-    may run on, each fitted to the nodes of that type's clusters (:mod:`fleetc.nodefit`); the
-    others are fitted once the model is whole (:func:`_fitted_to_nodes`)."""
+    may run on (node fit splits its replicas per cluster, :func:`fleetc.placement.rules.on_cluster`)."""
     if stage.throughput is not None:
-        return _throughput_options(stage, clusters, throughput)
+        return _throughput_options(stage, throughput)
     return stage
-
-
-@dataclass(frozen=True)
-class _NodeShapes:
-    """The distinct node shapes of the fleet's GPU clusters per GPU type, as a stage's pods see
-    them (:func:`~fleetc.placement.rules.node_for`: whole GPUs, or time-sliced slots), and the
-    fewest GPUs per node of each type: what node fit reads of the clusters, so that fitting
-    20,000 stages to 1,000 clusters looks at a few shapes per stage, not every cluster."""
-
-    whole: dict[str, frozenset[nodefit.Shape]]
-    sliced: dict[str, frozenset[nodefit.Shape]]
-    smallest: dict[str, int]
-    #: What :func:`_fitted_to_nodes` found, by all it reads of a stage: stages alike recur.
-    fits: dict[tuple[object, ...], tuple[int, int]] = field(default_factory=dict, compare=False)
-    #: A stage's GPU types -> the fleet's GPU types it may run on, sorted; a few lists recur.
-    usable: dict[tuple[str, ...], tuple[str, ...]] = field(default_factory=dict, compare=False)
-
-
-def _node_shapes(model: m.FleetModel) -> _NodeShapes:
-    gpu_clusters = [c for c in model.clusters if c.gpus > 0 and c.gpu_type]
-    whole: dict[str, set[nodefit.Shape]] = {}
-    sliced: dict[str, set[nodefit.Shape]] = {}
-    smallest: dict[str, int] = {}
-    for cluster in gpu_clusters:
-        gpu_type = str(cluster.gpu_type)
-        node = nodefit.node_of(cluster)
-        whole.setdefault(gpu_type, set()).add(node)
-        slots = slots_on(model, cluster)
-        sliced.setdefault(gpu_type, set()).add(nodefit.Shape(node.gpus * slots, node.millis, node.memory))
-        smallest[gpu_type] = min(smallest.get(gpu_type, cluster.gpus_per_node), cluster.gpus_per_node)
-    return _NodeShapes({t: frozenset(v) for t, v in whole.items()},
-                       {t: frozenset(v) for t, v in sliced.items()}, smallest)
-
-
-def _fitted_to_nodes(model: m.FleetModel, stage: m.Stage, shapes: _NodeShapes) -> m.Stage:
-    """Node fit (:mod:`fleetc.nodefit`): a gang replica larger than a node is split into pods,
-    and ``gpus`` becomes what the replica reserves (rounded to pack, and further where cores or
-    memory crowd a node first), so any placement packs onto nodes."""
-    if stage.throughput is not None:
-        return stage
-    types = shapes.usable.get(stage.gpu_types)
-    if types is None:
-        types = shapes.usable[stage.gpu_types] = tuple(sorted(t for t in shapes.smallest
-                                                              if stage.preference(t) is not None))
-    shared = uses_shared_slots(model, stage)
-    key = (types, shared, stage.gpus, stage.cpu_millis, stage.memory_bytes, stage.is_gang)
-    fit = shapes.fits.get(key)
-    if fit is None:
-        seen = shapes.sliced if shared else shapes.whole
-        nodes = list(frozenset().union(*(seen[t] for t in types)))  # max over them: any order
-        fit = shapes.fits[key] = _fit(stage, stage.gpus, nodes, min((shapes.smallest[t] for t in types), default=0))
-    pods, reserved = fit
-    if reserved == stage.gpus and pods == 1:
-        return stage
-    return replace(stage, gpus=reserved, pods_per_replica=pods, gpu_request=stage.gpus)
-
-
-def _fit(stage: m.Stage, gpus: int, nodes: list[nodefit.Shape], smallest: int) -> tuple[int, int]:
-    """(pods per replica, GPUs reserved per replica) of ``gpus`` per replica on ``nodes`` (as the
-    stage's pods see them), a gang's replica split for nodes of ``smallest`` GPUs."""
-    # a serving replica is one pod; validation refused one larger than a node
-    replica = nodefit.Shape(gpus, stage.cpu_millis, stage.memory_bytes)
-    return nodefit.reserved_per_replica(replica, nodes, smallest if stage.is_gang else 0)
 
 
 def gpu_throughput(spec: p.FleetSpec) -> dict[str, float]:
@@ -248,24 +182,18 @@ def gpu_throughput(spec: p.FleetSpec) -> dict[str, float]:
     return {t.lower(): float(v) for t, v in (spec.gpuThroughput or {}).items()}
 
 
-def _throughput_options(stage: m.Stage, clusters: Sequence[m.Cluster], throughput: Mapping[str, float]) -> m.Stage:
+def _throughput_options(stage: m.Stage, throughput: Mapping[str, float]) -> m.Stage:
     """The stage's GPU options, one per type it lists (else per type the Fleet states a
     throughput for, fastest first), with the first one's figures as its own."""
     wanted = stage.throughput or 0.0
     types = stage.gpu_types or tuple(sorted(throughput, key=lambda t: (-throughput[t], t)))
     options = []
     for gpu_type in (t for t in types if t in throughput):
-        asked = m.gpus_for_throughput(wanted, throughput[gpu_type])
-        mine = [c for c in clusters if c.gpus > 0 and c.gpu_type == gpu_type]
-        pods, reserved = _fit(stage, asked, [nodefit.node_of(c) for c in mine],
-                              min((c.gpus_per_node for c in mine), default=0))
-        fitted = reserved != asked or pods != 1
-        options.append(m.GPUOption(gpu_type, reserved, asked if fitted else None, pods))
+        options.append(m.GPUOption(gpu_type, m.gpus_for_throughput(wanted, throughput[gpu_type])))
     if not options:  # validation refuses this; a model without options would drop the stage's GPUs
         raise InternalError(f"{stage.key}: asks for throughput, but none of its GPU types has one")
     first = options[0]
-    return replace(stage, gpus=first.gpus, gpu_request=first.gpu_request, pods_per_replica=first.pods_per_replica,
-                   gpu_options=tuple(options))
+    return replace(stage, gpus=first.gpus, gpu_options=tuple(options))
 
 
 def default_jurisdiction(region: str) -> str:

@@ -1,26 +1,26 @@
-"""Node fit: a stage's GPUs become pods that fit a node, and reservations that pack."""
+"""Node fit: a stage's GPUs become pods that fit a node of the cluster they run on, and what is
+placed on a cluster packs onto its nodes (an actual assignment of pods to nodes)."""
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.builders import make_cluster, make_fleet, make_stage
+from support.packing_exact import most_placed
+from test_scale import model_of as bench_model
 from test_validate import FLEET, check, cluster, documents, pipeline
 
-from fleetc.model import FleetModel, Stage
-from fleetc.nodefit import (
-    Shape,
-    default_gpus_per_node,
-    divisor_chain,
-    node_of,
-    pods_per_replica,
-    reserved,
-    reserved_per_replica,
-    rounded,
-)
+from bench.generate import Spec
+from fleetc.errors import PlacementError
+from fleetc.model import Assignment, FleetModel, Placement, StagePlacement, StageType
+from fleetc.nodefit import Shape, default_gpus_per_node, node_of, pack, pods_per_replica
 from fleetc.placement import rules
+from fleetc.placement.optimize import place
+from fleetc.placement.verify import verify
 from fleetc.policy.validate import validate
 from fleetc.resolve import resolve
 
@@ -38,83 +38,14 @@ def gpu_nodes(*sizes: int) -> list[Shape]:
     return [Shape(size, 10**9, 2**60) for size in sizes]
 
 
-@pytest.mark.parametrize(("node", "chain"), [(8, (1, 2, 4, 8)), (12, (1, 2, 4, 12)), (6, (1, 2, 6)),
-                                              (1, (1,)), (7, (1, 7))])
-def test_divisor_chain_steps_divide_each_other_and_the_node(node: int, chain: tuple[int, ...]) -> None:
-    assert divisor_chain(node) == chain
-
-
 @pytest.mark.parametrize(("gpus", "node", "split"), [(16, 8, 2), (8, 8, 1), (12, 8, 2), (9, 8, 3), (7, 4, 7),
                                                      (32, 8, 4)])
 def test_a_replica_splits_into_the_fewest_equal_pods_that_fit(gpus: int, node: int, split: int) -> None:
     assert pods_per_replica(gpus, node) == split
 
 
-def test_reservation_follows_the_largest_rounding_and_the_smallest_node() -> None:
-    assert reserved_per_replica(Shape(3, 0, 0), gpu_nodes(8), 8) == (1, 4)
-    assert reserved_per_replica(Shape(12, 0, 0), gpu_nodes(8), 8) == (2, 16)  # two pods of 6, each reserving 8
-    assert reserved_per_replica(Shape(3, 0, 0), gpu_nodes(8, 6), 6) == (1, 6)  # 3 -> 4 on 8-GPU nodes, 6 on 6
-    assert reserved_per_replica(Shape(16, 0, 0), gpu_nodes(8, 4), 4) == (4, 16)
-    assert reserved_per_replica(Shape(5, 0, 0), [], 0) == (1, 5)  # no cluster of its type: left as asked
-    assert reserved_per_replica(Shape(16, 0, 0), gpu_nodes(8), 0) == (1, 16)  # serving: never split
-
-
-def test_a_pod_that_crowds_a_node_by_cores_or_memory_reserves_more_of_its_gpus() -> None:
-    """8 GPUs, 128 cores, 1Ti a node: a 1-GPU pod of 40 cores leaves the node's cores short after
-    3 pods, so it reserves 4 GPUs (2 such pods a node, 80 cores); by memory likewise."""
-    node = Shape(8, 128_000, 1024 * GIB)
-    assert reserved(Shape(1, 16_000, 128 * GIB), node) == 1  # 8 fit by every resource
-    assert reserved(Shape(1, 40_000, 16 * GIB), node) == 4
-    assert reserved(Shape(1, 4_000, 300 * GIB), node) == 4  # 3 fit by memory: 2 a node
-    assert reserved(Shape(2, 100_000, 16 * GIB), node) == 8  # one a node
-    assert reserved(Shape(0, 100_000, 16 * GIB), node) == 0  # no GPUs: none reserved
-    # the most over the nodes the pod fits; one it does not fit does not count
-    small = Shape(8, 64_000, 512 * GIB)
-    assert reserved_per_replica(Shape(1, 40_000, 16 * GIB), [node, small], 0) == (1, 8)
-    assert reserved_per_replica(Shape(1, 100_000, 16 * GIB), [node, small], 0) == (1, 8)
-    # a gang replica's cores and memory are shared by its pods
-    assert reserved_per_replica(Shape(16, 80_000, 64 * GIB), [node], 8) == (2, 16)
-
-
-@given(st.sampled_from([1, 2, 4, 6, 8]), st.integers(1, 64), st.integers(1, 256),
-       st.lists(st.tuples(st.integers(0, 8), st.integers(1, 64), st.integers(1, 256)), min_size=1, max_size=24))
-def test_crowded_reservations_pack_by_every_resource(gpus: int, cores: int, gib: int,
-                                                     asks: list[tuple[int, int, int]]) -> None:
-    """Pods with GPUs, each reserving :func:`reserved`, sorted largest first: first fit by the
-    reservations alone puts them on ``ceil(sum / node)`` nodes, and every node then holds their
-    real cores and memory too."""
-    node = Shape(gpus, cores * 1000, gib * GIB)
-    pods = [pod for g, c, m in asks if (pod := Shape(min(g, gpus), c * 1000, m * GIB)).gpus and pod.fits(node)]
-    placed = sorted(((reserved(pod, node), pod) for pod in pods), key=lambda x: -x[0])
-    nodes: list[list[tuple[int, Shape]]] = []
-    for size, pod in placed:
-        free = next((n for n in nodes if sum(s for s, _ in n) + size <= gpus), None)
-        if free is None:
-            nodes.append([(size, pod)])
-        else:
-            free.append((size, pod))
-    assert len(nodes) == -(-sum(size for size, _ in placed) // gpus)
-    for held in nodes:
-        assert sum(p.millis for _, p in held) <= node.millis and sum(p.memory for _, p in held) <= node.memory
-
-
 def test_default_node_size_divides_the_gpu_count() -> None:
     assert [default_gpus_per_node(n) for n in (64, 16, 12, 4, 6, 3, 0)] == [8, 8, 6, 4, 6, 3, 8]
-
-
-@given(st.integers(1, 16), st.lists(st.integers(1, 16), min_size=1, max_size=30))
-def test_rounded_pods_pack_whenever_their_sum_fits(node: int, asks: list[int]) -> None:
-    """The claim the optimizer relies on: reservations on one node size pack by first fit,
-    largest first, into sum / node nodes (rounded up)."""
-    sizes = sorted((rounded(min(a, node), node) for a in asks), reverse=True)
-    nodes: list[int] = []
-    for size in sizes:
-        free = next((i for i, used in enumerate(nodes) if used + size <= node), None)
-        if free is None:
-            nodes.append(size)
-        else:
-            nodes[free] += size
-    assert len(nodes) == -(-sum(sizes) // node)
 
 
 def test_gpus_per_node_must_divide_the_gpu_count() -> None:
@@ -160,77 +91,37 @@ def test_node_shape_defaults_to_the_clusters_share_and_states_the_capacity_when_
     assert node_of(cpu_only) == Shape(0, 32_000, 64 * GIB)  # one node, as nothing says more
 
 
-def test_a_pod_crowding_a_node_reserves_gpus_and_one_fitting_no_node_is_kept_off() -> None:
-    """Nodes of 8 GPUs and 64 cores: a 1-GPU replica of 20 cores reserves 4 GPUs (3 would fit a
-    node by cores, 2 of 4 GPUs pack); one of 80 cores fits no node and may not run there."""
-    fleet = cluster("attributes: {gpu-type: a100, gpu-count: 16, cpu-per-node: 64}")
-    crowded = model_of_texts(fleet, pipeline("{name: serve, type: Deployment, resources: {gpu: 1, cpu: 20}}"))
-    (serve,) = crowded.stages
-    assert (serve.gpus, serve.gpu_request, serve.pod_gpus) == (4, 1, 1)
-    assert rules.exclusions(serve, crowded.clusters[0]) == []
-    big = model_of_texts(fleet, pipeline("{name: serve, type: Deployment, resources: {gpu: 1, cpu: 80}}"))
-    assert rules.exclusions(big.stages[0], big.clusters[0]) == [
-        "its pods (1 GPU, 80 cores, 16Gi) fit no node of the cluster (8 GPUs, 64 cores, 1024Gi each)"]
-
-
-def test_stages_fitted_together_are_fitted_as_each_alone() -> None:
-    """resolve fits each kind of stage once: a stage that differs in anything node fit reads
-    (GPUs, cores, memory, whether it is a gang) gets its own fit, alike ones the same."""
-    fleet = cluster("attributes: {gpu-type: a100, gpu-count: 16, cpu-per-node: 64, memory-per-node: 256Gi}")
-    stages = ["{name: s0, type: Deployment, resources: {gpu: 1, cpu: 20}}",
-              "{name: s1, type: Deployment, resources: {gpu: 1, cpu: 20}}",
-              "{name: s2, type: Deployment, resources: {gpu: 1, cpu: 4}}",
-              "{name: s3, type: Deployment, resources: {gpu: 1, cpu: 4, memory: 100Gi}}",
-              "{name: s4, type: Deployment, resources: {gpu: 2, cpu: 4}}",
-              "{name: s5, type: Training, resources: {gpu: 12, cpu: 4}}",
-              "{name: s6, type: Deployment, resources: {gpu: 1, cpu: 20}}"]
-    def fit(stage: Stage) -> tuple[int, int, int | None]:
-        return stage.gpus, stage.pods_per_replica, stage.gpu_request
-
-    together = [fit(stage) for stage in model_of_texts(fleet, pipeline(*stages)).stages]
-    assert together == [fit(model_of_texts(fleet, pipeline(stage)).stages[0]) for stage in stages]
-    assert together == [(4, 1, 1), (4, 1, 1), (1, 1, None), (4, 1, 1), (2, 1, None), (16, 2, 12), (4, 1, 1)]
-
-
 def test_a_serving_replica_larger_than_a_node_is_refused_at_validate_time() -> None:
     fleet = cluster("attributes: {gpu-type: a100, gpu-count: 16}")
     serving = pipeline("{name: serve, type: Deployment, resources: {gpu: 16}}")
     assert check(fleet, serving) == [
         "f1.yaml:7:54: error: spec.stages[0].resources.gpu: a serving replica is one pod and cannot be "
-        "split over nodes: 16 GPUs per replica, but a node of cluster c carries 8\n  hint: ask for at "
+        "split over nodes: 16 GPUs per replica, but the largest node it may run on (cluster c) carries 8\n"
+        "  hint: ask for at "
         "most 8 GPUs per replica, or set gpuType to a type with larger nodes"]
     training = pipeline("{name: train, type: Training, resources: {gpu: 16}}")
     assert check(fleet, training) == []  # a gang replica is split instead
 
 
-def test_the_cluster_named_for_a_serving_replica_has_the_smallest_nodes_it_may_use() -> None:
-    """Of the clusters a serving stage may run on whose nodes are too small, the one with the
-    smallest nodes is named (the first by name among equals); a type whose nodes all fit, or
-    that the stage does not ask for, is not."""
-    def fleet(*clusters: str) -> str:
-        return FLEET.replace("  - name: c\n    provider: x\n    region: cn-1\n", "".join(
-            f"  - name: {name}\n    provider: x\n    region: cn-1\n    attributes: {{{attributes}}}\n"
-            for name, attributes in clusters))
-
-    fleets = fleet(("e", "gpu-type: a100, gpu-count: 16"), ("d", "gpu-type: a100, gpu-count: 16, gpus-per-node: 4"),
-                   ("b", "gpu-type: a100, gpu-count: 16, gpus-per-node: 4"),
-                   ("a", "gpu-type: h100, gpu-count: 32, gpus-per-node: 2"),
-                   ("z", "gpu-type: l4, gpu-count: 32, gpus-per-node: 16"))
-    message = ("a serving replica is one pod and cannot be split over nodes: 6 GPUs per replica, but a node of "
-               "cluster {} carries {}")
+def test_a_serving_replica_is_refused_only_where_no_node_of_its_types_holds_it() -> None:
+    """Node fit is per cluster: a serving replica of 6 GPUs runs on the clusters whose nodes
+    hold it and drops out of the others (it was refused when any cluster of its types had
+    smaller nodes). Where none holds it, the cluster with the largest nodes is named (the first
+    by name among equals)."""
+    fleets = fleet_of(("e", "attributes: {gpu-type: a100, gpu-count: 16}"),
+                      ("d", "attributes: {gpu-type: a100, gpu-count: 16, gpus-per-node: 4}"),
+                      ("b", "attributes: {gpu-type: a100, gpu-count: 16, gpus-per-node: 4}"),
+                      ("a", "attributes: {gpu-type: h100, gpu-count: 32, gpus-per-node: 2}"),
+                      ("y", "attributes: {gpu-type: h100, gpu-count: 32, gpus-per-node: 4}"),
+                      ("z", "attributes: {gpu-type: l4, gpu-count: 32, gpus-per-node: 16}"))
+    assert check(fleets, pipeline("{name: s, type: Deployment, resources: {gpu: 6}}")) == []
+    assert check(fleets, pipeline("{name: s, type: Deployment, resources: {gpu: 6, gpuType: a100}}")) == []
     assert [line.split(": error: ")[1].split("\n")[0] for line in check(fleets, pipeline(
-        "{name: s, type: Deployment, resources: {gpu: 6}}"))] == [
-        "spec.stages[0].resources.gpu: " + message.format("a", 2)]
-    assert [line.split(": error: ")[1].split("\n")[0] for line in check(fleets, pipeline(
-        "{name: s, type: Deployment, resources: {gpu: 6, gpuType: a100}}"))] == [
-        "spec.stages[0].resources.gpu: " + message.format("b", 4)]
-    assert check(fleets, pipeline("{name: s, type: Deployment, resources: {gpu: 6, gpuType: l4}}")) == []
-
-
-def test_combinations_never_reserve_less_than_asked() -> None:
-    for gpus, node in itertools.product(range(1, 33), range(1, 17)):
-        pods, held = reserved_per_replica(Shape(gpus, 0, 0), gpu_nodes(node), node)
-        assert gpus % pods == 0 and gpus // pods <= node and held >= gpus
+        "{name: s, type: Deployment, resources: {gpu: 6, gpuType: h100}}"))] == [
+        "spec.stages[0].resources.gpu: a serving replica is one pod and cannot be split over nodes: 6 GPUs per "
+        "replica, but the largest node it may run on (cluster y) carries 4"]
+    model = model_of_texts(fleets, pipeline("{name: s, type: Deployment, resources: {gpu: 6, gpuType: a100}}"))
+    assert [c.name for c in model.clusters if not rules.exclusions(model.stages[0], c)] == ["e"]
 
 
 def test_inputs_and_outputs_whose_variables_collide_are_refused() -> None:
@@ -240,3 +131,207 @@ def test_inputs_and_outputs_whose_variables_collide_are_refused() -> None:
         "f1.yaml:7:47: error: spec.stages[0].inputs[0].name: its environment variable FLEETC_INPUT_X_PATH is "
         "also inputs[1]'s\n  hint: rename one: names that differ only in '-' and a '_path' or '_credentials' "
         "ending collide"]
+
+
+# --- node fit per cluster ----------------------------------------------------------------------
+
+
+def fleet_of(*clusters: tuple[str, str]) -> str:
+    """FLEET with these clusters (name, attributes) in place of its one."""
+    return FLEET.replace("  - name: c\n    provider: x\n    region: cn-1\n", "".join(
+        f"  - name: {name}\n    provider: x\n    region: cn-1\n    {attributes}\n" for name, attributes in clusters))
+
+
+def where(placement: Placement) -> dict[str, dict[str, int]]:
+    return {p.stage: {a.cluster: a.replicas for a in p.assignments} for p in placement.stages}
+
+
+@pytest.mark.parametrize("n6", ["attributes: {gpu-type: a100, gpu-count: 6}",
+                                "attributes: {gpu-type: a100, gpu-count: 6}\n    cordoned: true"])
+def test_a_gang_is_split_for_the_nodes_of_the_cluster_it_runs_on(n6: str) -> None:
+    """issue 30: a 16-GPU training on {n16: 16 a100 on 8-GPU nodes, n6: 6 a100} was split for
+    the fleet's smallest node (6) and reserved 24 GPUs: "24 GPUs per replica, cluster has 16";
+    the same with n6 cordoned. On n16 it is two pods of 8, and takes 16 GPUs."""
+    model = model_of_texts(fleet_of(("n16", "attributes: {gpu-type: a100, gpu-count: 16}"), ("n6", n6)),
+                           pipeline("{name: train, type: Training, resources: {gpu: 16}}"))
+    (stage,) = model.stages
+    assert (stage.gpus, stage.pods_per_replica) == (16, 1)  # as asked: the split is the cluster's
+    n16, n6_cluster = model.cluster("n16"), model.cluster("n6")
+    assert (rules.on_cluster(stage, n16).pods_per_replica, rules.on_cluster(stage, n16).pod_gpus) == (2, 8)
+    assert rules.on_cluster(stage, n6_cluster).pods_per_replica == 4  # 4 pods of 4 fit its 6-GPU node
+    placement = place(model)
+    assert where(placement) == {"p/train": {"n16": 1}}
+    assert placement.stages[0].assignments == (Assignment("n16", 1, 16),)
+
+
+def test_pods_pack_onto_nodes_so_six_and_two_share_a_node() -> None:
+    """issue 28: a 6-GPU pod on 8-GPU nodes reserved 8, so 6 + 2 could not share a node and a
+    fleet cut exactly into them was refused. 16 GPUs on 8-GPU nodes hold 6 + 2 and 6 + 2; a
+    12-GPU training is two pods of 6, beside two of 2."""
+    fleet = cluster("attributes: {gpu-type: a100, gpu-count: 16}")
+    model = model_of_texts(fleet, pipeline(*(f"{{name: s{i}, type: Training, resources: {{gpu: {g}}}}}"
+                                             for i, g in enumerate((6, 6, 2, 2)))))
+    assert where(place(model)) == {f"p/s{i}": {"c": 1} for i in range(4)}
+    gang = model_of_texts(fleet, pipeline("{name: big, type: Training, resources: {gpu: 12}}",
+                                          "{name: a, type: Finetuning, resources: {gpu: 2}}",
+                                          "{name: b, type: Finetuning, resources: {gpu: 2}}"))
+    placed = place(gang)
+    assert where(placed) == {"p/a": {"c": 1}, "p/b": {"c": 1}, "p/big": {"c": 1}}
+    assert [a.gpus for p in placed.stages for a in p.assignments] == [12, 2, 2]
+
+
+def test_a_placement_whose_pods_do_not_pack_is_refused_by_the_verifier_and_never_returned() -> None:
+    """6 + 6 + 4 GPUs add up to the 16 of two 8-GPU nodes but pack onto no assignment to them:
+    the verifier names the cluster, and the optimizer, whose GPU count is a relaxation of
+    packing, leaves one out (the least valuable) rather than return it."""
+    fleet = cluster("attributes: {gpu-type: a100, gpu-count: 16}")
+    model = model_of_texts(fleet, pipeline(*(f"{{name: s{i}, type: Training, resources: {{gpu: {g}}}}}"
+                                             for i, g in enumerate((6, 6, 4)))))
+    everything = Placement(tuple(StagePlacement(s.key, (Assignment("c", 1, s.gpus),), 0.0) for s in model.stages),
+                           0.0, 0.0, "milp")
+    assert verify(model, everything) == [
+        "c: its pods (2 x 6 GPUs, 1 x 4 GPUs) pack onto no assignment to its nodes (2 x 8 GPUs)"]
+    with pytest.raises(PlacementError) as raised:
+        place(model)
+    assert "p/s2" in str(raised.value)
+    placed = place(model, allow_unplaced=True)
+    assert where(placed) == {"p/s0": {"c": 1}, "p/s1": {"c": 1}, "p/s2": {}}
+    assert placed.stages[2].reason == ("0/1 clusters fit p/s2: 1 has 4 of 16 free a100, but not on nodes its "
+                                       "pods of 4 fit beside the pods placed there")
+    assert verify(model, placed, allow_unplaced=True) == []
+
+
+def test_usable_gpus_pack_as_whole_nodes_and_what_is_left_of_one() -> None:
+    """utilization 0.25 of 16 GPUs on 8-GPU nodes leaves 12: a node of 8 and 4 GPUs of another,
+    so 6 + 6 do not pack though 12 GPUs are free, and 8 + 4 do."""
+    fleet = cluster("attributes: {gpu-type: a100, gpu-count: 16}\n    utilization: 0.25")
+    model = model_of_texts(fleet, pipeline("{name: a, type: Training, resources: {gpu: 6}}",
+                                           "{name: b, type: Training, resources: {gpu: 6}}",
+                                           "{name: c, type: Training, resources: {gpu: 8}}",
+                                           "{name: d, type: Training, resources: {gpu: 4}}"))
+    a, b, c, d = model.stages
+    (here,) = model.clusters
+    node = node_of(here)
+    assert rules.packing(model, here, []).nodes == (node, Shape(4, node.millis, node.memory))
+    assert rules.unpacked(model, here, [(a, 1), (b, 1)])
+    assert not rules.unpacked(model, here, [(c, 1), (d, 1)])
+
+
+def test_a_pod_fitting_no_node_is_kept_off() -> None:
+    fleet = cluster("attributes: {gpu-type: a100, gpu-count: 16, cpu-per-node: 64}")
+    big = model_of_texts(fleet, pipeline("{name: serve, type: Deployment, resources: {gpu: 1, cpu: 80}}"))
+    assert rules.exclusions(big.stages[0], big.clusters[0]) == [
+        "its pods (1 GPU, 80 cores, 16Gi) fit no node of the cluster (8 GPUs, 64 cores, 1024Gi each)"]
+
+
+def test_cores_per_node_decide_a_packing_too() -> None:
+    """Nodes of 8 GPUs and 64 cores: 1-GPU pods of 40 cores, one a node by cores: two pack, a
+    third fits the cluster's 128 cores in total (120) but packs onto no node."""
+    fleet = cluster("attributes: {gpu-type: a100, gpu-count: 16, cpu-per-node: 64}")
+    model = model_of_texts(fleet, pipeline("{name: serve, type: Deployment, replicas: 3, "
+                                           "resources: {gpu: 1, cpu: 40}}"))
+    (serve,), (here,) = model.stages, model.clusters
+    assert not rules.unpacked(model, here, [(serve, 2)])
+    assert rules.unpacked(model, here, [(serve, 3)])
+    assert not rules.overuse(model, here, rules.usage(model, [(serve, 3)]))
+
+
+def brute_force(pods: Sequence[Shape], nodes: Sequence[Shape]) -> bool:
+    """Whether some assignment of ``pods`` to ``nodes`` fits (every one tried)."""
+    for assignment in itertools.product(range(len(nodes)), repeat=len(pods)):
+        used = [[0, 0, 0] for _ in nodes]
+        for pod, j in zip(pods, assignment, strict=True):
+            used[j][0] += pod.gpus
+            used[j][1] += pod.millis
+            used[j][2] += pod.memory
+        if all(u[0] <= n.gpus and u[1] <= n.millis and u[2] <= n.memory for u, n in zip(used, nodes, strict=True)):
+            return True
+    return False
+
+
+pods_strategy = st.lists(st.builds(Shape, st.integers(0, 8), st.integers(0, 4), st.integers(0, 4)), max_size=6)
+nodes_strategy = st.lists(st.builds(Shape, st.integers(1, 8), st.integers(1, 6), st.integers(1, 6)),
+                          min_size=1, max_size=3)
+
+
+@settings(derandomize=True, max_examples=300, deadline=None)
+@given(pods_strategy, nodes_strategy)
+def test_pack_finds_a_packing_exactly_when_one_exists(pods: list[Shape], nodes: list[Shape]) -> None:
+    """:func:`pack` against trying every assignment: it answers with a valid packing whenever
+    one exists, and None only when none does."""
+    found = pack(pods, nodes)
+    assert (found is not None) == brute_force(pods, nodes)
+    if found is not None:
+        for j, node in enumerate(nodes):
+            mine = [pod for pod, k in zip(pods, found, strict=True) if k == j]
+            assert sum(p.gpus for p in mine) <= node.gpus
+            assert sum(p.millis for p in mine) <= node.millis
+            assert sum(p.memory for p in mine) <= node.memory
+
+
+def test_pack_searches_where_first_fit_decreasing_fails() -> None:
+    """Two nodes of 10, pods 4 4 3 3 3 3: first fit decreasing gives 4+4 | 3+3+3 and a 3 left;
+    the search finds 4+3+3 | 4+3+3."""
+    pods = [Shape(g, 0, 0) for g in (4, 4, 3, 3, 3, 3)]
+    nodes = [Shape(10, 0, 0)] * 2
+    found = pack(pods, nodes)
+    assert found is not None
+    assert sorted(sum(p.gpus for p, j in zip(pods, found, strict=True) if j == n) for n in range(2)) == [10, 10]
+
+
+# --- against an exact model of packing ---------------------------------------------------------
+
+
+@st.composite
+def node_fleets(draw: st.DrawFn) -> FleetModel:
+    """1-3 clusters of 1-3 nodes of 4, 6 or 8 GPUs (one maybe cordoned), and gangs of one
+    replica that fill each node of the clusters not cordoned exactly (so that a packing places
+    them all, and only one that puts the right gangs together), shuffled, maybe with 1-3 more
+    gangs of 1-12 GPUs per replica in 1-2 replicas, some of them crowding a node's cores."""
+    clusters, sizes = [], []
+    for i in range(draw(st.integers(1, 3))):
+        node, nodes = draw(st.sampled_from([4, 6, 8])), draw(st.integers(1, 3))
+        cordoned = draw(st.booleans()) and i > 0
+        clusters.append(make_cluster(f"c{i}", gpus=node * nodes, gpus_per_node=node, cores=32 * nodes,
+                                     memory_gib=256 * nodes, cordoned=cordoned))
+        for _ in range(0 if cordoned else nodes):
+            cuts = sorted(draw(st.sets(st.integers(1, node - 1), max_size=2)))
+            sizes += [b - a for a, b in itertools.pairwise([0, *cuts, node])]
+    sizes = draw(st.permutations(sizes))
+    stages = [make_stage(f"s{i:02d}", gpus=g, cores=1, memory_gib=1) for i, g in enumerate(sizes)]
+    stages += [make_stage(f"x{i}", gpus=draw(st.integers(1, 12)), replicas=draw(st.integers(1, 2)),
+                          type=draw(st.sampled_from([StageType.TRAINING, StageType.FINETUNING])),
+                          cores=draw(st.sampled_from([1, 1, 20])), memory_gib=1)
+               for i in range(draw(st.sampled_from([0, 0, 1, 3])))]
+    return make_fleet(tuple(clusters), tuple(stages))
+
+
+@pytest.mark.parametrize("large", [None, 0], ids=["exact-path", "large-path"])
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(model=node_fleets())
+def test_fleetc_places_every_fleet_a_packing_places_and_what_it_renders_packs(model: FleetModel,
+                                                                              large: int | None) -> None:
+    """Against :func:`support.packing_exact.most_placed` (every pod's node a variable): where a
+    packing places every stage, fleetc places them all, on the exact path (packing rows) and on
+    the large path (the packing repair); its placement always packs (the verifier, which place()
+    runs, finds each cluster's assignment of pods to nodes)."""
+    every = most_placed(model) == len(model.stages)
+    placement = place(model, allow_unplaced=True, large=large)
+    assert verify(model, placement, allow_unplaced=True) == []
+    placed = sum(1 for p in placement.stages if p.assignments)
+    assert placed <= most_placed(model)
+    if every:
+        assert placed == len(model.stages), where(placement)
+
+
+@pytest.mark.parametrize("large", [None, 0], ids=["exact-path", "large-path"])
+@pytest.mark.parametrize("seed", range(3))
+def test_generated_fleets_on_mixed_nodes_cut_exactly_into_gangs_are_placed_whole(seed: int,
+                                                                                  large: int | None) -> None:
+    """``bench.generate --perfect --node-gpus 6,8``: each node's GPUs split exactly into gangs,
+    so a placement that packs every node full exists; fleetc finds one on either path."""
+    model = bench_model(Spec(clusters=8, stages=60, seed=seed, perfect=True, node_gpus=(6, 8)))
+    placement = place(model, large=large)
+    assert all(p.assignments for p in placement.stages)
+    assert sum(a.gpus for p in placement.stages for a in p.assignments) == sum(
+        rules.usable_capacity(model, c)[0] for c in model.clusters)

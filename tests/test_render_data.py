@@ -347,9 +347,8 @@ def _plain_stage_digest(stage: Stage) -> str:
             return [canonical(item) for item in value]
         return value
     if stage.gpu_options:
-        first = stage.gpu_options[0]
-        stage = replace(stage, gpus=first.gpus, gpu_request=first.gpu_request, pods_per_replica=first.pods_per_replica)
-    stage = replace(stage, source=replace(stage.source, document=0))
+        stage = replace(stage, gpus=stage.gpu_options[0].gpus)
+    stage = replace(stage, pods_per_replica=1, source=replace(stage.source, document=0))
     return hashlib.sha256(json.dumps(canonical(stage), sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -8,18 +8,20 @@ headroom, previous placements), and for random candidate placements, some sound 
   whose cluster holds one replica is allowed;
 - the problem built of the fleet (:class:`fleetc.placement.problem.Problem`) holds the rules'
   demands, capacities, slots, minimums and HA clusters;
-- its placement program accepts a candidate (its integral vector is feasible) exactly when the
-  rules do (:func:`fleetc.placement.verify.verify`, which reads only the rules), but for one
-  rule the program keeps in its objective instead: a serving stage running degraded and short
-  leaves no room for one more replica (:func:`rules.room_left`);
+- its placement program accepts a candidate (its integral vector is feasible) whose pods pack
+  onto every cluster's nodes (:func:`rules.unpacked`: the program counts totals, a relaxation
+  of packing) exactly when the rules do (:func:`fleetc.placement.verify.verify`, which reads
+  only the rules), but for one rule the program keeps in its objective instead: a serving
+  stage running degraded and short leaves no room for one more replica (:func:`rules.room_left`);
 - the program's capacity rows count, per cluster, what :func:`rules.taken` counts;
 - the large path's repair (:class:`fleetc.placement.colgen._Room`) fits as many more replicas
-  of a stage on a cluster as the rules do.
+  of a stage on a cluster as the rules' totals do (packing is restored after it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -200,7 +202,12 @@ def _check_against_the_rules(data: st.DataObject, model: FleetModel) -> None:
         sound = [p for p in verify(model, placement, allow_unplaced=True)
                  if "replicas placed while it runs degraded, but" not in p] == []
         v = vector_of(model, program, replicas_at, previous)
-        assert (v is not None and is_feasible(program, v, program.lower)) == sound, verify(
+        # the program counts each cluster's totals, a relaxation of packing pods onto nodes:
+        # with the packing (rules.unpacked, which optimize._packed restores) it is the rules
+        packs = not any(rules.unpacked(model, cluster, [(rules.on_cluster(stage, cluster), int(replicas_at[s, c]))
+                                                        for s, stage in enumerate(model.stages)])
+                        for c, cluster in enumerate(model.clusters))
+        assert (v is not None and is_feasible(program, v, program.lower) and packs) == sound, verify(
             model, placement, allow_unplaced=True)
         if v is not None:
             _assert_same_usage(model, program, v, replicas_at)
@@ -289,29 +296,33 @@ def _assert_repair_room_follows_the_rules(model: FleetModel, problem: Problem, r
                 fitting += 1
             counted = min(room.capacity_fits(c, per_replica[:, s]), 12)
             assert counted <= fitting if varying else counted == fitting, (stage.key, cluster.name)
-    ledger = rules.Ledger(model, ((stage, model.clusters[c].name, int(replicas_at[s, c]))
-                                  for s, stage in enumerate(model.stages) for c in np.flatnonzero(replicas_at[s])))
-    if not all(ledger.fits(cluster.name) for cluster in model.clusters) or not ledger.within_caps():
-        return  # the repair never sees a placement that breaks capacity, the headroom or a cap
-    for c, cluster in enumerate(model.clusters):
-        for s, stage in enumerate(model.stages):
-            fitting = 0
-            while fitting < 40 and ledger.room_for(stage, cluster.name, fitting + 1):
-                fitting += 1
-            counted = min(room.fits(c, s), 40)
-            assert counted <= fitting if varying else counted == fitting, (stage.key, cluster.name, "headroom")
+    # the repair counts totals, as the program does: packing onto nodes is restored after it
+    # (optimize._packed), so here the ledger's room is read without it
+    with mock.patch.object(rules, "unpacked", lambda *_: ""):
+        ledger = rules.Ledger(model, ((stage, model.clusters[c].name, int(replicas_at[s, c]))
+                                      for s, stage in enumerate(model.stages) for c in np.flatnonzero(replicas_at[s])))
+        if not all(ledger.fits(cluster.name) for cluster in model.clusters) or not ledger.within_caps():
+            return  # the repair never sees a placement that breaks capacity, the headroom or a cap
+        for c, cluster in enumerate(model.clusters):
+            for s, stage in enumerate(model.stages):
+                fitting = 0
+                while fitting < 40 and ledger.room_for(stage, cluster.name, fitting + 1):
+                    fitting += 1
+                counted = min(room.fits(c, s), 40)
+                assert counted <= fitting if varying else counted == fitting, (stage.key, cluster.name, "headroom")
 
 
 def test_the_repair_counts_time_sliced_gpus_on_the_other_ha_clusters_in_whole_units() -> None:
     """h1 and h2 keep failover headroom for pipeline p; q/side's one time-sliced slot on h2
     takes a whole GPU there (a node of 1 GPU, 4 slots each). Losing h1 needs p's 2 exclusive
-    GPUs (8 slots) plus p/small's slots back on h2, which leaves (8 - 2 - 1) x 4 = 20 slots: 12
-    replicas of p/small fit h1, as the rules count. Counting the slot on h2 as a quarter GPU,
-    the repair found room for 15, and the verifier refused the placement (exit 3)."""
+    GPUs (8 slots: two 1-GPU pods, as its nodes hold) plus p/small's slots back on h2, which
+    leaves (8 - 2 - 1) x 4 = 20 slots: 12 replicas of p/small fit h1, as the rules count.
+    Counting the slot on h2 as a quarter GPU, the repair found room for 15, and the verifier
+    refused the placement (exit 3)."""
     clusters = (make_cluster("h1", gpus=8, gpus_per_node=1), make_cluster("h2", gpus=8, gpus_per_node=1))
     platform = dataclasses.replace(make_platform("h1", ("h2",), pipelines=("p",)), failover_headroom=True)
     stages = (
-        make_stage("big", pipeline="p", type=StageType.DEPLOYMENT, gpus=2, replicas=2, cores=1, memory_gib=1),
+        make_stage("big", pipeline="p", type=StageType.DEPLOYMENT, gpus=1, replicas=4, cores=1, memory_gib=1),
         make_stage("small", pipeline="p", type=StageType.DEPLOYMENT, gpus=1, replicas=20, cores=1, memory_gib=1,
                    shared_gpu=True),
         make_stage("side", pipeline="q", type=StageType.DEPLOYMENT, gpus=1, cores=1, memory_gib=1, shared_gpu=True),
@@ -321,10 +332,10 @@ def test_the_repair_counts_time_sliced_gpus_on_the_other_ha_clusters_in_whole_un
     problem = Problem.of(model, scores, multicluster_conflicts(model, scores), np.zeros((3, 2), dtype=np.int32),
                          Part(np.arange(3), np.arange(2)))
     large = colgen._large(problem)
-    placed = np.array([[1, 1], [0, 0], [0, 1]])
+    placed = np.array([[2, 2], [0, 0], [0, 1]])
     room = colgen._Room(large.capacity, colgen._taken(large, placed), large.slots, large.unit, large.headroom,
                         large.coefficients / large.replicas, placed, large.caps)
     assert room.fits(0, 1) == 12
-    ledger = rules.Ledger(model, [(stages[0], "h1", 1), (stages[0], "h2", 1), (stages[2], "h2", 1)])
+    ledger = rules.Ledger(model, [(stages[0], "h1", 2), (stages[0], "h2", 2), (stages[2], "h2", 1)])
     assert ledger.room_for(stages[1], "h1", 12) and not ledger.room_for(stages[1], "h1", 13)
     _assert_repair_room_follows_the_rules(model, problem, placed)

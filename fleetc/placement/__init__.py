@@ -20,7 +20,9 @@ one back (previous)."""
 #: 12: where stages all differ but for cores and memory and the LP over them would take column
 #: generation, the large path places them from the LP over kinds of the relaxation, an LP
 #: rounding, the repair and gang relocations and swaps.
-PLACEMENT_VERSION = "12"
+#: 13: node fit per cluster (a gang split for the nodes of the cluster it runs on), GPUs never
+#: rounded up, and what is placed on a cluster packs onto its nodes (rules.unpacked).
+PLACEMENT_VERSION = "13"
 
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,
 #: unless :func:`fleetc.placement.optimize.place` is given another threshold (the CLI's

@@ -5,7 +5,8 @@ over its vector ``v = [x | y | u | z | w | k | d]``:
 
     maximise    objective . v
     subject to  placement @ v == 0          each stage's replicas on its clusters = replicas * z
-                usage @ v <= capacity        GPUs, cores, GiB (and shared slots) per cluster
+                usage @ v <= capacity        GPUs, cores, GiB (and shared slots) per cluster,
+                                             and packing rows (pods weighed by node patterns)
                 linking @ v <= 0             replica split, multiCluster, kept replicas
                 lower <= v <= upper, v integral (its LP relaxation for the bound)
 
@@ -29,15 +30,51 @@ import numpy as np
 from fleetc.errors import InternalError
 from fleetc.placement import highs
 from fleetc.placement.problem import Budget, Problem
-from fleetc.placement.program import OutOfTime, Program, Result, Solved, build_program, is_feasible, replicas_of
+from fleetc.placement.program import (
+    OutOfTime,
+    Program,
+    Result,
+    Solved,
+    build_program,
+    is_feasible,
+    packing_rows,
+    replicas_of,
+)
+
+#: The most rounds of packing rows (:func:`fleetc.placement.program.packing_rows`) the exact path
+#: adds and solves again; a cluster still unpacked after them is repaired by
+#: :func:`fleetc.placement.optimize._packed`.
+PACKING_ROUNDS = 8
 
 
 def solve(problem: Problem, budget: Budget) -> Solved:
     """The exact path: the whole program of ``problem`` (:func:`build_program`) through cvxpy
     on ``budget.solver`` within ``budget.deadline``: every stage placed if possible, else the
-    most valuable placement; its LP relaxation is the bound. :class:`OutOfTime` when the budget
-    ends before a placement is found."""
+    most valuable placement; its LP relaxation is the bound. Where the placement leaves a
+    cluster whose pods do not pack onto its nodes, the packing rows that cut it off are added
+    and the program solved again (up to :data:`PACKING_ROUNDS` times). :class:`OutOfTime` when
+    the budget ends before a placement is found."""
     program = build_program(problem)
+    for _ in range(PACKING_ROUNDS):
+        values, require_all = _solve_integral(program, budget)
+        cut = packing_rows(problem, program, values)
+        if cut is None:
+            break
+        program = cut
+    scored = replace(program, objective=program.score)
+    relaxed = solve_program(scored, budget, require_all=require_all, integral=False)
+    objective = float(program.score @ values)
+    if relaxed.optimal and relaxed.values is not None:
+        bound = float(program.score @ relaxed.values)
+    else:
+        bound = float(np.sum(np.maximum(program.score, 0.0) * program.upper))
+    return Solved(replicas_of(program, values), objective, max(bound, objective), "milp")
+
+
+def _solve_integral(program: Program, budget: Budget) -> tuple[np.ndarray, bool]:
+    """The MILP of ``program`` with every stage placed, else (infeasible so) the most valuable
+    placement; its values, and whether it places every stage. :class:`OutOfTime` when the budget
+    ends first."""
     result = Result(values=None, optimal=False, infeasible=bool(program.blocked.any()))
     if not result.infeasible:
         result = solve_program(program, budget, require_all=True, integral=True)
@@ -49,14 +86,7 @@ def solve(problem: Problem, budget: Budget) -> Solved:
                                absolute_gap=0.5 * program.smallest_value)
     if result.values is None:
         raise OutOfTime
-    scored = replace(program, objective=program.score)
-    relaxed = solve_program(scored, budget, require_all=require_all, integral=False)
-    objective = float(program.score @ result.values)
-    if relaxed.optimal and relaxed.values is not None:
-        bound = float(program.score @ relaxed.values)
-    else:
-        bound = float(np.sum(np.maximum(program.score, 0.0) * program.upper))
-    return Solved(replicas_of(program, result.values), objective, max(bound, objective), "milp")
+    return result.values, require_all
 
 
 def solve_program(program: Program, budget: Budget, *, require_all: bool, integral: bool,

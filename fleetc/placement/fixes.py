@@ -422,12 +422,18 @@ def _sized(model: FleetModel, empty: Cluster, placed: Iterable[tuple[Stage, int]
         gpus += 1
         if gpus > 100 * max(need[0], 1):
             return None
-    # each node's share of the cores and memory holds the largest pod (fleetc.nodefit)
-    nodes = max(1, gpus // max(empty.gpus_per_node, 1))
-    pods = [rules.pod_of(stage) for stage, _ in placed]
-    millis = max([need[1], *(nodes * pod.millis for pod in pods)])
-    memory = max([need[2], *(nodes * pod.memory for pod in pods)])
-    return _with_gpus(empty, gpus, millis, memory)
+    while gpus <= 100 * max(need[0], 1):
+        # each node's share of the cores and memory holds the largest pod, and the pods pack
+        # onto the nodes (fleetc.nodefit): else one GPU more
+        nodes = max(1, gpus // max(empty.gpus_per_node, 1))
+        pods = [rules.pod_of(rules.on_cluster(stage, replace(empty, gpus=gpus))) for stage, _ in placed]
+        millis = max([need[1], *(nodes * pod.millis for pod in pods)])
+        memory = max([need[2], *(nodes * pod.memory for pod in pods)])
+        sized = _with_gpus(empty, gpus, millis, memory)
+        if not rules.unpacked(model, sized, [(rules.on_cluster(stage, sized), n) for stage, n in placed]):
+            return sized
+        gpus += 1
+    return None
 
 
 def _with_gpus(empty: Cluster, gpus: int, millis: int, memory: int) -> Cluster:

@@ -51,6 +51,7 @@ only a solve that hits its time limit may end differently from run to run.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
@@ -63,7 +64,15 @@ from fleetc.placement import LARGE, cvx, reasons, rules
 from fleetc.placement.colgen import solve_large
 from fleetc.placement.incremental import INCREMENTAL, recompile
 from fleetc.placement.previous import Recorded
-from fleetc.placement.problem import Budget, PreviousClusters, Problem, multicluster_conflicts, problems, stage_values
+from fleetc.placement.problem import (
+    Budget,
+    Part,
+    PreviousClusters,
+    Problem,
+    multicluster_conflicts,
+    problems,
+    stage_values,
+)
 from fleetc.placement.program import OutOfTime, Solved
 from fleetc.placement.scoring import Scores, score_matrix
 from fleetc.placement.solvers import DEFAULT_SOLVER
@@ -122,6 +131,13 @@ def place(
         replicas_at, objective, bound, methods, proven, blocked = _solve_all(model, scores, previous, budget, large,
                                                                              time_limit, deadline)
     objective += _stay_where_moving_gains_nothing(model, scores, previous or {}, replicas_at)
+    repacked, left_out = _packed(model, scores, replicas_at, previous or {})
+    objective += repacked
+    if left_out and not previous:
+        resolved = _packed_exactly(model, scores, replicas_at, budget)
+        objective += resolved or 0.0
+        left_out = resolved is None
+    proven = proven and not left_out
     _top_up(model, scores, replicas_at)
     unplaced = reasons.unplaced(model, scores, blocked, replicas_at)
     # A solve the deadline cut short ends past it; one that ends past it may just have finished
@@ -305,6 +321,193 @@ def _put_back(model: FleetModel, previous: PreviousClusters, placed: dict[str, d
         for name, n in before.items():
             replicas_at[s, names[name]] = n
     return bool(moves)
+
+
+def _packed(model: FleetModel, scores: Scores, replicas_at: np.ndarray, previous: PreviousClusters
+            ) -> tuple[float, bool]:
+    """Make every cluster's pods pack onto its nodes (in place): the solvers count a cluster's
+    GPUs, cores and memory in total (a relaxation of packing, ``docs/optimizer.md``), so a
+    cluster they fill may hold pods no assignment to its nodes holds (:func:`rules.unpacked`).
+    From each such cluster the stages of least value are taken off (whole: every replica,
+    wherever it runs; those where the ``previous`` placement had them last) until it packs;
+    then each stage taken off, most valuable first, goes back where it was if that packs now,
+    else to the best-scoring cluster that may run it and has room and packs (a gang whole on
+    one cluster; a serving stage without ``multiCluster`` all on one), else, for a gang, where
+    moving up to :data:`SWAP_MOST` gangs of that cluster to other clusters with room makes room
+    (:func:`_swapped_in`; gangs of the ``previous`` placement are not moved, so the churn rule
+    holds). The objective's change, and whether a stage was left out (then not proven
+    unplaceable)."""
+    unpacked = [c for c in np.flatnonzero(replicas_at.any(axis=0)).tolist() if rules.unpacked(
+        model, model.clusters[c], [(rules.on_cluster(model.stages[s], model.clusters[c]), int(replicas_at[s, c]))
+                                   for s in np.flatnonzero(replicas_at[:, c]).tolist()])]
+    if not unpacked:  # the common case: no ledger of 20,000 stages to build
+        return 0.0, False
+    stage_of, cluster_of = np.nonzero(replicas_at)
+    ledger = rules.Ledger(model, ((model.stages[s], model.clusters[c].name, int(replicas_at[s, c]))
+                                  for s, c in zip(stage_of.tolist(), cluster_of.tolist(), strict=True)))
+    values = stage_values(model, model.stages)
+    taken: dict[int, np.ndarray] = {}
+    for c in unpacked:
+        cluster = model.clusters[c]
+        while rules.unpacked(model, cluster, ledger.on[cluster.name].values()):
+            s = min(np.flatnonzero(replicas_at[:, c]).tolist(),
+                    key=lambda s: (_stays(model, previous, replicas_at, s), values[s], s))
+            taken[s] = replicas_at[s].copy()
+            for d in np.flatnonzero(replicas_at[s]).tolist():
+                ledger.add(model.stages[s], model.clusters[d].name, -int(replicas_at[s, d]))
+            replicas_at[s] = 0
+    start = replicas_at.copy()
+    for s in sorted(taken, key=lambda s: (-values[s], s)):
+        where = _packed_place(model, scores, ledger, s, taken[s])
+        if where is not None:
+            replicas_at[s] = where
+        else:
+            _swapped_in(model, scores, ledger, s, replicas_at,
+                        fixed={t for t, stage in enumerate(model.stages) if stage.key in previous} | set(taken))
+    start[list(taken)] = np.array([taken[s] for s in taken])
+    moved = np.flatnonzero((replicas_at != start).any(axis=1)).tolist()
+    change = sum(float(values[s] / model.stages[s].replicas * (replicas_at[s] - start[s]) @ (1.0 + scores.total[s]))
+                 for s in moved)
+    return change, not all(replicas_at[s].any() for s in taken)
+
+
+def _packed_exactly(model: FleetModel, scores: Scores, replicas_at: np.ndarray, budget: Budget) -> float | None:
+    """Where :func:`_packed` left stages out that may run somewhere, solve their neighbourhood
+    exactly (in place): the clusters they may run on and every stage placed there, when those
+    stages run on nothing else, no cap or failover headroom couples them to the rest, and it has
+    at most :data:`~fleetc.placement.LARGE` pairs (the exact path with its packing rows,
+    :func:`fleetc.placement.cvx.solve`). Taken only when it places every stage of the
+    neighbourhood and every cluster packs; the objective's change, None when not taken."""
+    out = [s for s in np.flatnonzero(~replicas_at.any(axis=1)).tolist() if scores.allowed[s].any()]
+    if not out or rules.caps(model) or rules.failover_groups(model):
+        return None
+    near = np.flatnonzero(scores.allowed[out].any(axis=0))
+    stages = np.union1d(out, np.flatnonzero(replicas_at[:, near].any(axis=1)))
+    elsewhere = np.setdiff1d(np.arange(len(model.clusters)), near)
+    if replicas_at[np.ix_(stages, elsewhere)].any():
+        return None
+    problem = Problem.of(model, scores, multicluster_conflicts(model, scores), np.zeros_like(replicas_at),
+                         Part(stages, near))
+    if problem.pairs > LARGE:
+        return None
+    solved = cvx.solve(problem, budget)
+    if not solved.replicas_at.any(axis=1).all() or not _all_pack(model, stages, near, solved.replicas_at):
+        return None
+    before = problem.score_of(replicas_at[np.ix_(stages, near)])
+    replicas_at[np.ix_(stages, near)] = solved.replicas_at
+    return problem.score_of(solved.replicas_at) - before
+
+
+def _all_pack(model: FleetModel, stages: np.ndarray, clusters: np.ndarray, replicas_at: np.ndarray) -> bool:
+    """Whether ``replicas_at`` ((stages, clusters), of those model indices) packs on every cluster."""
+    for i, c in enumerate(clusters.tolist()):
+        cluster = model.clusters[c]
+        placed = [(rules.on_cluster(model.stages[s], cluster), int(n))
+                  for s, n in zip(stages.tolist(), replicas_at[:, i].tolist(), strict=True) if n]
+        if rules.unpacked(model, cluster, placed):
+            return False
+    return True
+
+
+def _stays(model: FleetModel, previous: PreviousClusters, replicas_at: np.ndarray, s: int) -> bool:
+    """Whether stage ``s`` is where the previous placement had it (the churn rule keeps it
+    there unless moving gains more than ``moveCost``)."""
+    before = previous.get(model.stages[s].key)
+    return before is not None and all(int(replicas_at[s, c]) == before.get(cluster.name, 0)
+                                      for c, cluster in enumerate(model.clusters)
+                                      if replicas_at[s, c] or cluster.name in before)
+
+
+#: The most gangs :func:`_swapped_in` moves off a cluster to make room for one, and the most
+#: sets of them it tries for one gang (each a few packings).
+SWAP_MOST = 3
+SWAP_TRIES = 400
+
+
+def _swapped_in(model: FleetModel, scores: Scores, ledger: rules.Ledger, s: int, replicas_at: np.ndarray,
+                fixed: set[int]) -> bool:
+    """Place gang ``s`` (in place, and in ``ledger``) on the best-scoring cluster where moving up
+    to :data:`SWAP_MOST` of its gangs (none of ``fixed``; of alike gangs one set is tried, fewest
+    GPUs first, at most :data:`SWAP_TRIES` sets in all) to other clusters with room
+    (best-scoring first) lets it fit and pack; whether it went."""
+    stage = model.stages[s]
+    if not stage.is_gang:
+        return False
+    tries = SWAP_TRIES
+    for d in sorted(np.flatnonzero(scores.allowed[s]).tolist(), key=lambda c: (-scores.total[s, c], c)):
+        alike: dict[tuple[int, ...], list[int]] = {}  # gangs of a kind (GPUs, replicas, cores, memory)
+        for t in np.flatnonzero(replicas_at[:, d]).tolist():
+            gang = model.stages[t]
+            if gang.is_gang and t not in fixed:
+                alike.setdefault((gang.gpus, gang.replicas, gang.cpu_millis, gang.memory_bytes), []).append(t)
+        kinds = [kind for kind, gangs in sorted(alike.items()) for _ in gangs[:SWAP_MOST]]
+        picked = {tuple(sorted(combo)) for n in range(1, SWAP_MOST + 1) for combo in itertools.combinations(kinds, n)}
+        sets = sorted(([alike[kind][i] for kind in set(combo) for i in range(combo.count(kind))] for combo in picked),
+                      key=lambda gangs: (sum(model.stages[t].total_gpus for t in gangs), sorted(gangs)))
+        for combo in sets[:tries]:
+            moves = _moves_for(model, scores, ledger, s, d, combo)
+            if moves is not None:
+                for t, e in moves:
+                    replicas_at[t] = 0
+                    replicas_at[t, e] = model.stages[t].replicas
+                replicas_at[s, d] = stage.replicas
+                return True
+        tries -= min(tries, len(sets))
+        if not tries:
+            break
+    return False
+
+
+def _packed_place(model: FleetModel, scores: Scores, ledger: rules.Ledger, s: int, before: np.ndarray
+                  ) -> np.ndarray | None:
+    """Where stage ``s``, taken off by :func:`_packed`, goes (added to ``ledger``): as it was
+    (``before``) when that fits and packs now, else whole on the best-scoring cluster that may
+    run it with room (a serving stage that ``multiCluster`` spreads only as it was); None:
+    nowhere."""
+    stage, names = model.stages[s], [c.name for c in model.clusters]
+    candidates = [{names[c]: int(before[c]) for c in np.flatnonzero(before).tolist()}]
+    if stage.is_gang or not rules.ha_clusters(model, stage):
+        allowed = np.flatnonzero(scores.allowed[s]).tolist()
+        candidates += [{names[c]: stage.replicas} for c in sorted(allowed, key=lambda c: (-scores.total[s, c], c))]
+    for where in candidates:
+        if ledger.fits_with(stage, where):
+            for name, n in where.items():
+                ledger.add(stage, name, n)
+            row = np.zeros_like(before)
+            for name, n in where.items():
+                row[names.index(name)] = n
+            return row
+    return None
+
+
+def _moves_for(model: FleetModel, scores: Scores, ledger: rules.Ledger, s: int, d: int, movable: list[int]
+               ) -> list[tuple[int, int]] | None:
+    """Each gang of ``movable`` (on cluster ``d``) with the cluster it moves to, where moving them
+    all lets gang ``s`` onto ``d`` (all applied to ``ledger``); None, and ``ledger`` as it was,
+    when they do not or one of them has nowhere to go."""
+    names, stage = [c.name for c in model.clusters], model.stages[s]
+    for t in movable:
+        ledger.add(model.stages[t], names[d], -model.stages[t].replicas)
+    if not ledger.room_for(stage, names[d], stage.replicas):
+        for t in movable:
+            ledger.add(model.stages[t], names[d], model.stages[t].replicas)
+        return None
+    ledger.add(stage, names[d], stage.replicas)
+    moves: list[tuple[int, int]] = []
+    for t in sorted(movable, key=lambda t: (-model.stages[t].total_gpus, t)):
+        gang = model.stages[t]
+        e = next((e for e in sorted(np.flatnonzero(scores.allowed[t]).tolist(), key=lambda c: (-scores.total[t, c], c))
+                  if e != d and ledger.room_for(gang, names[e], gang.replicas)), None)
+        if e is None:
+            for u, where in moves:
+                ledger.add(model.stages[u], names[where], -model.stages[u].replicas)
+            ledger.add(stage, names[d], -stage.replicas)
+            for u in movable:
+                ledger.add(model.stages[u], names[d], model.stages[u].replicas)
+            return None
+        ledger.add(gang, names[e], gang.replicas)
+        moves.append((t, e))
+    return moves
 
 
 def _top_up(model: FleetModel, scores: Scores, replicas_at: np.ndarray) -> None:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
 
-from fleetc.placement import highs
+from fleetc import nodefit
+from fleetc.placement import highs, rules
 from fleetc.placement.problem import Budget, Problem
 
 
@@ -220,6 +221,92 @@ def build_program(problem: Problem, allowed: np.ndarray | None = None, taken: np
         smallest_value=float(values.min()),
         score=score,
     )
+
+
+def packing_rows(problem: Problem, program: Program, values: np.ndarray) -> Program | None:
+    """``program`` with packing rows added where the placement ``values`` leaves a cluster
+    whose pods pack onto no assignment to its nodes (:func:`rules.unpacked`); None when every
+    cluster packs or no row separates it.
+
+    The capacity rows count GPUs in total, a relaxation of packing. For such a cluster the pattern
+    LP of its node size (:func:`fleetc.nodefit.pattern_weights`) gives each pod a weight such
+    that no node's pods weigh more than 1; where the pods placed weigh more than the cluster's
+    nodes (its usable GPUs in nodes, a node's part counting as one), the row ``sum(pods x
+    weight) <= nodes`` is added for every cluster of that node size: it holds for every
+    placement that packs, so the optimum and its bound stay those of the packing rule, and a
+    program it makes infeasible proves that no placement packs. Exclusive pods only: a
+    time-sliced pod packs onto time-sliced nodes (:func:`rules.packing`), weighed 0 here.
+
+    Where the pattern LP does not separate the cluster (bin packing's LP is not always exact)
+    and only gangs run there, the row ``sum(x) <= n - 1`` over its ``n`` gangs says that not all
+    of them run there together: they do not pack, nor do they with more beside them."""
+    placed = replicas_of(program, values)
+    cuts: dict[int, dict[int, float]] = {}
+    apart: list[np.ndarray] = []
+    for c in np.flatnonzero(placed.any(axis=0)).tolist():
+        cluster = problem.clusters[c]
+        on = [(rules.on_cluster(problem.stages[s], cluster), int(placed[s, c]), bool(problem.shared[s]))
+              for s in np.flatnonzero(placed[:, c]).tolist()]
+        if cluster.gpus_per_node in cuts or not rules.unpacked(problem.model, cluster, [(st, n) for st, n, _ in on]):
+            continue
+        whole = rules.slots_on(problem.model, cluster) == 1
+        counts: dict[int, int] = {}
+        for stage, n, shared in on:
+            if stage.gpus and (whole or not shared):
+                counts[stage.pod_gpus] = counts.get(stage.pod_gpus, 0) + n * stage.pods_per_replica
+        need, weights = nodefit.pattern_weights(cluster.gpus_per_node, counts)
+        if need > _nodes(problem, c) + 1e-6:
+            cuts[cluster.gpus_per_node] = weights
+        elif all(problem.gang[s] for s in np.flatnonzero(placed[:, c]).tolist()):
+            gangs = np.flatnonzero((program.unit_cluster[:program.gangs] == c) & (values[:program.gangs] > 0.5))
+            apart.append(gangs)
+    if not cuts and not apart:
+        return None
+    program = _with_rows(problem, program, cuts)
+    if not apart:
+        return program
+    rows = sp.csr_matrix((np.ones(sum(len(a) for a in apart)),
+                          (np.repeat(np.arange(len(apart)), [len(a) for a in apart]), np.concatenate(apart))),
+                         shape=(len(apart), program.size))
+    return replace(program, usage=sp.vstack([program.usage, rows], format="csr"),
+                   capacity=np.concatenate([program.capacity, [len(a) - 1.0 for a in apart]]))
+
+
+def _nodes(problem: Problem, c: int) -> int:
+    """The nodes of cluster ``c`` fleetc may use: its usable GPUs in nodes, a part counting one."""
+    cluster = problem.clusters[c]
+    return -(-int(problem.capacity[0, c]) // max(cluster.gpus_per_node, 1))
+
+
+def _with_rows(problem: Problem, program: Program, cuts: Mapping[int, Mapping[int, float]]) -> Program:
+    """``program`` with the row of :func:`packing_rows` for each cluster whose node size has
+    weights in ``cuts`` (node size -> pod GPUs -> weight)."""
+    if not cuts:
+        return program
+    units = np.arange(len(program.unit_stage))
+    data: list[float] = []
+    rows: list[int] = []
+    cols: list[int] = []
+    bounds: list[float] = []
+    for c, cluster in enumerate(problem.clusters):
+        weights = cuts.get(cluster.gpus_per_node)
+        if weights is None or cluster.gpus <= 0:
+            continue
+        whole = rules.slots_on(problem.model, cluster) == 1
+        for u in units[program.unit_cluster == c].tolist():
+            s = int(program.unit_stage[u])
+            if problem.shared[s] and not whole:
+                continue
+            stage = rules.on_cluster(problem.stages[s], cluster)
+            weight = nodefit.weight_of(stage.pod_gpus, dict(weights)) if stage.gpus else 0.0
+            if weight:
+                data.append(weight * stage.pods_per_replica * float(program.unit_replicas[u]))
+                rows.append(len(bounds))
+                cols.append(u)
+        bounds.append(float(_nodes(problem, c)))
+    rows_matrix = sp.csr_matrix((data, (rows, cols)), shape=(len(bounds), program.size))
+    return replace(program, usage=sp.vstack([program.usage, rows_matrix], format="csr"),
+                   capacity=np.concatenate([program.capacity, bounds]))
 
 
 def _upper_of(columns: _Columns, replicas: np.ndarray, capacity: np.ndarray) -> np.ndarray:

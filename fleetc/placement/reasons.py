@@ -21,9 +21,10 @@ def unplaced(
     left_out = np.flatnonzero(~replicas_at.any(axis=1)).tolist()
     if not left_out:
         return {}
-    used = _used(model, replicas_at)
+    placed = _placed(model, replicas_at)
+    used = [rules.usage(model, on) for on in placed]
     capped = _cap_used(model, replicas_at)
-    return {s: blocked.get(s) or _unplaced_reason(model, scores, s, used, capped) for s in left_out}
+    return {s: blocked.get(s) or _unplaced_reason(model, scores, s, used, capped, placed) for s in left_out}
 
 
 def _cap_used(model: FleetModel, replicas_at: np.ndarray) -> list[tuple[rules.Cap, rules.CapUsage]]:
@@ -56,26 +57,27 @@ def _cap_reason(model: FleetModel, stage: Stage, cluster: Cluster,
     return ""
 
 
-def _used(model: FleetModel, replicas_at: np.ndarray) -> list[rules.Usage]:
-    """What ``replicas_at`` places on each cluster (:func:`rules.usage`)."""
-    used = [rules.Usage() for _ in model.clusters]
+def _placed(model: FleetModel, replicas_at: np.ndarray) -> list[list[tuple[Stage, int]]]:
+    """The ``(stage as it runs there, replicas)`` ``replicas_at`` places on each cluster."""
+    placed: list[list[tuple[Stage, int]]] = [[] for _ in model.clusters]
     for c in np.flatnonzero(replicas_at.any(axis=0)).tolist():
-        used[c] = rules.usage(model, [(rules.on_cluster(model.stages[s], model.clusters[c]), int(replicas_at[s, c]))
-                                      for s in np.flatnonzero(replicas_at[:, c]).tolist()])
-    return used
+        placed[c] = [(rules.on_cluster(model.stages[s], model.clusters[c]), int(replicas_at[s, c]))
+                     for s in np.flatnonzero(replicas_at[:, c]).tolist()]
+    return placed
 
 
 def _unplaced_reason(
     model: FleetModel, scores: Scores, s: int, used: list[rules.Usage],
-    capped: list[tuple[rules.Cap, rules.CapUsage]],
+    capped: list[tuple[rules.Cap, rules.CapUsage]], placed: list[list[tuple[Stage, int]]],
 ) -> str:
     """``0/3 clusters fit p/s: 2 have no a100, 1 has 8 of 16 free a100`` for stage index ``s``,
-    beside what the placed stages take of each cluster (``used``) and of each cap (``capped``)
+    beside what the placed stages take of each cluster (``used``; ``placed``, to pack them) and
+    of each cap (``capped``)
     (a ``multiCluster`` conflict is reported by
     :func:`fleetc.placement.problem.multicluster_conflicts` instead)."""
     stage = model.stages[s]
     why = [
-        _capacity_reason(model, stage, cluster, used[c], _cap_reason(model, stage, cluster, capped))
+        _capacity_reason(model, stage, cluster, used[c], _cap_reason(model, stage, cluster, capped), placed[c])
         if scores.allowed[s, c]
         else scores.reasons[(s, c)]
         for c, cluster in enumerate(model.clusters)
@@ -92,11 +94,13 @@ def _counted(count: int, reason: str) -> str:
     return f"{count} {singular if count == 1 else plural} {reason}"
 
 
-def _capacity_reason(model: FleetModel, stage: Stage, cluster: Cluster, used: rules.Usage, over_cap: str = "") -> str:
-    """What ``cluster`` lacks for ``stage`` beside ``used`` (what is placed there), counted as
-    the rules count it (:func:`rules.overuse`: time-sliced slots in whole time-sliced units,
-    :func:`rules.taken`), or when it has the room, ``over_cap``: the cap that leaves too little
-    (:func:`_cap_reason`).
+def _capacity_reason(model: FleetModel, stage: Stage, cluster: Cluster, used: rules.Usage, over_cap: str = "",
+                     placed: list[tuple[Stage, int]] | None = None) -> str:
+    """What ``cluster`` lacks for ``stage`` beside ``used`` (what is placed there, ``placed``),
+    counted as the rules count it (:func:`rules.overuse`: time-sliced slots in whole time-sliced
+    units, :func:`rules.taken`), or when it has the room, ``over_cap``: the cap that leaves too
+    little (:func:`_cap_reason`), or that its pods pack onto no assignment to the nodes beside
+    the pods placed there (:func:`rules.unpacked`).
 
     A gang needs all its replicas at once; a Deployment needs its per-cluster minimum here and
     is short overall when the clusters together have room for fewer replicas than it has.
@@ -113,7 +117,13 @@ def _capacity_reason(model: FleetModel, stage: Stage, cluster: Cluster, used: ru
         if resource > 0 or unit == 1:
             return _free_of(resource, free, usable, cluster)
         return f"{_free_of(resource, free - free % unit, usable, cluster)} (whole nodes of {unit}, as time-sliced)"
-    return over_cap or f"room for {_fitting_replicas(model, stage, cluster, used)} of {stage.replicas} replicas"
+    if over_cap:
+        return over_cap
+    if placed is not None and stage.gpus and rules.unpacked(model, cluster, [*placed, (stage, need)]):
+        free = rules.usable_capacity(model, cluster)[0] - rules.taken(model, cluster, used)[0]
+        return (f"{_free_of(0, free, rules.usable_capacity(model, cluster)[0], cluster)}, but not on nodes "
+                f"its pods of {stage.pod_gpus} fit beside the pods placed there")
+    return f"room for {_fitting_replicas(model, stage, cluster, used)} of {stage.replicas} replicas"
 
 
 def _free_of(resource: int, free: int, total: int, cluster: Cluster) -> str:

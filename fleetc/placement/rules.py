@@ -11,9 +11,10 @@ the failover headroom its platform asks for (:func:`failover_groups`, :func:`fai
 Against a previous placement, one more rule bounds churn (:func:`unjustified_moves`): a stage
 the change did not touch moves only when the move gains more than ``moveCost``.
 
-Everything here counts integers: GPUs (as reserved per replica after node fit, ``Stage.gpus``,
-:mod:`fleetc.nodefit`: split, rounded to pack and crowded by cores and memory), time-sliced GPU
-slots, millicores and bytes. The verifier
+Everything here counts integers: GPUs (per replica as asked, ``Stage.gpus``, split into pods
+per cluster by node fit, :func:`on_cluster`), time-sliced GPU slots, millicores and bytes.
+What is placed on a cluster must also pack onto its nodes (:func:`unpacked`, an actual
+assignment of pods to nodes, :mod:`fleetc.nodefit`). The verifier
 (:mod:`fleetc.placement.verify`) reads these functions and nothing of the solvers; the solvers
 vectorise the same rules in floats (:mod:`fleetc.placement.program`, :mod:`fleetc.placement.colgen`,
 the filters in :mod:`fleetc.placement.scoring`), and ``tests/test_rules.py`` holds the two against
@@ -75,12 +76,16 @@ def option_of(stage: Stage, gpu_type: str | None) -> GPUOption | None:
 
 def on_cluster(stage: Stage, cluster: Cluster) -> Stage:
     """``stage`` as it runs on ``cluster``: a stage asking for throughput with the GPUs per
-    replica (and node fit) of the cluster's GPU type; any other stage as it is. Every per-pair
-    count (usage, the verifier, the rendered requests) reads the stage through this."""
+    replica of the cluster's GPU type, and a gang's replica split into the pods that fit a node
+    of this cluster (node fit, :func:`fleetc.nodefit.pods_per_replica`: the cluster's own
+    nodes, never another's); any other stage as it is. Every per-pair count (usage, the
+    packing, the verifier, the rendered requests) reads the stage through this."""
     option = option_of(stage, cluster.gpu_type) if stage.gpu_options else None
-    if option is None or option == stage.gpu_options[0]:
+    gpus = stage.gpus if option is None else option.gpus
+    pods = nodefit.pods_per_replica(gpus, cluster.gpus_per_node if cluster.gpus > 0 else 0) if stage.is_gang else 1
+    if gpus == stage.gpus and pods == stage.pods_per_replica:
         return stage
-    return replace(stage, gpus=option.gpus, gpu_request=option.gpu_request, pods_per_replica=option.pods_per_replica)
+    return replace(stage, gpus=gpus, pods_per_replica=pods)
 
 
 def gpu_types_named(stage: Stage) -> str:
@@ -287,8 +292,7 @@ def time_sliced_unit(cluster: Cluster) -> int:
 def time_sliced_gpus(shared_slots: int, slots: int, unit: int) -> int:
     """The GPUs ``shared_slots`` time-sliced slots take on a cluster whose GPUs turn
     time-sliced ``unit`` at a time (:func:`time_sliced_unit`): whole units of ``slots * unit``
-    slots each. With exclusive pods rounded to the node's divisor chain (:mod:`fleetc.nodefit`),
-    a cluster whose exclusive GPUs plus this fit its GPUs packs onto its nodes."""
+    slots each. Whether the pods then pack onto the nodes is :func:`unpacked`."""
     if shared_slots <= 0:
         return 0
     return -(-shared_slots // (slots * unit)) * unit
@@ -309,9 +313,8 @@ class Usage:
 
 
 def replica_usage(model: FleetModel, stage: Stage, replicas: int) -> Usage:
-    """What ``replicas`` of ``stage`` take: its GPUs per replica as reserved (node fit already
-    rounded them, :mod:`fleetc.nodefit`), as slots when it uses shared slots. A stage asking
-    for throughput comes as it runs on the cluster (:func:`on_cluster`)."""
+    """What ``replicas`` of ``stage`` take: its GPUs per replica, as slots when it uses shared
+    slots. A stage comes as it runs on the cluster (:func:`on_cluster`)."""
     gpus = replicas * stage.gpus
     shared = uses_shared_slots(model, stage)
     return Usage(0 if shared else gpus, gpus if shared else 0, replicas * stage.cpu_millis,
@@ -342,6 +345,70 @@ def overuse(model: FleetModel, cluster: Cluster, used: Usage) -> list[tuple[str,
     return [(what, need, have)
             for what, need, have in zip(RESOURCES, needed, usable_capacity(model, cluster), strict=True)
             if need > have]
+
+
+# --- packing onto nodes ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Pods and the nodes they are to pack onto: the exclusive pods onto the nodes of the
+    cluster's usable whole GPUs, the time-sliced pods onto its time-sliced nodes; ``found`` is
+    the node of each pod (in order: exclusive, then time-sliced), None when they do not pack."""
+
+    pods: tuple[nodefit.Shape, ...]
+    nodes: tuple[nodefit.Shape, ...]
+    found: tuple[int, ...] | None
+
+
+def packing(model: FleetModel, cluster: Cluster, placed: Iterable[tuple[Stage, int]]) -> Packing:
+    """Whether the pods of the ``(stage, replicas)`` placed on ``cluster`` (each stage as it
+    runs there, :func:`on_cluster`) pack onto its nodes (:func:`fleetc.nodefit.pack`).
+
+    The nodes are those of its usable GPUs (:func:`usable_capacity`; work fleetc does not place
+    is counted as filling whole nodes first, and what is left of a node counts as one smaller
+    node), each with a node's cores and memory (:func:`fleetc.nodefit.node_of`). Where the
+    device plugin time-slices, the GPUs :func:`time_sliced_gpus` gives over to time-slicing
+    are whole nodes of ``gpus-per-node x slots`` slots that the time-sliced pods pack onto, and
+    the exclusive pods pack onto the rest; elsewhere a time-sliced pod takes whole GPUs like
+    any other. Pods without GPUs are held to the cluster's totals only (:func:`overuse`)."""
+    node = nodefit.node_of(cluster)
+    slots = slots_on(model, cluster)
+    whole: list[nodefit.Shape] = []
+    shared: list[nodefit.Shape] = []
+    for stage, replicas in placed:
+        if stage.gpus <= 0 or replicas <= 0:
+            continue
+        time_sliced = slots > 1 and uses_shared_slots(model, stage)
+        (shared if time_sliced else whole).extend([pod_of(stage)] * (replicas * stage.pods_per_replica))
+    per_node = max(node.gpus, 1)
+    sliced_gpus = time_sliced_gpus(sum(p.gpus for p in shared), slots, time_sliced_unit(cluster))
+    left = max(0, usable_capacity(model, cluster)[0] - sliced_gpus)
+    exclusive = [node] * (left // per_node) + ([replace(node, gpus=left % per_node)] if left % per_node else [])
+    sliced = [nodefit.Shape(per_node * slots, node.millis, node.memory)] * (sliced_gpus // per_node)
+    found = nodefit.pack(whole, exclusive) if whole else ()
+    more = nodefit.pack(shared, sliced) if shared else ()
+    if found is not None and more is not None:
+        found += tuple(len(exclusive) + j for j in more)
+    return Packing((*whole, *shared), (*exclusive, *sliced), None if more is None else found)
+
+
+def unpacked(model: FleetModel, cluster: Cluster, placed: Iterable[tuple[Stage, int]]) -> str:
+    """Why the pods placed on ``cluster`` do not pack onto its nodes (:func:`packing`), as a
+    phrase; '' when they pack."""
+    found = packing(model, cluster, placed)
+    if found.found is not None:
+        return ""
+    return (f"its pods ({_counted(found.pods)}) pack onto no assignment to its nodes "
+            f"({_counted(found.nodes)})")
+
+
+def _counted(shapes: Sequence[nodefit.Shape]) -> str:
+    """``2 x 6 GPUs, 1 x 4 GPUs`` (GPUs only: the count that decides most packings)."""
+    counts: dict[int, int] = {}
+    for shape in shapes:
+        counts[shape.gpus] = counts.get(shape.gpus, 0) + 1
+    return ", ".join(f"{n} x {g} GPU{'s' if g != 1 else ''}" for g, n in sorted(counts.items(), reverse=True))
 
 
 # --- failover headroom -------------------------------------------------------------------------
@@ -554,6 +621,8 @@ class Ledger:
         self.model = model
         self.clusters = {c.name: c for c in model.clusters}
         self.used = {name: Usage() for name in self.clusters}
+        #: cluster -> stage key -> (the stage as it runs there, replicas): what :func:`unpacked` reads
+        self.on: dict[str, dict[str, tuple[Stage, int]]] = {name: {} for name in self.clusters}
         self.groups = failover_groups(model)
         self.serving = [{h: Usage() for h in members} for _, members, _ in self.groups]
         self.caps = caps(model)
@@ -563,8 +632,14 @@ class Ledger:
 
     def add(self, stage: Stage, cluster: str, replicas: int) -> None:
         """Count ``replicas`` more (fewer, when negative) of ``stage`` on ``cluster``."""
-        more = replica_usage(self.model, on_cluster(stage, self.clusters[cluster]), replicas)
+        here = on_cluster(stage, self.clusters[cluster])
+        more = replica_usage(self.model, here, replicas)
         self.used[cluster] += more
+        count = self.on[cluster].get(stage.key, (here, 0))[1] + replicas
+        if count:
+            self.on[cluster][stage.key] = (here, count)
+        else:
+            self.on[cluster].pop(stage.key, None)
         for (_name, _members, serving), on in zip(self.groups, self.serving, strict=True):
             if stage.key in serving and cluster in on:
                 on[cluster] += more
@@ -578,9 +653,11 @@ class Ledger:
                 self.capped[i] = CapUsage(tuple(sorted(slots.items())), self.capped[i].cost + sign * more_capped.cost)
 
     def fits(self, cluster: str) -> bool:
-        """What is placed on ``cluster`` fits its usable capacity (:func:`overuse`), and every
-        platform whose active-active set it is in keeps its failover headroom."""
-        if overuse(self.model, self.clusters[cluster], self.used[cluster]):
+        """What is placed on ``cluster`` fits its usable capacity (:func:`overuse`) and packs
+        onto its nodes (:func:`unpacked`), and every platform whose active-active set it is in
+        keeps its failover headroom."""
+        if overuse(self.model, self.clusters[cluster], self.used[cluster]) \
+                or unpacked(self.model, self.clusters[cluster], self.on[cluster].values()):
             return False
         return not any(
             failover_shortfalls(self.model, (self.clusters[lost], on[lost]),

@@ -347,6 +347,7 @@ class _Columns:
     c_cpu_millis: np.ndarray
     c_memory_bytes: np.ndarray
     c_node: np.ndarray  # (3, C) one node's GPUs, millicores, bytes (fleetc.nodefit.node_of)
+    c_node_kind: np.ndarray  # code of (GPU type, GPUs per node): what node fit reads of a cluster
     c_ratio: np.ndarray  # GiB per core
     c_gpu_hour_cost: np.ndarray
     c_cpu_hour_cost: np.ndarray
@@ -364,7 +365,7 @@ class _Columns:
     s_type_gpus: np.ndarray  # (S, GPU type codes): GPUs per replica on each type (throughput)
     s_cpu_millis: np.ndarray
     s_memory_bytes: np.ndarray
-    s_pod: np.ndarray  # (3, S, T) one pod's GPUs, millicores, bytes on each GPU type code (rules.pod_of)
+    s_pod: np.ndarray  # (3, S, K) one pod's GPUs, millicores, bytes on each node kind code (rules.pod_of)
     s_ratio: np.ndarray
     s_replicas: np.ndarray
     s_cores: np.ndarray
@@ -390,6 +391,8 @@ class _Columns:
         regions: dict[Hashable, int] = {}
         c_jurisdiction = _encode((c.jurisdiction for c in clusters), jurisdictions)
         c_gpu_type = _encode((c.gpu_type for c in clusters), gpu_types)
+        node_kinds: dict[Hashable, int] = {}
+        c_node_kind = _encode(((c.gpu_type, c.gpus_per_node if c.gpus > 0 else 0) for c in clusters), node_kinds)
         c_taints = _encode((c.taints for c in clusters), taint_sets)
         c_region = _encode((c.region for c in clusters), regions)
         s_tolerations = _encode((s.tolerations for s in stages), toleration_sets)
@@ -407,6 +410,7 @@ class _Columns:
             c_cpu_millis=c_col((c.cpu_millis for c in clusters), np.int64),
             c_memory_bytes=c_col((c.memory_bytes for c in clusters), np.int64),
             c_node=np.array([_shape(nodefit.node_of(c)) for c in clusters], dtype=np.int64).reshape(-1, 3).T,
+            c_node_kind=c_node_kind,
             c_ratio=_gib_per_core(c_memory_gib, c_cores),
             c_gpu_hour_cost=c_col(c.gpu_hour_cost for c in clusters),
             c_cpu_hour_cost=c_col(c.cpu_hour_cost for c in clusters),
@@ -428,7 +432,8 @@ class _Columns:
             s_type_gpus=_type_gpus(stages, gpu_types),
             s_cpu_millis=s_col((s.cpu_millis for s in stages), np.int64),
             s_memory_bytes=s_col((s.memory_bytes for s in stages), np.int64),
-            s_pod=_type_pods(stages, gpu_types),
+            s_pod=_kind_pods(stages, [clusters[int(np.flatnonzero(c_node_kind == k)[0])]
+                                      for k in range(len(node_kinds))]),
             s_ratio=_gib_per_core(s_memory_gib, s_cores),
             s_replicas=s_col((s.replicas for s in stages), np.int64),
             s_cores=s_cores,
@@ -479,17 +484,20 @@ def _type_gpus(stages: tuple[Stage, ...], gpu_types: dict[Hashable, int]) -> np.
     return gpus
 
 
-def _type_pods(stages: tuple[Stage, ...], gpu_types: dict[Hashable, int]) -> np.ndarray:
-    """(3, S, T) each stage's pod (:func:`rules.pod_of`) on each GPU type code: a stage asking
-    for throughput has the pod of its option for the type (its first option's elsewhere)."""
+def _kind_pods(stages: tuple[Stage, ...], kinds: list[Cluster]) -> np.ndarray:
+    """(3, S, K) each stage's pod (:func:`rules.pod_of`) on each node kind code, ``kinds`` a
+    cluster of each: as the stage runs there (:func:`rules.on_cluster`: a gang's replica split
+    for that kind's nodes, a stage asking for throughput with its option for the type)."""
     pods = np.repeat(np.array([_shape(rules.pod_of(s)) for s in stages], dtype=np.int64).reshape(-1, 3).T
-                     [:, :, np.newaxis], len(gpu_types), axis=2)
+                     [:, :, np.newaxis], len(kinds), axis=2)
+    smallest = min((c.gpus_per_node for c in kinds if c.gpus > 0), default=0)
     for s, stage in enumerate(stages):
-        for option in stage.gpu_options:
-            if option.gpu_type in gpu_types:
-                fitted = replace(stage, gpus=option.gpus, gpu_request=option.gpu_request,
-                                 pods_per_replica=option.pods_per_replica)
-                pods[:, s, gpu_types[option.gpu_type]] = _shape(rules.pod_of(fitted))
+        if not (stage.gpu_options or (stage.is_gang and stage.gpus > smallest)):
+            continue  # split nowhere: its pod is the same on every kind
+        for k, cluster in enumerate(kinds):
+            here = rules.on_cluster(stage, cluster)
+            if here is not stage:
+                pods[:, s, k] = _shape(rules.pod_of(here))
     return pods
 
 
@@ -580,7 +588,7 @@ class _Block:
             & (k.s_type_gpus[rows][:, k.c_gpu_type] <= k.c_gpus)
             & (k.s_cpu_millis[column] <= k.c_cpu_millis)
             & (k.s_memory_bytes[column] <= k.c_memory_bytes)
-            & np.all(k.s_pod[:, rows][:, :, k.c_gpu_type] <= k.c_node[:, np.newaxis, :], axis=0)
+            & np.all(k.s_pod[:, rows][:, :, k.c_node_kind] <= k.c_node[:, np.newaxis, :], axis=0)
         )
         return cls(columns, rows, allowed)
 

@@ -175,11 +175,16 @@ def _ha_problems(model: FleetModel, stage: Stage, placement: StagePlacement) -> 
 
 
 def _capacity_problems(model: FleetModel, placement: Placement) -> list[str]:
-    """Per cluster: what is placed fits its usable capacity (:func:`rules.overuse`)."""
-    used = _usage(model, placement)
-    return [f"{cluster.name}: {need} {what} placed, capacity {have}"
-            for cluster in model.clusters
-            for what, need, have in rules.overuse(model, cluster, used[cluster.name])]
+    """Per cluster: what is placed fits its usable capacity (:func:`rules.overuse`) and its pods
+    pack onto its nodes (:func:`rules.unpacked`: an assignment of each pod to a node is found)."""
+    placed = _placed(model, placement)
+    problems = []
+    for cluster in model.clusters:
+        over = rules.overuse(model, cluster, rules.usage(model, placed[cluster.name]))
+        problems += [f"{cluster.name}: {need} {what} placed, capacity {have}" for what, need, have in over]
+        if not over and (why := rules.unpacked(model, cluster, placed[cluster.name])):
+            problems.append(f"{cluster.name}: {why}")
+    return problems
 
 
 def _headroom_problems(model: FleetModel, placement: Placement) -> list[str]:
@@ -204,6 +209,13 @@ def _headroom_problems(model: FleetModel, placement: Placement) -> list[str]:
 def _usage(model: FleetModel, placement: Placement, only: frozenset[str] | None = None) -> dict[str, rules.Usage]:
     """Per cluster of the fleet, what ``placement`` places on it (:func:`rules.usage`), of the
     stages ``only`` names (None: all)."""
+    return {name: rules.usage(model, on) for name, on in _placed(model, placement, only).items()}
+
+
+def _placed(model: FleetModel, placement: Placement, only: frozenset[str] | None = None
+            ) -> dict[str, list[tuple[Stage, int]]]:
+    """Per cluster of the fleet, the ``(stage as it runs there, replicas)`` ``placement`` places
+    on it, of the stages ``only`` names (None: all)."""
     stages = {s.key: s for s in model.stages}
     clusters = {c.name: c for c in model.clusters}
     placed: dict[str, list[tuple[Stage, int]]] = {c.name: [] for c in model.clusters}
@@ -214,4 +226,4 @@ def _usage(model: FleetModel, placement: Placement, only: frozenset[str] | None 
         for a in stage_placement.assignments:
             if a.cluster in placed:
                 placed[a.cluster].append((rules.on_cluster(stage, clusters[a.cluster]), a.replicas))
-    return {name: rules.usage(model, on) for name, on in placed.items()}
+    return placed

@@ -184,15 +184,13 @@ def _memo(ctx: Context) -> dict[Hashable, Any]:
 
 
 def _digest(stage: Stage) -> str:
-    """The stage as compiled: sha256 of its canonical JSON (:func:`_canonical`). A stage asking
-    for throughput is rendered as it runs on its cluster
-    (:func:`fleetc.placement.rules.on_cluster`), its readers see the model's: both hash the
-    model's (its first GPU option's figures). Which document of its file the stage's pipeline
-    is does not count: reordering a file's policies changes nothing that runs."""
-    overrides: dict[str, object] = {}
+    """:func:`run_id` computed: sha256 of the stage's canonical JSON (:func:`_canonical`), with
+    its first GPU option's GPUs, one pod per replica (node fit splits it per cluster: the run is
+    the same on every cluster) and its source's document as 0, as if replaced there:
+    reordering a file's policies changes nothing that runs."""
+    overrides: dict[str, object] = {"pods_per_replica": 1}
     if stage.gpu_options:
-        first = stage.gpu_options[0]
-        overrides = {"gpus": first.gpus, "gpu_request": first.gpu_request, "pods_per_replica": first.pods_per_replica}
+        overrides["gpus"] = stage.gpu_options[0].gpus
     overrides["source"] = replace(stage.source, document=0)
     text = json.dumps(_canonical(stage, overrides), sort_keys=True, check_circular=False)  # no cycles in a Stage
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from fleetc.model import FleetModel, Placement, Stage, StagePlacement
+from fleetc.model import Cluster, FleetModel, Placement, Stage, StagePlacement
 from fleetc.placement.alternatives import Choice, choices
-from fleetc.placement.rules import slots_on, slots_per_gpu, uses_shared_slots
+from fleetc.placement.rules import on_cluster, slots_on, slots_per_gpu, uses_shared_slots
 from fleetc.render.common import Obj
 from fleetc.render.context import placements
 
@@ -27,6 +27,7 @@ def placement_report(model: FleetModel, placement: Placement) -> Obj:
     chosen = choices(model, placement)
     gpu_types = {c.name: c.gpu_type for c in model.clusters}
     slots = {c.name: slots_on(model, c) for c in model.clusters}  # once, not per stage: 20M calls at 1,000 x 20,000
+    clusters = {c.name: c for c in model.clusters}
     return {
         "apiVersion": "fleetc.dev/v1alpha1",
         "kind": "Placement",
@@ -45,10 +46,25 @@ def placement_report(model: FleetModel, placement: Placement) -> Obj:
         "bound": figures.bound,
         # what is proven of this placement: 0 when optimal, else 1 - objective / bound
         "gap": round(figures.gap, 6),
-        "stages": [_stage_report(s, p, slots_per_gpu(model) if uses_shared_slots(model, s) else 0,
-                                 chosen.get(s.key), gpu_types, slots)
+        "stages": [_node_fit(_stage_report(s, p, slots_per_gpu(model) if uses_shared_slots(model, s) else 0,
+                                           chosen.get(s.key), gpu_types, slots), s, p, clusters)
                    for s, p in placements(model, placement)],
     }
+
+
+def _node_fit(report: Obj, stage: Stage, placement: StagePlacement, clusters: Mapping[str, Cluster]) -> Obj:
+    """``report`` with ``nodeFit`` on each cluster entry where node fit splits the stage's
+    replica into more than one pod (:func:`fleetc.placement.rules.on_cluster`): a replica
+    larger than a node of that cluster runs as ``podsPerReplica`` pods of ``gpusPerPod`` GPUs.
+    The split is the only count node fit changes: GPUs are never rounded, so ``gpus`` is the
+    replicas times the GPUs asked per replica."""
+    if not stage.is_gang or not stage.gpus:
+        return report
+    for entry, assignment in zip(report["clusters"], placement.assignments, strict=True):
+        here = on_cluster(stage, clusters[assignment.cluster])
+        if here.pods_per_replica > 1:
+            entry["nodeFit"] = {"podsPerReplica": here.pods_per_replica, "gpusPerPod": here.pod_gpus}
+    return report
 
 
 def _stage_report(stage: Stage, placement: StagePlacement, slots_per_gpu: int, choice: Choice | None,
@@ -62,7 +78,7 @@ def _stage_report(stage: Stage, placement: StagePlacement, slots_per_gpu: int, c
     ``gpuType``, and ``gpuChoice`` (:mod:`fleetc.placement.alternatives`): the types chosen,
     which alternative the least preferred is, and why each earlier one was not taken. A stage
     asking for throughput has its ``throughput``, ``gpusPerReplica`` per GPU type, and each
-    cluster's type, GPUs per replica and node fit (``gpuChoice`` when it had a choice)."""
+    cluster's type and GPUs per replica (``gpuChoice`` when it had a choice)."""
     alternatives = len(stage.gpu_types) > 1 or bool(stage.gpu_options)
     report: Obj = {
         "pipeline": stage.pipeline,
@@ -87,17 +103,10 @@ def _stage_report(stage: Stage, placement: StagePlacement, slots_per_gpu: int, c
             option = next((o for o in stage.gpu_options if o.gpu_type == entry["gpuType"]), None)
             if option is not None:
                 entry["gpusPerReplica"] = option.gpus
-                if option.gpu_request is not None:
-                    entry["nodeFit"] = {"gpusAskedPerReplica": option.gpu_request,
-                                        "podsPerReplica": option.pods_per_replica,
-                                        "gpusPerPod": option.gpu_request // option.pods_per_replica}
     if choice is not None:
         report["gpuChoice"] = {"chosen": list(choice.chosen),
                                **({"alternative": choice.alternative} if choice.alternative else {}),
                                "passed": [{"gpuType": p.gpu_type, "why": p.why} for p in choice.passed]}
-    if stage.gpu_request is not None and not stage.gpu_options:  # node fit split or rounded it (fleetc.nodefit)
-        report["nodeFit"] = {"gpusAskedPerReplica": stage.gpu_request, "podsPerReplica": stage.pods_per_replica,
-                             "gpusPerPod": stage.pod_gpus}
     if not placement.assignments:
         report["unplaced"] = True
         if placement.reason:

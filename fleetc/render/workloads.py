@@ -169,8 +169,8 @@ def _rendezvous_env(stage: Stage) -> dict[str, str]:
 
 
 def _resources(stage: Stage) -> Obj:
-    """One pod's share of a replica (a replica split over nodes shares CPU and memory evenly):
-    the GPUs it asks for, not the rounded reservation (:mod:`fleetc.nodefit`)."""
+    """One pod's share of a replica (a replica split over the nodes of its cluster shares GPUs,
+    CPU and memory evenly, :func:`fleetc.placement.rules.on_cluster`)."""
     split = stage.pods_per_replica
     amounts = {"cpu": cpu_quantity(-(-stage.cpu_millis // split)),
                "memory": memory_quantity(-(-stage.memory_bytes // split))}

@@ -19,7 +19,16 @@ from fleetc.placement.rules import degraded_platforms, slots_on, uses_shared_slo
 from fleetc.policy import kinds as p
 from fleetc.policy.load import gc_paused
 from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage
-from fleetc.policy.validate import Parsed, PolicySet, governed, pipeline_namespace, stage_edges, team_pipelines
+from fleetc.policy.regions import table_jurisdiction
+from fleetc.policy.validate import (
+    Parsed,
+    PolicySet,
+    governed,
+    pipeline_namespace,
+    sovereign_pipelines,
+    stage_edges,
+    team_pipelines,
+)
 
 GPU_HOUR_PRICE = {"a100": 3.0, "h100": 5.0, "l4": 0.8, "a10": 1.0, "v100": 2.0, "t4": 0.5}
 DEFAULT_GPU_HOUR_PRICE = 2.0
@@ -284,15 +293,17 @@ def _throughput_options(stage: m.Stage, clusters: Sequence[m.Cluster], throughpu
                    gpu_options=tuple(options))
 
 
-def default_jurisdiction(region: str) -> str:
-    """The documented default: a region's first '-'-separated part (``cn`` for ``cn-north-1``)."""
-    return region.split("-", 1)[0]
+def default_jurisdiction(region: str, provider: str | None = None) -> str:
+    """The documented default: the jurisdiction the table of known regions gives the region
+    (:mod:`fleetc.policy.regions`), else its first '-'-separated part (an edge site's name)."""
+    return table_jurisdiction(region, provider) or region.split("-", 1)[0]
 
 
 def region_jurisdiction(region: str, clusters: Sequence[m.Cluster],
                         regions: Mapping[str, str] | None = None) -> str:
     """The jurisdiction of data in ``region``: the Fleet's ``regionJurisdictions`` entry, else
-    that of the fleet's clusters there (the first by name), else the default rule."""
+    that of the fleet's clusters there (the first by name), else the default (the table of
+    known regions, else the name's first part)."""
     if regions and region in regions:
         return regions[region]
     here = sorted(c.name for c in clusters if c.region == region)
@@ -307,9 +318,7 @@ def _with_jurisdictions(policies: PolicySet, clusters: tuple[m.Cluster, ...],
     runs only in the jurisdiction of the data it reads, directly (``inputs[].location``) or
     through ``from:`` chains (the producing stage's data, transitively). Data of two
     jurisdictions in one stage can never be placed, so it is a policy error."""
-    sovereign = {name for pf in policies.platforms
-                 if pf.obj.spec.security and pf.obj.spec.security.dataSovereignty
-                 for name in governed(pf, policies)}
+    sovereign = sovereign_pipelines(policies)
     by_key = {s.key: s for s in stages}
     regions = policies.fleets[0].obj.spec.regionJurisdictions
     memo: dict[str, frozenset[tuple[str, str]]] = {}
@@ -481,7 +490,7 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str], names: 
         provider=c.provider,
         region=c.region,
         jurisdiction=(c.jurisdiction or (fleet.obj.spec.regionJurisdictions or {}).get(c.region)
-                      or default_jurisdiction(c.region)),
+                      or default_jurisdiction(c.region, c.provider)),
         gpu_type=gpu_type,
         gpus=gpus,
         cpu_millis=cpu_millis(capacity.cpu) if capacity.cpu is not None else default_millis,

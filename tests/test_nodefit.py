@@ -208,8 +208,8 @@ def test_the_cluster_named_for_a_serving_replica_has_the_smallest_nodes_it_may_u
     smallest nodes is named (the first by name among equals); a type whose nodes all fit, or
     that the stage does not ask for, is not."""
     def fleet(*clusters: str) -> str:
-        return FLEET.replace("  - name: c\n    provider: x\n    region: cn-1\n", "".join(
-            f"  - name: {name}\n    provider: x\n    region: cn-1\n    attributes: {{{attributes}}}\n"
+        return FLEET.replace("  - name: c\n    provider: x\n    region: cn-north-1\n", "".join(
+            f"  - name: {name}\n    provider: x\n    region: cn-north-1\n    attributes: {{{attributes}}}\n"
             for name, attributes in clusters))
 
     fleets = fleet(("e", "gpu-type: a100, gpu-count: 16"), ("d", "gpu-type: a100, gpu-count: 16, gpus-per-node: 4"),

@@ -25,6 +25,7 @@ from fleetc.policy import kinds as p
 from fleetc.policy.credentials import credential_checks
 from fleetc.policy.load import Document, FieldPath, gc_paused, scan
 from fleetc.policy.quantity import cpu_millis, memory_bytes, parse_percentage
+from fleetc.policy.regions import region_checks
 from fleetc.policy.schemas import schema_for
 
 if TYPE_CHECKING:  # jsonschema words the diagnostics of invalid documents: imported for those only
@@ -320,6 +321,7 @@ def semantic_checks(policies: PolicySet,
         _serving_fit_checks(policies),
         _gpu_alternatives_checks(policies),
         _throughput_checks(policies),
+        region_checks(policies, sovereign_pipelines(policies)),
     ]
     return [d for check in checks for d in check]
 
@@ -1075,6 +1077,13 @@ def governed(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> list[str]
     """Names of the pipelines a platform governs: those it lists, else all of them."""
     listed = platform.obj.spec.pipelines
     return list(listed) if listed is not None else [pl.name for pl in policies.pipelines]
+
+
+def sovereign_pipelines(policies: PolicySet) -> frozenset[str]:
+    """Names of the pipelines a platform with ``security.dataSovereignty`` governs."""
+    return frozenset(name for pf in policies.platforms
+                     if pf.obj.spec.security and pf.obj.spec.security.dataSovereignty
+                     for name in governed(pf, policies))
 
 
 def _gpu_policy_checks(gpu: Parsed[p.GPUOptimizationPolicy]) -> Iterator[Diagnostic]:

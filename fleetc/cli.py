@@ -79,8 +79,10 @@ def validate(paths: Sequence[str], output_format: str) -> None:
         return loaded
 
     loaded = _run(run, output_format)
+    _print_warnings(loaded.warnings, output_format)
     if output_format == "json":
-        _emit_json({"valid": True, "documents": loaded.documents, "diagnostics": []})
+        _emit_json({"valid": True, "documents": loaded.documents,
+                    "diagnostics": [w.as_dict() for w in loaded.warnings]})
     else:
         click.echo(f"{loaded.where}: {_plural(loaded.documents, 'policy document')} valid")
 

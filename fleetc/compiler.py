@@ -106,6 +106,8 @@ class Loaded:
     #: names files relative to them.
     roots: tuple[str, ...] = ()
     workdir: str = "."
+    #: What validate found worth saying but not fatal (a GPU alternative the fleet lacks), located.
+    warnings: tuple[Diagnostic, ...] = ()
 
 
 def load_policies(paths: Sequence[str], reporter: Reporter = NULL_REPORTER, workdir: Path = Path(".")) -> Loaded:
@@ -137,10 +139,11 @@ def _validated(loaded: LoadResult, where: str, reporter: Reporter, roots: tuple[
                workdir: Path) -> Loaded:
     with phase(reporter, "validate"):
         policies, diagnostics = validate(loaded.documents)
-    problems = [*loaded.diagnostics, *diagnostics]
+    problems = [*loaded.diagnostics, *(d for d in diagnostics if d.severity != "warning")]
     if problems:
         raise PolicyError(problems)
-    return Loaded(policies, len(loaded.documents), where, roots, str(workdir))
+    warnings = tuple(sorted((d for d in diagnostics if d.severity == "warning"), key=_DIAGNOSTIC_ORDER))
+    return Loaded(policies, len(loaded.documents), where, roots, str(workdir), warnings)
 
 
 def compile_fleet(options: Options) -> Compiled:
@@ -320,7 +323,8 @@ def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
     with phase(report, "render"):  # the warnings are located (seconds on a large fleet) meanwhile
         rendered = render(model, placement, locate=located,
                           reuse=None if options.reusable is None else options.reusable())
-    return Compiled(model, placement, rendered.files, rendered.warnings, kept=rendered.kept)
+    warnings = tuple(sorted({*loaded.warnings, *rendered.warnings}, key=_DIAGNOSTIC_ORDER))
+    return Compiled(model, placement, rendered.files, warnings, kept=rendered.kept)
 
 
 def positioned(warnings: Sequence[Diagnostic], policies: PolicySet) -> tuple[Diagnostic, ...]:

@@ -391,8 +391,9 @@ def _with_gpu_tolerations(stage: m.Stage, gpu_taints: tuple[m.Taint, ...]) -> m.
     """What Kubernetes' ExtendedResourceToleration admission plugin does for device resources:
     a stage that asks for GPUs of type T tolerates the taint fleetc derives for T (of each type
     it lists as an alternative), and a stage that asks for any GPU every derived GPU taint.
-    CPU-only stages get nothing: the taint keeps them off GPU clusters unless they tolerate it
-    themselves. Tolerations a stage already has
+    CPU-only stages get nothing here: they prefer clusters without GPUs, and where one runs on
+    a GPU cluster its pods there tolerate the taint (:func:`fleetc.placement.rules.on_cluster`).
+    Tolerations a stage already has
     that cover the taint are left as they are (no duplicates in the rendered pods)."""
     if stage.gpus <= 0:
         return stage
@@ -516,6 +517,7 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str], names: 
         gpu_product=_gpu_product(attributes, gpu_type),
         device_plugin_configured=_flag(attributes, "device-plugin-configured"),
         batch_scheduler=c.batchScheduler or m.VOLCANO,
+        taints_derived=c.taints is None and bool(default_taints),
     )
 
 

@@ -20,7 +20,9 @@ one back (previous)."""
 #: 12: where stages all differ but for cores and memory and the LP over them would take column
 #: generation, the large path places them from the LP over kinds of the relaxation, an LP
 #: rounding, the repair and gang relocations and swaps.
-PLACEMENT_VERSION = "12"
+#: 13: the GPU taint fleetc derives is a preference (a CPU-only stage loses 0.5 on a GPU
+#: cluster), no longer a filter: CPU-only stages fall back to GPU clusters.
+PLACEMENT_VERSION = "13"
 
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,
 #: unless :func:`fleetc.placement.optimize.place` is given another threshold (the CLI's

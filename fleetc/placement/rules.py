@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from fleetc import nodefit
-from fleetc.model import Cluster, FleetModel, GPUOption, Stage, StageType, Taint, untolerated
+from fleetc.model import Cluster, FleetModel, GPUOption, Stage, StageType, Taint, Toleration, untolerated
 
 #: Stage types that never run on time-sliced GPU slots: they need whole GPUs.
 EXCLUSIVE_TYPES = (StageType.TRAINING, StageType.FINETUNING)
@@ -75,12 +75,28 @@ def option_of(stage: Stage, gpu_type: str | None) -> GPUOption | None:
 
 def on_cluster(stage: Stage, cluster: Cluster) -> Stage:
     """``stage`` as it runs on ``cluster``: a stage asking for throughput with the GPUs per
-    replica (and node fit) of the cluster's GPU type; any other stage as it is. Every per-pair
-    count (usage, the verifier, the rendered requests) reads the stage through this."""
+    replica (and node fit) of the cluster's GPU type, and tolerating the cluster's derived GPU
+    taint (:func:`preferred_off`) where it does not already; any other stage as it is. Every
+    per-pair count (usage, the verifier, the rendered requests and tolerations) reads the stage
+    through this."""
     option = option_of(stage, cluster.gpu_type) if stage.gpu_options else None
-    if option is None or option == stage.gpu_options[0]:
-        return stage
-    return replace(stage, gpus=option.gpus, gpu_request=option.gpu_request, pods_per_replica=option.pods_per_replica)
+    if option is not None and option != stage.gpu_options[0]:
+        stage = replace(stage, gpus=option.gpus, gpu_request=option.gpu_request,
+                        pods_per_replica=option.pods_per_replica)
+    missing = preferred_off(stage, cluster)
+    if missing:
+        stage = replace(stage, tolerations=stage.tolerations + tuple(
+            Toleration(t.key, "Equal", t.value, t.effect) for t in missing))
+    return stage
+
+
+def preferred_off(stage: Stage, cluster: Cluster) -> tuple[Taint, ...]:
+    """The cluster's derived GPU taint (``gpu-type=<type>:NoSchedule``, where it states no
+    taints) when the stage does not tolerate it: a CPU-only stage. fleetc wrote that taint, not
+    the user, and real GPU clusters run CPU pods on their CPU nodes, so it never keeps a stage
+    off: the stage prefers other clusters (``scoring.GPU_TAINT_PENALTY``), and its pods
+    tolerate the taint where it runs there."""
+    return untolerated(cluster.taints, stage.tolerations) if cluster.taints_derived else ()
 
 
 def gpu_types_named(stage: Stage) -> str:
@@ -106,8 +122,9 @@ def shape_words(shape: nodefit.Shape) -> str:
 
 
 def repelling_taints(stage: Stage, cluster: Cluster) -> tuple[Taint, ...]:
-    """The cluster's hard taints (not PreferNoSchedule) none of the stage's tolerations covers."""
-    return untolerated(cluster.taints, stage.tolerations)
+    """The cluster's hard taints (not PreferNoSchedule) none of the stage's tolerations covers;
+    the user's only: a derived GPU taint is a preference (:func:`preferred_off`)."""
+    return () if cluster.taints_derived else untolerated(cluster.taints, stage.tolerations)
 
 
 def exclusions(stage: Stage, cluster: Cluster) -> list[str]:

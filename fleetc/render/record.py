@@ -36,8 +36,9 @@ from fleetc.render.gitops import INFRA, WORKLOADS
 
 #: The version of what the renderer writes, part of every inputs digest: bump it in the same
 #: commit as any change to rendered output, so a recompile after an upgrade renders every
-#: cluster's folder again. 1: the record is introduced.
-RENDER_VERSION = "1"
+#: cluster's folder again. 1: the record is introduced. 2: a CPU-only stage's pods on a GPU
+#: cluster tolerate its derived GPU taint.
+RENDER_VERSION = "2"
 
 #: Where the record is written, relative to the output folder.
 RENDER_RECORD = ".fleetc/render"

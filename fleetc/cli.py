@@ -235,10 +235,25 @@ def _check(compiled: Any, out: Path, output_format: str) -> None:
     _print_warnings(compiled.warnings, output_format)
     if stale:
         if output_format == "text":
-            click.echo(f"{out}/ is stale: {_plural(len(stale), 'file')} would change", err=True)
+            click.echo(f"{out}/ is stale: {_plural(len(stale), 'file')} would change{_drain_note(compiled, out)}",
+                       err=True)
         sys.exit(ExitCode.FAILED)
     if output_format == "text":
         click.echo(f"{out}/ is up to date")
+
+
+def _drain_note(compiled: Any, out: Path) -> str:
+    """Where the output folder was compiled with another ``--drain`` (its placement.yaml says),
+    the check that would compare like with like."""
+    from fleetc.compiler import drain_flags, drain_words
+    from fleetc.placement.previous import read_previous
+
+    committed, warning = read_previous(out)
+    drained = tuple(sorted(c.name for c in compiled.model.clusters if c.drained))
+    if warning or not committed.stages or committed.drained == drained:
+        return ""
+    return (f"; it was compiled {drain_words(committed.drained)} and this check runs {drain_words(drained)}"
+            f" (`fleetc compile --check{drain_flags(committed.drained)}` checks that compile)")
 
 
 def _placement_differences(compiled: Any, out: Path) -> list[dict[str, str]]:

@@ -204,17 +204,29 @@ def explain_stage(target: str, options: Options) -> Explanation:
     compiled_with = dataclasses.replace(options, solver=previous.solver or DEFAULT_SOLVER)
     placement = _placement_in_out(model, previous, inputs_digest(loaded.policies, compiled_with))
     if placement is None:
-        drained = "".join(f" --drain {name}" for name in options.drain)
+        if previous.drained != tuple(sorted(set(options.drain))):
+            raise FleetcError(f"cannot explain: {where} was compiled {drain_words(previous.drained)}, this explain "
+                              f"runs {drain_words(options.drain)}; give explain{drain_flags(previous.drained)} to "
+                              f"explain it, or run `fleetc compile{drain_flags(options.drain)}` first")
         raise FleetcError(f"cannot explain: {where} is stale: it does not hold for these policies (they, "
-                          "--drain, FLEETC_LARGE, the solver's version or fleetc's placement version changed "
-                          f"since); run `fleetc compile{drained}` first"
-                          + ("" if drained else ", or give explain the --drain it was compiled with"))
+                          "FLEETC_LARGE, the solver's version or fleetc's placement version changed since); "
+                          f"run `fleetc compile{drain_flags(options.drain)}` first")
     from fleetc.placement.fixes import fixes
     from fleetc.placement.hints import taint_hints
 
     explanation = why.explain(model, placement, key, previous.clusters)
     fix = "" if explanation.chosen else fixes(model, placed_clusters(placement), [key])[0].text
     return dataclasses.replace(explanation, hints=tuple(taint_hints(model, [key])), fix=fix)
+
+
+def drain_flags(drained: Sequence[str]) -> str:
+    """`` --drain a --drain b`` for the clusters ``drained`` (sorted), '' for none."""
+    return "".join(f" --drain {name}" for name in sorted(set(drained)))
+
+
+def drain_words(drained: Sequence[str]) -> str:
+    """``with --drain a --drain b`` or ``without --drain``."""
+    return f"with{drain_flags(drained)}" if drained else "without --drain"
 
 
 def placed_clusters(placement: Placement) -> dict[str, dict[str, int]]:

@@ -110,7 +110,9 @@ def test_a_cordoned_cluster_in_the_fleet_compiles_like_a_drained_one(project: Pa
         return [line for line in (project / out / "placement.yaml").read_text().splitlines()
                 if not line.startswith("inputs: ")]
 
-    assert report("cordoned") == report("drained")
+    # placement.yaml records the drain (a drained compile is explained and checked with it)
+    assert report("cordoned") == [line for line in report("drained")
+                                  if line not in ("drained:", "  - edge-cluster-factory")]
     assert "edge-cluster-factory" not in running(project / "cordoned")
 
 

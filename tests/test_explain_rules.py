@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fleetc.cli import cli
 from fleetc.compiler import compile_policies, load_policy_sources
 from fleetc.placement import explain as why
 
@@ -59,3 +66,17 @@ def test_replicas_on_a_later_gpu_type_that_multicluster_asks_for_name_the_set_no
     report = compiled.files["placement.yaml"]
     assert ("      passed:\n        - gpuType: a100\n          why: the multiCluster set of chat serves it "
             "active-active on each of its clusters, h among them (1 replica there)\n") in report
+
+
+def test_a_drained_cluster_is_worded_drained_everywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """compile, explain and a what-if of a drain say "drained", never "cordoned" (a Fleet flag)."""
+    shutil.copytree(Path(__file__).parent / "cases" / "degraded-serving" / "policies", tmp_path / "policies")
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    outputs = [runner.invoke(cli, args) for args in (
+        ["compile", "--drain", "a"], ["explain", "llm/serve", "--drain", "a"],
+        ["diff", "--what-if", "drain=b"], ["diff", "--what-if", "drain=b", "--format", "markdown"])]
+    assert [r.exit_code for r in outputs] == [0, 0, 0, 0], [r.output for r in outputs]
+    text = "".join(r.stdout + r.stderr for r in outputs)
+    assert "is drained" in text and "filtered out: drained" in text
+    assert "cordon" not in text.lower()

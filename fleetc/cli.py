@@ -55,6 +55,8 @@ class _Seconds(click.FloatRange):
 
 SECONDS = _Seconds(min=0, min_open=True)
 paths_argument = click.argument("paths", nargs=-1, type=click.Path())
+verbose_option = click.option("--verbose", "-v", is_flag=True,
+                              help="List every warning; without it, warnings alike but for their place are one line.")
 format_option = click.option("--format", "output_format", type=click.Choice(["text", "json"]),
                              default="text", show_default=True, help="Output format.")
 
@@ -69,7 +71,8 @@ def cli() -> None:
 @paths_argument
 @click.option("--format", "output_format", type=click.Choice(["text", "json", "github"]), default="text",
               show_default=True, help="Output format (github: workflow-command annotations).")
-def validate(paths: Sequence[str], output_format: str) -> None:
+@verbose_option
+def validate(paths: Sequence[str], output_format: str, verbose: bool) -> None:
     """Check policy files and folders (default: policies/) and report every error."""
     from fleetc.compiler import check_policies, load_policies
 
@@ -79,7 +82,7 @@ def validate(paths: Sequence[str], output_format: str) -> None:
         return loaded
 
     loaded = _run(run, output_format)
-    _print_warnings(loaded.warnings, output_format)
+    _print_warnings(loaded.warnings, output_format, verbose)
     if output_format == "json":
         _emit_json({"valid": True, "documents": loaded.documents,
                     "diagnostics": [w.as_dict() for w in loaded.warnings]})
@@ -108,10 +111,11 @@ def validate(paths: Sequence[str], output_format: str) -> None:
 @click.option("--solver", metavar="NAME", default="HIGHS", show_default=True,
               callback=lambda ctx, param, value: value.upper(),
               help="MILP solver cvxpy runs the placement program on (any installed: SCIP, GUROBI...).")
+@verbose_option
 @format_option
 def compile(paths: Sequence[str], out_dir: str, check: bool, base_ref: str | None, time_limit: float | None,
             drain: Sequence[str], commit: bool, allow_unplaced: bool, solver: str,
-            output_format: str) -> None:
+            output_format: str, verbose: bool) -> None:
     """Place every pipeline stage and write the manifests to the output folder."""
     if check and commit:
         _run(lambda: _usage("--check and --commit cannot be combined"), output_format)
@@ -142,9 +146,9 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, base_ref: str | Non
                 click.echo(f"  fix: {fix}", err=True)
     # --check and --commit change only where the rendered files go, never how they are made.
     if commit:
-        _commit(compiled, Path(out_dir), output_format, paths or [DEFAULT_POLICIES])
+        _commit(compiled, Path(out_dir), output_format, paths or [DEFAULT_POLICIES], verbose)
     else:
-        (_check if check else _write)(compiled, Path(out_dir), output_format)
+        (_check if check else _write)(compiled, Path(out_dir), output_format, verbose)
 
 
 def _options(paths: Sequence[str], out_dir: str, **fields: Any) -> Options:
@@ -216,7 +220,7 @@ def _file_count(compiled: Any) -> int:
     return len(compiled.files) + (len(compiled.kept.paths) if compiled.kept is not None else 0)
 
 
-def _check(compiled: Any, out: Path, output_format: str) -> None:
+def _check(compiled: Any, out: Path, output_format: str, verbose: bool = False) -> None:
     """``--check``: list what writing would change, as ``black --check`` does; never write."""
     from fleetc.emit import changes
 
@@ -232,7 +236,7 @@ def _check(compiled: Any, out: Path, output_format: str) -> None:
         for difference in moved:
             click.echo(f"{difference['stage']}: {out}/placement.yaml places it on {difference['out']}; "
                        f"compile places it on {difference['compile']}", err=True)
-    _print_warnings(compiled.warnings, output_format)
+    _print_warnings(compiled.warnings, output_format, verbose)
     if stale:
         if output_format == "text":
             click.echo(f"{out}/ is stale: {_plural(len(stale), 'file')} would change{_drain_note(compiled, out)}",
@@ -277,11 +281,11 @@ def _clusters_text(clusters: dict[str, int]) -> str:
     return ", ".join(f"{name} ({_plural(n, 'replica')})" for name, n in sorted(clusters.items())) or "nothing"
 
 
-def _write(compiled: Any, out: Path, output_format: str) -> None:
+def _write(compiled: Any, out: Path, output_format: str, verbose: bool = False) -> None:
     from fleetc.emit import write_tree
 
     _run(lambda: write_tree(out, compiled.files, kept=compiled.kept), output_format)
-    _print_warnings(compiled.warnings, output_format)
+    _print_warnings(compiled.warnings, output_format, verbose)
     if output_format == "json":
         _emit_json(_summary(compiled, out))
     else:
@@ -301,12 +305,12 @@ def _write(compiled: Any, out: Path, output_format: str) -> None:
                    f" to {out}/")
 
 
-def _commit(compiled: Any, out: Path, output_format: str, paths: Sequence[str]) -> None:
+def _commit(compiled: Any, out: Path, output_format: str, paths: Sequence[str], verbose: bool = False) -> None:
     """``--commit``: write the output folder and commit it with the policies it came from."""
     from fleetc.git.flow import commit_output
 
     sha, message = _run(lambda: commit_output(compiled, out, paths, Path.cwd()), output_format)
-    _print_warnings(compiled.warnings, output_format)
+    _print_warnings(compiled.warnings, output_format, verbose)
     if output_format == "json":
         _emit_json({**_summary(compiled, out), "commit": sha, "message": message if sha else None})
     elif sha:
@@ -429,11 +433,14 @@ def explain(target: str, paths: Sequence[str], out_dir: str, drain: Sequence[str
 _VERB = {"added": "add", "changed": "change", "removed": "remove"}
 
 
-def _print_warnings(warnings: Sequence[Diagnostic], output_format: str) -> None:
-    """``warning: <file>:<line>:<column>: <field>: <message>`` on stderr (JSON output carries them instead)."""
-    for w in warnings if output_format == "text" else []:
-        where = w.path if w.line == 0 else f"{w.path}:{w.line}:{w.column}"
-        click.echo(f"warning: {where}: {w.field}: {w.message}", err=True)
+def _print_warnings(warnings: Sequence[Diagnostic], output_format: str, verbose: bool = False) -> None:
+    """``warning: <file>:<line>:<column>: <field>: <message>`` on stderr, warnings alike but for
+    their place as one line unless ``verbose`` (:mod:`fleetc.grouping`); JSON output carries
+    every one instead."""
+    from fleetc.grouping import warning_lines
+
+    for line in warning_lines(warnings, verbose=verbose) if output_format == "text" else []:
+        click.echo(line, err=True)
 
 
 def _plural(n: int, word: str) -> str:
@@ -483,6 +490,10 @@ def _report(err: FleetcError, output_format: str) -> None:
             click.echo(f"  hint: {err.hint}", err=True)
         for fix in err.fixes:
             click.echo(f"  fix: {fix}", err=True)
+        if err.refused:  # last, where a user sees it after thousands of reasons
+            fit = err.stages - err.refused
+            click.echo(f"error: {err.refused:,} of {_plural(err.stages, 'stage')} refused, nothing written"
+                       + (f" (--allow-unplaced renders the {fit:,} that fit)" if fit else ""), err=True)
     elif isinstance(err, InternalError):
         click.echo(f"fleetc: internal error: {err}\n{BUG_REPORT}", err=True)
     else:

@@ -134,6 +134,7 @@ def place(
                 hint="raise --time-limit, or pass --allow-unplaced to render what was placed")
         else:
             error = SearchLimitError(list(unplaced.values())) if not proven else PlacementError(list(unplaced.values()))
+        error.refused, error.stages = len(unplaced), len(model.stages)
         error.placed = {stage.key: {model.clusters[c].name: int(replicas_at[s, c])
                                     for c in np.flatnonzero(replicas_at[s])}
                         for s, stage in enumerate(model.stages) if replicas_at[s].any()}

@@ -11,12 +11,13 @@ reported as an internal error with exit code 3 (set ``FLEETC_DEBUG=1`` for the t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -37,9 +38,12 @@ from fleetc.errors import (
 
 if TYPE_CHECKING:
     from fleetc.compiler import Options
+    from fleetc.progress import Reporter
 
 DEFAULT_POLICIES = "policies"
 DEFAULT_OUT = "out"
+#: Seconds of work before the status line shows (a short compile leaves none behind).
+PROGRESS_DELAY = 1.0
 #: Overrides the size (allowed stage-cluster pairs) above which a component takes the large path.
 LARGE_VARIABLE = "FLEETC_LARGE"
 
@@ -77,8 +81,9 @@ def validate(paths: Sequence[str], output_format: str, verbose: bool) -> None:
     from fleetc.compiler import check_policies, load_policies
 
     def run() -> Any:
-        loaded = load_policies(paths or [DEFAULT_POLICIES], workdir=Path.cwd())
-        check_policies(loaded)
+        with _status() as reporter:
+            loaded = load_policies(paths or [DEFAULT_POLICIES], reporter, workdir=Path.cwd())
+            check_policies(loaded)
         return loaded
 
     loaded = _run(run, output_format)
@@ -166,16 +171,27 @@ def _options(paths: Sequence[str], out_dir: str, **fields: Any) -> Options:
 def _compile(paths: Sequence[str], out_dir: str, **fields: Any) -> Any:
     """Load, validate and compile, with a status line while stderr is a terminal."""
     from fleetc.compiler import compile_fleet
-    from fleetc.progress import TerminalReporter
 
     options = _options(paths, out_dir, **fields)
+    with _status() as reporter:
+        return compile_fleet(replace(options, reporter=reporter))
+
+
+@contextlib.contextmanager
+def _status() -> Iterator[Reporter]:
+    """A status line on stderr while it is a terminal (phases, stages placed, the gap), shown
+    after :data:`PROGRESS_DELAY` seconds and cleared before any message, so none shares it;
+    the silent reporter elsewhere."""
+    from fleetc.progress import NULL_REPORTER, TerminalReporter
+
     if not sys.stderr.isatty():
-        return compile_fleet(options)
-    terminal = TerminalReporter(sys.stderr)
+        yield NULL_REPORTER
+        return
+    terminal = TerminalReporter(sys.stderr, delay=PROGRESS_DELAY)
     try:
-        return compile_fleet(replace(options, reporter=terminal))
+        yield terminal
     finally:
-        terminal.close()  # before any message, so none shares the status line
+        terminal.close()
 
 
 def _taint_hints(compiled: Any) -> list[str]:

@@ -396,7 +396,8 @@ def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
     try:
         placement = place(model, time_limit=options.time_limit, previous=options.previous.clusters,
                           recorded=options.previous.recorded,
-                          on_gap=options.reporter.gap, allow_unplaced=options.allow_unplaced,
+                          on_gap=options.reporter.gap, on_placed=options.reporter.placed,
+                          allow_unplaced=options.allow_unplaced,
                           large=options.large, solver=options.solver)
     except PlacementError as err:
         hints = [err.hint] if err.hint else []

@@ -392,7 +392,7 @@ def _with_gpu_tolerations(stage: m.Stage, gpu_taints: tuple[m.Taint, ...]) -> m.
     a stage that asks for GPUs of type T tolerates the taint fleetc derives for T (of each type
     it lists as an alternative), and a stage that asks for any GPU every derived GPU taint.
     CPU-only stages get nothing here: they prefer clusters without GPUs, and where one runs on
-    a GPU cluster its pods there tolerate the taint (:func:`fleetc.placement.rules.on_cluster`).
+    a GPU cluster its pods there tolerate the taint (:func:`fleetc.placement.rules.rendered_on`).
     Tolerations a stage already has
     that cover the taint are left as they are (no duplicates in the rendered pods)."""
     if stage.gpus <= 0:

@@ -75,19 +75,24 @@ def option_of(stage: Stage, gpu_type: str | None) -> GPUOption | None:
 
 def on_cluster(stage: Stage, cluster: Cluster) -> Stage:
     """``stage`` as it runs on ``cluster``: a stage asking for throughput with the GPUs per
-    replica (and node fit) of the cluster's GPU type, and tolerating the cluster's derived GPU
-    taint (:func:`preferred_off`) where it does not already; any other stage as it is. Every
-    per-pair count (usage, the verifier, the rendered requests and tolerations) reads the stage
-    through this."""
+    replica (and node fit) of the cluster's GPU type; any other stage as it is. Every per-pair
+    count (usage, the verifier, the rendered requests) reads the stage through this."""
     option = option_of(stage, cluster.gpu_type) if stage.gpu_options else None
-    if option is not None and option != stage.gpu_options[0]:
-        stage = replace(stage, gpus=option.gpus, gpu_request=option.gpu_request,
-                        pods_per_replica=option.pods_per_replica)
+    if option is None or option == stage.gpu_options[0]:
+        return stage
+    return replace(stage, gpus=option.gpus, gpu_request=option.gpu_request, pods_per_replica=option.pods_per_replica)
+
+
+def rendered_on(stage: Stage, cluster: Cluster) -> Stage:
+    """``stage`` as its pods are rendered on ``cluster``: :func:`on_cluster`, tolerating the
+    cluster's derived GPU taint where it does not already (:func:`preferred_off`: a CPU-only
+    stage on a GPU cluster). The counts do not read tolerations, so only rendering does this."""
+    stage = on_cluster(stage, cluster)
     missing = preferred_off(stage, cluster)
-    if missing:
-        stage = replace(stage, tolerations=stage.tolerations + tuple(
-            Toleration(t.key, "Equal", t.value, t.effect) for t in missing))
-    return stage
+    if not missing:
+        return stage
+    return replace(stage, tolerations=stage.tolerations + tuple(
+        Toleration(t.key, "Equal", t.value, t.effect) for t in missing))
 
 
 def preferred_off(stage: Stage, cluster: Cluster) -> tuple[Taint, ...]:
@@ -95,7 +100,7 @@ def preferred_off(stage: Stage, cluster: Cluster) -> tuple[Taint, ...]:
     taints) when the stage does not tolerate it: a CPU-only stage. fleetc wrote that taint, not
     the user, and real GPU clusters run CPU pods on their CPU nodes, so it never keeps a stage
     off: the stage prefers other clusters (``scoring.GPU_TAINT_PENALTY``), and its pods
-    tolerate the taint where it runs there."""
+    tolerate the taint where it runs there (:func:`rendered_on`)."""
     return untolerated(cluster.taints, stage.tolerations) if cluster.taints_derived else ()
 
 

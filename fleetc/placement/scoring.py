@@ -58,7 +58,7 @@ terms (a much cheaper or closer cluster), or where the earlier types have no roo
 stage that does not tolerate a cluster's *derived* GPU taint (``gpu-type=<type>:NoSchedule``,
 which fleetc gives a GPU cluster stating no taints: a CPU-only stage) loses
 ``GPU_TAINT_PENALTY`` (0.5) there, so it runs on a GPU cluster only as a fallback, and its pods
-there tolerate the taint (:func:`fleetc.placement.rules.on_cluster`).
+there tolerate the taint (:func:`fleetc.placement.rules.rendered_on`).
 
 At fleet scale (1,000 clusters x 20,000 stages, 20M pairs) nothing here loops over pairs in
 Python. Stages and clusters become columns of numbers (text such as GPU types, jurisdictions

@@ -48,7 +48,7 @@ def place(diagnostic: Diagnostic) -> str:
 
 
 def warning_lines(warnings: Iterable[Diagnostic], *, verbose: bool = False) -> list[str]:
-    """``warning: <place>: <field>: <message>`` per warning; without ``verbose``, a group of
+    """``warning: <place>: <field>: <message>`` per warning (and its hint below); without ``verbose``, a group of
     more than :data:`SHOWN` alike is one line that counts the others and names the first few
     of their places."""
     warnings = list(warnings)
@@ -62,5 +62,5 @@ def warning_lines(warnings: Iterable[Diagnostic], *, verbose: bool = False) -> l
         if (group := folded.get(id(w))) is not None:
             line += (f" [and {len(group) - 1:,} more alike at {', '.join(place(o) for o in group[1:SHOWN + 1])}, "
                      "...; --verbose lists each]")
-        lines.append(line)
+        lines.append(line + (f"\n  hint: {w.hint}" if w.hint else ""))
     return lines

@@ -64,5 +64,6 @@ def test_the_cli_validate_prints_the_warning_and_succeeds(tmp_path: Path, monkey
     assert result.exit_code == 0, result.output
     assert ("warning: p.yaml:11:16: spec.stages[0].resources.gpuType: no cluster of Fleet 'f' has GPU type h100"
             in result.stderr)
+    assert "  hint: did you mean 'a100'?" in result.stderr
     result = CliRunner().invoke(cli, ["validate", ".", "--format", "json"])
     assert result.exit_code == 0 and json.loads(result.stdout)["diagnostics"][0]["severity"] == "warning"

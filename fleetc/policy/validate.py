@@ -538,6 +538,15 @@ def _node_above_cluster(doc: Document, base: FieldPath, cluster: p.FleetCluster)
                                       f"together in capacity.{field}")
 
 
+def fleet_gpu_types(fleet: p.Fleet) -> list[str]:
+    """The GPU types of the Fleet's clusters, sorted: each cluster's ``gpu-type`` unless its
+    ``gpu-count`` is 0 (one that does not parse counts: its own error says so, and the stages
+    asking for the type would only repeat it)."""
+    return sorted({str(attributes["gpu-type"]).lower() for cluster in fleet.spec.clusters
+                   if "gpu-type" in (attributes := cluster.attributes or {})
+                   and _whole(attributes.get("gpu-count", 0)) != 0})
+
+
 def node_sizes(fleet: p.Fleet) -> list[tuple[str, str, int]]:
     """(cluster, gpu type, GPUs per node) of every GPU cluster whose attributes parse."""
     found = []
@@ -595,7 +604,7 @@ def _gpu_type_checks(policies: PolicySet) -> Iterator[Diagnostic]:
     if not policies.fleets:
         return
     fleet = policies.fleets[0].name
-    known = sorted({t for _, t, _ in node_sizes(policies.fleets[0].obj)})
+    known = fleet_gpu_types(policies.fleets[0].obj)
     for pipeline in policies.pipelines:
         for i, stage in enumerate(pipeline.obj.spec.stages):
             listed = stage.resources.gpuType if stage.resources else None
@@ -640,7 +649,7 @@ def _throughput_checks(policies: PolicySet) -> Iterator[Diagnostic]:
     type it lists (or at least one type, when it lists none)."""
     fleet = policies.fleets[0] if policies.fleets else None
     stated = {t.lower() for t in (fleet.obj.spec.gpuThroughput or {})} if fleet else set()
-    known = sorted({t for _, t, _ in node_sizes(fleet.obj)}) if fleet is not None else []
+    known = fleet_gpu_types(fleet.obj) if fleet is not None else []
     if fleet is not None:
         for gpu_type in fleet.obj.spec.gpuThroughput or {}:
             if gpu_type.lower() not in known:

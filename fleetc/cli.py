@@ -11,12 +11,13 @@ reported as an internal error with exit code 3 (set ``FLEETC_DEBUG=1`` for the t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -39,9 +40,12 @@ from fleetc.errors import (
 
 if TYPE_CHECKING:
     from fleetc.compiler import Options
+    from fleetc.progress import Reporter
 
 DEFAULT_POLICIES = "policies"
 DEFAULT_OUT = "out"
+#: Seconds of work before the status line shows (a short compile leaves none behind).
+PROGRESS_DELAY = 1.0
 #: Overrides the size (allowed stage-cluster pairs) above which a component takes the large path.
 LARGE_VARIABLE = "FLEETC_LARGE"
 
@@ -57,6 +61,8 @@ class _Seconds(click.FloatRange):
 
 SECONDS = _Seconds(min=0, min_open=True)
 paths_argument = click.argument("paths", nargs=-1, type=click.Path())
+verbose_option = click.option("--verbose", "-v", is_flag=True,
+                              help="List every warning; without it, warnings alike but for their place are one line.")
 format_option = click.option("--format", "output_format", type=click.Choice(["text", "json"]),
                              default="text", show_default=True, help="Output format.")
 
@@ -71,18 +77,22 @@ def cli() -> None:
 @paths_argument
 @click.option("--format", "output_format", type=click.Choice(["text", "json", "github"]), default="text",
               show_default=True, help="Output format (github: workflow-command annotations).")
-def validate(paths: Sequence[str], output_format: str) -> None:
+@verbose_option
+def validate(paths: Sequence[str], output_format: str, verbose: bool) -> None:
     """Check policy files and folders (default: policies/) and report every error."""
     from fleetc.compiler import check_policies, load_policies
 
     def run() -> Any:
-        loaded = load_policies(paths or [DEFAULT_POLICIES], workdir=Path.cwd())
-        check_policies(loaded)
+        with _status() as reporter:
+            loaded = load_policies(paths or [DEFAULT_POLICIES], reporter, workdir=Path.cwd())
+            check_policies(loaded)
         return loaded
 
     loaded = _run(run, output_format)
+    _print_warnings(loaded.warnings, output_format, verbose)
     if output_format == "json":
-        _emit_json({"valid": True, "documents": loaded.documents, "diagnostics": []})
+        _emit_json({"valid": True, "documents": loaded.documents,
+                    "diagnostics": [w.as_dict() for w in loaded.warnings]})
     else:
         click.echo(f"{printable(loaded.where)}: {_plural(loaded.documents, 'policy document')} valid")
 
@@ -108,10 +118,11 @@ def validate(paths: Sequence[str], output_format: str) -> None:
 @click.option("--solver", metavar="NAME", default="HIGHS", show_default=True,
               callback=lambda ctx, param, value: value.upper(),
               help="MILP solver cvxpy runs the placement program on (any installed: SCIP, GUROBI...).")
+@verbose_option
 @format_option
 def compile(paths: Sequence[str], out_dir: str, check: bool, base_ref: str | None, time_limit: float | None,
             drain: Sequence[str], commit: bool, allow_unplaced: bool, solver: str,
-            output_format: str) -> None:
+            output_format: str, verbose: bool) -> None:
     """Place every pipeline stage and write the manifests to the output folder."""
     if check and commit:
         _run(lambda: _usage("--check and --commit cannot be combined"), output_format)
@@ -139,15 +150,15 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, base_ref: str | Non
                                  else f"warning: {stage.stage} is not placed: {stage.reason}", lines=True), err=True)
     if allow_unplaced:
         for hint in _taint_hints(compiled):
-            click.echo(f"  hint: {hint}", err=True)
+            click.echo(printable(f"  hint: {hint}", lines=True), err=True)
         if output_format == "text":
             for fix in _fixes(compiled):
-                click.echo(f"  fix: {fix}", err=True)
+                click.echo(printable(f"  fix: {fix}", lines=True), err=True)
     # --check and --commit change only where the rendered files go, never how they are made.
     if commit:
-        _commit(compiled, Path(out_dir), output_format, paths or [DEFAULT_POLICIES])
+        _commit(compiled, Path(out_dir), output_format, paths or [DEFAULT_POLICIES], verbose)
     else:
-        (_check if check else _write)(compiled, Path(out_dir), output_format)
+        (_check if check else _write)(compiled, Path(out_dir), output_format, verbose)
 
 
 def _options(paths: Sequence[str], out_dir: str, **fields: Any) -> Options:
@@ -165,16 +176,27 @@ def _options(paths: Sequence[str], out_dir: str, **fields: Any) -> Options:
 def _compile(paths: Sequence[str], out_dir: str, **fields: Any) -> Any:
     """Load, validate and compile, with a status line while stderr is a terminal."""
     from fleetc.compiler import compile_fleet
-    from fleetc.progress import TerminalReporter
 
     options = _options(paths, out_dir, **fields)
+    with _status() as reporter:
+        return compile_fleet(replace(options, reporter=reporter))
+
+
+@contextlib.contextmanager
+def _status() -> Iterator[Reporter]:
+    """A status line on stderr while it is a terminal (phases, stages placed, the gap), shown
+    after :data:`PROGRESS_DELAY` seconds and cleared before any message, so none shares it;
+    the silent reporter elsewhere."""
+    from fleetc.progress import NULL_REPORTER, TerminalReporter
+
     if not sys.stderr.isatty():
-        return compile_fleet(options)
-    terminal = TerminalReporter(sys.stderr)
+        yield NULL_REPORTER
+        return
+    terminal = TerminalReporter(sys.stderr, delay=PROGRESS_DELAY)
     try:
-        return compile_fleet(replace(options, reporter=terminal))
+        yield terminal
     finally:
-        terminal.close()  # before any message, so none shares the status line
+        terminal.close()
 
 
 def _taint_hints(compiled: Any) -> list[str]:
@@ -219,7 +241,7 @@ def _file_count(compiled: Any) -> int:
     return len(compiled.files) + (len(compiled.kept.paths) if compiled.kept is not None else 0)
 
 
-def _check(compiled: Any, out: Path, output_format: str) -> None:
+def _check(compiled: Any, out: Path, output_format: str, verbose: bool = False) -> None:
     """``--check``: list what writing would change, and what no write would (files fleetc does
     not render, symlinks), as ``black --check`` does; list the user's files (applied unchecked);
     never write."""
@@ -240,10 +262,11 @@ def _check(compiled: Any, out: Path, output_format: str) -> None:
                        f"compile places it on {difference['compile']}", err=True)
         for path in mine:  # on stderr with the rest: CI logs show what is applied unchecked
             click.echo(f"user-owned (applied with its cluster, not checked): {printable(str(out / path))}", err=True)
-    _print_warnings(compiled.warnings, output_format)
+    _print_warnings(compiled.warnings, output_format, verbose)
     if stale:
         if output_format == "text":
-            click.echo(f"{out}/ is stale: {_plural(len(stale), 'file')} would change", err=True)
+            click.echo(f"{out}/ is stale: {_plural(len(stale), 'file')} would change{_drain_note(compiled, out)}",
+                       err=True)
         sys.exit(ExitCode.FAILED)
     if output_format == "text":
         click.echo(f"{out}/ is up to date")
@@ -270,6 +293,20 @@ _CHECK_LINE = {
 }
 
 
+def _drain_note(compiled: Any, out: Path) -> str:
+    """Where the output folder was compiled with another ``--drain`` (its placement.yaml says),
+    the check that would compare like with like."""
+    from fleetc.compiler import drain_flags, drain_words
+    from fleetc.placement.previous import read_previous
+
+    committed, warning = read_previous(out)
+    drained = tuple(sorted(c.name for c in compiled.model.clusters if c.drained))
+    if warning or not committed.stages or committed.drained == drained:
+        return ""
+    return (f"; it was compiled {drain_words(committed.drained)} and this check runs {drain_words(drained)}"
+            f" (`fleetc compile --check{drain_flags(committed.drained)}` checks that compile)")
+
+
 def _placement_differences(compiled: Any, out: Path) -> list[dict[str, str]]:
     """The stages the output folder's placement.yaml places elsewhere than this compile does."""
     from fleetc.placement.previous import read_previous
@@ -291,11 +328,11 @@ def _clusters_text(clusters: dict[str, int]) -> str:
     return ", ".join(f"{name} ({_plural(n, 'replica')})" for name, n in sorted(clusters.items())) or "nothing"
 
 
-def _write(compiled: Any, out: Path, output_format: str) -> None:
+def _write(compiled: Any, out: Path, output_format: str, verbose: bool = False) -> None:
     from fleetc.emit import write_tree
 
     _run(lambda: write_tree(out, compiled.files, kept=compiled.kept), output_format)
-    _print_warnings(compiled.warnings, output_format)
+    _print_warnings(compiled.warnings, output_format, verbose)
     if output_format == "json":
         _emit_json(_summary(compiled, out))
     else:
@@ -315,12 +352,12 @@ def _write(compiled: Any, out: Path, output_format: str) -> None:
                    f" to {out}/")
 
 
-def _commit(compiled: Any, out: Path, output_format: str, paths: Sequence[str]) -> None:
+def _commit(compiled: Any, out: Path, output_format: str, paths: Sequence[str], verbose: bool = False) -> None:
     """``--commit``: write the output folder and commit it with the policies it came from."""
     from fleetc.git.flow import commit_output
 
     sha, message = _run(lambda: commit_output(compiled, out, paths, Path.cwd()), output_format)
-    _print_warnings(compiled.warnings, output_format)
+    _print_warnings(compiled.warnings, output_format, verbose)
     if output_format == "json":
         _emit_json({**_summary(compiled, out), "commit": sha, "message": message if sha else None})
     elif sha:
@@ -442,12 +479,14 @@ def explain(target: str, paths: Sequence[str], out_dir: str, drain: Sequence[str
 
 
 
-def _print_warnings(warnings: Sequence[Diagnostic], output_format: str) -> None:
-    """``warning: <file>:<line>:<column>: <field>: <message>`` on stderr (JSON output carries them instead)."""
-    for w in warnings if output_format == "text" else []:
-        path = printable(w.path)
-        where = path if w.line == 0 else f"{path}:{w.line}:{w.column}"
-        click.echo(f"warning: {where}: {printable(w.field)}: {printable(w.message)}", err=True)
+def _print_warnings(warnings: Sequence[Diagnostic], output_format: str, verbose: bool = False) -> None:
+    """``warning: <file>:<line>:<column>: <field>: <message>`` on stderr, warnings alike but for
+    their place as one line unless ``verbose`` (:mod:`fleetc.grouping`); JSON output carries
+    every one instead."""
+    from fleetc.grouping import warning_lines
+
+    for line in warning_lines(warnings, verbose=verbose) if output_format == "text" else []:
+        click.echo(printable(line, lines=True), err=True)
 
 
 def _plural(n: int, word: str) -> str:
@@ -497,6 +536,10 @@ def _report(err: FleetcError, output_format: str) -> None:
             click.echo(printable(f"  hint: {err.hint}", lines=True), err=True)
         for fix in err.fixes:
             click.echo(printable(f"  fix: {fix}", lines=True), err=True)
+        if err.refused:  # last, where a user sees it after thousands of reasons
+            fit = err.stages - err.refused
+            click.echo(f"error: {err.refused:,} of {_plural(err.stages, 'stage')} refused, nothing written"
+                       + (f" (--allow-unplaced renders the {fit:,} that fit)" if fit else ""), err=True)
     elif isinstance(err, InternalError):
         click.echo(f"fleetc: internal error: {printable(str(err), lines=True)}\n{BUG_REPORT}", err=True)
     else:  # a usage error quotes the command line or a file name: fleetc's lines, any value escaped

@@ -107,6 +107,8 @@ class Loaded:
     #: names files relative to them.
     roots: tuple[str, ...] = ()
     workdir: str = "."
+    #: What validate found worth saying but not fatal (a GPU alternative the fleet lacks), located.
+    warnings: tuple[Diagnostic, ...] = ()
 
 
 def load_policies(paths: Sequence[str], reporter: Reporter = NULL_REPORTER, workdir: Path = Path(".")) -> Loaded:
@@ -138,10 +140,11 @@ def _validated(loaded: LoadResult, where: str, reporter: Reporter, roots: tuple[
                workdir: Path) -> Loaded:
     with phase(reporter, "validate"):
         policies, diagnostics = validate(loaded.documents)
-    problems = [*loaded.diagnostics, *diagnostics]
+    problems = [*loaded.diagnostics, *(d for d in diagnostics if d.severity != "warning")]
     if problems:
         raise PolicyError(problems)
-    return Loaded(policies, len(loaded.documents), where, roots, str(workdir))
+    warnings = tuple(sorted((d for d in diagnostics if d.severity == "warning"), key=_DIAGNOSTIC_ORDER))
+    return Loaded(policies, len(loaded.documents), where, roots, str(workdir), warnings)
 
 
 def compile_fleet(options: Options) -> Compiled:
@@ -232,17 +235,29 @@ def explain_stage(target: str, options: Options) -> Explanation:
     compiled_with = dataclasses.replace(options, solver=previous.solver or DEFAULT_SOLVER)
     placement = _placement_in_out(model, previous, inputs_digest(loaded.policies, compiled_with))
     if placement is None:
-        drained = "".join(f" --drain {name}" for name in options.drain)
+        if previous.drained != tuple(sorted(set(options.drain))):
+            raise FleetcError(f"cannot explain: {where} was compiled {drain_words(previous.drained)}, this explain "
+                              f"runs {drain_words(options.drain)}; give explain{drain_flags(previous.drained)} to "
+                              f"explain it, or run `fleetc compile{drain_flags(options.drain)}` first")
         raise FleetcError(f"cannot explain: {where} is stale: it does not hold for these policies (they, "
-                          "--drain, FLEETC_LARGE, the solver's version or fleetc's placement version changed "
-                          f"since); run `fleetc compile{drained}` first"
-                          + ("" if drained else ", or give explain the --drain it was compiled with"))
+                          "FLEETC_LARGE, the solver's version or fleetc's placement version changed since); "
+                          f"run `fleetc compile{drain_flags(options.drain)}` first")
     from fleetc.placement.fixes import fixes
     from fleetc.placement.hints import taint_hints
 
     explanation = why.explain(model, placement, key, previous.clusters)
     fix = "" if explanation.chosen else fixes(model, placed_clusters(placement), [key])[0].text
     return dataclasses.replace(explanation, hints=tuple(taint_hints(model, [key])), fix=fix)
+
+
+def drain_flags(drained: Sequence[str]) -> str:
+    """`` --drain a --drain b`` for the clusters ``drained`` (sorted), '' for none."""
+    return "".join(f" --drain {name}" for name in sorted(set(drained)))
+
+
+def drain_words(drained: Sequence[str]) -> str:
+    """``with --drain a --drain b`` or ``without --drain``."""
+    return f"with{drain_flags(drained)}" if drained else "without --drain"
 
 
 def placed_clusters(placement: Placement) -> dict[str, dict[str, int]]:
@@ -382,7 +397,8 @@ def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
         except PolicyError as err:  # two policy fields that render one object (render.common.folder_files)
             raise PolicyError(positioned([dataclasses.replace(d, path=model.display(d.path))
                                           for d in err.diagnostics], loaded.policies)) from None
-    return Compiled(model, placement, rendered.files, rendered.warnings, kept=rendered.kept)
+    warnings = tuple(sorted({*loaded.warnings, *rendered.warnings}, key=_DIAGNOSTIC_ORDER))
+    return Compiled(model, placement, rendered.files, warnings, kept=rendered.kept)
 
 
 def positioned(warnings: Sequence[Diagnostic], policies: PolicySet) -> tuple[Diagnostic, ...]:
@@ -442,7 +458,8 @@ def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
     try:
         placement = place(model, time_limit=options.time_limit, previous=options.previous.clusters,
                           recorded=options.previous.recorded,
-                          on_gap=options.reporter.gap, allow_unplaced=options.allow_unplaced,
+                          on_gap=options.reporter.gap, on_placed=options.reporter.placed,
+                          allow_unplaced=options.allow_unplaced,
                           large=options.large, solver=options.solver)
     except PlacementError as err:
         hints = [err.hint] if err.hint else []

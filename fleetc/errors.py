@@ -150,6 +150,8 @@ class PlacementError(FleetcError):
         #: One line per stage left out: the smallest change that places it
         #: (:mod:`fleetc.placement.fixes`).
         self.fixes: tuple[str, ...] = ()
+        #: How many stages the placement leaves out, of how many (0, 0: not counted).
+        self.refused, self.stages = 0, 0
         super().__init__("\n".join(self.reasons))
 
 

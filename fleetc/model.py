@@ -161,6 +161,9 @@ class Cluster:
     device_plugin_configured: bool = False  # its ClusterPolicy reads fleetc's device-plugin config
     drained: bool = False  # cordoned for this compile only, by --drain
     batch_scheduler: str = VOLCANO  # what admits its gangs: VOLCANO or KUEUE (Fleet batchScheduler)
+    #: ``taints`` is fleetc's derived ``gpu-type=<type>:NoSchedule`` (the cluster states no taints):
+    #: a preference, never a filter (:func:`fleetc.placement.rules.repelling_taints`).
+    taints_derived: bool = False
 
 
 #: The Alluxio properties a mount of each URL scheme needs, which Fluid takes from the Secret an

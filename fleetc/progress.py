@@ -36,6 +36,10 @@ class Reporter(Protocol):
         """The solver's gap to the LP bound (0.0 is proven optimal): the LP's after each round
         of column generation on a large fleet, then the placement's."""
 
+    def placed(self, done: int, total: int) -> None:
+        """The solver has placed (or left out) ``done`` of the fleet's ``total`` stages: it
+        solves the fleet's independent parts in turn."""
+
 
 class NullReporter:
     """Says nothing: the default everywhere but on a terminal."""
@@ -47,6 +51,9 @@ class NullReporter:
         pass
 
     def gap(self, gap: float) -> None:
+        pass
+
+    def placed(self, done: int, total: int) -> None:
         pass
 
 
@@ -68,16 +75,20 @@ class TerminalReporter:
 
     ``interval`` is how often (seconds) the timer refreshes the elapsed time while a phase runs;
     None for no timer (the line then changes only on events), as where there is no
-    ``signal.setitimer`` or the reporter is made off the main thread.
+    ``signal.setitimer`` or the reporter is made off the main thread. Nothing is drawn before
+    ``delay`` seconds have passed: a compile of a second leaves no line flickering behind.
     """
 
     def __init__(self, stream: TextIO, *, interval: float | None = 0.5,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, delay: float = 0.0):
         self.stream = stream
         self.clock = clock
         self.started = clock()
+        self.delay = delay
+        self.drawn = False
         self.current = ""
         self.last_gap: float | None = None
+        self.stages: tuple[int, int] | None = None
         self.lock = threading.Lock()
         self.previous_handler: Any = None
         self.ticking = False
@@ -102,6 +113,11 @@ class TerminalReporter:
             self.last_gap = gap
             self._draw()
 
+    def placed(self, done: int, total: int) -> None:
+        with self.lock:
+            self.stages = (done, total)
+            self._draw()
+
     def close(self) -> None:
         """Stop the timer and clear the status line."""
         if self.ticking:
@@ -109,19 +125,25 @@ class TerminalReporter:
             signal.signal(signal.SIGALRM, self.previous_handler)
             self.ticking = False
         with self.lock:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
+            if self.drawn:
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
 
     def line(self) -> str:
         """The status text: ``fleetc: place 3.2s, gap 0.12%``."""
         parts = [f"fleetc: {self.current or 'done'} {self.clock() - self.started:.1f}s"]
+        if self.stages is not None:
+            parts.append(f"{self.stages[0]:,} of {self.stages[1]:,} stages placed")
         if self.last_gap is not None:
             parts.append(f"gap {self.last_gap:.2%}")
         return ", ".join(parts)
 
     def _draw(self) -> None:
+        if self.clock() - self.started < self.delay:
+            return
         self.stream.write(f"\r\x1b[K{self.line()}")
         self.stream.flush()
+        self.drawn = True
 
     def _tick(self, signum: int, frame: FrameType | None) -> None:
         """Redraw the line, unless the main thread, which this interrupts, is drawing it."""

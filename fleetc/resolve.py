@@ -19,7 +19,16 @@ from fleetc.placement.rules import degraded_platforms
 from fleetc.policy import kinds as p
 from fleetc.policy.load import gc_paused
 from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage
-from fleetc.policy.validate import Parsed, PolicySet, governed, pipeline_namespace, stage_edges, team_pipelines
+from fleetc.policy.regions import table_jurisdiction
+from fleetc.policy.validate import (
+    Parsed,
+    PolicySet,
+    governed,
+    pipeline_namespace,
+    sovereign_pipelines,
+    stage_edges,
+    team_pipelines,
+)
 
 GPU_HOUR_PRICE = {"a100": 3.0, "h100": 5.0, "l4": 0.8, "a10": 1.0, "v100": 2.0, "t4": 0.5}
 DEFAULT_GPU_HOUR_PRICE = 2.0
@@ -196,15 +205,17 @@ def _throughput_options(stage: m.Stage, throughput: Mapping[str, float]) -> m.St
     return replace(stage, gpus=first.gpus, gpu_options=tuple(options))
 
 
-def default_jurisdiction(region: str) -> str:
-    """The documented default: a region's first '-'-separated part (``cn`` for ``cn-north-1``)."""
-    return region.split("-", 1)[0]
+def default_jurisdiction(region: str, provider: str | None = None) -> str:
+    """The documented default: the jurisdiction the table of known regions gives the region
+    (:mod:`fleetc.policy.regions`), else its first '-'-separated part (an edge site's name)."""
+    return table_jurisdiction(region, provider) or region.split("-", 1)[0]
 
 
 def region_jurisdiction(region: str, clusters: Sequence[m.Cluster],
                         regions: Mapping[str, str] | None = None) -> str:
     """The jurisdiction of data in ``region``: the Fleet's ``regionJurisdictions`` entry, else
-    that of the fleet's clusters there (the first by name), else the default rule."""
+    that of the fleet's clusters there (the first by name), else the default (the table of
+    known regions, else the name's first part)."""
     if regions and region in regions:
         return regions[region]
     here = sorted(c.name for c in clusters if c.region == region)
@@ -219,9 +230,7 @@ def _with_jurisdictions(policies: PolicySet, clusters: tuple[m.Cluster, ...],
     runs only in the jurisdiction of the data it reads, directly (``inputs[].location``) or
     through ``from:`` chains (the producing stage's data, transitively). Data of two
     jurisdictions in one stage can never be placed, so it is a policy error."""
-    sovereign = {name for pf in policies.platforms
-                 if pf.obj.spec.security and pf.obj.spec.security.dataSovereignty
-                 for name in governed(pf, policies)}
+    sovereign = sovereign_pipelines(policies)
     by_key = {s.key: s for s in stages}
     regions = policies.fleets[0].obj.spec.regionJurisdictions
     memo: dict[str, frozenset[tuple[str, str]]] = {}
@@ -294,8 +303,9 @@ def _with_gpu_tolerations(stage: m.Stage, gpu_taints: tuple[m.Taint, ...]) -> m.
     """What Kubernetes' ExtendedResourceToleration admission plugin does for device resources:
     a stage that asks for GPUs of type T tolerates the taint fleetc derives for T (of each type
     it lists as an alternative), and a stage that asks for any GPU every derived GPU taint.
-    CPU-only stages get nothing: the taint keeps them off GPU clusters unless they tolerate it
-    themselves. Tolerations a stage already has
+    CPU-only stages get nothing here: they prefer clusters without GPUs, and where one runs on
+    a GPU cluster its pods there tolerate the taint (:func:`fleetc.placement.rules.rendered_on`).
+    Tolerations a stage already has
     that cover the taint are left as they are (no duplicates in the rendered pods)."""
     if stage.gpus <= 0:
         return stage
@@ -399,7 +409,7 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str], names: 
         provider=c.provider,
         region=c.region,
         jurisdiction=(c.jurisdiction or (fleet.obj.spec.regionJurisdictions or {}).get(c.region)
-                      or default_jurisdiction(c.region)),
+                      or default_jurisdiction(c.region, c.provider)),
         gpu_type=gpu_type,
         gpus=gpus,
         cpu_millis=cpu_millis(capacity.cpu) if capacity.cpu is not None else default_millis,
@@ -425,6 +435,7 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str], names: 
         gpu_product=_gpu_product(attributes, gpu_type),
         device_plugin_configured=_flag(attributes, "device-plugin-configured"),
         batch_scheduler=c.batchScheduler or m.VOLCANO,
+        taints_derived=c.taints is None and bool(default_taints),
     )
 
 

@@ -199,7 +199,9 @@ def test_version() -> None:
 
 
 def test_explain_names_the_toleration_that_admits_a_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    shutil.copytree(Path(__file__).parent / "cases" / "error-cpu-stage-gpu-taint" / "policies", tmp_path / "policies")
+    shutil.copytree(Path(__file__).parent / "cases" / "cpu-stage-on-gpu-cluster" / "policies", tmp_path / "policies")
+    fleet = tmp_path / "policies" / "fleet.yaml"  # a taint the Fleet states is hard (fleetc's own is not)
+    fleet.write_text(fleet.read_text() + "    taints:\n    - {key: gpu-type, value: h100, effect: NoSchedule}\n")
     monkeypatch.chdir(tmp_path)
     assert run("compile", "--allow-unplaced").exit_code == 0
     result = run("explain", "llm/prepare")

@@ -151,14 +151,19 @@ def test_cli_explain_takes_the_drain_the_placement_was_compiled_with(
     assert drained.exit_code == 0, drained.output
     assert drained.stdout.startswith("llm/serve:\n  a: filtered out: drained\n  b: total 0.8170 <- 4 replicas\n")
     assert drained.stdout.endswith("chosen: b, d\nrunner-up: none (every allowed cluster runs it)\n")
-    stale = ("error: cannot explain: out/placement.yaml is stale: it does not hold for these policies (they, "
-             "--drain, FLEETC_LARGE, the solver's version or fleetc's placement version changed since); run "
-             "`fleetc compile{}` first{}\n")
+    assert "\ndrained:\n  - a\n" in (tmp_path / "out" / "placement.yaml").read_text()  # it records the drain
+    stale = ("error: cannot explain: out/placement.yaml was compiled with --drain a, this explain runs {}; give "
+             "explain --drain a to explain it, or run `fleetc compile{}` first\n")
     plain = runner.invoke(cli, ["explain", "llm/serve"])
-    hint = ", or give explain the --drain it was compiled with"
-    assert (plain.exit_code, plain.stderr) == (1, stale.format("", hint))
+    assert (plain.exit_code, plain.stderr) == (1, stale.format("without --drain", ""))
     other = runner.invoke(cli, ["explain", "llm/serve", "--drain", "b"])
-    assert (other.exit_code, other.stderr) == (1, stale.format(" --drain b", ""))
+    assert (other.exit_code, other.stderr) == (1, stale.format("with --drain b", " --drain b"))
+    check = runner.invoke(cli, ["compile", "--check"])
+    assert check.exit_code == 1
+    assert check.stderr.splitlines()[-1].endswith(
+        "; it was compiled with --drain a and this check runs without --drain "
+        "(`fleetc compile --check --drain a` checks that compile)")
+    assert runner.invoke(cli, ["compile", "--check", "--drain", "a"]).exit_code == 0
     unknown = runner.invoke(cli, ["explain", "llm/serve", "--drain", "nope"])
     assert (unknown.exit_code, unknown.stderr) == (2, "error: --drain nope: no cluster of that name in Fleet 'demo' "
                                                       "(policies/fleet.yaml); its clusters: a, b, c, d\n")

@@ -276,7 +276,8 @@ CASES: dict[str, tuple[Breakage, str]] = {
         '  0/3 clusters fit llm-chinese-training/model-training: 1 has no GPUs, 1 has no a100, '
         '1 is too small: 80 GPUs per replica, cluster has 64\n'
         '  fix: llm-chinese-training/model-training: add 46 a100 to gpu-cluster-huawei (other stages take 8 of '
-        'its 51 usable GPUs), or a new cluster in cn with 100 a100\n'),
+        'its 51 usable GPUs), or a new cluster in cn with 100 a100\n'
+        'error: 1 of 7 stages refused, nothing written (--allow-unplaced renders the 6 that fit)\n'),
 }
 
 

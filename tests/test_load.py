@@ -545,7 +545,7 @@ def test_load_policies_refuses_symlink_outside_folder(tmp_path: Path) -> None:
         kind: Fleet
         metadata: {name: f}
         spec:
-          clusters: [{name: c, provider: x, region: cn-1}]
+          clusters: [{name: c, provider: x, region: cn-north-1}]
         """))
     root = tmp_path / "policies"
     root.mkdir()

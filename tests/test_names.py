@@ -217,9 +217,10 @@ def test_jurisdictions_that_label_namespaces_are_validated() -> None:
     assert error.startswith("policies/fleet.yaml:9:19: error: spec.clusters[0].jurisdiction: expected a "
                             "Kubernetes label value")
     derived = FLEET.replace("region: eu-west-1", 'region: "EU/DE (GDPR)"')
-    [error] = validation_errors({**LONGEST, "policies/fleet.yaml": derived})
-    assert error.startswith("policies/fleet.yaml:8:13: error: spec.clusters[0].region: the jurisdiction "
-                            "derived from region 'EU/DE (GDPR)'")
+    derived_error, unknown = validation_errors({**LONGEST, "policies/fleet.yaml": derived})
+    assert derived_error.startswith("policies/fleet.yaml:8:13: error: spec.clusters[0].region: the jurisdiction "
+                                    "derived from region 'EU/DE (GDPR)'")
+    assert unknown.startswith("policies/fleet.yaml:8:13: error: spec.clusters[0].region: unknown region")
     mapped = derived + '  regionJurisdictions: {"EU/DE (GDPR)": eu}\n'
     compile_texts({**LONGEST, "policies/fleet.yaml": mapped})  # the map names a valid one
     mapped_badly = derived + '  regionJurisdictions: {"EU/DE (GDPR)": "EU/DE"}\n'

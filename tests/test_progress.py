@@ -34,6 +34,9 @@ class Recorder:
     def gap(self, gap: float) -> None:
         self.events.append(f"gap {gap:.4f}")
 
+    def placed(self, done: int, total: int) -> None:
+        self.events.append(f"placed {done}/{total}")
+
 
 @pytest.fixture
 def in_root(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,9 +48,12 @@ def test_compile_reports_every_stage_in_order() -> None:
     recorder = Recorder()
     loaded = load_policies(["policies"], recorder)
     compiled = compile_policies(loaded, Options(reporter=recorder))
+    # the stages solved after each independent part of the fleet, up to all 7
+    counts = [int(e.split()[1].split("/")[0]) for e in recorder.events if e.startswith("placed ")]
+    assert counts and counts == sorted(counts) and counts[-1] == 7
     assert recorder.events == [
         "begin load", "end load", "begin validate", "end validate",
-        "begin resolve", "end resolve", "begin place", "end place",
+        "begin resolve", "end resolve", "begin place", *(f"placed {n}/7" for n in counts), "end place",
         f"gap {compiled.placement.gap:.4f}", "begin render", "end render",
     ]
 
@@ -121,3 +127,23 @@ def test_no_status_line_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "\x1b[K" not in result.output
     assert "fleetc: " not in result.stderr
+
+
+def test_terminal_reporter_counts_stages_placed_and_waits_before_drawing() -> None:
+    """Issue 28: a progress line for work longer than a second, with the stages placed; a
+    compile shorter than the delay draws (and clears) nothing."""
+    now = [0.0]
+    stream = io.StringIO()
+    reporter = TerminalReporter(stream, interval=None, clock=lambda: now[0], delay=1.0)
+    reporter.begin("place")
+    reporter.placed(1200, 2000)
+    assert stream.getvalue() == ""
+    now[0] = 1.5
+    reporter.placed(1500, 2000)
+    assert stream.getvalue() == "\r\x1b[Kfleetc: place 1.5s, 1,500 of 2,000 stages placed"
+    reporter.close()
+    quick = io.StringIO()
+    short = TerminalReporter(quick, interval=None, clock=lambda: 0.2, delay=1.0)
+    short.begin("load")
+    short.close()
+    assert quick.getvalue() == ""

@@ -347,8 +347,8 @@ TARGETED = {
     "a cluster renamed": Targeted(
         "two-cluster-pipeline",
         lambda p: _edited(p / "fleet.yaml", lambda d: d["spec"]["clusters"][1].update(name="serve-l4-b")), None),
-    "a cluster removed": Targeted(
-        "prefetch-waits-for-the-writer",
+    "a cluster removed": Targeted(  # a cluster of a GPU type another has (else its stages are invalid)
+        "exact-solve-is-optimal",
         lambda p: _edited(p / "fleet.yaml", lambda d: d["spec"]["clusters"].pop(1)), None),
     "a cluster drained": Targeted("two-cluster-pipeline", lambda _: None, "serve-l4", drain=("serve-l4",)),
 }

@@ -306,8 +306,8 @@ def test_every_gpu_type_gets_a_product_selector_and_shared_nodes_only_where_conf
     folder.mkdir()
     (folder / "fleet.yaml").write_text(
         "apiVersion: fleet.kurator.dev/v1alpha1\nkind: Fleet\nmetadata: {name: f}\nspec:\n  clusters:\n"
-        "  - {name: a, provider: x, region: eu-1, attributes: {gpu-type: b200, gpu-count: '8'}}\n"
-        "  - {name: b, provider: x, region: eu-1, attributes: {gpu-type: a100, gpu-count: '8',\n"
+        "  - {name: a, provider: x, region: eu-west-1, attributes: {gpu-type: b200, gpu-count: '8'}}\n"
+        "  - {name: b, provider: x, region: eu-west-1, attributes: {gpu-type: a100, gpu-count: '8',\n"
         "     gpu-product: NVIDIA-A100-PCIE-40GB, device-plugin-configured: 'true'}}\n"
         "  placement: {clusterTolerations: [{key: gpu-type, operator: Exists}]}\n")
     (folder / "gpu.yaml").write_text(
@@ -382,7 +382,7 @@ def test_time_sliced_gangs_on_kueue_get_a_shared_flavor_and_are_admitted(tmp_pat
     folder.mkdir()
     (folder / "fleet.yaml").write_text(
         "apiVersion: fleet.kurator.dev/v1alpha1\nkind: Fleet\nmetadata: {name: f}\nspec:\n  clusters:\n"
-        "  - {name: k, provider: x, region: eu-1, batchScheduler: kueue,\n"
+        "  - {name: k, provider: x, region: eu-west-1, batchScheduler: kueue,\n"
         "     attributes: {gpu-type: t4, gpu-count: '8', gpus-per-node: '4', device-plugin-configured: 'true'}}\n")
     (folder / "gpu.yaml").write_text(
         "apiVersion: scheduling.kurator.dev/v1alpha1\nkind: GPUOptimizationPolicy\nmetadata: {name: g}\n"

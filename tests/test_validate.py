@@ -28,7 +28,7 @@ spec:
   clusters:
   - name: c
     provider: x
-    region: cn-1
+    region: cn-north-1
 """
 
 PIPELINE = """\
@@ -145,7 +145,7 @@ def test_unknown_top_level_field_points_at_the_key() -> None:
 
 
 def test_missing_required_field_points_at_the_parent() -> None:
-    assert check(FLEET.replace("    region: cn-1\n", "")) == [
+    assert check(FLEET.replace("    region: cn-north-1\n", "")) == [
         "f0.yaml:7:5: error: spec.clusters[0].region: missing required field 'region'"
     ]
 
@@ -409,7 +409,7 @@ def test_second_fleet() -> None:
 
 
 def test_duplicate_cluster_name() -> None:
-    text = FLEET + "  - {name: c, provider: y, region: cn-2}\n"
+    text = FLEET + "  - {name: c, provider: y, region: cn-east-2}\n"
     assert check(text) == [
         "f0.yaml:10:12: error: spec.clusters[1].name: duplicate cluster name 'c' "
         "(also spec.clusters[0])"
@@ -561,7 +561,7 @@ def test_platforms_governing_different_pipelines_are_fine() -> None:
 
 def test_multi_cluster_primary_listed_again_and_twice() -> None:
     spec = "multiCluster: {primaryCluster: c, secondaryClusters: [c, d, d]}"
-    fleet = FLEET + "  - {name: d, provider: y, region: cn-2}\n"
+    fleet = FLEET + "  - {name: d, provider: y, region: cn-east-2}\n"
     assert check(fleet, platform("x", spec)) == [
         "f1.yaml:6:57: error: spec.multiCluster.secondaryClusters[0]: 'c' is already the "
         "primary cluster",

@@ -541,11 +541,13 @@ class WhatIf:
 
 
 def capacity(model: FleetModel) -> dict[str, int]:
-    """GPUs per type on the clusters that take work (not cordoned or drained)."""
+    """GPUs per type fleetc may use on the clusters that take work (not cordoned or drained):
+    their usable GPUs (:func:`fleetc.placement.rules.usable_capacity`: what ``utilization`` and
+    the GPU policy's ``defragmentThreshold`` leave), so free GPUs are GPUs a stage could get."""
     found: dict[str, int] = defaultdict(int)
     for c in model.clusters:
         if c.gpu_type and not c.cordoned:
-            found[c.gpu_type] += c.gpus
+            found[c.gpu_type] += rules.usable_capacity(model, c)[0]
     return dict(found)
 
 

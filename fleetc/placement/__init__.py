@@ -22,7 +22,9 @@ one back (previous)."""
 #: rounding, the repair and gang relocations and swaps.
 #: 13: node fit per cluster (a gang split for the nodes of the cluster it runs on), GPUs never
 #: rounded up, and what is placed on a cluster packs onto its nodes (rules.unpacked).
-PLACEMENT_VERSION = "13"
+#: 14: the GPU taint fleetc derives is a preference (a CPU-only stage loses 0.5 on a GPU
+#: cluster), no longer a filter: CPU-only stages fall back to GPU clusters.
+PLACEMENT_VERSION = "14"
 
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,
 #: unless :func:`fleetc.placement.optimize.place` is given another threshold (the CLI's

@@ -7,8 +7,10 @@ two or more, which types it runs on, which alternative (1 = its first choice) th
 preferred of them is, and for each earlier type why the replicas on that least preferred
 cluster are not there: no cluster of that type may run the stage (the filters' reasons,
 :func:`fleetc.placement.scoring.filter_reason`), none has room beside what is placed (the
-rules' capacity count, :class:`fleetc.placement.rules.Ledger`), or one has room and the stage
-scores less there, the preference penalty counted (:mod:`fleetc.placement.scoring`).
+rules' capacity count, :class:`fleetc.placement.rules.Ledger`), one has room and the stage
+scores less there, the preference penalty counted (:mod:`fleetc.placement.scoring`), or the
+replicas there are those a platform's ``multiCluster`` set asks of that cluster (the rule, not a
+score, decided). An earlier type the stage runs on too is "taken, not for every replica".
 ``placement.yaml``, ``fleetc explain`` and the diff show it. Pure: model and placement in.
 """
 
@@ -65,7 +67,10 @@ def describe(chosen: Sequence[str], alternative: int, listed: Sequence[str],
 
     which = f", alternative {alternative}" if alternative else ""
     head = f"{', '.join(map(named, chosen))}{which} of [{', '.join(map(named, listed))}]"
-    return "; ".join([head, *(f"{named(gpu_type)} not taken: {why}" for gpu_type, why in passed)])
+    def verdict(gpu_type: str) -> str:  # an earlier type it runs on too, as a rule asked
+        return "taken, not for every replica" if gpu_type in chosen else "not taken"
+
+    return "; ".join([head, *(f"{named(gpu_type)} {verdict(gpu_type)}: {why}" for gpu_type, why in passed)])
 
 
 def listed_types(stage: Stage) -> tuple[str, ...]:
@@ -109,15 +114,28 @@ def _choice(model: FleetModel, stage: Stage, here: Mapping[str, int], ledger: ru
     worst = max(here, key=lambda name: (rank(name) if ordered else 0, -total[names[name]], name))
     others = listed[: rank(worst)] if ordered else tuple(t for i, t in enumerate(listed) if i not in chosen_ranks)
     moved = here[worst]
+    held = _held_by_multicluster(model, stage, worst, moved)
     ledger.add(stage, worst, -moved)  # the stage's replicas there, taken out to try elsewhere
     try:
-        passed = tuple(Passed(t, _why_not(model, stage, t, worst, here, moved, ledger, total, names, ordered))
+        passed = tuple(Passed(t, held or _why_not(model, stage, t, worst, here, moved, ledger, total, names, ordered))
                        for t in others)
     finally:
         ledger.add(stage, worst, moved)
     per_replica = tuple(o.gpus for t in listed for o in stage.gpu_options if o.gpu_type == t)
     return Choice(listed, tuple(listed[r] for r in chosen_ranks if r < len(listed)),
                   rank(worst) + 1 if ordered else 0, passed, per_replica)
+
+
+def _held_by_multicluster(model: FleetModel, stage: Stage, worst: str, replicas: int) -> str:
+    """The rule that decided, where the ``replicas`` on ``worst`` are the ones ``multiCluster``
+    asks for there (its per-cluster minimum on each cluster of the active-active set): no score
+    moved them, so none is named. '' otherwise."""
+    if worst not in rules.ha_clusters(model, stage) or replicas > rules.min_replicas_per_cluster(stage):
+        return ""
+    platforms = sorted(p.name for p in model.platforms if stage.pipeline in p.pipelines
+                       and worst in (p.primary_cluster, *p.secondary_clusters))
+    return (f"the multiCluster set of {', '.join(platforms)} serves it active-active on each of its clusters, "
+            f"{worst} among them ({_count(replicas, 'replica')} there)")
 
 
 def _why_not(model: FleetModel, stage: Stage, gpu_type: str, worst: str, here: Mapping[str, int], moved: int,

@@ -86,6 +86,7 @@ def place(
     previous: PreviousClusters | None = None,
     allow_unplaced: bool = False,
     on_gap: Callable[[float], None] = lambda gap: None,
+    on_placed: Callable[[int, int], None] = lambda done, total: None,
     large: int | None = None,
     solver: str = DEFAULT_SOLVER,
     recorded: Mapping[str, Recorded] | None = None,
@@ -100,7 +101,8 @@ def place(
     the limit ran out). ``previous`` makes
     moving a stage away from where it was cost ``model.move_cost``. With ``allow_unplaced`` the
     stages that do not fit come back with no assignments and a ``reason``. ``on_gap`` hears the
-    LP's gap to its bound after each round of the large path's column generation (progress).
+    LP's gap to its bound after each round of the large path's column generation, ``on_placed``
+    how many stages are solved after each independent part (progress).
     ``solver`` is the MILP solver cvxpy runs the exact path on (:mod:`fleetc.placement.cvx`).
 
     With ``previous``, a fleet of more than ``incremental`` allowed pairs (None:
@@ -114,11 +116,12 @@ def place(
     canonical = _canonical(model)
     if canonical != model:
         placed = place(canonical, time_limit=time_limit, previous=previous, allow_unplaced=allow_unplaced,
-                       on_gap=on_gap, large=large, solver=solver, recorded=recorded, incremental=incremental)
+                       on_gap=on_gap, on_placed=on_placed, large=large, solver=solver, recorded=recorded,
+                       incremental=incremental)
         by_key = {p.stage: p for p in placed.stages}
         return replace(placed, stages=tuple(by_key[stage.key] for stage in model.stages))
     deadline = None if time_limit is None else time.monotonic() + time_limit
-    budget = Budget(deadline, solver, on_gap)
+    budget = Budget(deadline, solver, on_gap, on_placed)
     scores = score_matrix(model)
     recompiled = None
     if previous and int(scores.allowed.sum()) > (INCREMENTAL if incremental is None else incremental):
@@ -150,6 +153,7 @@ def place(
                 hint="raise --time-limit, or pass --allow-unplaced to render what was placed")
         else:
             error = SearchLimitError(list(unplaced.values())) if not proven else PlacementError(list(unplaced.values()))
+        error.refused, error.stages = len(unplaced), len(model.stages)
         error.placed = {stage.key: {model.clusters[c].name: int(replicas_at[s, c])
                                     for c in np.flatnonzero(replicas_at[s])}
                         for s, stage in enumerate(model.stages) if replicas_at[s].any()}
@@ -181,6 +185,7 @@ def _solve_all(model: FleetModel, scores: Scores, previous: PreviousClusters | N
     objective = bound = 0.0
     methods = set()
     proven = True
+    done = len(model.stages) - sum(len(problem.part.stages) for problem in components)  # no cluster allowed
     for problem in components:
         try:
             solved = _solve(problem, budget, LARGE if large is None else large)
@@ -191,6 +196,8 @@ def _solve_all(model: FleetModel, scores: Scores, previous: PreviousClusters | N
         bound += solved.bound
         methods.add(solved.method)
         proven = proven and solved.proven
+        done += len(problem.part.stages)
+        budget.on_placed(done, len(model.stages))
     return replicas_at, objective, bound, methods, proven, blocked
 
 

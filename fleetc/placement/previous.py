@@ -53,6 +53,8 @@ class Previous:
     inputs: str = ""
     #: The ``--solver`` it was compiled with ('' when it does not say: the default).
     solver: str = ""
+    #: The clusters it was compiled with ``--drain`` of, sorted.
+    drained: tuple[str, ...] = ()
     method: str = ""
     #: The ``--time-limit`` (seconds) that ran out while it was solved, if one did.
     time_limit: float | None = None
@@ -105,6 +107,7 @@ def parse_previous(text: str) -> Previous:
         clusters=placed,
         inputs=_text(document.get("inputs")),
         solver=_text(document.get("solver")),
+        drained=_names(document.get("drained")),
         method=_text(document.get("method")),
         time_limit=_seconds(document.get("timeLimitReached")),
         objective=_number(document.get("objective")),
@@ -131,6 +134,11 @@ def _recorded(entry: dict[str, Any]) -> Recorded:
     if types is None or per_type is None or type(replicas) is not int:
         return Recorded("", (), -1, -1, _number(entry.get("score")))
     return Recorded(_text(entry.get("type")), types, per_type, replicas, _number(entry.get("score")))
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    """A list of names, sorted ('' for anything that is not one: the file says no drain)."""
+    return tuple(sorted(v for v in value if isinstance(v, str))) if isinstance(value, list) else ()
 
 
 def _text(value: Any) -> str:

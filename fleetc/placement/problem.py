@@ -54,6 +54,8 @@ class Budget:
     deadline: float | None = None
     solver: str = DEFAULT_SOLVER
     on_gap: Callable[[float], None] = field(default=lambda gap: None, compare=False)
+    #: Who hears how many of the fleet's stages are solved, after each independent part.
+    on_placed: Callable[[int, int], None] = field(default=lambda done, total: None, compare=False)
 
 
 @dataclass(frozen=True, eq=False)

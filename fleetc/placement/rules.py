@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from fleetc import nodefit
-from fleetc.model import Cluster, FleetModel, GPUOption, Stage, StageType, Taint, untolerated
+from fleetc.model import Cluster, FleetModel, GPUOption, Stage, StageType, Taint, Toleration, untolerated
 
 #: Stage types that never run on time-sliced GPU slots: they need whole GPUs.
 EXCLUSIVE_TYPES = (StageType.TRAINING, StageType.FINETUNING)
@@ -88,6 +88,27 @@ def on_cluster(stage: Stage, cluster: Cluster) -> Stage:
     return replace(stage, gpus=gpus, pods_per_replica=pods)
 
 
+def rendered_on(stage: Stage, cluster: Cluster) -> Stage:
+    """``stage`` as its pods are rendered on ``cluster``: :func:`on_cluster`, tolerating the
+    cluster's derived GPU taint where it does not already (:func:`preferred_off`: a CPU-only
+    stage on a GPU cluster). The counts do not read tolerations, so only rendering does this."""
+    stage = on_cluster(stage, cluster)
+    missing = preferred_off(stage, cluster)
+    if not missing:
+        return stage
+    return replace(stage, tolerations=stage.tolerations + tuple(
+        Toleration(t.key, "Equal", t.value, t.effect) for t in missing))
+
+
+def preferred_off(stage: Stage, cluster: Cluster) -> tuple[Taint, ...]:
+    """The cluster's derived GPU taint (``gpu-type=<type>:NoSchedule``, where it states no
+    taints) when the stage does not tolerate it: a CPU-only stage. fleetc wrote that taint, not
+    the user, and real GPU clusters run CPU pods on their CPU nodes, so it never keeps a stage
+    off: the stage prefers other clusters (``scoring.GPU_TAINT_PENALTY``), and its pods
+    tolerate the taint where it runs there (:func:`rendered_on`)."""
+    return untolerated(cluster.taints, stage.tolerations) if cluster.taints_derived else ()
+
+
 def gpu_types_named(stage: Stage) -> str:
     """The stage's GPU types as messages name them: ``h100`` or ``h100 or a100``."""
     return " or ".join(stage.gpu_types)
@@ -111,8 +132,9 @@ def shape_words(shape: nodefit.Shape) -> str:
 
 
 def repelling_taints(stage: Stage, cluster: Cluster) -> tuple[Taint, ...]:
-    """The cluster's hard taints (not PreferNoSchedule) none of the stage's tolerations covers."""
-    return untolerated(cluster.taints, stage.tolerations)
+    """The cluster's hard taints (not PreferNoSchedule) none of the stage's tolerations covers;
+    the user's only: a derived GPU taint is a preference (:func:`preferred_off`)."""
+    return () if cluster.taints_derived else untolerated(cluster.taints, stage.tolerations)
 
 
 def exclusions(stage: Stage, cluster: Cluster) -> list[str]:

@@ -11,7 +11,9 @@ Filters (hard; a failing pair is not ``allowed`` and gets a short reason, the fi
   not in.
 - ``no GPUs``: the stage needs GPUs and the cluster has none.
 - ``no a100``: the stage names a GPU type the cluster does not have.
-- ``untolerated taint k=v:Effect``: a hard taint (not PreferNoSchedule) no toleration covers.
+- ``untolerated taint k=v:Effect``: a hard taint (not PreferNoSchedule) no toleration covers,
+  of those the Fleet states: the GPU taint fleetc derives for a cluster that states none is a
+  preference instead (``GPU_TAINT_PENALTY`` below).
 - ``too small: 256Gi memory per replica, cluster has 128Gi``: one replica's GPUs, cores or
   memory exceed the cluster's total capacity. Free capacity is the optimizer's business, not a
   filter: it depends on what else is placed.
@@ -52,7 +54,11 @@ a stage that lists GPU types in order of preference (``gpuType: [h100, a100]``) 
 ``PREFERENCE_PENALTY`` (0.1) per rank on a cluster of a later type, 0 on its first choice
 (``preference``, in [0, 0.7]: at most 8 types are listed). The penalty is a tenth of the total's
 range: a later alternative wins only where it scores at least 0.1 per rank more on the four
-terms (a much cheaper or closer cluster), or where the earlier types have no room left.
+terms (a much cheaper or closer cluster), or where the earlier types have no room left. A
+stage that does not tolerate a cluster's *derived* GPU taint (``gpu-type=<type>:NoSchedule``,
+which fleetc gives a GPU cluster stating no taints: a CPU-only stage) loses
+``GPU_TAINT_PENALTY`` (0.5) there, so it runs on a GPU cluster only as a fallback, and its pods
+there tolerate the taint (:func:`fleetc.placement.rules.rendered_on`).
 
 At fleet scale (1,000 clusters x 20,000 stages, 20M pairs) nothing here loops over pairs in
 Python. Stages and clusters become columns of numbers (text such as GPU types, jurisdictions
@@ -86,6 +92,11 @@ _TIER_LINK = {"high-performance": 1.0, "standard": 0.5, "low": 0.25}
 #: Score a stage loses per rank its cluster's GPU type comes after its first choice (the
 #: module docstring); a tenth of the total's range.
 PREFERENCE_PENALTY = 0.1
+#: What a stage loses on a cluster whose derived GPU taint it does not tolerate (a CPU-only
+#: stage on a GPU cluster that states no taints): half the total's range, so it runs there only
+#: where no cluster without GPUs has room for it or is allowed (a fallback, never a filter);
+#: with the preference at most 0.7 below, ``1 + total`` stays positive: placing it always pays.
+GPU_TAINT_PENALTY = 0.5
 
 #: Pairs per block of rows: bounds each temporary array to about 8 MB whatever the fleet's size.
 _BLOCK_PAIRS = 1 << 20
@@ -267,18 +278,20 @@ def stage_totals(model: FleetModel, stages: Iterable[int]) -> dict[int, np.ndarr
 
 
 def _total(model: FleetModel, block: _Block) -> np.ndarray:
-    """The weighted terms over the weights' sum (0 when they sum to 0), less the preference."""
+    """The weighted terms over the weights' sum (0 when they sum to 0), less the preference and
+    the derived GPU taint's penalty."""
     weights = model.score_weights
     weight_sum = weights.compute + weights.cost + weights.network + weights.energy
     if weight_sum <= 0:
-        return 0.0 - block.preference  # 0.0, never -0.0, where there is none
+        none: np.ndarray = 0.0 - block.preference - block.gpu_taint  # 0.0, never -0.0, where there is none
+        return none
     weighted = (
         weights.compute * block.compute
         + weights.cost * block.cost
         + weights.network * block.network
         + weights.energy * block.energy
     )
-    total: np.ndarray = weighted / weight_sum - block.preference
+    total: np.ndarray = weighted / weight_sum - block.preference - block.gpu_taint
     return total
 
 
@@ -342,7 +355,8 @@ class _Columns:
     c_jurisdiction: np.ndarray  # code
     c_has_gpus: np.ndarray
     c_gpu_type: np.ndarray  # code (None has one too)
-    c_taints: np.ndarray  # code of the cluster's taint tuple
+    c_taints: np.ndarray  # code of the cluster's taint tuple (the user's: () where derived)
+    c_derived_taints: np.ndarray  # code of the cluster's derived GPU taint tuple (() where the user's)
     c_gpus: np.ndarray
     c_cpu_millis: np.ndarray
     c_memory_bytes: np.ndarray
@@ -393,7 +407,8 @@ class _Columns:
         c_gpu_type = _encode((c.gpu_type for c in clusters), gpu_types)
         node_kinds: dict[Hashable, int] = {}
         c_node_kind = _encode(((c.gpu_type, c.gpus_per_node if c.gpus > 0 else 0) for c in clusters), node_kinds)
-        c_taints = _encode((c.taints for c in clusters), taint_sets)
+        c_taints = _encode((() if c.taints_derived else c.taints for c in clusters), taint_sets)
+        c_derived_taints = _encode((c.taints if c.taints_derived else () for c in clusters), taint_sets)
         c_region = _encode((c.region for c in clusters), regions)
         s_tolerations = _encode((s.tolerations for s in stages), toleration_sets)
         c_memory_gib = c_col(c.memory_bytes / GIB for c in clusters)
@@ -406,6 +421,7 @@ class _Columns:
             c_has_gpus=c_col((c.gpu_type is not None and c.gpus > 0 for c in clusters), bool),
             c_gpu_type=c_gpu_type,
             c_taints=c_taints,
+            c_derived_taints=c_derived_taints,
             c_gpus=c_col((c.gpus for c in clusters), np.int64),
             c_cpu_millis=c_col((c.cpu_millis for c in clusters), np.int64),
             c_memory_bytes=c_col((c.memory_bytes for c in clusters), np.int64),
@@ -625,6 +641,14 @@ class _Block:
     @property
     def energy(self) -> np.ndarray:
         return np.where(self.allowed, self.columns.c_energy, 0.0)
+
+    @property
+    def gpu_taint(self) -> np.ndarray:
+        """``GPU_TAINT_PENALTY`` where the stage does not tolerate the cluster's derived GPU
+        taint (:func:`fleetc.placement.rules.preferred_off`): a CPU-only stage on a GPU cluster."""
+        k = self.columns
+        repelled = ~k.tolerated[k.s_tolerations[self.rows, np.newaxis], k.c_derived_taints]
+        return np.where(self.allowed & repelled, GPU_TAINT_PENALTY, 0.0)
 
     @property
     def preference(self) -> np.ndarray:

@@ -143,7 +143,11 @@ class ClusterPricing(_Spec):
 class FleetCluster(_Spec):
     name: DNSLabel = Field(description="Cluster name, as registered with the GitOps tool.")
     provider: NonEmptyLabelValue = Field(description="Infrastructure provider (huawei, aliyun, kubeedge...).")
-    region: RegionName = Field(description="Region or site of the cluster, e.g. cn-north-1.")
+    region: RegionName = Field(description=(
+        "Region of the cluster, as its provider names it (e.g. cn-north-1, europe-west3, "
+        "eastus): a region no provider of fleetc's table has is refused unless jurisdiction is "
+        "stated or the Fleet maps it in regionJurisdictions; for an edge provider (kubeedge, "
+        "openyurt...) the name of its site."))
     attributes: dict[str, AttributeValue] | None = describe(
         "Free-form attributes (Kurator's). fleetc reads: gpu-type (GPU model, e.g. a100), "
         "gpu-count (number of GPUs), gpus-per-node (GPUs one node carries; default 8, or the "
@@ -163,8 +167,9 @@ class FleetCluster(_Spec):
         "energy-efficient sites). Other keys are kept and ignored.")
     jurisdiction: NonEmptyLabelValue | None = describe(
         "Legal jurisdiction whose data-residency law applies (default: the Fleet's "
-        "regionJurisdictions entry for its region, else the first '-'-separated part of region, "
-        "e.g. cn for cn-north-1). Under data sovereignty it labels namespaces "
+        "regionJurisdictions entry for its region, else the jurisdiction fleetc's table of "
+        "provider regions gives it, e.g. eu for europe-west3; required for a region the table "
+        "does not know, and under data sovereignty for an edge site). Under data sovereignty it labels namespaces "
         "(fleetc.dev/jurisdiction), so it must be a label value.")
     capacity: ClusterCapacity | None = describe("CPU and memory available to fleetc.")
     pricing: ClusterPricing | None = describe("Prices used by the cost score.")
@@ -255,10 +260,10 @@ class FleetSpec(_Spec):
         "for resources.throughput instead of a GPU count, and gets ceil(throughput / the type's "
         "throughput) GPUs per replica on a cluster of that type (8 a100 or 4 h100 for 8).")
     regionJurisdictions: dict[str, LabelValue] | None = describe(
-        "Region -> legal jurisdiction, for clusters and data in that region (e.g. "
-        "europe-west3: eu, where the default rule, the region's first '-'-separated part, "
-        "would say europe). A cluster's own jurisdiction and a data location's own "
-        "jurisdiction take precedence.")
+        "Region -> legal jurisdiction, for clusters and data in that region (e.g. a site "
+        "munich-dc: eu, or a region fleetc's table of provider regions does not know yet); "
+        "it also declares the region known. A cluster's own jurisdiction and a data location's "
+        "own jurisdiction take precedence.")
 
 
 class Fleet(_Spec):
@@ -282,12 +287,13 @@ class StageInput(_Spec):
         None, alias="from",
         description="Another stage's output: <stage>.outputs.<output>. Give this or source.")
     location: RegionName | None = describe(
-        "Region where the data lives (for data locality and data sovereignty). For from: "
-        "inputs, the producing output's location applies.")
+        "Region where the data lives (for data locality and data sovereignty): a region of "
+        "fleetc's table, of a Fleet cluster, or of the Fleet's regionJurisdictions, unless "
+        "jurisdiction is stated. For from: inputs, the producing output's location applies.")
     jurisdiction: NonEmptyLabelValue | None = describe(
         "Legal jurisdiction of the data, when it is not that of its location's region (default: "
         "the Fleet's regionJurisdictions entry for location, else that of the Fleet's clusters "
-        "in that region, else the region's first '-'-separated part). For from: inputs, the "
+        "in that region, else the one fleetc's table of provider regions gives it). For from: inputs, the "
         "producing output's jurisdiction applies.")
     secretName: SecretName | None = describe(
         "Secret, in the pipeline's namespace on every cluster that reads the input, holding the "

@@ -33,6 +33,7 @@ from fleetc.policy import kinds as p
 from fleetc.policy.credentials import credential_checks, looks_like
 from fleetc.policy.load import Document, FieldPath, gc_paused, scan
 from fleetc.policy.quantity import cpu_millis, memory_bytes, parse_percentage
+from fleetc.policy.regions import region_checks
 from fleetc.policy.schemas import schema_for
 
 if TYPE_CHECKING:  # jsonschema words the diagnostics of invalid documents: imported for those only
@@ -331,8 +332,9 @@ def semantic_checks(policies: PolicySet,
         *(_gpu_policy_checks(g) for g in policies.gpu_policies),
         *(_data_policy_checks(d) for d in policies.data_policies),
         _serving_fit_checks(policies),
-        _gpu_alternatives_checks(policies),
+        _gpu_type_checks(policies),
         _throughput_checks(policies),
+        region_checks(policies, sovereign_pipelines(policies)),
     ]
     return [d for check in checks for d in check]
 
@@ -501,7 +503,7 @@ def _attribute_checks(doc: Document, base: FieldPath, attributes: dict[str, Any]
     elif "gpu-type" in attributes:
         yield doc.diagnostic(base + ("gpu-type",), "gpu-type without gpu-count",
                              hint="add attribute gpu-count (the number of GPUs)")
-    yield from _gpu_type_checks(doc, base, attributes)
+    yield from _gpu_type_label_checks(doc, base, attributes)
     yield from _gpus_per_node_check(doc, base, attributes)
     for name, convert, limit, example in (("cpu-per-node", cpu_millis, MAX_CPU_MILLIS, "cores, e.g. 96"),
                                           ("memory-per-node", memory_bytes, MAX_MEMORY_BYTES, "memory, e.g. 1Ti")):
@@ -523,7 +525,7 @@ def _attribute_checks(doc: Document, base: FieldPath, attributes: dict[str, Any]
                              hint=did_you_mean(str(tier), NETWORK_TIERS))
 
 
-def _gpu_type_checks(doc: Document, base: FieldPath, attributes: dict[str, Any]) -> Iterator[Diagnostic]:
+def _gpu_type_label_checks(doc: Document, base: FieldPath, attributes: dict[str, Any]) -> Iterator[Diagnostic]:
     """``gpu-type`` is a label value, names no flavor fleetc renders for other resources, and
     implies (or ``gpu-product`` states) a product label that is one."""
     gpu_type = attributes.get("gpu-type")
@@ -612,6 +614,15 @@ def _node_above_cluster(doc: Document, base: FieldPath, cluster: p.FleetCluster)
                                       f"together in capacity.{field}")
 
 
+def fleet_gpu_types(fleet: p.Fleet) -> list[str]:
+    """The GPU types of the Fleet's clusters, sorted: each cluster's ``gpu-type`` unless its
+    ``gpu-count`` is 0 (one that does not parse counts: its own error says so, and the stages
+    asking for the type would only repeat it)."""
+    return sorted({str(attributes["gpu-type"]).lower() for cluster in fleet.spec.clusters
+                   if "gpu-type" in (attributes := cluster.attributes or {})
+                   and _whole(attributes.get("gpu-count", 0)) != 0})
+
+
 def node_sizes(fleet: p.Fleet) -> list[tuple[str, str, int]]:
     """(cluster, gpu type, GPUs per node) of every GPU cluster whose attributes parse."""
     found = []
@@ -660,32 +671,53 @@ def _serving_fit_checks(policies: PolicySet) -> Iterator[Diagnostic]:
                          + ("" if wanted else ", or set gpuType to a type with larger nodes"))
 
 
-def _gpu_alternatives_checks(policies: PolicySet) -> Iterator[Diagnostic]:
-    """A stage's list of GPU alternatives names each type once (GPU types are compared in lower
-    case), and only types some cluster of the Fleet has: a type none has is a typo or a cluster
-    yet to come, and would only ever be skipped. (A single ``gpuType`` may name a type the fleet
-    lacks: compile then says what to add.)"""
-    known = sorted({t for _, t, _ in node_sizes(policies.fleets[0].obj)}) if policies.fleets else None
+def _gpu_type_checks(policies: PolicySet) -> Iterator[Diagnostic]:
+    """``gpuType`` names GPU types of the Fleet's clusters (compared in lower case), so
+    validate refuses what compile could never place. A single type none of them has is a typo
+    (``a10O``) or work for a cluster yet to come: an error, with the closest type. A list of
+    alternatives names each type once and exists so a pipeline can move between fleets: it may
+    name types this fleet lacks (a warning names them; they are skipped here), but not only
+    such types."""
+    if not policies.fleets:
+        return
+    fleet = policies.fleets[0].name
+    known = fleet_gpu_types(policies.fleets[0].obj)
     for pipeline in policies.pipelines:
         for i, stage in enumerate(pipeline.obj.spec.stages):
             listed = stage.resources.gpuType if stage.resources else None
-            if not isinstance(listed, list):
-                continue
-            path = ("spec", "stages", i, "resources", "gpuType")
-            first: dict[str, int] = {}
-            for j, gpu_type in enumerate(t.lower() for t in listed):
-                if gpu_type in first:
-                    yield pipeline.doc.diagnostic(path + (j,), f"GPU type {gpu_type} listed twice "
-                                                               f"(also gpuType[{first[gpu_type]}])",
-                                                  hint="list each alternative once, in order of preference")
-                    continue
-                first[gpu_type] = j
-                if known is not None and gpu_type not in known:
-                    fleet = policies.fleets[0].name
-                    yield pipeline.doc.diagnostic(
-                        path + (j,), f"no cluster of Fleet '{fleet}' has GPU type {gpu_type}",
-                        hint=did_you_mean(gpu_type, known)
-                        or (f"the fleet's GPU types: {', '.join(known)}" if known else "the fleet has no GPUs"))
+            path: FieldPath = ("spec", "stages", i, "resources", "gpuType")
+            if isinstance(listed, str) and listed.lower() not in known:
+                yield pipeline.doc.diagnostic(path, f"no cluster of Fleet '{fleet}' has GPU type {listed.lower()}",
+                                              hint=_gpu_hint(listed.lower(), known))
+            elif isinstance(listed, list):
+                yield from _gpu_list_checks(pipeline.doc, path, [t.lower() for t in listed], known, fleet)
+
+
+def _gpu_list_checks(doc: Document, path: FieldPath, listed: list[str], known: list[str],
+                     fleet: str) -> Iterator[Diagnostic]:
+    first: dict[str, int] = {}
+    for j, gpu_type in enumerate(listed):
+        if gpu_type in first:
+            yield doc.diagnostic(path + (j,), f"GPU type {gpu_type} listed twice (also gpuType[{first[gpu_type]}])",
+                                 hint="list each alternative once, in order of preference")
+        else:
+            first[gpu_type] = j
+    absent = [t for t in first if t not in known]
+    if not absent:
+        return
+    if len(absent) == len(first):
+        yield doc.diagnostic(path, f"no cluster of Fleet '{fleet}' has any of the GPU types {', '.join(absent)}",
+                             hint=_gpu_hint(absent[0], known))
+        return
+    yield dataclasses.replace(doc.diagnostic(
+        path, f"no cluster of Fleet '{fleet}' has GPU type{'s' if len(absent) > 1 else ''} {', '.join(absent)}: "
+              f"the stage runs only on {', '.join(t for t in first if t in known)} here",
+        hint=_gpu_hint(absent[0], known)), severity="warning")
+
+
+def _gpu_hint(gpu_type: str, known: list[str]) -> str:
+    return (did_you_mean(gpu_type, known)
+            or (f"the fleet's GPU types: {', '.join(known)}" if known else "the fleet has no GPUs"))
 
 
 def _throughput_checks(policies: PolicySet) -> Iterator[Diagnostic]:
@@ -694,8 +726,8 @@ def _throughput_checks(policies: PolicySet) -> Iterator[Diagnostic]:
     type it lists (or at least one type, when it lists none)."""
     fleet = policies.fleets[0] if policies.fleets else None
     stated = {t.lower() for t in (fleet.obj.spec.gpuThroughput or {})} if fleet else set()
+    known = fleet_gpu_types(fleet.obj) if fleet is not None else []
     if fleet is not None:
-        known = sorted({t for _, t, _ in node_sizes(fleet.obj)})
         for gpu_type in fleet.obj.spec.gpuThroughput or {}:
             if gpu_type.lower() not in known:
                 yield fleet.doc.diagnostic(
@@ -719,7 +751,7 @@ def _throughput_checks(policies: PolicySet) -> Iterator[Diagnostic]:
                                                    "spec.gpuThroughput (e.g. {h100: 2.0, a100: 1.0}), or ask for gpu")
             elif fleet is not None:
                 for j, gpu_type in enumerate(res.gpu_types()):
-                    if gpu_type not in stated:
+                    if gpu_type not in stated and gpu_type in known:  # _gpu_type_checks words the rest
                         where = path + ("gpuType",) + ((j,) if isinstance(res.gpuType, list) else ())
                         yield pipeline.doc.diagnostic(
                             where, f"asks for throughput, but Fleet '{fleet.name}' states no throughput for "
@@ -1158,6 +1190,13 @@ def governed(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> list[str]
     """Names of the pipelines a platform governs: those it lists, else all of them."""
     listed = platform.obj.spec.pipelines
     return list(listed) if listed is not None else [pl.name for pl in policies.pipelines]
+
+
+def sovereign_pipelines(policies: PolicySet) -> frozenset[str]:
+    """Names of the pipelines a platform with ``security.dataSovereignty`` governs."""
+    return frozenset(name for pf in policies.platforms
+                     if pf.obj.spec.security and pf.obj.spec.security.dataSovereignty
+                     for name in governed(pf, policies))
 
 
 def _gpu_policy_checks(gpu: Parsed[p.GPUOptimizationPolicy]) -> Iterator[Diagnostic]:

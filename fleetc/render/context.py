@@ -19,7 +19,7 @@ from fleetc.model import (
     StagePlacement,
     Team,
 )
-from fleetc.placement.rules import on_cluster, slots_per_gpu, uses_shared_slots
+from fleetc.placement.rules import rendered_on, slots_per_gpu, uses_shared_slots
 
 Work = list[tuple[Stage, Assignment]]
 
@@ -140,14 +140,14 @@ def placements(model: FleetModel, placement: Placement) -> list[tuple[Stage, Sta
 
 def work_by_cluster(model: FleetModel, placed: list[tuple[Stage, StagePlacement]]) -> dict[str, Work]:
     """Cluster name -> the stages that run pods there with their assignment, in model order;
-    each stage as it runs there (:func:`on_cluster`: a stage asking for throughput with the
-    GPUs of the cluster's type)."""
+    each stage as it runs there (:func:`rendered_on`: a stage asking for throughput with the
+    GPUs of the cluster's type, a CPU-only stage on a GPU cluster tolerating its derived taint)."""
     clusters = {c.name: c for c in model.clusters}
     work: dict[str, Work] = defaultdict(list)
     for stage, p in placed:
         for a in p.assignments:
             if a.replicas > 0:
-                work[a.cluster].append((on_cluster(stage, clusters[a.cluster]), a))
+                work[a.cluster].append((rendered_on(stage, clusters[a.cluster]), a))
     return dict(work)
 
 

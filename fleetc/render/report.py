@@ -33,6 +33,8 @@ def placement_report(model: FleetModel, placement: Placement) -> Obj:
         "kind": "Placement",
         "fleet": model.name,
         **({"inputs": placement.inputs} if placement.inputs else {}),
+        # the clusters --drain lost, part of the inputs digest: explain and --check need the same
+        **({"drained": drained} if (drained := sorted(c.name for c in model.clusters if c.drained)) else {}),
         # the --solver it was compiled with, part of the inputs digest; written when not HiGHS
         **({"solver": placement.solver} if placement.solver else {}),
         "method": placement.method,

@@ -245,10 +245,10 @@ def diff_fleet(base_ref: str, options: Options, scenarios: Sequence[Scenario] = 
     with _side("in the working tree"):
         compiled = compile_fleet(options)
     head = snapshot(compiled.model, compiled.placement, compiled.files)
-    report = compare(base, head, base_label=base_ref, head_label="working tree", out=options.out)
-    return dataclasses.replace(report, scenarios=tuple(_what_if(s, options, compiled) for s in scenarios),
-                               untouched=untouched_moves(compiled.model, before, compiled.placement),
-                               move_cost=compiled.model.move_cost)
+    report = compare(base, head, base_label=base_ref, head_label="working tree", out=options.out,
+                     untouched=untouched_moves(compiled.model, before, compiled.placement),
+                     move_cost=compiled.model.move_cost)
+    return dataclasses.replace(report, scenarios=tuple(_what_if(s, options, compiled) for s in scenarios))
 
 
 def what_if_fleet(scenario: Scenario, options: Options) -> WhatIf:

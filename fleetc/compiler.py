@@ -71,6 +71,11 @@ class Options:
     base: str | None = None
     #: Render what fits and list the rest as unplaced instead of failing (``--allow-unplaced``).
     allow_unplaced: bool = False
+    #: With ``allow_unplaced``: the stages (``PIPELINE/STAGE``) the previous placement ran that
+    #: may be left out (``--allow-unplaced=STAGE,...``); None: any (a what-if scenario). Leaving
+    #: out any other stage the previous placement ran is an error: running work is never
+    #: dropped silently.
+    may_drop: tuple[str, ...] | None = ()
     #: Told when each stage starts and ends (a status line on terminals); silent by default.
     reporter: Reporter = NULL_REPORTER
     #: Keep the output folder's cluster folders whose inputs did not change instead of rendering
@@ -284,7 +289,7 @@ def _what_if(scenario: Scenario, options: Options, now: Compiled) -> WhatIf:
         previous, _ = read_previous(Path(options.out), options.workdir)
         # A scenario is never the compile its placement.yaml was made from: it is solved, from there.
         settings = dataclasses.replace(options, drain=(*options.drain, *scenario.drain), allow_unplaced=True,
-                                       previous=dataclasses.replace(previous, inputs=""))
+                                       may_drop=None, previous=dataclasses.replace(previous, inputs=""))
         then = compile_policies(changed, settings)
     unplaced = [(p.stage, p.reason) for p in then.placement.stages if not any(a.replicas for a in p.assignments)]
     return what_if(snapshot(now.model, now.placement, now.files), snapshot(then.model, then.placement, then.files),
@@ -312,6 +317,8 @@ def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
                         workdir=loaded.workdir)
     with phase(report, "place"):
         placement = place_model(model, inputs_digest(loaded.policies, options), options)
+    if options.allow_unplaced:
+        refuse_dropped(model, placement, options.previous, options.may_drop)
     report.gap(placement.gap)
     def located(found: Sequence[Diagnostic]) -> tuple[Diagnostic, ...]:
         return positioned([dataclasses.replace(w, path=model.display(w.path))
@@ -321,6 +328,33 @@ def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
         rendered = render(model, placement, locate=located,
                           reuse=None if options.reusable is None else options.reusable())
     return Compiled(model, placement, rendered.files, rendered.warnings, kept=rendered.kept)
+
+
+def refuse_dropped(model: FleetModel, placement: Placement, previous: Previous,
+                   may_drop: tuple[str, ...] | None) -> None:
+    """Raise :class:`PlacementError` when ``placement`` leaves out a stage ``previous`` ran that
+    ``may_drop`` does not name (None: any may go); a :class:`UsageError` for a name in
+    ``may_drop`` that is no stage."""
+    if may_drop is None:
+        return
+    from fleetc.errors import did_you_mean
+
+    keys = [s.key for s in model.stages]
+    for name in may_drop:
+        if name not in keys:
+            hint = did_you_mean(name, keys)
+            raise UsageError(f"--allow-unplaced names no stage '{name}' (expected PIPELINE/STAGE)"
+                             + (f"; {hint}" if hint else ""))
+    dropped = [p for p in placement.stages if not any(a.replicas for a in p.assignments)
+               and any(previous.clusters.get(p.stage, {}).values()) and p.stage not in may_drop]
+    if not dropped:
+        return
+    err = PlacementError([f"{p.stage}: runs on {', '.join(sorted(c for c, n in previous.clusters[p.stage].items() if n))} "
+                          f"in the previous placement and would be left out: {p.reason}" for p in dropped])
+    err.headline = "--allow-unplaced would stop stages the previous placement runs"
+    err.hint = ("to drop them on purpose, name them: --allow-unplaced="
+                + ",".join(p.stage for p in dropped))
+    raise err
 
 
 def positioned(warnings: Sequence[Diagnostic], policies: PolicySet) -> tuple[Diagnostic, ...]:

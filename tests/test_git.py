@@ -575,3 +575,18 @@ def test_a_link_inside_the_committed_output_folder_is_named_by_commit(repo: Repo
     assert (result.exit_code, result.stderr) == (2, (
         "error: out/notes.md: a symbolic link in the output folder at HEAD: fleetc writes only files there, and "
         "does not read it\n  hint: remove it from out/ and commit that\n"))
+
+
+def test_commit_message_counts_what_the_commit_holds(repo: Repo) -> None:
+    """Issue 26: the message said "4 added, 5 changed" while the commit held only modified files."""
+    folder = Path(repo.working_tree_dir)
+    assert run("compile", "--commit").exit_code == 0
+    text = (folder / TRAINING).read_text()
+    (folder / TRAINING).write_text(text.replace("gpu: 8", "gpu: 16", 1))
+    assert run("compile", "--commit").exit_code == 0, "compile --commit failed"
+    head = repo.head.commit
+    held = repo.git.diff("--name-status", "--no-renames", "HEAD~1", "HEAD", "--", "out").splitlines()
+    counts = {word: sum(line.startswith(letter) for line in held)
+              for letter, word in (("A", "added"), ("M", "changed"), ("D", "removed"))}
+    assert f"{counts['added']} added, {counts['changed']} changed, {counts['removed']} removed in out/" \
+        in head.message, (head.message, held)

@@ -949,10 +949,12 @@ def _markdown(report: Report, head: str, shown: int) -> str:
 
 
 # --------------------------------------------------------------------------- commit message
-def commit_message(report: Report, policies: Sequence[str] = ()) -> str:
+def commit_message(report: Report, policies: Sequence[str] = (), held: Sequence[str] | None = None) -> str:
     """``fleetc: compile policies (2 stages moved, +8 a100)`` plus a body with the details;
     with ``policies`` (the changed policy files committed with the output) the subject says
-    both: ``fleetc: commit 1 policy file and out/ compiled from it (...)``."""
+    both: ``fleetc: commit 1 policy file and out/ compiled from it (...)``. ``held``: the status
+    letter (``A``, ``M``, ``D``) of each file of the output folder the commit holds, as git
+    staged it, counted in the body (None: the report's files are counted)."""
     facts = []
     if report.moved:
         facts.append(f"{_count(len(report.moved), 'stage')} moved")
@@ -968,7 +970,11 @@ def commit_message(report: Report, policies: Sequence[str] = ()) -> str:
     body = [f"{m.stage}: {', '.join(m.before) or '(none)'} -> {', '.join(m.after) or '(none)'}"
             for m in report.moves]
     body += [f"GPUs {t}: {b} -> {a}" for t, (b, a) in report.gpu_totals.items() if a != b]
-    counts = {s: sum(o.status == s for o in report.objects) for s in ("added", "changed", "removed")}
+    if held is None:
+        counts = {s: sum(o.status == s for o in report.objects) for s in ("added", "changed", "removed")}
+    else:
+        counts = {word: sum(status == letter for status in held)
+                  for letter, word in (("A", "added"), ("M", "changed"), ("D", "removed"))}
     body.append(", ".join(f"{n} {s}" for s, n in counts.items()) + f" in {report.out}/")
     if policies:
         body += ["", "Policies committed with it:", *(f"  {p}" for p in policies)]

@@ -128,12 +128,15 @@ def test_diff_markdown_structure(repo: Repo) -> None:
     result = run("diff", "--base", "HEAD", "--format", "markdown")
     assert result.exit_code == 0, result.output
     text = result.stdout
-    assert text.startswith("### fleetc: placement diff `HEAD` → `working tree`\n\n1 stage moved;")
+    assert text.startswith("### fleetc: review of `HEAD` → `working tree`\n\n**2 dangers**; 2 stages changed; "
+                           "1 stage moved; 2 running Jobs restarted;")
     assert "| cluster | objects + / ~ / − | GPUs before → after | cost/h before → after | stages in | stages out |" \
         in text
     # 4 / 1 / 6: besides the moved Job, the two prefetches of the model there wait for the moved (changed) run
     assert "| `gpu-cluster-huawei` | 4 / 1 / 6 | 16 a100 → 8 a100 |" in text
-    assert '```mermaid\nxychart-beta\n' in text and '    bar "before" [16, 7]\n    bar "after" [8, 15]\n' in text
+    assert ("| `gpu-cluster-huawei` | `░░░░░░░░░░░░░░░░░░░░░░░░ 16`<br>`████████████············  8` | -8 |\n"
+            "| `inference-cluster-aliyun` | `░░░░░░░░░░··············  7`<br>`██████████████████████·· 15` | +8 |\n"
+            ) in text  # GPUs per cluster as bars of text: before and after told apart
     assert "<details><summary>cluster gpu-cluster-huawei: 13 files changed</summary>" in text
     assert text.count("<details>") == text.count("</details>") == 3
     assert len(text) <= 65_536

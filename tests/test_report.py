@@ -147,11 +147,16 @@ def test_text_format() -> None:
     text = format_text(compare(BEFORE, AFTER, base_label="main", head_label="working tree"))
     assert text.startswith(
         "fleetc diff main -> working tree\n\n"
+        "stages changed: 1\n"
+        "  llm/train: placed anew (fleetc explain llm/train says why)\n"
+        "    placement: east x1 -> west x1\n"
+        "    GPUs/replica: 8 a100 -> 8 t4\n\n"
         "east: +0 ~0 -1 objects; GPUs 8 a100 -> 0; cost/h 22.56 -> 0.00\n"
         "  - llm/train\n"
         "west: +1 ~0 -0 objects; GPUs 3 t4 -> 11 t4; cost/h 2.22 -> 8.78\n"
         "  + llm/train\n\n"
-        "GPUs a100: 8 -> 0 (-8)\nGPUs t4: 3 -> 11 (+8)\n\n--- a/out/placement.yaml\n")
+        "GPUs a100: 8 -> 0 (-8)\nGPUs t4: 3 -> 11 (+8)\n"
+        "pipeline llm: GPUs 11 -> 11, cost/h 24.78 -> 8.78\n\n--- a/out/placement.yaml\n")
     assert "+++ b/out/clusters/west/job-ml-train.yaml\n" in text
 
 
@@ -170,13 +175,15 @@ def test_json_format_round_trips() -> None:
 
 def test_markdown_has_table_chart_and_collapsible_sections() -> None:
     text = format_markdown(compare(BEFORE, AFTER, base_label="origin/main", head_label="working tree"))
-    assert text.startswith("### fleetc: placement diff `origin/main` → `working tree`\n\n"
-                           "1 stage moved; 4 files changed; GPUs a100: 8 → 0 (-8), t4: 3 → 11 (+8).\n\n")
+    assert text.startswith("### fleetc: review of `origin/main` → `working tree`\n\n"
+                           "no danger found; 1 stage changed; 1 stage moved; 0 running Jobs restarted; "
+                           "GPUs a100 8 → 0 (-8), t4 3 → 11 (+8); 4 files changed.\n\n#### Stages\n\n")
+    assert ("| `llm/train` | placement: `east x1` → `west x1`<br>GPUs/replica: `8 a100` → `8 t4` | "
+            "placed anew (fleetc explain llm/train says why) |\n") in text
     assert ("| `east` | 0 / 0 / 1 | 8 a100 → 0 | 22.56 → 0.00 | – | `llm/train` |\n"
             "| `west` | 1 / 0 / 0 | 3 t4 → 11 t4 | 2.22 → 8.78 | `llm/train` | – |\n") in text
-    assert ('```mermaid\nxychart-beta\n    title "GPUs per cluster (before, after)"\n'
-            '    x-axis ["east", "west"]\n    y-axis "GPUs" 0 --> 11\n'
-            '    bar "before" [8, 3]\n    bar "after" [0, 11]\n```\n') in text
+    assert ("| `east` | `░░░░░░░░░░░░░░░░░·······  8`<br>`························  0` | -8 |\n"
+            "| `west` | `░░░░░░░·················  3`<br>`████████████████████████ 11` | +8 |\n") in text
     assert text.count("<details><summary>") == text.count("</details>") == 3
     assert "<details><summary>cluster east: 2 files changed</summary>" in text
     assert "```diff\n--- a/out/clusters/east/job-ml-train.yaml\n+++ /dev/null\n" in text
@@ -236,9 +243,9 @@ def test_markdown_table_of_a_large_fleet_stays_within_the_budget() -> None:
     after = Snapshot(gpus={f"cluster-{n:04d}": {"a100": 16} for n in range(400)})
     text = format_markdown(compare(before, after, base_label="main", head_label="wt"))
     assert len(text) <= GITHUB_COMMENT_LIMIT - 1024
-    assert text.count("| `cluster-") == 150
+    assert text.count("| `cluster-") == 150 + 20  # the table, then the bars of 20 clusters
     assert "| … and 250 more clusters | | | | | |\n" in text
-    assert text.count('", "') == 19  # the chart shows 20 clusters
+    assert text.count("<br>`████") == 20
 
 
 def test_github_annotations_escape_and_cap() -> None:

@@ -547,7 +547,8 @@ def _summary_text(report: Report) -> str:
                   for m in report.untouched]
     totals = [f"GPUs {t}: {b} -> {a} ({a - b:+d})" for t, (b, a) in report.gpu_totals.items() if a != b]
     totals += [f"{t.name}: GPUs {_number(t.gpus[0])} -> {_number(t.gpus[1])}, cost/h {_money(t.before)} -> "
-               f"{_money(t.after)}{_cap(t)}" + (f" ({'; '.join(t.quota)})" if t.quota else "") for t in report.teams]
+               f"{_money(t.after)}{_cap(t)}" + (f"; use: {'; '.join(t.quota)}" if t.quota else "")
+               for t in _teams_shown(report)]
     for section in (totals, _choice_lines(report), untouched):  # each after a blank line, when there
         lines += ["", *section] if section else []
     return "\n".join(map(plain, lines)).rstrip("\n") + "\n"
@@ -821,7 +822,7 @@ def _stages_markdown(report: Report) -> str:
 
 
 def _teams_markdown(report: Report) -> str:
-    shown = [t for t in report.teams if (t.before, t.gpus[0]) != (t.after, t.gpus[1]) or t.quota]
+    shown = _teams_shown(report)
     if not shown:
         return ""
     rows = ["#### Who pays\n", "| team or pipeline | GPUs before → after | cost/h before → after | quota use |",
@@ -831,6 +832,12 @@ def _teams_markdown(report: Report) -> str:
     if len(shown) > MAX_TABLE_ROWS:
         rows.append(f"| … and {len(shown) - MAX_TABLE_ROWS} more | | | |")
     return "\n".join(rows) + "\n\n"
+
+
+def _teams_shown(report: Report) -> list[TeamCost]:
+    """The teams and pipelines whose GPUs or cost changed, or that have a limit."""
+    return [t for t in report.teams
+            if (t.before, t.gpus[0]) != (t.after, t.gpus[1]) or t.quota or t.cap is not None]
 
 
 def _number(value: int | None) -> str:
@@ -893,7 +900,7 @@ def _untouched_markdown(report: Report) -> str:
     rows = [f"**Stages the change did not touch that moved**: each must gain more than `moveCost` "
             f"({report.move_cost:g}) per replica moved.\n\n"
             "| stage | before → after | gain per replica moved |", "|---|---|---|"]
-    rows += [f"| {cell(m.stage)} | {cell(_replicas(m.before))} → {cell(_replicas(m.after))} | {m.gain:+.4f} |"
+    rows += [f"| {cell(m.stage)} | {words(_replicas(m.before))} → {words(_replicas(m.after))} | {m.gain:+.4f} |"
              for m in report.untouched[:MAX_TABLE_ROWS]]
     if len(report.untouched) > MAX_TABLE_ROWS:
         rows.append(f"| … and {len(report.untouched) - MAX_TABLE_ROWS} more stages | | |")

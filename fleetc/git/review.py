@@ -260,7 +260,7 @@ def restart_dangers(found: tuple[Restart, ...]) -> list[Danger]:
         else:
             what = f"Job {r.before} on {r.cluster} is deleted: its run is killed"
         if r.outside:
-            what += "; the stage's own policy did not change (an edit outside it renamed the Job)"
+            what += "; the stage's own policy did not change (an edit outside it caused this)"
             fix = ("merge when the run may restart (after it finished or checkpointed), or keep the edit "
                    "outside the stage out of this change")
         else:

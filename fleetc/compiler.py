@@ -349,8 +349,11 @@ def refuse_dropped(model: FleetModel, placement: Placement, previous: Previous,
                and any(previous.clusters.get(p.stage, {}).values()) and p.stage not in may_drop]
     if not dropped:
         return
-    err = PlacementError([f"{p.stage}: runs on {', '.join(sorted(c for c, n in previous.clusters[p.stage].items() if n))} "
-                          f"in the previous placement and would be left out: {p.reason}" for p in dropped])
+    def ran(key: str) -> str:
+        return ", ".join(sorted(c for c, n in previous.clusters[key].items() if n))
+
+    err = PlacementError([f"{p.stage}: runs on {ran(p.stage)} in the previous placement and would be left out: "
+                          f"{p.reason}" for p in dropped])
     err.headline = "--allow-unplaced would stop stages the previous placement runs"
     err.hint = ("to drop them on purpose, name them: --allow-unplaced="
                 + ",".join(p.stage for p in dropped))

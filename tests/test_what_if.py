@@ -283,7 +283,8 @@ def test_the_pull_request_report_adds_each_scenario_on_the_head(reviewed: Path) 
     with the pull request's placement; without scenarios/ it is the diff alone."""
     report = run_diff_step(reviewed)
     head, scenarios = report.split("#### What-if scenarios on the working tree\n\n", 1)
-    assert head.startswith("### fleetc: review of `origin/main` → `working tree`\n\nno danger found; 0 stages changed; ")
+    assert head.startswith("### fleetc: review of `origin/main` → `working tree`\n\n"
+                           "no danger found; 0 stages changed; ")
     assert "| `train-a100` | 0 / 1 / 0 | 16 a100 → 16 a100 |" in head  # its Queue grows
     with_more_a100 = SCENARIOS_TEXT.replace("a100 0/16 -> 0/16", "a100 8/24 -> 8/24")
     assert scenarios.split("#### Rendered files", 1)[0] == "".join(
@@ -298,7 +299,7 @@ def test_scenarios_below_the_text_and_json_diff(reviewed: Path) -> None:
     result = run("diff", "--base", "origin/main", "--scenario", "scenarios")
     assert result.exit_code == 0, result.output
     summary, rest = result.stdout.split("\n\nscenarios/extra.yaml: ", 1)
-    assert summary.split("\n\n", 2)[2] == ("train-a100: +0 ~1 -0 objects; GPUs 16 a100 -> 16 a100; cost/h 48.96 -> 48.96")
+    assert summary.split("\n\n", 2)[2] == "train-a100: +0 ~1 -0 objects; GPUs 16 a100 -> 16 a100; cost/h 48.96 -> 48.96"
     assert ("scenarios/extra.yaml: " + rest).startswith(SCENARIOS_TEXT.replace("a100 0/16 -> 0/16", "a100 8/24 -> 8/24")
                                                         + "\n--- a/out/")
     report = json.loads(run("diff", "--base", "origin/main", "--scenario", "scenarios/lose-l4.yaml",

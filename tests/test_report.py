@@ -208,7 +208,8 @@ def test_markdown_is_cut_at_whole_objects_to_fit_github() -> None:
     assert text.count("```diff\n") == text.count("```\n\n") == len(shown)  # every fence closed
     note = text[text.index("> **Cut to fit GitHub's comment limit:**"):]
     assert f"the diffs of {len(left)} files were left out: `out/{left[0].path}`" in note
-    assert note.endswith(f" and {len(left) - 40} more. Run `fleetc diff --base main` to see them all.\n")
+    assert note.endswith(f" and {len(left) - 40} more. Run `fleetc diff --base main` to see them all (fleetc's "
+                         "workflow keeps the whole report, `report.json`, in its `fleetc-diff` artifact).\n")
     assert text.count("<details>") == text.count("</details>")
 
 

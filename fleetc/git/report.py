@@ -759,7 +759,11 @@ def format_markdown(report: Report, limit: int = MARKDOWN_BUDGET) -> str:
     scenarios = _scenarios_markdown(report, limit // 2)
     if not report.changed:
         return _markdown_head(report) + (f"\n{scenarios}".rstrip("\n") + "\n" if scenarios else "")
-    head = _markdown_head(report) + scenarios
+    rows = MAX_TABLE_ROWS
+    head = _markdown_head(report, rows) + scenarios
+    while len(head) > limit - len(_cut_note(report, report.objects)) and rows > 1:
+        rows //= 2  # the tables give their last rows to the counted "… and N more", never the dangers
+        head = _markdown_head(report, rows) + scenarios
     low, high = 0, len(report.objects)
     while low < high:  # the largest number of objects that fits; length grows with it
         middle = (low + high + 1) // 2
@@ -770,13 +774,14 @@ def format_markdown(report: Report, limit: int = MARKDOWN_BUDGET) -> str:
     return _markdown(report, head, low)
 
 
-def _markdown_head(report: Report) -> str:
+def _markdown_head(report: Report, rows: int = MAX_TABLE_ROWS) -> str:
+    """Everything above the diffs; each table shows at most ``rows`` rows and counts the rest."""
     title = f"### fleetc: review of {code(report.base)} → {code(report.head)}\n\n"
     if not report.changed:
         return title + "No differences: the rendered manifests and the placement are the same.\n"
-    return (title + _verdict(report) + _dangers_markdown(report) + _stages_markdown(report)
-            + _teams_markdown(report) + _clusters_markdown(report) + _gpu_bars(report)
-            + _choices_markdown(report) + _untouched_markdown(report) + _bookkeeping_markdown(report))
+    return (title + _verdict(report) + _dangers_markdown(report) + _stages_markdown(report, rows)
+            + _teams_markdown(report, rows) + _clusters_markdown(report, rows) + _gpu_bars(report)
+            + _choices_markdown(report) + _untouched_markdown(report, rows) + _bookkeeping_markdown(report))
 
 
 def _verdict(report: Report) -> str:
@@ -807,30 +812,30 @@ def _dangers_markdown(report: Report) -> str:
     return "\n".join(lines) + "\n" + "\n".join(rows) + "\n\n"
 
 
-def _stages_markdown(report: Report) -> str:
+def _stages_markdown(report: Report, shown: int) -> str:
     if not report.stage_table:
         return ""
     rows = ["#### Stages\n", "| stage | what changed: before → after | why |", "|---|---|---|"]
-    for change in report.stage_table[:MAX_TABLE_ROWS]:
+    for change in report.stage_table[:shown]:
         what = "<br>".join(f"{name}: {cell(before or '–')} → {cell(after or '–')}"
                            for name, before, after in change.changes)
         rows.append(f"| {cell(change.stage)} | {what} | {words(change.reason)} |")
-    if len(report.stage_table) > MAX_TABLE_ROWS:
-        rows.append(f"| … and {len(report.stage_table) - MAX_TABLE_ROWS} more stages | every one is in "
-                    "`fleetc diff --format json` (`stageChanges`) | |")
+    if len(report.stage_table) > shown:
+        rows.append(f"| … and {len(report.stage_table) - shown} more stages | every one is in the full report: "
+                    f"{code(f'fleetc diff --base {report.base}')} (`--format json`: `stageChanges`) | |")
     return "\n".join(rows) + "\n\n"
 
 
-def _teams_markdown(report: Report) -> str:
+def _teams_markdown(report: Report, limit: int) -> str:
     shown = _teams_shown(report)
     if not shown:
         return ""
     rows = ["#### Who pays\n", "| team or pipeline | GPUs before → after | cost/h before → after | quota use |",
             "|---|---|---|---|"]
     rows += [f"| {cell(t.name)} | {_number(t.gpus[0])} → {_number(t.gpus[1])} | {_money(t.before)} → "
-             f"{_money(t.after)} | {words('; '.join(t.quota)) or '–'} |" for t in shown[:MAX_TABLE_ROWS]]
-    if len(shown) > MAX_TABLE_ROWS:
-        rows.append(f"| … and {len(shown) - MAX_TABLE_ROWS} more | | | |")
+             f"{_money(t.after)} | {words('; '.join(t.quota)) or '–'} |" for t in shown[:limit]]
+    if len(shown) > limit:
+        rows.append(f"| … and {len(shown) - limit} more | | | |")
     return "\n".join(rows) + "\n\n"
 
 
@@ -844,18 +849,18 @@ def _number(value: int | None) -> str:
     return "n/a" if value is None else str(value)
 
 
-def _clusters_markdown(report: Report) -> str:
+def _clusters_markdown(report: Report, limit: int) -> str:
     if not report.clusters:
         return ""
     rows = ["#### Clusters\n",
             "| cluster | objects + / ~ / − | GPUs before → after | cost/h before → after | stages in | stages out |",
             "|---|---|---|---|---|---|"]
-    for c in report.clusters[:MAX_TABLE_ROWS]:
+    for c in report.clusters[:limit]:
         rows.append(f"| {cell(c.name)} | {c.added} / {c.changed} / {c.removed} | {words(_gpus(c.gpus_before))} → "
                     f"{words(_gpus(c.gpus_after))} | {_money(c.cost_before)} → {_money(c.cost_after)} | "
                     f"{_stage_list(c.moved_in)} | {_stage_list(c.moved_out)} |")
-    if len(report.clusters) > MAX_TABLE_ROWS:
-        rows.append(f"| … and {len(report.clusters) - MAX_TABLE_ROWS} more clusters | | | | | |")
+    if len(report.clusters) > limit:
+        rows.append(f"| … and {len(report.clusters) - limit} more clusters | | | | | |")
     return "\n".join(rows) + "\n\n"
 
 
@@ -893,7 +898,7 @@ def _bookkeeping_markdown(report: Report) -> str:
             + "; ".join(words(line) for line in report.bookkeeping) + ".</sub>\n\n")
 
 
-def _untouched_markdown(report: Report) -> str:
+def _untouched_markdown(report: Report, limit: int) -> str:
     """The stages the change did not touch that moved, each with its gain (a table)."""
     if not report.untouched:
         return ""
@@ -901,9 +906,9 @@ def _untouched_markdown(report: Report) -> str:
             f"({report.move_cost:g}) per replica moved.\n\n"
             "| stage | before → after | gain per replica moved |", "|---|---|---|"]
     rows += [f"| {cell(m.stage)} | {words(_replicas(m.before))} → {words(_replicas(m.after))} | {m.gain:+.4f} |"
-             for m in report.untouched[:MAX_TABLE_ROWS]]
-    if len(report.untouched) > MAX_TABLE_ROWS:
-        rows.append(f"| … and {len(report.untouched) - MAX_TABLE_ROWS} more stages | | |")
+             for m in report.untouched[:limit]]
+    if len(report.untouched) > limit:
+        rows.append(f"| … and {len(report.untouched) - limit} more stages | | |")
     return "\n".join(rows) + "\n\n"
 
 
@@ -933,6 +938,18 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
+def _cut_note(report: Report, left: Sequence[ObjectDiff]) -> str:
+    """What the comment left out, and where the whole report is."""
+    if not left:
+        return ""
+    names = [code(f"{report.out}/{o.path}") for o in left[:MAX_OMITTED_NAMES]]
+    more = f" and {len(left) - MAX_OMITTED_NAMES} more" if len(left) > MAX_OMITTED_NAMES else ""
+    return (f"> **Cut to fit GitHub's comment limit:** the diffs of {_count(len(left), 'file')} "
+            f"were left out: {', '.join(names)}{more}. Run {code(f'fleetc diff --base {report.base}')} "
+            "to see them all (fleetc's workflow keeps the whole report, `report.json`, in its `fleetc-diff` "
+            "artifact).\n")
+
+
 def _markdown(report: Report, head: str, shown: int) -> str:
     """The comment with the first ``shown`` object diffs, grouped in collapsible sections."""
     kept, left = report.objects[:shown], report.objects[shown:]
@@ -946,12 +963,7 @@ def _markdown(report: Report, head: str, shown: int) -> str:
         parts.append(f"<details><summary>{attribute(label)}: {_count(total, 'file')} changed</summary>\n\n")
         parts += [f"{code(f'{report.out}/{o.path}')} ({o.status})\n\n{fenced(o.diff, 'diff')}\n" for o in mine]
         parts.append("</details>\n\n")
-    if left:
-        names = [code(f"{report.out}/{o.path}") for o in left[:MAX_OMITTED_NAMES]]
-        more = f" and {len(left) - MAX_OMITTED_NAMES} more" if len(left) > MAX_OMITTED_NAMES else ""
-        parts.append(f"> **Cut to fit GitHub's comment limit:** the diffs of {_count(len(left), 'file')} "
-                     f"were left out: {', '.join(names)}{more}. Run {code(f'fleetc diff --base {report.base}')} "
-                     "to see them all.\n")
+    parts.append(_cut_note(report, left))
     return "".join(parts).rstrip("\n") + "\n"
 
 

@@ -252,7 +252,19 @@ def restarts(base: Mapping[str, StageFacts], head: Mapping[str, StageFacts]) -> 
     return tuple(found)
 
 
+#: Above this many restarted Jobs, the danger section gives one line per cause (an edit of
+#: the stage itself, an edit outside it) instead of one per Job; every Job is still named in
+#: the stage table and the JSON (``restarts``).
+MAX_RESTART_LINES = 10
+_RESTART_FIX = "merge when the run may restart (after it finished or checkpointed)"
+_OUTSIDE_FIX = _RESTART_FIX + ", or keep the edit outside the stage out of this change"
+
+
 def restart_dangers(found: tuple[Restart, ...]) -> list[Danger]:
+    """One danger per restarted Job, or one per cause when there are more than
+    :data:`MAX_RESTART_LINES`."""
+    if len(found) > MAX_RESTART_LINES:
+        return [_restarts_of(found, outside) for outside in (False, True) if any(r.outside == outside for r in found)]
     dangers = []
     for r in found:
         if r.after:
@@ -261,12 +273,19 @@ def restart_dangers(found: tuple[Restart, ...]) -> list[Danger]:
             what = f"Job {r.before} on {r.cluster} is deleted: its run is killed"
         if r.outside:
             what += "; the stage's own policy did not change (an edit outside it caused this)"
-            fix = ("merge when the run may restart (after it finished or checkpointed), or keep the edit "
-                   "outside the stage out of this change")
-        else:
-            fix = "merge when the run may restart (after it finished or checkpointed)"
-        dangers.append(Danger("restart", r.stage, what, fix))
+        dangers.append(Danger("restart", r.stage, what, _OUTSIDE_FIX if r.outside else _RESTART_FIX))
     return dangers
+
+
+def _restarts_of(found: tuple[Restart, ...], outside: bool) -> Danger:
+    mine = [r for r in found if r.outside == outside]
+    stages = sorted({r.stage for r in mine})
+    named = ", ".join(stages[:5]) + (f" and {len(stages) - 5} more" if len(stages) > 5 else "")
+    cause = ("their stages' own policies did not change: an edit outside them (Fleet, platform, data policy or an "
+             "upstream stage) renames every one" if outside else "their stages were edited")
+    return Danger("restart", f"{len(mine)} Jobs of {len(stages)} stages",
+                  f"{len(mine)} running Jobs are deleted and created again ({named}); {cause}",
+                  _OUTSIDE_FIX if outside else _RESTART_FIX)
 
 
 def stage_dangers(base: Mapping[str, StageFacts], head: Mapping[str, StageFacts]) -> list[Danger]:

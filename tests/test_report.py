@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -14,18 +15,22 @@ from fleetc.git.report import (
     EMPTY,
     FLEET_WIDE,
     GITHUB_COMMENT_LIMIT,
+    Report,
     Snapshot,
+    WhatIf,
     as_json,
     commit_message,
     compare,
     format_markdown,
     format_text,
+    format_what_if_markdown,
     github_annotations,
     github_step_summary,
     snapshot,
     snapshot_of_output,
     time_sliced_units,
     untouched_moves,
+    what_if,
 )
 from fleetc.model import (
     Assignment,
@@ -355,3 +360,61 @@ def test_moves_of_stages_the_change_did_not_touch_are_listed_with_their_gain() -
     assert data["untouchedMoves"] == [{"stage": "llm/train", "before": {"a": 1}, "after": {"b": 1}, "gain": 0.02}]
     assert data["moveCost"] == 0.01
     assert untouched_moves(model, {"llm/train": {"b": 1}}, after) == ()
+
+
+# --------------------------------------------------------------------------- hostile names
+#: A scenario file name and label as an attacker writes them (issue 27): a newline and a fence
+#: to end the block, a comment to hide the rest, backticks and a tag for raw HTML, a pipe to
+#: split a table cell, a forged workflow command and a terminal escape.
+HOSTILE = "evil\n```\n<!-- hide\n`<img src=x onerror=alert(1)>`|x ::error::forged \x1b[2J"
+
+
+def _hostile_report() -> tuple[Report, WhatIf]:
+    scenario = what_if(BEFORE, AFTER, ({"a100": 8}, {"a100": 8}), [("llm/train", HOSTILE)], HOSTILE,
+                       source=f"scenarios/{HOSTILE}.yaml", settings=(HOSTILE,))
+    return replace(compare(BEFORE, AFTER, base_label=HOSTILE, head_label="working tree"), scenarios=(scenario,)), scenario
+
+
+def _outside_code(markdown: str) -> list[str]:
+    """The lines of ``markdown`` outside fenced blocks, with code spans removed (CommonMark: a
+    fence ends at a line of at least as many backticks; a span at the same run of backticks)."""
+    lines, fence = [], ""
+    for line in markdown.splitlines():
+        run = re.match(r" {0,3}(`{3,})", line)
+        if fence:
+            if run and len(run.group(1)) >= len(fence) and not line.strip().strip("`"):
+                fence = ""
+            continue
+        if run:
+            fence = run.group(1)
+            continue
+        lines.append(re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", line))
+    assert not fence, "a fence is left open"
+    return lines
+
+
+def test_names_from_files_and_scenarios_cannot_break_the_comment() -> None:
+    report, scenario = _hostile_report()
+    for text in (format_markdown(report), format_what_if_markdown(scenario)):
+        assert HOSTILE not in text and "evil\n" not in text  # never raw: the newline is shown escaped
+        assert "evil\\n```\\n<!-- hide" in text  # but shown
+        visible = _outside_code(text)
+        assert not [line for line in visible if "<!--" in line or "<img" in line or "::error" in line]
+        assert "\x1b" not in text
+        for line in visible:
+            if line.startswith("|"):  # a table row keeps its cells: no pipe from a name splits one
+                assert "|x ::error" not in line
+
+
+def test_a_what_if_heading_with_backticks_stays_one_code_span() -> None:
+    _, scenario = _hostile_report()
+    label = "a`b``c <b>bold</b>"
+    text = format_what_if_markdown(replace(scenario, report=replace(scenario.report, head=label)))
+    assert "#### What-if ```a`b``c <b>bold</b>```\n" in text
+
+
+def test_terminal_output_shows_control_characters_escaped() -> None:
+    report, _ = _hostile_report()
+    text = format_text(report)
+    assert "\x1b" not in text and "fleetc diff evil\\n```\\n<!-- hide" in text
+    assert not any(line.startswith("::error") for line in text.splitlines())

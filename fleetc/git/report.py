@@ -715,8 +715,8 @@ def format_what_if_text(w: WhatIf) -> str:
     """The diff's summary, then what the scenario leaves out, costs and leaves free, then the
     diffs of the rendered objects."""
     head = _summary_text(w.report) if w.report.changed else (
-        f"fleetc diff {w.report.base} -> {w.report.head}\n\nno stage moves and no object changes\n")
-    return head + "\n" + "\n".join(_what_if_lines(w)) + "\n" + _diffs_text(w.report)
+        f"fleetc diff {plain(w.report.base)} -> {plain(w.report.head)}\n\nno stage moves and no object changes\n")
+    return head + "\n" + "\n".join(map(plain, _what_if_lines(w))) + "\n" + _diffs_text(w.report)
 
 
 def what_if_json(w: WhatIf) -> dict[str, Any]:
@@ -735,7 +735,7 @@ def _what_if_facts(w: WhatIf) -> dict[str, Any]:
 
 def format_what_if_markdown(w: WhatIf, limit: int = MARKDOWN_BUDGET) -> str:
     """The pull-request comment of the diff, with the scenario's findings under its title."""
-    section = f"#### What-if {code(w.report.head)}\n\n{fenced(chr(10).join(_what_if_lines(w)), 'text')}\n"
+    section = f"#### What-if {code(w.report.head)}\n\n{fenced(chr(10).join(map(plain, _what_if_lines(w))), 'text')}\n"
     comment = format_markdown(w.report, limit - len(section))
     title, _, rest = comment.partition("\n\n")
     return f"{title}\n\n{section}{rest}"

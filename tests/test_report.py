@@ -372,7 +372,8 @@ HOSTILE = "evil\n```\n<!-- hide\n`<img src=x onerror=alert(1)>`|x ::error::forge
 def _hostile_report() -> tuple[Report, WhatIf]:
     scenario = what_if(BEFORE, AFTER, ({"a100": 8}, {"a100": 8}), [("llm/train", HOSTILE)], HOSTILE,
                        source=f"scenarios/{HOSTILE}.yaml", settings=(HOSTILE,))
-    return replace(compare(BEFORE, AFTER, base_label=HOSTILE, head_label="working tree"), scenarios=(scenario,)), scenario
+    report = compare(BEFORE, AFTER, base_label=HOSTILE, head_label="working tree")
+    return replace(report, scenarios=(scenario,)), scenario
 
 
 def _outside_code(markdown: str) -> list[str]:

@@ -800,9 +800,10 @@ def _dangers_markdown(report: Report) -> str:
     outside = sum(r.outside for r in report.restarts)
     lines = [f"#### ⚠️ Danger: {_count(len(report.dangers), 'finding')}\n"]
     if report.restarts:
-        lines.append(words(f"{_count(len(report.restarts), 'running Job')} restart"
-                           + (f", {outside} of them by an edit outside their stage" if outside else "")
-                           + ": a Job fleetc renames is deleted and created again.") + "\n")
+        lines.append(words(f"Running Jobs restarted: {len(report.restarts)}"
+                           + (f" ({outside} by an edit outside their stage)" if outside else "")
+                           + ". A Job fleetc renames or moves is deleted and created again: its run starts over.")
+                     + "\n")
     rows = ["| danger | subject | what | fix |", "|---|---|---|---|"]
     rows += [f"| {d.kind} | {cell(d.subject)} | {words(d.text)} | {words(d.fix)} |"
              for d in report.dangers[:MAX_DANGER_ROWS]]

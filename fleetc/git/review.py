@@ -237,6 +237,7 @@ class Restart:
     before: str  # the Job's name
     after: str  # its new name there ('' when the stage no longer runs a Job there)
     outside: bool  # the stage's own policy did not change: an edit elsewhere caused it
+    moved_to: tuple[str, ...] = ()  # where the stage runs its Job now, when not on ``cluster``
 
 
 def restarts(base: Mapping[str, StageFacts], head: Mapping[str, StageFacts]) -> tuple[Restart, ...]:
@@ -247,8 +248,9 @@ def restarts(base: Mapping[str, StageFacts], head: Mapping[str, StageFacts]) -> 
         for cluster, name in sorted(before.jobs.items()):
             now = after.jobs.get(cluster, "") if after is not None else ""
             if now != name:
+                elsewhere = tuple(sorted(set(after.jobs) - set(before.jobs))) if after is not None and not now else ()
                 found.append(Restart(key, cluster, name, now,
-                                     after is not None and after.defined == before.defined))
+                                     after is not None and after.defined == before.defined, elsewhere))
     return tuple(found)
 
 
@@ -269,6 +271,9 @@ def restart_dangers(found: tuple[Restart, ...]) -> list[Danger]:
     for r in found:
         if r.after:
             what = f"Job {r.before} on {r.cluster} is replaced by {r.after}: its run is killed and starts over"
+        elif r.moved_to:
+            what = (f"Job {r.before} on {r.cluster} is deleted: its run is killed and starts over on "
+                    f"{', '.join(r.moved_to)}")
         else:
             what = f"Job {r.before} on {r.cluster} is deleted: its run is killed"
         if r.outside:

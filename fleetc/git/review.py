@@ -213,7 +213,8 @@ def _reason(key: str, before: StageFacts | None, after: StageFacts | None, known
         return f"placed anew (fleetc explain {key} says why)"
     upstream = [key for key in after.upstream if key in changed]
     if upstream:
-        return f"not edited; it waits for {', '.join(upstream)}, which changed"
+        return (f"not edited; an edit outside the stage, or a new run of {', '.join(upstream)} that it waits for, "
+                "changed what it runs")
     return "not edited; an edit outside the stage (Fleet, platform or data policy) changed what it runs"
 
 

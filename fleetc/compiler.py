@@ -233,6 +233,7 @@ def diff_fleet(base_ref: str, options: Options, scenarios: Sequence[Scenario] = 
     pull-request comment of a repository that keeps scenario files)."""
     from fleetc.git.flow import policy_sources_at
     from fleetc.git.report import EMPTY, compare, snapshot, untouched_moves
+    from fleetc.git.review import move_reasons
 
     for scenario in scenarios:
         _check_pipelines(scenario, options)
@@ -250,9 +251,13 @@ def diff_fleet(base_ref: str, options: Options, scenarios: Sequence[Scenario] = 
     with _side("in the working tree"):
         compiled = compile_fleet(options)
     head = snapshot(compiled.model, compiled.placement, compiled.files)
+    untouched = untouched_moves(compiled.model, before, compiled.placement)
+    idle = frozenset(p.stage for p in compiled.placement.stages
+                     if any(head.idle.get(c) for c in before.get(p.stage, {})))
+    explained = move_reasons(compiled.model, compiled.placement, before,
+                             skip=idle | {m.stage for m in untouched})
     report = compare(base, head, base_label=base_ref, head_label="working tree", out=options.out,
-                     untouched=untouched_moves(compiled.model, before, compiled.placement),
-                     move_cost=compiled.model.move_cost)
+                     untouched=untouched, move_cost=compiled.model.move_cost, moves_explained=explained)
     return dataclasses.replace(report, scenarios=tuple(_what_if(s, options, compiled) for s in scenarios))
 
 

@@ -138,6 +138,11 @@ def test_diff_markdown_structure(repo: Repo) -> None:
             "| `inference-cluster-aliyun` | `░░░░░░░░░░··············  7`<br>`██████████████████████·· 15` | +8 |\n"
             ) in text  # GPUs per cluster as bars of text: before and after told apart
     assert "<details><summary>cluster gpu-cluster-huawei: 13 files changed</summary>" in text
+    # the stage table says why the stage moved: the constraint that forced it (fleetc explain's)
+    assert ("| `llm-chinese-training/model-training` | placement: `gpu-cluster-huawei x1` → "
+            "`inference-cluster-aliyun x1`<br>") in text
+    assert ("its policy changed (policies/llm-training-pipeline.yaml\\#spec.stages\\[1\\]); no longer allowed on "
+            "gpu-cluster-huawei: no t4 |") in text
     assert text.count("<details>") == text.count("</details>") == 3
     assert len(text) <= 65_536
 

@@ -315,9 +315,11 @@ class Report:
 
 
 def compare(base: Snapshot, head: Snapshot, *, base_label: str, head_label: str, out: str = "out",
-            untouched: tuple[UntouchedMove, ...] = (), move_cost: float = 0.0) -> Report:
+            untouched: tuple[UntouchedMove, ...] = (), move_cost: float = 0.0,
+            moves_explained: Mapping[str, str] | None = None) -> Report:
     """``untouched``, ``move_cost``: the moves of stages the change did not touch, and the
-    Fleet's moveCost (:func:`untouched_moves`; known when the head side was compiled)."""
+    Fleet's moveCost (:func:`untouched_moves`; known when the head side was compiled);
+    ``moves_explained``: why other stages moved (:func:`fleetc.git.review.move_reasons`)."""
     objects = tuple(sorted(_object_diffs(base.files, head.files, out),
                            key=lambda o: (o.group != FLEET_WIDE, o.group, _importance(o.path), o.path)))
     moves = tuple(
@@ -338,7 +340,9 @@ def compare(base: Snapshot, head: Snapshot, *, base_label: str, head_label: str,
     restarted = restarts(base.facts, head.facts)
     return Report(base_label, head_label, out, clusters, objects, moves, totals, gpu_choices,
                   teams=_team_costs(base, head), untouched=untouched, move_cost=move_cost,
-                  stage_table=stage_changes(base.facts, head.facts, _known_reasons(base, head, untouched, move_cost)),
+                  stage_table=stage_changes(base.facts, head.facts,
+                                            {**(moves_explained or {}),
+                                             **_known_reasons(base, head, untouched, move_cost)}),
                   restarts=restarted, dangers=_dangers(base, head, restarted),
                   bookkeeping=_bookkeeping(base.files, head.files))
 

@@ -154,6 +154,37 @@ def short_serving(model: FleetModel, placement: Placement) -> tuple[str, ...]:
     return tuple(sorted({d.message for d in degraded_serving(model, placement)}))
 
 
+#: At most this many moved stages are explained (:func:`move_reasons`); each explanation
+#: scores the whole fleet once.
+MAX_EXPLAINED = 20
+
+
+def move_reasons(model: FleetModel, placement: Placement, before: Mapping[str, Mapping[str, int]],
+                 skip: frozenset[str] = frozenset()) -> dict[str, str]:
+    """Why each stage that now runs elsewhere than in ``before`` (stage key -> cluster ->
+    replicas) went there, from :func:`fleetc.placement.explain.explain`: a cluster it left no
+    longer allowed (the filter's reason), or where it scores best and by how much; ``skip``:
+    the stages whose reason is known otherwise."""
+    from fleetc.placement.explain import explain
+
+    moved = [p.stage for p in placement.stages if p.stage not in skip and before.get(p.stage)
+             and {a.cluster for a in p.assignments if a.replicas} != {c for c, n in before[p.stage].items() if n}
+             and any(a.replicas for a in p.assignments)]
+    found = {}
+    for key in moved[:MAX_EXPLAINED]:
+        why = explain(model, placement, key, before)
+        left = [v for v in why.clusters if before[key].get(v.cluster) and v.cluster not in why.chosen]
+        blocked = next((v for v in left if not v.allowed), None)
+        if blocked is not None:
+            found[key] = f"no longer allowed on {blocked.cluster}: {blocked.reason}"
+        elif why.runner_up_lost:
+            found[key] = f"placed on {', '.join(why.chosen)}; {why.runner_up} scores higher but {why.runner_up_lost}"
+        elif why.runner_up is not None and why.margin is not None:
+            found[key] = (f"scores best on {', '.join(why.chosen)} now ({why.margin:+.4f} over {why.runner_up}, "
+                          "the next allowed cluster)")
+    return found
+
+
 # --------------------------------------------------------------------------- the stage table
 @dataclass(frozen=True)
 class StageChange:
@@ -205,10 +236,11 @@ def _reason(key: str, before: StageFacts | None, after: StageFacts | None, known
         return "removed from the policies"
     if not after.where:
         return f"not placed: {after.reason}" if after.reason else "not placed"
+    edited = f"its policy changed ({after.source})" if before.defined != after.defined else ""
     if known:
-        return known
-    if before.defined != after.defined:
-        return f"its policy changed ({after.source})"
+        return f"{edited}; {known}" if edited else known
+    if edited:
+        return edited
     if before.where != after.where:
         return f"placed anew (fleetc explain {key} says why)"
     upstream = [key for key in after.upstream if key in changed]

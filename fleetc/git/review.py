@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fleetc.model import FleetModel, Placement, Stage
+from fleetc.model import Cluster, FleetModel, Placement, Stage
 from fleetc.placement import rules
 from fleetc.placement.rules import on_cluster
 from fleetc.resolve import degraded_serving
@@ -126,9 +126,12 @@ def cap_facts(model: FleetModel, placement: Placement) -> dict[str, CapFacts]:
     groups += [(f"pipeline {name}", frozenset({name}))
                for name in sorted({s.pipeline for s in model.stages} - grouped)]
     per_gpu = rules.slots_per_gpu(model)
+    by_pipeline: dict[str, list[tuple[Stage, Cluster, int]]] = {}
+    for entry in placed:
+        by_pipeline.setdefault(entry[0].pipeline, []).append(entry)
     found = {}
     for name, pipelines in groups:
-        mine = [(s, c, n) for s, c, n in placed if s.pipeline in pipelines]
+        mine = [entry for pipeline in sorted(pipelines) for entry in by_pipeline.get(pipeline, [])]
         gpus = sum(n * on_cluster(s, c).gpus for s, c, n in mine)
         cost = sum(n * rules.replica_cost_micros(model, s, c) for s, c, n in mine) / rules.MICROS
         cap = limits.get(name)

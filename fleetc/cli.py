@@ -104,8 +104,8 @@ def validate(paths: Sequence[str], output_format: str) -> None:
 @click.option("--allow-unplaced", "allow_unplaced", metavar="[STAGE,...]", is_flag=False, flag_value="",
               default=None,
               help="Render what fits and list the stages that do not as unplaced (a warning each). A stage "
-                   "the previous placement runs is left out only when named (--allow-unplaced=PIPELINE/STAGE,...); "
-                   "otherwise that is an error.")
+                   "the previous placement runs is left out only when named (--allow-unplaced=PIPELINE/STAGE,...; "
+                   "'*' names every stage); otherwise that is an error.")
 @click.option("--solver", metavar="NAME", default="HIGHS", show_default=True,
               callback=lambda ctx, param, value: value.upper(),
               help="MILP solver cvxpy runs the placement program on (any installed: SCIP, GUROBI...).")
@@ -126,7 +126,7 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, base_ref: str | Non
         _run(lambda: check_output_folder(Path(out_dir), roots), output_format)
     compiled = _run(lambda: _compile(paths, out_dir, base=base_ref, time_limit=time_limit, drain=tuple(drain),
                                      allow_unplaced=allow_unplaced is not None,
-                                     may_drop=tuple(n.strip() for n in (allow_unplaced or "").split(",") if n.strip()),
+                                     may_drop=_may_drop(allow_unplaced),
                                      solver=solver,
                                      # --check and --commit read every file: only a plain write keeps some
                                      reuse=not (check or commit)), output_format)
@@ -148,6 +148,12 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, base_ref: str | Non
         _commit(compiled, Path(out_dir), output_format, paths or [DEFAULT_POLICIES])
     else:
         (_check if check else _write)(compiled, Path(out_dir), output_format)
+
+
+def _may_drop(allow_unplaced: str | None) -> tuple[str, ...] | None:
+    """``--allow-unplaced=a/b,c/d``: the stages named; ``*`` among them: every stage (None)."""
+    names = tuple(n.strip() for n in (allow_unplaced or "").split(",") if n.strip())
+    return None if "*" in names else names
 
 
 def _options(paths: Sequence[str], out_dir: str, **fields: Any) -> Options:

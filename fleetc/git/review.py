@@ -365,12 +365,17 @@ def serving_dangers(base: tuple[str, ...], head: tuple[str, ...]) -> list[Danger
 
 
 def namespace_dangers(pruned: Mapping[str, tuple[str, ...]]) -> list[Danger]:
-    """``pruned``: cluster -> the Namespaces removed from its rendered folder."""
-    return [Danger("namespace", f"{namespace} on {cluster}",
-                   "its Namespace leaves the cluster's rendered folder; an engine that prunes deletes it and "
-                   "everything in it, the user's Secrets too",
-                   "keep a pipeline there, or move the objects you keep in it elsewhere first")
-            for cluster, names in sorted(pruned.items()) for namespace in names]
+    """``pruned``: cluster -> the Namespaces removed from its rendered folder; one danger per
+    cluster."""
+    dangers = []
+    for cluster, names in sorted(pruned.items()):
+        shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+        what = ("its Namespace leaves" if len(names) == 1 else f"{len(names)} Namespaces leave")
+        dangers.append(Danger("namespace", f"{shown} on {cluster}",
+                              f"{what} the cluster's rendered folder; an engine that prunes deletes each and "
+                              "everything in it, the user's Secrets too",
+                              "keep a pipeline there, or move the objects you keep in it elsewhere first"))
+    return dangers
 
 
 def cost_danger(before: float | None, after: float | None, limit: float) -> list[Danger]:

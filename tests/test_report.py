@@ -419,3 +419,21 @@ def test_terminal_output_shows_control_characters_escaped() -> None:
     text = format_text(report)
     assert "\x1b" not in text and "fleetc diff evil\\n```\\n<!-- hide" in text
     assert not any(line.startswith("::error") for line in text.splitlines())
+
+
+def test_bookkeeping_files_are_summarised_not_diffed() -> None:
+    """Issue 26/27: `.fleetc/render`'s digests and placement.yaml's header led the comment and
+    pushed the real change out of it; they are one summary line now."""
+    header = "kind: Placement\ninputs: sha256:{}\nobjective: {}\nstages:\n  - stage: a\n"
+    before = Snapshot(files={".fleetc/render": "c1 aaa bbb\n", ".fleetc/files": "x\n",
+                             "placement.yaml": header.format("1" * 64, "1.0")})
+    after = Snapshot(files={".fleetc/render": "c1 ccc ddd\n", ".fleetc/files": "x\ny\n",
+                            "placement.yaml": header.format("2" * 64, "2.0")})
+    report = compare(before, after, base_label="main", head_label="wt")
+    assert report.objects == ()  # nothing to diff: every change is bookkeeping
+    assert report.bookkeeping == (
+        ".fleetc/render: 2 lines differ (fleetc's record of what it rendered)",
+        ".fleetc/files: 1 line differs (fleetc's record of what it rendered)",
+        f"placement.yaml: inputs sha256:{'1' * 12}… -> sha256:{'2' * 12}…, objective 1.0 -> 2.0")
+    assert report.changed  # still a difference (git diff would say so)
+    assert "fleetc's bookkeeping, not diffed: .fleetc/render: 2 lines differ" in format_markdown(report)

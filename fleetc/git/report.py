@@ -455,7 +455,8 @@ def _bookkeeping(before: Mapping[str, str], after: Mapping[str, str]) -> tuple[s
         old, new = before.get(path), after.get(path)
         if old != new:
             changed = len(set((old or "").splitlines()) ^ set((new or "").splitlines()))
-            lines.append(f"{path}: {_count(changed, 'line')} differ (fleetc's record of what it rendered)")
+            differ = "differs" if changed == 1 else "differ"
+            lines.append(f"{path}: {_count(changed, 'line')} {differ} (fleetc's record of what it rendered)")
     old_head, new_head = (_placement_header(side.get("placement.yaml", "")) for side in (before, after))
     differ = [key for key in dict.fromkeys((*old_head, *new_head)) if old_head.get(key) != new_head.get(key)]
     if differ:

@@ -458,10 +458,10 @@ def _bookkeeping(before: Mapping[str, str], after: Mapping[str, str]) -> tuple[s
             differ = "differs" if changed == 1 else "differ"
             lines.append(f"{path}: {_count(changed, 'line')} {differ} (fleetc's record of what it rendered)")
     old_head, new_head = (_placement_header(side.get("placement.yaml", "")) for side in (before, after))
-    differ = [key for key in dict.fromkeys((*old_head, *new_head)) if old_head.get(key) != new_head.get(key)]
-    if differ:
+    keys = [key for key in dict.fromkeys((*old_head, *new_head)) if old_head.get(key) != new_head.get(key)]
+    if keys:
         lines.append("placement.yaml: " + ", ".join(
-            f"{key} {_short(old_head.get(key))} -> {_short(new_head.get(key))}" for key in differ))
+            f"{key} {_short(old_head.get(key))} -> {_short(new_head.get(key))}" for key in keys))
     return tuple(lines)
 
 

@@ -240,3 +240,9 @@ def test_allow_unplaced_never_drops_a_stage_the_previous_placement_runs(tmp_path
     assert run("compile", "--check", "--allow-unplaced").exit_code == 0  # out/ runs them no more
     unknown = run("compile", "--allow-unplaced=llm-chinese-training/serving")
     assert unknown.exit_code == 2 and "names no stage 'llm-chinese-training/serving'" in unknown.stderr
+
+
+def test_fail_on_danger_is_for_a_change_under_review() -> None:
+    result = run("diff", "--what-if", "drain=x", "--fail-on", "danger")
+    assert result.exit_code == 2
+    assert "--fail-on danger is for --base" in result.stderr

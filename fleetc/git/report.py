@@ -2,8 +2,10 @@
 
 Pure: everything here works on two :class:`Snapshot` values (rendered files plus what was placed
 where), built from compiles or from a committed ``placement.yaml``; git and the file system stay
-in :mod:`fleetc.git.repo` and :mod:`fleetc.git.flow`. The Markdown is meant for a pull-request comment,
-so it is cut at whole objects to fit GitHub's comment limit, and says what it left out.
+in :mod:`fleetc.git.repo` and :mod:`fleetc.git.flow`. The Markdown is meant for a pull-request comment:
+consequences first (the dangers, the stages that changed, who pays: :mod:`fleetc.git.review`),
+then the diffs, cut at whole objects to fit GitHub's comment limit, saying what it left out.
+Every name from a file, policy or scenario goes through :mod:`fleetc.git.escape`.
 """
 
 from __future__ import annotations

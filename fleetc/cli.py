@@ -113,15 +113,18 @@ def validate(paths: Sequence[str], output_format: str, verbose: bool) -> None:
 @click.option("--commit", "commit", is_flag=True,
               help="Commit the output folder with the policy files it was compiled from, in one commit "
                    "whose message summarises both.")
-@click.option("--allow-unplaced", is_flag=True,
-              help="Render what fits and list the stages that do not as unplaced (a warning each).")
+@click.option("--allow-unplaced", "allow_unplaced", metavar="[STAGE,...]", is_flag=False, flag_value="",
+              default=None,
+              help="Render what fits and list the stages that do not as unplaced (a warning each). A stage "
+                   "the previous placement runs is left out only when named (--allow-unplaced=PIPELINE/STAGE,...; "
+                   "'*' names every stage); otherwise that is an error.")
 @click.option("--solver", metavar="NAME", default="HIGHS", show_default=True,
               callback=lambda ctx, param, value: value.upper(),
               help="MILP solver cvxpy runs the placement program on (any installed: SCIP, GUROBI...).")
 @verbose_option
 @format_option
 def compile(paths: Sequence[str], out_dir: str, check: bool, base_ref: str | None, time_limit: float | None,
-            drain: Sequence[str], commit: bool, allow_unplaced: bool, solver: str,
+            drain: Sequence[str], commit: bool, allow_unplaced: str | None, solver: str,
             output_format: str, verbose: bool) -> None:
     """Place every pipeline stage and write the manifests to the output folder."""
     if check and commit:
@@ -138,7 +141,9 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, base_ref: str | Non
         roots = [Path(p) for p in paths or [DEFAULT_POLICIES]]
         _run(lambda: check_output_folder(Path(out_dir), roots), output_format)
     compiled = _run(lambda: _compile(paths, out_dir, base=base_ref, time_limit=time_limit, drain=tuple(drain),
-                                     allow_unplaced=allow_unplaced, solver=solver,
+                                     allow_unplaced=allow_unplaced is not None,
+                                     may_drop=_may_drop(allow_unplaced),
+                                     solver=solver,
                                      # --check and --commit read every file: only a plain write keeps some
                                      reuse=not (check or commit)), output_format)
     if compiled.previous_ignored:
@@ -148,7 +153,7 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, base_ref: str | Non
             named = f"{stage.stage}:" in stage.reason
             click.echo(printable(f"warning: not placed: {stage.reason}" if named
                                  else f"warning: {stage.stage} is not placed: {stage.reason}", lines=True), err=True)
-    if allow_unplaced:
+    if allow_unplaced is not None:
         for hint in _taint_hints(compiled):
             click.echo(printable(f"  hint: {hint}", lines=True), err=True)
         if output_format == "text":
@@ -159,6 +164,12 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, base_ref: str | Non
         _commit(compiled, Path(out_dir), output_format, paths or [DEFAULT_POLICIES], verbose)
     else:
         (_check if check else _write)(compiled, Path(out_dir), output_format, verbose)
+
+
+def _may_drop(allow_unplaced: str | None) -> tuple[str, ...] | None:
+    """``--allow-unplaced=a/b,c/d``: the stages named; ``*`` among them: every stage (None)."""
+    names = tuple(n.strip() for n in (allow_unplaced or "").split(",") if n.strip())
+    return None if "*" in names else names
 
 
 def _options(paths: Sequence[str], out_dir: str, **fields: Any) -> Options:
@@ -383,8 +394,11 @@ def _commit(compiled: Any, out: Path, output_format: str, paths: Sequence[str], 
 @click.option("--format", "output_format", type=click.Choice(["text", "markdown", "json"]),
               default="text", show_default=True, help="Output format (markdown: a pull-request comment).")
 @click.option("--exit-code", "exit_code", is_flag=True, help="Exit 1 when there are differences, like git diff.")
+@click.option("--fail-on", "fail_on", type=click.Choice(["danger"]), default=None,
+              help="With --base: exit 1 when the report lists a danger (a restarted Job, a stage left out, "
+                   "serving cut, ...), so CI can ask for a reviewer's label.")
 def diff(base_ref: str | None, what_if: Sequence[str], scenario_paths: Sequence[str], paths: Sequence[str],
-         out_dir: str, time_limit: float | None, output_format: str, exit_code: bool) -> None:
+         out_dir: str, time_limit: float | None, output_format: str, exit_code: bool, fail_on: str | None) -> None:
     """Compare the compile of the policies at REF with the compile of the working tree.
 
     The policies at REF are read from git's objects: nothing is checked out or written. When
@@ -401,6 +415,8 @@ def diff(base_ref: str | None, what_if: Sequence[str], scenario_paths: Sequence[
     from fleetc.compiler import diff_fleet
     from fleetc.git.report import as_json, format_markdown, format_text
 
+    if base_ref is None and fail_on is not None:
+        _run(lambda: _usage("--fail-on danger is for --base: the dangers are those of a change"), output_format)
     if base_ref is None and (what_if or scenario_paths):
         _what_if(what_if, scenario_paths, paths, out_dir, time_limit, output_format, exit_code)
         return
@@ -418,7 +434,7 @@ def diff(base_ref: str | None, what_if: Sequence[str], scenario_paths: Sequence[
         _emit_json(as_json(report))
     else:
         click.echo(format_markdown(report) if output_format == "markdown" else format_text(report), nl=False)
-    if exit_code and report.changed:
+    if (exit_code and report.changed) or (fail_on == "danger" and report.dangers):
         sys.exit(ExitCode.FAILED)
 
 

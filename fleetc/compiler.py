@@ -72,6 +72,11 @@ class Options:
     base: str | None = None
     #: Render what fits and list the rest as unplaced instead of failing (``--allow-unplaced``).
     allow_unplaced: bool = False
+    #: With ``allow_unplaced``: the stages (``PIPELINE/STAGE``) the previous placement ran that
+    #: may be left out (``--allow-unplaced=STAGE,...``); None: any (a what-if scenario). Leaving
+    #: out any other stage the previous placement ran is an error: running work is never
+    #: dropped silently.
+    may_drop: tuple[str, ...] | None = ()
     #: Told when each stage starts and ends (a status line on terminals); silent by default.
     reporter: Reporter = NULL_REPORTER
     #: Keep the output folder's cluster folders whose inputs did not change instead of rendering
@@ -274,6 +279,7 @@ def diff_fleet(base_ref: str, options: Options, scenarios: Sequence[Scenario] = 
     pull-request comment of a repository that keeps scenario files)."""
     from fleetc.git.flow import policy_sources_at
     from fleetc.git.report import EMPTY, compare, snapshot, untouched_moves
+    from fleetc.git.review import move_reasons
 
     for scenario in scenarios:
         _check_pipelines(scenario, options)
@@ -291,12 +297,16 @@ def diff_fleet(base_ref: str, options: Options, scenarios: Sequence[Scenario] = 
     with _side("in the working tree"):
         compiled = compile_fleet(options)
     head = snapshot(compiled.model, compiled.placement, compiled.files)
-    report = compare(base, head, base_label=base_ref, head_label="working tree", out=options.out)
+    untouched = untouched_moves(compiled.model, before, compiled.placement)
+    idle = frozenset(p.stage for p in compiled.placement.stages
+                     if any(head.idle.get(c) for c in before.get(p.stage, {})))
+    explained = move_reasons(compiled.model, compiled.placement, before,
+                             skip=idle | {m.stage for m in untouched})
+    report = compare(base, head, base_label=base_ref, head_label="working tree", out=options.out,
+                     untouched=untouched, move_cost=compiled.model.move_cost, moves_explained=explained)
     unrendered, user_files = _out_tree(base_ref, options, compiled)
     return dataclasses.replace(report, scenarios=tuple(_what_if(s, options, compiled) for s in scenarios),
-                               unrendered=unrendered, user_files=user_files,
-                               untouched=untouched_moves(compiled.model, before, compiled.placement),
-                               move_cost=compiled.model.move_cost)
+                               unrendered=unrendered, user_files=user_files)
 
 
 def _out_tree(base_ref: str, options: Options, compiled: Compiled
@@ -357,7 +367,7 @@ def _what_if(scenario: Scenario, options: Options, now: Compiled) -> WhatIf:
         previous, _ = read_previous(Path(options.out), options.workdir)
         # A scenario is never the compile its placement.yaml was made from: it is solved, from there.
         settings = dataclasses.replace(options, drain=(*options.drain, *scenario.drain), allow_unplaced=True,
-                                       previous=dataclasses.replace(previous, inputs=""))
+                                       may_drop=None, previous=dataclasses.replace(previous, inputs=""))
         then = compile_policies(changed, settings)
     unplaced = [(p.stage, p.reason) for p in then.placement.stages if not any(a.replicas for a in p.assignments)]
     return what_if(snapshot(now.model, now.placement, now.files), snapshot(then.model, then.placement, then.files),
@@ -385,6 +395,8 @@ def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
                         workdir=loaded.workdir)
     with phase(report, "place"):
         placement = place_model(model, inputs_digest(loaded.policies, options), options)
+    if options.allow_unplaced:
+        refuse_dropped(model, placement, options.previous, options.may_drop)
     report.gap(placement.gap)
     def located(found: Sequence[Diagnostic]) -> tuple[Diagnostic, ...]:
         return positioned([dataclasses.replace(w, path=model.display(w.path))
@@ -399,6 +411,36 @@ def compile_policies(loaded: Loaded, options: Options = Options()) -> Compiled:
                                           for d in err.diagnostics], loaded.policies)) from None
     warnings = tuple(sorted({*loaded.warnings, *rendered.warnings}, key=_DIAGNOSTIC_ORDER))
     return Compiled(model, placement, rendered.files, warnings, kept=rendered.kept)
+
+
+def refuse_dropped(model: FleetModel, placement: Placement, previous: Previous,
+                   may_drop: tuple[str, ...] | None) -> None:
+    """Raise :class:`PlacementError` when ``placement`` leaves out a stage ``previous`` ran that
+    ``may_drop`` does not name (None: any may go); a :class:`UsageError` for a name in
+    ``may_drop`` that is no stage."""
+    if may_drop is None:
+        return
+    from fleetc.errors import did_you_mean
+
+    keys = [s.key for s in model.stages]
+    for name in may_drop:
+        if name not in keys:
+            hint = did_you_mean(name, keys)
+            raise UsageError(f"--allow-unplaced names no stage '{name}' (expected PIPELINE/STAGE)"
+                             + (f"; {hint}" if hint else ""))
+    dropped = [p for p in placement.stages if not any(a.replicas for a in p.assignments)
+               and any(previous.clusters.get(p.stage, {}).values()) and p.stage not in may_drop]
+    if not dropped:
+        return
+    def ran(key: str) -> str:
+        return ", ".join(sorted(c for c, n in previous.clusters[key].items() if n))
+
+    err = PlacementError([f"{p.stage}: runs on {ran(p.stage)} in the previous placement and would be left out: "
+                          f"{p.reason}" for p in dropped])
+    err.headline = "--allow-unplaced would stop stages the previous placement runs"
+    err.hint = ("to drop them on purpose, name them: --allow-unplaced="
+                + ",".join(p.stage for p in dropped))
+    raise err
 
 
 def positioned(warnings: Sequence[Diagnostic], policies: PolicySet) -> tuple[Diagnostic, ...]:

@@ -413,6 +413,10 @@ class GitOps:
     secret_name: str | None = None  # the Secret Flux clones the repository with
 
 
+#: The pull-request review calls a rise of the fleet's cost per hour above this fraction a
+#: danger, unless the Fleet sets another (``spec.review.maxCostIncreasePercent``).
+DEFAULT_COST_INCREASE = 0.20
+
 #: The GitOps entry points fleetc renders, in this order, and those it renders unless the
 #: Fleet's ``spec.gitops.entryPoints`` says otherwise.
 ENTRY_POINTS = ("argocd", "flux", "kurator")
@@ -458,6 +462,9 @@ class FleetModel:
     policy_files: tuple[tuple[str, str], ...] = ()
     teams: tuple[Team, ...] = ()  # by platform, then team name
     budgets: tuple[PipelineBudget, ...] = ()  # by pipeline
+    #: The rise of the fleet's cost per hour (a fraction) above which the pull-request review
+    #: calls a change dangerous (Fleet ``spec.review.maxCostIncreasePercent``).
+    cost_increase_limit: float = DEFAULT_COST_INCREASE
 
     def team_of(self, pipeline: str) -> Team | None:
         """The team ``pipeline`` belongs to, if any (validation allows at most one)."""

@@ -150,6 +150,8 @@ def _resolve(policies: PolicySet, where: str, drained: Sequence[str], names: dic
         move_cost=_or(spec.placement.moveCost if spec.placement else None, 0.05),
         gitops=_gitops(spec.gitops),
         delivery=_delivery(spec),
+        cost_increase_limit=_or(spec.review.maxCostIncreasePercent if spec.review else None,
+                                  100 * m.DEFAULT_COST_INCREASE) / 100,
         teams=tuple(team for pf in sorted(policies.platforms, key=lambda x: x.name)
                     for team in _teams(pf, policies)),
         budgets=tuple(m.PipelineBudget(pl.name, float(pl.obj.spec.maxHourlyCost),

@@ -19,6 +19,7 @@ from support.corpus import CASES
 
 from fleetc.compiler import Options, compile_fleet
 from fleetc.errors import PlacementError
+from fleetc.git.escape import words
 from fleetc.git.report import as_json, compare, format_markdown, format_text, snapshot, snapshot_of_output
 from fleetc.model import Assignment, StageType, Team
 from fleetc.placement.alternatives import choices
@@ -107,8 +108,10 @@ def test_diff_shows_the_type_chosen_before_and_after(tmp_path: Path) -> None:
             "(would take 32 of its 16 usable GPUs)\n") in text
     assert as_json(report)["gpuChoices"] == [{"stage": "llm/pretrain", "before": report.gpu_choices[0][1],
                                               "after": report.gpu_choices[0][2]}]
-    assert f"- GPU type of `llm/pretrain`: {report.gpu_choices[0][1]} → {report.gpu_choices[0][2]}\n" \
+    # in Markdown as prose, escaped (its brackets would otherwise start a link)
+    assert f"- GPU type of `llm/pretrain`: {words(report.gpu_choices[0][1])} → {words(report.gpu_choices[0][2])}\n" \
         in format_markdown(report)
+    assert "h100, alternative 1 of \\[h100, a100\\] → a100" in format_markdown(report)
     # A committed out/ tells the same from its placement.yaml alone.
     read_back = compare(snapshot_of_output(before.files, {}), snapshot_of_output(after.files, {}),
                         base_label="main", head_label="tree")

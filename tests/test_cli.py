@@ -216,3 +216,35 @@ def test_explain_names_the_toleration_that_admits_a_stage(tmp_path: Path, monkey
         "policies/fleet.yaml (every stage)\n")
     as_json = run("explain", "llm/prepare", "--format", "json")
     assert json.loads(as_json.stdout)["hints"] == [result.stdout.splitlines()[-1].removeprefix("hint: ")]
+
+
+def test_allow_unplaced_never_drops_a_stage_the_previous_placement_runs(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26: raising one training's GPUs with --allow-unplaced silently dropped two running
+    stages of other pipelines ("2 left out"). Now that is an error naming them, unless the user
+    names them; and compile --check with the same flag agrees with what was compiled."""
+    shutil.copytree(ROOT / "policies", tmp_path / "policies")
+    monkeypatch.chdir(tmp_path)
+    assert run("compile").exit_code == 0
+    training = tmp_path / "policies" / "llm-training-pipeline.yaml"
+    training.write_text(training.read_text().replace("gpu: 8", "gpu: 48", 1))
+    before = {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()}
+    refused = run("compile", "--allow-unplaced")
+    assert refused.exit_code == 1, refused.output
+    assert "error: --allow-unplaced would stop stages the previous placement runs" in refused.stderr
+    dropped = "customer-service-assistant/lora-finetuning,llm-chinese-training/model-deployment"
+    for stage in dropped.split(","):
+        assert f"  {stage}: runs on " in refused.stderr
+    assert f"hint: to drop them on purpose, name them: --allow-unplaced={dropped}" in refused.stderr
+    assert {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()} == before  # untouched
+    assert run("compile", f"--allow-unplaced={dropped}").exit_code == 0
+    assert run("compile", "--check", f"--allow-unplaced={dropped}").exit_code == 0
+    assert run("compile", "--check", "--allow-unplaced").exit_code == 0  # out/ runs them no more
+    unknown = run("compile", "--allow-unplaced=llm-chinese-training/serving")
+    assert unknown.exit_code == 2 and "names no stage 'llm-chinese-training/serving'" in unknown.stderr
+
+
+def test_fail_on_danger_is_for_a_change_under_review() -> None:
+    result = run("diff", "--what-if", "drain=x", "--fail-on", "danger")
+    assert result.exit_code == 2
+    assert "--fail-on danger is for --base" in result.stderr

@@ -128,13 +128,21 @@ def test_diff_markdown_structure(repo: Repo) -> None:
     result = run("diff", "--base", "HEAD", "--format", "markdown")
     assert result.exit_code == 0, result.output
     text = result.stdout
-    assert text.startswith("### fleetc: placement diff `HEAD` → `working tree`\n\n1 stage moved;")
+    assert text.startswith("### fleetc: review of `HEAD` → `working tree`\n\n**2 dangers**; 2 stages changed; "
+                           "1 stage moved; 2 running Jobs restarted;")
     assert "| cluster | objects + / ~ / − | GPUs before → after | cost/h before → after | stages in | stages out |" \
         in text
     # 4 / 1 / 6: besides the moved Job, the two prefetches of the model there wait for the moved (changed) run
     assert "| `gpu-cluster-huawei` | 4 / 1 / 6 | 16 a100 → 8 a100 |" in text
-    assert '```mermaid\nxychart-beta\n' in text and '    bar "before" [16, 7]\n    bar "after" [8, 15]\n' in text
+    assert ("| `gpu-cluster-huawei` | `░░░░░░░░░░░░░░░░░░░░░░░░ 16`<br>`████████████············  8` | -8 |\n"
+            "| `inference-cluster-aliyun` | `░░░░░░░░░░··············  7`<br>`██████████████████████·· 15` | +8 |\n"
+            ) in text  # GPUs per cluster as bars of text: before and after told apart
     assert "<details><summary>cluster gpu-cluster-huawei: 13 files changed</summary>" in text
+    # the stage table says why the stage moved: the constraint that forced it (fleetc explain's)
+    assert ("| `llm-chinese-training/model-training` | placement: `gpu-cluster-huawei x1` → "
+            "`inference-cluster-aliyun x1`<br>") in text
+    assert ("its policy changed (policies/llm-training-pipeline.yaml\\#spec.stages\\[1\\]); no longer allowed on "
+            "gpu-cluster-huawei: no t4 |") in text
     assert text.count("<details>") == text.count("</details>") == 3
     assert len(text) <= 65_536
 
@@ -575,3 +583,18 @@ def test_a_link_inside_the_committed_output_folder_is_named_by_commit(repo: Repo
     assert (result.exit_code, result.stderr) == (2, (
         "error: out/notes.md: a symbolic link in the output folder at HEAD: fleetc writes only files there, and "
         "does not read it\n  hint: remove it from out/ and commit that\n"))
+
+
+def test_commit_message_counts_what_the_commit_holds(repo: Repo) -> None:
+    """Issue 26: the message said "4 added, 5 changed" while the commit held only modified files."""
+    folder = Path(repo.working_tree_dir)
+    assert run("compile", "--commit").exit_code == 0
+    text = (folder / TRAINING).read_text()
+    (folder / TRAINING).write_text(text.replace("gpu: 8", "gpu: 16", 1))
+    assert run("compile", "--commit").exit_code == 0, "compile --commit failed"
+    head = repo.head.commit
+    held = repo.git.diff("--name-status", "--no-renames", "HEAD~1", "HEAD", "--", "out").splitlines()
+    counts = {word: sum(line.startswith(letter) for line in held)
+              for letter, word in (("A", "added"), ("M", "changed"), ("D", "removed"))}
+    assert f"{counts['added']} added, {counts['changed']} changed, {counts['removed']} removed in out/" \
+        in head.message, (head.message, held)

@@ -139,7 +139,8 @@ def test_inputs_and_outputs_whose_variables_collide_are_refused() -> None:
 def fleet_of(*clusters: tuple[str, str]) -> str:
     """FLEET with these clusters (name, attributes) in place of its one."""
     return FLEET.replace("  - name: c\n    provider: x\n    region: cn-north-1\n", "".join(
-        f"  - name: {name}\n    provider: x\n    region: cn-north-1\n    {attributes}\n" for name, attributes in clusters))
+        f"  - name: {name}\n    provider: x\n    region: cn-north-1\n    {attributes}\n"
+        for name, attributes in clusters))
 
 
 def where(placement: Placement) -> dict[str, dict[str, int]]:

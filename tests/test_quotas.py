@@ -237,10 +237,16 @@ def test_the_diff_shows_each_teams_cost_before_and_after() -> None:
     assert [(t.name, t.before, t.after, t.cap) for t in report.teams] == [
         ("team prod", 59.28, 59.28, None), ("team research", 128.96, 120.96, 200.0)]
     summary = format_text(report).split("\n\n---")[0].splitlines()
-    assert summary[-2:] == ["team prod: cost/h 59.28 -> 59.28", "team research: cost/h 128.96 -> 120.96 (cap 200.00)"]
-    assert "| `team research` | 128.96 → 120.96 | 200.00 |" in format_markdown(report)
+    assert summary[-2:] == ["team prod: GPUs 10 -> 10, cost/h 59.28 -> 59.28; use: a100 8 of 8; h100 2 of 8",
+                            "team research: GPUs 24 -> 24, cost/h 128.96 -> 120.96 (cap 200.00); use: h100 24 of 24; "
+                            "cost 120.96 of 200.00/h"]
+    markdown = format_markdown(report)
+    assert "| `team research` | 24 → 24 | 128.96 → 120.96 | h100 24 of 24; cost 120.96 of 200.00/h |" in markdown
+    # the raised quota is used up: a danger (prod's a100 quota was used up before: none)
+    assert [(d.kind, d.subject) for d in report.dangers if d.kind == "quota"] == [("quota", "team research")]
     assert as_json(report)["teams"][1] == {"name": "team research", "costPerHour": {"before": 128.96, "after": 120.96},
-                                           "cap": 200.0}
+                                           "cap": 200.0, "gpus": {"before": 24, "after": 24},
+                                           "quota": ["h100 24 of 24", "cost 120.96 of 200.00/h"]}
 
 
 def test_the_greedy_baselines_keep_the_same_caps() -> None:

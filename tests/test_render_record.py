@@ -33,8 +33,8 @@ Document = Any
 
 
 def compile_into(workdir: Path, out: str, *, reuse: bool, drain: tuple[str, ...] = ()) -> Compiled:
-    """``fleetc compile policies --out OUT --allow-unplaced`` run in ``workdir``, in process."""
-    compiled = compile_fleet(Options(paths=("policies",), out=out, workdir=workdir, allow_unplaced=True,
+    """``fleetc compile policies --out OUT --allow-unplaced=*`` run in ``workdir``, in process."""
+    compiled = compile_fleet(Options(paths=("policies",), out=out, workdir=workdir, allow_unplaced=True, may_drop=None,
                                      drain=drain, reuse=reuse))
     write_tree(workdir / out, compiled.files, kept=compiled.kept)
     return compiled

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -14,18 +15,22 @@ from fleetc.git.report import (
     EMPTY,
     FLEET_WIDE,
     GITHUB_COMMENT_LIMIT,
+    Report,
     Snapshot,
+    WhatIf,
     as_json,
     commit_message,
     compare,
     format_markdown,
     format_text,
+    format_what_if_markdown,
     github_annotations,
     github_step_summary,
     snapshot,
     snapshot_of_output,
     time_sliced_units,
     untouched_moves,
+    what_if,
 )
 from fleetc.model import (
     Assignment,
@@ -147,11 +152,16 @@ def test_text_format() -> None:
     text = format_text(compare(BEFORE, AFTER, base_label="main", head_label="working tree"))
     assert text.startswith(
         "fleetc diff main -> working tree\n\n"
+        "stages changed: 1\n"
+        "  llm/train: placed anew (fleetc explain llm/train says why)\n"
+        "    placement: east x1 -> west x1\n"
+        "    GPUs/replica: 8 a100 -> 8 t4\n\n"
         "east: +0 ~0 -1 objects; GPUs 8 a100 -> 0; cost/h 22.56 -> 0.00\n"
         "  - llm/train\n"
         "west: +1 ~0 -0 objects; GPUs 3 t4 -> 11 t4; cost/h 2.22 -> 8.78\n"
         "  + llm/train\n\n"
-        "GPUs a100: 8 -> 0 (-8)\nGPUs t4: 3 -> 11 (+8)\n\n--- a/out/placement.yaml\n")
+        "GPUs a100: 8 -> 0 (-8)\nGPUs t4: 3 -> 11 (+8)\n"
+        "pipeline llm: GPUs 11 -> 11, cost/h 24.78 -> 8.78\n\n--- a/out/placement.yaml\n")
     assert "+++ b/out/clusters/west/job-ml-train.yaml\n" in text
 
 
@@ -170,13 +180,15 @@ def test_json_format_round_trips() -> None:
 
 def test_markdown_has_table_chart_and_collapsible_sections() -> None:
     text = format_markdown(compare(BEFORE, AFTER, base_label="origin/main", head_label="working tree"))
-    assert text.startswith("### fleetc: placement diff `origin/main` → `working tree`\n\n"
-                           "1 stage moved; 4 files changed; GPUs a100: 8 → 0 (-8), t4: 3 → 11 (+8).\n\n")
+    assert text.startswith("### fleetc: review of `origin/main` → `working tree`\n\n"
+                           "no danger found; 1 stage changed; 1 stage moved; 0 running Jobs restarted; "
+                           "GPUs a100 8 → 0 (-8), t4 3 → 11 (+8); 4 files changed.\n\n#### Stages\n\n")
+    assert ("| `llm/train` | placement: `east x1` → `west x1`<br>GPUs/replica: `8 a100` → `8 t4` | "
+            "placed anew (fleetc explain llm/train says why) |\n") in text
     assert ("| `east` | 0 / 0 / 1 | 8 a100 → 0 | 22.56 → 0.00 | – | `llm/train` |\n"
             "| `west` | 1 / 0 / 0 | 3 t4 → 11 t4 | 2.22 → 8.78 | `llm/train` | – |\n") in text
-    assert ('```mermaid\nxychart-beta\n    title "GPUs per cluster (before, after)"\n'
-            '    x-axis ["east", "west"]\n    y-axis "GPUs" 0 --> 11\n'
-            '    bar "before" [8, 3]\n    bar "after" [0, 11]\n```\n') in text
+    assert ("| `east` | `░░░░░░░░░░░░░░░░░·······  8`<br>`························  0` | -8 |\n"
+            "| `west` | `░░░░░░░·················  3`<br>`████████████████████████ 11` | +8 |\n") in text
     assert text.count("<details><summary>") == text.count("</details>") == 3
     assert "<details><summary>cluster east: 2 files changed</summary>" in text
     assert "```diff\n--- a/out/clusters/east/job-ml-train.yaml\n+++ /dev/null\n" in text
@@ -201,7 +213,8 @@ def test_markdown_is_cut_at_whole_objects_to_fit_github() -> None:
     assert text.count("```diff\n") == text.count("```\n\n") == len(shown)  # every fence closed
     note = text[text.index("> **Cut to fit GitHub's comment limit:**"):]
     assert f"the diffs of {len(left)} files were left out: `out/{left[0].path}`" in note
-    assert note.endswith(f" and {len(left) - 40} more. Run `fleetc diff --base main` to see them all.\n")
+    assert note.endswith(f" and {len(left) - 40} more. Run `fleetc diff --base main` to see them all (fleetc's "
+                         "workflow keeps the whole report, `report.json`, in its `fleetc-diff` artifact).\n")
     assert text.count("<details>") == text.count("</details>")
 
 
@@ -236,9 +249,9 @@ def test_markdown_table_of_a_large_fleet_stays_within_the_budget() -> None:
     after = Snapshot(gpus={f"cluster-{n:04d}": {"a100": 16} for n in range(400)})
     text = format_markdown(compare(before, after, base_label="main", head_label="wt"))
     assert len(text) <= GITHUB_COMMENT_LIMIT - 1024
-    assert text.count("| `cluster-") == 150
+    assert text.count("| `cluster-") == 150 + 20  # the table, then the bars of 20 clusters
     assert "| … and 250 more clusters | | | | | |\n" in text
-    assert text.count('", "') == 19  # the chart shows 20 clusters
+    assert text.count("<br>`████") == 20
 
 
 def test_github_annotations_escape_and_cap() -> None:
@@ -360,3 +373,80 @@ def test_the_entry_points_the_fleet_chose_are_in_the_report() -> None:
     assert as_json(report)["entryPoints"] == {"before": ["argocd", "flux"], "after": ["argocd", "kurator"]}
     same = compare(base, base, base_label="main", head_label="wt")
     assert "entry points" not in format_text(same) + format_markdown(same)
+
+
+# --------------------------------------------------------------------------- hostile names
+#: A scenario file name and label as an attacker writes them (issue 27): a newline and a fence
+#: to end the block, a comment to hide the rest, backticks and a tag for raw HTML, a pipe to
+#: split a table cell, a forged workflow command and a terminal escape.
+HOSTILE = "evil\n```\n<!-- hide\n`<img src=x onerror=alert(1)>`|x ::error::forged \x1b[2J"
+
+
+def _hostile_report() -> tuple[Report, WhatIf]:
+    scenario = what_if(BEFORE, AFTER, ({"a100": 8}, {"a100": 8}), [("llm/train", HOSTILE)], HOSTILE,
+                       source=f"scenarios/{HOSTILE}.yaml", settings=(HOSTILE,))
+    report = compare(BEFORE, AFTER, base_label=HOSTILE, head_label="working tree")
+    return replace(report, scenarios=(scenario,)), scenario
+
+
+def _outside_code(markdown: str) -> list[str]:
+    """The lines of ``markdown`` outside fenced blocks, with code spans removed (CommonMark: a
+    fence ends at a line of at least as many backticks; a span at the same run of backticks)."""
+    lines, fence = [], ""
+    for line in markdown.splitlines():
+        run = re.match(r" {0,3}(`{3,})", line)
+        if fence:
+            if run and len(run.group(1)) >= len(fence) and not line.strip().strip("`"):
+                fence = ""
+            continue
+        if run:
+            fence = run.group(1)
+            continue
+        lines.append(re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", line))
+    assert not fence, "a fence is left open"
+    return lines
+
+
+def test_names_from_files_and_scenarios_cannot_break_the_comment() -> None:
+    report, scenario = _hostile_report()
+    for text in (format_markdown(report), format_what_if_markdown(scenario)):
+        assert HOSTILE not in text and "evil\n" not in text  # never raw: the newline is shown escaped
+        assert "evil\\n```\\n<!-- hide" in text  # but shown
+        visible = _outside_code(text)
+        assert not [line for line in visible if "<!--" in line or "<img" in line or "::error" in line]
+        assert "\x1b" not in text
+        for line in visible:
+            if line.startswith("|"):  # a table row keeps its cells: no pipe from a name splits one
+                assert "|x ::error" not in line
+
+
+def test_a_what_if_heading_with_backticks_stays_one_code_span() -> None:
+    _, scenario = _hostile_report()
+    label = "a`b``c <b>bold</b>"
+    text = format_what_if_markdown(replace(scenario, report=replace(scenario.report, head=label)))
+    assert "#### What-if ```a`b``c <b>bold</b>```\n" in text
+
+
+def test_terminal_output_shows_control_characters_escaped() -> None:
+    report, _ = _hostile_report()
+    text = format_text(report)
+    assert "\x1b" not in text and "fleetc diff evil\\n```\\n<!-- hide" in text
+    assert not any(line.startswith("::error") for line in text.splitlines())
+
+
+def test_bookkeeping_files_are_summarised_not_diffed() -> None:
+    """Issue 26/27: `.fleetc/render`'s digests and placement.yaml's header led the comment and
+    pushed the real change out of it; they are one summary line now."""
+    header = "kind: Placement\ninputs: sha256:{}\nobjective: {}\nstages:\n  - stage: a\n"
+    before = Snapshot(files={".fleetc/render": "c1 aaa bbb\n", ".fleetc/files": "x\n",
+                             "placement.yaml": header.format("1" * 64, "1.0")})
+    after = Snapshot(files={".fleetc/render": "c1 ccc ddd\n", ".fleetc/files": "x\ny\n",
+                            "placement.yaml": header.format("2" * 64, "2.0")})
+    report = compare(before, after, base_label="main", head_label="wt")
+    assert report.objects == ()  # nothing to diff: every change is bookkeeping
+    assert report.bookkeeping == (
+        ".fleetc/render: 2 lines differ (fleetc's record of what it rendered)",
+        ".fleetc/files: 1 line differs (fleetc's record of what it rendered)",
+        f"placement.yaml: inputs sha256:{'1' * 12}… -> sha256:{'2' * 12}…, objective 1.0 -> 2.0")
+    assert report.changed  # still a difference (git diff would say so)
+    assert "fleetc's bookkeeping, not diffed: .fleetc/render: 2 lines differ" in format_markdown(report)

@@ -60,9 +60,14 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+REVIEW_SECTIONS = ("DANGER: ", "stages changed: ", "fleetc's bookkeeping")
+
+
 def summary(output: str) -> str:
-    """The report without the object diffs (they are ``fleetc diff``'s, tested there)."""
-    return output.split("\n--- ", 1)[0]
+    """The report without the object diffs and the review's sections (they are ``fleetc
+    diff``'s, tested there and in test_report's golden cases)."""
+    blocks = output.split("\n--- ", 1)[0].split("\n\n")
+    return "\n\n".join(b for b in blocks if not b.startswith(REVIEW_SECTIONS))
 
 
 def test_a_lost_cluster_leaves_its_stage_unplaced_and_nothing_changes_on_disk(project: Path) -> None:
@@ -73,12 +78,14 @@ def test_a_lost_cluster_leaves_its_stage_unplaced_and_nothing_changes_on_disk(pr
         "fleetc diff now -> what-if drain=serve-l4\n\n"
         "serve-l4: +0 ~0 -6 objects; GPUs 2 l4 -> 0; cost/h 2.40 -> 0.00\n"
         "  - llm/serve\n\n"
-        "GPUs l4: 2 -> 0 (-2)\n\n"
+        "GPUs l4: 2 -> 0 (-2)\n"
+        "pipeline llm: GPUs 18 -> 16, cost/h 51.36 -> 48.96\n\n"
         "unplaced in the scenario: 1 stage\n"
         "  llm/serve: 0/2 clusters fit llm/serve: 1 is drained, 1 has no l4\n"
         "cost/h: 51.36 -> 48.96 (-2.40)\n"
         "headroom (free / capacity GPUs): a100 0/16 -> 0/16; l4 6/8 -> 0/0\n")
     assert "-      - name: serve-l4\n" in result.stdout  # the placement.yaml diff follows
+    assert "  unplaced: llm/serve: placed on serve-l4 x2 before, not placed now: " in result.stdout
     assert read_tree_bytes(project) == before
     assert run("diff", "--what-if", "drain=serve-l4", "--exit-code").exit_code == 1
 
@@ -91,7 +98,8 @@ def test_fewer_gpus_and_another_price(project: Path) -> None:
         "serve-l4: +0 ~0 -0 objects; GPUs 2 l4 -> 2 l4; cost/h 2.40 -> 4.80\n"
         "train-a100: +0 ~0 -3 objects; GPUs 16 a100 -> 0; cost/h 48.96 -> 0.00\n"
         "  - llm/train\n\n"
-        "GPUs a100: 16 -> 0 (-16)\n\n"
+        "GPUs a100: 16 -> 0 (-16)\n"
+        "pipeline llm: GPUs 18 -> 2, cost/h 51.36 -> 4.80\n\n"
         "unplaced in the scenario: 1 stage\n"
         "  llm/train: 0/2 clusters fit llm/train: 1 has 8 of 8 free a100, 1 has no a100\n"
         "cost/h: 51.36 -> 4.80 (-46.56)\n"
@@ -122,15 +130,16 @@ def test_an_added_pipeline_is_placed_where_there_is_room(project: Path) -> None:
         "serve-l4: +2 ~1 -0 objects; GPUs 2 l4 -> 4 l4; cost/h 2.40 -> 4.48\n"
         "  + extra/tune\n"
         "train-a100: +0 ~1 -0 objects; GPUs 16 a100 -> 16 a100; cost/h 48.96 -> 48.96\n\n"
-        "GPUs l4: 2 -> 4 (+2)\n\n"
+        "GPUs l4: 2 -> 4 (+2)\n"
+        "pipeline extra: GPUs 0 -> 2, cost/h 0.00 -> 2.08\n\n"
         "unplaced in the scenario: 0 stages\n"
         "cost/h: 51.36 -> 53.44 (+2.08)\n"
         "headroom (free / capacity GPUs): a100 0/16 -> 0/16; l4 6/8 -> 4/8\n")
     # its Job and the finetuning Queue are added; the namespace now serves two pipelines
     files = [line.split("/", 3)[3] for line in result.stdout.splitlines() if line.startswith("+++ b/out/clusters/")]
     assert [re.sub(r"-[0-9a-f]{8}\.yaml$", "-HASH.yaml", f) for f in files if "kustomization" not in f] == [
-        "serve-l4/infra/namespace-ml.yaml", "serve-l4/infra/queue-fleetc-finetuning.yaml",
-        "serve-l4/workloads/job-ml-extra-tune-HASH.yaml", "train-a100/infra/namespace-ml.yaml"]  # named after its spec
+        "serve-l4/workloads/job-ml-extra-tune-HASH.yaml", "serve-l4/infra/namespace-ml.yaml",  # what runs first,
+        "serve-l4/infra/queue-fleetc-finetuning.yaml", "train-a100/infra/namespace-ml.yaml"]  # then what it needs
     assert "+    fleetc.dev/source: extra.yaml#spec.stages[0]\n" in result.stdout  # named as the others are
 
 
@@ -204,7 +213,7 @@ def test_the_front_door_reads_from_its_workdir_and_the_markdown_carries_the_scen
     assert [m.stage for m in found.report.moves] == ["llm/serve"]
     monkeypatch.chdir(project)
     comment = run("diff", "--what-if", "drain=serve-l4", "--format", "markdown").stdout
-    assert comment.startswith("### fleetc: placement diff `now` → `what-if drain=serve-l4`\n\n"
+    assert comment.startswith("### fleetc: review of `now` → `what-if drain=serve-l4`\n\n"
                               "#### What-if `what-if drain=serve-l4`\n\n```text\nunplaced in the scenario: 1 stage\n")
     assert "| `serve-l4` | 0 / 0 / 6 |" in comment
 
@@ -275,23 +284,23 @@ def test_the_pull_request_report_adds_each_scenario_on_the_head(reviewed: Path) 
     with the pull request's placement; without scenarios/ it is the diff alone."""
     report = run_diff_step(reviewed)
     head, scenarios = report.split("#### What-if scenarios on the working tree\n\n", 1)
-    assert head.startswith("### fleetc: placement diff `origin/main` → `working tree`\n\n0 stages moved; ")
+    assert head.startswith("### fleetc: review of `origin/main` → `working tree`\n\n"
+                           "no danger found; 0 stages changed; ")
     assert "| `train-a100` | 0 / 1 / 0 | 16 a100 → 16 a100 |" in head  # its Queue grows
     with_more_a100 = SCENARIOS_TEXT.replace("a100 0/16 -> 0/16", "a100 8/24 -> 8/24")
-    assert scenarios.split("<details>", 1)[0] == "".join(
+    assert scenarios.split("#### Rendered files", 1)[0] == "".join(
         f"```text\n{section.rstrip()}\n```\n\n" for section in with_more_a100.split("\n\n"))
     shutil.rmtree(reviewed / "scenarios")
     alone = run_diff_step(reviewed)
     assert "What-if" not in alone and alone == report.replace(
-        "#### What-if scenarios on the working tree\n\n" + scenarios.split("<details>", 1)[0], "")
+        "#### What-if scenarios on the working tree\n\n" + scenarios.split("#### Rendered files", 1)[0], "")
 
 
 def test_scenarios_below_the_text_and_json_diff(reviewed: Path) -> None:
     result = run("diff", "--base", "origin/main", "--scenario", "scenarios")
     assert result.exit_code == 0, result.output
     summary, rest = result.stdout.split("\n\nscenarios/extra.yaml: ", 1)
-    assert summary == ("fleetc diff origin/main -> working tree\n\n"
-                       "train-a100: +0 ~1 -0 objects; GPUs 16 a100 -> 16 a100; cost/h 48.96 -> 48.96")
+    assert summary.split("\n\n", 2)[2] == "train-a100: +0 ~1 -0 objects; GPUs 16 a100 -> 16 a100; cost/h 48.96 -> 48.96"
     assert ("scenarios/extra.yaml: " + rest).startswith(SCENARIOS_TEXT.replace("a100 0/16 -> 0/16", "a100 8/24 -> 8/24")
                                                         + "\n--- a/out/")
     report = json.loads(run("diff", "--base", "origin/main", "--scenario", "scenarios/lose-l4.yaml",

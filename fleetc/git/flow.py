@@ -94,13 +94,19 @@ def commit_output(compiled: Compiled, out: Path, policy_paths: Sequence[str],
     report = compare(before, snapshot(compiled.model, compiled.placement, compiled.files),
                      base_label="HEAD", head_label="compile", out=folder)
     changed_policies = [p for p in gitrepo.uncommitted(root, *policies) if p in policies] if policies else []
-    message = commit_message(report, changed_policies)
+    messages = [commit_message(report, changed_policies)]  # then the one of what git staged
+
+    def message(held: Sequence[tuple[str, str]]) -> str:
+        mine = [status for status, path in held if path.startswith(f"{folder}/")]
+        messages.append(commit_message(report, changed_policies, mine))
+        return messages[-1]
+
     commits: list[str | None] = []
     with gitrepo.index_kept(root):  # a failed commit (a hook) leaves the index as it was...
         # ...and the output folder: the previous tree is swapped back
         write_tree(out, compiled.files,
                    then=lambda: commits.append(gitrepo.commit_paths(root, [folder, *policies], message)))
-    return commits[0], message
+    return commits[0], messages[-1]
 
 
 def _policy_files(root: Path, policy_paths: Sequence[str], workdir: Path) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -370,9 +370,11 @@ def index_kept(root: Path) -> Iterator[None]:
         raise
 
 
-def commit_paths(root: Path, paths: Sequence[str], message: str) -> str | None:
+def commit_paths(root: Path, paths: Sequence[str], message: str | Callable[[Sequence[tuple[str, str]]], str]
+                 ) -> str | None:
     """Commit exactly ``paths`` (files or folders) as they are in the working tree, deletions
-    included; None when they match HEAD.
+    included; None when they match HEAD. ``message``: the commit message, or what makes it
+    from what the commit holds: (``A``, ``M`` or ``D``, path) per file, as git stages it.
 
     Only ``paths`` are staged, and ``git commit --only`` leaves every other staged change in the
     index, uncommitted, as the user left it. Works before the first commit too.
@@ -381,17 +383,24 @@ def commit_paths(root: Path, paths: Sequence[str], message: str) -> str | None:
     try:
         repo.git.add("--all", "--", *paths)
         if repo.head.is_valid():
-            staged = repo.git.diff("--cached", "--name-only", "HEAD", "--", *paths)
+            held = _name_status(repo.git.diff("--cached", "--name-status", "--no-renames", "-z", "HEAD", "--", *paths))
         else:
-            staged = repo.git.ls_files("--cached", "--", *paths)
-        if not staged:
+            held = [("A", p) for p in repo.git.ls_files("--cached", "-z", "--", *paths).split("\0") if p]
+        if not held:
             return None
+        text = message if isinstance(message, str) else message(held)
         # git's trace2 events on stderr say which hook ran and how it exited (git says neither)
-        repo.git.commit("--only", "--quiet", "--message", message, "--", *paths,
+        repo.git.commit("--only", "--quiet", "--message", text, "--", *paths,
                         env={"GIT_TRACE2_EVENT": "1", "GIT_TRACE2_EVENT_NESTING": "1"})
     except GitCommandError as err:
         raise GitError(_failure(err)) from None
     return repo.head.commit.hexsha
+
+
+def _name_status(output: str) -> list[tuple[str, str]]:
+    """``git diff --name-status -z`` as (status letter, path) pairs."""
+    fields = output.split("\0")
+    return [(fields[i][:1], fields[i + 1]) for i in range(0, len(fields) - 1, 2) if fields[i]]
 
 
 def _failure(err: GitCommandError) -> str:

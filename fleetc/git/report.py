@@ -2,8 +2,10 @@
 
 Pure: everything here works on two :class:`Snapshot` values (rendered files plus what was placed
 where), built from compiles or from a committed ``placement.yaml``; git and the file system stay
-in :mod:`fleetc.git.repo` and :mod:`fleetc.git.flow`. The Markdown is meant for a pull-request comment,
-so it is cut at whole objects to fit GitHub's comment limit, and says what it left out.
+in :mod:`fleetc.git.repo` and :mod:`fleetc.git.flow`. The Markdown is meant for a pull-request comment:
+consequences first (the dangers, the stages that changed, who pays: :mod:`fleetc.git.review`),
+then the diffs, cut at whole objects to fit GitHub's comment limit, saying what it left out.
+Every name from a file, policy or scenario goes through :mod:`fleetc.git.escape`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,27 @@ from typing import Any
 from ruamel.yaml.error import YAMLError
 
 from fleetc.errors import Diagnostic
-from fleetc.model import ENTRY_POINTS, FleetModel, Placement
+from fleetc.git.escape import attribute, cell, code, fenced, plain, words
+from fleetc.git.review import (
+    CapFacts,
+    Danger,
+    Restart,
+    StageChange,
+    StageFacts,
+    cap_dangers,
+    cap_facts,
+    cost_danger,
+    namespace_dangers,
+    pruned_namespaces,
+    restart_dangers,
+    restarts,
+    serving_dangers,
+    short_serving,
+    stage_changes,
+    stage_dangers,
+    stage_facts,
+)
+from fleetc.model import DEFAULT_COST_INCREASE, ENTRY_POINTS, FleetModel, Placement
 from fleetc.placement import rules
 from fleetc.placement.alternatives import choices, describe
 from fleetc.placement.rules import slots_on, slots_per_gpu, time_sliced_gpus, time_sliced_unit, uses_shared_slots
@@ -56,9 +78,19 @@ class Snapshot:
     cost: Mapping[str, float] | None = field(default_factory=dict)  # cluster -> per hour; None: unknown
     #: Stage key -> the GPU alternative it got and why no earlier one (stages listing several).
     gpu_choices: Mapping[str, str] = field(default_factory=dict)
-    #: "team <name>" or "pipeline <name>" (a pipeline with its own cost cap) -> its cost per hour
-    #: and its cap (None: none); None: unknown (a tree read without its policies)
-    teams: Mapping[str, tuple[float, float | None]] | None = field(default_factory=dict)
+    #: "team <name>" or "pipeline <name>" (a pipeline with its own cost cap, or in no team) -> its
+    #: GPUs, cost per hour and limits (:func:`fleetc.git.review.cap_facts`); None: unknown (a tree
+    #: read without its policies)
+    teams: Mapping[str, CapFacts] | None = field(default_factory=dict)
+    #: Stage key -> how it runs (:func:`fleetc.git.review.stage_facts`); empty for a tree read
+    #: without its policies.
+    facts: Mapping[str, StageFacts] = field(default_factory=dict)
+    #: Cluster -> "drained" or "cordoned", for the clusters that take no work.
+    idle: Mapping[str, str] = field(default_factory=dict)
+    #: Why serving runs below its replicas or HA set (:func:`fleetc.git.review.short_serving`).
+    serving: tuple[str, ...] = ()
+    #: The rise of the fleet's cost per hour above which the review calls it a danger (a fraction).
+    cost_limit: float = DEFAULT_COST_INCREASE
 
 
 EMPTY = Snapshot()
@@ -93,21 +125,10 @@ def snapshot(model: FleetModel, placement: Placement, files: Mapping[str, str]) 
     for name, per_type in gpus.items():
         cost[name] += sum(per_type.values()) * clusters[name].gpu_hour_cost
     gpu_choices = {key: choice.text for key, choice in choices(model, placement).items()}
-    return Snapshot(dict(files), where, gpus, dict(cost), gpu_choices, team_costs(model, placement))
-
-
-def team_costs(model: FleetModel, placement: Placement) -> dict[str, tuple[float, float | None]]:
-    """Each team's (AIGCPlatform ``spec.teams``) and each capped pipeline's cost per hour as the
-    caps count it (:func:`rules.replica_cost_micros`), with its cap."""
-    stages = {s.key: s for s in model.stages}
-    clusters = {c.name: c for c in model.clusters}
-    placed = [(stages[p.stage], clusters[a.cluster], a.replicas) for p in placement.stages if p.stage in stages
-              for a in p.assignments if a.cluster in clusters]
-    groups = [(f"team {t.name}", frozenset(t.pipelines), t.max_hourly_cost) for t in model.teams]
-    groups += [(f"pipeline {b.pipeline}", frozenset({b.pipeline}), b.max_hourly_cost) for b in model.budgets]
-    return {name: (sum(n * rules.replica_cost_micros(model, s, c) for s, c, n in placed if s.pipeline in pipelines)
-                   / rules.MICROS, cap)
-            for name, pipelines, cap in groups}
+    idle = {c.name: "drained" if c.drained else "cordoned" for c in model.clusters if c.cordoned}
+    return Snapshot(dict(files), where, gpus, dict(cost), gpu_choices, cap_facts(model, placement),
+                    stage_facts(model, placement, files), idle, short_serving(model, placement),
+                    model.cost_increase_limit)
 
 
 def time_sliced_units(model: FleetModel) -> dict[str, int]:
@@ -236,13 +257,15 @@ class StageMove:
 
 @dataclass(frozen=True)
 class TeamCost:
-    """A team's (or a capped pipeline's) cost per hour on each side (None: unknown there) and its
-    cap now (None: none)."""
+    """A team's (or a pipeline's) GPUs and cost per hour on each side (None: unknown there), its
+    cap now (None: none) and the use of its limits now."""
 
     name: str  # "team research", "pipeline llm"
     before: float | None
     after: float | None
     cap: float | None
+    gpus: tuple[int | None, int | None] = (None, None)  # (before, after)
+    quota: tuple[str, ...] = ()  # each limit with what is used of it, after
 
 
 @dataclass(frozen=True)
@@ -286,9 +309,17 @@ class Report:
     #: The GitOps entry points each side renders (:func:`entry_points`): the Fleet's choice.
     entry_points: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
+    #: Every stage whose placement, size, node fit, image, command, replicas or Job changed.
+    stage_table: tuple[StageChange, ...] = ()
+    restarts: tuple[Restart, ...] = ()  # running Jobs the change deletes, by stage and cluster
+    dangers: tuple[Danger, ...] = ()  # what a reviewer must decide on, most grave first
+    #: fleetc's own bookkeeping files that changed, summarised (never diffed).
+    bookkeeping: tuple[str, ...] = ()
+
     @property
     def changed(self) -> bool:
-        return bool(self.objects or self.moves or self.clusters or self.unrendered or self.user_files)
+        return bool(self.objects or self.moves or self.clusters or self.stage_table or self.bookkeeping
+                    or self.unrendered or self.user_files)
 
     @property
     def moved(self) -> tuple[StageMove, ...]:
@@ -296,9 +327,14 @@ class Report:
         return tuple(m for m in self.moves if m.before and m.after)
 
 
-def compare(base: Snapshot, head: Snapshot, *, base_label: str, head_label: str, out: str = "out") -> Report:
+def compare(base: Snapshot, head: Snapshot, *, base_label: str, head_label: str, out: str = "out",
+            untouched: tuple[UntouchedMove, ...] = (), move_cost: float = 0.0,
+            moves_explained: Mapping[str, str] | None = None) -> Report:
+    """``untouched``, ``move_cost``: the moves of stages the change did not touch, and the
+    Fleet's moveCost (:func:`untouched_moves`; known when the head side was compiled);
+    ``moves_explained``: why other stages moved (:func:`fleetc.git.review.move_reasons`)."""
     objects = tuple(sorted(_object_diffs(base.files, head.files, out),
-                           key=lambda o: (o.group != FLEET_WIDE, o.group, o.path)))
+                           key=lambda o: (o.group != FLEET_WIDE, o.group, _importance(o.path), o.path)))
     moves = tuple(
         StageMove(key, tuple(sorted(base.stages.get(key, ()))), tuple(sorted(head.stages.get(key, ()))))
         for key in sorted(set(base.stages) | set(head.stages))
@@ -314,8 +350,39 @@ def compare(base: Snapshot, head: Snapshot, *, base_label: str, head_label: str,
     gpu_choices = tuple((key, base.gpu_choices.get(key, ""), head.gpu_choices.get(key, ""))
                         for key in sorted(set(base.gpu_choices) | set(head.gpu_choices))
                         if base.gpu_choices.get(key) != head.gpu_choices.get(key))
+    restarted = restarts(base.facts, head.facts)
     return Report(base_label, head_label, out, clusters, objects, moves, totals, gpu_choices,
-                  teams=_team_costs(base, head), entry_points=(entry_points(base.files), entry_points(head.files)))
+                  teams=_team_costs(base, head), entry_points=(entry_points(base.files), entry_points(head.files)),
+                  untouched=untouched, move_cost=move_cost,
+                  stage_table=stage_changes(base.facts, head.facts,
+                                            {**(moves_explained or {}),
+                                             **_known_reasons(base, head, untouched, move_cost)}),
+                  restarts=restarted, dangers=_dangers(base, head, restarted),
+                  bookkeeping=_bookkeeping(base.files, head.files))
+
+
+def _known_reasons(base: Snapshot, head: Snapshot, untouched: tuple[UntouchedMove, ...],
+                   move_cost: float) -> dict[str, str]:
+    """Why stages moved, where the comparison knows: their cluster takes no work now, or the
+    move gains more than moveCost."""
+    reasons = {m.stage: f"not edited; moving gains {m.gain:+.4f} per replica, more than moveCost ({move_cost:g})"
+               for m in untouched}
+    for key, facts in base.facts.items():
+        idle = sorted(c for c in facts.where if c in head.idle and c not in base.idle)
+        if idle and key in head.facts:
+            reasons[key] = f"{', '.join(idle)} {'is' if len(idle) == 1 else 'are'} {head.idle[idle[0]]}"
+    return reasons
+
+
+def _dangers(base: Snapshot, head: Snapshot, restarted: tuple[Restart, ...]) -> tuple[Danger, ...]:
+    """Most grave first: stages left out, serving cut, jurisdiction changes, Namespaces pruned,
+    limits used up, the cost jump, then every running Job restarted."""
+    cost = (None if base.cost is None or not base.facts else sum(base.cost.values()),
+            None if head.cost is None else sum(head.cost.values()))
+    return tuple([*stage_dangers(base.facts, head.facts), *serving_dangers(base.serving, head.serving),
+                  *namespace_dangers(pruned_namespaces(base.files, head.files)),
+                  *cap_dangers(base.teams, head.teams), *cost_danger(*cost, head.cost_limit),
+                  *restart_dangers(restarted)])
 
 
 def entry_points(files: Mapping[str, str]) -> tuple[str, ...]:
@@ -335,10 +402,19 @@ def _entry_points_line(report: Report) -> str:
 def _team_costs(base: Snapshot, head: Snapshot) -> tuple[TeamCost, ...]:
     before, after = base.teams, head.teams
     names = sorted(set(before or {}) | set(after or {}))
-    return tuple(TeamCost(name, None if before is None else before.get(name, (0.0, None))[0],
-                          None if after is None else after.get(name, (0.0, None))[0],
-                          (after or {}).get(name, (0.0, (before or {}).get(name, (0.0, None))[1]))[1])
-                 for name in names)
+    nothing = CapFacts(0, 0.0, None)
+
+    def side(facts: Mapping[str, CapFacts] | None, name: str) -> CapFacts | None:
+        return None if facts is None else facts.get(name, nothing)
+
+    rows = []
+    for name in names:
+        then, now = side(before, name), side(after, name)
+        cap = (now or nothing).cap if after is not None and name in after else (then or nothing).cap
+        rows.append(TeamCost(name, None if then is None else then.cost, None if now is None else now.cost, cap,
+                             (None if then is None else then.gpus, None if now is None else now.gpus),
+                             () if now is None else now.quota))
+    return tuple(rows)
 
 
 def untouched_moves(model: FleetModel, before: Mapping[str, Mapping[str, int]], placement: Placement
@@ -378,9 +454,67 @@ def user_file_diffs(before: Mapping[str, str], after: Mapping[str, str], out: st
     return tuple(sorted(_object_diffs(before, after, out), key=lambda o: o.path))
 
 
+#: fleetc's own bookkeeping in the output folder: summarised, never diffed (their lines are
+#: digests that say nothing to a reviewer, and would push the real change out of the comment).
+BOOKKEEPING = (".fleetc/render", ".fleetc/files")
+#: The lines of placement.yaml's header that are bookkeeping (a digest, the solver's figures).
+_PLACEMENT_BOOKKEEPING = ("inputs: ", "method: ", "optimal: ", "objective: ", "bound: ", "gap: ",
+                          "timeLimit: ", "solver: ")
+
+
+def _importance(path: str) -> int:
+    """Where a file's diff goes among its group's (lower first): what runs, then what it needs,
+    then the GitOps plumbing."""
+    name = path.rsplit("/", 1)[-1]
+    if name == "kustomization.yaml":
+        return 6
+    if "/workloads/" in path:
+        return 1 if name.startswith(("job-", "deployment-")) else 2
+    if "/infra/" in path:
+        return 3 if name.startswith("namespace-") else 4
+    return 0 if path == "placement.yaml" else 5
+
+
+def _without_bookkeeping(path: str, text: str | None) -> str | None:
+    if path != "placement.yaml" or text is None:
+        return text
+    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith(_PLACEMENT_BOOKKEEPING))
+
+
+def _bookkeeping(before: Mapping[str, str], after: Mapping[str, str]) -> tuple[str, ...]:
+    """One line per bookkeeping file (and placement.yaml's header) that changed."""
+    lines = []
+    for path in BOOKKEEPING:
+        old, new = before.get(path), after.get(path)
+        if old != new:
+            changed = len(set((old or "").splitlines()) ^ set((new or "").splitlines()))
+            differ = "differs" if changed == 1 else "differ"
+            lines.append(f"{path}: {_count(changed, 'line')} {differ} (fleetc's record of what it rendered)")
+    old_head, new_head = (_placement_header(side.get("placement.yaml", "")) for side in (before, after))
+    keys = [key for key in dict.fromkeys((*old_head, *new_head)) if old_head.get(key) != new_head.get(key)]
+    if keys:
+        lines.append("placement.yaml: " + ", ".join(
+            f"{key} {_short(old_head.get(key))} -> {_short(new_head.get(key))}" for key in keys))
+    return tuple(lines)
+
+
+def _placement_header(text: str) -> dict[str, str]:
+    return {line.split(":", 1)[0]: line.split(": ", 1)[1] for line in text.splitlines()
+            if line.startswith(_PLACEMENT_BOOKKEEPING)}
+
+
+def _short(value: str | None) -> str:
+    """A digest shortened to its first 12 hex digits; other values as they are."""
+    if value is None:
+        return "(none)"
+    return value[:19] + "…" if value.startswith("sha256:") else value
+
+
 def _object_diffs(before: Mapping[str, str], after: Mapping[str, str], out: str) -> Iterable[ObjectDiff]:
     for path in set(before) | set(after):
-        old, new = before.get(path), after.get(path)
+        if path in BOOKKEEPING:
+            continue
+        old, new = _without_bookkeeping(path, before.get(path)), _without_bookkeeping(path, after.get(path))
         if old == new:
             continue
         status = "added" if old is None else "removed" if new is None else "changed"
@@ -413,24 +547,44 @@ def _cluster_summary(name: str, base: Snapshot, head: Snapshot, objects: tuple[O
 
 # --------------------------------------------------------------------------- text and JSON
 def format_text(report: Report) -> str:
-    """A terminal report: the summary, then every diff (like ``git diff``)."""
-    scenarios = "".join("\n" + "\n".join(_scenario_lines(w)) + "\n" for w in report.scenarios)
+    """A terminal report: the dangers, the stages that changed, the summary, then every diff
+    (like ``git diff``). Names from files and scenarios are shown without control characters
+    (:func:`fleetc.git.escape.plain`)."""
+    scenarios = "".join("\n" + "\n".join(map(plain, _scenario_lines(w))) + "\n" for w in report.scenarios)
     if not report.changed:
-        return f"no differences between {report.base} and {report.head}\n" + scenarios
+        return f"no differences between {plain(report.base)} and {plain(report.head)}\n" + scenarios
     return _summary_text(report) + _out_tree_text(report) + scenarios + _diffs_text(report)
 
 
 def _out_tree_text(report: Report) -> str:
     """What of the head's output folder no compile makes: files fleetc does not render, and the
     user's files the change edits (whole)."""
-    lines = [f"\n{report.out}/{path}: not rendered by fleetc ({status})" for path, status in report.unrendered]
-    lines += [f"\n{report.out}/{o.path}: your own file ({o.status}), applied with its cluster:\n{o.diff}"
-              for o in report.user_files]
+    lines = [f"\n{plain(report.out)}/{plain(path)}: not rendered by fleetc ({status})"
+             for path, status in report.unrendered]
+    lines += [f"\n{plain(report.out)}/{plain(o.path)}: your own file ({o.status}), applied with its "
+              f"cluster:\n{o.diff}" for o in report.user_files]
     return "".join(lines)
 
 
+def _review_lines(report: Report) -> list[str]:
+    """The dangers and the stage table as text, each section after a blank line."""
+    lines = []
+    if report.dangers:
+        lines += ["", f"DANGER: {_count(len(report.dangers), 'finding')}"]
+        for d in report.dangers:
+            lines += [f"  {d.kind}: {d.subject}: {d.text}", f"    fix: {d.fix}"]
+    if report.stage_table:
+        lines += ["", f"stages changed: {len(report.stage_table)}"]
+        for change in report.stage_table:
+            lines.append(f"  {change.stage}: {change.reason}")
+            lines += [f"    {name}: {before or '-'} -> {after or '-'}" for name, before, after in change.changes]
+    if report.bookkeeping:
+        lines += ["", "fleetc's bookkeeping (not diffed):", *(f"  {line}" for line in report.bookkeeping)]
+    return lines
+
+
 def _summary_text(report: Report) -> str:
-    lines = [f"fleetc diff {report.base} -> {report.head}", ""]
+    lines = [f"fleetc diff {plain(report.base)} -> {plain(report.head)}", *_review_lines(report), ""]
     for c in report.clusters:
         lines.append(f"{c.name}: {_counts(c)}; GPUs {_gpus(c.gpus_before)} -> {_gpus(c.gpus_after)}; "
                      f"cost/h {_money(c.cost_before)} -> {_money(c.cost_after)}")
@@ -440,11 +594,13 @@ def _summary_text(report: Report) -> str:
     untouched += [f"  {m.stage}: {_replicas(m.before)} -> {_replicas(m.after)}, gain {m.gain:+.4f}"
                   for m in report.untouched]
     totals = [f"GPUs {t}: {b} -> {a} ({a - b:+d})" for t, (b, a) in report.gpu_totals.items() if a != b]
-    totals += [f"{t.name}: cost/h {_money(t.before)} -> {_money(t.after)}{_cap(t)}" for t in report.teams]
+    totals += [f"{t.name}: GPUs {_number(t.gpus[0])} -> {_number(t.gpus[1])}, cost/h {_money(t.before)} -> "
+               f"{_money(t.after)}{_cap(t)}" + (f"; use: {'; '.join(t.quota)}" if t.quota else "")
+               for t in _teams_shown(report)]
     totals += [line] if (line := _entry_points_line(report)) else []
     for section in (totals, _choice_lines(report), untouched):  # each after a blank line, when there
         lines += ["", *section] if section else []
-    return "\n".join(lines).rstrip("\n") + "\n"
+    return "\n".join(map(plain, lines)).rstrip("\n") + "\n"
 
 
 def _choice_lines(report: Report) -> list[str]:
@@ -481,7 +637,15 @@ def as_json(report: Report) -> dict[str, Any]:
         "gpuChoices": [{"stage": key, "before": before or None, "after": after or None}
                        for key, before, after in report.gpu_choices],
         "teams": [{"name": t.name, "costPerHour": {"before": _round(t.before), "after": _round(t.after)},
-                   "cap": t.cap} for t in report.teams],
+                   "cap": t.cap, "gpus": {"before": t.gpus[0], "after": t.gpus[1]}, "quota": list(t.quota)}
+                  for t in report.teams],
+        "dangers": [{"kind": d.kind, "subject": d.subject, "text": d.text, "fix": d.fix} for d in report.dangers],
+        "stageChanges": [{"stage": c.stage, "reason": c.reason,
+                          "changes": [{"what": what, "before": before, "after": after}
+                                      for what, before, after in c.changes]} for c in report.stage_table],
+        "restarts": [{"stage": r.stage, "cluster": r.cluster, "job": r.before, "newJob": r.after or None,
+                      "editOutsideStage": r.outside} for r in report.restarts],
+        "bookkeeping": list(report.bookkeeping),
         "untouchedMoves": [{"stage": m.stage, "before": dict(m.before), "after": dict(m.after),
                             "gain": round(m.gain, 6)} for m in report.untouched],
         "moveCost": report.move_cost,
@@ -605,8 +769,8 @@ def format_what_if_text(w: WhatIf) -> str:
     """The diff's summary, then what the scenario leaves out, costs and leaves free, then the
     diffs of the rendered objects."""
     head = _summary_text(w.report) if w.report.changed else (
-        f"fleetc diff {w.report.base} -> {w.report.head}\n\nno stage moves and no object changes\n")
-    return head + "\n" + "\n".join(_what_if_lines(w)) + "\n" + _diffs_text(w.report)
+        f"fleetc diff {plain(w.report.base)} -> {plain(w.report.head)}\n\nno stage moves and no object changes\n")
+    return head + "\n" + "\n".join(map(plain, _what_if_lines(w))) + "\n" + _diffs_text(w.report)
 
 
 def what_if_json(w: WhatIf) -> dict[str, Any]:
@@ -625,24 +789,35 @@ def _what_if_facts(w: WhatIf) -> dict[str, Any]:
 
 def format_what_if_markdown(w: WhatIf, limit: int = MARKDOWN_BUDGET) -> str:
     """The pull-request comment of the diff, with the scenario's findings under its title."""
-    lines = "\n".join(_what_if_lines(w))
-    section = f"#### What-if `{w.report.head}`\n\n```text\n{lines}\n```\n\n"
+    section = f"#### What-if {code(w.report.head)}\n\n{fenced(chr(10).join(map(plain, _what_if_lines(w))), 'text')}\n"
     comment = format_markdown(w.report, limit - len(section))
     title, _, rest = comment.partition("\n\n")
     return f"{title}\n\n{section}{rest}"
 
 
 # --------------------------------------------------------------------------- Markdown
-def format_markdown(report: Report, limit: int = MARKDOWN_BUDGET) -> str:
-    """A pull-request comment: summary table, GPU chart, then one collapsible section per cluster.
+#: A GPU bar is at most this many characters wide (the cluster with the most GPUs).
+BAR_WIDTH = 24
+#: The danger table lists at most this many rows; the rest are counted (all are in the JSON).
+MAX_DANGER_ROWS = 60
 
-    When the whole comment would exceed ``limit`` characters, trailing per-object diffs are left
-    out whole (never cut mid-diff), and a note counts and names them.
+
+def format_markdown(report: Report, limit: int = MARKDOWN_BUDGET) -> str:
+    """A pull-request comment: the danger section, the stage table, the team table, the
+    clusters with their GPUs as bars, then one collapsible section of diffs per cluster.
+
+    Everything from a file name, policy or scenario is escaped (:mod:`fleetc.git.escape`). When
+    the whole comment would exceed ``limit`` characters, trailing per-object diffs are left out
+    whole (never cut mid-diff, never the summary above them), and a note counts and names them.
     """
     scenarios = _scenarios_markdown(report, limit // 2)
     if not report.changed:
         return _markdown_head(report) + (f"\n{scenarios}".rstrip("\n") + "\n" if scenarios else "")
-    head = _markdown_head(report) + scenarios
+    rows = MAX_TABLE_ROWS
+    head = _markdown_head(report, rows) + scenarios
+    while len(head) > limit - len(_cut_note(report, report.objects)) and rows > 1:
+        rows //= 2  # the tables give their last rows to the counted "… and N more", never the dangers
+        head = _markdown_head(report, rows) + scenarios
     low, high = 0, len(report.objects)
     while low < high:  # the largest number of objects that fits; length grows with it
         middle = (low + high + 1) // 2
@@ -653,32 +828,124 @@ def format_markdown(report: Report, limit: int = MARKDOWN_BUDGET) -> str:
     return _markdown(report, head, low)
 
 
-def _markdown_head(report: Report) -> str:
-    title = f"### fleetc: placement diff `{report.base}` → `{report.head}`\n\n"
+def _markdown_head(report: Report, rows: int = MAX_TABLE_ROWS) -> str:
+    """Everything above the diffs; each table shows at most ``rows`` rows and counts the rest."""
+    title = f"### fleetc: review of {code(report.base)} → {code(report.head)}\n\n"
     if not report.changed:
         return title + "No differences: the rendered manifests and the placement are the same.\n"
-    rows = ["| cluster | objects + / ~ / − | GPUs before → after | cost/h before → after | stages in | stages out |",
+    return (title + _verdict(report) + _dangers_markdown(report) + _out_tree_markdown(report)
+            + _stages_markdown(report, rows)
+            + _teams_markdown(report, rows) + _clusters_markdown(report, rows) + _gpu_bars(report)
+            + _choices_markdown(report) + _untouched_markdown(report, rows) + _bookkeeping_markdown(report))
+
+
+def _verdict(report: Report) -> str:
+    totals = [f"{t} {b} → {a} ({a - b:+d})" for t, (b, a) in report.gpu_totals.items() if a != b]
+    facts = [f"{_count(len(report.stage_table), 'stage')} changed", f"{_count(len(report.moved), 'stage')} moved",
+             f"{_count(len(report.restarts), 'running Job')} restarted"]
+    facts += [f"GPUs {', '.join(totals)}"] if totals else []
+    facts.append(f"{_count(len(report.objects), 'file')} changed")
+    facts += [line.replace("->", "→")] if (line := _entry_points_line(report)) else []
+    danger = f"**{_count(len(report.dangers), 'danger')}**" if report.dangers else "no danger found"
+    return "; ".join([danger, *map(words, facts)]) + ".\n\n"
+
+
+def _dangers_markdown(report: Report) -> str:
+    if not report.dangers:
+        return ""
+    outside = sum(r.outside for r in report.restarts)
+    lines = [f"#### ⚠️ Danger: {_count(len(report.dangers), 'finding')}\n"]
+    if report.restarts:
+        lines.append(words(f"Running Jobs restarted: {len(report.restarts)}"
+                           + (f" ({outside} by an edit outside their stage)" if outside else "")
+                           + ". A Job fleetc renames or moves is deleted and created again: its run starts over.")
+                     + "\n")
+    rows = ["| danger | subject | what | fix |", "|---|---|---|---|"]
+    rows += [f"| {d.kind} | {cell(d.subject)} | {words(d.text)} | {words(d.fix)} |"
+             for d in report.dangers[:MAX_DANGER_ROWS]]
+    if len(report.dangers) > MAX_DANGER_ROWS:
+        rows.append(f"| … | {len(report.dangers) - MAX_DANGER_ROWS} more | every one is in "
+                    "`fleetc diff --format json` (`dangers`) | |")
+    return "\n".join(lines) + "\n" + "\n".join(rows) + "\n\n"
+
+
+def _stages_markdown(report: Report, shown: int) -> str:
+    if not report.stage_table:
+        return ""
+    rows = ["#### Stages\n", "| stage | what changed: before → after | why |", "|---|---|---|"]
+    for change in report.stage_table[:shown]:
+        what = "<br>".join(f"{name}: {cell(before or '–')} → {cell(after or '–')}"
+                           for name, before, after in change.changes)
+        rows.append(f"| {cell(change.stage)} | {what} | {words(change.reason)} |")
+    if len(report.stage_table) > shown:
+        rows.append(f"| … and {len(report.stage_table) - shown} more stages | every one is in the full report: "
+                    f"{code(f'fleetc diff --base {report.base}')} (`--format json`: `stageChanges`) | |")
+    return "\n".join(rows) + "\n\n"
+
+
+def _teams_markdown(report: Report, limit: int) -> str:
+    shown = _teams_shown(report)
+    if not shown:
+        return ""
+    rows = ["#### Who pays\n", "| team or pipeline | GPUs before → after | cost/h before → after | quota use |",
+            "|---|---|---|---|"]
+    rows += [f"| {cell(t.name)} | {_number(t.gpus[0])} → {_number(t.gpus[1])} | {_money(t.before)} → "
+             f"{_money(t.after)} | {words('; '.join(t.quota)) or '–'} |" for t in shown[:limit]]
+    if len(shown) > limit:
+        rows.append(f"| … and {len(shown) - limit} more | | | |")
+    return "\n".join(rows) + "\n\n"
+
+
+def _teams_shown(report: Report) -> list[TeamCost]:
+    """The teams and pipelines whose GPUs or cost changed, or that have a limit."""
+    return [t for t in report.teams
+            if (t.before, t.gpus[0]) != (t.after, t.gpus[1]) or t.quota or t.cap is not None]
+
+
+def _number(value: int | None) -> str:
+    return "n/a" if value is None else str(value)
+
+
+def _clusters_markdown(report: Report, limit: int) -> str:
+    if not report.clusters:
+        return ""
+    rows = ["#### Clusters\n",
+            "| cluster | objects + / ~ / − | GPUs before → after | cost/h before → after | stages in | stages out |",
             "|---|---|---|---|---|---|"]
-    for c in report.clusters[:MAX_TABLE_ROWS]:
-        rows.append(f"| `{c.name}` | {c.added} / {c.changed} / {c.removed} | {_gpus(c.gpus_before)} → "
-                    f"{_gpus(c.gpus_after)} | {_money(c.cost_before)} → {_money(c.cost_after)} | "
+    for c in report.clusters[:limit]:
+        rows.append(f"| {cell(c.name)} | {c.added} / {c.changed} / {c.removed} | {words(_gpus(c.gpus_before))} → "
+                    f"{words(_gpus(c.gpus_after))} | {_money(c.cost_before)} → {_money(c.cost_after)} | "
                     f"{_stage_list(c.moved_in)} | {_stage_list(c.moved_out)} |")
-    if len(report.clusters) > MAX_TABLE_ROWS:
-        rows.append(f"| … and {len(report.clusters) - MAX_TABLE_ROWS} more clusters | | | | | |")
-    totals = [f"{t}: {b} → {a} ({a - b:+d})" for t, (b, a) in report.gpu_totals.items() if a != b]
-    moved = len(report.moved)
-    summary = (f"{_count(moved, 'stage')} moved; {_count(len(report.objects), 'file')} changed"
-               + (f"; GPUs {', '.join(totals)}" if totals else "")
-               + (f"; {line.replace('->', '→')}" if (line := _entry_points_line(report)) else "") + ".\n\n")
-    teams = ""
-    if report.teams:
-        teams = "\n".join(["| team | cost/h before → after | cap |", "|---|---|---|",
-                           *(f"| `{t.name}` | {_money(t.before)} → {_money(t.after)} | "
-                             f"{'–' if t.cap is None else _money(t.cap)} |" for t in report.teams)]) + "\n\n"
-    choices = "".join(f"- GPU type of `{key}`: {before or 'not placed'} → {after or 'not placed'}\n"
+    if len(report.clusters) > limit:
+        rows.append(f"| … and {len(report.clusters) - limit} more clusters | | | | | |")
+    return "\n".join(rows) + "\n\n"
+
+
+def _gpu_bars(report: Report) -> str:
+    """GPUs per cluster before and after as bars of text, one line each side (``░`` before,
+    ``█`` after, so the two are told apart in any renderer), for the clusters whose GPUs
+    changed most (at most :data:`MAX_CHART_CLUSTERS`)."""
+    rows = [(c.name, sum(c.gpus_before.values()), sum(c.gpus_after.values())) for c in report.clusters]
+    rows = [r for r in rows if r[1] != r[2]]
+    if not rows:
+        return ""
+    rows = sorted(sorted(rows, key=lambda r: -abs(r[2] - r[1]))[:MAX_CHART_CLUSTERS])
+    top = max(max(b, a) for _, b, a in rows)
+    digits = len(str(top))
+
+    def bar(n: int, mark: str) -> str:
+        return (mark * round(BAR_WIDTH * n / top)).ljust(BAR_WIDTH, "·")
+
+    lines = ["#### GPUs per cluster\n", "| cluster | before ░ / after █ | change |", "|---|---|---|"]
+    lines += [f"| {cell(name)} | `{bar(b, '░')} {b:>{digits}}`<br>`{bar(a, '█')} {a:>{digits}}` | {a - b:+d} |"
+              for name, b, a in rows]
+    return "\n".join(lines) + "\n\n"
+
+
+def _choices_markdown(report: Report) -> str:
+    choices = "".join(f"- GPU type of {code(key)}: {words(before or 'not placed')} → {words(after or 'not placed')}\n"
                       for key, before, after in report.gpu_choices)
-    return (title + _out_tree_markdown(report) + summary + "\n".join(rows) + "\n\n"
-            + (choices + "\n" if choices else "") + teams + _untouched_markdown(report) + _chart(report))
+    return choices + "\n" if choices else ""
 
 
 def _out_tree_markdown(report: Report) -> str:
@@ -688,27 +955,34 @@ def _out_tree_markdown(report: Report) -> str:
     if report.unrendered:
         parts.append(f"**Not rendered by fleetc** ({_count(len(report.unrendered), 'file')}; "
                      "`fleetc compile --check` fails until they are gone):\n\n"
-                     + "".join(f"- `{report.out}/{path}` ({status})\n" for path, status in report.unrendered)
+                     + "".join(f"- {code(report.out + '/' + path)} ({status})\n" for path, status in report.unrendered)
                      + "\n")
     if report.user_files:
-        parts.append(f"**Your own objects** (`{report.out}/local/`, applied with their clusters, "
+        parts.append(f"**Your own objects** ({code(report.out + '/local/')}, applied with their clusters, "
                      "not rendered by fleetc):\n\n"
-                     + "".join(f"`{report.out}/{o.path}` ({o.status})\n\n```diff\n{_fence_safe(o.diff)}```\n\n"
+                     + "".join(f"{code(report.out + '/' + o.path)} ({o.status})\n\n{fenced(o.diff, 'diff')}\n\n"
                                for o in report.user_files))
     return "".join(parts)
 
 
-def _untouched_markdown(report: Report) -> str:
+def _bookkeeping_markdown(report: Report) -> str:
+    if not report.bookkeeping:
+        return ""
+    return ("<sub>fleetc's bookkeeping, not diffed: "
+            + "; ".join(words(line) for line in report.bookkeeping) + ".</sub>\n\n")
+
+
+def _untouched_markdown(report: Report, limit: int) -> str:
     """The stages the change did not touch that moved, each with its gain (a table)."""
     if not report.untouched:
         return ""
     rows = [f"**Stages the change did not touch that moved**: each must gain more than `moveCost` "
             f"({report.move_cost:g}) per replica moved.\n\n"
             "| stage | before → after | gain per replica moved |", "|---|---|---|"]
-    rows += [f"| `{m.stage}` | {_replicas(m.before)} → {_replicas(m.after)} | {m.gain:+.4f} |"
-             for m in report.untouched[:MAX_TABLE_ROWS]]
-    if len(report.untouched) > MAX_TABLE_ROWS:
-        rows.append(f"| … and {len(report.untouched) - MAX_TABLE_ROWS} more stages | | |")
+    rows += [f"| {cell(m.stage)} | {words(_replicas(m.before))} → {words(_replicas(m.after))} | {m.gain:+.4f} |"
+             for m in report.untouched[:limit]]
+    if len(report.untouched) > limit:
+        rows.append(f"| … and {len(report.untouched) - limit} more stages | | |")
     return "\n".join(rows) + "\n\n"
 
 
@@ -717,73 +991,63 @@ def _scenarios_markdown(report: Report, limit: int) -> str:
     names those left out)."""
     if not report.scenarios:
         return ""
-    title = f"#### What-if scenarios on the {report.head}\n\n"
-    sections = [f"```text\n{_fence_safe(chr(10).join(_scenario_lines(w, MAX_SCENARIO_LINES)))}\n```\n\n"
+    title = f"#### What-if scenarios on the {words(report.head)}\n\n"
+    sections = [fenced("\n".join(plain(line) for line in _scenario_lines(w, MAX_SCENARIO_LINES)), "text") + "\n"
                 for w in report.scenarios]
     kept = 0
     while kept < len(sections) and len(title) + sum(map(len, sections[:kept + 1])) <= limit:
         kept += 1
     left = [w.source or w.report.head for w in report.scenarios[kept:]]
     note = (f"> **Cut to fit GitHub's comment limit:** {_count(len(left), 'scenario')} left out: "
-            f"{', '.join(f'`{name}`' for name in left)}. Run `fleetc diff --scenario FILE` to see each.\n\n"
+            f"{', '.join(code(name) for name in left)}. Run `fleetc diff --scenario FILE` to see each.\n\n"
             if left else "")
     return title + "".join(sections[:kept]) + note
 
 
 def _stage_list(keys: tuple[str, ...]) -> str:
-    return "<br>".join(f"`{k}`" for k in keys) or "–"
+    return "<br>".join(cell(k) for k in keys) or "–"
 
 
 def _count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def _chart(report: Report) -> str:
-    """A Mermaid bar chart of GPUs per cluster before and after (GitHub renders it)."""
-    rows = [(c.name, sum(c.gpus_before.values()), sum(c.gpus_after.values())) for c in report.clusters]
-    rows = [r for r in rows if r[1] or r[2]]
-    if not rows:
+def _cut_note(report: Report, left: Sequence[ObjectDiff]) -> str:
+    """What the comment left out, and where the whole report is."""
+    if not left:
         return ""
-    rows = sorted(sorted(rows, key=lambda r: -abs(r[2] - r[1]))[:MAX_CHART_CLUSTERS])
-    names = ", ".join(f'"{name}"' for name, _, _ in rows)
-    top = max(max(b, a) for _, b, a in rows)
-    return ("```mermaid\nxychart-beta\n    title \"GPUs per cluster (before, after)\"\n"
-            f"    x-axis [{names}]\n    y-axis \"GPUs\" 0 --> {top}\n"
-            f"    bar \"before\" [{', '.join(str(b) for _, b, _ in rows)}]\n"
-            f"    bar \"after\" [{', '.join(str(a) for _, _, a in rows)}]\n```\n\n")
+    names = [code(f"{report.out}/{o.path}") for o in left[:MAX_OMITTED_NAMES]]
+    more = f" and {len(left) - MAX_OMITTED_NAMES} more" if len(left) > MAX_OMITTED_NAMES else ""
+    return (f"> **Cut to fit GitHub's comment limit:** the diffs of {_count(len(left), 'file')} "
+            f"were left out: {', '.join(names)}{more}. Run {code(f'fleetc diff --base {report.base}')} "
+            "to see them all (fleetc's workflow keeps the whole report, `report.json`, in its `fleetc-diff` "
+            "artifact).\n")
 
 
 def _markdown(report: Report, head: str, shown: int) -> str:
     """The comment with the first ``shown`` object diffs, grouped in collapsible sections."""
     kept, left = report.objects[:shown], report.objects[shown:]
     parts = [head]
+    if report.objects:
+        parts.append("#### Rendered files\n\n")
     for group in dict.fromkeys(o.group for o in kept):
         mine = [o for o in kept if o.group == group]
         total = sum(o.group == group for o in report.objects)
         label = group if group == FLEET_WIDE else f"cluster {group}"
-        parts.append(f"<details><summary>{label}: {_count(total, 'file')} changed</summary>\n\n")
-        parts += [f"`{report.out}/{o.path}` ({o.status})\n\n```diff\n{_fence_safe(o.diff)}```\n\n" for o in mine]
+        parts.append(f"<details><summary>{attribute(label)}: {_count(total, 'file')} changed</summary>\n\n")
+        parts += [f"{code(f'{report.out}/{o.path}')} ({o.status})\n\n{fenced(o.diff, 'diff')}\n" for o in mine]
         parts.append("</details>\n\n")
-    if left:
-        names = [f"`{report.out}/{o.path}`" for o in left[:MAX_OMITTED_NAMES]]
-        more = f" and {len(left) - MAX_OMITTED_NAMES} more" if len(left) > MAX_OMITTED_NAMES else ""
-        parts.append(f"> **Cut to fit GitHub's comment limit:** the diffs of {_count(len(left), 'file')} "
-                     f"were left out: {', '.join(names)}{more}. Run `fleetc diff --base {report.base}` "
-                     "to see them all.\n")
+    parts.append(_cut_note(report, left))
     return "".join(parts).rstrip("\n") + "\n"
 
 
-def _fence_safe(diff: str) -> str:
-    """A diff line starting with ``` would end the code block early; indent it by a space."""
-    return "".join(f" {line}" if line.lstrip(" +-").startswith("```") else line
-                   for line in diff.splitlines(keepends=True))
-
-
 # --------------------------------------------------------------------------- commit message
-def commit_message(report: Report, policies: Sequence[str] = ()) -> str:
+def commit_message(report: Report, policies: Sequence[str] = (), held: Sequence[str] | None = None) -> str:
     """``fleetc: compile policies (2 stages moved, +8 a100)`` plus a body with the details;
     with ``policies`` (the changed policy files committed with the output) the subject says
-    both: ``fleetc: commit 1 policy file and out/ compiled from it (...)``."""
+    both: ``fleetc: commit 1 policy file and out/ compiled from it (...)``. ``held``: the status
+    letter (``A``, ``M``, ``D``) of each file of the output folder the commit holds, as git
+    staged it, counted in the body (None: the report's files are counted)."""
     facts = []
     if report.moved:
         facts.append(f"{_count(len(report.moved), 'stage')} moved")
@@ -799,7 +1063,11 @@ def commit_message(report: Report, policies: Sequence[str] = ()) -> str:
     body = [f"{m.stage}: {', '.join(m.before) or '(none)'} -> {', '.join(m.after) or '(none)'}"
             for m in report.moves]
     body += [f"GPUs {t}: {b} -> {a}" for t, (b, a) in report.gpu_totals.items() if a != b]
-    counts = {s: sum(o.status == s for o in report.objects) for s in ("added", "changed", "removed")}
+    if held is None:
+        counts = {s: sum(o.status == s for o in report.objects) for s in ("added", "changed", "removed")}
+    else:
+        counts = {word: sum(status == letter for status in held)
+                  for letter, word in (("A", "added"), ("M", "changed"), ("D", "removed"))}
     body.append(", ".join(f"{n} {s}" for s, n in counts.items()) + f" in {report.out}/")
     if policies:
         body += ["", "Policies committed with it:", *(f"  {p}" for p in policies)]

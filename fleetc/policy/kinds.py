@@ -231,6 +231,13 @@ class GitOps(_Spec):
         min_length=1, json_schema_extra={"uniqueItems": True})
 
 
+class FleetReview(_Spec):
+    maxCostIncreasePercent: float | None = describe(
+        "The rise of the fleet's cost per hour, in percent, above which the pull-request review "
+        "(fleetc diff) lists the change under its dangers (default 20; fleetc diff --fail-on "
+        "danger then fails).", ge=0, le=1_000_000)
+
+
 class AIGCConfig(_Spec):
     trainingWeight: Weight | None = describe(
         "Weight of training work (Training, DataProc, Evaluation stages) when capacity is "
@@ -255,6 +262,7 @@ class FleetSpec(_Spec):
         "Weights of the four score terms; they need not sum to 1 (fleetc normalises them).")
     gitops: GitOps | None = describe(
         "Where Argo CD, Flux and Kurator find the compiled output, and which of them are rendered for.")
+    review: FleetReview | None = describe("What the pull-request review (fleetc diff) calls dangerous.")
     gpuThroughput: dict[NonEmptyLabelValue, Annotated[float, Field(gt=0, le=1_000_000)]] | None = describe(
         "GPU type -> its relative throughput, e.g. {h100: 2.0, a100: 1.0}: a stage may then ask "
         "for resources.throughput instead of a GPU count, and gets ceil(throughput / the type's "

@@ -344,15 +344,16 @@ def _env(values: dict[str, str]) -> list[Obj]:
 #: stage's command as its child with the words it was given (never re-read by the shell), passes
 #: SIGTERM and SIGINT on to it (a shell as PID 1 has no default action for them, so without
 #: the trap a training would never see the kubelet's SIGTERM and could not checkpoint), and
-#: records the exit code for ``fleetc-mark`` unless the container was being stopped. The code
+#: records the exit code for ``fleetc-mark`` unless the container was being stopped. A ``wait``
+#: the trap interrupts returns 128 + the signal, not the child's code, so it waits again (the
+#: child, not yet reported, is still the shell's to wait for, also once it has exited). The code
 #: is written to a temporary name first so the marker never reads half a file.
 RUN_SCRIPT = (
     f'status={STATUS_PATH}; rm -f "$status/exit-code"; stopped=; child=\n'
-    "trap 'stopped=1; [ -n \"$child\" ] && kill -TERM \"$child\"' TERM INT\n"
+    "trap 'stopped=1; woken=1; [ -n \"$child\" ] && kill -TERM \"$child\"' TERM INT\n"
     '"$@" &\n'
     "child=$!\n"
-    'wait "$child"; code=$?\n'
-    'while kill -0 "$child" 2>/dev/null; do wait "$child"; code=$?; done\n'
+    'while :; do woken=; wait "$child"; code=$?; [ -z "$woken" ] && break; done\n'
     'if [ -z "$stopped" ]; then\n'
     '  printf \'%s\\n\' "$code" > "$status/exit-code.tmp" && mv "$status/exit-code.tmp" "$status/exit-code"\n'
     "fi\n"

@@ -40,8 +40,9 @@ from fleetc.render.gitops import INFRA, WORKLOADS
 #: ids, Namespaces never pruned, failure ends. 8-9: the wait, mark and run scripts take policy
 #: values as variables and arguments, failure markers, SIGTERM passed on. 10: node fit per
 #: cluster (a gang split for the nodes of the cluster it runs on). 11: a CPU-only stage's pods
-#: on a GPU cluster tolerate its derived GPU taint.
-RENDER_VERSION = "11"
+#: on a GPU cluster tolerate its derived GPU taint. 12: the run wrapper waits again for its
+#: command after a trap interrupts its wait.
+RENDER_VERSION = "12"
 
 #: Where the record is written, relative to the output folder.
 RENDER_RECORD = ".fleetc/render"

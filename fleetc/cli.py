@@ -288,7 +288,7 @@ def _check_line(change: Any, out: Path) -> str:
 
     line = _CHECK_LINE[change.status].format(path=printable(str(out / change.path)))
     reader = applied_by(change.path) if change.status == "unrendered" else None
-    return line if reader is None else f"{line} (read by {reader})"
+    return line if reader is None else f"{line} ({reader})"
 
 
 #: How ``--check`` names each kind of :class:`fleetc.emit.Change`.

@@ -77,7 +77,7 @@ def assert_caught(repo: Path, path: str, line: str) -> None:
 
 
 UNRENDERED = "out/{path}: not rendered by fleetc, so never reviewed as fleetc's output: delete it, or keep " \
-             "your own objects in local/<cluster>/ (read by {reader})"
+             "your own objects in local/<cluster>/ ({reader})"
 CLUSTERS = "synced by Argo CD (clusters/<cluster>/) and by Flux (its infra/ and workloads/)"
 
 

@@ -178,15 +178,21 @@ def application_set(gitops: GitOps, source: Source, clusters: list[str]) -> Obj:
     }
 
 
-def git_repository(gitops: GitOps, source: Source) -> Obj:
+def repository_spec(gitops: GitOps) -> Obj:
+    """The Fleet's repository as Flux's GitRepository spec, which Kurator's Application source
+    takes as it is (``gitRepository``)."""
     spec: Obj = {"interval": SYNC_INTERVAL, "url": gitops.repo_url, "ref": {"branch": gitops.branch}}
     if gitops.secret_name:
         spec["secretRef"] = {"name": gitops.secret_name}
+    return spec
+
+
+def git_repository(gitops: GitOps, source: Source) -> Obj:
     return {
         "apiVersion": "source.toolkit.fluxcd.io/v1",
         "kind": "GitRepository",
         "metadata": metadata(NAME, FLUX_NAMESPACE, source),
-        "spec": spec,
+        "spec": repository_spec(gitops),
     }
 
 

@@ -46,9 +46,9 @@ from fleetc.render.gitops import (
     LOCAL,
     NAME,
     RETRY_INTERVAL,
-    SYNC_INTERVAL,
     WORKLOADS,
     in_repository,
+    repository_spec,
 )
 
 #: The label each cluster object (AttachedCluster or Cluster) must carry, with the cluster's
@@ -104,15 +104,12 @@ def application(gitops: GitOps, source: Source, fleet: str, namespace: str, clus
                 delivery: Delivery) -> Obj:
     """The Kurator Application over ``clusters``, every cluster of the Fleet (``fleet`` in
     ``namespace``)."""
-    repository: Obj = {"interval": SYNC_INTERVAL, "url": gitops.repo_url, "ref": {"branch": gitops.branch}}
-    if gitops.secret_name:
-        repository["secretRef"] = {"name": gitops.secret_name}
     return {
         "apiVersion": "apps.kurator.dev/v1alpha1",
         "kind": "Application",
         "metadata": metadata(NAME, namespace, source),
         "spec": {
-            "source": {"gitRepository": repository},
+            "source": {"gitRepository": repository_spec(gitops)},
             "destination": {"fleet": fleet},
             "syncPolicies": [policy for cluster in clusters
                              for policy in sync_policies(gitops, fleet, cluster, delivery.kurator_kind(cluster))],

@@ -148,6 +148,7 @@ def two_versions(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, 
     return old, base / "old-out", new, base / "new-out"
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_leaves_old_or_new_out(
         tmp_path: Path, two_versions: tuple[Path, Path, Path, Path]) -> None:
     """15 real compiles killed at moments spread over a compile's duration (measured by the
@@ -179,6 +180,7 @@ def test_sigkill_at_random_moments_leaves_old_or_new_out(
 # --- two compiles at once ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_concurrent_compiles_on_one_out_take_turns(
         tmp_path: Path, two_versions: tuple[Path, Path, Path, Path]) -> None:
     old_policies, old_out, new_policies, new_out = two_versions

@@ -197,6 +197,7 @@ def test_the_root_and_the_policy_folders_are_refused(project: Path, out: str, me
     assert tree_state(project) == before
 
 
+@pytest.mark.slow
 def test_an_empty_folder_is_written_and_then_fleetcs_own(project: Path) -> None:
     (project / "out").mkdir()
     assert fleetc(project, "compile").returncode == 0
@@ -205,6 +206,7 @@ def test_an_empty_folder_is_written_and_then_fleetcs_own(project: Path) -> None:
     assert (project / "out" / "NOTES.md").read_text() == "a file of mine beside fleetc's\n"
 
 
+@pytest.mark.slow
 def test_only_fleetcs_own_temporary_entries_beside_out_are_cleaned_up(project: Path) -> None:
     assert fleetc(project, "compile").returncode == 0
     (project / ".out.fleetc-notes").mkdir()
@@ -216,6 +218,7 @@ def test_only_fleetcs_own_temporary_entries_beside_out_are_cleaned_up(project: P
     assert (project / ".out.fleetc-notes" / "todo.txt").read_text() == "keep me\n"
 
 
+@pytest.mark.slow
 def test_a_symlinked_output_folder_is_written_through(project: Path) -> None:
     (project / "real-out").mkdir()
     (project / "out").symlink_to("real-out")
@@ -266,6 +269,7 @@ def test_a_long_cycle_is_a_policy_error(project: Path) -> None:
                              f"dependency cycle: {names}\n1 error in 1 file\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reads", ["dependencies", "from"])
 def test_chains_of_20000_stages_validate_and_resolve(reads: str) -> None:
     """Validation (the cycle search) and resolve (data sovereignty through ``from:``) walk the
@@ -487,6 +491,7 @@ def compiled(project: Path) -> Path:
     (lambda text: re.sub(r"score: [0-9.]+", "score: " + "9" * 400, text, count=1),
      "a number too large to be one fleetc wrote (99999999999999999999...)"),
 ])
+@pytest.mark.slow
 def test_a_malformed_previous_placement_is_ignored_with_a_warning(compiled: Path, breakage, problem: str) -> None:
     report = compiled / "out" / "placement.yaml"
     report.write_text(breakage(report.read_text()))

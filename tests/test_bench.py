@@ -175,6 +175,7 @@ def test_validate_never_imports_the_solver_stack() -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_the_runner_measures_in_a_child_process_and_prints_the_table(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "bench.run", "--clusters", "5", "--stages", "20", "--perfect",
@@ -200,6 +201,7 @@ def test_check_on_unchanged_inputs_imports_neither_cvxpy_nor_highs(tmp_path: Pat
     assert imported(["compile", "policies", "--out", "out", "--check"], tmp_path) & set(SOLVERS) == set()
 
 
+@pytest.mark.slow
 def test_every_untouched_stage_a_recompile_moves_gains_more_than_the_move_cost_or_was_displaced() -> None:
     """``bench.churn`` at a small size: raise one Training stage's GPUs, cordon the busiest
     cluster, recompile each on top of the first compile's placement.yaml (the real CLI). A
@@ -215,6 +217,7 @@ def test_every_untouched_stage_a_recompile_moves_gains_more_than_the_move_cost_o
             assert (move["gain"] > move["move_cost"]) == (move["kind"] == "justified")
 
 
+@pytest.mark.slow
 def test_the_large_path_moves_no_untouched_stage_for_less_than_the_move_cost() -> None:
     """At 100 x 2,000 (seed 0) the large path, recompiling after the busiest cluster is
     cordoned, moved 5 stages the cordon did not touch at a loss (its rounding re-places stages

@@ -84,6 +84,7 @@ def _compile_in_subprocess(policies: Path, out: Path, hash_seed: str) -> dict[st
             for p in sorted(out.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_output_is_byte_identical_across_hash_seeds(tmp_path: Path) -> None:
     trees = [_compile_in_subprocess(ROOT / "policies", tmp_path / f"out-{seed}", seed)
              for seed in ("0", "1", "4242")]

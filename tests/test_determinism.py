@@ -36,6 +36,7 @@ def documents() -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_ten_compiles_in_different_orders_and_hash_seeds_are_byte_identical(tmp_path: Path) -> None:
     docs = documents()
     orders = []

@@ -385,6 +385,7 @@ def generated_fleet() -> dict[str, str]:
     return instance.files
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_generated_20_cluster_fleet_converges_in_one_pass(generated_fleet: dict[str, str], entry: str) -> None:
     files = compile_for(generated_fleet, entry)
@@ -482,6 +483,7 @@ def test_bundled_second_compile_converges_and_keeps_unchanged_runs(entry: str) -
     assert_second_pass_keeps_unchanged_runs(before, after, entry)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_generated_fleet_second_compile_converges(generated_fleet: dict[str, str], entry: str) -> None:
     before = compile_for(generated_fleet, entry)

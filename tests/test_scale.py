@@ -74,6 +74,7 @@ def test_a_generated_fleet_is_placed_whole_within_a_percent_of_the_lp_bound(larg
 FULL = Spec(clusters=50, stages=1000, load=1.0, seed=4)
 
 
+@pytest.mark.slow
 def test_where_a_full_packing_exists_the_large_path_places_every_stage() -> None:
     model = model_of(FULL)  # 27,395 pairs: the large path
     placement = optimize.place(model)
@@ -96,6 +97,7 @@ def test_a_search_that_leaves_stages_out_unproven_says_so(monkeypatch: pytest.Mo
     assert len(unplaced(partial)) == 1 and verify(model, partial, allow_unplaced=True) == []
 
 
+@pytest.mark.slow
 def test_the_large_path_proves_an_overfull_fleet_cannot_be_placed_whole(large: None) -> None:
     model = model_of(Spec(clusters=20, stages=200, load=1.2))
     with pytest.raises(PlacementError) as proven:

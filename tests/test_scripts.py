@@ -368,6 +368,7 @@ def _hostile(policies: dict[str, str], scheme: str, url: str, in_bucket: bool, w
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(scheme=st.sampled_from(SCHEMES), url=st.sampled_from(PAYLOADS), in_bucket=st.booleans(),
        words=st.lists(st.sampled_from(LOOSE_PAYLOADS), min_size=1, max_size=3))
+@pytest.mark.slow
 def test_no_policy_value_runs_as_a_command(prefetch_policies: dict[str, str], scheme: str, url: str,
                                            in_bucket: bool, words: list[str]) -> None:
     """Every ``sh -c`` container of the output, as the kubelet starts it, run under a real

@@ -279,6 +279,7 @@ def run_diff_step(folder: Path) -> str:
     return (folder / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_the_pull_request_report_adds_each_scenario_on_the_head(reviewed: Path) -> None:
     """The report is the diff from the base, then each scenario under scenarios/ compared
     with the pull request's placement; without scenarios/ it is the diff alone."""

@@ -208,6 +208,7 @@ def commit_all(project: Path) -> None:
     git("commit", "-q", "-m", "policies")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ref, exit_code", [("@{-1}", 2), ("HEAD@{1.year.ago}", 0), ("-x", 2)])
 @pytest.mark.parametrize("command", [("diff",), ("compile", "--check")])
 def test_a_revision_in_any_git_syntax_is_read_by_git(project: Path, ref: str, exit_code: int,
@@ -507,6 +508,7 @@ def test_attack(attack: Attack, project: Path) -> None:
                                   ".fleetc/files", ".fleetc/render"])
 @pytest.mark.parametrize("command", [("compile",), ("diff", "--what-if", "drain=edge-cluster-factory"),
                                      ("explain", "llm-chinese-training/data-preparation")])
+@pytest.mark.slow
 def test_a_link_in_out_to_pagemap_is_no_internal_error(project: Path, link: str, command: tuple[str, ...]) -> None:
     fleetc(project, "compile")
     path = project / "out" / link

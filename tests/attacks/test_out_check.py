@@ -87,6 +87,7 @@ CLUSTERS = "synced by Argo CD (clusters/<cluster>/) and by Flux (its infra/ and 
     f"clusters/{CLUSTER}/kustomization.yml",  # a second kustomization beside fleetc's
     f"clusters/{CLUSTER}/infra/Kustomization",
 ])
+@pytest.mark.slow
 def test_a_file_fleetc_does_not_render_fails_check_and_shows_in_the_diff(repo: Path, path: str) -> None:
     """PROMISE: covered."""
     (repo / "out" / path).parent.mkdir(parents=True, exist_ok=True)
@@ -173,6 +174,7 @@ def test_gitattributes_never_collapses_the_users_folder(tmp_path: Path) -> None:
                           "out/placement.yaml: linguist-generated: true\n")
 
 
+@pytest.mark.slow
 def test_a_gitops_path_the_compile_never_covers_is_refused(repo: Path) -> None:
     """PROMISE: covered: spec.gitops.path pointing the engines at a folder --check never reads."""
     fleet = repo / "policies" / "fleet.yaml"
@@ -204,6 +206,7 @@ cli(["compile"])
 """
 
 
+@pytest.mark.slow
 def test_a_compile_killed_between_the_swaps_renames_is_restored_explicitly(repo: Path) -> None:
     """PROMISE: recoverable: the next compile puts the previous out/ back before reading it
     (its placement, the user's files), and --check names the backup instead of calling every

@@ -33,9 +33,10 @@ BUG_REPORT = ("This is a bug in fleetc; please report it to the fleetc "
               "(FLEETC_DEBUG=1 shows the traceback).")
 
 
-#: What never reaches a terminal or a CI log as it is: C0 controls (line breaks, ESC), DEL, C1
-#: controls (CSI) and the bidirectional overrides that reorder what a reader sees.
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+#: What never reaches a terminal, a CI log or a pull-request comment as it is: C0 controls (line
+#: breaks, ESC), DEL, C1 controls (CSI), the Unicode line and paragraph separators, and the
+#: bidirectional overrides that reorder what a reader sees.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 #: A line a GitHub runner reads as a workflow command (``::error ...``), leading blanks ignored.
 _WORKFLOW_COMMAND = re.compile(r"^([ \t]*):", re.MULTILINE)
@@ -44,6 +45,11 @@ _WORKFLOW_COMMAND = re.compile(r"^([ \t]*):", re.MULTILINE)
 def _escape(match: re.Match[str]) -> str:
     char = match.group()
     return _ESCAPES.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` on one line, every control character written as an escape (``\\n``, ``\\x1b``)."""
+    return _CONTROLS.sub(_escape, text)
 
 
 def printable(text: str, *, lines: bool = False) -> str:
@@ -58,8 +64,8 @@ def printable(text: str, *, lines: bool = False) -> str:
 
     text = redact(text)
     if not lines:
-        return _CONTROLS.sub(_escape, text)
-    kept = "\n".join(_CONTROLS.sub(_escape, line) for line in text.split("\n"))
+        return escape_controls(text)
+    kept = "\n".join(escape_controls(line) for line in text.split("\n"))
     return _WORKFLOW_COMMAND.sub(lambda m: f"{m.group(1)}\\x3a", kept) if "::" in kept else kept
 
 

@@ -10,19 +10,16 @@ from __future__ import annotations
 import html
 import re
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+from fleetc.errors import escape_controls
+
 _BACKTICKS = re.compile(r"`+")
 
 
 def plain(text: str) -> str:
     """``text`` on one line with every control character escaped (``\\n``, ``\\x1b``): for a
-    terminal, and inside Markdown, where a newline would end a table row or a heading."""
-    def escaped(match: re.Match[str]) -> str:
-        char = match.group()
-        named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-        return named.get(char, f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
-
-    return _CONTROL.sub(escaped, text)
+    terminal, and inside Markdown, where a newline would end a table row or a heading. The same
+    escapes as every other line fleetc prints (:func:`fleetc.errors.escape_controls`)."""
+    return escape_controls(text)
 
 
 def code(text: str) -> str:

@@ -207,7 +207,9 @@ def _check_gitops_path(model: FleetModel, out: Path, loaded: Loaded) -> None:
 
 def _repository_root(out: Path) -> Path | None:
     """The work tree of the git repository holding the output folder, found as git finds it
-    (the nearest parent with ``.git``), or None."""
+    (the nearest parent with ``.git``, a folder or a worktree's file), or None. Not
+    :func:`fleetc.git.repo.repo_root`: that imports gitpython, which a plain compile never
+    loads otherwise (``diff`` and ``--commit`` do)."""
     return next((folder for folder in Path(os.path.abspath(out)).parents if (folder / ".git").exists()), None)
 
 

@@ -290,14 +290,6 @@ def slots_on(model: FleetModel, cluster: Cluster) -> int:
     return slots_per_gpu(model) if cluster.device_plugin_configured else 1
 
 
-def node_for(model: FleetModel, stage: Stage, cluster: Cluster) -> nodefit.Shape:
-    """One node of ``cluster`` as ``stage``'s pods see it: its GPUs, or its time-sliced slots
-    where the stage's GPUs are slots there (:func:`slots_on`), and its cores and memory."""
-    node = nodefit.node_of(cluster)
-    slots = slots_on(model, cluster) if uses_shared_slots(model, stage) else 1
-    return nodefit.Shape(node.gpus * slots, node.millis, node.memory)
-
-
 def time_sliced_unit(cluster: Cluster) -> int:
     """The GPUs a cluster turns over to time-slicing at once: a whole node where its device
     plugin reads fleetc's config (attribute ``device-plugin-configured``), else one GPU.

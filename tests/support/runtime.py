@@ -934,8 +934,10 @@ def pods_ready_evictions(files: Mapping[str, str], runtime: Mapping[str, int],
     """Kueue Jobs that ``waitForPodsReady`` evicts and requeues while their pods wait, when
     each upstream stage runs ``runtime[key]`` seconds.
 
-    Kueue (``pkg/controller/core/workload_controller.go``, ``reconcileNotReadyTimeout`` and
-    ``admittedNotReadyWorkload``, the ``WaitForStart`` case) evicts an admitted Workload whose
+    Kueue (kubernetes-sigs/kueue ``pkg/controller/core/workload_controller.go``, read at commit
+    e571e301, the copy the source index holds; not checked against the v0.19.2 tag issue 25
+    names), ``reconcileNotReadyTimeout`` and
+    ``admittedNotReadyWorkload``, the ``WaitForStart`` case, evicts an admitted Workload whose
     ``PodsReady`` condition is not True once ``timeout`` has passed since it was admitted, and
     requeues it; the Job integration reports ``PodsReady`` when ready and succeeded pods reach
     ``parallelism`` (``pkg/controller/jobs/job/job_controller.go`` ``PodsReady``), and a pod

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fleetc.errors import Diagnostic, FleetcError, PlacementError, PolicyError, UsageError
+from fleetc.infra.forkmap import Background
 from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
 from fleetc.placement import LARGE, PLACEMENT_VERSION
 from fleetc.placement.previous import PLACEMENT_FILE, Previous, read_previous
 from fleetc.placement.solvers import DEFAULT_SOLVER, check_solver, solver_label
-from fleetc.policy.forkmap import Background
 from fleetc.policy.load import Document, FieldPath, LoadResult, Position, load_paths, load_sources
 from fleetc.policy.validate import PolicySet, validate
 from fleetc.progress import NULL_REPORTER, Reporter, phase

@@ -570,7 +570,7 @@ def test_yaml_documents_reads_what_ruamel_reads(text: str) -> None:
 def test_forked_loading_reads_what_one_process_reads(monkeypatch) -> None:
     """Every policy file of the tests, broken ones included, loaded once in this process and
     once split across forked processes: the same documents, positions and diagnostics."""
-    from fleetc.policy import forkmap
+    from fleetc.infra import forkmap
 
     root = Path(__file__).parent
     files = sorted(root.rglob("*.yaml"))
@@ -599,7 +599,7 @@ def test_documents_read_by_forked_loaders_come_scanned(monkeypatch: pytest.Monke
     process that read it; on the node path (an alias) validation scans it itself."""
     import json
 
-    from fleetc.policy import forkmap
+    from fleetc.infra import forkmap
 
     plain = "b: [1, 2.5, x]\na: {c: null, secretName: s}\n---\n---\nkey: 9fA8b7C6d5E4f3G2h1J0\n"
     sources = [("a.yaml", plain.encode()), ("m.yaml", b"base: &b {x: 1}\nm: *b\n")]

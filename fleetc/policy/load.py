@@ -7,7 +7,7 @@ expansion (a "billion laughs" file stops at :data:`MAX_NODES`). Nothing here kno
 Positions cost more than the data, and only a file with a message needs them: a file that
 :func:`fastcompose.load_all` reads without a problem becomes data at once, and its positions are
 worked out from libyaml's events when something first asks for one (:class:`_Positions`). On a
-large input, files are read by that fast path on every core (:mod:`fleetc.policy.forkmap`).
+large input, files are read by that fast path on every core (:mod:`fleetc.infra.forkmap`).
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.tag import Tag
 
 from fleetc.errors import Diagnostic, UsageError
+from fleetc.infra.forkmap import fork_map
 from fleetc.policy import blockyaml, fastcompose
 from fleetc.policy.credentials import may_hold_credentials
-from fleetc.policy.forkmap import fork_map
 
 #: A policy file larger than this is refused: policies are small, and the limit keeps a
 #: runaway generated file from exhausting memory in CI.

@@ -42,8 +42,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from fleetc.errors import Diagnostic
+from fleetc.infra.forkmap import fork_map
 from fleetc.model import GPU_PRODUCT_LABELS, KUEUE, Cluster, FleetModel, Placement
-from fleetc.policy.forkmap import fork_map
 from fleetc.render.cluster import (
     egress_policy,
     identity_warnings,

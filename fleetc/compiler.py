@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fleetc.errors import Diagnostic, FleetcError, PlacementError, PolicyError, UsageError
+from fleetc.infra.collector import freezes_undone
 from fleetc.infra.forkmap import Background
 from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
 from fleetc.placement import LARGE, PLACEMENT_VERSION
@@ -152,6 +153,7 @@ def _validated(loaded: LoadResult, where: str, reporter: Reporter, roots: tuple[
     return Loaded(policies, len(loaded.documents), where, roots, str(workdir), warnings)
 
 
+@freezes_undone
 def compile_fleet(options: Options) -> Compiled:
     """``fleetc compile``: load and validate the policies, take the output folder's
     placement.yaml (or with ``base``, the one committed at that revision) as the previous
@@ -221,6 +223,7 @@ def _file_size(path: Path) -> int:
         return 0
 
 
+@freezes_undone
 def explain_stage(target: str, options: Options) -> Explanation:
     """``fleetc explain``: why stage ``target`` (``PIPELINE/STAGE``) is where the placement in the
     output folder puts it. Solves nothing: a placement.yaml that is missing, unreadable or
@@ -272,6 +275,7 @@ def placed_clusters(placement: Placement) -> dict[str, dict[str, int]]:
     return {p.stage: {a.cluster: a.replicas for a in p.assignments} for p in placement.stages if p.assignments}
 
 
+@freezes_undone
 def diff_fleet(base_ref: str, options: Options, scenarios: Sequence[Scenario] = ()) -> Report:
     """``fleetc diff``: the compile of the policies at ``base_ref`` (read from git's objects,
     nothing checked out) against the compile of the working tree, each with its own side's
@@ -326,6 +330,7 @@ def _out_tree(base_ref: str, options: Options, compiled: Compiled
     return unrendered, user_file_diffs(user_files_at(base_ref, options.out, options.workdir), now, options.out)
 
 
+@freezes_undone
 def what_if_fleet(scenario: Scenario, options: Options) -> WhatIf:
     """``fleetc diff --what-if``: the compile of the policies as they are (the output folder's
     placement.yaml the previous placement) against a compile of them in ``scenario`` (clusters

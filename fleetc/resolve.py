@@ -15,9 +15,9 @@ from pathlib import PurePath
 from fleetc import model as m
 from fleetc import nodefit
 from fleetc.errors import Diagnostic, InternalError, PolicyError, UsageError, did_you_mean
+from fleetc.infra.collector import gc_paused
 from fleetc.placement.rules import degraded_platforms
 from fleetc.policy import kinds as p
-from fleetc.policy.load import gc_paused
 from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage
 from fleetc.policy.regions import table_jurisdiction
 from fleetc.policy.validate import (

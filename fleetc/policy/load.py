@@ -12,9 +12,7 @@ large input, files are read by that fast path on every core (:mod:`fleetc.infra.
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import gc
 import json
 import os
 import stat
@@ -34,6 +32,7 @@ from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.tag import Tag
 
 from fleetc.errors import Diagnostic, UsageError
+from fleetc.infra.collector import gc_paused
 from fleetc.infra.forkmap import fork_map
 from fleetc.policy import blockyaml, fastcompose
 from fleetc.policy.credentials import may_hold_credentials
@@ -377,32 +376,6 @@ def _read_bounded(path: Path) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
-
-
-#: A stage that leaves more new objects than this freezes them (see :func:`gc_paused`).
-FREEZE_OBJECTS = 50_000
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Keep Python's cycle collector out of a stage that builds many objects and frees few.
-
-    Every few hundred allocations it scans the young objects, and now and then all of them: on
-    a large fleet that rescanning, not the work, took most of loading and validating. When the
-    stage leaves more than :data:`FREEZE_OBJECTS` new objects (a large fleet's data and models,
-    which live as long as the compile), they are frozen too, or the first collection after the
-    stage would scan them all once more; a small stage leaves the collector as it was, so that
-    a process running many small compiles (the tests) still collects all its garbage.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if gc.get_count()[0] > FREEZE_OBJECTS:
-            gc.freeze()
-        if enabled:
-            gc.enable()
 
 
 def load_sources(sources: Iterable[tuple[str, bytes]]) -> LoadResult:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from pydantic import ValidationError
 
 from fleetc.errors import Diagnostic, did_you_mean
+from fleetc.infra.collector import gc_paused
 from fleetc.model import (
     KUEUE_CPU_FLAVOR,
     MAX_GPU_PRODUCT,
@@ -31,7 +32,7 @@ from fleetc.model import (
 from fleetc.nodefit import default_gpus_per_node
 from fleetc.policy import kinds as p
 from fleetc.policy.credentials import credential_checks, looks_like
-from fleetc.policy.load import Document, FieldPath, gc_paused, scan
+from fleetc.policy.load import Document, FieldPath, scan
 from fleetc.policy.quantity import cpu_millis, memory_bytes, parse_percentage
 from fleetc.policy.regions import region_checks
 from fleetc.policy.schemas import schema_for

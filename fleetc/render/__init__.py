@@ -36,12 +36,11 @@ source, ``fleetc.dev/source: <policy file>#<field path>``. Secrets are never ren
 from __future__ import annotations
 
 import functools
-import gc
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from fleetc.errors import Diagnostic
+from fleetc.infra.collector import gc_paused
 from fleetc.infra.forkmap import fork_map
 from fleetc.model import GPU_PRODUCT_LABELS, KUEUE, Cluster, FleetModel, Placement
 from fleetc.render.cluster import (
@@ -136,23 +135,8 @@ def render(model: FleetModel, placement: Placement,
     fleet is large enough to render on every core. ``reuse``: the cluster folders of the output
     folder that hold exactly their recorded files (:mod:`.record`); those whose inputs are
     unchanged are kept (``Rendered.kept``), not rendered."""
-    with _cyclic_gc_paused():
+    with gc_paused(freeze=False):  # what rendering makes is handed on and dropped
         return _render(model, placement, locate or (lambda found: found), reuse or Reusable())
-
-
-@contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """Rendering allocates millions of small dicts and strings, none in a reference cycle, so
-    the cyclic collector frees nothing here; yet each time its young generation fills it runs,
-    and the older generations it sweeps now and then hold the whole model. Pausing it makes a
-    large render about a fifth faster; reference counting still frees everything as usual."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _render(model: FleetModel, placement: Placement,

@@ -31,11 +31,11 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.tag import Tag
 
+from fleetc.credentials import may_hold_credentials
 from fleetc.errors import Diagnostic, UsageError
 from fleetc.infra.collector import gc_paused
 from fleetc.infra.forkmap import fork_map
 from fleetc.policy import blockyaml, fastcompose
-from fleetc.policy.credentials import may_hold_credentials
 
 #: A policy file larger than this is refused: policies are small, and the limit keeps a
 #: runaway generated file from exhausting memory in CI.

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from pydantic import ValidationError
 
+from fleetc.credentials import credential_kind, looks_like
 from fleetc.errors import Diagnostic, did_you_mean
 from fleetc.infra.collector import gc_paused
 from fleetc.model import (
@@ -31,7 +32,6 @@ from fleetc.model import (
 )
 from fleetc.nodefit import default_gpus_per_node
 from fleetc.policy import kinds as p
-from fleetc.policy.credentials import credential_checks, looks_like
 from fleetc.policy.load import Document, FieldPath, scan
 from fleetc.policy.quantity import cpu_millis, memory_bytes, parse_percentage
 from fleetc.policy.regions import region_checks
@@ -1214,3 +1214,31 @@ def _data_policy_checks(data: Parsed[p.DataOptimizationPolicy]) -> Iterator[Diag
     if caching:
         yield from _quantity_check(data.doc, ("spec", "caching", "size"), caching.size,
                                    memory_bytes, MAX_MEMORY_BYTES)
+
+
+def credential_checks(doc: Document) -> Iterator[Diagnostic]:
+    """Refuse values that look like credentials: fleetc's output lives in git, so a secret in a
+    policy would be published; the policy must name a Kubernetes Secret instead."""
+    for path, key, value in _strings(doc.data, ()):
+        what = credential_kind(key, value)
+        if what:
+            yield doc.diagnostic(path, f"looks like a credential ({what}); fleetc never renders "
+                                       "secrets",
+                                 hint="store it in a Kubernetes Secret and reference the Secret "
+                                      "by name")
+
+
+def _strings(data: Any, path: FieldPath) -> Iterator[tuple[FieldPath, str, str]]:
+    """Every string value under ``data`` with its path and the mapping key it sits under."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if isinstance(value, str):
+                yield path + (key,), str(key), value
+            else:
+                yield from _strings(value, path + (key,))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            if isinstance(value, str):
+                yield path + (i,), str(path[-1]) if path else "", value
+            else:
+                yield from _strings(value, path + (i,))

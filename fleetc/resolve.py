@@ -16,7 +16,6 @@ from fleetc import model as m
 from fleetc import nodefit
 from fleetc.errors import Diagnostic, InternalError, PolicyError, UsageError, did_you_mean
 from fleetc.infra.collector import gc_paused
-from fleetc.placement.rules import degraded_platforms
 from fleetc.policy import kinds as p
 from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage
 from fleetc.policy.regions import table_jurisdiction
@@ -35,16 +34,6 @@ DEFAULT_GPU_HOUR_PRICE = 2.0
 DEFAULT_CPU_HOUR_PRICE = 0.04
 DEFAULT_MEMORY_GIB_HOUR_PRICE = 0.005
 
-CORES_PER_GPU = 16
-MEMORY_PER_GPU = 128 * GIB
-
-DEFAULT_IMAGES = {
-    m.StageType.DATAPROC: "python:3.11-slim",
-    m.StageType.TRAINING: "nvcr.io/nvidia/pytorch:24.05-py3",
-    m.StageType.FINETUNING: "nvcr.io/nvidia/pytorch:24.05-py3",
-    m.StageType.EVALUATION: "nvcr.io/nvidia/pytorch:24.05-py3",
-    m.StageType.DEPLOYMENT: "nvcr.io/nvidia/tritonserver:24.05-py3",
-}
 DEFAULT_NAMESPACE = "default"
 
 
@@ -357,7 +346,7 @@ def _short_serving(model: m.FleetModel, placement: m.Placement) -> list[Diagnost
     for stage in model.stages:
         assignments = placed_of.get(stage.key, ())
         placed = sum(a.replicas for a in assignments)
-        degraded = degraded_platforms(model, stage)
+        degraded = m.degraded_platforms(model, stage)
         if not degraded or not 0 < placed < stage.replicas:
             continue
         platform = platforms[degraded[0]]
@@ -402,9 +391,9 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str], names: 
     node_memory = memory_bytes(attributes["memory-per-node"]) if "memory-per-node" in attributes else None
     nodes = gpus // per_node if gpus else 1  # a cluster without GPUs: one node, unless it says more
     default_millis = (nodes * node_millis if node_millis is not None
-                      else 1000 * (CORES_PER_GPU * gpus if gpus else (16 if low_power else 64)))
+                      else 1000 * (m.CORES_PER_GPU * gpus if gpus else (16 if low_power else 64)))
     default_memory = (nodes * node_memory if node_memory is not None
-                      else MEMORY_PER_GPU * gpus if gpus else (64 if low_power else 256) * GIB)
+                      else m.MEMORY_PER_GPU * gpus if gpus else (64 if low_power else 256) * GIB)
     default_taints = (gpu_taint(gpu_type),) if gpu_type else ()
     return m.Cluster(
         name=c.name,
@@ -496,7 +485,7 @@ def _stage(pipeline: Parsed[p.AIGCPipeline], index: int, stage: p.PipelineStage,
         replicas=stage.replicas or (2 if deployment else 1),
         min_replicas_per_cluster=stage.minReplicasPerCluster or 1,
         tolerations=tuple(_toleration(t) for t in stage.tolerations or []) + fleet_tolerations,
-        image=stage.image or DEFAULT_IMAGES[kind],
+        image=stage.image or m.DEFAULT_IMAGES[kind],
         command=tuple(stage.command or ()),
         source=m.Source(path, f"spec.stages[{index}]", pipeline.doc.index),
         shared_gpu=res.sharedGPU if res.sharedGPU is not None else deployment,

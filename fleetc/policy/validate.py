@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from pydantic import ValidationError
 
 from fleetc.credentials import credential_kind, looks_like
+from fleetc.delivery import kustomization_names
 from fleetc.errors import Diagnostic, did_you_mean
 from fleetc.infra.collector import gc_paused
 from fleetc.model import (
+    ATTACHED_CLUSTER,
     KUEUE_CPU_FLAVOR,
     MAX_GPU_PRODUCT,
     RESERVED_GPU_TYPES,
@@ -433,11 +435,8 @@ def _fleet_checks(fleet: Parsed[p.Fleet]) -> Iterator[Diagnostic]:
 
 def _kurator_name_checks(doc: Document, clusters: Sequence[p.FleetCluster]) -> Iterator[Diagnostic]:
     """Kurator cuts the names of the Kustomizations it makes to 63 characters
-    (:func:`fleetc.render.kurator.kustomization_name`): two long cluster names alike in their
+    (:func:`fleetc.delivery.kustomization_name`): two long cluster names alike in their
     first characters would share them, and one cluster would be delivered the other's folder."""
-    from fleetc.model import ATTACHED_CLUSTER
-    from fleetc.render.kurator import kustomization_names
-
     first: dict[str, int] = {}
     for i, cluster in enumerate(clusters):
         for name in kustomization_names(cluster.name, cluster.kind or ATTACHED_CLUSTER).values():

@@ -39,6 +39,7 @@ import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from fleetc.delivery import INFRA, WORKLOADS
 from fleetc.errors import Diagnostic
 from fleetc.infra.collector import gc_paused
 from fleetc.infra.forkmap import fork_map
@@ -56,9 +57,7 @@ from fleetc.render.common import Obj, cpu_quantity, folder_files, memory_quantit
 from fleetc.render.context import Context, Work, placements, team_guarantees, work_by_cluster
 from fleetc.render.data import FLUID_OPERATIONS, data_warnings, fluid_objects
 from fleetc.render.gitops import (
-    INFRA,
     INFRA_WAVE,
-    WORKLOADS,
     WORKLOADS_WAVE,
     cluster_kustomization,
     gitops_files,

@@ -367,7 +367,8 @@ def _commit(compiled: Any, out: Path, output_format: str, paths: Sequence[str], 
     """``--commit``: write the output folder and commit it with the policies it came from."""
     from fleetc.git.flow import commit_output
 
-    sha, message = _run(lambda: commit_output(compiled, out, paths, Path.cwd()), output_format)
+    sha, message = _run(lambda: commit_output(compiled.model, compiled.placement, compiled.files, out, paths,
+                                              Path.cwd()), output_format)
     _print_warnings(compiled.warnings, output_format, verbose)
     if output_format == "json":
         _emit_json({**_summary(compiled, out), "commit": sha, "message": message if sha else None})

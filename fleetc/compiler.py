@@ -28,12 +28,13 @@ from fleetc.infra.collector import freezes_undone
 from fleetc.infra.forkmap import Background
 from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
 from fleetc.placement import LARGE, PLACEMENT_VERSION
-from fleetc.placement.previous import PLACEMENT_FILE, Previous, read_previous
+from fleetc.placement.previous import Previous, read_previous
 from fleetc.placement.solvers import DEFAULT_SOLVER, check_solver, solver_label
 from fleetc.policy.load import Document, FieldPath, LoadResult, Position, load_paths, load_sources
 from fleetc.policy.validate import PolicySet, validate
 from fleetc.progress import NULL_REPORTER, Reporter, phase
 from fleetc.resolve import degraded_serving, resolve
+from fleetc.state.placementfile import PLACEMENT_FILE
 
 if TYPE_CHECKING:  # imported where used: explain needs the score matrix (numpy), diff gitpython
     from fleetc.git.report import ObjectDiff, Report, WhatIf

@@ -12,6 +12,7 @@ import pytest
 from fleetc.errors import UsageError
 from fleetc.policy import fastcompose, load
 from fleetc.policy.load import Document, discover, format_field, load_files, parse
+from fleetc.state import placementfile
 
 
 def one_doc(text: str) -> Document:
@@ -564,7 +565,7 @@ def test_load_policies_refuses_symlink_outside_folder(tmp_path: Path) -> None:
 def test_yaml_documents_reads_what_ruamel_reads(text: str) -> None:
     from ruamel.yaml import YAML
 
-    assert load.yaml_documents(text) == list(YAML(typ="safe", pure=True).load_all(text))
+    assert placementfile.yaml_documents(text) == list(YAML(typ="safe", pure=True).load_all(text))
 
 
 def test_forked_loading_reads_what_one_process_reads(monkeypatch) -> None:

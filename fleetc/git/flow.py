@@ -12,8 +12,9 @@ from fleetc.errors import Diagnostic, FleetcError, UsageError
 from fleetc.git import repo as gitrepo
 from fleetc.git.report import commit_message, compare, snapshot, snapshot_of_output, time_sliced_units
 from fleetc.model import FleetModel, Placement
-from fleetc.placement.previous import PLACEMENT_FILE, Previous, parse_previous
+from fleetc.placement.previous import Previous, parse_previous
 from fleetc.policy.load import discover, display_path, is_policy_name
+from fleetc.state.placementfile import PLACEMENT_FILE
 
 Sources = list[tuple[str, bytes]]
 

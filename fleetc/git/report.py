@@ -16,8 +16,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ruamel.yaml.error import YAMLError
-
 from fleetc.errors import Diagnostic
 from fleetc.git.escape import attribute, cell, code, fenced, plain, words
 from fleetc.git.review import (
@@ -43,7 +41,7 @@ from fleetc.model import DEFAULT_COST_INCREASE, ENTRY_POINTS, FleetModel, Placem
 from fleetc.placement import rules
 from fleetc.placement.alternatives import choices, describe
 from fleetc.placement.rules import slots_on, slots_per_gpu, time_sliced_gpus, time_sliced_unit, uses_shared_slots
-from fleetc.policy.load import yaml_documents
+from fleetc.state.placementfile import stage_entries
 
 #: GitHub refuses issue and pull-request comments longer than this many characters.
 GITHUB_COMMENT_LIMIT = 65_536
@@ -166,7 +164,7 @@ def snapshot_of_output(files: Mapping[str, str], gpu_types: Mapping[str, str | N
     ``gpu_types`` when known, else from the stage's requested type, and the GPUs its shared
     slots take from ``units`` (:func:`time_sliced_units`; one GPU at a time where not given).
     """
-    report = _parse_placement(files.get("placement.yaml", ""))
+    report = stage_entries(files.get("placement.yaml", ""))
     where: dict[str, frozenset[str]] = {}
     gpu_choices: dict[str, str] = {}
     sliced = [s for e in report if isinstance(s := e.get("timeSlicing"), dict)]
@@ -211,16 +209,6 @@ def _gpu_choice(entry: Mapping[str, Any]) -> str:
 
 def _whole(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _parse_placement(text: str) -> list[dict[str, Any]]:
-    try:
-        documents = yaml_documents(text)
-    except YAMLError:
-        return []
-    data = documents[0] if len(documents) == 1 else None
-    stages = data.get("stages") if isinstance(data, dict) else None
-    return [s for s in stages if isinstance(s, dict)] if isinstance(stages, list) else []
 
 
 # --------------------------------------------------------------------------- comparison

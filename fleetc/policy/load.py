@@ -16,7 +16,6 @@ import errno
 import json
 import os
 import stat
-import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -512,40 +511,6 @@ def _parse(text: str, display: str, fast: _Read | None) -> tuple[list[Document],
     return documents, diagnostics
 
 
-def yaml_documents(text: str) -> list[Any]:
-    """Every document of ``text`` as ruamel's safe loader reads it, for files fleetc wrote itself
-    (the previous ``placement.yaml``): through libyaml where it reads as ruamel would (a
-    1,000-cluster fleet's report holds ~500,000 values, which ruamel's pure-Python parser took
-    ~30 s over), through ruamel otherwise. Raises ruamel's ``YAMLError``, and
-    ``RecursionError`` for nesting deeper than :data:`MAX_DEPTH` (found by libyaml at once,
-    where ruamel's parser would take seconds before running out of stack)."""
-    yaml = YAML(typ="safe", pure=True)
-
-    def scalar(node: ScalarNode) -> Any:
-        try:
-            return yaml.constructor.construct_object(node)
-        except (ConstructorError, ValueError):
-            return fastcompose.DECLINE
-
-    def plain(text: str) -> Any:
-        value = scalar(ScalarNode(yaml.resolver.resolve(ScalarNode, text, (True, False)), text, None, None))
-        if value is fastcompose.DECLINE:
-            raise ValueError(text)
-        return value
-
-    with gc_paused():
-        documents = blockyaml.block_documents(text, plain, MAX_DEPTH)  # fleetc's own layout, read faster
-        if documents is not None:
-            return documents
-        stream = fastcompose.load_all(text, yaml.resolver, scalar, max_depth=MAX_DEPTH, max_values=sys.maxsize)
-        if stream is not None:
-            return stream.documents
-        if fastcompose.deeper_than(text, MAX_DEPTH):
-            raise RecursionError(f"nesting is deeper than {MAX_DEPTH} levels")
-        yaml.Composer = _Yaml12Composer
-        return list(yaml.load_all(text))
-
-
 #: Plain scalar -> its value (or ``fastcompose.DECLINE``), across files: the same names,
 #: numbers and quantities recur, and resolving one by ruamel's patterns is slow. It starts
 #: over when it holds more than :data:`_MAX_PLAIN_VALUES`.
@@ -571,7 +536,7 @@ class _OtherVersion(MarkedYAMLError):
     """A ``%YAML`` directive for another version than 1.2."""
 
 
-class _Yaml12Composer(Composer):
+class Yaml12Composer(Composer):
     """ruamel's composer, refusing a ``%YAML`` directive for any version but 1.2: ruamel reads
     the document after ``%YAML 1.1`` by YAML 1.1's rules (``010`` is 8, ``yes`` is true,
     ``1:30`` is 90), which no reviewer of the file expects and the fast paths, which decline
@@ -585,7 +550,7 @@ class _Yaml12Composer(Composer):
         return super().compose_document()
 
 
-class _TagNotingComposer(_Yaml12Composer):
+class _TagNotingComposer(Yaml12Composer):
     """ruamel's composer, noting every node whose tag is written in the file.
 
     A node does not say whether its tag was written: ``!!str 5`` composes to the node ``'5'``

@@ -414,7 +414,7 @@ def diff(base_ref: str | None, what_if: Sequence[str], scenario_paths: Sequence[
     (the pull-request comment of a repository that keeps scenarios, e.g. in scenarios/).
     """
     from fleetc.compiler import diff_fleet
-    from fleetc.git.report import as_json, format_markdown, format_text
+    from fleetc.report import as_json, format_markdown, format_text
 
     if base_ref is None and fail_on is not None:
         _run(lambda: _usage("--fail-on danger is for --base: the dangers are those of a change"), output_format)
@@ -450,7 +450,7 @@ def _scenarios(settings: Sequence[str], scenario_paths: Sequence[str]) -> tuple[
 def _what_if(settings: Sequence[str], scenario_paths: Sequence[str], paths: Sequence[str], out_dir: str,
              time_limit: float | None, output_format: str, exit_code: bool) -> None:
     from fleetc.compiler import what_if_fleet
-    from fleetc.git.report import format_what_if_markdown, format_what_if_text, what_if_json
+    from fleetc.report import format_what_if_markdown, format_what_if_text, what_if_json
 
     def run() -> Any:
         if settings and scenario_paths:
@@ -569,7 +569,7 @@ def _usage(message: str) -> NoReturn:
 
 def _github_annotations(err: FleetcError) -> None:
     """Workflow-command annotations on stdout (capped); all diagnostics in the step summary."""
-    from fleetc.git.report import github_annotations, github_step_summary
+    from fleetc.report import github_annotations, github_step_summary
 
     # Control characters escaped (the annotations' own escaping keeps only their line breaks).
     diagnostics = tuple(replace(d, path=printable(d.path), field=printable(d.field), message=printable(d.message),

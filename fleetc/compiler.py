@@ -37,9 +37,9 @@ from fleetc.resolve import degraded_serving, resolve
 from fleetc.state.placementfile import PLACEMENT_FILE
 
 if TYPE_CHECKING:  # imported where used: explain needs the score matrix (numpy), diff gitpython
-    from fleetc.git.report import ObjectDiff, Report, WhatIf
     from fleetc.placement.explain import Explanation
     from fleetc.render.record import Kept, Reusable
+    from fleetc.report import ObjectDiff, Report, WhatIf
     from fleetc.scenario import Scenario
 
 
@@ -285,8 +285,8 @@ def diff_fleet(base_ref: str, options: Options, scenarios: Sequence[Scenario] = 
     :func:`what_if_fleet` does, and reported below the diff (``Report.scenarios``: the
     pull-request comment of a repository that keeps scenario files)."""
     from fleetc.git.flow import policy_sources_at
-    from fleetc.git.report import EMPTY, compare, snapshot, untouched_moves
-    from fleetc.git.review import move_reasons
+    from fleetc.report import EMPTY, compare, snapshot, untouched_moves
+    from fleetc.report.review import move_reasons
 
     for scenario in scenarios:
         _check_pipelines(scenario, options)
@@ -323,7 +323,7 @@ def _out_tree(base_ref: str, options: Options, compiled: Compiled
     (``local/``) that differ from ``base_ref``'s, diffed whole."""
     from fleetc.emit import changes, user_files
     from fleetc.git.flow import user_files_at
-    from fleetc.git.report import user_file_diffs
+    from fleetc.report import user_file_diffs
 
     out = options.workdir / options.out
     unrendered = tuple((c.path, c.status) for c in changes(out, compiled.files) if c.status in ("unrendered", "link"))
@@ -365,7 +365,7 @@ def _check_pipelines(scenario: Scenario, options: Options) -> None:
 def _what_if(scenario: Scenario, options: Options, now: Compiled) -> WhatIf:
     """``scenario`` compiled from the placement ``now`` (the policies as they are) and compared with it."""
     from fleetc import scenario as scenarios
-    from fleetc.git.report import capacity, snapshot, what_if
+    from fleetc.report import capacity, snapshot, what_if
 
     with _side(f"in the scenario {scenario.file}" if scenario.file else "in the scenario"):
         loaded = load_policies((*options.paths, *scenario.pipelines), options.reporter, options.workdir)

@@ -10,10 +10,10 @@ from pathlib import Path, PurePosixPath
 from fleetc.emit import RECORD, USER_FOLDER, could_be_fleetcs, is_users, write_tree
 from fleetc.errors import Diagnostic, FleetcError, UsageError
 from fleetc.git import repo as gitrepo
-from fleetc.git.report import commit_message, compare, snapshot, snapshot_of_output, time_sliced_units
 from fleetc.model import FleetModel, Placement
 from fleetc.placement.previous import Previous, parse_previous
 from fleetc.policy.load import discover, display_path, is_policy_name
+from fleetc.report import commit_message, compare, snapshot, snapshot_of_output, time_sliced_units
 from fleetc.state.placementfile import PLACEMENT_FILE
 
 Sources = list[tuple[str, bytes]]

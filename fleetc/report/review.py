@@ -1,7 +1,7 @@
 """What a change does to the work, for the pull-request review: per stage what runs where and
 how (:class:`StageFacts`), which running Jobs it restarts, and what is dangerous about it.
 
-Pure, like :mod:`fleetc.git.report` which holds these facts in its snapshots: the facts are read
+Pure, like :mod:`fleetc.report.snapshot` which holds these facts in its snapshots: the facts are read
 from a compile (the model, the placement) and from its rendered files. A Job's name is read
 from the rendered Job, never derived here: fleetc names a Job after its spec
 (:func:`fleetc.render.workloads.job_name`), so a Job renamed is a Job the engines delete and

@@ -10,12 +10,12 @@ which reads this package.
 """
 
 from fleetc.report.commit import commit_message
-from fleetc.report.compare import FLEET_WIDE, ObjectDiff, Report, compare, untouched_moves, user_file_diffs
+from fleetc.report.compare import FLEET_WIDE, ObjectDiff, Report, WhatIf, compare, untouched_moves, user_file_diffs
 from fleetc.report.github import github_annotations, github_step_summary
 from fleetc.report.markdown import GITHUB_COMMENT_LIMIT, MARKDOWN_BUDGET, format_markdown, format_what_if_markdown
 from fleetc.report.snapshot import EMPTY, Snapshot, snapshot, snapshot_of_output, time_sliced_units
 from fleetc.report.text import as_json, format_text, format_what_if_text, what_if_json
-from fleetc.report.whatif import WhatIf, capacity, what_if
+from fleetc.report.whatif import capacity, what_if
 
 __all__ = [
     "EMPTY", "FLEET_WIDE", "GITHUB_COMMENT_LIMIT", "MARKDOWN_BUDGET", "ObjectDiff", "Report", "Snapshot", "WhatIf",

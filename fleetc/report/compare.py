@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fleetc.model import ENTRY_POINTS, FleetModel, Placement
 from fleetc.report.figures import counted
@@ -31,9 +31,6 @@ from fleetc.report.review import (
     stage_dangers,
 )
 from fleetc.report.snapshot import Snapshot
-
-if TYPE_CHECKING:  # a report carries the scenarios below it; a scenario is a comparison
-    from fleetc.report.whatif import WhatIf
 
 #: Output folders holding one subfolder per cluster (its manifests; its Flux bootstrap).
 PER_CLUSTER_FOLDERS = ("clusters", "flux")
@@ -142,6 +139,32 @@ class Report:
     def moved(self) -> tuple[StageMove, ...]:
         """Stages that exist on both sides and now run on other clusters."""
         return tuple(m for m in self.moves if m.before and m.after)
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """One GPU type over the fleet's clusters that take work: GPUs there and GPUs left free."""
+
+    gpu_type: str
+    capacity: tuple[int, int]  # (now, in the scenario)
+    free: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """``fleetc diff --what-if``: the placement now against the placement in a scenario
+    (:func:`fleetc.report.whatif.what_if`); a :class:`Report` carries those below it."""
+
+    report: Report  # base: now; head: the scenario
+    unplaced: tuple[tuple[str, str], ...]  # (stage key, why) the scenario leaves out
+    cost: tuple[float, float]  # fleet cost per hour (now, in the scenario)
+    headroom: tuple[Headroom, ...]  # by GPU type
+    source: str = ""  # the scenario file ('' for --what-if settings)
+    settings: tuple[str, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return self.report.changed or bool(self.unplaced)
 
 
 def compare(base: Snapshot, head: Snapshot, *, base_label: str, head_label: str, out: str = "out",

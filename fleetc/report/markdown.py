@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fleetc.report.compare import FLEET_WIDE, ObjectDiff, Report, entry_points_line, teams_shown
+from fleetc.report.compare import FLEET_WIDE, ObjectDiff, Report, WhatIf, entry_points_line, teams_shown
 from fleetc.report.escape import attribute, cell, code, fenced, plain, words
 from fleetc.report.figures import counted, gpu_counts, money, number_or_na, replica_list
-from fleetc.report.whatif import WhatIf, scenario_lines, what_if_lines
+from fleetc.report.whatif import scenario_lines, what_if_lines
 
 #: GitHub refuses issue and pull-request comments longer than this many characters.
 GITHUB_COMMENT_LIMIT = 65_536

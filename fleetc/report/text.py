@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetc.report.compare import FLEET_WIDE, ClusterSummary, Report, TeamCost, entry_points_line, teams_shown
+from fleetc.report.compare import FLEET_WIDE, ClusterSummary, Report, TeamCost, WhatIf, entry_points_line, teams_shown
 from fleetc.report.escape import plain
 from fleetc.report.figures import counted, gpu_counts, money, number_or_na, replica_list
-from fleetc.report.whatif import WhatIf, scenario_lines, what_if_facts, what_if_lines
+from fleetc.report.whatif import scenario_lines, what_if_facts, what_if_lines
 
 
 def format_text(report: Report) -> str:

@@ -6,39 +6,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from fleetc.model import FleetModel
 from fleetc.placement import rules
-from fleetc.report.compare import Report, compare
+from fleetc.report.compare import Headroom, WhatIf, compare
 from fleetc.report.figures import counted, money
 from fleetc.report.snapshot import Snapshot
-
-
-@dataclass(frozen=True)
-class Headroom:
-    """One GPU type over the fleet's clusters that take work: GPUs there and GPUs left free."""
-
-    gpu_type: str
-    capacity: tuple[int, int]  # (now, in the scenario)
-    free: tuple[int, int]
-
-
-@dataclass(frozen=True)
-class WhatIf:
-    """``fleetc diff --what-if``: the placement now against the placement in a scenario."""
-
-    report: Report  # base: now; head: the scenario
-    unplaced: tuple[tuple[str, str], ...]  # (stage key, why) the scenario leaves out
-    cost: tuple[float, float]  # fleet cost per hour (now, in the scenario)
-    headroom: tuple[Headroom, ...]  # by GPU type
-    source: str = ""  # the scenario file ('' for --what-if settings)
-    settings: tuple[str, ...] = ()
-
-    @property
-    def changed(self) -> bool:
-        return self.report.changed or bool(self.unplaced)
 
 
 def capacity(model: FleetModel) -> dict[str, int]:

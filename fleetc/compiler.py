@@ -31,7 +31,8 @@ from fleetc.placement import LARGE, PLACEMENT_VERSION
 from fleetc.placement.previous import Previous, read_previous
 from fleetc.placement.solvers import DEFAULT_SOLVER, check_solver, solver_label
 from fleetc.policy.load import Document, FieldPath, LoadResult, Position, load_paths, load_sources
-from fleetc.policy.validate import PolicySet, validate
+from fleetc.policy.policyset import PolicySet
+from fleetc.policy.validate import validate
 from fleetc.progress import NULL_REPORTER, Reporter, phase
 from fleetc.resolve import degraded_serving, resolve
 from fleetc.state.placementfile import PLACEMENT_FILE

@@ -17,9 +17,7 @@ from fleetc import nodefit
 from fleetc.errors import Diagnostic, InternalError, PolicyError, UsageError, did_you_mean
 from fleetc.infra.collector import gc_paused
 from fleetc.policy import kinds as p
-from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage
-from fleetc.policy.regions import table_jurisdiction
-from fleetc.policy.validate import (
+from fleetc.policy.policyset import (
     Parsed,
     PolicySet,
     governed,
@@ -28,6 +26,8 @@ from fleetc.policy.validate import (
     stage_edges,
     team_pipelines,
 )
+from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage
+from fleetc.policy.regions import table_jurisdiction
 
 GPU_HOUR_PRICE = {"a100": 3.0, "h100": 5.0, "l4": 0.8, "a10": 1.0, "v100": 2.0, "t4": 0.5}
 DEFAULT_GPU_HOUR_PRICE = 2.0

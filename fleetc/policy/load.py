@@ -13,6 +13,7 @@ large input, files are read by that fast path on every core (:mod:`fleetc.infra.
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import stat
@@ -395,7 +396,9 @@ def _load_sources(sources: Iterable[tuple[str, bytes]]) -> LoadResult:
             diagnostics.append(problem)
         else:
             texts.append((display, text))
-    fast = fork_map(_read_fast, [text for _, text in texts], [len(text) for _, text in texts])
+    plain_values: dict[str, Any] = {}  # one cache for the files of this load (see _read_fast)
+    fast = fork_map(functools.partial(_read_fast, plain_values=plain_values), [text for _, text in texts],
+                    [len(text) for _, text in texts])
     documents: list[Document] = []
     for (display, text), data in zip(texts, fast, strict=True):
         docs, problems = _parse(text, display, data)
@@ -441,7 +444,7 @@ def _decode(raw: bytes, display: str) -> tuple[str, Diagnostic | None]:
 
 def parse(text: str, display: str) -> tuple[list[Document], list[Diagnostic]]:
     """Parse every document in ``text``; empty documents (a trailing ``---``) are skipped."""
-    return _parse(text, display, _read_fast(text))
+    return _parse(text, display, _read_fast(text, {}))
 
 
 class _Read(NamedTuple):
@@ -452,26 +455,30 @@ class _Read(NamedTuple):
     scanned: list[Scanned | None]
 
 
-def _read_fast(text: str) -> _Read | None:
+def _read_fast(text: str, plain_values: dict[str, Any]) -> _Read | None:
     """Every document of ``text`` as data by :func:`fastcompose.load_all`, each scanned, or None
-    where the node path must read it (something to report, or something only ruamel reads right)."""
+    where the node path must read it (something to report, or something only ruamel reads right).
+
+    ``plain_values``: plain scalar -> its value (or ``fastcompose.DECLINE``), shared by the files
+    of one load: the same names, numbers and quantities recur, and resolving one by ruamel's
+    patterns is slow. It starts over when it holds more than :data:`_MAX_PLAIN_VALUES`."""
     yaml = YAML(typ="safe", pure=True)
-    if len(_PLAIN_VALUES) > _MAX_PLAIN_VALUES:
-        _PLAIN_VALUES.clear()
+    if len(plain_values) > _MAX_PLAIN_VALUES:
+        plain_values.clear()
     scalars = _ScalarValues(yaml.constructor)
 
     def plain(value: str) -> Any:
-        found = _PLAIN_VALUES.get(value, _PLAIN_VALUES)
-        if found is _PLAIN_VALUES:
+        found = plain_values.get(value, plain_values)
+        if found is plain_values:
             node = ScalarNode(yaml.resolver.resolve(ScalarNode, value, (True, False)), value, None, None)
-            found = _PLAIN_VALUES[value] = scalars(node)
+            found = plain_values[value] = scalars(node)
         if found is fastcompose.DECLINE:
             raise ValueError(value)
         return found
 
     block = blockyaml.block_stream(text, plain, MAX_DEPTH, MAX_NODES)  # fleetc's own layout, read faster
     stream = fastcompose.Stream(*block) if block is not None else fastcompose.load_all(
-        text, yaml.resolver, scalars, max_depth=MAX_DEPTH, max_values=MAX_NODES, cache=_PLAIN_VALUES)
+        text, yaml.resolver, scalars, max_depth=MAX_DEPTH, max_values=MAX_NODES, cache=plain_values)
     if stream is None:
         return None
     return _Read(stream, [None if data is None else scan(data) for data in stream.documents])
@@ -511,10 +518,7 @@ def _parse(text: str, display: str, fast: _Read | None) -> tuple[list[Document],
     return documents, diagnostics
 
 
-#: Plain scalar -> its value (or ``fastcompose.DECLINE``), across files: the same names,
-#: numbers and quantities recur, and resolving one by ruamel's patterns is slow. It starts
-#: over when it holds more than :data:`_MAX_PLAIN_VALUES`.
-_PLAIN_VALUES: dict[str, Any] = {}
+#: :func:`_read_fast`'s cache of plain scalars starts over when it holds more than this many.
 _MAX_PLAIN_VALUES = 100_000
 
 

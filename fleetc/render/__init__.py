@@ -44,6 +44,7 @@ from fleetc.errors import Diagnostic
 from fleetc.infra.collector import gc_paused
 from fleetc.infra.forkmap import fork_map
 from fleetc.model import GPU_PRODUCT_LABELS, KUEUE, Cluster, FleetModel, Placement
+from fleetc.render import yamlout
 from fleetc.render.cluster import (
     egress_policy,
     identity_warnings,
@@ -134,7 +135,8 @@ def render(model: FleetModel, placement: Placement,
     fleet is large enough to render on every core. ``reuse``: the cluster folders of the output
     folder that hold exactly their recorded files (:mod:`.record`); those whose inputs are
     unchanged are kept (``Rendered.kept``), not rendered."""
-    with gc_paused(freeze=False):  # what rendering makes is handed on and dropped
+    # what rendering makes is handed on and dropped; every file is written by one YAML emitter
+    with gc_paused(freeze=False), yamlout.caching():
         return _render(model, placement, locate or (lambda found: found), reuse or Reusable())
 
 

@@ -84,10 +84,13 @@ def _diffs_text(report: Report) -> str:
 
 
 def as_json(report: Report) -> dict[str, Any]:
+    return {"base": report.base, "head": report.head, "changed": report.changed, **_placement_json(report),
+            **_review_json(report), **_files_json(report), **_scenarios_json(report)}
+
+
+def _placement_json(report: Report) -> dict[str, Any]:
+    """Per cluster, stage, GPU type, stage with GPU alternatives and team: before and after."""
     return {
-        "base": report.base,
-        "head": report.head,
-        "changed": report.changed,
         "clusters": [{
             "name": c.name, "added": c.added, "changed": c.changed, "removed": c.removed,
             "gpus": {"before": dict(c.gpus_before), "after": dict(c.gpus_after)},
@@ -101,6 +104,12 @@ def as_json(report: Report) -> dict[str, Any]:
         "teams": [{"name": t.name, "costPerHour": {"before": _round(t.before), "after": _round(t.after)},
                    "cap": t.cap, "gpus": {"before": t.gpus[0], "after": t.gpus[1]}, "quota": list(t.quota)}
                   for t in report.teams],
+    }
+
+
+def _review_json(report: Report) -> dict[str, Any]:
+    """The dangers, the stage table, the restarts, the bookkeeping and the untouched moves."""
+    return {
         "dangers": [{"kind": d.kind, "subject": d.subject, "text": d.text, "fix": d.fix} for d in report.dangers],
         "stageChanges": [{"stage": c.stage, "reason": c.reason,
                           "changes": [{"what": what, "before": before, "after": after}
@@ -111,17 +120,28 @@ def as_json(report: Report) -> dict[str, Any]:
         "untouchedMoves": [{"stage": m.stage, "before": dict(m.before), "after": dict(m.after),
                             "gain": round(m.gain, 6)} for m in report.untouched],
         "moveCost": report.move_cost,
+    }
+
+
+def _files_json(report: Report) -> dict[str, Any]:
+    """The entry points, the rendered files that differ, the unrendered and the user's files."""
+    return {
         "entryPoints": {"before": list(report.entry_points[0]), "after": list(report.entry_points[1])},
         "objects": [{"path": o.path, "cluster": None if o.group == FLEET_WIDE else o.group,
                      "status": o.status, "diff": o.diff} for o in report.objects],
         "unrendered": [{"path": path, "status": status} for path, status in report.unrendered],
         "userFiles": [{"path": o.path, "status": o.status, "diff": o.diff} for o in report.user_files],
-        **({"scenarios": [{
-            "file": w.source or None,
-            **what_if_facts(w),
-            "stages": [{"stage": m.stage, "before": list(m.before), "after": list(m.after)} for m in w.report.moves],
-        } for w in report.scenarios]} if report.scenarios else {}),
     }
+
+
+def _scenarios_json(report: Report) -> dict[str, Any]:
+    if not report.scenarios:
+        return {}
+    return {"scenarios": [{
+        "file": w.source or None,
+        **what_if_facts(w),
+        "stages": [{"stage": m.stage, "before": list(m.before), "after": list(m.after)} for m in w.report.moves],
+    } for w in report.scenarios]}
 
 
 def _round(value: float | None) -> float | None:

@@ -31,22 +31,28 @@ def serving_fit_checks(policies: PolicySet) -> Iterator[Diagnostic]:
     for pipeline in policies.pipelines:
         for i, stage in enumerate(pipeline.obj.spec.stages):
             res = stage.resources
-            if stage.type != "Deployment" or res is None or not (res.gpu or res.throughput):
-                continue
-            wanted = res.gpu_types()
-            fits = [(-n, c, asked, t) for t, (n, c) in largest.items() if (not wanted or t in wanted)
-                    and (asked := _serving_gpus(res, t, throughput)) is not None]
-            if fits and all(node < asked for node, _, asked, _ in fits):
-                node, cluster, asked, gpu_type = min(fits, key=lambda f: (-f[0], f[1]))
-                field = "gpu" if res.throughput is None else "throughput"
-                most = (f"{node} GPUs" if res.throughput is None
-                        else f"a throughput of {node * throughput[gpu_type]:g} ({node} {gpu_type})")
-                yield pipeline.doc.diagnostic(
-                    ("spec", "stages", i, "resources", field),
-                    f"a serving replica is one pod and cannot be split over nodes: {asked} GPUs "
-                    f"per replica, but the largest node it may run on (cluster {cluster}) carries {node}",
-                    hint=f"ask for at most {most} per replica"
-                         + ("" if wanted else ", or set gpuType to a type with larger nodes"))
+            if stage.type == "Deployment" and res is not None and (res.gpu or res.throughput):
+                yield from _serving_fit(pipeline.doc, i, res, largest, throughput)
+
+
+def _serving_fit(doc: Document, i: int, res: p.StageResources, largest: Mapping[str, tuple[int, str]],
+                 throughput: Mapping[str, float]) -> Iterator[Diagnostic]:
+    """Serving stage ``i`` fits the largest node of some GPU type it may run on (``largest``:
+    GPU type -> (minus GPUs per node, cluster) of its cluster with the largest nodes)."""
+    wanted = res.gpu_types()
+    fits = [(-n, c, asked, t) for t, (n, c) in largest.items() if (not wanted or t in wanted)
+            and (asked := _serving_gpus(res, t, throughput)) is not None]
+    if fits and all(node < asked for node, _, asked, _ in fits):
+        node, cluster, asked, gpu_type = min(fits, key=lambda f: (-f[0], f[1]))
+        field = "gpu" if res.throughput is None else "throughput"
+        most = (f"{node} GPUs" if res.throughput is None
+                else f"a throughput of {node * throughput[gpu_type]:g} ({node} {gpu_type})")
+        yield doc.diagnostic(
+            ("spec", "stages", i, "resources", field),
+            f"a serving replica is one pod and cannot be split over nodes: {asked} GPUs "
+            f"per replica, but the largest node it may run on (cluster {cluster}) carries {node}",
+            hint=f"ask for at most {most} per replica"
+                 + ("" if wanted else ", or set gpuType to a type with larger nodes"))
 
 
 def gpu_type_checks(policies: PolicySet) -> Iterator[Diagnostic]:
@@ -114,26 +120,31 @@ def throughput_checks(policies: PolicySet) -> Iterator[Diagnostic]:
                     or (f"the fleet's GPU types: {', '.join(known)}" if known else "the fleet has no GPUs"), key=True)
     for pipeline in policies.pipelines:
         for i, stage in enumerate(pipeline.obj.spec.stages):
-            res = stage.resources
-            if res is None or res.throughput is None:
-                continue
-            path = ("spec", "stages", i, "resources")
-            if res.gpu is not None:
-                yield pipeline.doc.diagnostic(path + ("throughput",), "give gpu or throughput, not both",
-                                              hint="throughput lets the GPU count follow the cluster's GPU type; "
-                                                   "gpu fixes it", key=True)
-            elif fleet is not None and not stated:
-                yield pipeline.doc.diagnostic(path + ("throughput",),
-                                              f"Fleet '{fleet.name}' states no gpuThroughput", key=True,
-                                              hint="state each GPU type's relative throughput in the Fleet's "
-                                                   "spec.gpuThroughput (e.g. {h100: 2.0, a100: 1.0}), or ask for gpu")
-            elif fleet is not None:
-                for j, gpu_type in enumerate(res.gpu_types()):
-                    if gpu_type not in stated and gpu_type in known:  # gpu_type_checks words the rest
-                        where = path + ("gpuType",) + ((j,) if isinstance(res.gpuType, list) else ())
-                        yield pipeline.doc.diagnostic(
-                            where, f"asks for throughput, but Fleet '{fleet.name}' states no throughput for "
-                                   f"{gpu_type}", hint=f"add {gpu_type} to the Fleet's spec.gpuThroughput")
+            if stage.resources is not None and stage.resources.throughput is not None:
+                yield from _throughput_stage(pipeline.doc, ("spec", "stages", i, "resources"), stage.resources,
+                                             None if fleet is None else fleet.name, stated, known)
+
+
+def _throughput_stage(doc: Document, path: FieldPath, res: p.StageResources, fleet: str | None,
+                      stated: set[str], known: list[str]) -> Iterator[Diagnostic]:
+    """A stage asking for throughput: not with ``gpu`` too, and only where the Fleet (named
+    ``fleet``; None: no Fleet) states the throughput of its GPU types (``stated``)."""
+    if res.gpu is not None:
+        yield doc.diagnostic(path + ("throughput",), "give gpu or throughput, not both",
+                             hint="throughput lets the GPU count follow the cluster's GPU type; "
+                                  "gpu fixes it", key=True)
+    elif fleet is not None and not stated:
+        yield doc.diagnostic(path + ("throughput",),
+                             f"Fleet '{fleet}' states no gpuThroughput", key=True,
+                             hint="state each GPU type's relative throughput in the Fleet's "
+                                  "spec.gpuThroughput (e.g. {h100: 2.0, a100: 1.0}), or ask for gpu")
+    elif fleet is not None:
+        for j, gpu_type in enumerate(res.gpu_types()):
+            if gpu_type not in stated and gpu_type in known:  # gpu_type_checks words the rest
+                where = path + ("gpuType",) + ((j,) if isinstance(res.gpuType, list) else ())
+                yield doc.diagnostic(
+                    where, f"asks for throughput, but Fleet '{fleet}' states no throughput for "
+                           f"{gpu_type}", hint=f"add {gpu_type} to the Fleet's spec.gpuThroughput")
 
 
 def _serving_gpus(res: p.StageResources, gpu_type: str, throughput: Mapping[str, float]) -> int | None:

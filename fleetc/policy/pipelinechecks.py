@@ -74,42 +74,51 @@ def _stage_checks(doc: Document, base: FieldPath, stage: p.PipelineStage,
         yield doc.diagnostic(base + ("image",), f"expected a container image reference, got "
                                                 f"{describe(stage.image)}",
                              hint="such as nvcr.io/nvidia/pytorch:24.05-py3 or registry:5000/team/app@sha256:...")
-    for j, dep in enumerate(stage.dependencies or []):
-        if dep == stage.name:
-            yield doc.diagnostic(base + ("dependencies", j), "a stage cannot depend on itself")
-        elif dep not in index:
-            yield doc.diagnostic(base + ("dependencies", j), f"no stage named '{dep}' in this "
-                                 "pipeline", hint=did_you_mean(dep, index))
+    yield from _dependency_checks(doc, base, stage, index)
     if len(stage.inputs or ()) > 1 or len(stage.outputs or ()) > 1:  # a name twice needs two (most have one)
         yield from _names_unique(doc, base + ("inputs",), stage.inputs or [])
         yield from _names_unique(doc, base + ("outputs",), stage.outputs or [])
         yield from _env_names_distinct(doc, base, stage)
     for j, item in enumerate(stage.inputs or []):
         yield from _input_checks(doc, base + ("inputs", j), item, stage.name, stages, index)
-    resources = stage.resources
-    if resources:
-        yield from quantity_check(doc, base + ("resources", "cpu"), resources.cpu,
-                                   cpu_millis, MAX_CPU_MILLIS)
-        yield from quantity_check(doc, base + ("resources", "memory"), resources.memory,
-                                   memory_bytes, MAX_MEMORY_BYTES)
-        if resources.gpu == 0 and resources.gpuType:
-            yield doc.diagnostic(base + ("resources", "gpuType"), "gpuType set but gpu is 0",
-                                 hint="remove gpuType, or ask for at least one GPU")
-        if resources.sharedGPU and stage.type in ("Training", "Finetuning"):
-            yield doc.diagnostic(base + ("resources", "sharedGPU"),
-                                 f"{stage.type} stages get exclusive GPUs",
-                                 hint="remove sharedGPU; GPU sharing is for serving and "
-                                      "evaluation")
-    deployment = stage.type == "Deployment"
+    if stage.resources:
+        yield from _resource_checks(doc, base + ("resources",), stage, stage.resources)
     yield from _serving_checks(doc, base, stage)
     if stage.minReplicasPerCluster is not None:
-        if not deployment:
+        if stage.type != "Deployment":
             yield doc.diagnostic(base + ("minReplicasPerCluster",),
                                  "only Deployment stages split replicas across clusters",
                                  key=True)
         elif stage.minReplicasPerCluster > (stage.replicas or 2):
             yield doc.diagnostic(base + ("minReplicasPerCluster",),
                                  f"greater than replicas ({stage.replicas or 2})")
+
+
+def _dependency_checks(doc: Document, base: FieldPath, stage: p.PipelineStage,
+                       index: dict[str, int]) -> Iterator[Diagnostic]:
+    """Each dependency names another stage of the pipeline (``index``: stage name -> position)."""
+    for j, dep in enumerate(stage.dependencies or []):
+        if dep == stage.name:
+            yield doc.diagnostic(base + ("dependencies", j), "a stage cannot depend on itself")
+        elif dep not in index:
+            yield doc.diagnostic(base + ("dependencies", j), f"no stage named '{dep}' in this "
+                                 "pipeline", hint=did_you_mean(dep, index))
+
+
+def _resource_checks(doc: Document, path: FieldPath, stage: p.PipelineStage,
+                     resources: p.StageResources) -> Iterator[Diagnostic]:
+    """A stage's cores and memory in range, a GPU type only with GPUs, shared GPUs only where
+    a stage may share them."""
+    yield from quantity_check(doc, path + ("cpu",), resources.cpu, cpu_millis, MAX_CPU_MILLIS)
+    yield from quantity_check(doc, path + ("memory",), resources.memory, memory_bytes, MAX_MEMORY_BYTES)
+    if resources.gpu == 0 and resources.gpuType:
+        yield doc.diagnostic(path + ("gpuType",), "gpuType set but gpu is 0",
+                             hint="remove gpuType, or ask for at least one GPU")
+    if resources.sharedGPU and stage.type in ("Training", "Finetuning"):
+        yield doc.diagnostic(path + ("sharedGPU",),
+                             f"{stage.type} stages get exclusive GPUs",
+                             hint="remove sharedGPU; GPU sharing is for serving and "
+                                  "evaluation")
 
 
 def _env_names_distinct(doc: Document, base: FieldPath, stage: p.PipelineStage) -> Iterator[Diagnostic]:

@@ -70,25 +70,32 @@ def _team_checks(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> Itera
                                  hint="team names are unique over the platforms: each names its queues")
         seen.setdefault(team.name, i)
         yield from _team_selects(doc, base, team, pipelines)
-        for field in ("gpuQuota", "guaranteed"):
-            for gpu_type in getattr(team, field) or {}:
-                if policies.fleets and gpu_type.lower() not in fleet_types:
-                    yield doc.diagnostic(base + (field, gpu_type), f"no cluster of the Fleet has GPU type "
-                                                                   f"'{gpu_type}'",
-                                         hint=did_you_mean(gpu_type.lower(), fleet_types)
-                                         or f"its GPU types: {', '.join(fleet_types) or 'none'}", key=True)
-        quota = {k.lower(): v for k, v in (team.gpuQuota or {}).items()}
-        for gpu_type, count in (team.guaranteed or {}).items():
-            if gpu_type.lower() in quota and count > quota[gpu_type.lower()]:
-                yield doc.diagnostic(base + ("guaranteed", gpu_type),
-                                     f"guarantees {count} {gpu_type}, more than its gpuQuota of "
-                                     f"{quota[gpu_type.lower()]}")
+        yield from _team_gpu_checks(doc, base, team, fleet_types if policies.fleets else None)
         for name in team_pipelines(team, pipelines):
             if name in owner:
                 yield doc.diagnostic(base, f"pipeline '{name}' belongs to teams '{owner[name]}' and "
                                            f"'{team.name}'; a pipeline belongs to at most one team",
                                      hint="narrow the teams' namespaces or pipelineSelector")
             owner.setdefault(name, team.name)
+
+
+def _team_gpu_checks(doc: Document, base: FieldPath, team: p.Team,
+                     fleet_types: list[str] | None) -> Iterator[Diagnostic]:
+    """A team's quota and guarantees name GPU types of the Fleet (``fleet_types``; None: no
+    Fleet to check against), and it guarantees no more than its quota."""
+    for field in ("gpuQuota", "guaranteed"):
+        for gpu_type in getattr(team, field) or {}:
+            if fleet_types is not None and gpu_type.lower() not in fleet_types:
+                yield doc.diagnostic(base + (field, gpu_type), f"no cluster of the Fleet has GPU type "
+                                                               f"'{gpu_type}'",
+                                     hint=did_you_mean(gpu_type.lower(), fleet_types)
+                                     or f"its GPU types: {', '.join(fleet_types) or 'none'}", key=True)
+    quota = {k.lower(): v for k, v in (team.gpuQuota or {}).items()}
+    for gpu_type, count in (team.guaranteed or {}).items():
+        if gpu_type.lower() in quota and count > quota[gpu_type.lower()]:
+            yield doc.diagnostic(base + ("guaranteed", gpu_type),
+                                 f"guarantees {count} {gpu_type}, more than its gpuQuota of "
+                                 f"{quota[gpu_type.lower()]}")
 
 
 def _team_selects(doc: Document, base: FieldPath, team: p.Team,

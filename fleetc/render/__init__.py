@@ -243,11 +243,7 @@ def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> tuple[list[O
               if (policy := egress_policy(cluster, name, p)) is not None]
     infra += fences
     kueue = cluster.batch_scheduler == KUEUE
-    if kueue:
-        infra += kueue_queues(ctx, cluster, work)
-    else:
-        infra += [queue(ctx, cluster, c) for c in sorted({stage.workload_class for stage, _ in work})]
-        infra += team_queues(ctx, cluster, work)
+    infra += _queues(ctx, cluster, work, kueue)
     infra += _priority_classes(ctx, work)
     if ctx.model.gpu_policy is not None:  # its Namespace once, also when a pipeline's too
         infra += [obj for obj in device_plugin_config(ctx.model.gpu_policy, cluster, ctx.gpu_slots)
@@ -263,6 +259,15 @@ def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> tuple[list[O
             workloads += [deployment(ctx, cluster, stage), service(stage),
                           autoscaler(stage, replicas), disruption_budget(stage, replicas)]
     return infra, workloads
+
+
+def _queues(ctx: Context, cluster: Cluster, work: Work, kueue: bool) -> list[Obj]:
+    """Kueue's flavors and queues on a Kueue cluster; else a Volcano Queue per workload class
+    and one per team."""
+    if kueue:
+        return kueue_queues(ctx, cluster, work)
+    return ([queue(ctx, cluster, c) for c in sorted({stage.workload_class for stage, _ in work})]
+            + team_queues(ctx, cluster, work))
 
 
 def _priority_classes(ctx: Context, work: Work) -> list[Obj]:

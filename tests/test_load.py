@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from fleetc.errors import UsageError
-from fleetc.policy import fastcompose, load
-from fleetc.policy.load import Document, discover, format_field, load_files, parse
+from fleetc.policy import fastcompose, files, load
+from fleetc.policy.files import discover
+from fleetc.policy.load import Document, format_field, load_files, parse
 from fleetc.state import placementfile
 
 
@@ -343,7 +344,7 @@ def test_discover_missing_path_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_discover_empty_folder(tmp_path: Path) -> None:
-    assert discover([str(tmp_path)]) == load.Discovery((), ())
+    assert discover([str(tmp_path)]) == files.Discovery((), ())
 
 
 # --- load_files --------------------------------------------------------------------------------
@@ -414,7 +415,7 @@ def test_empty_file_on_disk(tmp_path: Path) -> None:
 
 
 def test_oversized_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(load, "MAX_FILE_BYTES", 10)
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 10)
     path = write(tmp_path / "f.yaml", "a: 1234567890\n")
     assert formats(load_files([path])) == [
         f"{path.as_posix()}: error: file is 14 bytes; the limit is 10\n"
@@ -423,7 +424,7 @@ def test_oversized_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_file_at_the_size_limit_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(load, "MAX_FILE_BYTES", 14)
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 14)
     path = write(tmp_path / "f.yaml", "a: 1234567890\n")
     assert load_files([path]).diagnostics == ()
 
@@ -511,15 +512,15 @@ def test_a_named_link_loop_or_broken_link_is_a_usage_error(tmp_path: Path) -> No
 
 def test_reading_is_bounded_while_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A file whose size says little (a /proc file says 0) is still read only to the limit."""
-    path = write(tmp_path / "big.yaml", b"#" * (load.MAX_FILE_BYTES + 10))
+    path = write(tmp_path / "big.yaml", b"#" * (files.MAX_FILE_BYTES + 10))
     reads: list[int] = []
     real_read = os.read
-    monkeypatch.setattr(load.os, "fstat", lambda fd: os.stat_result((0o100644, 0, 0, 1, 0, 0, 0, 0, 0, 0)))
-    monkeypatch.setattr(load.os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
+    monkeypatch.setattr(files.os, "fstat", lambda fd: os.stat_result((0o100644, 0, 0, 1, 0, 0, 0, 0, 0, 0)))
+    monkeypatch.setattr(files.os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
     assert formats(load_files([path])) == [
         f"{path.as_posix()}: error: file is more than 4194304 bytes; the limit is 4194304\n"
         "  hint: split it into several policy files"]
-    assert sum(reads) <= load.MAX_FILE_BYTES + 1
+    assert sum(reads) <= files.MAX_FILE_BYTES + 1
 
 
 @pytest.mark.parametrize("enabled", [True, False])

@@ -12,7 +12,7 @@ from fleetc.errors import Diagnostic, FleetcError, UsageError
 from fleetc.git import repo as gitrepo
 from fleetc.model import FleetModel, Placement
 from fleetc.placement.previous import Previous, parse_previous
-from fleetc.policy.load import discover, display_path, is_policy_name
+from fleetc.policy.files import discover, display_path, is_policy_name
 from fleetc.report import commit_message, compare, snapshot, snapshot_of_output, time_sliced_units
 from fleetc.state.placementfile import PLACEMENT_FILE
 

@@ -64,7 +64,8 @@ def measure(folder: Path, *, time_limit: float | None, baseline: bool,
     from fleetc.errors import FleetcError
     from fleetc.placement.optimize import place
     from fleetc.placement.scoring import score_matrix
-    from fleetc.policy.load import discover, load_files
+    from fleetc.policy.files import discover
+    from fleetc.policy.load import load_files
     from fleetc.policy.validate import validate
     from fleetc.render import render
     from fleetc.resolve import resolve

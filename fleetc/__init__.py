@@ -26,13 +26,13 @@ _HOMES = {
     "diff_fleet": "fleetc.compiler",
     "what_if_fleet": "fleetc.compiler",
     "Scenario": "fleetc.scenario",
-    "WhatIf": "fleetc.git.report",
+    "WhatIf": "fleetc.report",
     "Compiled": "fleetc.compiler",
     "Placement": "fleetc.model",
     "StagePlacement": "fleetc.model",
     "Assignment": "fleetc.model",
     "Explanation": "fleetc.placement.explain",
-    "Report": "fleetc.git.report",
+    "Report": "fleetc.report",
     "FleetcError": "fleetc.errors",
     "PolicyError": "fleetc.errors",
     "PlacementError": "fleetc.errors",
@@ -63,9 +63,9 @@ if TYPE_CHECKING:
         PolicyError,
         UsageError,
     )
-    from fleetc.git.report import Report, WhatIf
     from fleetc.model import Assignment, Placement, StagePlacement
     from fleetc.placement.explain import Explanation
+    from fleetc.report import Report, WhatIf
     from fleetc.scenario import Scenario
 
 

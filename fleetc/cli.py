@@ -133,19 +133,36 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, base_ref: str | Non
         _run(lambda: _usage("--base is for --check: it says where the previous placement comes from"),
              output_format)
     if not check:  # refuse a folder fleetc must not write before the work of compiling
-        from fleetc.emit import check_output_folder, recover_output
-
-        if _run(lambda: recover_output(Path(out_dir)), output_format):
-            click.echo(f"warning: {out_dir}/ was missing (a compile was killed while swapping it in): "
-                       "its previous tree was put back", err=True)
-        roots = [Path(p) for p in paths or [DEFAULT_POLICIES]]
-        _run(lambda: check_output_folder(Path(out_dir), roots), output_format)
+        _ready_to_write(paths, out_dir, output_format)
     compiled = _run(lambda: _compile(paths, out_dir, base=base_ref, time_limit=time_limit, drain=tuple(drain),
                                      allow_unplaced=allow_unplaced is not None,
                                      may_drop=_may_drop(allow_unplaced),
                                      solver=solver,
                                      # --check and --commit read every file: only a plain write keeps some
                                      reuse=not (check or commit)), output_format)
+    _placement_warnings(compiled, allow_unplaced is not None, output_format)
+    # --check and --commit change only where the rendered files go, never how they are made.
+    if commit:
+        _commit(compiled, Path(out_dir), output_format, paths or [DEFAULT_POLICIES], verbose)
+    else:
+        (_check if check else _write)(compiled, Path(out_dir), output_format, verbose)
+
+
+def _ready_to_write(paths: Sequence[str], out_dir: str, output_format: str) -> None:
+    """Put back the output folder a killed compile left swapped out, and refuse one fleetc
+    must not write (:func:`fleetc.emit.check_output_folder`), before the work of compiling."""
+    from fleetc.emit import check_output_folder, recover_output
+
+    if _run(lambda: recover_output(Path(out_dir)), output_format):
+        click.echo(f"warning: {out_dir}/ was missing (a compile was killed while swapping it in): "
+                   "its previous tree was put back", err=True)
+    roots = [Path(p) for p in paths or [DEFAULT_POLICIES]]
+    _run(lambda: check_output_folder(Path(out_dir), roots), output_format)
+
+
+def _placement_warnings(compiled: Any, allow_unplaced: bool, output_format: str) -> None:
+    """A previous placement ignored, each stage left unplaced, and with ``--allow-unplaced`` the
+    hints and fixes for them, on stderr."""
     if compiled.previous_ignored:
         click.echo(f"warning: {printable(compiled.previous_ignored, lines=True)}", err=True)
     for stage in compiled.placement.stages:
@@ -153,17 +170,12 @@ def compile(paths: Sequence[str], out_dir: str, check: bool, base_ref: str | Non
             named = f"{stage.stage}:" in stage.reason
             click.echo(printable(f"warning: not placed: {stage.reason}" if named
                                  else f"warning: {stage.stage} is not placed: {stage.reason}", lines=True), err=True)
-    if allow_unplaced is not None:
+    if allow_unplaced:
         for hint in _taint_hints(compiled):
             click.echo(printable(f"  hint: {hint}", lines=True), err=True)
         if output_format == "text":
             for fix in _fixes(compiled):
                 click.echo(printable(f"  fix: {fix}", lines=True), err=True)
-    # --check and --commit change only where the rendered files go, never how they are made.
-    if commit:
-        _commit(compiled, Path(out_dir), output_format, paths or [DEFAULT_POLICIES], verbose)
-    else:
-        (_check if check else _write)(compiled, Path(out_dir), output_format, verbose)
 
 
 def _may_drop(allow_unplaced: str | None) -> tuple[str, ...] | None:
@@ -367,7 +379,8 @@ def _commit(compiled: Any, out: Path, output_format: str, paths: Sequence[str], 
     """``--commit``: write the output folder and commit it with the policies it came from."""
     from fleetc.git.flow import commit_output
 
-    sha, message = _run(lambda: commit_output(compiled, out, paths, Path.cwd()), output_format)
+    sha, message = _run(lambda: commit_output(compiled.model, compiled.placement, compiled.files, out, paths,
+                                              Path.cwd()), output_format)
     _print_warnings(compiled.warnings, output_format, verbose)
     if output_format == "json":
         _emit_json({**_summary(compiled, out), "commit": sha, "message": message if sha else None})
@@ -413,7 +426,7 @@ def diff(base_ref: str | None, what_if: Sequence[str], scenario_paths: Sequence[
     (the pull-request comment of a repository that keeps scenarios, e.g. in scenarios/).
     """
     from fleetc.compiler import diff_fleet
-    from fleetc.git.report import as_json, format_markdown, format_text
+    from fleetc.report import as_json, format_markdown, format_text
 
     if base_ref is None and fail_on is not None:
         _run(lambda: _usage("--fail-on danger is for --base: the dangers are those of a change"), output_format)
@@ -449,7 +462,7 @@ def _scenarios(settings: Sequence[str], scenario_paths: Sequence[str]) -> tuple[
 def _what_if(settings: Sequence[str], scenario_paths: Sequence[str], paths: Sequence[str], out_dir: str,
              time_limit: float | None, output_format: str, exit_code: bool) -> None:
     from fleetc.compiler import what_if_fleet
-    from fleetc.git.report import format_what_if_markdown, format_what_if_text, what_if_json
+    from fleetc.report import format_what_if_markdown, format_what_if_text, what_if_json
 
     def run() -> Any:
         if settings and scenario_paths:
@@ -545,21 +558,27 @@ def _report(err: FleetcError, output_format: str) -> None:
         click.echo(f"{_plural(len(err.diagnostics), 'error')} in {_plural(files, 'file')}",
                    err=True)
     elif isinstance(err, PlacementError):
-        click.echo(f"error: {err.headline}:", err=True)
-        for reason in err.reasons:
-            click.echo(printable(f"  {reason}", lines=True), err=True)
-        if err.hint:
-            click.echo(printable(f"  hint: {err.hint}", lines=True), err=True)
-        for fix in err.fixes:
-            click.echo(printable(f"  fix: {fix}", lines=True), err=True)
-        if err.refused:  # last, where a user sees it after thousands of reasons
-            fit = err.stages - err.refused
-            click.echo(f"error: {err.refused:,} of {_plural(err.stages, 'stage')} refused, nothing written"
-                       + (f" (--allow-unplaced renders the {fit:,} that fit)" if fit else ""), err=True)
+        _report_placement(err)
     elif isinstance(err, InternalError):
         click.echo(f"fleetc: internal error: {printable(str(err), lines=True)}\n{BUG_REPORT}", err=True)
     else:  # a usage error quotes the command line or a file name: fleetc's lines, any value escaped
         click.echo(f"error: {printable(str(err), lines=True)}", err=True)
+
+
+def _report_placement(err: PlacementError) -> None:
+    """An infeasible placement as text: the headline, each reason, the hint and fixes, and last
+    (where a user sees it after thousands of reasons) how many stages were refused."""
+    click.echo(f"error: {err.headline}:", err=True)
+    for reason in err.reasons:
+        click.echo(printable(f"  {reason}", lines=True), err=True)
+    if err.hint:
+        click.echo(printable(f"  hint: {err.hint}", lines=True), err=True)
+    for fix in err.fixes:
+        click.echo(printable(f"  fix: {fix}", lines=True), err=True)
+    if err.refused:
+        fit = err.stages - err.refused
+        click.echo(f"error: {err.refused:,} of {_plural(err.stages, 'stage')} refused, nothing written"
+                   + (f" (--allow-unplaced renders the {fit:,} that fit)" if fit else ""), err=True)
 
 
 def _usage(message: str) -> NoReturn:
@@ -568,7 +587,7 @@ def _usage(message: str) -> NoReturn:
 
 def _github_annotations(err: FleetcError) -> None:
     """Workflow-command annotations on stdout (capped); all diagnostics in the step summary."""
-    from fleetc.git.report import github_annotations, github_step_summary
+    from fleetc.report import github_annotations, github_step_summary
 
     # Control characters escaped (the annotations' own escaping keeps only their line breaks).
     diagnostics = tuple(replace(d, path=printable(d.path), field=printable(d.field), message=printable(d.message),

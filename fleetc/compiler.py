@@ -24,20 +24,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fleetc.errors import Diagnostic, FleetcError, PlacementError, PolicyError, UsageError
+from fleetc.infra.collector import freezes_undone
+from fleetc.infra.forkmap import Background
 from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
 from fleetc.placement import LARGE, PLACEMENT_VERSION
-from fleetc.placement.previous import PLACEMENT_FILE, Previous, read_previous
+from fleetc.placement.previous import Previous, read_previous
 from fleetc.placement.solvers import DEFAULT_SOLVER, check_solver, solver_label
-from fleetc.policy.forkmap import Background
 from fleetc.policy.load import Document, FieldPath, LoadResult, Position, load_paths, load_sources
-from fleetc.policy.validate import PolicySet, validate
+from fleetc.policy.policyset import PolicySet
+from fleetc.policy.validate import validate
 from fleetc.progress import NULL_REPORTER, Reporter, phase
 from fleetc.resolve import degraded_serving, resolve
+from fleetc.state.placementfile import PLACEMENT_FILE
 
 if TYPE_CHECKING:  # imported where used: explain needs the score matrix (numpy), diff gitpython
-    from fleetc.git.report import ObjectDiff, Report, WhatIf
     from fleetc.placement.explain import Explanation
     from fleetc.render.record import Kept, Reusable
+    from fleetc.report import ObjectDiff, Report, WhatIf
     from fleetc.scenario import Scenario
 
 
@@ -152,6 +155,7 @@ def _validated(loaded: LoadResult, where: str, reporter: Reporter, roots: tuple[
     return Loaded(policies, len(loaded.documents), where, roots, str(workdir), warnings)
 
 
+@freezes_undone
 def compile_fleet(options: Options) -> Compiled:
     """``fleetc compile``: load and validate the policies, take the output folder's
     placement.yaml (or with ``base``, the one committed at that revision) as the previous
@@ -221,6 +225,7 @@ def _file_size(path: Path) -> int:
         return 0
 
 
+@freezes_undone
 def explain_stage(target: str, options: Options) -> Explanation:
     """``fleetc explain``: why stage ``target`` (``PIPELINE/STAGE``) is where the placement in the
     output folder puts it. Solves nothing: a placement.yaml that is missing, unreadable or
@@ -272,6 +277,7 @@ def placed_clusters(placement: Placement) -> dict[str, dict[str, int]]:
     return {p.stage: {a.cluster: a.replicas for a in p.assignments} for p in placement.stages if p.assignments}
 
 
+@freezes_undone
 def diff_fleet(base_ref: str, options: Options, scenarios: Sequence[Scenario] = ()) -> Report:
     """``fleetc diff``: the compile of the policies at ``base_ref`` (read from git's objects,
     nothing checked out) against the compile of the working tree, each with its own side's
@@ -280,8 +286,8 @@ def diff_fleet(base_ref: str, options: Options, scenarios: Sequence[Scenario] = 
     :func:`what_if_fleet` does, and reported below the diff (``Report.scenarios``: the
     pull-request comment of a repository that keeps scenario files)."""
     from fleetc.git.flow import policy_sources_at
-    from fleetc.git.report import EMPTY, compare, snapshot, untouched_moves
-    from fleetc.git.review import move_reasons
+    from fleetc.report import EMPTY, compare, snapshot, untouched_moves
+    from fleetc.report.review import move_reasons
 
     for scenario in scenarios:
         _check_pipelines(scenario, options)
@@ -318,7 +324,7 @@ def _out_tree(base_ref: str, options: Options, compiled: Compiled
     (``local/``) that differ from ``base_ref``'s, diffed whole."""
     from fleetc.emit import changes, user_files
     from fleetc.git.flow import user_files_at
-    from fleetc.git.report import user_file_diffs
+    from fleetc.report import user_file_diffs
 
     out = options.workdir / options.out
     unrendered = tuple((c.path, c.status) for c in changes(out, compiled.files) if c.status in ("unrendered", "link"))
@@ -326,6 +332,7 @@ def _out_tree(base_ref: str, options: Options, compiled: Compiled
     return unrendered, user_file_diffs(user_files_at(base_ref, options.out, options.workdir), now, options.out)
 
 
+@freezes_undone
 def what_if_fleet(scenario: Scenario, options: Options) -> WhatIf:
     """``fleetc diff --what-if``: the compile of the policies as they are (the output folder's
     placement.yaml the previous placement) against a compile of them in ``scenario`` (clusters
@@ -359,7 +366,7 @@ def _check_pipelines(scenario: Scenario, options: Options) -> None:
 def _what_if(scenario: Scenario, options: Options, now: Compiled) -> WhatIf:
     """``scenario`` compiled from the placement ``now`` (the policies as they are) and compared with it."""
     from fleetc import scenario as scenarios
-    from fleetc.git.report import capacity, snapshot, what_if
+    from fleetc.report import capacity, snapshot, what_if
 
     with _side(f"in the scenario {scenario.file}" if scenario.file else "in the scenario"):
         loaded = load_policies((*options.paths, *scenario.pipelines), options.reporter, options.workdir)

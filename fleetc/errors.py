@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
+from fleetc import credentials
+
 
 class ExitCode(IntEnum):
     """Process exit codes, documented in the README."""
@@ -53,16 +55,14 @@ def escape_controls(text: str) -> str:
 
 
 def printable(text: str, *, lines: bool = False) -> str:
-    """``text`` safe to print: no credential (each shape :mod:`fleetc.policy.credentials` knows is
+    """``text`` safe to print: no credential (each shape :mod:`fleetc.credentials` knows is
     ``<redacted>``), and every control character written as an escape (``\\n``, ``\\x1b``), so
     a file name or a value can neither drive the terminal nor start a line of its own: a GitHub
     runner reads every line of a step's output that starts with ``::`` as a workflow command
     (``::error``, ``::add-mask``, ``::stop-commands``). With ``lines``, the text is fleetc's
     message of several lines (``error: ...`` then ``  hint: ...``) that a value may have been put
     into: its line breaks are kept, and a line that would start with ``::`` starts ``\\x3a:``."""
-    from fleetc.policy.credentials import redact  # it names its findings with a Diagnostic
-
-    text = redact(text)
+    text = credentials.redact(text)
     if not lines:
         return escape_controls(text)
     kept = "\n".join(escape_controls(line) for line in text.split("\n"))
@@ -196,10 +196,8 @@ class InternalError(FleetcError):
 
 def redact(text: str) -> str:
     """``text`` with every part shaped like a credential ``<redacted>``
-    (:func:`fleetc.policy.credentials.redact`)."""
-    from fleetc.policy.credentials import redact as redacted
-
-    return redacted(text)
+    (:func:`fleetc.credentials.redact`)."""
+    return credentials.redact(text)
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -76,6 +76,21 @@ STAGE_CLASS: dict[StageType, WorkloadClass] = {
     StageType.DEPLOYMENT: WorkloadClass.INFERENCE,
 }
 
+#: What a stage gets per GPU when it states no cores or memory (a CPU stage's defaults are in
+#: :mod:`fleetc.resolve`); the fixes suggest from the same figures.
+CORES_PER_GPU = 16
+MEMORY_PER_GPU = 128 * 2**30  # 128 GiB
+
+#: The image of a stage that names none, by type (the renderer knows a default serving image
+#: runs Triton's command).
+DEFAULT_IMAGES = {
+    StageType.DATAPROC: "python:3.11-slim",
+    StageType.TRAINING: "nvcr.io/nvidia/pytorch:24.05-py3",
+    StageType.FINETUNING: "nvcr.io/nvidia/pytorch:24.05-py3",
+    StageType.EVALUATION: "nvcr.io/nvidia/pytorch:24.05-py3",
+    StageType.DEPLOYMENT: "nvcr.io/nvidia/tritonserver:24.05-py3",
+}
+
 
 @dataclass(frozen=True)
 class Taint:
@@ -545,3 +560,18 @@ class Placement:
 
     def of(self, stage_key: str) -> StagePlacement:
         return next(p for p in self.stages if p.stage == stage_key)
+
+
+def degraded_platforms(model: FleetModel, stage: Stage) -> tuple[str, ...]:
+    """The platforms governing serving ``stage`` whose active-active set lost a cluster (cordoned
+    or drained): the stage then runs degraded (:func:`fleetc.placement.rules.least_replicas`),
+    and resolve warns of it when it runs short."""
+    if stage.type is not StageType.DEPLOYMENT:
+        return ()
+    governing = [platform for platform in model.platforms
+                 if platform.primary_cluster and stage.pipeline in platform.pipelines]
+    if not governing:
+        return ()
+    lost = {c.name for c in model.clusters if c.cordoned}
+    return tuple(platform.name for platform in governing
+                 if lost & {platform.primary_cluster, *platform.secondary_clusters})

@@ -7,7 +7,7 @@ The compiler stays pure: it only calls a :class:`Reporter` it is given
 logs and tests nothing is printed.
 
 The refresh is a ``SIGALRM`` interval timer handled in the main thread, not a ticker thread:
-while any other thread runs, :func:`fleetc.policy.forkmap.fork_map` does not fork (a child forked
+while any other thread runs, :func:`fleetc.infra.forkmap.fork_map` does not fork (a child forked
 from a multi-threaded process may deadlock), so a ticker thread made every compile in a terminal
 load, score and render on one core. Timers are not inherited by forked children (fork(2)).
 """

@@ -15,12 +15,9 @@ from pathlib import PurePath
 from fleetc import model as m
 from fleetc import nodefit
 from fleetc.errors import Diagnostic, InternalError, PolicyError, UsageError, did_you_mean
-from fleetc.placement.rules import degraded_platforms
+from fleetc.infra.collector import gc_paused
 from fleetc.policy import kinds as p
-from fleetc.policy.load import gc_paused
-from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage
-from fleetc.policy.regions import table_jurisdiction
-from fleetc.policy.validate import (
+from fleetc.policy.policyset import (
     Parsed,
     PolicySet,
     governed,
@@ -29,22 +26,14 @@ from fleetc.policy.validate import (
     stage_edges,
     team_pipelines,
 )
+from fleetc.policy.quantity import GIB, cpu_millis, memory_bytes, parse_percentage
+from fleetc.policy.regions import table_jurisdiction
 
 GPU_HOUR_PRICE = {"a100": 3.0, "h100": 5.0, "l4": 0.8, "a10": 1.0, "v100": 2.0, "t4": 0.5}
 DEFAULT_GPU_HOUR_PRICE = 2.0
 DEFAULT_CPU_HOUR_PRICE = 0.04
 DEFAULT_MEMORY_GIB_HOUR_PRICE = 0.005
 
-CORES_PER_GPU = 16
-MEMORY_PER_GPU = 128 * GIB
-
-DEFAULT_IMAGES = {
-    m.StageType.DATAPROC: "python:3.11-slim",
-    m.StageType.TRAINING: "nvcr.io/nvidia/pytorch:24.05-py3",
-    m.StageType.FINETUNING: "nvcr.io/nvidia/pytorch:24.05-py3",
-    m.StageType.EVALUATION: "nvcr.io/nvidia/pytorch:24.05-py3",
-    m.StageType.DEPLOYMENT: "nvcr.io/nvidia/tritonserver:24.05-py3",
-}
 DEFAULT_NAMESPACE = "default"
 
 
@@ -119,12 +108,7 @@ def _resolve(policies: PolicySet, where: str, drained: Sequence[str], names: dic
                                            "give its file too, or the folder that holds it")])
     fleet = policies.fleets[0]
     spec = fleet.obj.spec
-    unknown = sorted(set(drained) - {c.name for c in spec.clusters})
-    if unknown:
-        known = [c.name for c in spec.clusters]
-        hint = did_you_mean(unknown[0], known) or f"its clusters: {', '.join(known)}"
-        raise UsageError(f"--drain {unknown[0]}: no cluster of that name in Fleet "
-                         f"'{fleet.name}' ({fleet.doc.path}); {hint}")
+    _check_drained(fleet, drained)
     fleet_tolerations = tuple(_toleration(t) for t in
                               (spec.placement.clusterTolerations or [] if spec.placement else []))
     clusters = tuple(sorted((_cluster(fleet, i, drained, names) for i in range(len(spec.clusters))),
@@ -154,11 +138,27 @@ def _resolve(policies: PolicySet, where: str, drained: Sequence[str], names: dic
                                   100 * m.DEFAULT_COST_INCREASE) / 100,
         teams=tuple(team for pf in sorted(policies.platforms, key=lambda x: x.name)
                     for team in _teams(pf, policies)),
-        budgets=tuple(m.PipelineBudget(pl.name, float(pl.obj.spec.maxHourlyCost),
-                                       m.Source(pl.doc.path, "spec.maxHourlyCost", pl.doc.index))
-                      for pl in sorted(policies.pipelines, key=lambda pl: pl.name)
-                      if pl.obj.spec.maxHourlyCost is not None),
+        budgets=_budgets(policies),
     )
+
+
+def _check_drained(fleet: Parsed[p.Fleet], drained: Sequence[str]) -> None:
+    """Refuses (:class:`UsageError`) a ``--drain`` of a cluster the Fleet does not have."""
+    clusters = fleet.obj.spec.clusters
+    unknown = sorted(set(drained) - {c.name for c in clusters})
+    if unknown:
+        known = [c.name for c in clusters]
+        hint = did_you_mean(unknown[0], known) or f"its clusters: {', '.join(known)}"
+        raise UsageError(f"--drain {unknown[0]}: no cluster of that name in Fleet "
+                         f"'{fleet.name}' ({fleet.doc.path}); {hint}")
+
+
+def _budgets(policies: PolicySet) -> tuple[m.PipelineBudget, ...]:
+    """The cost cap (``maxHourlyCost``) of each pipeline that has one, by pipeline name."""
+    return tuple(m.PipelineBudget(pl.name, float(pl.obj.spec.maxHourlyCost),
+                                  m.Source(pl.doc.path, "spec.maxHourlyCost", pl.doc.index))
+                 for pl in sorted(policies.pipelines, key=lambda pl: pl.name)
+                 if pl.obj.spec.maxHourlyCost is not None)
 
 
 def _teams(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> list[m.Team]:
@@ -357,7 +357,7 @@ def _short_serving(model: m.FleetModel, placement: m.Placement) -> list[Diagnost
     for stage in model.stages:
         assignments = placed_of.get(stage.key, ())
         placed = sum(a.replicas for a in assignments)
-        degraded = degraded_platforms(model, stage)
+        degraded = m.degraded_platforms(model, stage)
         if not degraded or not 0 < placed < stage.replicas:
             continue
         platform = platforms[degraded[0]]
@@ -393,18 +393,11 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str], names: 
     attributes = c.attributes or {}
     gpus = int(str(attributes.get("gpu-count", 0)))
     gpu_type = _gpu_type(attributes)
-    per_node_gpus = attributes.get("gpus-per-node")
     low_power = _flag(attributes, "low-power")
-    capacity = c.capacity or p.ClusterCapacity()
     pricing = c.pricing or p.ClusterPricing()
-    per_node = int(str(per_node_gpus)) if per_node_gpus is not None else nodefit.default_gpus_per_node(gpus)
-    node_millis = cpu_millis(attributes["cpu-per-node"]) if "cpu-per-node" in attributes else None
-    node_memory = memory_bytes(attributes["memory-per-node"]) if "memory-per-node" in attributes else None
-    nodes = gpus // per_node if gpus else 1  # a cluster without GPUs: one node, unless it says more
-    default_millis = (nodes * node_millis if node_millis is not None
-                      else 1000 * (CORES_PER_GPU * gpus if gpus else (16 if low_power else 64)))
-    default_memory = (nodes * node_memory if node_memory is not None
-                      else MEMORY_PER_GPU * gpus if gpus else (64 if low_power else 256) * GIB)
+    per_node, node_millis, node_memory = _node(attributes, gpus)
+    cores, memory = _capacity(c.capacity or p.ClusterCapacity(), gpus // per_node if gpus else 1,
+                              node_millis, node_memory, gpus, low_power)
     default_taints = (gpu_taint(gpu_type),) if gpu_type else ()
     return m.Cluster(
         name=c.name,
@@ -414,9 +407,8 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str], names: 
                       or default_jurisdiction(c.region, c.provider)),
         gpu_type=gpu_type,
         gpus=gpus,
-        cpu_millis=cpu_millis(capacity.cpu) if capacity.cpu is not None else default_millis,
-        memory_bytes=(memory_bytes(capacity.memory) if capacity.memory is not None
-                      else default_memory),
+        cpu_millis=cores,
+        memory_bytes=memory,
         taints=(tuple(m.Taint(t.key, t.value or "", t.effect) for t in c.taints)
                 if c.taints is not None else default_taints),
         gpu_hour_cost=_or(pricing.gpuHour,
@@ -439,6 +431,28 @@ def _cluster(fleet: Parsed[p.Fleet], index: int, drained: Sequence[str], names: 
         batch_scheduler=c.batchScheduler or m.VOLCANO,
         taints_derived=c.taints is None and bool(default_taints),
     )
+
+
+def _node(attributes: Mapping[str, object], gpus: int) -> tuple[int, int | None, int | None]:
+    """A cluster's node: its GPUs (stated, else :func:`fleetc.nodefit.default_gpus_per_node`),
+    and its cores and memory where stated (None: an equal share of the cluster's)."""
+    per_node_gpus = attributes.get("gpus-per-node")
+    per_node = int(str(per_node_gpus)) if per_node_gpus is not None else nodefit.default_gpus_per_node(gpus)
+    node_millis = cpu_millis(attributes["cpu-per-node"]) if "cpu-per-node" in attributes else None
+    node_memory = memory_bytes(attributes["memory-per-node"]) if "memory-per-node" in attributes else None
+    return per_node, node_millis, node_memory
+
+
+def _capacity(capacity: p.ClusterCapacity, nodes: int, node_millis: int | None, node_memory: int | None,
+              gpus: int, low_power: bool) -> tuple[int, int]:
+    """A cluster's cores (millis) and memory: stated, else its nodes' (``nodes``: a cluster
+    without GPUs is one node, unless it says more), else what its GPUs bring by default."""
+    default_millis = (nodes * node_millis if node_millis is not None
+                      else 1000 * (m.CORES_PER_GPU * gpus if gpus else (16 if low_power else 64)))
+    default_memory = (nodes * node_memory if node_memory is not None
+                      else m.MEMORY_PER_GPU * gpus if gpus else (64 if low_power else 256) * GIB)
+    return (cpu_millis(capacity.cpu) if capacity.cpu is not None else default_millis,
+            memory_bytes(capacity.memory) if capacity.memory is not None else default_memory)
 
 
 def _gpu_product(attributes: Mapping[str, object], gpu_type: str | None) -> str:
@@ -485,23 +499,31 @@ def _stage(pipeline: Parsed[p.AIGCPipeline], index: int, stage: p.PipelineStage,
         inputs=tuple(_input(i, outputs) for i in stage.inputs or []),
         outputs=tuple(m.Output(o.name, o.storage, o.location, o.jurisdiction, o.secretName)
                       for o in stage.outputs or []),
-        cpu_millis=cpu_millis(res.cpu if res.cpu is not None
-                              else 4 if kind is m.StageType.DATAPROC else 8),
-        memory_bytes=memory_bytes(res.memory if res.memory is not None
-                                  else "16Gi" if kind in (m.StageType.DATAPROC,
-                                                          m.StageType.DEPLOYMENT) else "32Gi"),
+        cpu_millis=_stage_millis(kind, res),
+        memory_bytes=_stage_memory(kind, res),
         gpus=res.gpu if res.gpu is not None else 1 if res.throughput is not None else default_gpus,
         throughput=res.throughput,
         gpu_types=res.gpu_types(),
         replicas=stage.replicas or (2 if deployment else 1),
         min_replicas_per_cluster=stage.minReplicasPerCluster or 1,
         tolerations=tuple(_toleration(t) for t in stage.tolerations or []) + fleet_tolerations,
-        image=stage.image or DEFAULT_IMAGES[kind],
+        image=stage.image or m.DEFAULT_IMAGES[kind],
         command=tuple(stage.command or ()),
         source=m.Source(path, f"spec.stages[{index}]", pipeline.doc.index),
         shared_gpu=res.sharedGPU if res.sharedGPU is not None else deployment,
         serving=_serving(stage) if deployment else None,
     )
+
+
+def _stage_millis(kind: m.StageType, res: p.StageResources) -> int:
+    """A stage's cores (millis): asked for, else 4 for data processing and 8 for the rest."""
+    return cpu_millis(res.cpu if res.cpu is not None else 4 if kind is m.StageType.DATAPROC else 8)
+
+
+def _stage_memory(kind: m.StageType, res: p.StageResources) -> int:
+    """A stage's memory: asked for, else 16Gi for data processing and serving, 32Gi for the rest."""
+    return memory_bytes(res.memory if res.memory is not None
+                        else "16Gi" if kind in (m.StageType.DATAPROC, m.StageType.DEPLOYMENT) else "32Gi")
 
 
 def _serving(stage: p.PipelineStage) -> m.Serving:

@@ -33,8 +33,10 @@ from pathlib import Path
 from fleetc.errors import Diagnostic, PolicyError, UsageError, did_you_mean
 from fleetc.model import MAX_GPU_PRODUCT, RESERVED_GPU_TYPES, default_gpu_product
 from fleetc.policy import kinds as p
-from fleetc.policy.load import Document, discover, display_path, load_sources, read_source
-from fleetc.policy.validate import MAX_GPU_COUNT, Parsed, PolicySet
+from fleetc.policy.checking import MAX_GPU_COUNT
+from fleetc.policy.files import discover, display_path, read_source
+from fleetc.policy.load import Document, load_sources
+from fleetc.policy.policyset import Parsed, PolicySet
 
 SETTINGS = ("drain=CLUSTER", "gpus=CLUSTER[:TYPE]=N", "price=CLUSTER=X", "pipeline=FILE")
 _GPUS = re.compile(r"([^:=]+)(?::([^:=]+))?=([^=]*)")  # each used with fullmatch

@@ -19,8 +19,6 @@ from support.corpus import CASES
 
 from fleetc.compiler import Options, compile_fleet
 from fleetc.errors import PlacementError
-from fleetc.git.escape import words
-from fleetc.git.report import as_json, compare, format_markdown, format_text, snapshot, snapshot_of_output
 from fleetc.model import Assignment, StageType, Team
 from fleetc.placement.alternatives import choices
 from fleetc.placement.explain import explain
@@ -28,6 +26,8 @@ from fleetc.placement.explain import format_text as explain_text
 from fleetc.placement.optimize import place
 from fleetc.placement.scoring import PREFERENCE_PENALTY, score_matrix
 from fleetc.placement.verify import verify
+from fleetc.report import as_json, compare, format_markdown, format_text, snapshot, snapshot_of_output
+from fleetc.report.escape import words
 
 CASE = CASES / "gpu-alternatives" / "policies"
 

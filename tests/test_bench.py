@@ -135,7 +135,7 @@ def test_measure_runs_the_real_pipeline_and_mirrors_fleetcs_objective(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The runner's child path at a small size; the objective helper must agree with fleetc's.
     Files are read in forked processes, as at scale, whatever their size."""
-    from fleetc.policy import forkmap
+    from fleetc.infra import forkmap
 
     monkeypatch.setattr(forkmap, "MIN_PARALLEL_SIZE", 0)
     instance = generate(Spec(clusters=5, stages=25, seed=3, perfect=True))

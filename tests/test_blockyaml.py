@@ -1,5 +1,5 @@
 """fleetc.policy.blockyaml: fleetc's own block YAML read line by line, exactly as a YAML reader
-reads it, or declined (then fleetc.policy.load.yaml_documents reads it through libyaml or ruamel)."""
+reads it, or declined (then fleetc.state.placementfile.yaml_documents reads it through libyaml or ruamel)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from ruamel.yaml.nodes import ScalarNode
 
 from fleetc.policy import blockyaml, fastcompose, load
 from fleetc.render.yamlout import dump, dump_all
+from fleetc.state import placementfile
 
 CASES = Path(__file__).parent / "cases"
 REPORTS = sorted(CASES.glob("*/expected/placement.yaml"))
@@ -40,7 +41,7 @@ def _block(text: str, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any] | None
 
     monkeypatch.setattr(blockyaml, "block_documents", spy)
     try:
-        documents: list[Any] | None = load.yaml_documents(text)
+        documents: list[Any] | None = placementfile.yaml_documents(text)
     except (YAMLError, RecursionError):
         documents = None
     return documents, answers[0]

@@ -260,7 +260,7 @@ def _resolver():  # noqa: ANN202 - ruamel's resolver
     return YAML(typ="safe", pure=True).resolver
 
 
-# --- the fast schema check (fleetc.policy.validate._schema_valid) -------------------------------------
+# --- the fast schema check (fleetc.policy.schemacheck._schema_valid) -------------------------------------
 
 
 def _documents() -> list[dict]:
@@ -276,7 +276,7 @@ def _documents() -> list[dict]:
 
 def test_the_fast_schema_check_never_passes_what_jsonschema_rejects() -> None:
     from fleetc.policy.kinds import KINDS
-    from fleetc.policy.validate import _schema_valid, _validator
+    from fleetc.policy.schemacheck import _schema_valid, _validator
 
     checked = rejected = 0
     mutations = [{}, {"extra": 1}, {"metadata": {"name": "Bad_Name"}}, {"spec": {"clusters": []}},
@@ -297,7 +297,7 @@ def test_the_fast_schema_check_never_passes_what_jsonschema_rejects() -> None:
 
 
 def test_the_fast_schema_check_accepts_valid_policies() -> None:
-    from fleetc.policy.validate import _schema_valid
+    from fleetc.policy.schemacheck import _schema_valid
 
     generated = [d for d in _documents() if str(d.get("metadata", {}).get("name", "")).startswith(
         ("bench-", "pipeline-", "gpu-optimization", "data-optimization"))]

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleetc.policy import forkmap
-from fleetc.policy.forkmap import _shares, fork_map
+from fleetc.infra import forkmap
+from fleetc.infra.forkmap import _shares, fork_map
 
 PARENT = os.getpid()
 

@@ -26,7 +26,8 @@ from fleetc.placement import cvx
 from fleetc.placement.program import Program
 from fleetc.placement.program import Result as Solve
 from fleetc.placement.verify import verify
-from fleetc.policy.load import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES
+from fleetc.policy.files import MAX_FILE_BYTES
+from fleetc.policy.load import MAX_DEPTH, MAX_NODES
 
 ROOT = Path(__file__).resolve().parents[1]
 

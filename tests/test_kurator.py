@@ -17,10 +17,10 @@ from test_engines import CLUSTER_LABEL, Fleet, kurator_application, with_entry_p
 from test_gitops import CUSTOM
 from test_render import SAFE, fleet, write
 
+from fleetc.delivery import kustomization_name
 from fleetc.emit import Change, changes, write_tree
 from fleetc.model import Delivery
 from fleetc.render import render
-from fleetc.render.kurator import kustomization_name
 
 APPLICATION = "kurator/application-fleetc-system-fleetc.yaml"
 

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from fleetc.errors import UsageError
-from fleetc.policy import fastcompose, load
-from fleetc.policy.load import Document, discover, format_field, load_files, parse
+from fleetc.policy import fastcompose, files, load
+from fleetc.policy.files import discover
+from fleetc.policy.load import Document, format_field, load_files, parse
+from fleetc.state import placementfile
 
 
 def one_doc(text: str) -> Document:
@@ -342,7 +344,7 @@ def test_discover_missing_path_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_discover_empty_folder(tmp_path: Path) -> None:
-    assert discover([str(tmp_path)]) == load.Discovery((), ())
+    assert discover([str(tmp_path)]) == files.Discovery((), ())
 
 
 # --- load_files --------------------------------------------------------------------------------
@@ -413,7 +415,7 @@ def test_empty_file_on_disk(tmp_path: Path) -> None:
 
 
 def test_oversized_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(load, "MAX_FILE_BYTES", 10)
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 10)
     path = write(tmp_path / "f.yaml", "a: 1234567890\n")
     assert formats(load_files([path])) == [
         f"{path.as_posix()}: error: file is 14 bytes; the limit is 10\n"
@@ -422,7 +424,7 @@ def test_oversized_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_file_at_the_size_limit_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(load, "MAX_FILE_BYTES", 14)
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 14)
     path = write(tmp_path / "f.yaml", "a: 1234567890\n")
     assert load_files([path]).diagnostics == ()
 
@@ -510,15 +512,15 @@ def test_a_named_link_loop_or_broken_link_is_a_usage_error(tmp_path: Path) -> No
 
 def test_reading_is_bounded_while_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A file whose size says little (a /proc file says 0) is still read only to the limit."""
-    path = write(tmp_path / "big.yaml", b"#" * (load.MAX_FILE_BYTES + 10))
+    path = write(tmp_path / "big.yaml", b"#" * (files.MAX_FILE_BYTES + 10))
     reads: list[int] = []
     real_read = os.read
-    monkeypatch.setattr(load.os, "fstat", lambda fd: os.stat_result((0o100644, 0, 0, 1, 0, 0, 0, 0, 0, 0)))
-    monkeypatch.setattr(load.os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
+    monkeypatch.setattr(files.os, "fstat", lambda fd: os.stat_result((0o100644, 0, 0, 1, 0, 0, 0, 0, 0, 0)))
+    monkeypatch.setattr(files.os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
     assert formats(load_files([path])) == [
         f"{path.as_posix()}: error: file is more than 4194304 bytes; the limit is 4194304\n"
         "  hint: split it into several policy files"]
-    assert sum(reads) <= load.MAX_FILE_BYTES + 1
+    assert sum(reads) <= files.MAX_FILE_BYTES + 1
 
 
 @pytest.mark.parametrize("enabled", [True, False])
@@ -564,13 +566,13 @@ def test_load_policies_refuses_symlink_outside_folder(tmp_path: Path) -> None:
 def test_yaml_documents_reads_what_ruamel_reads(text: str) -> None:
     from ruamel.yaml import YAML
 
-    assert load.yaml_documents(text) == list(YAML(typ="safe", pure=True).load_all(text))
+    assert placementfile.yaml_documents(text) == list(YAML(typ="safe", pure=True).load_all(text))
 
 
 def test_forked_loading_reads_what_one_process_reads(monkeypatch) -> None:
     """Every policy file of the tests, broken ones included, loaded once in this process and
     once split across forked processes: the same documents, positions and diagnostics."""
-    from fleetc.policy import forkmap
+    from fleetc.infra import forkmap
 
     root = Path(__file__).parent
     files = sorted(root.rglob("*.yaml"))
@@ -599,7 +601,7 @@ def test_documents_read_by_forked_loaders_come_scanned(monkeypatch: pytest.Monke
     process that read it; on the node path (an alias) validation scans it itself."""
     import json
 
-    from fleetc.policy import forkmap
+    from fleetc.infra import forkmap
 
     plain = "b: [1, 2.5, x]\na: {c: null, secretName: s}\n---\n---\nkey: 9fA8b7C6d5E4f3G2h1J0\n"
     sources = [("a.yaml", plain.encode()), ("m.yaml", b"base: &b {x: 1}\nm: *b\n")]

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from fleetc.cli import cli
 from fleetc.compiler import Options, compile_policies, load_policies
-from fleetc.policy.forkmap import MIN_PARALLEL_SIZE, fork_map, usable_cores
+from fleetc.infra.forkmap import MIN_PARALLEL_SIZE, fork_map, usable_cores
 from fleetc.progress import NULL_REPORTER, TerminalReporter, phase
 
 ROOT = Path(__file__).resolve().parents[1]

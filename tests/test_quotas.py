@@ -25,7 +25,6 @@ from support.runtime import GPU, kueue_problems, objects, volcano_queue_problems
 from bench.generate import Spec, generate
 from fleetc.compiler import check_policies, compile_policies, load_policy_sources
 from fleetc.errors import PlacementError, PolicyError
-from fleetc.git.report import as_json, compare, format_markdown, format_text, snapshot
 from fleetc.model import Assignment, FleetModel, PipelineBudget, Placement, Source, StagePlacement, StageType, Team
 from fleetc.placement import rules
 from fleetc.placement.explain import explain
@@ -35,6 +34,7 @@ from fleetc.placement.optimize import place
 from fleetc.placement.problem import components, problems
 from fleetc.placement.scoring import score_matrix
 from fleetc.placement.verify import verify
+from fleetc.report import as_json, compare, format_markdown, format_text, snapshot
 
 QUOTAS = CASES / "team-quotas"
 

@@ -726,7 +726,7 @@ def test_rendering_on_every_core_gives_the_one_process_bytes(generated: bool, tm
 
     import fleetc.render as rendering
     from fleetc.compiler import Options, compile_policies, load_policies
-    from fleetc.policy import forkmap
+    from fleetc.infra import forkmap
 
     root = Path(__file__).resolve().parents[1]
     folder = root / "policies"

@@ -3,7 +3,6 @@ data, preprocessing settings for DataProc stages, and what has no Fluid form."""
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 from dataclasses import MISSING, dataclass, fields, is_dataclass, replace
@@ -368,20 +367,22 @@ def test_run_ids_are_the_generic_walk_of_the_stage() -> None:
     ]
     for stage in stages:
         assert stage_digest(stage) == _plain_stage_digest(stage)
-        assert stage_digest(stage) == _plain_stage_digest(stage)  # remembered: the same again
+        assert stage_digest(stage) == _plain_stage_digest(stage)  # the same again
     assert stage_digest(stages[1]) == stage_digest(stages[2])  # readers and the cluster's copy agree
 
 
-def test_a_remembered_run_id_goes_with_its_stage() -> None:
-    """run_id remembers each stage object's id while the stage lives, and forgets it when the
-    stage goes: a later stage at the same address is hashed afresh, and no render keeps the
-    ids of a model it no longer holds."""
-    stage = make_stage("train", gpus=8)
-    address, expected = id(stage), stage_digest(stage)
-    assert order._remembered_for[address][1] == expected
-    del stage
-    gc.collect()
-    assert address not in order._remembered_for
+def test_run_ids_are_remembered_by_the_render_not_the_module() -> None:
+    """run_id remembers each stage's id in its render's Context (Context.memo), which goes with
+    the render: nothing at module level keeps the stages of a model no render holds, and a
+    Context made anew (or by replace) computes afresh."""
+    model, _ = with_data()
+    train = next(s for s in model.stages if s.name == "train")
+    ctx = Context.of(model)
+    expected = run_id(ctx, train)
+    assert ctx.memo[("run", id(train))] == (train, expected)
+    assert Context.of(model).memo == {} and replace(ctx, guarantees={}).memo == {}
+    assert run_id(Context.of(model), train) == expected
+    assert not hasattr(order, "_remembered_for")
 
 
 def test_waits_made_once_per_render_give_each_caller_its_own_lists() -> None:

@@ -11,7 +11,18 @@ import pytest
 from support.builders import make_cluster, make_fleet, make_stage
 
 from fleetc.errors import Diagnostic
-from fleetc.git.report import (
+from fleetc.model import (
+    Assignment,
+    Cluster,
+    FleetModel,
+    GPUPolicy,
+    Placement,
+    Source,
+    Stage,
+    StagePlacement,
+    StageType,
+)
+from fleetc.report import (
     EMPTY,
     FLEET_WIDE,
     GITHUB_COMMENT_LIMIT,
@@ -31,17 +42,6 @@ from fleetc.git.report import (
     time_sliced_units,
     untouched_moves,
     what_if,
-)
-from fleetc.model import (
-    Assignment,
-    Cluster,
-    FleetModel,
-    GPUPolicy,
-    Placement,
-    Source,
-    Stage,
-    StagePlacement,
-    StageType,
 )
 
 GI = 1024**3

@@ -321,7 +321,7 @@ def test_scoring_on_every_core_gives_the_one_process_bits(monkeypatch: pytest.Mo
     from pathlib import Path
 
     from fleetc.compiler import load_policy_sources
-    from fleetc.policy import forkmap
+    from fleetc.infra import forkmap
     from fleetc.resolve import resolve
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

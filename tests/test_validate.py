@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fleetc.credentials import may_hold_credentials
 from fleetc.errors import PolicyError
-from fleetc.policy.credentials import credential_checks, may_hold_credentials
 from fleetc.policy.load import Document, parse
-from fleetc.policy.validate import validate
+from fleetc.policy.validate import credential_checks, validate
 
 SEED = Path(__file__).parent / "seed"
 SEED_FILES = sorted(p.name for p in SEED.glob("*.yaml"))

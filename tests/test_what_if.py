@@ -357,7 +357,7 @@ def test_a_scenario_among_the_policies_is_refused_with_where_it_belongs(project:
 
 
 def test_scenarios_cut_whole_to_fit_the_comment() -> None:
-    from fleetc.git.report import EMPTY, Report, WhatIf, compare, format_markdown
+    from fleetc.report import EMPTY, Report, WhatIf, compare, format_markdown
 
     found = WhatIf(compare(EMPTY, EMPTY, base_label="now", head_label="what-if drain=a"),
                    tuple((f"p/s{i}", "no room") for i in range(25)), (1.0, 2.0), (), "scenarios/a.yaml")

@@ -7,13 +7,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
-from fleetc.compiler import Compiled
 from fleetc.emit import RECORD, USER_FOLDER, could_be_fleetcs, is_users, write_tree
 from fleetc.errors import Diagnostic, FleetcError, UsageError
 from fleetc.git import repo as gitrepo
-from fleetc.git.report import commit_message, compare, snapshot, snapshot_of_output, time_sliced_units
-from fleetc.placement.previous import PLACEMENT_FILE, Previous, parse_previous
-from fleetc.policy.load import discover, display_path, is_policy_name
+from fleetc.model import FleetModel, Placement
+from fleetc.placement.previous import Previous, parse_previous
+from fleetc.policy.files import discover, display_path, is_policy_name
+from fleetc.report import commit_message, compare, snapshot, snapshot_of_output, time_sliced_units
+from fleetc.state.placementfile import PLACEMENT_FILE
 
 Sources = list[tuple[str, bytes]]
 
@@ -60,10 +61,11 @@ def user_files_at(ref: str, out_dir: str, workdir: Path) -> dict[str, str]:
     return {f"{USER_FOLDER}{path}": text for path, text in gitrepo.read_folder(root, ref, folder).items()}
 
 
-def commit_output(compiled: Compiled, out: Path, policy_paths: Sequence[str],
-                  workdir: Path) -> tuple[str | None, str]:
-    """Write ``out`` and commit it together with the policies it was compiled from, in one
-    commit: ``compile --check`` passes on every commit ``--commit`` makes. Returns the commit
+def commit_output(model: FleetModel, placement: Placement, files: Mapping[str, str], out: Path,
+                  policy_paths: Sequence[str], workdir: Path) -> tuple[str | None, str]:
+    """Write ``files`` (a compile of ``model``, placed by ``placement``) to ``out`` and commit
+    them together with the policies they were compiled from, in one commit: ``compile --check``
+    passes on every commit ``--commit`` makes. Returns the commit
     (None when nothing changed) and its message. ``out`` and ``policy_paths`` are relative to
     ``workdir`` unless absolute.
 
@@ -84,14 +86,14 @@ def commit_output(compiled: Compiled, out: Path, policy_paths: Sequence[str],
     owned = {p for p in set(committed.get(RECORD, "").splitlines()) or set(committed) - {RECORD}
              if could_be_fleetcs(p)}  # a line naming the user's file does not make it fleetc's
     foreign = [p for p in gitrepo.uncommitted(root, folder)
-               if not _made_by_fleetc(root / p, p[len(folder) + 1:], compiled.files, owned)]
+               if not _made_by_fleetc(root / p, p[len(folder) + 1:], files, owned)]
     if foreign:
         raise FleetcError(f"{folder}/ has changes fleetc did not make; commit or discard them first "
                           "(nothing was written):\n" + "\n".join(f"  {p}" for p in foreign))
     before = snapshot_of_output({p: t for p, t in committed.items() if p in owned},
-                                {c.name: c.gpu_type for c in compiled.model.clusters},
-                                time_sliced_units(compiled.model))
-    report = compare(before, snapshot(compiled.model, compiled.placement, compiled.files),
+                                {c.name: c.gpu_type for c in model.clusters},
+                                time_sliced_units(model))
+    report = compare(before, snapshot(model, placement, files),
                      base_label="HEAD", head_label="compile", out=folder)
     changed_policies = [p for p in gitrepo.uncommitted(root, *policies) if p in policies] if policies else []
     messages = [commit_message(report, changed_policies)]  # then the one of what git staged
@@ -104,7 +106,7 @@ def commit_output(compiled: Compiled, out: Path, policy_paths: Sequence[str],
     commits: list[str | None] = []
     with gitrepo.index_kept(root):  # a failed commit (a hook) leaves the index as it was...
         # ...and the output folder: the previous tree is swapped back
-        write_tree(out, compiled.files,
+        write_tree(out, files,
                    then=lambda: commits.append(gitrepo.commit_paths(root, [folder, *policies], message)))
     return commits[0], messages[-1]
 

@@ -22,7 +22,7 @@ from git.exc import BadName, BadObject
 from git.objects import Commit
 
 from fleetc.errors import FleetcError, UsageError
-from fleetc.policy.load import (
+from fleetc.policy.files import (
     BROKEN_LINK,
     LINK_HINT,
     LINK_LOOP,
@@ -87,7 +87,7 @@ class TreeFiles:
 
 def read_tree_files(root: Path, ref: str, paths: Sequence[str]) -> TreeFiles:
     """Policy files under ``paths`` (repository paths) at ``ref``, found as
-    :func:`fleetc.policy.load.discover` finds them in the working tree.
+    :func:`fleetc.policy.files.discover` finds them in the working tree.
 
     A folder is searched recursively (policy files and notes as discover tells them, hidden entries skipped), a file
     named directly is read whatever its name. A symbolic link is followed through the tree at
@@ -142,7 +142,7 @@ class _Unresolved(Exception):
 
 
 class _TreeWalk:
-    """:class:`fleetc.policy.load._Walk` over a tree at a revision: folders with a stack, links
+    """:class:`fleetc.policy.files._Walk` over a tree at a revision: folders with a stack, links
     resolved in the tree as the kernel resolves them on disk."""
 
     def __init__(self, tree: Tree, root: Path, paths: Sequence[str]):

@@ -33,11 +33,19 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from fleetc.errors import PlacementError
-from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
+from fleetc.model import (
+    CORES_PER_GPU,
+    MEMORY_PER_GPU,
+    Assignment,
+    Cluster,
+    FleetModel,
+    Placement,
+    Stage,
+    StagePlacement,
+)
 from fleetc.placement import rules
 from fleetc.placement.verify import verify
 from fleetc.policy.quantity import GIB
-from fleetc.resolve import CORES_PER_GPU, MEMORY_PER_GPU
 
 #: Cluster fields that hold each resource of :data:`rules.RESOURCES`, and the step one unit adds.
 _FIELDS = (("gpus", 1), ("cpu_millis", 1), ("memory_bytes", rules.MIB))
@@ -412,7 +420,7 @@ def _fresh(model: FleetModel, jurisdiction: str | None, gpu_type: str | None) ->
 
 def _sized(model: FleetModel, empty: Cluster, placed: Iterable[tuple[Stage, int]]) -> Cluster | None:
     """``empty`` with the fewest GPUs for ``placed`` to fit, and the cores and memory a cluster
-    has per GPU by default (:data:`resolve.CORES_PER_GPU`), more (in whole cores and GiB) where
+    has per GPU by default (:data:`fleetc.model.CORES_PER_GPU`), more (in whole cores and GiB) where
     ``placed`` needs more; None when headroom leaves no room."""
     placed = list(placed)
     used = rules.usage(model, placed)

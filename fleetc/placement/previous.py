@@ -16,9 +16,8 @@ from typing import Any
 from ruamel.yaml.error import YAMLError
 
 from fleetc.model import Stage
-from fleetc.policy.load import yaml_documents
+from fleetc.state.placementfile import PLACEMENT_FILE, yaml_documents
 
-PLACEMENT_FILE = "placement.yaml"
 #: More replicas than any stage may ask for (the policies' limit): not a report fleetc wrote.
 MAX_REPLICAS = 100_000
 

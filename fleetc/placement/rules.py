@@ -28,7 +28,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from fleetc import nodefit
-from fleetc.model import Cluster, FleetModel, GPUOption, Stage, StageType, Taint, Toleration, untolerated
+from fleetc.model import (
+    Cluster,
+    FleetModel,
+    GPUOption,
+    Stage,
+    StageType,
+    Taint,
+    Toleration,
+    degraded_platforms,
+    untolerated,
+)
 
 #: Stage types that never run on time-sliced GPU slots: they need whole GPUs.
 EXCLUSIVE_TYPES = (StageType.TRAINING, StageType.FINETUNING)
@@ -208,20 +218,6 @@ def ha_clusters(model: FleetModel, stage: Stage) -> tuple[str, ...]:
         return ()
     lost = {c.name for c in model.clusters if c.cordoned}
     return tuple(name for name in dict.fromkeys(names) if name not in lost)
-
-
-def degraded_platforms(model: FleetModel, stage: Stage) -> tuple[str, ...]:
-    """The platforms governing serving ``stage`` whose active-active set lost a cluster (cordoned
-    or drained): the stage then runs degraded (see :func:`least_replicas`)."""
-    if stage.type is not StageType.DEPLOYMENT:
-        return ()
-    governing = [platform for platform in model.platforms
-                 if platform.primary_cluster and stage.pipeline in platform.pipelines]
-    if not governing:
-        return ()
-    lost = {c.name for c in model.clusters if c.cordoned}
-    return tuple(platform.name for platform in governing
-                 if lost & {platform.primary_cluster, *platform.secondary_clusters})
 
 
 def least_replicas(model: FleetModel, stage: Stage) -> int:

@@ -81,9 +81,9 @@ from functools import cached_property
 import numpy as np
 
 from fleetc import nodefit
+from fleetc.infra import forkmap
 from fleetc.model import Cluster, FleetModel, Stage, StageType, untolerated
 from fleetc.placement import rules
-from fleetc.policy import forkmap
 
 GIB = 2**30
 

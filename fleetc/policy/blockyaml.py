@@ -1,6 +1,6 @@
 """A faster path for reading YAML in the block layout fleetc writes (:mod:`fleetc.render.yamlout`),
 before libyaml's (:mod:`fleetc.policy.fastcompose`), for the previous ``placement.yaml``
-(:func:`fleetc.policy.load.yaml_documents`) and for policy files written the same way.
+(:func:`fleetc.state.placementfile.yaml_documents`) and for policy files written the same way.
 
 libyaml hands Python one event object per node: a 1,000 x 20,000 fleet's ``placement.yaml`` is
 600,000 of them (most of a second), its policies a million. Generated files are in one fixed

@@ -7,18 +7,13 @@ expansion (a "billion laughs" file stops at :data:`MAX_NODES`). Nothing here kno
 Positions cost more than the data, and only a file with a message needs them: a file that
 :func:`fastcompose.load_all` reads without a problem becomes data at once, and its positions are
 worked out from libyaml's events when something first asks for one (:class:`_Positions`). On a
-large input, files are read by that fast path on every core (:mod:`fleetc.policy.forkmap`).
+large input, files are read by that fast path on every core (:mod:`fleetc.infra.forkmap`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import gc
+import functools
 import json
-import os
-import stat
-import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,14 +28,14 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.tag import Tag
 
-from fleetc.errors import Diagnostic, UsageError
+from fleetc.credentials import may_hold_credentials
+from fleetc.errors import Diagnostic
+from fleetc.infra.collector import gc_paused
+from fleetc.infra.forkmap import fork_map
 from fleetc.policy import blockyaml, fastcompose
-from fleetc.policy.credentials import may_hold_credentials
-from fleetc.policy.forkmap import fork_map
+from fleetc.policy import files as policy_files
+from fleetc.policy.files import discover, display_path, read_source, too_large
 
-#: A policy file larger than this is refused: policies are small, and the limit keeps a
-#: runaway generated file from exhausting memory in CI.
-MAX_FILE_BYTES = 4 * 1024 * 1024
 #: Values one document may expand to, counting every alias expansion (bounds alias bombs).
 MAX_NODES = 200_000
 #: How deep mappings and lists may nest.
@@ -49,37 +44,6 @@ MAX_DEPTH = 64
 #: print one of more than 4,300 digits in a message.
 MAX_INT_DIGITS = 100
 
-#: What fleetc reads in a policy folder, whatever the case of the suffix: YAML, and JSON (which
-#: YAML 1.2 reads). The engines apply ``*.json`` too, and a pipeline saved as ``a.YAML`` must
-#: not be dropped without a word.
-POLICY_SUFFIXES = (".yaml", ".yml", ".json")
-#: What a policy folder may hold beside policies, never read: notes for people. Any other file
-#: there is an error: fleetc cannot tell a policy saved under another name from a stray file.
-NOTE_SUFFIXES = (".md", ".markdown", ".txt", ".rst", ".adoc")
-NOTE_NAMES = ("README", "LICENSE", "NOTICE", "OWNERS", "CODEOWNERS", "AUTHORS", "CHANGELOG")
-NOT_A_POLICY = ("not a policy file: fleetc reads *.yaml, *.yml and *.json (any case) and skips notes "
-                "(*.md, *.txt, README...); it would be ignored")
-NOT_A_POLICY_HINT = ("rename it to *.yaml if it holds policies; otherwise move it out of the policy folder "
-                     "(or hide it: .name)")
-
-
-def is_policy_name(name: str) -> bool:
-    """Whether a file of this name in a policy folder is read as policies."""
-    return name.lower().endswith(POLICY_SUFFIXES)
-
-
-def is_note_name(name: str) -> bool:
-    """Whether a file of this name in a policy folder is a note for people, skipped."""
-    base = name.rsplit("/", 1)[-1]
-    return base.lower().endswith(NOTE_SUFFIXES) or base.upper() in NOTE_NAMES
-
-#: What discovery says of a link it cannot follow; :mod:`fleetc.git.repo` says the same of a
-#: link at a revision.
-LINK_LOOP = "symbolic link loop"
-BROKEN_LINK = "broken symbolic link"
-LINK_HINT = "remove the link, or point it at a policy file or folder"
-LINK_OUTSIDE = "symbolic link points outside the policy folders"
-LINK_OUTSIDE_HINT = "copy the file into the policy folder instead"
 
 FieldPath = tuple[str | int, ...]
 Position = tuple[int, int]  # 1-based line and column
@@ -163,152 +127,12 @@ class LoadResult:
     diagnostics: tuple[Diagnostic, ...]
 
 
-@dataclass(frozen=True)
-class Discovery:
-    """The policy files under the paths a user named, and every entry that could not be read
-    or was left out for a reason that is an error (nothing is skipped silently)."""
-
-    files: tuple[Path, ...]
-    problems: tuple[Diagnostic, ...]
-
-
-def discover(paths: Sequence[str], workdir: Path = Path(".")) -> Discovery:
-    """Expand files and folders (recursively, :func:`is_policy_name`, hidden entries skipped),
-    relative to ``workdir`` unless absolute; problems name files as :func:`display_path` does.
-
-    Within a folder, every entry that is not a hidden entry or a note (:func:`is_note_name`)
-    is either read or reported: a file of another suffix, a folder that cannot be listed, a FIFO, socket or device
-    (never opened: reading one could block forever or never end), a broken symbolic link, a
-    link loop, and a link that leaves every named path (a policy cannot pull in arbitrary
-    files). A link to a folder or file inside them is followed, each file read once.
-
-    Raises :class:`UsageError` for a path that does not exist: that is a command-line mistake,
-    not a policy error.
-    """
-    named: list[tuple[Path, os.stat_result]] = []
-    for given in paths:
-        path = workdir / given
-        try:
-            named.append((path, os.stat(path)))
-        except OSError as err:
-            raise UsageError(f"{given}: {_stat_problem(err, path)}") from None
-    walk = _Walk([Path(os.path.realpath(path)) for path, _ in named], workdir)
-    for path, info in named:
-        if stat.S_ISDIR(info.st_mode):
-            walk.folder(path)
-        else:
-            walk.entry(path, info)
-    return Discovery(tuple(sorted(walk.files.values(), key=lambda p: p.as_posix())),
-                     tuple(walk.problems))
-
-
-def _stat_problem(err: OSError, path: Path) -> str:
-    if err.errno == errno.ELOOP:
-        return LINK_LOOP
-    if err.errno == errno.ENOENT:
-        return BROKEN_LINK if os.path.islink(path) else "no such file or directory"
-    return err.strerror or str(err)
-
-
-class _Walk:
-    """Collects policy files and problems; folders are walked with a stack, not recursion."""
-
-    def __init__(self, roots: Sequence[Path], workdir: Path):
-        self.roots, self.workdir = roots, workdir
-        self.files: dict[str, Path] = {}  # real path -> the first name it was found under
-        self.folders: set[str] = set()  # real paths of the folders listed so far
-        self.problems: list[Diagnostic] = []
-
-    def folder(self, top: Path) -> None:
-        stack = [top]
-        while stack:
-            folder = stack.pop()
-            real = os.path.realpath(folder)
-            if real in self.folders:
-                continue  # a link to a folder read under its own name (or a link to an ancestor)
-            self.folders.add(real)
-            try:
-                with os.scandir(folder) as listing:
-                    entries = sorted((e for e in listing if not e.name.startswith(".")),
-                                     key=lambda e: e.name)
-            except OSError as err:
-                self._problem(folder, f"cannot read folder: {err.strerror or err}",
-                              "let fleetc read it, or move it out of the policy folder")
-                continue
-            subfolders = []
-            for entry in entries:
-                path = folder / entry.name
-                if entry.is_symlink():
-                    if self._link_is_folder(path):
-                        subfolders.append(path)
-                elif entry.is_dir(follow_symlinks=False):
-                    subfolders.append(path)
-                elif entry.is_file(follow_symlinks=False):
-                    if is_policy_name(entry.name):
-                        self._file(os.path.join(real, entry.name), path)
-                    elif not is_note_name(entry.name):
-                        self._problem(path, NOT_A_POLICY, NOT_A_POLICY_HINT)
-                else:
-                    self._special(path, entry.stat(follow_symlinks=False).st_mode)
-            stack.extend(reversed(subfolders))
-
-    def _link_is_folder(self, path: Path) -> bool:
-        """Whether the link ``path`` leads to a folder to walk; a file it leads to is taken
-        here, and a link that is broken, loops or leaves the roots is reported."""
-        try:
-            info = os.stat(path)
-        except OSError as err:
-            self._problem(path, _stat_problem(err, path), LINK_HINT)
-            return False
-        target = Path(os.path.realpath(path))
-        folder = stat.S_ISDIR(info.st_mode)
-        if not _inside(target, self.roots):
-            if folder or is_policy_name(path.name):
-                self._problem(path, LINK_OUTSIDE, LINK_OUTSIDE_HINT)
-            elif not is_note_name(path.name):
-                self._problem(path, NOT_A_POLICY, NOT_A_POLICY_HINT)
-            return False
-        if not folder:
-            self.entry(path, info, named=False)
-        return folder
-
-    def entry(self, path: Path, info: os.stat_result, *, named: bool = True) -> None:
-        """A file (or a link to one) found in a folder, or one the user named (any name)."""
-        if not stat.S_ISREG(info.st_mode):
-            self._special(path, info.st_mode)
-        elif named or is_policy_name(path.name):
-            self._file(os.path.realpath(path), path)
-        elif not is_note_name(path.name):
-            self._problem(path, NOT_A_POLICY, NOT_A_POLICY_HINT)
-
-    def _file(self, real: str, path: Path) -> None:
-        """One file, read once under the first of its names in path order."""
-        known = self.files.get(real)
-        if known is None or path.as_posix() < known.as_posix():
-            self.files[real] = path
-
-    def _special(self, path: Path, mode: int) -> None:
-        self._problem(path, f"not a regular file ({_file_kind(mode)}); fleetc never opens one",
-                      "policies are regular files; remove it")
-
-    def _problem(self, path: Path, message: str, hint: str) -> None:
-        self.problems.append(Diagnostic(display_path(path, self.workdir), 0, 0, "", message, hint))
-
-
-def _file_kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return kind
-    return "a special file"
-
-
 def load_files(files: Iterable[Path], workdir: Path = Path(".")) -> LoadResult:
     """Read and parse every file; problems become diagnostics, never exceptions. Files are named
     as :func:`display_path` names them relative to ``workdir``.
 
     A file is opened without blocking and read only when it is a regular file, and never
-    beyond :data:`MAX_FILE_BYTES` (a file that grows while read, or lies about its size, is
+    beyond :data:`~fleetc.policy.files.MAX_FILE_BYTES` (a file that grows while read, or lies about its size, is
     refused all the same).
     """
     sources: list[tuple[str, bytes]] = []
@@ -323,86 +147,12 @@ def load_files(files: Iterable[Path], workdir: Path = Path(".")) -> LoadResult:
     return LoadResult(loaded.documents, (*refused, *loaded.diagnostics))
 
 
-def read_source(path: Path, display: str) -> tuple[str, bytes] | Diagnostic:
-    """``(display, bytes)`` of the file ``path`` as :func:`load_files` reads it (a regular file,
-    at most :data:`MAX_FILE_BYTES`), or the problem that refuses it."""
-    try:
-        return display, _read_bounded(path)
-    except _Refused as problem:
-        return problem.diagnostic(display)
-    except OSError as err:
-        return Diagnostic(display, 0, 0, "", f"cannot read file: {err.strerror or err}")
-
-
 def load_paths(paths: Sequence[str], workdir: Path = Path(".")) -> LoadResult:
     """:func:`discover` and :func:`load_files`, every problem of both in one result; ``paths``
     relative to ``workdir`` unless absolute."""
     found = discover(paths, workdir)
     loaded = load_files(found.files, workdir)
     return LoadResult(loaded.documents, (*found.problems, *loaded.diagnostics))
-
-
-class _Refused(Exception):
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.message, self.hint = message, hint
-
-    def diagnostic(self, display: str) -> Diagnostic:
-        return Diagnostic(display, 0, 0, "", self.message, self.hint)
-
-
-_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-_CHUNK = 1 << 20
-
-
-def _read_bounded(path: Path) -> bytes:
-    """The bytes of the regular file ``path``, at most :data:`MAX_FILE_BYTES` of them."""
-    fd = os.open(path, _READ)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):  # checked on the open file: it may have been replaced
-            raise _Refused(f"not a regular file ({_file_kind(info.st_mode)}); fleetc never "
-                           "reads one", "policies are regular files; remove it")
-        if info.st_size > MAX_FILE_BYTES:
-            problem = too_large("", info.st_size)
-            raise _Refused(problem.message, problem.hint)
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := os.read(fd, min(_CHUNK, MAX_FILE_BYTES + 1 - size)):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > MAX_FILE_BYTES:
-                raise _Refused(f"file is more than {MAX_FILE_BYTES} bytes; the limit is "
-                               f"{MAX_FILE_BYTES}", "split it into several policy files")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-#: A stage that leaves more new objects than this freezes them (see :func:`gc_paused`).
-FREEZE_OBJECTS = 50_000
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Keep Python's cycle collector out of a stage that builds many objects and frees few.
-
-    Every few hundred allocations it scans the young objects, and now and then all of them: on
-    a large fleet that rescanning, not the work, took most of loading and validating. When the
-    stage leaves more than :data:`FREEZE_OBJECTS` new objects (a large fleet's data and models,
-    which live as long as the compile), they are frozen too, or the first collection after the
-    stage would scan them all once more; a small stage leaves the collector as it was, so that
-    a process running many small compiles (the tests) still collects all its garbage.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if gc.get_count()[0] > FREEZE_OBJECTS:
-            gc.freeze()
-        if enabled:
-            gc.enable()
 
 
 def load_sources(sources: Iterable[tuple[str, bytes]]) -> LoadResult:
@@ -415,7 +165,7 @@ def _load_sources(sources: Iterable[tuple[str, bytes]]) -> LoadResult:
     texts: list[tuple[str, str]] = []
     diagnostics: list[Diagnostic] = []
     for display, raw in sources:
-        if len(raw) > MAX_FILE_BYTES:
+        if len(raw) > policy_files.MAX_FILE_BYTES:
             diagnostics.append(too_large(display, len(raw)))
             continue
         text, problem = _decode(raw, display)
@@ -423,35 +173,15 @@ def _load_sources(sources: Iterable[tuple[str, bytes]]) -> LoadResult:
             diagnostics.append(problem)
         else:
             texts.append((display, text))
-    fast = fork_map(_read_fast, [text for _, text in texts], [len(text) for _, text in texts])
+    plain_values: dict[str, Any] = {}  # one cache for the files of this load (see _read_fast)
+    fast = fork_map(functools.partial(_read_fast, plain_values=plain_values), [text for _, text in texts],
+                    [len(text) for _, text in texts])
     documents: list[Document] = []
     for (display, text), data in zip(texts, fast, strict=True):
         docs, problems = _parse(text, display, data)
         documents.extend(docs)
         diagnostics.extend(problems)
     return LoadResult(tuple(documents), tuple(diagnostics))
-
-
-def display_path(path: Path, workdir: Path) -> str:
-    """How messages and provenance name a file: relative to the working folder ``workdir`` when
-    inside it, so ``fleetc compile $PWD/policies`` and ``fleetc compile policies`` write the same
-    bytes. ``path`` is relative to ``workdir`` unless absolute; neither is resolved against the
-    current directory (the CLI passes it as ``workdir``)."""
-    located = Path(os.path.normpath(workdir / path))
-    base = Path(os.path.normpath(workdir))
-    if located == base or base in located.parents:
-        return located.relative_to(base).as_posix()
-    return located.as_posix()
-
-
-def _inside(target: Path, roots: Sequence[Path]) -> bool:
-    return any(target == r or r in target.parents for r in roots)
-
-
-def too_large(display: str, size: int) -> Diagnostic:
-    """A file of ``size`` bytes, over :data:`MAX_FILE_BYTES`."""
-    return Diagnostic(display, 0, 0, "", f"file is {size} bytes; the limit is {MAX_FILE_BYTES}",
-                      hint="split it into several policy files")
 
 
 def _decode(raw: bytes, display: str) -> tuple[str, Diagnostic | None]:
@@ -469,7 +199,7 @@ def _decode(raw: bytes, display: str) -> tuple[str, Diagnostic | None]:
 
 def parse(text: str, display: str) -> tuple[list[Document], list[Diagnostic]]:
     """Parse every document in ``text``; empty documents (a trailing ``---``) are skipped."""
-    return _parse(text, display, _read_fast(text))
+    return _parse(text, display, _read_fast(text, {}))
 
 
 class _Read(NamedTuple):
@@ -480,26 +210,30 @@ class _Read(NamedTuple):
     scanned: list[Scanned | None]
 
 
-def _read_fast(text: str) -> _Read | None:
+def _read_fast(text: str, plain_values: dict[str, Any]) -> _Read | None:
     """Every document of ``text`` as data by :func:`fastcompose.load_all`, each scanned, or None
-    where the node path must read it (something to report, or something only ruamel reads right)."""
+    where the node path must read it (something to report, or something only ruamel reads right).
+
+    ``plain_values``: plain scalar -> its value (or ``fastcompose.DECLINE``), shared by the files
+    of one load: the same names, numbers and quantities recur, and resolving one by ruamel's
+    patterns is slow. It starts over when it holds more than :data:`_MAX_PLAIN_VALUES`."""
     yaml = YAML(typ="safe", pure=True)
-    if len(_PLAIN_VALUES) > _MAX_PLAIN_VALUES:
-        _PLAIN_VALUES.clear()
+    if len(plain_values) > _MAX_PLAIN_VALUES:
+        plain_values.clear()
     scalars = _ScalarValues(yaml.constructor)
 
     def plain(value: str) -> Any:
-        found = _PLAIN_VALUES.get(value, _PLAIN_VALUES)
-        if found is _PLAIN_VALUES:
+        found = plain_values.get(value, plain_values)
+        if found is plain_values:
             node = ScalarNode(yaml.resolver.resolve(ScalarNode, value, (True, False)), value, None, None)
-            found = _PLAIN_VALUES[value] = scalars(node)
+            found = plain_values[value] = scalars(node)
         if found is fastcompose.DECLINE:
             raise ValueError(value)
         return found
 
     block = blockyaml.block_stream(text, plain, MAX_DEPTH, MAX_NODES)  # fleetc's own layout, read faster
     stream = fastcompose.Stream(*block) if block is not None else fastcompose.load_all(
-        text, yaml.resolver, scalars, max_depth=MAX_DEPTH, max_values=MAX_NODES, cache=_PLAIN_VALUES)
+        text, yaml.resolver, scalars, max_depth=MAX_DEPTH, max_values=MAX_NODES, cache=plain_values)
     if stream is None:
         return None
     return _Read(stream, [None if data is None else scan(data) for data in stream.documents])
@@ -539,44 +273,7 @@ def _parse(text: str, display: str, fast: _Read | None) -> tuple[list[Document],
     return documents, diagnostics
 
 
-def yaml_documents(text: str) -> list[Any]:
-    """Every document of ``text`` as ruamel's safe loader reads it, for files fleetc wrote itself
-    (the previous ``placement.yaml``): through libyaml where it reads as ruamel would (a
-    1,000-cluster fleet's report holds ~500,000 values, which ruamel's pure-Python parser took
-    ~30 s over), through ruamel otherwise. Raises ruamel's ``YAMLError``, and
-    ``RecursionError`` for nesting deeper than :data:`MAX_DEPTH` (found by libyaml at once,
-    where ruamel's parser would take seconds before running out of stack)."""
-    yaml = YAML(typ="safe", pure=True)
-
-    def scalar(node: ScalarNode) -> Any:
-        try:
-            return yaml.constructor.construct_object(node)
-        except (ConstructorError, ValueError):
-            return fastcompose.DECLINE
-
-    def plain(text: str) -> Any:
-        value = scalar(ScalarNode(yaml.resolver.resolve(ScalarNode, text, (True, False)), text, None, None))
-        if value is fastcompose.DECLINE:
-            raise ValueError(text)
-        return value
-
-    with gc_paused():
-        documents = blockyaml.block_documents(text, plain, MAX_DEPTH)  # fleetc's own layout, read faster
-        if documents is not None:
-            return documents
-        stream = fastcompose.load_all(text, yaml.resolver, scalar, max_depth=MAX_DEPTH, max_values=sys.maxsize)
-        if stream is not None:
-            return stream.documents
-        if fastcompose.deeper_than(text, MAX_DEPTH):
-            raise RecursionError(f"nesting is deeper than {MAX_DEPTH} levels")
-        yaml.Composer = _Yaml12Composer
-        return list(yaml.load_all(text))
-
-
-#: Plain scalar -> its value (or ``fastcompose.DECLINE``), across files: the same names,
-#: numbers and quantities recur, and resolving one by ruamel's patterns is slow. It starts
-#: over when it holds more than :data:`_MAX_PLAIN_VALUES`.
-_PLAIN_VALUES: dict[str, Any] = {}
+#: :func:`_read_fast`'s cache of plain scalars starts over when it holds more than this many.
 _MAX_PLAIN_VALUES = 100_000
 
 
@@ -598,7 +295,7 @@ class _OtherVersion(MarkedYAMLError):
     """A ``%YAML`` directive for another version than 1.2."""
 
 
-class _Yaml12Composer(Composer):
+class Yaml12Composer(Composer):
     """ruamel's composer, refusing a ``%YAML`` directive for any version but 1.2: ruamel reads
     the document after ``%YAML 1.1`` by YAML 1.1's rules (``010`` is 8, ``yes`` is true,
     ``1:30`` is 90), which no reviewer of the file expects and the fast paths, which decline
@@ -612,7 +309,7 @@ class _Yaml12Composer(Composer):
         return super().compose_document()
 
 
-class _TagNotingComposer(_Yaml12Composer):
+class _TagNotingComposer(Yaml12Composer):
     """ruamel's composer, noting every node whose tag is written in the file.
 
     A node does not say whether its tag was written: ``!!str 5`` composes to the node ``'5'``

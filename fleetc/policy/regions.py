@@ -32,7 +32,7 @@ from fleetc.policy.load import Document, FieldPath
 
 if TYPE_CHECKING:
     from fleetc.policy import kinds as p
-    from fleetc.policy.validate import Parsed, PolicySet
+    from fleetc.policy.policyset import Parsed, PolicySet
 
 
 def _same(jurisdiction: str, *regions: str) -> dict[str, str]:

@@ -36,14 +36,15 @@ source, ``fleetc.dev/source: <policy file>#<field path>``. Secrets are never ren
 from __future__ import annotations
 
 import functools
-import gc
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from fleetc.delivery import INFRA, WORKLOADS
 from fleetc.errors import Diagnostic
+from fleetc.infra.collector import gc_paused
+from fleetc.infra.forkmap import fork_map
 from fleetc.model import GPU_PRODUCT_LABELS, KUEUE, Cluster, FleetModel, Placement
-from fleetc.policy.forkmap import fork_map
+from fleetc.render import yamlout
 from fleetc.render.cluster import (
     egress_policy,
     identity_warnings,
@@ -57,9 +58,7 @@ from fleetc.render.common import Obj, cpu_quantity, folder_files, memory_quantit
 from fleetc.render.context import Context, Work, placements, team_guarantees, work_by_cluster
 from fleetc.render.data import FLUID_OPERATIONS, data_warnings, fluid_objects
 from fleetc.render.gitops import (
-    INFRA,
     INFRA_WAVE,
-    WORKLOADS,
     WORKLOADS_WAVE,
     cluster_kustomization,
     gitops_files,
@@ -136,23 +135,9 @@ def render(model: FleetModel, placement: Placement,
     fleet is large enough to render on every core. ``reuse``: the cluster folders of the output
     folder that hold exactly their recorded files (:mod:`.record`); those whose inputs are
     unchanged are kept (``Rendered.kept``), not rendered."""
-    with _cyclic_gc_paused():
+    # what rendering makes is handed on and dropped; every file is written by one YAML emitter
+    with gc_paused(freeze=False), yamlout.caching():
         return _render(model, placement, locate or (lambda found: found), reuse or Reusable())
-
-
-@contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """Rendering allocates millions of small dicts and strings, none in a reference cycle, so
-    the cyclic collector frees nothing here; yet each time its young generation fills it runs,
-    and the older generations it sweeps now and then hold the whole model. Pausing it makes a
-    large render about a fifth faster; reference counting still frees everything as usual."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _render(model: FleetModel, placement: Placement,
@@ -258,11 +243,7 @@ def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> tuple[list[O
               if (policy := egress_policy(cluster, name, p)) is not None]
     infra += fences
     kueue = cluster.batch_scheduler == KUEUE
-    if kueue:
-        infra += kueue_queues(ctx, cluster, work)
-    else:
-        infra += [queue(ctx, cluster, c) for c in sorted({stage.workload_class for stage, _ in work})]
-        infra += team_queues(ctx, cluster, work)
+    infra += _queues(ctx, cluster, work, kueue)
     infra += _priority_classes(ctx, work)
     if ctx.model.gpu_policy is not None:  # its Namespace once, also when a pipeline's too
         infra += [obj for obj in device_plugin_config(ctx.model.gpu_policy, cluster, ctx.gpu_slots)
@@ -278,6 +259,15 @@ def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> tuple[list[O
             workloads += [deployment(ctx, cluster, stage), service(stage),
                           autoscaler(stage, replicas), disruption_budget(stage, replicas)]
     return infra, workloads
+
+
+def _queues(ctx: Context, cluster: Cluster, work: Work, kueue: bool) -> list[Obj]:
+    """Kueue's flavors and queues on a Kueue cluster; else a Volcano Queue per workload class
+    and one per team."""
+    if kueue:
+        return kueue_queues(ctx, cluster, work)
+    return ([queue(ctx, cluster, c) for c in sorted({stage.workload_class for stage, _ in work})]
+            + team_queues(ctx, cluster, work))
 
 
 def _priority_classes(ctx: Context, work: Work) -> list[Obj]:

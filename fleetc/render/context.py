@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from fleetc.errors import InternalError
 from fleetc.model import (
@@ -65,6 +66,10 @@ class Context:
     #: (team, cluster) -> the GPUs of the team's ``guaranteed`` the cluster's queue keeps for it
     #: (:func:`team_guarantees`)
     guarantees: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    #: What a render makes once and asks for again (run ids, the containers waiting for the
+    #: same upstreams: :mod:`.order`), for as long as this Context lives. Not an argument: a
+    #: Context made by ``replace`` starts an empty one, as it may render differently.
+    memo: dict[Hashable, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @classmethod
     def of(cls, model: FleetModel) -> Context:

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
+from fleetc.delivery import INFRA, LOCAL, WORKLOADS
 from fleetc.errors import Diagnostic
 from fleetc.model import DEFAULT_ENTRY_POINTS, GitOps, Source
 from fleetc.render.common import ARGO_SYNC_OPTIONS, SYNC_WAVE, Obj, folder_files, metadata, warning
@@ -83,12 +84,9 @@ RETRY_LIMIT = 5
 RETRY_BACKOFF = "10s"
 RETRY_MAX = "5m"
 
-#: The two layers of a cluster folder, their Argo CD sync waves, and the user's folder.
-INFRA = "infra"
-WORKLOADS = "workloads"
+#: The Argo CD sync waves of the two layers of a cluster folder (:mod:`fleetc.delivery`).
 INFRA_WAVE = 0
 WORKLOADS_WAVE = 1
-LOCAL = "local"
 
 _KUSTOMIZATION = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
 

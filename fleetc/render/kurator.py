@@ -38,15 +38,13 @@ Kustomization only once those it depends on are Ready.
 
 from __future__ import annotations
 
+from fleetc.delivery import INFRA, LOCAL, WORKLOADS, kustomization_names, policy_name
 from fleetc.model import Delivery, GitOps, Source
 from fleetc.render.common import Obj, folder_files, metadata
 from fleetc.render.gitops import (
     APPLY_INTERVAL,
-    INFRA,
-    LOCAL,
     NAME,
     RETRY_INTERVAL,
-    WORKLOADS,
     in_repository,
     repository_spec,
 )
@@ -54,25 +52,6 @@ from fleetc.render.gitops import (
 #: The label each cluster object (AttachedCluster or Cluster) must carry, with the cluster's
 #: name, for the Application's sync policies to select it.
 CLUSTER_LABEL = "fleetc.dev/cluster"
-#: Kurator cuts the names of the Kustomizations it makes to this length.
-NAME_LIMIT = 63
-
-
-def policy_name(layer: str, cluster: str) -> str:
-    return f"{layer}-{cluster}"
-
-
-def kustomization_name(policy: str, kind: str, cluster: str) -> str:
-    """The Flux Kustomization Kurator makes for sync policy ``policy`` on ``cluster`` (ported
-    from kurator-dev/kurator v0.6.0 ``pkg/fleet-manager/application/helper.go``
-    ``generatePolicyResourceName``)."""
-    return f"{policy}-{kind}-{cluster}".lower()[:NAME_LIMIT]
-
-
-def kustomization_names(cluster: str, kind: str) -> dict[str, str]:
-    """Layer -> the Kustomization Kurator makes for that layer's sync policy on ``cluster``."""
-    return {layer: kustomization_name(policy_name(layer, cluster), kind, cluster)
-            for layer in (INFRA, LOCAL, WORKLOADS)}
 
 
 def _sync_policy(gitops: GitOps, fleet: str, cluster: str, layer: str, path: str,

@@ -34,12 +34,11 @@ import dataclasses
 import functools
 import hashlib
 import json
-import weakref
 from collections import Counter
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import replace
 from enum import Enum
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from fleetc.errors import Diagnostic
 from fleetc.model import STORAGE_CREDENTIAL_KEYS, Stage, url_scheme
@@ -136,8 +135,8 @@ def run_id(ctx: Context, stage: Stage) -> str:
 
 
 def stage_digest(stage: Stage) -> str:
-    """The stage as compiled (:func:`_digest`), remembered per stage object (:func:`_remembered`)."""
-    return _remembered(stage, _digest)
+    """The stage as compiled (:func:`_digest`); :func:`run_id` remembers it per render."""
+    return _digest(stage)
 
 
 def _runs(ctx: Context, stage: Stage) -> object:
@@ -149,38 +148,12 @@ def _runs(ctx: Context, stage: Stage) -> object:
             "priority": workloads.training_priority(ctx, stage)}
 
 
-T = TypeVar("T")
-Owner = TypeVar("Owner")
-
-#: id(object) -> (a weak reference to it, what :func:`_remembered` made of it).
-_remembered_for: dict[int, tuple[weakref.ref[Any], Any]] = {}
-
-
-def _remembered(owner: Owner, make: Callable[[Owner], T]) -> T:
-    """``make(owner)``, made once per live ``owner`` (a frozen Stage, a render's Context): kept
-    by id beside a weak reference to it, which tells a live owner from a dead one at a reused
-    address, and whose callback drops the entry with the owner, so nothing outlives what it was
-    made of."""
-    known = _remembered_for.get(id(owner))
-    if known is not None and known[0]() is owner:
-        return cast(T, known[1])
-    made = make(owner)
-    key = id(owner)
-
-    def forget(ref: weakref.ref[Any]) -> None:
-        if _remembered_for.get(key, (None, None))[0] is ref:
-            del _remembered_for[key]
-
-    _remembered_for[key] = (weakref.ref(owner, forget), made)
-    return made
-
-
 def _memo(ctx: Context) -> dict[Hashable, Any]:
     """What this module makes from ``ctx`` and is asked for again in the same render (whether
     a stage marks, the containers waiting for the same upstreams), for as long as ``ctx``
-    lives. Keys name stages by id: each entry holds its stages, so no id is reused while it
-    is there."""
-    return _remembered(ctx, lambda _: {})
+    lives (:attr:`Context.memo`). Keys name stages by id: each entry holds its stages, so no id
+    is reused while it is there."""
+    return ctx.memo
 
 
 def _digest(stage: Stage) -> str:
@@ -206,9 +179,7 @@ def _canonical(value: object, overrides: dict[str, object] | None = None) -> obj
         return value
     if kind is tuple or kind is list:
         return [_canonical(item) for item in value]  # type: ignore[attr-defined]
-    table = _FIELDS.get(kind)
-    if table is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
-        table = _FIELDS[kind] = _field_table(kind)
+    table = _field_table(kind) if dataclasses.is_dataclass(kind) else None
     if table is not None:
         found = {}
         for name, has_default, default in table:
@@ -225,11 +196,9 @@ def _canonical(value: object, overrides: dict[str, object] | None = None) -> obj
     raise TypeError(f"run_id cannot hash a {type(value).__name__}")  # a new model type: say how
 
 
-#: Dataclass type -> (field name, whether it has a default, the default) per field, in order.
-_FIELDS: dict[type, tuple[tuple[str, bool, object], ...]] = {}
-
-
+@functools.cache  # per dataclass type: the model's few
 def _field_table(kind: type) -> tuple[tuple[str, bool, object], ...]:
+    """(field name, whether it has a default, the default) per field of dataclass ``kind``, in order."""
     table = []
     for spec in dataclasses.fields(kind):
         if spec.default is not dataclasses.MISSING:

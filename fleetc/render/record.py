@@ -30,9 +30,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from fleetc.delivery import INFRA, WORKLOADS
 from fleetc.model import Stage
 from fleetc.render.context import Context, Work
-from fleetc.render.gitops import INFRA, WORKLOADS
 
 #: The version of what the renderer writes, part of every inputs digest: bump it in the same
 #: commit as any change to rendered output, so a recompile after an upgrade renders every

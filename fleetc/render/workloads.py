@@ -27,7 +27,16 @@ import math
 import re
 
 from fleetc.errors import Diagnostic
-from fleetc.model import SHARED_PRODUCT_SUFFIX, Cluster, Serving, Stage, StageType, Toleration, url_scheme
+from fleetc.model import (
+    DEFAULT_IMAGES,
+    SHARED_PRODUCT_SUFFIX,
+    Cluster,
+    Serving,
+    Stage,
+    StageType,
+    Toleration,
+    url_scheme,
+)
 from fleetc.render.common import (
     GPU_RESOURCE,
     MAX_NAME,
@@ -56,7 +65,6 @@ from fleetc.render.order import (
     wait_containers,
     wrap_command,
 )
-from fleetc.resolve import DEFAULT_IMAGES
 
 #: ``trainingPriority`` -> PriorityClass value.
 PRIORITY_VALUES: dict[str, int] = {"low": 1_000, "medium": 10_000, "high": 100_000, "critical": 1_000_000}

@@ -31,9 +31,11 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
-__all__ = ["dump", "dump_all"]
+__all__ = ["Emitter", "caching", "dump", "dump_all"]
 
 #: Implicit keys longer than this are not allowed by YAML (1024 characters); use ``? key``.
 _MAX_IMPLICIT_KEY = 1000
@@ -129,9 +131,6 @@ def _text(text: str) -> str:
     return '"' + _NEEDS_ESCAPE.sub(lambda m: _escape(m.group()), text) + '"'
 
 
-_string = functools.lru_cache(maxsize=1 << 16)(_text)  # manifests repeat keys and values
-
-
 def _float(value: float) -> str:
     if math.isnan(value):
         return ".nan"
@@ -144,8 +143,9 @@ def _float(value: float) -> str:
     return mantissa + e + exponent
 
 
-def _scalar(value: object) -> str:
-    """The text of a scalar or an empty collection; TypeError for anything not JSON-like."""
+def _scalar(value: object, string: Callable[[str], str] = _text) -> str:
+    """The text of a scalar or an empty collection; TypeError for anything not JSON-like.
+    ``string`` writes a string (an :class:`Emitter`'s cached :func:`_text`)."""
     if value is None:
         return "null"
     if value is True:
@@ -153,7 +153,7 @@ def _scalar(value: object) -> str:
     if value is False:
         return "false"
     if isinstance(value, str):
-        return _string(value)
+        return string(value)
     if isinstance(value, int):
         return str(int(value))  # int() drops IntEnum/bool-like subclasses' own __str__
     if isinstance(value, float):
@@ -169,185 +169,211 @@ def _is_block(value: object) -> bool:
     return isinstance(value, (dict, list)) and bool(value)
 
 
-#: What :func:`dump` writes for a mapping key at each depth (``<indent><key>:``) and after a
-#: key or a sequence's ``-`` for a one-line string value (`` <text>\n``), cached: manifests
-#: repeat both (at 1,000 x 20,000: 3 million keys of 132 names, 2 million strings of which 8%
-#: differ). Cleared when full, so a long-lived process keeps at most this many of each.
+#: An :class:`Emitter` keeps at most this many key heads per depth and one-line string tails
+#: (it starts over when full), and remembers this many written strings.
 _CACHE_LIMIT = 1 << 18
-_tails: dict[str, str] = {}
-#: Per depth: its indentation, a sequence item's first line start there (``<indent>- ``, and
-#: ``<indent>-`` before a cached tail) and the key heads written there. Extended by
-#: :func:`_deeper` for documents nested deeper than any before.
-_INDENTS: list[str] = []
-_DASHES: list[str] = []
-_BARE_DASHES: list[str] = []
-_heads_at: list[dict[str, str]] = []
+_STRINGS = 1 << 16
+
+#: The emitter of the :func:`caching` scope the current code runs in (None: each dump alone).
+_CURRENT: ContextVar[Emitter | None] = ContextVar("fleetc_yaml_emitter", default=None)
 
 
-def _deeper(depth: int) -> dict[str, str]:
-    """Make room for lines at ``depth``; the key heads there."""
-    while len(_INDENTS) <= depth:
-        indent = _INDENT * len(_INDENTS)
-        _INDENTS.append(indent)
-        _DASHES.append(indent + "- ")
-        _BARE_DASHES.append(indent + "-")
-        _heads_at.append({})
-    return _heads_at[depth]
+class Emitter:
+    """One emitter and its caches: what it wrote for a mapping key at each depth
+    (``<indent><key>:``) and after a key or a sequence's ``-`` for a one-line string value
+    (`` <text>\n``), and each string's text. Manifests repeat all three (at 1,000 x 20,000: 3
+    million keys of 132 names, 2 million strings of which 8% differ), so a render dumps every
+    file through one emitter (:func:`caching`); the output never depends on what is cached.
+    """
 
+    __slots__ = ("string", "tails", "indents", "dashes", "bare_dashes", "heads_at")
 
-_deeper(16)
+    def __init__(self) -> None:
+        self.string: Callable[[str], str] = functools.lru_cache(maxsize=_STRINGS)(_text)
+        self.tails: dict[str, str] = {}
+        #: Per depth: its indentation, a sequence item's first line start there (``<indent>- ``,
+        #: and ``<indent>-`` before a cached tail) and the key heads written there. Extended by
+        #: :meth:`_deeper` for documents nested deeper than any before.
+        self.indents: list[str] = []
+        self.dashes: list[str] = []
+        self.bare_dashes: list[str] = []
+        self.heads_at: list[dict[str, str]] = []
+        self._deeper(16)
 
+    def dump(self, obj: object) -> str:
+        """One YAML document (without a ``---`` marker), ending in a newline."""
+        if not _is_block(obj):
+            return _scalar(obj, self.string) + "\n"
+        out: list[str] = []
+        self._node(obj, 0, out)
+        return "".join(out)
 
-def _head(heads: dict[str, str], depth: int, key: object, out: list[str]) -> str:
-    """``<indent><key>:`` for a key at ``depth``, cached in ``heads``. A key too long to be an
-    implicit key is written on a line of its own, ``<indent>? <key>``, and its value's line
-    starts with ``<indent>:``."""
-    if not isinstance(key, str):
-        raise TypeError(f"mapping keys must be str, got {type(key).__name__}: {key!r}")
-    text = _string(key)
-    indent = _INDENTS[depth]
-    if len(text) > _MAX_IMPLICIT_KEY:
-        out.append(f"{indent}? {text}\n")
-        return indent + ":"
-    if len(heads) >= _CACHE_LIMIT:
-        heads.clear()
-    head = heads[key] = indent + text + ":"
-    return head
+    def _deeper(self, depth: int) -> dict[str, str]:
+        """Make room for lines at ``depth``; the key heads there."""
+        indents = self.indents
+        while len(indents) <= depth:
+            indent = _INDENT * len(indents)
+            indents.append(indent)
+            self.dashes.append(indent + "- ")
+            self.bare_dashes.append(indent + "-")
+            self.heads_at.append({})
+        return self.heads_at[depth]
 
+    def _head(self, heads: dict[str, str], depth: int, key: object, out: list[str]) -> str:
+        """``<indent><key>:`` for a key at ``depth``, cached in ``heads``. A key too long to be an
+        implicit key is written on a line of its own, ``<indent>? <key>``, and its value's line
+        starts with ``<indent>:``."""
+        if not isinstance(key, str):
+            raise TypeError(f"mapping keys must be str, got {type(key).__name__}: {key!r}")
+        text = self.string(key)
+        indent = self.indents[depth]
+        if len(text) > _MAX_IMPLICIT_KEY:
+            out.append(f"{indent}? {text}\n")
+            return indent + ":"
+        if len(heads) >= _CACHE_LIMIT:
+            heads.clear()
+        head = heads[key] = indent + text + ":"
+        return head
 
-def _tail(text: str) -> str | None:
-    """`` <text>\n`` for a one-line string (cached); None for a multi-line one, which a mapping
-    may write as a literal block (:func:`_mapping_value`)."""
-    if "\n" in text:
-        return None
-    if len(_tails) >= _CACHE_LIMIT:
-        _tails.clear()
-    tail = _tails[text] = f" {_text(text)}\n"
-    return tail
+    def _tail(self, text: str) -> str | None:
+        """`` <text>\n`` for a one-line string (cached); None for a multi-line one, which a
+        mapping may write as a literal block (:meth:`_mapping_value`)."""
+        if "\n" in text:
+            return None
+        tails = self.tails
+        if len(tails) >= _CACHE_LIMIT:
+            tails.clear()
+        tail = tails[text] = f" {_text(text)}\n"
+        return tail
 
+    def _mapping(self, node: dict[object, object], depth: int, out: list[str], first_prefix: str | None) -> None:
+        """Emit a non-empty mapping whose keys are at ``depth``; the first line starts with
+        ``first_prefix`` (e.g. ``- ``) instead of the indentation when given (it is as long).
 
-def _mapping(node: dict[object, object], depth: int, out: list[str], first_prefix: str | None) -> None:
-    """Emit a non-empty mapping whose keys are at ``depth``; the first line starts with
-    ``first_prefix`` (e.g. ``- ``) instead of the indentation when given (it is as long).
-
-    The hot loop of every dump, one ``append`` per line, each line one concatenation: keys
-    (with their indentation) and one-line strings come from the caches, values of the exact
-    built-in types are dispatched inline (a ``type() is`` test is much cheaper than the generic
-    path's ``isinstance`` chain); anything else, subclasses included, takes
-    :func:`_mapping_value`. Every line is written indented, and the first one's indentation
-    replaced by ``first_prefix`` at the end, rather than a prefix kept per entry. mypy does not
-    narrow through ``kind``, and a ``cast`` costs a call per entry here, so the branches that
-    rely on it say so in an ignore."""
-    try:
-        heads = _heads_at[depth]
-    except IndexError:
-        heads = _deeper(depth)
-    inner = depth + 1
-    append = out.append  # lines, not concatenated: dump joins them once at the end
-    first = 0 if first_prefix is None else len(out)  # the line to prefix, if any
-    for key, value in node.items():
-        head = heads.get(key)  # type: ignore[call-overload]
-        if head is None:
-            head = _head(heads, depth, key, out)
-        kind = type(value)
-        if kind is str:
-            tail = _tails.get(value)  # type: ignore[call-overload]
-            if tail is None:
-                tail = _tail(value)  # type: ignore[arg-type]
-            if tail is None:
-                _mapping_value(head, value, inner, out)
+        The hot loop of every dump, one ``append`` per line, each line one concatenation: keys
+        (with their indentation) and one-line strings come from the caches, values of the exact
+        built-in types are dispatched inline (a ``type() is`` test is much cheaper than the
+        generic path's ``isinstance`` chain); anything else, subclasses included, takes
+        :meth:`_mapping_value`. Every line is written indented, and the first one's indentation
+        replaced by ``first_prefix`` at the end, rather than a prefix kept per entry. mypy does
+        not narrow through ``kind``, and a ``cast`` costs a call per entry here, so the branches
+        that rely on it say so in an ignore."""
+        try:
+            heads = self.heads_at[depth]
+        except IndexError:
+            heads = self._deeper(depth)
+        tails = self.tails
+        inner = depth + 1
+        append = out.append  # lines, not concatenated: dump joins them once at the end
+        first = 0 if first_prefix is None else len(out)  # the line to prefix, if any
+        for key, value in node.items():
+            head = heads.get(key)  # type: ignore[call-overload]
+            if head is None:
+                head = self._head(heads, depth, key, out)
+            kind = type(value)
+            if kind is str:
+                tail = tails.get(value)  # type: ignore[call-overload]
+                if tail is None:
+                    tail = self._tail(value)  # type: ignore[arg-type]
+                if tail is None:
+                    self._mapping_value(head, value, inner, out)
+                else:
+                    append(head + tail)
+            elif kind is dict and value:
+                append(head + "\n")
+                self._mapping(value, inner, out, None)  # type: ignore[arg-type]
+            elif kind is list and value:
+                append(head + "\n")
+                self._sequence(value, inner, out, None)  # type: ignore[arg-type]
+            elif kind is int:
+                append(f"{head} {value}\n")
+            elif kind is bool:
+                append(head + (" true\n" if value else " false\n"))
             else:
-                append(head + tail)
-        elif kind is dict and value:
-            append(head + "\n")
-            _mapping(value, inner, out, None)  # type: ignore[arg-type]
-        elif kind is list and value:
-            append(head + "\n")
-            _sequence(value, inner, out, None)  # type: ignore[arg-type]
-        elif kind is int:
-            append(f"{head} {value}\n")
-        elif kind is bool:
-            append(head + (" true\n" if value else " false\n"))
+                self._mapping_value(head, value, inner, out)
+        if first_prefix is not None:
+            out[first] = first_prefix + out[first][len(first_prefix):]
+
+    def _mapping_value(self, line: str, value: object, inner: int, out: list[str]) -> None:
+        """The value of one mapping entry whose line (indentation and key) is ``line``; a block
+        value's lines at depth ``inner``."""
+        if _is_block(value):
+            out.append(line + "\n")
+            self._node(value, inner, out)
+        elif isinstance(value, str) and _is_literal(value):
+            self._literal(line + " |", value, inner, out)
         else:
-            _mapping_value(head, value, inner, out)
-    if first_prefix is not None:
-        out[first] = first_prefix + out[first][len(first_prefix):]
+            out.append(f"{line} {_scalar(value, self.string)}\n")
 
-
-def _mapping_value(line: str, value: object, inner: int, out: list[str]) -> None:
-    """The value of one mapping entry whose line (indentation and key) is ``line``; a block
-    value's lines at depth ``inner``."""
-    if _is_block(value):
+    def _literal(self, line: str, text: str, depth: int, out: list[str]) -> None:
+        """``line`` (a key or a sequence's ``-``, then ``|``) and ``text``'s lines at ``depth``."""
         out.append(line + "\n")
-        _node(value, inner, out)
-    elif isinstance(value, str) and _is_literal(value):
-        _literal(line + " |", value, inner, out)
-    else:
-        out.append(f"{line} {_scalar(value)}\n")
+        self._deeper(depth)
+        indent = self.indents[depth]
+        out.extend(f"{indent}{part}\n" if part else "\n" for part in text[:-1].split("\n"))
 
-
-def _literal(line: str, text: str, depth: int, out: list[str]) -> None:
-    """``line`` (a key or a sequence's ``-``, then ``|``) and ``text``'s lines at ``depth``."""
-    out.append(line + "\n")
-    _deeper(depth)
-    indent = _INDENTS[depth]
-    out.extend(f"{indent}{part}\n" if part else "\n" for part in text[:-1].split("\n"))
-
-
-def _sequence(node: list[object], depth: int, out: list[str], first_prefix: str | None) -> None:
-    """Emit a non-empty sequence whose ``-`` are at ``depth`` (the first line starting with
-    ``first_prefix`` when given, as in :func:`_mapping`); nested collections start on the
-    item's own line."""
-    try:
-        dash = _DASHES[depth]
-    except IndexError:
-        _deeper(depth)
-        dash = _DASHES[depth]
-    bare = _BARE_DASHES[depth]
-    inner = depth + 1
-    append = out.append
-    first = 0 if first_prefix is None else len(out)
-    for item in node:
-        kind = type(item)
-        if kind is dict and item:  # the same dispatch as in _mapping, the same ignores
-            _mapping(item, inner, out, dash)  # type: ignore[arg-type]
-        elif kind is str:
-            tail = _tails.get(item) or _tail(item)  # type: ignore[call-overload, arg-type]
-            if tail is not None:
-                append(bare + tail)
-            elif _is_literal(item):  # type: ignore[arg-type]
-                _literal(dash + "|", item, inner, out)  # type: ignore[arg-type]
+    def _sequence(self, node: list[object], depth: int, out: list[str], first_prefix: str | None) -> None:
+        """Emit a non-empty sequence whose ``-`` are at ``depth`` (the first line starting with
+        ``first_prefix`` when given, as in :meth:`_mapping`); nested collections start on the
+        item's own line."""
+        try:
+            dash = self.dashes[depth]
+        except IndexError:
+            self._deeper(depth)
+            dash = self.dashes[depth]
+        bare = self.bare_dashes[depth]
+        inner = depth + 1
+        append = out.append
+        first = 0 if first_prefix is None else len(out)
+        for item in node:
+            kind = type(item)
+            if kind is dict and item:  # the same dispatch as in _mapping, the same ignores
+                self._mapping(item, inner, out, dash)  # type: ignore[arg-type]
+            elif kind is str:
+                tail = self.tails.get(item) or self._tail(item)  # type: ignore[call-overload, arg-type]
+                if tail is not None:
+                    append(bare + tail)
+                elif _is_literal(item):  # type: ignore[arg-type]
+                    self._literal(dash + "|", item, inner, out)  # type: ignore[arg-type]
+                else:
+                    append(f"{dash}{self.string(item)}\n")  # type: ignore[arg-type]
+            elif isinstance(item, dict) and item:
+                self._mapping(item, inner, out, dash)
+            elif isinstance(item, list) and item:
+                self._sequence(item, inner, out, dash)
             else:
-                append(f"{dash}{_string(item)}\n")
-        elif isinstance(item, dict) and item:
-            _mapping(item, inner, out, dash)
-        elif isinstance(item, list) and item:
-            _sequence(item, inner, out, dash)
+                append(f"{dash}{_scalar(item, self.string)}\n")
+        if first_prefix is not None:
+            out[first] = first_prefix + out[first][len(first_prefix):]
+
+    def _node(self, value: object, depth: int, out: list[str]) -> None:
+        """Emit a block collection at ``depth`` (a value under a key or a document root);
+        sequences under a key are indented like their siblings' keys."""
+        if isinstance(value, dict):
+            self._mapping(value, depth, out, None)
         else:
-            append(f"{dash}{_scalar(item)}\n")
-    if first_prefix is not None:
-        out[first] = first_prefix + out[first][len(first_prefix):]
+            assert isinstance(value, list)
+            self._sequence(value, depth, out, None)
 
 
-def _node(value: object, depth: int, out: list[str]) -> None:
-    """Emit a block collection at ``depth`` (a value under a key or a document root);
-    sequences under a key are indented like their siblings' keys."""
-    if isinstance(value, dict):
-        _mapping(value, depth, out, None)
-    else:
-        assert isinstance(value, list)
-        _sequence(value, depth, out, None)
+@contextmanager
+def caching() -> Iterator[Emitter]:
+    """Every :func:`dump` in this scope (a render: :func:`fleetc.render.render`) goes through
+    one :class:`Emitter`, whose caches go with the scope; outside one, each dump has its own."""
+    emitter = Emitter()
+    token = _CURRENT.set(emitter)
+    try:
+        yield emitter
+    finally:
+        _CURRENT.reset(token)
 
 
 def dump(obj: object) -> str:
     """One YAML document (without a ``---`` marker), ending in a newline."""
-    if not _is_block(obj):
-        return _scalar(obj) + "\n"
-    out: list[str] = []
-    _node(obj, 0, out)
-    return "".join(out)
+    return (_CURRENT.get() or Emitter()).dump(obj)
 
 
 def dump_all(objs: Iterable[object]) -> str:
     """Several documents separated by ``---`` lines; empty input gives an empty string."""
-    return "---\n".join(dump(obj) for obj in objs)
+    emitter = _CURRENT.get() or Emitter()
+    return "---\n".join(emitter.dump(obj) for obj in objs)

@@ -234,7 +234,8 @@ def test_no_reader_takes_yaml_11(text: str) -> None:
     before, each read a: 8."""
     from ruamel.yaml.error import YAMLError
 
-    from fleetc.policy.load import load_sources, yaml_documents
+    from fleetc.policy.load import load_sources
+    from fleetc.state.placementfile import yaml_documents
 
     loaded = load_sources([("f.yaml", text.encode())])
     assert not loaded.documents
@@ -245,7 +246,8 @@ def test_no_reader_takes_yaml_11(text: str) -> None:
 
 
 def test_yaml_12_directive_reads_as_without() -> None:
-    from fleetc.policy.load import load_sources, yaml_documents
+    from fleetc.policy.load import load_sources
+    from fleetc.state.placementfile import yaml_documents
 
     assert [d.data for d in load_sources([("f.yaml", b"%YAML 1.2\n---\na: 010\n")]).documents] == [{"a": 10}]
     assert yaml_documents("%YAML 1.2\n---\na: 010\n") == [{"a": 10}]

@@ -1,8 +1,11 @@
-"""Refuse policy values that look like credentials.
+"""What a credential looks like: fleetc refuses policy values of these shapes and redacts them
+from every message.
 
 fleetc's output lives in git, so a secret written into a policy would be published with it; a
 policy must name a Kubernetes Secret instead. Every string value of every document is checked
-against known token shapes, and values under secret-like keys against a randomness test.
+(:func:`fleetc.policy.validate.credential_checks`) against known token shapes, and values under
+secret-like keys against a randomness test; :class:`fleetc.errors.Diagnostic` redacts every
+message with :func:`redact`. Nothing here imports another module of fleetc.
 """
 
 from __future__ import annotations
@@ -10,13 +13,6 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
-
-from fleetc.errors import Diagnostic
-
-if TYPE_CHECKING:  # fleetc.policy.load runs the probe below on what it reads
-    from fleetc.policy.load import Document, FieldPath
 
 _GITLAB_PREFIXES = ("glpat-", "gloas-", "gldt-", "glrt-", "glcbt-", "glptt-", "glft-", "glimt-", "glagent-",
                     "glsoat-")
@@ -76,34 +72,6 @@ _MIN_SECRET_LENGTH = 16
 _MIN_SECRET_ENTROPY = 3.0  # bits per character; names and words score lower
 
 
-def credential_checks(doc: Document) -> Iterator[Diagnostic]:
-    """Refuse values that look like credentials: fleetc's output lives in git, so a secret in a
-    policy would be published; the policy must name a Kubernetes Secret instead."""
-    for path, key, value in _strings(doc.data, ()):
-        what = _credential_kind(key, value)
-        if what:
-            yield doc.diagnostic(path, f"looks like a credential ({what}); fleetc never renders "
-                                       "secrets",
-                                 hint="store it in a Kubernetes Secret and reference the Secret "
-                                      "by name")
-
-
-def _strings(data: Any, path: FieldPath) -> Iterator[tuple[FieldPath, str, str]]:
-    """Every string value under ``data`` with its path and the mapping key it sits under."""
-    if isinstance(data, dict):
-        for key, value in data.items():
-            if isinstance(value, str):
-                yield path + (key,), str(key), value
-            else:
-                yield from _strings(value, path + (key,))
-    elif isinstance(data, list):
-        for i, value in enumerate(data):
-            if isinstance(value, str):
-                yield path + (i,), str(path[-1]) if path else "", value
-            else:
-                yield from _strings(value, path + (i,))
-
-
 #: All patterns in one, so the common case (no match) costs one scan per value.
 _ANY_CREDENTIAL = re.compile("|".join(
     f"(?{'i' if p.flags & re.IGNORECASE else ''}:{p.pattern})" for _, p in CREDENTIAL_PATTERNS))
@@ -150,7 +118,9 @@ def redact(text: str) -> str:
     return _ANY_CREDENTIAL.sub("<redacted>", text) if may_hold_credentials(text) else text
 
 
-def _credential_kind(key: str, value: str) -> str:
+def credential_kind(key: str, value: str) -> str:
+    """What credential ``value`` under mapping key ``key`` holds, by its shape or (under a
+    secret-like key) by its randomness; '' when none."""
     if _ANY_CREDENTIAL.search(value):
         return next(what for what, pattern in CREDENTIAL_PATTERNS if pattern.search(value))
     if _secret_key(key) and _looks_random(value):

@@ -1,7 +1,7 @@
 """What a change does to the work, for the pull-request review: per stage what runs where and
 how (:class:`StageFacts`), which running Jobs it restarts, and what is dangerous about it.
 
-Pure, like :mod:`fleetc.git.report` which holds these facts in its snapshots: the facts are read
+Pure, like :mod:`fleetc.report.snapshot` which holds these facts in its snapshots: the facts are read
 from a compile (the model, the placement) and from its rendered files. A Job's name is read
 from the rendered Job, never derived here: fleetc names a Job after its spec
 (:func:`fleetc.render.workloads.job_name`), so a Job renamed is a Job the engines delete and
@@ -15,11 +15,15 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fleetc.model import Cluster, FleetModel, Placement, Stage
 from fleetc.placement import rules
 from fleetc.placement.rules import on_cluster
 from fleetc.resolve import degraded_serving
+
+if TYPE_CHECKING:  # explain is imported where a move is explained: most reports explain none
+    from fleetc.placement.explain import Explanation
 
 
 @dataclass(frozen=True)
@@ -120,35 +124,45 @@ def cap_facts(model: FleetModel, placement: Placement) -> dict[str, CapFacts]:
     placed = [(stages[p.stage], clusters[a.cluster], a.replicas) for p in placement.stages if p.stage in stages
               for a in p.assignments if a.cluster in clusters and a.replicas > 0]
     limits = {cap.name: cap for cap in rules.caps(model)}
-    groups = [(f"team {t.name}", frozenset(t.pipelines)) for t in model.teams]
-    groups += [(f"pipeline {b.pipeline}", frozenset({b.pipeline})) for b in model.budgets]
-    grouped = {p for _, pipelines in groups for p in pipelines}
-    groups += [(f"pipeline {name}", frozenset({name}))
-               for name in sorted({s.pipeline for s in model.stages} - grouped)]
     per_gpu = rules.slots_per_gpu(model)
     by_pipeline: dict[str, list[tuple[Stage, Cluster, int]]] = {}
     for entry in placed:
         by_pipeline.setdefault(entry[0].pipeline, []).append(entry)
     found = {}
-    for name, pipelines in groups:
+    for name, pipelines in _cap_groups(model):
         mine = [entry for pipeline in sorted(pipelines) for entry in by_pipeline.get(pipeline, [])]
         gpus = sum(n * on_cluster(s, c).gpus for s, c, n in mine)
         cost = sum(n * rules.replica_cost_micros(model, s, c) for s, c, n in mine) / rules.MICROS
         cap = limits.get(name)
-        quota: list[str] = []
-        binds: list[str] = []
-        if cap is not None:
-            used = rules.cap_usage(model, cap, mine)
-            for gpu_type, limit in cap.gpu_quota:
-                quota.append(f"{gpu_type} {rules.as_gpus(used.of(gpu_type), per_gpu)} of {limit}")
-                if used.of(gpu_type) >= limit * per_gpu:
-                    binds.append(f"its {gpu_type} quota ({limit}) is used up")
-            if cap.max_cost_micros is not None:
-                quota.append(f"cost {rules.money(used.cost)} of {rules.money(cap.max_cost_micros)}/h")
-                if used.cost >= cap.max_cost_micros:
-                    binds.append(f"its cost cap ({rules.money(cap.max_cost_micros)}/h) is used up")
-        found[name] = CapFacts(gpus, cost, None if cap is None else cap.max_cost, tuple(quota), tuple(binds))
+        quota, binds = ((), ()) if cap is None else _limits_used(model, cap, mine, per_gpu)
+        found[name] = CapFacts(gpus, cost, None if cap is None else cap.max_cost, quota, binds)
     return found
+
+
+def _cap_groups(model: FleetModel) -> list[tuple[str, frozenset[str]]]:
+    """Each team, each capped pipeline, then each pipeline in neither, with its pipelines."""
+    groups = [(f"team {t.name}", frozenset(t.pipelines)) for t in model.teams]
+    groups += [(f"pipeline {b.pipeline}", frozenset({b.pipeline})) for b in model.budgets]
+    grouped = {p for _, pipelines in groups for p in pipelines}
+    return groups + [(f"pipeline {name}", frozenset({name}))
+                     for name in sorted({s.pipeline for s in model.stages} - grouped)]
+
+
+def _limits_used(model: FleetModel, cap: rules.Cap, mine: list[tuple[Stage, Cluster, int]],
+                 per_gpu: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The use of each limit of ``cap`` by what ``mine`` places, and the limits used up."""
+    used = rules.cap_usage(model, cap, mine)
+    quota: list[str] = []
+    binds: list[str] = []
+    for gpu_type, limit in cap.gpu_quota:
+        quota.append(f"{gpu_type} {rules.as_gpus(used.of(gpu_type), per_gpu)} of {limit}")
+        if used.of(gpu_type) >= limit * per_gpu:
+            binds.append(f"its {gpu_type} quota ({limit}) is used up")
+    if cap.max_cost_micros is not None:
+        quota.append(f"cost {rules.money(used.cost)} of {rules.money(cap.max_cost_micros)}/h")
+        if used.cost >= cap.max_cost_micros:
+            binds.append(f"its cost cap ({rules.money(cap.max_cost_micros)}/h) is used up")
+    return tuple(quota), tuple(binds)
 
 
 def short_serving(model: FleetModel, placement: Placement) -> tuple[str, ...]:
@@ -175,17 +189,25 @@ def move_reasons(model: FleetModel, placement: Placement, before: Mapping[str, M
              and any(a.replicas for a in p.assignments)]
     found = {}
     for key in moved[:MAX_EXPLAINED]:
-        why = explain(model, placement, key, before)
-        left = [v for v in why.clusters if before[key].get(v.cluster) and v.cluster not in why.chosen]
-        blocked = next((v for v in left if not v.allowed), None)
-        if blocked is not None:
-            found[key] = f"no longer allowed on {blocked.cluster}: {blocked.reason}"
-        elif why.runner_up_lost:
-            found[key] = f"placed on {', '.join(why.chosen)}; {why.runner_up} scores higher but {why.runner_up_lost}"
-        elif why.runner_up is not None and why.margin is not None:
-            found[key] = (f"scores best on {', '.join(why.chosen)} now ({why.margin:+.4f} over {why.runner_up}, "
-                          "the next allowed cluster)")
+        reason = _move_reason(explain(model, placement, key, before), before[key])
+        if reason:
+            found[key] = reason
     return found
+
+
+def _move_reason(why: Explanation, before: Mapping[str, int]) -> str:
+    """Why a stage left the clusters of ``before`` (cluster -> replicas) for those ``why``
+    chose ('' when its explanation does not say)."""
+    left = [v for v in why.clusters if before.get(v.cluster) and v.cluster not in why.chosen]
+    blocked = next((v for v in left if not v.allowed), None)
+    if blocked is not None:
+        return f"no longer allowed on {blocked.cluster}: {blocked.reason}"
+    if why.runner_up_lost:
+        return f"placed on {', '.join(why.chosen)}; {why.runner_up} scores higher but {why.runner_up_lost}"
+    if why.runner_up is not None and why.margin is not None:
+        return (f"scores best on {', '.join(why.chosen)} now ({why.margin:+.4f} over {why.runner_up}, "
+                "the next allowed cluster)")
+    return ""
 
 
 # --------------------------------------------------------------------------- the stage table

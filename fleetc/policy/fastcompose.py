@@ -281,19 +281,14 @@ class _Builder:
         top = documents
         values = 0  # in the current document, counted as collections close (the file size
         # limit bounds them until the document ends: without aliases, values take room)
-        marked, plain = self.marked, self.plain  # the loop runs once per event: locals only
+        marked, scalar = self.marked, self._scalar  # the loop runs once per event: locals only
         while (event := next_event()) is not None:
             kind = type(event)
             if marked and (kind is AliasEvent or _anchored_or_tagged(event)):
                 return None  # an alias, anchor or tag needs a character that makes text marked
             if kind is ScalarEvent:
-                value = event.value
-                if event.implicit[0]:
-                    value = plain.get(value, DECLINE)
-                    if value is DECLINE and (value := self._plain(event.value)) is DECLINE:
-                        return None
-                elif top is documents and event.style in ("|", ">"):
-                    return None  # ruamel reads a following '---' into a top-level block scalar
+                if (value := scalar(event, top is documents)) is DECLINE:
+                    return None
                 top.append(value)
             elif kind is MappingStartEvent or kind is SequenceStartEvent:
                 top = []
@@ -313,6 +308,15 @@ class _Builder:
                     return None
                 values = 0
         return documents
+
+    def _scalar(self, event: Any, at_top: bool) -> Any:
+        """A scalar event's value, or :data:`DECLINE`."""
+        if event.implicit[0]:
+            value = self.plain.get(event.value, DECLINE)
+            return self._plain(event.value) if value is DECLINE else value
+        if at_top and event.style in ("|", ">"):
+            return DECLINE  # ruamel reads a following '---' into a top-level block scalar
+        return event.value
 
     def _document(self, kind: type, event: Any, values: int) -> bool:
         """Note the line a document starts on; False where one that ends held more than

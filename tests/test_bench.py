@@ -25,6 +25,7 @@ if str(ROOT) not in sys.path:  # bench/ is a folder of the repository, not an in
     sys.path.insert(0, str(ROOT))
 
 from bench.churn import churn  # noqa: E402
+from bench.clock import cpu_seconds, load_average  # noqa: E402
 from bench.generate import Spec, generate  # noqa: E402
 from bench.greedy import (  # noqa: E402
     ORDERS,
@@ -34,7 +35,7 @@ from bench.greedy import (  # noqa: E402
     objective,
     place_greedy,
 )
-from bench.run import fit_exponent, measure, verify_placed  # noqa: E402
+from bench.run import _format_methods, _format_phases, fit_exponent, measure, refereed, verify_placed  # noqa: E402
 from bench.startup import SOLVERS, imported  # noqa: E402
 from bench.strong import place_strong  # noqa: E402
 
@@ -143,6 +144,7 @@ def test_measure_runs_the_real_pipeline_and_mirrors_fleetcs_objective(
     assert result["stages"] == instance.stages
     assert set(result["timings"]) >= {"import", "load", "validate", "resolve", "scores", "place",
                                       "render", "write"}
+    assert set(result["cpu_timings"]) == set(result["timings"])
     fleetc = result["methods"]["fleetc"]
     assert fleetc["objective"] == pytest.approx(fleetc["reported_objective"], abs=1e-5)
     assert fleetc["gpus"] == result["gpu_capacity"]  # the known perfect packing is found
@@ -152,6 +154,38 @@ def test_measure_runs_the_real_pipeline_and_mirrors_fleetcs_objective(
         assert greedy["problems"] == 0
         assert greedy["objective"] <= fleetc["bound"] + 1e-6
     json.dumps(result)  # the child sends it to the parent as JSON
+
+
+def test_a_baseline_breaking_a_rule_is_reported_not_comparable() -> None:
+    """Where every device plugin reads fleetc's time-sliced config, the greedy baselines count
+    time-sliced slots as whole GPUs and overfill clusters: fleetc's verifier refuses them, and
+    the table says NOT COMPARABLE instead of their objective."""
+    from test_runtime import time_sliced_fleet
+
+    instance = time_sliced_fleet(generate(Spec(clusters=8, stages=60, load=0.9, seed=2)))
+    loaded = load_sources((path, text.encode()) for path, text in sorted(instance.files.items()))
+    model = resolve(validate(loaded.documents)[0], "bench")
+    placement = place_greedy(model, "class-weight")
+    summary = refereed(model, placement, {"objective": placement.objective})
+    assert summary["problems"] == len(verify_placed(model, placement)) > 0
+    assert summary["broken"] == verify_placed(model, placement)[0]
+    clean = model_of(Spec(clusters=8, stages=60, load=0.9, seed=2))
+    assert refereed(clean, place_greedy(clean, "class-weight"), {})["problems"] == 0
+    lines = list(_format_methods({"methods": {"greedy-class-weight": summary}}))
+    assert lines[-1].startswith("  greedy-class-weight      NOT COMPARABLE: fleetc's verifier finds ")
+
+
+def test_cpu_seconds_count_waited_children_and_figures_carry_the_load() -> None:
+    before = cpu_seconds()
+    subprocess.run([sys.executable, "-c", "sum(i * i for i in range(3_000_000))"], check=True)
+    assert cpu_seconds() - before > 0.05  # the child's CPU, which RUSAGE_SELF alone leaves out
+    load = load_average()
+    assert len(load) == 3 and all(x >= 0 for x in load)
+    lines = list(_format_phases({"timings": {"place": 1.0}, "cpu_timings": {"place": 2.0}, "wall": 3.0, "cpu": 4.0,
+                                 "rss_mib": 5, "load": [1.5, 1.25, 1.0]}))
+    assert lines[1] == "  phases (CPU s, forked workers included): place 2.000"
+    assert lines[2].endswith("4.00s CPU (child process and its children, imports included), peak RSS 5 MiB, "
+                             "load 1.50/1.25/1.00 before")
 
 
 def test_fit_exponent_recovers_a_power_law() -> None:

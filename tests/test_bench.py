@@ -208,6 +208,24 @@ def test_cpu_seconds_count_waited_children_and_figures_carry_the_load() -> None:
                              "load 1.50/1.25/1.00 before")
 
 
+@pytest.mark.parametrize("nodes", [(), (6, 8, 8)])
+def test_the_exact_check_bounds_fleetc_and_the_strong_greedy(nodes: tuple[int, ...]) -> None:
+    """bench.exactcheck at a small size: SCIP's optimum of the documented rules is a placement
+    fleetc's verifier accepts, and neither fleetc nor the strong greedy scores above it."""
+    from bench.exactcheck import check, maximal_patterns, report
+
+    assert sorted(maximal_patterns(8, [6, 2, 1])) == [(0, 0, 8), (0, 1, 6), (0, 2, 4), (0, 3, 2), (0, 4, 0),
+                                                      (1, 0, 2), (1, 1, 0)]
+    result = check(Spec(clusters=6, stages=40, load=1.0, seed=1, node_gpus=nodes), 60)
+    exact = result["exact"]
+    assert exact["optimal"] and exact["verifier"] == [] and exact["every_stage"]
+    for name in ("fleetc", "greedy-strong"):
+        assert result[name]["objective"] <= exact["objective"] + 1e-6
+        assert result[name]["placed"] <= exact["placed"]
+    assert result["fleetc"]["placed"] == exact["placed"] == 40
+    assert "below the optimum" in "\n".join(report(result))
+
+
 def test_fit_exponent_recovers_a_power_law() -> None:
     assert fit_exponent([100, 200, 400, 800], [3 * n**1.5 for n in (100, 200, 400, 800)]) == \
         pytest.approx(1.5)

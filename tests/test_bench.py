@@ -226,6 +226,48 @@ def test_the_exact_check_bounds_fleetc_and_the_strong_greedy(nodes: tuple[int, .
     assert "below the optimum" in "\n".join(report(result))
 
 
+def test_pop_slices_are_alike_and_their_joined_placement_passes_the_verifier() -> None:
+    """bench.partition at a small size: k slices hold every cluster and stage once, each slice
+    a mix of the GPU types; the joined placement is verified on the whole fleet and scores no
+    more than the whole fleet's LP bound."""
+    from bench.partition import partitioned, slices
+
+    model = model_of(Spec(clusters=16, stages=120, load=0.8, seed=3))
+    parts = slices(model, 2)
+    assert sorted(c.name for part in parts for c in part.clusters) == sorted(c.name for c in model.clusters)
+    assert sorted(s.key for part in parts for s in part.stages) == sorted(s.key for s in model.stages)
+    assert all({c.gpu_type for c in part.clusters} >= {"a100", "h100", "t4", "l4"} for part in parts)
+    whole = partitioned(model, 1, None)
+    split = partitioned(model, 2, whole["bound"])
+    assert whole["problems"] == split["problems"] == []
+    assert split["objective"] <= whole["bound"] + 1e-6 and split["gap"] >= 0
+    assert split["cpu"] >= split["cpu_largest"] > 0
+
+
+def test_exact_side_by_side_solves_each_component_both_ways() -> None:
+    """bench.exact at a small size: cvxpy and HiGHS direct agree on every component's optimum."""
+    from bench.exact import side_by_side
+
+    result = side_by_side(Spec(clusters=6, stages=40, load=0.9, seed=1))
+    for part in result["parts"]:
+        cvxpy, direct = part["cvxpy (HIGHS)"], part["HiGHS direct"]
+        assert cvxpy["objective"] == pytest.approx(direct["objective"], rel=1e-6)
+        assert cvxpy["placed"] == direct["placed"]
+
+
+@pytest.mark.slow
+def test_cliphases_profiles_the_compile_by_part(tmp_path: Path) -> None:
+    """bench.cliphases --profile on a small instance, in a fresh process (it narrows its own
+    affinity to one core): the parts of fleetc and the costliest functions are printed."""
+    generate(Spec(clusters=5, stages=30, seed=2)).write(tmp_path / "p")
+    out = subprocess.run([sys.executable, "-m", "bench.cliphases", str(tmp_path / "p"), "--out", str(tmp_path / "o"),
+                          "--allow-unplaced", "--profile", "5"], cwd=ROOT, capture_output=True, text=True, check=True,
+                         timeout=300)
+    assert "on one core (profiled" in out.stdout and "render: YAML emitter" in out.stdout
+    assert "the 5 functions of most own time:" in out.stdout
+    assert (tmp_path / "o" / "placement.yaml").is_file()
+
+
 def test_fit_exponent_recovers_a_power_law() -> None:
     assert fit_exponent([100, 200, 400, 800], [3 * n**1.5 for n in (100, 200, 400, 800)]) == \
         pytest.approx(1.5)

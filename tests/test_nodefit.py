@@ -15,7 +15,6 @@ from test_scale import model_of as bench_model
 from test_validate import FLEET, check, cluster, documents, pipeline
 
 from bench.generate import Spec
-from fleetc import nodefit
 from fleetc.errors import PlacementError
 from fleetc.model import Assignment, FleetModel, Placement, StagePlacement, StageType
 from fleetc.nodefit import Shape, default_gpus_per_node, node_of, pack, pods_per_replica
@@ -236,40 +235,6 @@ def test_cores_per_node_decide_a_packing_too() -> None:
     assert not rules.unpacked(model, here, [(serve, 2)])
     assert rules.unpacked(model, here, [(serve, 3)])
     assert not rules.overuse(model, here, rules.usage(model, [(serve, 3)]))
-
-
-def test_pods_without_gpus_pack_onto_the_nodes_of_a_cpu_cluster() -> None:
-    """A CPU-only cluster of two nodes of 4 cores: three DataProc pods of 2.5 cores fit its 8
-    cores in total (7.5) but one a node: the verifier refuses all three there, the optimizer
-    leaves one out, and what it places the runtime model binds (before pods without GPUs
-    packed, all three were placed and rendered onto nodes that cannot hold them)."""
-    fleet = cluster("attributes: {cpu-per-node: 4}\n    capacity: {cpu: 8, memory: 64Gi}")
-    model = model_of_texts(fleet, pipeline(*(f"{{name: s{i}, type: DataProc, resources: {{cpu: 2500m, memory: 1Gi}}}}"
-                                             for i in range(3))))
-    (here,) = model.clusters
-    assert nodefit.nodes_of(here) == 2 and node_of(here) == Shape(0, 4000, 32 * GIB)
-    assert rules.unpacked(model, here, [(s, 1) for s in model.stages[:2]]) == ""
-    assert not rules.overuse(model, here, rules.usage(model, [(s, 1) for s in model.stages]))
-    everything = Placement(tuple(StagePlacement(s.key, (Assignment("c", 1, 0),), 0.0) for s in model.stages),
-                           0.0, 0.0, "milp")
-    assert verify(model, everything) == [
-        "c: its pods (3 x (2.5 cores, 1Gi)) pack onto no assignment to its nodes (2 x (4 cores, 32Gi))"]
-    placed = place(model, allow_unplaced=True)
-    assert sorted(len(p.assignments) for p in placed.stages) == [0, 1, 1]
-    assert verify(model, placed, allow_unplaced=True) == []
-
-
-def test_pods_without_gpus_pack_beside_the_gpu_pods_of_a_node() -> None:
-    """Two 8-GPU nodes of 16 cores: an 8-GPU gang pod of 12 cores leaves 4 on its node, so two
-    CPU pods of 6 cores fit the other node only, and a third fits none."""
-    fleet = cluster("attributes: {gpu-type: a100, gpu-count: 16, cpu-per-node: 16}\n    capacity: {cpu: 32}")
-    model = model_of_texts(fleet, pipeline("{name: t, type: Training, resources: {gpu: 8, cpu: 12}}",
-                                           "{name: d, type: DataProc, replicas: 3, resources: {cpu: 6}}"))
-    train, prep = model.stages
-    (here,) = model.clusters
-    assert rules.unpacked(model, here, [(train, 1), (prep, 2)]) == ""
-    assert rules.unpacked(model, here, [(train, 1), (prep, 3)])
-    assert not rules.overuse(model, here, rules.usage(model, [(train, 1), (prep, 3)]))
 
 
 def brute_force(pods: Sequence[Shape], nodes: Sequence[Shape]) -> bool:

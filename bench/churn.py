@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.clock import cpu_seconds, load_words
 from bench.generate import Spec, generate
 from bench.run import _run_measured
 from fleetc.model import FleetModel
@@ -124,9 +125,9 @@ def time_placement(model: FleetModel, previous: Previous) -> dict[str, float]:
     ``previous`` as the previous placement (as the recompile ran it)."""
     from fleetc.placement.optimize import place
 
-    wall, cpu = time.perf_counter(), time.process_time()
+    wall, cpu = time.perf_counter(), cpu_seconds()
     place(model, previous=previous.clusters, recorded=previous.recorded, allow_unplaced=True)
-    return {"place_wall": time.perf_counter() - wall, "place_cpu": time.process_time() - cpu}
+    return {"place_wall": time.perf_counter() - wall, "place_cpu": cpu_seconds() - cpu}
 
 
 def untouched_moves(model: FleetModel, before: dict[str, dict[str, int]],
@@ -199,7 +200,7 @@ def churn(spec: Spec, changes: Sequence[str] = CHANGES, *, scratch: bool = False
 
 
 def _figures(run: dict[str, Any]) -> dict[str, Any]:
-    figures = {k: run[k] for k in ("wall", "cpu", "rss_mib", "error", "replaced") if k in run}
+    figures = {k: run[k] for k in ("wall", "cpu", "rss_mib", "error", "replaced", "load") if k in run}
     if "placement" in run:
         placement = run["placement"]
         figures.update(objective=placement.objective, bound=placement.bound, method=placement.method,
@@ -233,7 +234,8 @@ def report(result: dict[str, Any]) -> list[str]:
 def _describe(run: dict[str, Any]) -> str:
     if "error" in run:
         return f"failed after {run.get('wall', 0):.2f}s: {run['error']}"
-    return (f"{run['wall']:.2f}s wall ({run['cpu']:.2f}s CPU), peak RSS {run['rss_mib']:,.0f} MiB, "
+    return (f"{run['wall']:.2f}s wall ({run['cpu']:.2f}s CPU, {load_words(run.get('load'))} before), "
+            f"peak RSS {run['rss_mib']:,.0f} MiB, "
             f"{run['placed']}/{run['stages']} placed, objective {run['objective']:.3f}, gap {run['gap']:.2%}")
 
 

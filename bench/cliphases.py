@@ -14,6 +14,14 @@ between phases. The peak resident memory is this process's or its largest child'
 (``ru_maxrss``), with this process's resident memory as each phase ends (Linux), and the
 machine's load average is printed beside, since a shared machine inflates wall times but not
 CPU times.
+
+With ``--profile N`` the compile runs on one core (its affinity narrowed, so that loading and
+rendering run in this process instead of forked children, which a profiler does not see)
+under :mod:`cProfile`, and prints where its CPU goes: the share of each part of fleetc (own
+time of the functions in each package, the YAML emitter apart from the rest of the render)
+and the ``N`` functions of most own time.
+
+    python -m bench.cliphases POLICIES --out DIR --allow-unplaced --profile 25
 """
 
 from __future__ import annotations
@@ -77,7 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("policies", nargs="+")
     parser.add_argument("--out", required=True, help="output folder (written, as compile does)")
     parser.add_argument("--allow-unplaced", action="store_true")
+    parser.add_argument("--profile", type=int, metavar="N", default=0,
+                        help="profile the compile on one core: CPU by part of fleetc, and the N costliest functions")
     args = parser.parse_args(argv)
+    if args.profile:
+        return _profiled(args.policies, args.out, args.allow_unplaced, args.profile)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     timing = _Timing()
     start = _Clock.now()
@@ -106,6 +118,62 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{placed} of {len(compiled.placement.stages)} stages placed, {len(compiled.files)} files rendered, "
           f"{0 if compiled.kept is None else len(compiled.kept.paths)} kept, "
           f"{len(compiled.warnings)} warnings; peak RSS {peak:,.0f} MiB")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+#: Where a function's own time is counted in the profile: the first prefix of its file's path
+#: (within the repository or site-packages) that matches, in this order.
+PARTS = (("fleetc/render/yamlout", "render: YAML emitter"), ("fleetc/render", "render: objects"),
+         ("fleetc/emit", "write"), ("fleetc/placement", "placement"), ("fleetc/policy", "load + validate"),
+         ("fleetc/resolve", "resolve"), ("fleetc/", "fleetc, other"), ("numpy", "numpy"),
+         ("scipy", "scipy"), ("highspy", "HiGHS"), ("cvxpy", "cvxpy"), ("yaml", "PyYAML / libyaml"),
+         ("ruamel", "ruamel.yaml"), ("pydantic", "pydantic"), ("jsonschema", "jsonschema"))
+
+
+def _part(filename: str, function: str) -> str:
+    """The part a function's own time counts to: by its file, or for a built-in (file ``~``)
+    by the module its name gives (``<built-in method highspy._core.run>``)."""
+    path = filename.replace("\\", "/")
+    if path == "~":
+        module = function.removeprefix("<built-in method ").removeprefix("<method '").split(" ")[0]
+        return next((name for prefix, name in PARTS if module.startswith(prefix.rstrip("/"))), "built-ins")
+    return next((name for prefix, name in PARTS if f"/{prefix}" in path), "Python and the rest")
+
+
+def _profiled(policies: Sequence[str], out: str, allow_unplaced: bool, top: int) -> int:
+    import cProfile
+    import pstats
+
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    from fleetc.compiler import Options, compile_fleet
+    from fleetc.emit import write_tree
+
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    options = Options(paths=tuple(policies), out=out, workdir=Path.cwd(), allow_unplaced=allow_unplaced, reuse=True)
+    profiler = cProfile.Profile(time.process_time)  # CPU seconds: the default clock is wall time
+    cpu = time.process_time()
+    profiler.enable()
+    compiled = compile_fleet(options)
+    write_tree(Path(out), compiled.files, kept=compiled.kept)
+    profiler.disable()
+    cpu = time.process_time() - cpu
+    stats = pstats.Stats(profiler)
+    own: dict[str, float] = {}
+    rows = stats.stats  # type: ignore[attr-defined]
+    for (filename, _line, name), (_calls, _primitive, tottime, _cumulative, _callers) in rows.items():
+        own[_part(filename, name)] = own.get(_part(filename, name), 0.0) + tottime
+    total = sum(own.values())
+    print(f"CPU {cpu:.2f}s on one core (profiled; the profiler's own overhead included), "
+          f"{len(compiled.files)} files rendered")
+    for name, seconds in sorted(own.items(), key=lambda item: -item[1]):
+        print(f"  {name:<22} {seconds:8.2f}s {seconds / total:6.1%}")
+    print(f"the {top} functions of most own time:")
+    ranked = sorted(rows.items(), key=lambda item: -item[1][2])[:top]
+    for (filename, line, name), (calls, _primitive, tottime, cumulative, _callers) in ranked:
+        print(f"  {tottime:7.2f}s own {cumulative:7.2f}s with callees {calls:>9} calls  "
+              f"{_part(filename, name)}: {Path(filename).name}:{line} {name}")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

@@ -290,16 +290,24 @@ def _initial_stage(rng: random.Random, kind: str, slots: int) -> _Stage:
 
 def _assign_types(rng: random.Random, stages: list[_Stage], capacity: dict[str, int],
                   load: float, slots: int) -> None:
-    """Give each GPU stage the preferred type with the most budget left (relative)."""
+    """Give each GPU stage the preferred type with the most budget left (relative) among those
+    whose budget still holds one more GPU beside a GPU for each stage given it so far; where
+    none of its preferred types does, any type's that does: a stage shrinks to one GPU at the
+    least (:func:`_fit_budget`), so more stages of a type than its budget holds GPUs would ask
+    for more than ``load`` of it (t4 and l4 did, with many Deployments)."""
     left = {t: load * capacity[t] * slots for t in GPU_TYPES}
+    room = dict(left)  # the budget less one GPU per stage given the type
     for stage in rng.sample(stages, len(stages)):
-        options = [t for t in PREFERRED[stage.type] if capacity[t]] or [t for t in GPU_TYPES
-                                                                        if capacity[t]]
+        present = [t for t in GPU_TYPES if capacity[t]]
+        preferred = [t for t in PREFERRED[stage.type] if capacity[t]] or present
+        options = ([t for t in preferred if room[t] >= stage.slots]
+                   or [t for t in present if room[t] >= stage.slots] or preferred)
         if not options:
             stage.total = 0
             continue
         stage.gpu_type = max(options, key=lambda t: (left[t] / capacity[t], t))
         left[stage.gpu_type] -= stage.total * stage.slots
+        room[stage.gpu_type] -= stage.slots
 
 
 def _fit_budget(rng: random.Random, stages: list[_Stage], budget: int, gang_cap: int) -> None:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.clock import children_cpu_seconds, cpu_seconds, load_average, load_words
 from bench.generate import Spec, generate, node_sizes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,12 +46,14 @@ def measure(folder: Path, *, time_limit: float | None, baseline: bool,
     The output folder is written under ``write_to`` (default: the system's temporary folder).
     """
     timings: dict[str, float] = {}
-    result: dict[str, Any] = {"timings": timings}
+    cpu_timings: dict[str, float] = {}  # CPU seconds, forked workers included (bench.clock)
+    result: dict[str, Any] = {"timings": timings, "cpu_timings": cpu_timings}
 
     def timed(phase: str, action: Callable[[], Any]) -> Any:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), cpu_seconds()
         value = action()
         timings[phase] = time.perf_counter() - start
+        cpu_timings[phase] = cpu_seconds() - cpu
         return value
 
     def imports() -> Any:
@@ -106,18 +109,15 @@ def measure(folder: Path, *, time_limit: float | None, baseline: bool,
     if baseline:
         from bench.greedy import ORDERS, place_greedy
         bound = placement.bound if placement is not None else None
-        for order in ORDERS:
-            start = time.perf_counter()
-            greedy = place_greedy(model, order, scores)
-            elapsed = time.perf_counter() - start + timings["scores"]
-            methods[f"greedy-{order}"] = _summary(model, greedy, bound, elapsed, scores)
-            methods[f"greedy-{order}"]["problems"] = len(verify_placed(model, greedy))
         from bench.strong import place_strong
-        start = time.perf_counter()
-        strong = place_strong(model, scores)
-        elapsed = time.perf_counter() - start + timings["scores"]
-        methods["greedy-strong"] = _summary(model, strong, bound, elapsed, scores)
-        methods["greedy-strong"]["problems"] = len(verify_placed(model, strong))
+        baselines: dict[str, Callable[[], Any]] = {
+            **{f"greedy-{order}": (lambda order=order: place_greedy(model, order, scores)) for order in ORDERS},
+            "greedy-strong": lambda: place_strong(model, scores)}
+        for name, baseline_place in baselines.items():
+            start = time.perf_counter()
+            placed = baseline_place()
+            elapsed = time.perf_counter() - start + timings["scores"]
+            methods[name] = refereed(model, placed, _summary(model, placed, bound, elapsed, scores))
     return result
 
 
@@ -126,6 +126,14 @@ def verify_placed(model: Any, placement: Any) -> list[str]:
     from fleetc.placement.verify import verify
 
     return verify(model, placement, allow_unplaced=True)
+
+
+def refereed(model: Any, placement: Any, summary: dict[str, Any]) -> dict[str, Any]:
+    """``summary`` of a baseline's ``placement`` with fleetc's verifier as referee: the rules
+    it breaks (``problems``, the first in ``broken``); a baseline that breaks one is reported
+    NOT COMPARABLE (its objective may count what no cluster could run)."""
+    problems = verify_placed(model, placement)
+    return {**summary, "problems": len(problems), **({"broken": problems[0]} if problems else {})}
 
 
 def _summary(model: Any, placement: Any, bound: float | None, elapsed: float,
@@ -197,7 +205,7 @@ def run_compile(folder: Path, *, time_limit: float | None, timeout: float | None
 def _run_measured(command: list[str], timeout: float | None) -> dict[str, Any]:
     """Run ``command`` from the repository root: its wall time, peak resident memory (MiB) and
     standard output, or an error."""
-    start = time.perf_counter()
+    start, cpu_before, load = time.perf_counter(), children_cpu_seconds(), load_average()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=err)
         deadline = None if timeout is None else start + timeout
@@ -220,8 +228,9 @@ def _run_measured(command: list[str], timeout: float | None) -> dict[str, Any]:
         if code or not stdout.strip():
             tail = err.read().decode().strip().splitlines()[-3:]
             return {"error": f"exit {code}: {' | '.join(tail)}", "wall": wall, "rss_mib": rss_mib}
-    cpu = usage.ru_utime + usage.ru_stime  # the process's own CPU seconds: what load does not inflate
-    return {"wall": wall, "cpu": cpu, "rss_mib": rss_mib, "stdout": stdout}
+    # the child's CPU seconds and its own children's (fleetc forks workers), reaped by wait4
+    cpu = children_cpu_seconds() - cpu_before
+    return {"wall": wall, "cpu": cpu, "rss_mib": rss_mib, "stdout": stdout, "load": load}
 
 
 def best_of(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -249,8 +258,13 @@ def _format_phases(result: dict[str, Any]) -> Iterator[str]:
         rate = result["documents"] / (timings["load"] + timings["validate"])
         yield f"  load + validate: {result['documents']} documents = {rate:,.0f} documents/s " \
               f"(validate alone {result['documents'] / timings['validate']:,.0f}/s)"
-    yield f"  end to end {result.get('wall', 0):.2f}s wall (child process, imports included), " \
-          f"peak RSS {result.get('rss_mib', 0):.0f} MiB"
+    cpu = result.get("cpu_timings", {})
+    if cpu:
+        yield "  phases (CPU s, forked workers included): " + ", ".join(
+            f"{phase} {cpu[phase]:.3f}" for phase in PHASES if phase in cpu)
+    yield f"  end to end {result.get('wall', 0):.2f}s wall, {result.get('cpu', 0):.2f}s CPU (child process and " \
+          f"its children, imports included), peak RSS {result.get('rss_mib', 0):.0f} MiB, " \
+          f"{load_words(result.get('load'))} before"
 
 
 def _format_methods(result: dict[str, Any]) -> Iterator[str]:
@@ -264,6 +278,10 @@ def _format_methods(result: dict[str, Any]) -> Iterator[str]:
     for name, m in methods.items():
         if "error" in m:
             yield f"  {name:<24} {m['error']}"
+            continue
+        if m.get("problems"):
+            yield (f"  {name:<24} NOT COMPARABLE: fleetc's verifier finds {m['problems']} broken rule(s), "
+                   f"e.g. {m['broken']}")
             continue
         gap = "-" if m["gap"] is None else f"{m['gap']:.2%}"
         gpus = f"{m['gpus']:g}/{min(capacity, demand):g}"
@@ -324,6 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               timeout=args.timeout, write_to=args.write_to)
                     for _ in range(args.repeat)]
             result = best_of(runs)
+            result["load_after"] = load_average()
             demand = instance.gpu_demand / max(instance.gpu_capacity, 1)
             caps = f", team quotas {spec.quotas:g}" + (f" and budgets {spec.budget:g}" if spec.budget else "") \
                 if spec.quotas else ""
@@ -340,7 +359,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cli = result["cli"]
                 print(f"  fleetc compile (the CLI, fresh process): {cli['wall']:.2f}s wall"
                       + (f" ({cli['cpu']:.2f}s CPU)" if "cpu" in cli else "") + ", "
-                      f"peak RSS {cli['rss_mib']:,.0f} MiB" + (f", {cli['error']}" if "error" in cli else ""))
+                      f"peak RSS {cli['rss_mib']:,.0f} MiB, {load_words(cli.get('load'))} before"
+                      + (f", {cli['error']}" if "error" in cli else ""))
             records.append({"spec": vars(spec), "result": result})
     if args.fit:
         _report_fit(records)

@@ -56,15 +56,17 @@ def measure(runs: int) -> dict[str, Any]:
         }
         _checked(_run_in(root, [*fleetc, "compile", "policies", "--out", "out"]))
         for name, command in commands.items():
-            times, cpu, memory = [], [], []
+            times, cpu, memory, loads = [], [], [], []
             for _ in range(runs):
                 shutil.rmtree(root / "fresh", ignore_errors=True)
                 run = _checked(_run_in(root, command))
                 times.append(run["wall"])
                 cpu.append(run["cpu"])
                 memory.append(run["rss_mib"])
+                loads.append(run["load"][0])
             result[name] = {"min": min(times), "median": statistics.median(times), "max": max(times),
-                            "cpu": min(cpu), "rss_mib": max(memory)}
+                            "cpu": min(cpu), "rss_mib": max(memory),
+                            "load": [min(loads), max(loads)]}
         result["check imports"] = sorted(imported(commands["compile --check"][3:], root) & set(SOLVERS))
         shutil.rmtree(root / "fresh", ignore_errors=True)
         result["compile imports"] = sorted(imported(commands["compile"][3:], root) & set(SOLVERS))
@@ -91,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("compile", "validate", "compile --check"):
         m = result[name]
         print(f"fleetc {name:<16} min {m['min']:.3f}s  median {m['median']:.3f}s  max {m['max']:.3f}s"
-              f"  CPU min {m['cpu']:.3f}s  peak RSS {m['rss_mib']:.0f} MiB  ({args.runs} fresh processes)")
+              f"  CPU min {m['cpu']:.3f}s  peak RSS {m['rss_mib']:.0f} MiB  ({args.runs} fresh processes, "
+              f"1-minute load {m['load'][0]:.2f}-{m['load'][1]:.2f})")
     print(f"solvers imported by compile: {', '.join(result['compile imports']) or 'none'}; "
           f"by compile --check on unchanged inputs: {', '.join(result['check imports']) or 'none'}")
     return 0

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fleetc.errors import Diagnostic, FleetcError, PlacementError, PolicyError, UsageError
 from fleetc.infra.collector import freezes_undone
@@ -30,8 +30,9 @@ from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, Stag
 from fleetc.placement import LARGE, PLACEMENT_VERSION
 from fleetc.placement.previous import Previous, read_previous
 from fleetc.placement.solvers import DEFAULT_SOLVER, check_solver, solver_label
+from fleetc.policy import kinds
 from fleetc.policy.load import Document, FieldPath, LoadResult, Position, load_paths, load_sources
-from fleetc.policy.policyset import PolicySet
+from fleetc.policy.policyset import Parsed, PolicySet
 from fleetc.policy.validate import validate
 from fleetc.progress import NULL_REPORTER, Reporter, phase
 from fleetc.resolve import degraded_serving, resolve
@@ -537,15 +538,27 @@ def inputs_digest(policies: PolicySet, options: Options) -> str:
     committed before it counted stay as they were), and every policy document's data (not its
     file: moving a policy between files changes nothing). fleetc's release and its source bytes
     are left out on purpose: an upgrade or a comment edit that places the same must not make
-    every committed ``out/`` stale."""
-    documents = sorted(json.dumps(parsed.doc.data, sort_keys=True, ensure_ascii=False) if parsed.json is None
-                       else parsed.json  # validate made that text already
-                       for kind in dataclasses.fields(policies) for parsed in getattr(policies, kind.name))
+    every committed ``out/`` stale. A Fleet's clusters are hashed in name order: the order it
+    lists them in changes no placement (the optimizer sorts them), so reordering them gives the
+    placement back."""
+    documents = sorted(_digested(parsed) for kind in dataclasses.fields(policies)
+                       for parsed in getattr(policies, kind.name))
     large = {} if options.large in (None, LARGE) else {"large": options.large}
     payload = json.dumps({"placement": PLACEMENT_VERSION, "solver": solver_label(options.solver),
                           "drain": sorted(options.drain), **large,
                           "policies": documents})
     return "sha256:" + hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def _digested(parsed: Parsed[Any]) -> str:
+    """A policy document's data as the inputs digest hashes it: JSON, keys sorted, a Fleet's
+    ``spec.clusters`` by name."""
+    text = json.dumps(parsed.doc.data, sort_keys=True, ensure_ascii=False) if parsed.json is None else parsed.json
+    if not isinstance(parsed.obj, kinds.Fleet):
+        return text
+    data = json.loads(text)
+    data["spec"]["clusters"] = sorted(data["spec"]["clusters"], key=lambda cluster: str(cluster["name"]))
+    return json.dumps(data, sort_keys=True, ensure_ascii=False)
 
 
 def _given_back(model: FleetModel, inputs: str, options: Options) -> Placement | None:

@@ -25,6 +25,7 @@ if str(ROOT) not in sys.path:  # bench/ is a folder of the repository, not an in
     sys.path.insert(0, str(ROOT))
 
 from bench.churn import churn  # noqa: E402
+from bench.clock import cpu_seconds, load_average  # noqa: E402
 from bench.generate import Spec, generate  # noqa: E402
 from bench.greedy import (  # noqa: E402
     ORDERS,
@@ -34,7 +35,7 @@ from bench.greedy import (  # noqa: E402
     objective,
     place_greedy,
 )
-from bench.run import fit_exponent, measure, verify_placed  # noqa: E402
+from bench.run import _format_methods, _format_phases, fit_exponent, measure, refereed, verify_placed  # noqa: E402
 from bench.startup import SOLVERS, imported  # noqa: E402
 from bench.strong import place_strong  # noqa: E402
 
@@ -69,6 +70,26 @@ def test_generated_instances_are_valid_and_ask_for_the_load(load: float) -> None
     kinds = {s.type.value for s in model.stages}
     assert kinds == {"DataProc", "Training", "Finetuning", "Evaluation", "Deployment"}
     assert {c.gpu_type for c in model.clusters} >= {"a100", "h100", "t4", "l4"}
+
+
+def test_the_load_holds_per_gpu_type() -> None:
+    """Every GPU type's stages ask for at most ``load`` of its usable GPUs (those that may run on
+    one type only; the rest may run anywhere). Failed before: at 200 x 4,000 and load 0.9 the
+    Deployments, which prefer t4 and l4, kept those types' budgets at 0.99-1.0 because a stage
+    shrinks to one GPU at the least."""
+    from bench.greedy import gpu_share
+
+    model = model_of(Spec(clusters=200, stages=4000, load=0.9))
+    usable: dict[str, int] = {}
+    asked: dict[str, float] = {}
+    for cluster in model.clusters:
+        if cluster.gpu_type:
+            usable[cluster.gpu_type] = usable.get(cluster.gpu_type, 0) + usable_capacity(model, cluster)[0]
+    for stage in model.stages:
+        if stage.total_gpus and len(stage.gpu_types) == 1:
+            asked[stage.gpu_types[0]] = asked.get(stage.gpu_types[0], 0.0) + stage.total_gpus * gpu_share(model, stage)
+    assert set(asked) == set(usable) == {"a100", "h100", "t4", "l4"}
+    assert all(asked[t] / usable[t] <= 0.9 + 0.005 for t in usable), {t: asked[t] / usable[t] for t in usable}
 
 
 def test_diverse_instances_keep_the_fleet_and_make_stages_their_own() -> None:
@@ -143,6 +164,7 @@ def test_measure_runs_the_real_pipeline_and_mirrors_fleetcs_objective(
     assert result["stages"] == instance.stages
     assert set(result["timings"]) >= {"import", "load", "validate", "resolve", "scores", "place",
                                       "render", "write"}
+    assert set(result["cpu_timings"]) == set(result["timings"])
     fleetc = result["methods"]["fleetc"]
     assert fleetc["objective"] == pytest.approx(fleetc["reported_objective"], abs=1e-5)
     assert fleetc["gpus"] == result["gpu_capacity"]  # the known perfect packing is found
@@ -152,6 +174,98 @@ def test_measure_runs_the_real_pipeline_and_mirrors_fleetcs_objective(
         assert greedy["problems"] == 0
         assert greedy["objective"] <= fleetc["bound"] + 1e-6
     json.dumps(result)  # the child sends it to the parent as JSON
+
+
+def test_a_baseline_breaking_a_rule_is_reported_not_comparable() -> None:
+    """Where every device plugin reads fleetc's time-sliced config, the greedy baselines count
+    time-sliced slots as whole GPUs and overfill clusters: fleetc's verifier refuses them, and
+    the table says NOT COMPARABLE instead of their objective."""
+    from test_runtime import time_sliced_fleet
+
+    instance = time_sliced_fleet(generate(Spec(clusters=8, stages=60, load=0.9, seed=2)))
+    loaded = load_sources((path, text.encode()) for path, text in sorted(instance.files.items()))
+    model = resolve(validate(loaded.documents)[0], "bench")
+    placement = place_greedy(model, "class-weight")
+    summary = refereed(model, placement, {"objective": placement.objective})
+    assert summary["problems"] == len(verify_placed(model, placement)) > 0
+    assert summary["broken"] == verify_placed(model, placement)[0]
+    clean = model_of(Spec(clusters=8, stages=60, load=0.9, seed=2))
+    assert refereed(clean, place_greedy(clean, "class-weight"), {})["problems"] == 0
+    lines = list(_format_methods({"methods": {"greedy-class-weight": summary}}))
+    assert lines[-1].startswith("  greedy-class-weight      NOT COMPARABLE: fleetc's verifier finds ")
+
+
+def test_cpu_seconds_count_waited_children_and_figures_carry_the_load() -> None:
+    before = cpu_seconds()
+    subprocess.run([sys.executable, "-c", "sum(i * i for i in range(3_000_000))"], check=True)
+    assert cpu_seconds() - before > 0.05  # the child's CPU, which RUSAGE_SELF alone leaves out
+    load = load_average()
+    assert len(load) == 3 and all(x >= 0 for x in load)
+    lines = list(_format_phases({"timings": {"place": 1.0}, "cpu_timings": {"place": 2.0}, "wall": 3.0, "cpu": 4.0,
+                                 "rss_mib": 5, "load": [1.5, 1.25, 1.0]}))
+    assert lines[1] == "  phases (CPU s, forked workers included): place 2.000"
+    assert lines[2].endswith("4.00s CPU (child process and its children, imports included), peak RSS 5 MiB, "
+                             "load 1.50/1.25/1.00 before")
+
+
+@pytest.mark.parametrize("nodes", [(), (6, 8, 8)])
+def test_the_exact_check_bounds_fleetc_and_the_strong_greedy(nodes: tuple[int, ...]) -> None:
+    """bench.exactcheck at a small size: SCIP's optimum of the documented rules is a placement
+    fleetc's verifier accepts, and neither fleetc nor the strong greedy scores above it."""
+    from bench.exactcheck import check, maximal_patterns, report
+
+    assert sorted(maximal_patterns(8, [6, 2, 1])) == [(0, 0, 8), (0, 1, 6), (0, 2, 4), (0, 3, 2), (0, 4, 0),
+                                                      (1, 0, 2), (1, 1, 0)]
+    result = check(Spec(clusters=6, stages=40, load=1.0, seed=1, node_gpus=nodes), 60)
+    exact = result["exact"]
+    assert exact["optimal"] and exact["verifier"] == [] and exact["every_stage"]
+    for name in ("fleetc", "greedy-strong"):
+        assert result[name]["objective"] <= exact["objective"] + 1e-6
+        assert result[name]["placed"] <= exact["placed"]
+    assert result["fleetc"]["placed"] == exact["placed"] == 40
+    assert "below the optimum" in "\n".join(report(result))
+
+
+def test_pop_slices_are_alike_and_their_joined_placement_passes_the_verifier() -> None:
+    """bench.partition at a small size: k slices hold every cluster and stage once, each slice
+    a mix of the GPU types; the joined placement is verified on the whole fleet and scores no
+    more than the whole fleet's LP bound."""
+    from bench.partition import partitioned, slices
+
+    model = model_of(Spec(clusters=16, stages=120, load=0.8, seed=3))
+    parts = slices(model, 2)
+    assert sorted(c.name for part in parts for c in part.clusters) == sorted(c.name for c in model.clusters)
+    assert sorted(s.key for part in parts for s in part.stages) == sorted(s.key for s in model.stages)
+    assert all({c.gpu_type for c in part.clusters} >= {"a100", "h100", "t4", "l4"} for part in parts)
+    whole = partitioned(model, 1, None)
+    split = partitioned(model, 2, whole["bound"])
+    assert whole["problems"] == split["problems"] == []
+    assert split["objective"] <= whole["bound"] + 1e-6 and split["gap"] >= 0
+    assert split["cpu"] >= split["cpu_largest"] > 0
+
+
+def test_exact_side_by_side_solves_each_component_both_ways() -> None:
+    """bench.exact at a small size: cvxpy and HiGHS direct agree on every component's optimum."""
+    from bench.exact import side_by_side
+
+    result = side_by_side(Spec(clusters=6, stages=40, load=0.9, seed=1))
+    for part in result["parts"]:
+        cvxpy, direct = part["cvxpy (HIGHS)"], part["HiGHS direct"]
+        assert cvxpy["objective"] == pytest.approx(direct["objective"], rel=1e-6)
+        assert cvxpy["placed"] == direct["placed"]
+
+
+@pytest.mark.slow
+def test_cliphases_profiles_the_compile_by_part(tmp_path: Path) -> None:
+    """bench.cliphases --profile on a small instance, in a fresh process (it narrows its own
+    affinity to one core): the parts of fleetc and the costliest functions are printed."""
+    generate(Spec(clusters=5, stages=30, seed=2)).write(tmp_path / "p")
+    out = subprocess.run([sys.executable, "-m", "bench.cliphases", str(tmp_path / "p"), "--out", str(tmp_path / "o"),
+                          "--allow-unplaced", "--profile", "5"], cwd=ROOT, capture_output=True, text=True, check=True,
+                         timeout=300)
+    assert "on one core (profiled" in out.stdout and "render: YAML emitter" in out.stdout
+    assert "the 5 functions of most own time:" in out.stdout
+    assert (tmp_path / "o" / "placement.yaml").is_file()
 
 
 def test_fit_exponent_recovers_a_power_law() -> None:

@@ -52,6 +52,26 @@ def test_the_digest_depends_on_the_policies_and_the_drain_not_on_file_names(file
     assert inputs_digest(changed.policies, Options()) != digest
 
 
+def test_the_digest_does_not_depend_on_the_order_of_the_fleets_clusters(files: dict[str, str]) -> None:
+    """The optimizer sorts clusters by name, so their order in the Fleet places nothing
+    differently: reordering them keeps the digest (and the placement given back, the same
+    placement compiled anew); a cluster changed still changes it (failed before: the Fleet's
+    data was hashed in list order)."""
+    import yaml
+
+    fleet = next(path for path in files if "fleet" in path)
+    data = yaml.safe_load(files[fleet])
+    data["spec"]["clusters"].reverse()
+    reordered = loaded_of({**files, fleet: yaml.safe_dump(data, sort_keys=False)})
+    loaded = loaded_of(files)
+    assert inputs_digest(reordered.policies, Options()) == inputs_digest(loaded.policies, Options())
+    assert compile_policies(reordered, Options()).files["placement.yaml"] == \
+        compile_policies(loaded, Options()).files["placement.yaml"]
+    data["spec"]["clusters"][0]["cordoned"] = True
+    moved = loaded_of({**files, fleet: yaml.safe_dump(data, sort_keys=False)})
+    assert inputs_digest(moved.policies, Options()) != inputs_digest(loaded.policies, Options())
+
+
 def test_the_digest_holds_the_large_path_threshold_when_it_is_not_the_default(files: dict[str, str]) -> None:
     """Another FLEETC_LARGE sends components down the other path, which places differently: a
     placement compiled under it is not given back to, nor passes --check for, a compile without."""

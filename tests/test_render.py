@@ -312,8 +312,12 @@ def test_gang_job() -> None:
     container, marker = pod["containers"]  # serve depends on train: train marks its completion
     assert (container["name"], marker["name"]) == ("training", "fleetc-mark")
     assert container["command"][3:] == ["fleetc-run", "torchrun", "--nproc-per-node", "8", "train.py"]
+    # the marker's 10m and 32Mi come out of the main container's requests: the pod requests the
+    # stage's 32 cores and 256Gi, what the placement counted; the limits stay the stage's
     amounts = {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"}
-    assert container["resources"] == {"requests": amounts, "limits": amounts}
+    assert container["resources"] == {"requests": {"cpu": "31990m", "memory": "262112Mi", "nvidia.com/gpu": "8"},
+                                      "limits": amounts}
+    assert marker["resources"]["requests"] == {"cpu": "10m", "memory": "32Mi"}
 
 
 def test_whole_gang_and_small_quantities() -> None:
@@ -672,8 +676,8 @@ spec:
                   value: "1"
               resources:
                 requests:
-                  cpu: "32"
-                  memory: 256Gi
+                  cpu: 31990m
+                  memory: 262112Mi
                   nvidia.com/gpu: "8"
                 limits:
                   cpu: "32"

@@ -85,6 +85,31 @@ def test_every_pod_fits_a_node(compiles: list[tuple[str, Compiled]]) -> None:
         assert fit_problems(result.model, result.files) == [], name
 
 
+def test_a_marking_pod_requests_what_the_placement_counted(tmp_path: Path) -> None:
+    """Two DataProc stages of 4 cores fill a CPU cluster of 8; the first writes a completion
+    marker, whose container asks for 10m and 32Mi: it comes out of the main container's
+    requests, so the pods still bind to the node (before, the first pod asked for 4010m and
+    the second fit no node: the placement counted 4 cores, the render asked for more)."""
+    fleet = ("apiVersion: fleet.kurator.dev/v1alpha1\nkind: Fleet\nmetadata: {name: f}\nspec:\n  clusters:\n"
+             "  - {name: c, provider: aws, region: us-east-1, capacity: {cpu: 8, memory: 64Gi}}\n")
+    stage = ("  - name: {name}\n    type: DataProc\n    command: [python, run.py]\n"
+             "    resources: {{cpu: 4, memory: 32Gi}}\n{more}")
+    pipeline = ("apiVersion: aigc.kurator.dev/v1alpha1\nkind: AIGCPipeline\nmetadata: {name: p, namespace: p}\n"
+                "spec:\n  stages:\n"
+                + stage.format(name="first", more="    outputs: [{name: data, storage: 's3://b/first/', "
+                               "secretName: store}]\n")
+                + stage.format(name="second", more="    dependencies: [first]\n"
+                               "    inputs: [{name: data, from: first.outputs.data}]\n"))
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "fleet.yaml").write_text(fleet)
+    (tmp_path / "policies" / "p.yaml").write_text(pipeline)
+    result = compiled_in(tmp_path)
+    mine = sorted(pods(result.files), key=lambda p: p.owner)
+    assert [len(p.spec["containers"]) for p in mine] == [2, 1]  # the first marks its completion
+    assert [p.requests() for p in mine] == [(0, 4000, 32 * 2**30)] * 2
+    assert fit_problems(result.model, result.files) == []
+
+
 def test_a_16_gpu_gang_runs_as_two_8_gpu_pods_on_two_nodes() -> None:
     result = compiled_in(CASES / "gang-16-gpus-on-8-gpu-nodes")
     gang = [p for p in pods(result.files) if p.stage == "llm/pretrain"]

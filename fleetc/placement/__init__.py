@@ -24,7 +24,9 @@ one back (previous)."""
 #: rounded up, and what is placed on a cluster packs onto its nodes (rules.unpacked).
 #: 14: the GPU taint fleetc derives is a preference (a CPU-only stage loses 0.5 on a GPU
 #: cluster), no longer a filter: CPU-only stages fall back to GPU clusters.
-PLACEMENT_VERSION = "14"
+#: 15: the inputs digest hashes a Fleet's clusters in name order (no placement changes; committed
+#: digests change once).
+PLACEMENT_VERSION = "15"
 
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,
 #: unless :func:`fleetc.placement.optimize.place` is given another threshold (the CLI's

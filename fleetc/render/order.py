@@ -42,7 +42,7 @@ from typing import Any, cast
 
 from fleetc.errors import Diagnostic
 from fleetc.model import STORAGE_CREDENTIAL_KEYS, Stage, url_scheme
-from fleetc.render.common import Obj, dns_label, split_url, warning
+from fleetc.render.common import Obj, cpu_quantity, dns_label, memory_quantity, split_url, warning
 from fleetc.render.context import Context, Work
 
 MARKER_IMAGE = "rclone/rclone:1.68"
@@ -101,9 +101,24 @@ def output_volume(name: str) -> str:
     return dns_label(f"output-{name}")
 
 
+#: What every marker container requests: millicores and bytes (it polls or copies a few bytes).
+#: A marking stage's pods take it out of the main container's requests (:func:`marker_share`).
+MARKER_MILLIS = 10
+MARKER_MEMORY = 32 * 2**20
+
+
 def marker_resources() -> Obj:
     """What every marker container asks for: it polls or copies a few bytes."""
-    return {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "128Mi"}}
+    return {"requests": {"cpu": cpu_quantity(MARKER_MILLIS), "memory": memory_quantity(MARKER_MEMORY)},
+            "limits": {"cpu": "100m", "memory": "128Mi"}}
+
+
+def marker_share(millis: int, memory: int) -> tuple[int, int]:
+    """The main container's requests of a pod that also runs the marker container: what the
+    pod asks for (``millis``, ``memory``, what the placement counted and packed onto a node)
+    less the marker's requests, so that the pod's containers together request exactly that
+    (1m and 1Mi at the least: a pod asking for less than the marker is at most that over)."""
+    return max(1, millis - MARKER_MILLIS), max(2**20, memory - MARKER_MEMORY)
 
 
 def run_id(ctx: Context, stage: Stage) -> str:

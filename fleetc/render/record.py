@@ -41,8 +41,9 @@ from fleetc.render.context import Context, Work
 #: values as variables and arguments, failure markers, SIGTERM passed on. 10: node fit per
 #: cluster (a gang split for the nodes of the cluster it runs on). 11: a CPU-only stage's pods
 #: on a GPU cluster tolerate its derived GPU taint. 12: the run wrapper waits again for its
-#: command after a trap interrupts its wait.
-RENDER_VERSION = "12"
+#: command after a trap interrupts its wait. 13: a marking pod's main container requests its
+#: share less the marker container's, so the pod requests what the placement counted.
+RENDER_VERSION = "13"
 
 #: Where the record is written, relative to the output folder.
 RENDER_RECORD = ".fleetc/render"

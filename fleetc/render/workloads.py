@@ -61,6 +61,7 @@ from fleetc.render.order import (
     STATUS_VOLUME,
     literal,
     mark_container,
+    marker_share,
     marks,
     wait_containers,
     wrap_command,
@@ -176,15 +177,19 @@ def _rendezvous_env(stage: Stage) -> dict[str, str]:
     return env
 
 
-def _resources(stage: Stage) -> Obj:
+def _resources(stage: Stage, *, marked: bool = False) -> Obj:
     """One pod's share of a replica (a replica split over the nodes of its cluster shares GPUs,
-    CPU and memory evenly, :func:`fleetc.placement.rules.on_cluster`)."""
-    split = stage.pods_per_replica
-    amounts = {"cpu": cpu_quantity(-(-stage.cpu_millis // split)),
-               "memory": memory_quantity(-(-stage.memory_bytes // split))}
+    CPU and memory evenly, :func:`fleetc.placement.rules.on_cluster`); ``marked``: the pod also
+    runs the marker container, whose requests come out of this one's (:func:`marker_share`), so
+    that the pod requests what the placement counted, no more. Limits stay the pod's share."""
+    millis, memory = stage.pod_cpu_millis, stage.pod_memory_bytes
+    limits = {"cpu": cpu_quantity(millis), "memory": memory_quantity(memory)}
+    if marked:
+        millis, memory = marker_share(millis, memory)
+    amounts = {"cpu": cpu_quantity(millis), "memory": memory_quantity(memory)}
     if stage.pod_gpus > 0:
-        amounts[GPU_RESOURCE] = str(stage.pod_gpus)
-    return {"requests": amounts, "limits": dict(amounts)}
+        amounts[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(stage.pod_gpus)
+    return {"requests": amounts, "limits": limits}
 
 
 def main_container(ctx: Context, stage: Stage, mounted: DataMounts) -> Obj:
@@ -229,6 +234,7 @@ def _pod_spec(ctx: Context, cluster: Cluster, stage: Stage, container: Obj, moun
     spec["containers"] = [container]
     if marks(ctx, stage):
         container["command"] = wrap_command(container["command"])
+        container["resources"] = _resources(stage, marked=True)
         container.setdefault("volumeMounts", []).append({"name": STATUS_VOLUME, "mountPath": STATUS_PATH})
         marker, marker_volumes = mark_container(ctx, stage, spec.get("restartPolicy", "Always"))
         spec["containers"].append(marker)

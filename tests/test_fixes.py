@@ -166,11 +166,12 @@ def test_a_joint_fix_names_the_part_too_large_to_re_solve(monkeypatch: pytest.Mo
 
 
 def test_the_joint_fixes_share_a_budget_of_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two groups (a100 and h100), each on its own part; the first group's re-solves take the
-    budget, so the second is not re-solved, and says why."""
+    """Two groups (a100 and h100), each on a part of 6 pairs (its cluster, the new one, and its
+    three stages); the first group's re-solves take the budget, so the second is not re-solved,
+    and says why."""
     from fleetc.placement import local
 
-    monkeypatch.setattr(local, "JOINT_BUDGET_PAIRS", 1)
+    monkeypatch.setattr(local, "JOINT_BUDGET_PAIRS", 10)  # one re-solve of a part of 6 pairs, not two
     model = make_fleet((make_cluster("a", gpus=8), make_cluster("h", gpus=8, gpu_type="h100")),
                        tuple(make_stage(n, gpus=8, gpu_type=t) for n, t in
                              (("x", "a100"), ("y", "a100"), ("z", "a100"), ("p", "h100"), ("q", "h100"),
@@ -178,5 +179,5 @@ def test_the_joint_fixes_share_a_budget_of_pairs(monkeypatch: pytest.MonkeyPatch
     found = fixes(model, {"llm/x": {"a": 1}, "llm/p": {"h": 1}}, ["llm/y", "llm/z", "llm/q", "llm/r"])
     assert [f.text for f in found[-2:]] == [
         "llm/y, llm/z together: add 16 a100 to a, or a new cluster with 16 a100 (re-solved: each places them all)",
-        "llm/q, llm/r together: not re-solved: the joint fixes above took the 1 stage-cluster pairs fleetc "
-        "re-solves for the joint fixes of one compile"]
+        "llm/q, llm/r together: not re-solved: the joint fixes above left too little of the 10 stage-cluster "
+        "pairs fleetc re-solves for the joint fixes of one compile"]

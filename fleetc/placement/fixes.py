@@ -120,15 +120,16 @@ def _joint_fixes(model: FleetModel, checker: local.Checker, on: Mapping[str, lis
 def _not_re_solved(model: FleetModel, checker: local.Checker, stages: list[Stage], jurisdiction: str | None,
                    gpu_type: str) -> str:
     """Why the joint fix of ``stages`` is not re-solved ('' when it is): the part of the fleet a
-    new cluster for them touches is too large, or the re-solves so far took the budget."""
+    new cluster for them touches is too large, or the re-solves so far left the budget too little
+    for one re-solve of it."""
     part, _ = checker.component(stages, _fresh(model, jurisdiction, gpu_type))
     pairs = len(part.stages) * len(part.clusters)
     if pairs > local.JOINT_COMPONENT_PAIRS:
         return (f"the stages and clusters they compete for make {pairs} stage-cluster pairs, more than the "
                 f"{local.JOINT_COMPONENT_PAIRS} fleetc re-solves for a joint fix")
-    if checker.spent > checker.budget:
-        return (f"the joint fixes above took the {checker.budget} stage-cluster pairs fleetc re-solves "
-                f"for the joint fixes of one compile")
+    if checker.spent + pairs > checker.budget:
+        return (f"the joint fixes above left too little of the {checker.budget} stage-cluster pairs fleetc "
+                f"re-solves for the joint fixes of one compile")
     return ""
 
 
@@ -137,7 +138,8 @@ def _joint_growth(model: FleetModel, checker: local.Checker, on: Mapping[str, li
     """The fewest GPUs to add to one cluster that takes every one of ``stages`` (of their GPU
     type, in their jurisdiction: no rule keeps any off it) for the re-solved fleet to place them
     all; the best cluster, and those that need as few. Of the clusters that take them, the
-    :data:`_NAMED` with the most usable GPUs free are tried (each takes a few solves)."""
+    :data:`_NAMED` with the most usable GPUs free are tried (each takes a few solves; after the
+    first that places them, the others only up to its GPUs: more capacity never places less)."""
     fresh = _fresh(model, None, gpu_type)
     together = _sized(model, fresh, [(rules.on_cluster(s, fresh), s.replicas) for s in stages])
     if together is None:
@@ -145,7 +147,7 @@ def _joint_growth(model: FleetModel, checker: local.Checker, on: Mapping[str, li
     admitting = [c for c in model.clusters if c.gpus and not any(rules.exclusions(s, c) for s in stages)]
     free = {c.name: rules.usable_capacity(model, c)[0] - rules.taken(model, c, rules.usage(model, on[c.name]))[0]
             for c in admitting}
-    found = []
+    found: list[tuple[int, str]] = []
     for cluster in sorted(admitting, key=lambda c: (-free[c.name], c.name))[:_NAMED]:
         most = together.gpus  # to add: with utilisation and headroom, what gives that many usable GPUs
         usable = rules.usable_capacity(model, cluster)[0]
@@ -157,6 +159,7 @@ def _joint_growth(model: FleetModel, checker: local.Checker, on: Mapping[str, li
         def places_all(n: int, cluster: Cluster = cluster) -> bool:
             return checker.places_all(stages, replace(cluster, gpus=cluster.gpus + n))
 
+        most = min([most, *(gpus for gpus, _ in found)])
         if places_all(most):
             found.append((_least(1, most, places_all), cluster.name))
     found.sort()

@@ -172,6 +172,7 @@ def test_the_joint_fixes_share_a_budget_of_pairs(monkeypatch: pytest.MonkeyPatch
     from fleetc.placement import local
 
     monkeypatch.setattr(local, "JOINT_BUDGET_PAIRS", 10)  # one re-solve of a part of 6 pairs, not two
+    monkeypatch.setattr(local, "JOINT_SOLVES", 1)
     model = make_fleet((make_cluster("a", gpus=8), make_cluster("h", gpus=8, gpu_type="h100")),
                        tuple(make_stage(n, gpus=8, gpu_type=t) for n, t in
                              (("x", "a100"), ("y", "a100"), ("z", "a100"), ("p", "h100"), ("q", "h100"),

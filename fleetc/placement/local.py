@@ -25,14 +25,19 @@ from dataclasses import replace
 
 from fleetc.errors import InternalError, PlacementError
 from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
-from fleetc.placement import rules
+from fleetc.placement import LARGE, rules
 from fleetc.placement.verify import verify
 
 #: Stage-cluster pairs all the joint fixes of one compile may re-solve together (each re-solve of
 #: a component is charged its pairs): it bounds their cost whatever the fleet.
 JOINT_BUDGET_PAIRS = 20_000
-#: The most stage-cluster pairs one re-solved component may have.
-JOINT_COMPONENT_PAIRS = 4_000
+#: About the most re-solves the bisections of one joint fix take (three clusters grown, then a
+#: new cluster's GPUs, cores and memory): a group is re-solved only when that many re-solves of
+#: its part fit what is left of :data:`JOINT_BUDGET_PAIRS`.
+JOINT_SOLVES = 20
+#: The most stage-cluster pairs one re-solved component may have: the exact path's
+#: (:data:`fleetc.placement.LARGE`), a second or less a solve.
+JOINT_COMPONENT_PAIRS = LARGE
 
 
 class NewCluster:

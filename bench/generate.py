@@ -85,6 +85,9 @@ class Spec:
     #: GPUs per node a GPU cluster may have (one drawn per cluster; () : 8, the default, and
     #: no attribute written). See the module docstring.
     node_gpus: tuple[int, ...] = ()
+    #: A platform whose serving stages run active-active (``multiCluster``) on the two largest
+    #: t4 clusters (the first drawn on a tie); drawn nothing more, so the rest is as without it.
+    ha: bool = False
 
 
 @dataclass(frozen=True)
@@ -153,9 +156,10 @@ def generate(spec: Spec) -> Instance:
     if spec.policies:
         files["gpu-optimization.yaml"] = dump(GPU_POLICY)
         files["data-optimization.yaml"] = dump(DATA_POLICY)
-    if spec.platform or spec.quotas:
+    if spec.platform or spec.quotas or spec.ha:
         teams = _teams(pipelines, slots, spec.quotas, spec.budget) if spec.quotas else []
-        files["platform.yaml"] = dump(_platform(spec.sovereignty, teams))
+        ha = sorted((c for c in clusters if c.gpu_type == "t4"), key=lambda c: -c.gpus)[:2] if spec.ha else []
+        files["platform.yaml"] = dump(_platform(spec.sovereignty, teams, [c.name for c in ha]))
     stages = [s for p in pipelines for s in p]
     return Instance(
         spec=spec,
@@ -163,7 +167,7 @@ def generate(spec: Spec) -> Instance:
         gpu_capacity=sum(c.gpus for c in clusters),
         gpu_demand=sum(s.total * s.slots for s in stages) / slots,
         stages=len(stages),
-        documents=1 + len(documents) + 2 * spec.policies + bool(spec.platform or spec.quotas),
+        documents=1 + len(documents) + 2 * spec.policies + bool(spec.platform or spec.quotas or spec.ha),
     )
 
 
@@ -484,11 +488,13 @@ DATA_POLICY = {
 }
 
 
-def _platform(sovereignty: bool, teams: list[dict[str, Any]]) -> dict[str, Any]:
+def _platform(sovereignty: bool, teams: list[dict[str, Any]], ha: list[str]) -> dict[str, Any]:
     spec: dict[str, Any] = {"security": {"dataSovereignty": sovereignty, "auditEnabled": True},
                             "performance": {"inferenceTimeout": "5s", "trainingPriority": "high"}}
     if teams:
         spec["teams"] = teams
+    if ha:
+        spec["multiCluster"] = {"primaryCluster": ha[0], "secondaryClusters": ha[1:]}
     return {
         "apiVersion": "aigc.kurator.dev/v1alpha1",
         "kind": "AIGCPlatform",
@@ -541,6 +547,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="stages with data and cores/memory of their own (hardly two alike)")
     parser.add_argument("--node-gpus", type=node_sizes, default=(),
                         help="GPUs per node a GPU cluster may have, one drawn per cluster (e.g. 6,8,8)")
+    parser.add_argument("--ha", action="store_true",
+                        help="a platform serving active-active on the two largest t4 clusters")
     parser.add_argument("--out", type=Path, required=True, help="folder to write")
     return parser
 
@@ -559,7 +567,8 @@ def node_sizes(text: str) -> tuple[int, ...]:
 def spec_of(args: argparse.Namespace) -> Spec:
     return Spec(clusters=args.clusters, stages=args.stages, load=args.load, seed=args.seed,
                 perfect=args.perfect, platform=args.platform, sovereignty=args.sovereignty,
-                quotas=args.quotas, budget=args.budget, diverse=args.diverse, node_gpus=args.node_gpus)
+                quotas=args.quotas, budget=args.budget, diverse=args.diverse, node_gpus=args.node_gpus,
+                ha=args.ha)
 
 
 def describe(instance: Instance) -> Iterator[str]:

@@ -152,12 +152,33 @@ def test_several_stages_left_out_get_a_joint_fix_re_solved_not_summed() -> None:
     assert [_places(m, placed) == everything for m in new] == [False, True]
 
 
-def test_a_joint_fix_names_the_fleet_too_large_to_re_solve(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fleetc.placement import fixes as module
+def test_a_joint_fix_names_the_part_too_large_to_re_solve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The part a new cluster touches: a (the stages may run there), the new cluster, and x (on
+    a), y and z: 6 pairs."""
+    from fleetc.placement import local
 
-    monkeypatch.setattr(module, "JOINT_MAX_PAIRS", 5)
+    monkeypatch.setattr(local, "JOINT_COMPONENT_PAIRS", 5)
     model = make_fleet((make_cluster("a", gpus=8),), tuple(make_stage(n, gpus=8, gpu_type="a100")
                                                             for n in ("x", "y", "z")))
     assert fixes(model, {"llm/x": {"a": 1}}, ["llm/y", "llm/z"])[-1].text == (
-        "llm/y, llm/z together: not re-solved: the fleet has 6 stage-cluster pairs, more than the 5 fleetc "
-        "re-solves for a joint fix")
+        "llm/y, llm/z together: not re-solved: the stages and clusters they compete for make 6 stage-cluster "
+        "pairs, more than the 5 fleetc re-solves for a joint fix")
+
+
+def test_the_joint_fixes_share_a_budget_of_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two groups (a100 and h100), each on a part of 6 pairs (its cluster, the new one, and its
+    three stages); the first group's re-solves take the budget, so the second is not re-solved,
+    and says why."""
+    from fleetc.placement import local
+
+    monkeypatch.setattr(local, "JOINT_BUDGET_PAIRS", 10)  # one re-solve of a part of 6 pairs, not two
+    monkeypatch.setattr(local, "JOINT_SOLVES", 1)
+    model = make_fleet((make_cluster("a", gpus=8), make_cluster("h", gpus=8, gpu_type="h100")),
+                       tuple(make_stage(n, gpus=8, gpu_type=t) for n, t in
+                             (("x", "a100"), ("y", "a100"), ("z", "a100"), ("p", "h100"), ("q", "h100"),
+                              ("r", "h100"))))
+    found = fixes(model, {"llm/x": {"a": 1}, "llm/p": {"h": 1}}, ["llm/y", "llm/z", "llm/q", "llm/r"])
+    assert [f.text for f in found[-2:]] == [
+        "llm/y, llm/z together: add 16 a100 to a, or a new cluster with 16 a100 (re-solved: each places them all)",
+        "llm/q, llm/r together: not re-solved: the joint fixes above left too little of the 10 stage-cluster "
+        "pairs fleetc re-solves for the joint fixes of one compile"]

@@ -20,10 +20,12 @@ leave a platform short of its failover headroom (:func:`rules.failover_shortfall
 offered. None of this solves: one pass over the clusters per stage.
 
 When two or more stages left out ask for one GPU type in one jurisdiction, one more line gives
-the smallest change that places them together, found by re-solving the fleet with it (one
-cluster grown in GPUs, or a new cluster, sized by bisection; :func:`_joint_fixes`): the stages'
-own fixes do not add up, since together they may need more than the sum (node packing beside
-what is placed) or less (a placed stage moves to the new cluster and frees room).
+the smallest change that places them together, found by re-solving the part of the fleet it
+touches with it (one cluster grown in GPUs, or a new cluster, sized by bisection;
+:func:`_joint_fixes`, :class:`fleetc.placement.local.Checker`): the stages' own fixes do not
+add up, since together they may need more than the sum (node packing beside what is placed) or
+less (a placed stage moves to the new cluster and frees room). The re-solves of one call share
+a budget of stage-cluster pairs (:data:`fleetc.placement.local.JOINT_BUDGET_PAIRS`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from fleetc.errors import PlacementError
 from fleetc.model import (
     CORES_PER_GPU,
     MEMORY_PER_GPU,
@@ -43,8 +44,7 @@ from fleetc.model import (
     Stage,
     StagePlacement,
 )
-from fleetc.placement import rules
-from fleetc.placement.verify import verify
+from fleetc.placement import local, rules
 from fleetc.policy.quantity import GIB
 
 #: Cluster fields that hold each resource of :data:`rules.RESOURCES`, and the step one unit adds.
@@ -52,8 +52,6 @@ _FIELDS = (("gpus", 1), ("cpu_millis", 1), ("memory_bytes", rules.MIB))
 
 #: How many clusters a relaxation names before "and N more".
 _NAMED = 3
-#: The largest fleet (stages x clusters) whose joint fix is re-solved; each takes a few solves.
-JOINT_MAX_PAIRS = 5_000
 
 
 @dataclass(frozen=True)
@@ -78,18 +76,22 @@ def fixes(model: FleetModel, placed: Mapping[str, Mapping[str, int]], stage_keys
             if key in stages and name in on and replicas > 0:
                 on[name].append((rules.on_cluster(stages[key], model.cluster(name)), replicas))
     used = {name: rules.usage(model, there) for name, there in on.items()}
-    found = [Fix(s.key, f"{s.key}: {_fix(model, s, on, used)}") for s in model.stages if s.key in wanted]
-    return found + _joint_fixes(model, placed, on, [s for s in model.stages if s.key in wanted])
+    checks = local.NewCluster(model, _placement(model, _placed(on)))
+    found = [Fix(s.key, f"{s.key}: {_fix(model, s, on, used, checks)}") for s in model.stages if s.key in wanted]
+    return found + _joint_fixes(model, local.Checker(model, placed), on, [s for s in model.stages if s.key in wanted])
 
 
-def _joint_fixes(model: FleetModel, placed: Mapping[str, Mapping[str, int]], on: Mapping[str, list[tuple[Stage, int]]],
+def _joint_fixes(model: FleetModel, checker: local.Checker, on: Mapping[str, list[tuple[Stage, int]]],
                  left_out: list[Stage]) -> list[Fix]:
     """For each jurisdiction and GPU type that two or more stages left out ask for (and no HA
     set ties to clusters of their own), the smallest new cluster there that places them all
-    together, found by re-solving: the optimizer places the fleet with the cluster added
-    (sticky to ``placed``), and the fewest GPUs (a bisection between the largest stage's own
-    new cluster and one for them all) with which every stage placed now stays placed and each
-    of them is placed too. Cores and memory follow :func:`_sized` (named where they bind)."""
+    together, found by re-solving: the optimizer places the part of the fleet the cluster
+    touches with it added (sticky to the placement now, :class:`local.Checker`), and the fewest
+    GPUs (a bisection between the largest stage's own new cluster and one for them all) with
+    which every stage placed now stays placed and each of them is placed too. Cores and memory
+    follow :func:`_sized` (named where they bind). A group whose part is larger than
+    :data:`local.JOINT_COMPONENT_PAIRS`, or met when the re-solves so far took more than
+    :data:`local.JOINT_BUDGET_PAIRS`, is not re-solved."""
     groups: dict[tuple[str, str], list[Stage]] = {}
     for stage in left_out:
         first = _first_type(stage)
@@ -100,13 +102,12 @@ def _joint_fixes(model: FleetModel, placed: Mapping[str, Mapping[str, int]], on:
         if len(stages) < 2:
             continue
         keys = ", ".join(s.key for s in stages)
-        pairs = len(model.stages) * (len(model.clusters) + 1)
-        if pairs > JOINT_MAX_PAIRS:
-            joint.append(Fix(keys, f"{keys} together: not re-solved: the fleet has {pairs} stage-cluster pairs, "
-                                   f"more than the {JOINT_MAX_PAIRS} fleetc re-solves for a joint fix"))
+        refused = _not_re_solved(model, checker, stages, jurisdiction or None, gpu_type)
+        if refused:
+            joint.append(Fix(keys, f"{keys} together: not re-solved: {refused}"))
             continue
-        grow = [f"{gpus} {gpu_type} to {name}" for name, gpus in _joint_growth(model, placed, on, stages, gpu_type)]
-        new = _joint_cluster(model, placed, stages, jurisdiction or None, gpu_type)
+        grow = [f"{gpus} {gpu_type} to {name}" for name, gpus in _joint_growth(model, checker, on, stages, gpu_type)]
+        new = _joint_cluster(model, checker, stages, jurisdiction or None, gpu_type)
         if new is not None:
             where, why = _described(new, jurisdiction or None)
             grow.append(f"a new cluster{where}{f' ({why})' if why else ''}")
@@ -116,30 +117,33 @@ def _joint_fixes(model: FleetModel, placed: Mapping[str, Mapping[str, int]], on:
     return joint
 
 
-def _places_all(model: FleetModel, placed: Mapping[str, Mapping[str, int]], stages: list[Stage],
-                cluster: Cluster) -> bool:
-    """Whether the fleet re-solved with ``cluster`` (added, or in place of its namesake) places
-    ``stages`` and keeps every stage placed now, as the verifier accepts."""
-    from fleetc.placement.optimize import place  # the solver: imported when a joint fix is asked for
+def _not_re_solved(model: FleetModel, checker: local.Checker, stages: list[Stage], jurisdiction: str | None,
+                   gpu_type: str) -> str:
+    """Why the joint fix of ``stages`` is not re-solved ('' when it is): the part of the fleet a
+    new cluster for them touches is too large, or the re-solves so far left the budget too little
+    for :data:`local.JOINT_SOLVES` re-solves of it. The part is measured with a new cluster of all but unbounded
+    capacity, which admits every stage any of their candidates could."""
+    fresh = _fresh(model, jurisdiction, gpu_type)
+    unbounded = replace(fresh, gpus=10**6, cpu_millis=10**12, memory_bytes=10**18, cpu_per_node=None,
+                        memory_per_node=None)
+    part, _ = checker.component(stages, unbounded)
+    pairs = len(part.stages) * len(part.clusters)
+    if pairs > local.JOINT_COMPONENT_PAIRS:
+        return (f"the stages and clusters they compete for make {pairs} stage-cluster pairs, more than the "
+                f"{local.JOINT_COMPONENT_PAIRS} fleetc re-solves for a joint fix")
+    if checker.spent + local.JOINT_SOLVES * pairs > checker.budget:
+        return (f"the joint fixes above left too little of the {checker.budget} stage-cluster pairs fleetc "
+                f"re-solves for the joint fixes of one compile")
+    return ""
 
-    clusters = tuple(cluster if c.name == cluster.name else c for c in model.clusters)
-    grown = replace(model, clusters=clusters if cluster.name in {c.name for c in model.clusters}
-                    else (*clusters, cluster))
-    try:
-        solved = place(grown, previous=placed, allow_unplaced=True)
-    except PlacementError:  # the large path's search ran out: not shown to place them
-        return False
-    done = {p.stage for p in solved.stages if p.assignments}
-    wanted = {s.key for s in stages} | {key for key, there in placed.items() if any(there.values())}
-    return wanted <= done and not verify(grown, solved, allow_unplaced=True)
 
-
-def _joint_growth(model: FleetModel, placed: Mapping[str, Mapping[str, int]], on: Mapping[str, list[tuple[Stage, int]]],
+def _joint_growth(model: FleetModel, checker: local.Checker, on: Mapping[str, list[tuple[Stage, int]]],
                   stages: list[Stage], gpu_type: str) -> list[tuple[str, int]]:
     """The fewest GPUs to add to one cluster that takes every one of ``stages`` (of their GPU
     type, in their jurisdiction: no rule keeps any off it) for the re-solved fleet to place them
     all; the best cluster, and those that need as few. Of the clusters that take them, the
-    :data:`_NAMED` with the most usable GPUs free are tried (each takes a few solves)."""
+    :data:`_NAMED` with the most usable GPUs free are tried (each takes a few solves; after the
+    first that places them, the others only up to its GPUs: more capacity never places less)."""
     fresh = _fresh(model, None, gpu_type)
     together = _sized(model, fresh, [(rules.on_cluster(s, fresh), s.replicas) for s in stages])
     if together is None:
@@ -147,7 +151,7 @@ def _joint_growth(model: FleetModel, placed: Mapping[str, Mapping[str, int]], on
     admitting = [c for c in model.clusters if c.gpus and not any(rules.exclusions(s, c) for s in stages)]
     free = {c.name: rules.usable_capacity(model, c)[0] - rules.taken(model, c, rules.usage(model, on[c.name]))[0]
             for c in admitting}
-    found = []
+    found: list[tuple[int, str]] = []
     for cluster in sorted(admitting, key=lambda c: (-free[c.name], c.name))[:_NAMED]:
         most = together.gpus  # to add: with utilisation and headroom, what gives that many usable GPUs
         usable = rules.usable_capacity(model, cluster)[0]
@@ -157,16 +161,17 @@ def _joint_growth(model: FleetModel, placed: Mapping[str, Mapping[str, int]], on
                 break
 
         def places_all(n: int, cluster: Cluster = cluster) -> bool:
-            return _places_all(model, placed, stages, replace(cluster, gpus=cluster.gpus + n))
+            return checker.places_all(stages, replace(cluster, gpus=cluster.gpus + n))
 
+        most = min([most, *(gpus for gpus, _ in found)])
         if places_all(most):
             found.append((_least(1, most, places_all), cluster.name))
     found.sort()
     return [(name, gpus) for gpus, name in found if gpus == found[0][0]][:_NAMED]
 
 
-def _joint_cluster(model: FleetModel, placed: Mapping[str, Mapping[str, int]], stages: list[Stage],
-                   jurisdiction: str | None, gpu_type: str) -> Cluster | None:
+def _joint_cluster(model: FleetModel, checker: local.Checker, stages: list[Stage], jurisdiction: str | None,
+                   gpu_type: str) -> Cluster | None:
     """The smallest new cluster the re-solved fleet places ``stages`` on (with everything placed
     now): the fewest GPUs with the cores and memory they all need, then the fewest cores, then
     the least memory (whole cores and GiB, never below the default per GPU)."""
@@ -177,7 +182,7 @@ def _joint_cluster(model: FleetModel, placed: Mapping[str, Mapping[str, int]], s
         return None
 
     def places_all(new: Cluster) -> bool:
-        return _places_all(model, placed, stages, new)
+        return checker.places_all(stages, new)
 
     if not places_all(together):
         return None
@@ -205,7 +210,7 @@ def _least(low: int, high: int, holds: Callable[[int], bool]) -> int:
 
 
 def _fix(model: FleetModel, stage: Stage, on: Mapping[str, list[tuple[Stage, int]]],
-         used: Mapping[str, rules.Usage]) -> str:
+         used: Mapping[str, rules.Usage], checks: local.NewCluster) -> str:
     clusters = {c.name: c for c in model.clusters}
     ha = rules.ha_clusters(model, stage)
     minimum = rules.min_replicas_per_cluster(stage)
@@ -213,7 +218,7 @@ def _fix(model: FleetModel, stage: Stage, on: Mapping[str, list[tuple[Stage, int
     if binding:
         return binding
     options = []
-    capacity = _capacity_option(model, stage, ha, minimum, clusters, on, used)
+    capacity = _capacity_option(model, stage, ha, minimum, clusters, on, used, checks)
     cap = _cap_binding(model, stage, minimum, on)
     if cap:
         return cap if capacity.startswith("it fits") or not capacity else f"{cap}, and {capacity}"
@@ -297,7 +302,7 @@ def _candidates(stage: Stage, ha: tuple[str, ...], minimum: int, where: str) -> 
 
 def _capacity_option(model: FleetModel, stage: Stage, ha: tuple[str, ...], minimum: int,
                      clusters: Mapping[str, Cluster], on: Mapping[str, list[tuple[Stage, int]]],
-                     used: Mapping[str, rules.Usage]) -> str:
+                     used: Mapping[str, rules.Usage], checks: local.NewCluster) -> str:
     """The fewest resources to add on one cluster the rules admit the stage to (GPUs first),
     and a new cluster in its jurisdiction when the stage may run off its HA set."""
     best: tuple[tuple[int, ...], str, dict[str, tuple[int, int, int]]] | None = None
@@ -321,7 +326,7 @@ def _capacity_option(model: FleetModel, stage: Stage, ha: tuple[str, ...], minim
             rank = tuple(sum(a[r] for a in adds.values()) for r in range(3)) + (len(adds),)
             if best is None or (rank, cluster.name) < (best[0], best[1]):
                 best = (rank, cluster.name, adds)
-    new = _new_cluster(model, stage, on) if not ha else ""
+    new = _new_cluster(model, stage, checks) if not ha else ""
     if best is None:
         return f"add a new cluster{new}" if new else ""
     parts = [f"{_amounts(clusters[name].gpu_type, add)} to {name}{_taken_by_others(model, clusters[name], used[name])}"
@@ -380,7 +385,7 @@ def _headroom_kept(model: FleetModel, stage: Stage, spread: Mapping[str, int], g
     return True
 
 
-def _new_cluster(model: FleetModel, stage: Stage, on: Mapping[str, list[tuple[Stage, int]]]) -> str:
+def _new_cluster(model: FleetModel, stage: Stage, checks: local.NewCluster) -> str:
     """`` in eu with 16 h100``: the fewest GPUs a new cluster (nothing used, no taints) needs to
     run all the stage's replicas, as the rules count its usable GPUs, and the cores or memory
     beyond what a cluster has per GPU by default where those bind (`` with 8 h100 and 200 cores
@@ -392,10 +397,7 @@ def _new_cluster(model: FleetModel, stage: Stage, on: Mapping[str, list[tuple[St
     new = _sized(model, fresh, [(rules.on_cluster(stage, fresh), stage.replicas)])
     if new is None:
         return ""
-    grown = replace(model, clusters=(*model.clusters, new))
-    placed = {key: dict(there) for key, there in _placed(on).items()}
-    placed[stage.key] = {new.name: stage.replicas}
-    if verify(grown, _placement(grown, placed), allow_unplaced=True):
+    if not checks.accepts(stage, new):
         return ""
     where, why = _described(new, stage.jurisdiction)
     return f"{where} ({why})" if why else where

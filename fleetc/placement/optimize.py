@@ -136,6 +136,8 @@ def place(
     objective += _stay_where_moving_gains_nothing(model, scores, previous or {}, replicas_at)
     repacked, left_out = _packed(model, scores, replicas_at, previous or {})
     objective += repacked
+    if repacked or left_out:  # a stage taken off for packing may have left the room a moved stage had
+        objective += _stay_where_moving_gains_nothing(model, scores, previous or {}, replicas_at)
     if left_out and not previous:
         resolved = _packed_exactly(model, scores, replicas_at, budget)
         objective += resolved or 0.0

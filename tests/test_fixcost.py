@@ -1,0 +1,30 @@
+"""bench.fixcost and bench.generate --ha: the variants issue 30 item 4 prices against the plain
+fleet (the figures themselves belong in bench/, not here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_scale import model_of
+
+from bench import fixcost
+from bench.generate import Spec, generate, spec_of
+from bench.generate import _parser as generate_parser
+
+
+def test_ha_adds_a_platform_serving_on_the_two_largest_t4_clusters_and_nothing_else() -> None:
+    spec = Spec(clusters=12, stages=60, load=0.9, ha=True)
+    plain, ha = generate(Spec(clusters=12, stages=60, load=0.9)), generate(spec)
+    assert {k: v for k, v in ha.files.items() if k != "platform.yaml"} == plain.files
+    model = model_of(spec)
+    t4 = sorted((c for c in model.clusters if c.gpu_type == "t4"), key=lambda c: (-c.gpus, c.name))
+    (platform,) = model.platforms
+    assert (platform.primary_cluster, platform.secondary_clusters) == (t4[0].name, (t4[1].name,))
+    assert spec_of(generate_parser().parse_args(["--ha", "--clusters", "12", "--stages", "60", "--out", "x"])) == spec
+
+
+def test_fixcost_measures_a_compile_in_cpu_seconds(tmp_path: Path) -> None:
+    policies = generate(Spec(clusters=4, stages=12, load=0.9, platform=True, sovereignty=True)).write(tmp_path / "p")
+    cpu, summary = fixcost.compile_cpu(policies, tmp_path / "out")
+    assert cpu > 0.1 and summary.startswith("placed ")
+    assert (tmp_path / "out" / "placement.yaml").is_file()

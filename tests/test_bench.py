@@ -355,7 +355,7 @@ def test_the_large_path_moves_no_untouched_stage_for_less_than_the_move_cost() -
 
 def _placed_whole_where_the_exact_path_packs_everything(spec: Spec) -> None:
     model = model_of(spec)
-    exact = optimize.place(model, large=10**9, allow_unplaced=True)  # the exact MILP
+    exact = optimize.place(model, large=10**9, allow_unplaced=True)  # the exact MILP, through cvxpy
     assert exact.method == "milp" and all(p.assignments for p in exact.stages)  # a full packing exists
     large = optimize.place(model, large=0)  # every component on the large path; raises if any is left out
     assert large.method == "colgen-lp-round"

@@ -42,7 +42,7 @@ def test_cvxpy_and_highs_direct_reach_the_same_objective(spec: Spec) -> None:
     for program in programs(spec):
         for integral, require_all in ((True, False), (False, False), (False, True)):
             direct = solve_program(program, Budget(), require_all=require_all, integral=integral)
-            through = cvx.solve_through_cvxpy(program, Budget(), require_all=require_all, integral=integral)
+            through = cvx.solve_program(program, Budget(), require_all=require_all, integral=integral)
             assert direct.infeasible == through.infeasible
             if direct.values is None:
                 continue
@@ -116,7 +116,6 @@ def test_cvxpy_is_imported_only_when_a_program_is_solved(tmp_path: Path) -> None
     shutil.copytree(ROOT / "policies", tmp_path / "policies")
     compile_ = ["compile", "policies", "--out", "out"]
     assert _modules_after(tmp_path, ["validate", "policies"]) == []
-    assert _modules_after(tmp_path, compile_) == []  # on HiGHS, the default: HiGHS direct
-    assert _modules_after(tmp_path, [*compile_, "--solver", "SCIPY"]) == ["cvxpy"]
+    assert _modules_after(tmp_path, compile_) == ["cvxpy"]
     assert _modules_after(tmp_path, compile_, [*compile_, "--check"]) == []  # unchanged: given back
     assert _modules_after(tmp_path, compile_, compile_) == []

@@ -360,7 +360,7 @@ def test_a_failing_solver_is_a_clear_error(project: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(highspy.Highs, "run", lambda self: highspy.HighsStatus.kError)
     result = compile_here()
     assert result.exit_code == 3, result.output  # a solver failure is a bug in fleetc, not the policies'
-    assert result.stderr == ("fleetc: internal error: the HiGHS solver failed: Not Set\n"
+    assert result.stderr == ("fleetc: internal error: the HIGHS solver failed (through cvxpy)\n"
                              "This is a bug in fleetc; please report it to the fleetc "
                              "maintainers with the policies that caused it, the command line and "
                              "`fleetc --version` (FLEETC_DEBUG=1 shows the traceback).\n")
@@ -391,7 +391,7 @@ def test_a_solver_that_returns_garbage_is_caught_by_the_verifier(
     inputs_changed(project)
     before = snapshot(project / "out")
 
-    def lie(program: Program, budget: object, **kwargs: object) -> Solve:  # the exact path's solves
+    def lie(program: Program, budget: object, **kwargs: object) -> Solve:  # the exact path's solves, through cvxpy
         return Solve(values=np.full(program.size, garbage), optimal=True)
 
     monkeypatch.setattr(cvx, "solve_program", lie)
@@ -416,7 +416,7 @@ def test_a_solver_with_an_unknown_status_is_a_clear_error(
     result = compile_here()
     assert result.exit_code == 3, result.output
     assert result.stderr.startswith(
-        "fleetc: internal error: the HiGHS solver ended with status 'Not Set' and no placement\n"
+        "fleetc: internal error: the HIGHS solver failed (through cvxpy)\n"  # cvxpy: no status
         "This is a bug in fleetc")
     assert_untouched(project, result, before)
 

@@ -11,12 +11,11 @@ over its vector ``v = [x | y | u | z | w | k | d]``:
                 lower <= v <= upper, v integral (its LP relaxation for the bound)
 
 The default solver is HiGHS (``HIGHS``); ``fleetc compile --solver NAME`` picks any MILP solver
-cvxpy finds installed (``SCIP``, ``GUROBI``, ``CBC``...). On HiGHS the program goes to HiGHS
-direct (:func:`fleetc.placement.program.solve_program`, the same call): cvxpy's rewriting for
-the same solver costs 20-30 ms a solve, paid once per component. cvxpy is imported here only,
-and only when a program is solved on another solver: ``import cvxpy`` costs about a second.
-The large path keeps HiGHS direct (:mod:`fleetc.placement.highs`) on every solver: its master LP
-grows by columns and re-optimises from the last basis, which cvxpy cannot do.
+cvxpy finds installed (``SCIP``, ``GUROBI``, ``CBC``...). cvxpy is imported here only, and only
+when a program is solved: ``import cvxpy`` costs about a second, which ``validate``, ``--check``
+and a compile whose placement is given back never pay. The large path keeps HiGHS direct
+(:mod:`fleetc.placement.highs`): its master LP grows by columns and re-optimises from the last
+basis, which cvxpy cannot do.
 """
 
 from __future__ import annotations
@@ -41,7 +40,6 @@ from fleetc.placement.program import (
     packing_rows,
     replicas_of,
 )
-from fleetc.placement.program import solve_program as program_solve
 
 #: The most rounds of packing rows (:func:`fleetc.placement.program.packing_rows`) the exact path
 #: adds and solves again; a cluster still unpacked after them is repaired by
@@ -93,20 +91,11 @@ def _solve_integral(program: Program, budget: Budget) -> tuple[np.ndarray, bool]
 
 def solve_program(program: Program, budget: Budget, *, require_all: bool, integral: bool,
                   absolute_gap: float | None = None) -> Result:
-    """Solve ``program`` (its LP relaxation unless ``integral``) on ``budget.solver`` within
-    ``budget.deadline``: HiGHS direct on HiGHS, else through cvxpy (:func:`solve_through_cvxpy`);
-    ``require_all`` fixes every stage's ``z`` to 1. A MILP stops within a relative 1e-4 of
-    optimal, or within ``absolute_gap``; integral values come back rounded. Through cvxpy it is
-    the same call as :func:`fleetc.placement.program.solve_program` (HiGHS direct), which
-    ``tests/test_cvx.py`` holds it to."""
-    if budget.solver == "HIGHS":  # the same program, on the same solver: without cvxpy's rewriting
-        return program_solve(program, budget, require_all=require_all, integral=integral, absolute_gap=absolute_gap)
-    return solve_through_cvxpy(program, budget, require_all=require_all, integral=integral, absolute_gap=absolute_gap)
-
-
-def solve_through_cvxpy(program: Program, budget: Budget, *, require_all: bool, integral: bool,
-                        absolute_gap: float | None = None) -> Result:
-    """:func:`solve_program` through cvxpy, whatever ``budget.solver`` (HiGHS too)."""
+    """Solve ``program`` (its LP relaxation unless ``integral``) through cvxpy on
+    ``budget.solver`` within ``budget.deadline``; ``require_all`` fixes every stage's ``z`` to
+    1. A MILP stops within a relative 1e-4 of optimal, or within ``absolute_gap``; integral
+    values come back rounded. The same call as :func:`fleetc.placement.program.solve_program`
+    (HiGHS direct), which ``tests/test_cvx.py`` holds it to."""
     import cvxpy as cp
 
     solver, deadline = budget.solver, budget.deadline

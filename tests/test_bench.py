@@ -311,8 +311,7 @@ def test_the_runner_measures_in_a_child_process_and_prints_the_table(tmp_path: P
 def test_check_on_unchanged_inputs_imports_neither_cvxpy_nor_highs(tmp_path: Path) -> None:
     """What ``bench.startup`` reports, on the real CLI (``python -X importtime -m fleetc``)."""
     shutil.copytree(ROOT / "policies", tmp_path / "policies")
-    # it solved, on HiGHS direct: cvxpy only for another --solver (tests/test_cvx.py)
-    assert imported(["compile", "policies", "--out", "out"], tmp_path) & set(SOLVERS) == {"highspy"}
+    assert set(SOLVERS) <= imported(["compile", "policies", "--out", "out"], tmp_path)  # it solved
     assert imported(["compile", "policies", "--out", "out", "--check"], tmp_path) & set(SOLVERS) == set()
 
 

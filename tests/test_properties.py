@@ -370,7 +370,7 @@ class SubPrograms:
         # A sub-program's rows count GPUs, cores and memory in total, a relaxation of packing pods
         # onto nodes (docs/optimizer.md): the packing is the repair's (optimize._packed), held by
         # the verifier at the end of each test, not by each sub-program.
-        with mock.patch.object(rules, "unpacked", return_value=False):
+        with mock.patch.object(rules.ledger, "unpacked", return_value=""):
             over = [clusters[c].name for c in component.part.clusters.tolist() if not ledger.fits(clusters[c].name)]
         assert over == [], f"a sub-program places more than the fixed stages leave on {over}"
         self.checked += 1

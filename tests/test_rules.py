@@ -298,7 +298,7 @@ def _assert_repair_room_follows_the_rules(model: FleetModel, problem: Problem, r
             assert counted <= fitting if varying else counted == fitting, (stage.key, cluster.name)
     # the repair counts totals, as the program does: packing onto nodes is restored after it
     # (optimize._packed), so here the ledger's room is read without it
-    with mock.patch.object(rules, "unpacked", lambda *_: ""):
+    with mock.patch.object(rules.ledger, "unpacked", lambda *_: ""):
         ledger = rules.Ledger(model, ((stage, model.clusters[c].name, int(replicas_at[s, c]))
                                       for s, stage in enumerate(model.stages) for c in np.flatnonzero(replicas_at[s])))
         if not all(ledger.fits(cluster.name) for cluster in model.clusters) or not ledger.within_caps():

@@ -14,7 +14,7 @@ headroom, previous placements), and for random candidate placements, some sound 
   only the rules), but for one rule the program keeps in its objective instead: a serving
   stage running degraded and short leaves no room for one more replica (:func:`rules.room_left`);
 - the program's capacity rows count, per cluster, what :func:`rules.taken` counts;
-- the large path's repair (:class:`fleetc.placement.colgen._Room`) fits as many more replicas
+- the large path's repair (:class:`fleetc.placement.colgen.room._Room`) fits as many more replicas
   of a stage on a cluster as the rules' totals do (packing is restored after it).
 """
 
@@ -277,10 +277,10 @@ def _assert_repair_room_follows_the_rules(model: FleetModel, problem: Problem, r
     every cluster ``replicas_at`` does not already overfill (the repair never sees one), and
     with the failover headroom too (:meth:`rules.Ledger.room_for`) where ``replicas_at`` keeps
     it: time-sliced GPUs on the other clusters of an HA set take whole time-sliced units."""
-    large = colgen._large(problem)
+    large = colgen.large._large(problem)
     per_replica = large.coefficients / large.replicas
-    room = colgen._Room(large.capacity, colgen._taken(large, replicas_at), large.slots, large.unit, large.headroom,
-                        per_replica, replicas_at, large.caps)
+    room = colgen.room._Room(large.capacity, colgen.room._taken(large, replicas_at), large.slots, large.unit,
+                             large.headroom, per_replica, replicas_at, large.caps)
     # A stage asking for throughput counts there as the most GPUs any of its types takes: the
     # room is then never more than the rules', and exactly theirs when no stage's count varies.
     varying = any(len({o.gpus for o in stage.gpu_options}) > 1 for stage in model.stages)
@@ -331,9 +331,9 @@ def test_the_repair_counts_time_sliced_gpus_on_the_other_ha_clusters_in_whole_un
     scores = score_matrix(model)
     problem = Problem.of(model, scores, multicluster_conflicts(model, scores), np.zeros((3, 2), dtype=np.int32),
                          Part(np.arange(3), np.arange(2)))
-    large = colgen._large(problem)
+    large = colgen.large._large(problem)
     placed = np.array([[2, 2], [0, 0], [0, 1]])
-    room = colgen._Room(large.capacity, colgen._taken(large, placed), large.slots, large.unit, large.headroom,
+    room = colgen.room._Room(large.capacity, colgen.room._taken(large, placed), large.slots, large.unit, large.headroom,
                         large.coefficients / large.replicas, placed, large.caps)
     assert room.fits(0, 1) == 12
     ledger = rules.Ledger(model, [(stages[0], "h1", 2), (stages[0], "h2", 2), (stages[2], "h2", 1)])

@@ -51,12 +51,15 @@ from fleetc.placement.rules.capacity import (
 from fleetc.placement.rules.caps import (
     Cap,
     CapRoom,
+    CapShortfall,
     CapUsage,
     as_gpus,
     cap_overuse,
     cap_room,
+    cap_shortfalls,
     cap_usage,
     caps,
+    caps_used,
     money,
     quota_slots,
     replica_cost_micros,
@@ -90,6 +93,7 @@ from fleetc.placement.rules.ledger import (
 from fleetc.placement.rules.replicas import (
     below_minimum,
     ha_clusters,
+    least_on_cluster,
     least_replicas,
     min_replicas_per_cluster,
     replicas_sound,
@@ -103,6 +107,9 @@ from fleetc.placement.rules.units import (
 )
 
 __all__ = [
+    "CapShortfall",
+    "cap_shortfalls",
+    "caps_used",
     "Cap",
     "CapRoom",
     "CapUsage",
@@ -128,6 +135,7 @@ __all__ = [
     "ha_clusters",
     "lacks_gpu_type",
     "lacks_gpus",
+    "least_on_cluster",
     "least_replicas",
     "may_stay",
     "min_replicas_per_cluster",

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from fleetc.model import Cluster, FleetModel, Stage
 from fleetc.placement.rules.capacity import slots_on, slots_per_gpu, uses_shared_slots
 from fleetc.placement.rules.filters import on_cluster
+from fleetc.placement.rules.replicas import least_on_cluster
 from fleetc.placement.rules.units import MICROS, ROUNDING
 
 
@@ -163,3 +164,49 @@ def cap_overuse(model: FleetModel, cap: Cap, used: CapUsage) -> list[str]:
 
 
 # --- degraded serving: the replicas that fit ---------------------------------------------------
+
+
+# --- the one cap check ---------------------------------------------------------------------------
+
+
+def caps_used(model: FleetModel, placed: Iterable[tuple[Stage, Cluster, int]]) -> list[tuple[Cap, CapUsage]]:
+    """Each cap of the model (:func:`caps`) with what the ``(stage, cluster, replicas)`` placed
+    take of it. A cap is fleet-wide: ``placed`` is the whole placement (every component, every
+    cluster), never one cluster's or one component's share of it."""
+    found = caps(model)
+    if not found:  # no cap: the placement is not read (20,000 stages)
+        return []
+    placed = list(placed)
+    return [(cap, cap_usage(model, cap, placed)) for cap in found]
+
+
+@dataclass(frozen=True)
+class CapShortfall:
+    """A limit of ``cap`` that leaves too little (``room``, :attr:`CapRoom.short` > 0) for some
+    replicas of a stage on a cluster."""
+
+    cap: Cap
+    room: CapRoom
+
+    def words(self, model: FleetModel) -> str:
+        """The one wording of a cap that keeps a stage off a cluster: ``over team research's h100
+        quota (8 of 32 left)``, ``over pipeline llm's cost cap (12.00/h of 30.00/h left)``."""
+        room = self.room
+        if room.gpu_type is not None:
+            per_gpu = slots_per_gpu(model)
+            return (f"over {self.cap.name}'s {room.gpu_type} quota ({as_gpus(max(room.left, 0), per_gpu)} of "
+                    f"{room.limit // per_gpu} left)")
+        return f"over {self.cap.name}'s cost cap ({money(max(room.left, 0))}/h of {money(room.limit)}/h left)"
+
+
+def cap_shortfalls(model: FleetModel, capped: Iterable[tuple[Cap, CapUsage]], stage: Stage, cluster: Cluster,
+                   replicas: int | None = None) -> list[CapShortfall]:
+    """The one cap check: each limit of the caps over ``stage``'s pipeline that leaves too little
+    for ``replicas`` of it on ``cluster`` (default :func:`least_on_cluster`: what a cluster that
+    runs it takes) beside what is placed under it (``capped``: each cap with its fleet-wide use,
+    :func:`caps_used`; with the stage's own replicas given back where the caller asks where else
+    it could go), in cap order, the GPU quota before the cost cap; [] when every cap has room.
+    The refusal's reasons, the fixes and explain all read this."""
+    need = least_on_cluster(stage) if replicas is None else replicas
+    return [CapShortfall(cap, room) for cap, used in capped
+            for room in cap_room(model, cap, used, stage, cluster, need) if room.short > 0]

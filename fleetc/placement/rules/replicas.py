@@ -17,6 +17,13 @@ def min_replicas_per_cluster(stage: Stage) -> int:
     return max(1, min(stage.min_replicas_per_cluster, stage.replicas))
 
 
+def least_on_cluster(stage: Stage) -> int:
+    """The fewest replicas of ``stage`` a cluster that runs it takes, which its capacity and the
+    caps must leave room for there: a gang's replicas (it runs whole on one cluster), a
+    Deployment's per-cluster minimum (:func:`min_replicas_per_cluster`)."""
+    return stage.replicas if stage.is_gang else min_replicas_per_cluster(stage)
+
+
 def replicas_sound(stage: Stage, replicas: Sequence[int], least: int | None = None) -> list[str]:
     """What is wrong with ``replicas`` (one count per cluster that runs the stage) as the
     placement of ``stage``: all its replicas placed (at least ``least`` of them when it runs

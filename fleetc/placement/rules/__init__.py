@@ -87,6 +87,8 @@ from fleetc.placement.rules.filters import (
     shape_words,
 )
 from fleetc.placement.rules.ledger import (
+    FleetUsage,
+    GPUTally,
     Ledger,
     room_left,
 )
@@ -107,6 +109,8 @@ from fleetc.placement.rules.units import (
 )
 
 __all__ = [
+    "FleetUsage",
+    "GPUTally",
     "CapShortfall",
     "cap_shortfalls",
     "caps_used",

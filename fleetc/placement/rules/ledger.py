@@ -1,22 +1,31 @@
 """The ledger: what a placement takes of each cluster, of each platform's failover headroom
-and of each cap, counted once by the rules of this package."""
+and of each cap (:class:`Ledger`, for the optimizer and the verifier), and of each cluster's
+GPUs and cost per hour (:class:`FleetUsage`, :class:`GPUTally`, for the report), counted once
+by the rules of this package."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from fleetc.model import FleetModel, Stage
+from fleetc.model import FleetModel, Placement, Stage
 from fleetc.placement.rules.capacity import (
     Usage,
     failover_groups,
     failover_shortfalls,
     overuse,
     replica_usage,
+    slots_on,
+    slots_per_gpu,
+    time_sliced_gpus,
+    time_sliced_unit,
     unpacked,
+    uses_shared_slots,
 )
 from fleetc.placement.rules.caps import CapUsage, cap_overuse, cap_usage, caps
 from fleetc.placement.rules.filters import exclusions, on_cluster
 from fleetc.placement.rules.replicas import min_replicas_per_cluster
+from fleetc.placement.rules.units import MIB
 
 
 class Ledger:
@@ -114,3 +123,70 @@ def room_left(model: FleetModel, stage: Stage, here: dict[str, int], ledger: Led
 
 
 # --- churn: moves against the previous placement -----------------------------------------------
+
+
+# --- what a placement takes of the fleet, for the report ---------------------------------------
+
+
+class GPUTally:
+    """GPUs taken per cluster and GPU type: exclusive GPUs plus the whole time-sliced units the
+    shared slots take (:func:`time_sliced_gpus`; ``units``: cluster -> GPUs per unit, one GPU
+    where not given). :class:`FleetUsage` tallies a placement with it, and the report a committed
+    ``placement.yaml`` read without its policies."""
+
+    def __init__(self, slots_per_gpu: int, units: Mapping[str, int]) -> None:
+        self.slots_per_gpu = max(1, slots_per_gpu)
+        self.units = units
+        self.exclusive: dict[tuple[str, str], int] = defaultdict(int)
+        self.slots: dict[tuple[str, str], int] = defaultdict(int)
+
+    def add(self, cluster: str, gpu_type: str, count: int, *, shared: bool) -> None:
+        """Count ``count`` more GPUs (time-sliced slots when ``shared``) of ``gpu_type`` on ``cluster``."""
+        if count:
+            (self.slots if shared else self.exclusive)[(cluster, gpu_type)] += count
+
+    def gpus(self) -> dict[str, dict[str, int]]:
+        """Cluster -> GPU type -> GPUs taken, for the clusters given any (by name)."""
+        taken: dict[str, dict[str, int]] = defaultdict(dict)
+        for key in sorted(set(self.exclusive) | set(self.slots)):
+            taken[key[0]][key[1]] = self.exclusive[key] + time_sliced_gpus(self.slots[key], self.slots_per_gpu,
+                                                                            self.units.get(key[0], 1))
+        return dict(taken)
+
+
+class FleetUsage:
+    """What a placement takes of each cluster, as the report shows it: the GPUs taken
+    (:meth:`gpus`, time-sliced slots in whole time-sliced units, as the rules count them,
+    :func:`taken`) and the cluster's cost per hour (:meth:`cost_per_hour`): the GPUs taken x
+    GPU-hour cost + cores x core-hour cost + GiB x GiB-hour cost. A cluster pays for the whole
+    time-sliced units it gives over; a cap charges each replica its share of them
+    (:func:`replica_cost_micros`)."""
+
+    def __init__(self, model: FleetModel, placement: Placement) -> None:
+        clusters = {c.name: c for c in model.clusters}
+        stages = {s.key: s for s in model.stages}
+        self.clusters = clusters
+        self.tally = GPUTally(slots_per_gpu(model), {c.name: time_sliced_unit(c) for c in model.clusters})
+        self._cores_and_memory: dict[str, float] = defaultdict(float)
+        for p in placement.stages:
+            stage = stages[p.stage]
+            for a in p.assignments:
+                if a.replicas <= 0:
+                    continue
+                cluster = clusters[a.cluster]
+                self.tally.add(a.cluster, cluster.gpu_type or "gpu", a.gpus,
+                               shared=uses_shared_slots(model, stage) and slots_on(model, cluster) > 1)
+                self._cores_and_memory[a.cluster] += (
+                    a.replicas * stage.cpu_millis / 1000 * cluster.cpu_hour_cost
+                    + a.replicas * stage.memory_bytes / (1024 * MIB) * cluster.memory_gib_hour_cost)
+
+    def gpus(self) -> dict[str, dict[str, int]]:
+        """Cluster -> GPU type -> GPUs taken (:class:`GPUTally`)."""
+        return self.tally.gpus()
+
+    def cost_per_hour(self) -> dict[str, float]:
+        """Cluster -> cost per hour of what is placed on it, for each cluster that runs anything."""
+        cost = dict(self._cores_and_memory)
+        for name, per_type in self.gpus().items():
+            cost[name] = cost.get(name, 0.0) + sum(per_type.values()) * self.clusters[name].gpu_hour_cost
+        return cost

@@ -37,6 +37,7 @@ from support.builders import (
 from fleetc.errors import PlacementError
 from fleetc.model import Assignment, FleetModel, PipelineBudget, Placement, Source, StagePlacement, StageType, Team
 from fleetc.placement import colgen, cvx, optimize, rules
+from fleetc.placement import program as program_module
 from fleetc.placement.optimize import place
 from fleetc.placement.problem import Budget, Problem
 from fleetc.placement.program import Program, Result, Solved, replicas_of
@@ -285,12 +286,16 @@ class SubPrograms:
         self.component: tuple[Problem, np.ndarray] | None = None  # the component's problem, replicas
         self.bounds: list[float] = []  # what colgen.solve._bound returned, in order
         self.checked = 0
-        # each name patched in every module of the large path that calls it
-        modules = (colgen.solve, colgen.rounding, colgen.reach)
-        self.patches = [mock.patch.object(module, name, wrapper(getattr(module, name))) for name, wrapper in (
-            ("build_program", self._build), ("solve_program", self._solve),
-            ("_round_rest", self._follow_rest), ("_round_by_lp", self._follow_rest), ("_reach", self._follow_reach),
-            ("_bound", self._record_bound)) for module in modules if hasattr(module, name)]
+        # each name patched in every module of the large path that calls it (HighsDirect calls
+        # program.solve_program)
+        self.patches = [mock.patch.object(module, name, wrapper(getattr(module, name))) for name, wrapper, modules in (
+            ("build_program", self._build, (colgen.rounding, colgen.reach)),
+            ("solve_program", self._solve, (colgen.rounding, program_module)),
+            ("_round_rest", self._follow_rest, (colgen.rounding,)),
+            ("_round_by_lp", self._follow_rest, (colgen.solve,)),
+            ("_reach", self._follow_reach, (colgen.rounding, colgen.solve)),
+            ("_bound", self._record_bound, (colgen.solve,)))
+            for module in modules]
         self.patches.append(mock.patch.object(optimize, "_solve", self._bound_holds(optimize._solve)))
 
     def __enter__(self) -> SubPrograms:

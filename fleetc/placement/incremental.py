@@ -50,7 +50,7 @@ from fleetc.placement.problem import (
     previous_matrix,
     time_sliced_gpus_per_cluster,
 )
-from fleetc.placement.program import build_program, replicas_of, solve_program
+from fleetc.placement.program import HighsDirect, build_program, every_stage_else_most, replicas_of
 from fleetc.placement.scoring import Scores
 
 #: Allowed pairs (the whole fleet) above which a recompile re-solves only what the change touches.
@@ -259,16 +259,12 @@ def _solve_neighbourhood(whole: Problem, base: _Pairs, placeable: np.ndarray, ma
         if allowed.sum() > NEIGHBOURHOOD_PAIRS:
             return None
         program = build_program(sub, allowed=allowed, taken=taken)
-        result = solve_program(program, budget, require_all=True, integral=True, nodes=NODES)
-        if result.values is not None:
-            return fixed.with_placed(stages, clusters, replicas_of(program, result.values)), movable, True
-        if not result.infeasible:
+        result, every = every_stage_else_most(program, budget, HighsDirect(NODES))
+        if result.values is None:
             return None  # out of time or nodes: the full solve decides
-        most = solve_program(program, budget, require_all=False, integral=True, nodes=NODES,
-                             absolute_gap=0.5 * program.smallest_value)
-        if most.values is None:
-            return None
-        placed = replicas_of(program, most.values)
+        if every:
+            return fixed.with_placed(stages, clusters, replicas_of(program, result.values)), movable, True
+        placed = replicas_of(program, result.values)
         left_out = stages[~placed.any(axis=1)]
         closed = not inside[fixed.cluster].any()  # nothing outside could make room: as proven as the full solve
         if closed or may_stay_out[left_out].all():

@@ -8,7 +8,7 @@ import numpy as np
 from fleetc.placement.colgen.large import _past
 from fleetc.placement.colgen.room import _fixed_need, _Rounding, _taken
 from fleetc.placement.problem import Budget
-from fleetc.placement.program import Program, build_program, replicas_of, solve_program
+from fleetc.placement.program import HighsDirect, Program, build_program, every_stage, most_valuable, replicas_of
 
 #: Pairs above which a neighbourhood of :func:`_reach` grows no further.
 REACH_PAIRS = 60_000
@@ -57,7 +57,7 @@ def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
         program = build_program(r.problem.restrict(stages, columns), allowed=allowed[np.ix_(stages, columns)],
                                 taken=_taken(large, replicas_at)[:, columns], fixed_need=_fixed_need(r, replicas_at),
                                 cap_taken=large.caps.used(replicas_at))
-        result = solve_program(program, Budget(r.deadline), require_all=True, integral=True, nodes=REACH_NODES)
+        result = every_stage(program, Budget(r.deadline), HighsDirect(REACH_NODES))
         if result.values is not None:
             replicas_at[np.ix_(stages, columns)] = replicas_of(program, result.values)
             return True
@@ -73,12 +73,11 @@ def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
 def _place_most(r: _Rounding, program: Program, stages: np.ndarray, columns: np.ndarray,
                 replicas_at: np.ndarray) -> None:
     """Re-place ``stages`` (in place), which cannot all be placed, by the exact path's second
-    MILP over ``program``: the most valuable placement, within half the smallest stage value of
-    optimal; kept when it places more stages than they have now, or as many scoring more."""
+    MILP over ``program`` (:func:`~fleetc.placement.program.most_valuable`); kept when it places
+    more stages than they have now, or as many scoring more."""
     if _past(r.deadline):
         return
-    result = solve_program(program, Budget(r.deadline), require_all=False, integral=True,
-                           absolute_gap=0.5 * program.smallest_value, nodes=REACH_NODES)
+    result = most_valuable(program, Budget(r.deadline), HighsDirect(REACH_NODES))
     if result.values is None:
         return
     after = np.zeros_like(replicas_at[stages])

@@ -36,7 +36,7 @@ from support.builders import (
 
 from fleetc.errors import PlacementError
 from fleetc.model import Assignment, FleetModel, PipelineBudget, Placement, Source, StagePlacement, StageType, Team
-from fleetc.placement import colgen, cvx, optimize, rules
+from fleetc.placement import colgen, cvx, optimize, rules, solver
 from fleetc.placement import program as program_module
 from fleetc.placement.optimize import place
 from fleetc.placement.problem import Budget, Problem
@@ -334,7 +334,7 @@ class SubPrograms:
             tolerance = 1e-6 * max(1.0, abs(exact.objective))
             # colgen's own bound holds where it counts every pair's GPUs and no stage may run
             # short (its bound keeps a shortfall's penalty); the component's, everywhere
-            if len(self.bounds) > recorded and not optimize._varying_gpus(problem) \
+            if len(self.bounds) > recorded and not solver.varying_gpus(problem) \
                     and not (problem.least < problem.replicas).any():
                 assert self.bounds[-1] >= exact.objective - tolerance, \
                     f"the large path's bound {self.bounds[-1]} is below the exact objective {exact.objective}"
@@ -412,11 +412,11 @@ def _holds_from_the_relaxation(model: FleetModel) -> None:
     model = optimize._canonical(model)
     exact = place(model, allow_unplaced=True)
     by_kinds = mock.Mock(wraps=colgen.solve._solve_by_kinds)
-    solve_large = mock.Mock(wraps=optimize.solve_large)
+    solve_large = mock.Mock(wraps=colgen.solve_large)
     with mock.patch.object(colgen.columns, "WHOLE_LP_PAIRS", 0), mock.patch.object(colgen.solve, "KINDS_PAIRS", 0), \
             mock.patch.object(colgen.solve, "ALIKE_SHARE", 1.0), \
             mock.patch.object(colgen.solve, "_solve_by_kinds", by_kinds), \
-            mock.patch.object(optimize, "solve_large", solve_large), SubPrograms(model):
+            mock.patch.object(colgen, "solve_large", solve_large), SubPrograms(model):
         large = place(model, large=0, allow_unplaced=True)
     assert verify(model, large, allow_unplaced=True) == []
     # A component of one stage has no kinds to group (colgen.solve._alike): it takes column generation.

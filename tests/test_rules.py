@@ -212,6 +212,7 @@ def _check_against_the_rules(data: st.DataObject, model: FleetModel) -> None:
         if v is not None:
             _assert_same_usage(model, program, v, replicas_at)
             _assert_same_headroom(model, program, v, replicas_at)
+            _assert_same_caps(model, problem, program, v, replicas_at)
         _assert_repair_room_follows_the_rules(model, problem, replicas_at)
 
 
@@ -268,7 +269,36 @@ def _assert_same_headroom(model: FleetModel, program: Program, v: np.ndarray, re
             for what in ("GPU slots" if rules.slots_per_gpu(model) > 1 else "GPUs", *rules.RESOURCES[1:]):
                 assert (slack[row] >= -1e-6) == (what not in short), (lost, what)
                 row += 1
-    assert row == len(slack)
+    assert row == len(slack) - len(program_caps(model))
+
+
+def program_caps(model: FleetModel) -> list[tuple[rules.Cap, str | None]]:
+    """The limits the program has a row of, after its failover headroom rows: per cap covering a
+    stage, each GPU type of its quota, then its cost cap (None)."""
+    found = [cap for cap in rules.caps(model) if any(s.pipeline in cap.pipelines for s in model.stages)]
+    return [(cap, limit) for cap in found
+            for limit in [*(t for t, _ in cap.gpu_quota), *([None] if cap.max_cost is not None else [])]]
+
+
+def _assert_same_caps(model: FleetModel, problem: Problem, program: Program, v: np.ndarray,
+                      replicas_at: np.ndarray) -> None:
+    """Each cap row of the program holds exactly when the ledger (:func:`rules.caps_used`,
+    :func:`rules.cap_overuse`) finds that limit within its cap."""
+    limits = program_caps(model)
+    slack = (program.capacity - program.usage @ v)[len(program.capacity) - len(limits):]
+    placed = [(stage, model.clusters[c], int(replicas_at[s, c]))
+              for s, stage in enumerate(model.stages) for c in np.flatnonzero(replicas_at[s])]
+    per_gpu = rules.slots_per_gpu(model)
+    at = 0
+    for cap, used in rules.caps_used(model, placed):
+        for gpu_type, limit in [*((t, q * per_gpu) for t, q in cap.gpu_quota),
+                                *([(None, cap.max_cost_micros)] if cap.max_cost is not None else [])]:
+            if (cap, gpu_type) not in limits:
+                continue
+            within = (used.of(gpu_type) if gpu_type is not None else used.cost) <= (limit or 0)
+            assert (slack[at] >= -1e-6) == within, (cap.name, gpu_type)
+            at += 1
+    assert at == len(limits) and len(problem.caps) == len({cap.name for cap, _ in limits})
 
 
 def _assert_repair_room_follows_the_rules(model: FleetModel, problem: Problem, replicas_at: np.ndarray) -> None:

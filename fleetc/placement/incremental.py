@@ -47,8 +47,9 @@ from fleetc.placement.problem import (
     Part,
     PreviousClusters,
     Problem,
+    free_room,
     previous_matrix,
-    time_sliced_gpus_per_cluster,
+    taken_per_cluster,
 )
 from fleetc.placement.program import HighsDirect, build_program, every_stage_else_most, replicas_of
 from fleetc.placement.scoring import Scores
@@ -207,25 +208,18 @@ class _Pairs:
 def _taken(problem: Problem, pairs: _Pairs) -> np.ndarray:
     """(4, C) what ``pairs`` use of each cluster in the program's rows: exclusive GPUs,
     cores, GiB, time-sliced slots (each pair's GPUs on its cluster's type)."""
-    stage, cluster = pairs.stage, pairs.cluster
-    count = pairs.count.astype(float)
-    gpus = problem.gpus_at(stage, cluster) * count
+    stage = pairs.stage
+    gpus = problem.gpus_at(stage, pairs.cluster)
     shared = problem.shared[stage]
-    clusters = len(problem.clusters)
-    return np.stack([
-        np.bincount(cluster, weights=np.where(shared, 0.0, gpus), minlength=clusters),
-        np.bincount(cluster, weights=problem.demand[1, stage] * count, minlength=clusters),
-        np.bincount(cluster, weights=problem.demand[2, stage] * count, minlength=clusters),
-        np.bincount(cluster, weights=np.where(shared, gpus, 0.0), minlength=clusters),
-    ])
+    per_replica = np.stack([np.where(shared, 0.0, gpus), problem.demand[1, stage], problem.demand[2, stage],
+                            np.where(shared, gpus, 0.0)])
+    return taken_per_cluster(pairs.cluster, per_replica, pairs.count.astype(float), len(problem.clusters))
 
 
 def _overfull(problem: Problem, taken: np.ndarray) -> np.ndarray:
     """(C,) bool: clusters whose usable capacity no longer holds ``taken`` (time-sliced slots in
     whole units of the cluster's time-sliced GPUs, :func:`rules.time_sliced_gpus`)."""
-    units = time_sliced_gpus_per_cluster(taken[3], problem.slots, problem.unit)
-    used = np.stack([taken[0] + units, taken[1], taken[2]])
-    over: np.ndarray = np.any(used > problem.capacity + 1e-6, axis=0)
+    over: np.ndarray = np.any(free_room(problem.capacity, problem.slots, problem.unit, taken)[:3] < -1e-6, axis=0)
     return over
 
 
@@ -287,9 +281,7 @@ def _fits(problem: Problem, taken: np.ndarray) -> np.ndarray:
     stages do not move in the neighbourhood, so a pair that fails this can carry no replica:
     leaving it out of the MILP loses nothing (time-sliced GPUs, which come in whole units
     shared with other stages, are left to the MILP)."""
-    units = time_sliced_gpus_per_cluster(taken[3], problem.slots, problem.unit)
-    free = np.stack([problem.capacity[0] - taken[0] - units, problem.capacity[1] - taken[1],
-                     problem.capacity[2] - taken[2]])
+    free = free_room(problem.capacity, problem.slots, problem.unit, taken)
     least = np.where(problem.gang, problem.replicas, problem.minimum)[:, None]
     gpus = problem.type_gpus[:, problem.cluster_type]
     fits: np.ndarray = ((problem.shared[:, None] | (least * gpus <= free[0] + 1e-6))

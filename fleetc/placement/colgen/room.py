@@ -10,7 +10,7 @@ import numpy as np
 
 from fleetc.placement.colgen.columns import _Relaxed
 from fleetc.placement.colgen.large import _Caps, _Headroom, _Large
-from fleetc.placement.problem import Problem, time_sliced_gpus_per_cluster
+from fleetc.placement.problem import Problem, free_room, taken_per_cluster
 from fleetc.placement.rules import time_sliced_gpus
 
 
@@ -47,12 +47,9 @@ def _take_plan(room: _Room, s: int, plan: dict[int, int]) -> bool:
 
 def _free(large: _Large, taken: np.ndarray) -> np.ndarray:
     """(4, C) room left per cluster in the master's rows (exclusive GPUs, cores, GiB, shared
-    slots), counting shared slots against GPUs as the MILP does when they take whole GPUs."""
-    unshared = large.capacity[0] - taken[0]
-    shared_gpus = time_sliced_gpus_per_cluster(taken[3], large.slots, large.unit)
-    whole_units = np.floor(np.maximum(unshared, 0.0) / large.unit) * large.unit
-    return np.stack([unshared - shared_gpus, large.capacity[1] - taken[1],
-                     large.capacity[2] - taken[2], whole_units * large.slots - taken[3]])
+    slots), counting shared slots against GPUs as the MILP does when they take whole GPUs
+    (:func:`~fleetc.placement.problem.free_room`)."""
+    return free_room(large.capacity, large.slots, large.unit, taken)
 
 
 def _fixed_need(r: _Rounding, replicas_at: np.ndarray) -> dict[tuple[int, int], np.ndarray]:
@@ -66,9 +63,7 @@ def _taken(large: _Large, replicas_at: np.ndarray) -> np.ndarray:
     stage, cluster = np.nonzero(replicas_at)
     count = replicas_at[stage, cluster]
     per_replica = large.coefficients / large.replicas
-    return np.stack([
-        np.bincount(cluster, weights=per_replica[r, stage] * count, minlength=large.clusters) for r in range(4)
-    ]).astype(float)
+    return taken_per_cluster(cluster, per_replica[:, stage], count, large.clusters)
 
 
 class _Room:

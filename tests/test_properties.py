@@ -287,9 +287,9 @@ class SubPrograms:
         self.bounds: list[float] = []  # what colgen.solve._bound returned, in order
         self.checked = 0
         # each name patched in every module of the large path that calls it (HighsDirect calls
-        # program.solve_program)
+        # program.solve_program, program.solve_neighbourhood program.build_program)
         self.patches = [mock.patch.object(module, name, wrapper(getattr(module, name))) for name, wrapper, modules in (
-            ("build_program", self._build, (colgen.rounding, colgen.reach)),
+            ("build_program", self._build, (colgen.rounding, program_module)),
             ("solve_program", self._solve, (colgen.rounding, program_module)),
             ("_round_rest", self._follow_rest, (colgen.rounding,)),
             ("_round_by_lp", self._follow_rest, (colgen.solve,)),

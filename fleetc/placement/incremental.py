@@ -51,7 +51,7 @@ from fleetc.placement.problem import (
     previous_matrix,
     taken_per_cluster,
 )
-from fleetc.placement.program import HighsDirect, build_program, every_stage_else_most, replicas_of
+from fleetc.placement.program import HighsDirect, most_valuable, replicas_of, solve_neighbourhood
 from fleetc.placement.scoring import Scores
 
 #: Allowed pairs (the whole fleet) above which a recompile re-solves only what the change touches.
@@ -252,13 +252,13 @@ def _solve_neighbourhood(whole: Problem, base: _Pairs, placeable: np.ndarray, ma
         allowed = sub.allowed & _fits(sub, taken)
         if allowed.sum() > NEIGHBOURHOOD_PAIRS:
             return None
-        program = build_program(sub, allowed=allowed, taken=taken)
-        result, every = every_stage_else_most(program, budget, HighsDirect(NODES))
-        if result.values is None:
-            return None  # out of time or nodes: the full solve decides
-        if every:
+        program, result = solve_neighbourhood(sub, allowed, taken, budget, HighsDirect(NODES))
+        if result.values is not None:
             return fixed.with_placed(stages, clusters, replicas_of(program, result.values)), movable, True
-        placed = replicas_of(program, result.values)
+        most = most_valuable(program, budget, HighsDirect(NODES)) if result.infeasible else result
+        if most.values is None:
+            return None  # out of time or nodes: the full solve decides
+        placed = replicas_of(program, most.values)
         left_out = stages[~placed.any(axis=1)]
         closed = not inside[fixed.cluster].any()  # nothing outside could make room: as proven as the full solve
         if closed or may_stay_out[left_out].all():

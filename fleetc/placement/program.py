@@ -582,3 +582,16 @@ def every_stage_else_most(program: Program, budget: Budget, solve: ProgramSolver
     if not result.infeasible:
         return result, True
     return most_valuable(program, budget, solve), False
+
+
+def solve_neighbourhood(sub: Problem, allowed: np.ndarray, taken: np.ndarray, budget: Budget, solve: ProgramSolver,
+                        *, fixed_need: Mapping[tuple[int, int], np.ndarray] | None = None,
+                        cap_taken: np.ndarray | None = None) -> tuple[Program, Result]:
+    """The neighbourhood MILP (the large path's :func:`fleetc.placement.colgen.reach._reach`, the
+    incremental path's :func:`fleetc.placement.incremental.recompile`): the stages of ``sub`` (a
+    restricted problem), each free to go to any of its clusters ``allowed`` lets it, in the room
+    the stages kept fixed leave (``taken``, ``fixed_need``, ``cap_taken``: :func:`build_program`),
+    every one of them placed (:func:`every_stage`). The program, for the second step
+    (:func:`most_valuable`) where its caller takes one, and the result."""
+    program = build_program(sub, allowed=allowed, taken=taken, fixed_need=fixed_need, cap_taken=cap_taken)
+    return program, every_stage(program, budget, solve)

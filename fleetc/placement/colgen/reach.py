@@ -8,7 +8,7 @@ import numpy as np
 from fleetc.placement.colgen.large import _past
 from fleetc.placement.colgen.room import _fixed_need, _Rounding, _taken
 from fleetc.placement.problem import Budget
-from fleetc.placement.program import HighsDirect, Program, build_program, every_stage, most_valuable, replicas_of
+from fleetc.placement.program import HighsDirect, Program, most_valuable, replicas_of, solve_neighbourhood
 
 #: Pairs above which a neighbourhood of :func:`_reach` grows no further.
 REACH_PAIRS = 60_000
@@ -54,10 +54,10 @@ def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
         columns = np.union1d(np.flatnonzero(allowed[stages].any(axis=0)), large.headroom.members)
         before = replicas_at[stages].copy()
         replicas_at[stages] = 0
-        program = build_program(r.problem.restrict(stages, columns), allowed=allowed[np.ix_(stages, columns)],
-                                taken=_taken(large, replicas_at)[:, columns], fixed_need=_fixed_need(r, replicas_at),
-                                cap_taken=large.caps.used(replicas_at))
-        result = every_stage(program, Budget(r.deadline), HighsDirect(REACH_NODES))
+        program, result = solve_neighbourhood(
+            r.problem.restrict(stages, columns), allowed[np.ix_(stages, columns)],
+            _taken(large, replicas_at)[:, columns], Budget(r.deadline), HighsDirect(REACH_NODES),
+            fixed_need=_fixed_need(r, replicas_at), cap_taken=large.caps.used(replicas_at))
         if result.values is not None:
             replicas_at[np.ix_(stages, columns)] = replicas_of(program, result.values)
             return True

@@ -2,7 +2,7 @@
 
 One module per rule: :mod:`~fleetc.placement.rules.filters` (where a stage may run),
 :mod:`~fleetc.placement.rules.replicas` (how its replicas split), :mod:`~fleetc.placement.rules.capacity`
-(what fits a cluster, node packing, failover headroom), :mod:`~fleetc.placement.rules.caps` (team
+(what fits a cluster, node packing, failover headroom), :mod:`~fleetc.placement.rules.quotas` (team
 quotas and cost caps, and the one cap check), :mod:`~fleetc.placement.rules.ledger` (what a placement
 takes of all of it, counted once) and :mod:`~fleetc.placement.rules.churn` (moves); their units in
 :mod:`~fleetc.placement.rules.units`. This package re-exports them: ``rules.overuse``.
@@ -48,22 +48,6 @@ from fleetc.placement.rules.capacity import (
     usage,
     uses_shared_slots,
 )
-from fleetc.placement.rules.caps import (
-    Cap,
-    CapRoom,
-    CapShortfall,
-    CapUsage,
-    as_gpus,
-    cap_overuse,
-    cap_room,
-    cap_shortfalls,
-    cap_usage,
-    caps,
-    caps_used,
-    money,
-    quota_slots,
-    replica_cost_micros,
-)
 from fleetc.placement.rules.churn import (
     may_stay,
     move_gain,
@@ -92,6 +76,22 @@ from fleetc.placement.rules.ledger import (
     Ledger,
     room_left,
 )
+from fleetc.placement.rules.quotas import (
+    Cap,
+    CapRoom,
+    CapShortfall,
+    CapUsage,
+    as_gpus,
+    cap_overuse,
+    cap_room,
+    cap_shortfalls,
+    cap_usage,
+    caps,
+    caps_used,
+    money,
+    quota_slots,
+    replica_cost_micros,
+)
 from fleetc.placement.rules.replicas import (
     below_minimum,
     ha_clusters,
@@ -109,15 +109,13 @@ from fleetc.placement.rules.units import (
 )
 
 __all__ = [
-    "FleetUsage",
-    "GPUTally",
-    "CapShortfall",
-    "cap_shortfalls",
-    "caps_used",
     "Cap",
     "CapRoom",
+    "CapShortfall",
     "CapUsage",
     "EXCLUSIVE_TYPES",
+    "FleetUsage",
+    "GPUTally",
     "Ledger",
     "MIB",
     "MICROS",
@@ -129,8 +127,10 @@ __all__ = [
     "below_minimum",
     "cap_overuse",
     "cap_room",
+    "cap_shortfalls",
     "cap_usage",
     "caps",
+    "caps_used",
     "exclusions",
     "failover_groups",
     "failover_shortfalls",

@@ -22,8 +22,8 @@ from fleetc.placement.rules.capacity import (
     unpacked,
     uses_shared_slots,
 )
-from fleetc.placement.rules.caps import CapUsage, cap_overuse, cap_usage, caps
 from fleetc.placement.rules.filters import exclusions, on_cluster
+from fleetc.placement.rules.quotas import CapUsage, cap_overuse, cap_usage, caps
 from fleetc.placement.rules.replicas import min_replicas_per_cluster
 from fleetc.placement.rules.units import MIB
 

@@ -51,7 +51,7 @@ from fleetc.placement.problem import (
     previous_matrix,
     taken_per_cluster,
 )
-from fleetc.placement.program import HighsDirect, most_valuable, replicas_of, solve_neighbourhood
+from fleetc.placement.program import HighsDirect, Solved, most_valuable, replicas_of, solve_neighbourhood
 from fleetc.placement.scoring import Scores
 
 #: Allowed pairs (the whole fleet) above which a recompile re-solves only what the change touches.
@@ -75,18 +75,16 @@ BOUND_STEPS = 8
 class Recompiled:
     """A placement of the whole fleet made by re-solving only what the change touched.
 
-    ``replicas_at`` (S, C); ``objective`` its score (no move-cost terms); ``bound`` a valid upper
-    bound on every placement's objective (:func:`lagrangian_bound`); ``touched`` the stages the
-    change touched, ``candidates`` the stages the last neighbourhood MILP re-placed (touched ones
-    and the residents it let move); ``proven`` False when stages left out before stay out
-    without a proof that nothing places them."""
+    ``solved`` the placement as every solver returns it (:class:`~fleetc.placement.program.Solved`,
+    method ``incremental``): ``replicas_at`` (S, C), its objective (no move-cost terms), a valid
+    upper bound on every placement's objective (:func:`lagrangian_bound`), and ``proven`` False
+    when stages left out before stay out without a proof that nothing places them; ``touched``
+    the stages the change touched, ``candidates`` the stages the last neighbourhood MILP
+    re-placed (touched ones and the residents it let move)."""
 
-    replicas_at: np.ndarray
-    objective: float
-    bound: float
+    solved: Solved
     touched: int
     candidates: int
-    proven: bool
 
 
 def recompile(model: FleetModel, scores: Scores, blocked: Mapping[int, str], previous: PreviousClusters,
@@ -121,7 +119,8 @@ def recompile(model: FleetModel, scores: Scores, blocked: Mapping[int, str], pre
     replicas_at[rows] = 0
     mine = rows[placed.stage]
     replicas_at[placed.stage[mine], placed.cluster[mine]] = placed.count[mine]
-    return Recompiled(replicas_at, objective, max(bound, objective), int(touched.sum()), int(movable.sum()), proven)
+    return Recompiled(Solved(replicas_at, objective, max(bound, objective), "incremental", proven),
+                      int(touched.sum()), int(movable.sum()))
 
 
 def touched_stages(model: FleetModel, scores: Scores, blocked: Mapping[int, str], previous: PreviousClusters,

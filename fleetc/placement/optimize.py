@@ -128,8 +128,9 @@ def place(
         blocked = multicluster_conflicts(model, scores)
         recompiled = recompile(model, scores, blocked, previous, recorded, budget, allow_unplaced=allow_unplaced)
     if recompiled is not None:
-        replicas_at, objective, bound = recompiled.replicas_at, recompiled.objective, recompiled.bound
-        methods, proven = {"incremental"}, recompiled.proven
+        solved = recompiled.solved
+        replicas_at, objective, bound = solved.replicas_at, solved.objective, solved.bound
+        methods, proven = {solved.method}, solved.proven
     else:
         replicas_at, objective, bound, methods, proven, blocked = _solve_all(model, scores, previous, budget, large,
                                                                              time_limit, deadline)

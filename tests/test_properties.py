@@ -9,7 +9,7 @@
 - The large path (column generation, rounding, repair and reach; forced with ``large=0``) on
   small instances with every rule on (failover headroom, caps, time-slicing, node shapes) gives
   placements the verifier accepts, its bound is at least the exact path's objective, and every
-  sub-program its rounding and reach solve (:func:`fleetc.placement.colgen._round`,
+  sub-program its rounding and reach solve (:func:`fleetc.placement.colgen.rounding._round`,
   ``_place_what_fits``, ``_reach``, ``_place_most``) places only what fits in what the stages
   it keeps fixed leave, as the rules count it (:class:`fleetc.placement.rules.Ledger`).
 """
@@ -36,7 +36,8 @@ from support.builders import (
 
 from fleetc.errors import PlacementError
 from fleetc.model import Assignment, FleetModel, PipelineBudget, Placement, Source, StagePlacement, StageType, Team
-from fleetc.placement import colgen, cvx, optimize, rules
+from fleetc.placement import colgen, cvx, optimize, rules, solver
+from fleetc.placement import program as program_module
 from fleetc.placement.optimize import place
 from fleetc.placement.problem import Budget, Problem
 from fleetc.placement.program import Program, Result, Solved, replicas_of
@@ -271,10 +272,10 @@ def large_path_fleets(draw: st.DrawFn) -> FleetModel:
 
 class SubPrograms:
     """The large path watched as it runs. Every sub-program its rounding and reach solve
-    (``colgen.solve_program``) is checked as it is solved: what it places, beside what the rest
+    (``solve_program``) is checked as it is solved: what it places, beside what the rest
     of its component holds at that moment (the stages it keeps fixed), fits every cluster,
     failover headroom and cap as the rules count them. Every component's LP bound
-    (``colgen._bound``, before the placement's objective is folded in) is checked against the
+    (``colgen.solve._bound``, before the placement's objective is folded in) is checked against the
     exact path's objective on the same problem (``cvx.solve``), where column generation counts
     GPUs per pair as the exact program does (else ``optimize`` reports the trivial bound) and
     no serving stage runs degraded."""
@@ -283,12 +284,18 @@ class SubPrograms:
         self.model = model
         self.built: dict[int, Problem] = {}  # id(program) -> the restricted problem it is the program of
         self.component: tuple[Problem, np.ndarray] | None = None  # the component's problem, replicas
-        self.bounds: list[float] = []  # what colgen._bound returned, in order
+        self.bounds: list[float] = []  # what colgen.solve._bound returned, in order
         self.checked = 0
-        self.patches = [mock.patch.object(colgen, name, wrapper(getattr(colgen, name))) for name, wrapper in (
-            ("build_program", self._build), ("solve_program", self._solve),
-            ("_round_rest", self._follow_rest), ("_round_by_lp", self._follow_rest), ("_reach", self._follow_reach),
-            ("_bound", self._record_bound))]
+        # each name patched in every module of the large path that calls it (HighsDirect calls
+        # program.solve_program, program.solve_neighbourhood program.build_program)
+        self.patches = [mock.patch.object(module, name, wrapper(getattr(module, name))) for name, wrapper, modules in (
+            ("build_program", self._build, (colgen.rounding, program_module)),
+            ("solve_program", self._solve, (colgen.rounding, program_module)),
+            ("_round_rest", self._follow_rest, (colgen.rounding,)),
+            ("_round_by_lp", self._follow_rest, (colgen.solve,)),
+            ("_reach", self._follow_reach, (colgen.rounding, colgen.solve)),
+            ("_bound", self._record_bound, (colgen.solve,)))
+            for module in modules]
         self.patches.append(mock.patch.object(optimize, "_solve", self._bound_holds(optimize._solve)))
 
     def __enter__(self) -> SubPrograms:
@@ -301,13 +308,13 @@ class SubPrograms:
             patch.stop()
 
     def _follow_rest(self, original: Callable[..., None]) -> Callable[..., None]:
-        def follow(r: colgen._Rounding, rest: np.ndarray, replicas_at: np.ndarray) -> None:
+        def follow(r: colgen.room._Rounding, rest: np.ndarray, replicas_at: np.ndarray) -> None:
             self.component = (r.problem, replicas_at)
             original(r, rest, replicas_at)
         return follow
 
     def _follow_reach(self, original: Callable[..., bool]) -> Callable[..., bool]:
-        def follow(r: colgen._Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> bool:
+        def follow(r: colgen.room._Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> bool:
             self.component = (r.problem, replicas_at)
             return original(r, replicas_at, is_blocked)
         return follow
@@ -327,7 +334,7 @@ class SubPrograms:
             tolerance = 1e-6 * max(1.0, abs(exact.objective))
             # colgen's own bound holds where it counts every pair's GPUs and no stage may run
             # short (its bound keeps a shortfall's penalty); the component's, everywhere
-            if len(self.bounds) > recorded and not optimize._varying_gpus(problem) \
+            if len(self.bounds) > recorded and not solver.varying_gpus(problem) \
                     and not (problem.least < problem.replicas).any():
                 assert self.bounds[-1] >= exact.objective - tolerance, \
                     f"the large path's bound {self.bounds[-1]} is below the exact objective {exact.objective}"
@@ -370,7 +377,7 @@ class SubPrograms:
         # A sub-program's rows count GPUs, cores and memory in total, a relaxation of packing pods
         # onto nodes (docs/optimizer.md): the packing is the repair's (optimize._packed), held by
         # the verifier at the end of each test, not by each sub-program.
-        with mock.patch.object(rules, "unpacked", return_value=False):
+        with mock.patch.object(rules.ledger, "unpacked", return_value=""):
             over = [clusters[c].name for c in component.part.clusters.tolist() if not ledger.fits(clusters[c].name)]
         assert over == [], f"a sub-program places more than the fixed stages leave on {over}"
         self.checked += 1
@@ -395,7 +402,7 @@ def test_the_large_path_holds_the_rules(model: FleetModel) -> None:
 @given(large_path_fleets())
 def test_the_large_path_from_the_relaxation_holds_the_rules(model: FleetModel) -> None:
     """The same where the large path places from the LP of the relaxation over kinds of stages
-    (``colgen._solve_by_kinds``, forced: every component's LP takes it): its LP rounding,
+    (``colgen.solve._solve_by_kinds``, forced: every component's LP takes it): its LP rounding,
     repair and gang moves place what the verifier accepts, and its bound (the relaxation's) is
     at least the exact path's objective."""
     _holds_from_the_relaxation(model)
@@ -404,14 +411,15 @@ def test_the_large_path_from_the_relaxation_holds_the_rules(model: FleetModel) -
 def _holds_from_the_relaxation(model: FleetModel) -> None:
     model = optimize._canonical(model)
     exact = place(model, allow_unplaced=True)
-    by_kinds = mock.Mock(wraps=colgen._solve_by_kinds)
-    solve_large = mock.Mock(wraps=optimize.solve_large)
-    with mock.patch.object(colgen, "WHOLE_LP_PAIRS", 0), mock.patch.object(colgen, "KINDS_PAIRS", 0), \
-            mock.patch.object(colgen, "ALIKE_SHARE", 1.0), mock.patch.object(colgen, "_solve_by_kinds", by_kinds), \
-            mock.patch.object(optimize, "solve_large", solve_large), SubPrograms(model):
+    by_kinds = mock.Mock(wraps=colgen.solve._solve_by_kinds)
+    solve_large = mock.Mock(wraps=colgen.solve_large)
+    with mock.patch.object(colgen.columns, "WHOLE_LP_PAIRS", 0), mock.patch.object(colgen.solve, "KINDS_PAIRS", 0), \
+            mock.patch.object(colgen.solve, "ALIKE_SHARE", 1.0), \
+            mock.patch.object(colgen.solve, "_solve_by_kinds", by_kinds), \
+            mock.patch.object(colgen, "solve_large", solve_large), SubPrograms(model):
         large = place(model, large=0, allow_unplaced=True)
     assert verify(model, large, allow_unplaced=True) == []
-    # A component of one stage has no kinds to group (colgen._alike): it takes column generation.
+    # A component of one stage has no kinds to group (colgen.solve._alike): it takes column generation.
     sizes = [len(call.args[0].part.stages) for call in solve_large.call_args_list]
     assert sizes or not any(p.assignments for p in exact.stages)
     assert by_kinds.called or not any(size >= 2 for size in sizes)

@@ -401,3 +401,35 @@ def test_what_a_cap_leaves_is_what_the_ledger_admits(fleet: tuple[FleetModel, li
         ledger.add(stage, cluster.name, replicas)
         assert bool(short) == (not ledger.within_caps())
         ledger.add(stage, cluster.name, -replicas)
+
+
+def test_the_refusal_the_fix_and_explain_read_one_fleet_wide_cap_check() -> None:
+    """A quota is fleet-wide: what the team runs on cluster a counts against a serving stage that
+    may only run on cluster b (another component). The refusal's reason, the fix and explain read
+    one check (rules.cap_shortfalls), so they agree on what the stage needs there: its
+    per-cluster minimum (2 replicas, 2 GPUs), not all 4 of its replicas."""
+    serve = make_stage("serve", type=StageType.DEPLOYMENT, gpus=1, replicas=4, min_replicas_per_cluster=2,
+                       gpu_type="h100", jurisdiction="eu")
+    model = make_fleet((make_cluster("a", gpu_type="h100", gpus=16, jurisdiction="us"),
+                        make_cluster("b", gpu_type="h100", gpus=16, jurisdiction="eu")),
+                       (make_stage("pretrain", gpus=8, gpu_type="h100", jurisdiction="us"), serve),
+                       teams=(team(quota=(("h100", 9),)),))
+    assert len(components(score_matrix(model).allowed)) == 2
+    clusters = {c.name: c for c in model.clusters}
+    capped = rules.caps_used(model, [(model.stages[0], clusters["a"], 1)])
+    [short] = rules.cap_shortfalls(model, capped, serve, clusters["b"])
+    assert (short.room.takes, short.room.left) == (2 * rules.slots_per_gpu(model), 1 * rules.slots_per_gpu(model))
+    assert short.words(model) == "over team research's h100 quota (1 of 9 left)"
+    # one cluster's share alone would leave room: the check must count the whole fleet
+    assert rules.cap_shortfalls(model, rules.caps_used(model, []), serve, clusters["b"]) == []
+    with pytest.raises(PlacementError) as refused:
+        place(model)
+    assert "1 is over team research's h100 quota (1 of 9 left)" in str(refused.value)
+    [fix] = fixes(model, {"llm/pretrain": {"a": 1}}, ["llm/serve"])
+    assert fix.text == "llm/serve: a cap binds: raise team research's h100 quota by 1 (platform.yaml " \
+                       "spec.teams[0].gpuQuota)"
+    explanation = explain(model, Placement((StagePlacement("llm/pretrain", (Assignment("a", 1, 8),), 0.5),
+                                            StagePlacement("llm/serve", (), 0.0, "left out")), 0.5, 0.5, "milp"),
+                          "llm/serve")
+    assert explanation.caps == ("team research's h100 quota: 8 of 9 used (binds: keeps it off b, which it may "
+                                "use: it would take 2 there, the cap leaves it 1)",)

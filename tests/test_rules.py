@@ -14,7 +14,7 @@ headroom, previous placements), and for random candidate placements, some sound 
   only the rules), but for one rule the program keeps in its objective instead: a serving
   stage running degraded and short leaves no room for one more replica (:func:`rules.room_left`);
 - the program's capacity rows count, per cluster, what :func:`rules.taken` counts;
-- the large path's repair (:class:`fleetc.placement.colgen._Room`) fits as many more replicas
+- the large path's repair (:class:`fleetc.placement.colgen.room._Room`) fits as many more replicas
   of a stage on a cluster as the rules' totals do (packing is restored after it).
 """
 
@@ -212,6 +212,7 @@ def _check_against_the_rules(data: st.DataObject, model: FleetModel) -> None:
         if v is not None:
             _assert_same_usage(model, program, v, replicas_at)
             _assert_same_headroom(model, program, v, replicas_at)
+            _assert_same_caps(model, problem, program, v, replicas_at)
         _assert_repair_room_follows_the_rules(model, problem, replicas_at)
 
 
@@ -268,7 +269,36 @@ def _assert_same_headroom(model: FleetModel, program: Program, v: np.ndarray, re
             for what in ("GPU slots" if rules.slots_per_gpu(model) > 1 else "GPUs", *rules.RESOURCES[1:]):
                 assert (slack[row] >= -1e-6) == (what not in short), (lost, what)
                 row += 1
-    assert row == len(slack)
+    assert row == len(slack) - len(program_caps(model))
+
+
+def program_caps(model: FleetModel) -> list[tuple[rules.Cap, str | None]]:
+    """The limits the program has a row of, after its failover headroom rows: per cap covering a
+    stage, each GPU type of its quota, then its cost cap (None)."""
+    found = [cap for cap in rules.caps(model) if any(s.pipeline in cap.pipelines for s in model.stages)]
+    return [(cap, limit) for cap in found
+            for limit in [*(t for t, _ in cap.gpu_quota), *([None] if cap.max_cost is not None else [])]]
+
+
+def _assert_same_caps(model: FleetModel, problem: Problem, program: Program, v: np.ndarray,
+                      replicas_at: np.ndarray) -> None:
+    """Each cap row of the program holds exactly when the ledger (:func:`rules.caps_used`,
+    :func:`rules.cap_overuse`) finds that limit within its cap."""
+    limits = program_caps(model)
+    slack = (program.capacity - program.usage @ v)[len(program.capacity) - len(limits):]
+    placed = [(stage, model.clusters[c], int(replicas_at[s, c]))
+              for s, stage in enumerate(model.stages) for c in np.flatnonzero(replicas_at[s])]
+    per_gpu = rules.slots_per_gpu(model)
+    at = 0
+    for cap, used in rules.caps_used(model, placed):
+        for gpu_type, limit in [*((t, q * per_gpu) for t, q in cap.gpu_quota),
+                                *([(None, cap.max_cost_micros)] if cap.max_cost is not None else [])]:
+            if (cap, gpu_type) not in limits:
+                continue
+            within = (used.of(gpu_type) if gpu_type is not None else used.cost) <= (limit or 0)
+            assert (slack[at] >= -1e-6) == within, (cap.name, gpu_type)
+            at += 1
+    assert at == len(limits) and len(problem.caps) == len({cap.name for cap, _ in limits})
 
 
 def _assert_repair_room_follows_the_rules(model: FleetModel, problem: Problem, replicas_at: np.ndarray) -> None:
@@ -277,10 +307,10 @@ def _assert_repair_room_follows_the_rules(model: FleetModel, problem: Problem, r
     every cluster ``replicas_at`` does not already overfill (the repair never sees one), and
     with the failover headroom too (:meth:`rules.Ledger.room_for`) where ``replicas_at`` keeps
     it: time-sliced GPUs on the other clusters of an HA set take whole time-sliced units."""
-    large = colgen._large(problem)
+    large = colgen.large._large(problem)
     per_replica = large.coefficients / large.replicas
-    room = colgen._Room(large.capacity, colgen._taken(large, replicas_at), large.slots, large.unit, large.headroom,
-                        per_replica, replicas_at, large.caps)
+    room = colgen.room._Room(large.capacity, colgen.room._taken(large, replicas_at), large.slots, large.unit,
+                             large.headroom, per_replica, replicas_at, large.caps)
     # A stage asking for throughput counts there as the most GPUs any of its types takes: the
     # room is then never more than the rules', and exactly theirs when no stage's count varies.
     varying = any(len({o.gpus for o in stage.gpu_options}) > 1 for stage in model.stages)
@@ -298,7 +328,7 @@ def _assert_repair_room_follows_the_rules(model: FleetModel, problem: Problem, r
             assert counted <= fitting if varying else counted == fitting, (stage.key, cluster.name)
     # the repair counts totals, as the program does: packing onto nodes is restored after it
     # (optimize._packed), so here the ledger's room is read without it
-    with mock.patch.object(rules, "unpacked", lambda *_: ""):
+    with mock.patch.object(rules.ledger, "unpacked", lambda *_: ""):
         ledger = rules.Ledger(model, ((stage, model.clusters[c].name, int(replicas_at[s, c]))
                                       for s, stage in enumerate(model.stages) for c in np.flatnonzero(replicas_at[s])))
         if not all(ledger.fits(cluster.name) for cluster in model.clusters) or not ledger.within_caps():
@@ -331,9 +361,9 @@ def test_the_repair_counts_time_sliced_gpus_on_the_other_ha_clusters_in_whole_un
     scores = score_matrix(model)
     problem = Problem.of(model, scores, multicluster_conflicts(model, scores), np.zeros((3, 2), dtype=np.int32),
                          Part(np.arange(3), np.arange(2)))
-    large = colgen._large(problem)
+    large = colgen.large._large(problem)
     placed = np.array([[2, 2], [0, 0], [0, 1]])
-    room = colgen._Room(large.capacity, colgen._taken(large, placed), large.slots, large.unit, large.headroom,
+    room = colgen.room._Room(large.capacity, colgen.room._taken(large, placed), large.slots, large.unit, large.headroom,
                         large.coefficients / large.replicas, placed, large.caps)
     assert room.fits(0, 1) == 12
     ledger = rules.Ledger(model, [(stages[0], "h1", 2), (stages[0], "h2", 2), (stages[2], "h2", 1)])

@@ -84,7 +84,7 @@ def test_where_a_full_packing_exists_the_large_path_places_every_stage() -> None
 
 
 def test_a_search_that_leaves_stages_out_unproven_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(colgen, "REACH_WORK", 0)  # round and repair only: one stage stays out
+    monkeypatch.setattr(colgen.reach, "REACH_WORK", 0)  # round and repair only: one stage stays out
     model = model_of(FULL)
     with pytest.raises(SearchLimitError) as search:
         optimize.place(model)
@@ -114,8 +114,8 @@ def test_the_rescue_is_skipped_when_the_large_path_places_everything(monkeypatch
 
 
 def test_column_generation_reports_a_narrowing_gap_each_round(large: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(colgen, "WHOLE_LP_PAIRS", 0)  # column generation proper: no master holds
-    monkeypatch.setattr(colgen, "ALIKE_SHARE", 0.0)  # every pair, no LP over alike stages
+    monkeypatch.setattr(colgen.columns, "WHOLE_LP_PAIRS", 0)  # column generation proper: no master holds
+    monkeypatch.setattr(colgen.solve, "ALIKE_SHARE", 0.0)  # every pair, no LP over alike stages
     gaps: list[float] = []
     placement = optimize.place(model_of(Spec(clusters=30, stages=600, load=0.9)), on_gap=gaps.append)
     assert len(gaps) >= 2  # one report per round: this instance takes more than one
@@ -142,8 +142,8 @@ def test_the_lp_over_alike_stages_is_the_lp_over_stages(large: None, monkeypatch
     gaps: list[float] = []
     alike = optimize.place(model, on_gap=gaps.append)
     assert len(gaps) == 1  # the LP over kinds of stages is small: solved whole, in one round
-    monkeypatch.setattr(colgen, "ALIKE_SHARE", 0.0)
-    monkeypatch.setattr(colgen, "WHOLE_LP_PAIRS", 0)
+    monkeypatch.setattr(colgen.solve, "ALIKE_SHARE", 0.0)
+    monkeypatch.setattr(colgen.columns, "WHOLE_LP_PAIRS", 0)
     each = optimize.place(model)  # column generation over every stage, to convergence
     assert alike.bound == pytest.approx(each.bound, rel=1e-4)
     assert unplaced(alike) == [] and alike.objective >= (1 - 2e-3) * alike.bound
@@ -153,15 +153,15 @@ def test_alike_stages_spread_the_kinds_lp_over_whole_stages_first() -> None:
     model = optimize._canonical(model_of(Spec(clusters=20, stages=300, load=0.9, seed=1)))
     scores = optimize.score_matrix(model)
     (problem,), _ = optimize.problems(model, scores, {})
-    large = colgen._large(problem)
-    found = colgen._alike(problem, large)
+    large = colgen.large._large(problem)
+    found = colgen.solve._alike(problem, large)
     assert found is not None
     type_of, representatives = found
     assert len(representatives) < problem.replicas.size / 2 and type_of[representatives].tolist() == list(
         range(len(representatives)))
-    kinds = colgen._large(problem.restrict(representatives), np.bincount(type_of))
-    relaxed = colgen._generate_columns(kinds, colgen._start_master(kinds), kinds.gain, None)
-    spread = colgen._spread(large, kinds, relaxed, type_of)
+    kinds = colgen.large._large(problem.restrict(representatives), np.bincount(type_of))
+    relaxed = colgen.columns._generate_columns(kinds, colgen.columns._start_master(kinds), kinds.gain, None)
+    spread = colgen.solve._spread(large, kinds, relaxed, type_of)
     per_stage = np.bincount(large.pair_stage[spread.pairs], weights=spread.shares, minlength=large.stages)
     assert per_stage.max() <= 1 + 1e-9  # no stage takes more than itself
     per_kind_cluster = np.zeros((kinds.stages, kinds.clusters))
@@ -178,17 +178,17 @@ def test_stages_alike_but_for_cores_and_memory_bound_the_lp_at_their_least(monke
     model = optimize._canonical(model_of(Spec(clusters=30, stages=600, load=0.9, diverse=True)))
     scores = optimize.score_matrix(model)
     (problem,), _ = optimize.problems(model, scores, {})
-    large = colgen._large(problem)
-    whole = colgen._generate_columns(large, colgen._start_master(large), large.gain, None)  # every pair
+    large = colgen.large._large(problem)
+    whole = colgen.columns._generate_columns(large, colgen.columns._start_master(large), large.gain, None)  # every pair
     assert whole.converged
-    lp_optimum = whole.upper / (1.0 - colgen.TIE_BREAK)
-    assert colgen._least_demand_bound(problem, large, False, None) == math.inf  # kinds: more than half the stages
-    monkeypatch.setattr(colgen, "ALIKE_SHARE", 1.0)
-    exact = colgen._alike(problem, large)
+    lp_optimum = whole.upper / (1.0 - colgen.large.TIE_BREAK)
+    assert colgen.solve._least_demand_bound(problem, large, False, None) == math.inf  # kinds: more than half the stages
+    monkeypatch.setattr(colgen.solve, "ALIKE_SHARE", 1.0)
+    exact = colgen.solve._alike(problem, large)
     assert exact is None or len(exact[1]) > 400  # too many kinds alike in everything
-    kinds = colgen._alike(problem, large, cores_and_memory=False)
+    kinds = colgen.solve._alike(problem, large, cores_and_memory=False)
     assert kinds is not None and len(kinds[1]) < 400  # stages differing only in cores and memory are one kind
-    bound = colgen._least_demand_bound(problem, large, False, None)
+    bound = colgen.solve._least_demand_bound(problem, large, False, None)
     assert lp_optimum * (1 - 1e-9) <= bound <= lp_optimum * 1.005  # a relaxation: never below the LP optimum
 
 
@@ -199,15 +199,15 @@ def test_stages_that_all_differ_are_placed_from_the_relaxation_better_than_the_s
     many stages as ``bench/strong.py``'s greedy and more objective."""
     from bench.strong import place_strong
     model = optimize._canonical(model_of(Spec(clusters=30, stages=600, load=0.9, diverse=True)))
-    monkeypatch.setattr(colgen, "WHOLE_LP_PAIRS", 1_000)
-    monkeypatch.setattr(colgen, "KINDS_PAIRS", 1_000)
-    monkeypatch.setattr(colgen, "ALIKE_SHARE", 0.7)
-    by_kinds = mock.Mock(wraps=colgen._solve_by_kinds)
-    monkeypatch.setattr(colgen, "_solve_by_kinds", by_kinds)
-    improve = mock.Mock(wraps=colgen._improve)
+    monkeypatch.setattr(colgen.columns, "WHOLE_LP_PAIRS", 1_000)
+    monkeypatch.setattr(colgen.solve, "KINDS_PAIRS", 1_000)
+    monkeypatch.setattr(colgen.solve, "ALIKE_SHARE", 0.7)
+    by_kinds = mock.Mock(wraps=colgen.solve._solve_by_kinds)
+    monkeypatch.setattr(colgen.solve, "_solve_by_kinds", by_kinds)
+    improve = mock.Mock(wraps=colgen.improve._improve)
     objectives: list[float] = []
-    states: list[tuple[Problem, colgen._Large, np.ndarray]] = []  # what the moves started from
-    monkeypatch.setattr(colgen, "_improve", lambda problem, large, replicas_at, deadline: (
+    states: list[tuple[Problem, colgen.large._Large, np.ndarray]] = []  # what the moves started from
+    monkeypatch.setattr(colgen.solve, "_improve", lambda problem, large, replicas_at, deadline: (
         states.append((problem, large, replicas_at.copy())), objectives.append(problem.score_of(replicas_at)),
         improve(problem, large, replicas_at, deadline), objectives.append(problem.score_of(replicas_at))))
     placement = optimize.place(model, allow_unplaced=True)
@@ -340,10 +340,10 @@ def test_each_improving_stage_gets_its_best_column_when_a_stage_has_no_pairs() -
     scores = score_matrix(model)
     [part] = [p for p in components(scores.allowed) if len(p.stages) > 1]
     blocked = {int(part.stages[1]): "blocked for this test"}  # the second stage: no pairs
-    large = colgen._large(Problem.of(model, scores, blocked, previous_matrix(model, {}), part))
+    large = colgen.large._large(Problem.of(model, scores, blocked, previous_matrix(model, {}), part))
     assert large.pair_range[1] == large.pair_range[2]
     pricing = -np.linspace(1.0, 2.0, len(large.pair_stage))[::-1]  # every pair improves
-    new = colgen._new_columns(large, pricing, pricing < 0)
+    new = colgen.columns._new_columns(large, pricing, pricing < 0)
     for s in range(large.stages):
         pairs = np.arange(large.pair_range[s], large.pair_range[s + 1])
         if len(pairs):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ from fleetc.placement.program import (
     Result,
     Solved,
     build_program,
+    every_stage_else_most,
     is_feasible,
     packing_rows,
     replicas_of,
@@ -73,20 +74,22 @@ def solve(problem: Problem, budget: Budget) -> Solved:
 
 def _solve_integral(program: Program, budget: Budget) -> tuple[np.ndarray, bool]:
     """The MILP of ``program`` with every stage placed, else (infeasible so) the most valuable
-    placement; its values, and whether it places every stage. :class:`OutOfTime` when the budget
-    ends first."""
-    result = Result(values=None, optimal=False, infeasible=bool(program.blocked.any()))
-    if not result.infeasible:
-        result = solve_program(program, budget, require_all=True, integral=True)
-    require_all = not result.infeasible
-    if result.infeasible:
-        # Stop only within half the smallest stage value of the optimum: then no stage that
-        # still fits the capacity left over is left out, and the diagnosis names real misfits.
-        result = solve_program(program, budget, require_all=False, integral=True,
-                               absolute_gap=0.5 * program.smallest_value)
+    placement (:func:`every_stage_else_most`); its values, and whether it places every stage.
+    :class:`OutOfTime` when the budget ends first."""
+    result, require_all = every_stage_else_most(program, budget, CvxpyProgram())
     if result.values is None:
         raise OutOfTime
     return result.values, require_all
+
+
+@dataclass(frozen=True)
+class CvxpyProgram:
+    """:func:`solve_program`: a program through cvxpy on ``budget.solver`` (a
+    :class:`~fleetc.placement.program.ProgramSolver`)."""
+
+    def __call__(self, program: Program, budget: Budget, *, require_all: bool, integral: bool,
+                 absolute_gap: float | None = None) -> Result:
+        return solve_program(program, budget, require_all=require_all, integral=integral, absolute_gap=absolute_gap)
 
 
 def solve_program(program: Program, budget: Budget, *, require_all: bool, integral: bool,

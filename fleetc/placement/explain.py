@@ -128,9 +128,11 @@ def cap_lines(model: FleetModel, placement: Placement, stage_key: str,
     placement uses of it, and when it binds, where: ``team research's h100 quota: 16 of 16
     used (binds: keeps it off frankfurt, which scores higher: it would take 8 there, the cap
     leaves it 0)``. A
-    limit binds when the whole stage moved to an allowed cluster scoring higher than where it
-    runs (any allowed cluster, for a stage not placed) would exceed it, what the stage uses of
-    it now given back (:func:`rules.cap_room`); the best-scoring such cluster is named."""
+    limit binds when it leaves too little on an allowed cluster scoring higher than where the
+    stage runs (any allowed cluster, for a stage not placed) for what the stage takes on a
+    cluster (the one cap check, :func:`rules.cap_shortfalls`: a gang's replicas, a serving
+    stage's per-cluster minimum), what the stage uses of it now given back; the best-scoring
+    such cluster is named."""
     stage = model.stage(stage_key)
     found = [cap for cap in rules.caps(model) if stage.pipeline in cap.pipelines]
     if not found:
@@ -149,16 +151,16 @@ def cap_lines(model: FleetModel, placement: Placement, stage_key: str,
     for cap in found:
         used = rules.cap_usage(model, cap, placed)
         others = rules.cap_usage(model, cap, [p for p in placed if p[0].key != stage_key])  # the stage given back
-        rooms = [(c, room) for c in better for room in rules.cap_room(model, cap, others, stage, c, stage.replicas)]
+        rooms = [(c, short.room) for c in better for short in rules.cap_shortfalls(model, [(cap, others)], stage, c)]
         for gpu_type, quota in cap.gpu_quota:
-            blocked = next(((c, room) for c, room in rooms if room.gpu_type == gpu_type and room.short > 0), None)
+            blocked = next(((c, room) for c, room in rooms if room.gpu_type == gpu_type), None)
             binds = "" if blocked is None else _binds(blocked[0], mine, rules.as_gpus(blocked[1].takes, per_gpu),
                                                       rules.as_gpus(max(blocked[1].left, 0), per_gpu))
             lines.append(f"{cap.name}'s {gpu_type} quota: {rules.as_gpus(used.of(gpu_type), per_gpu)} of {quota} "
                          f"used{binds}")
         limit = cap.max_cost_micros
         if limit is not None:
-            blocked = next(((c, room) for c, room in rooms if room.gpu_type is None and room.short > 0), None)
+            blocked = next(((c, room) for c, room in rooms if room.gpu_type is None), None)
             binds = "" if blocked is None else _binds(
                 blocked[0], mine, f"{rules.money(blocked[1].takes)}/h", f"{rules.money(max(blocked[1].left, 0))}/h")
             lines.append(f"{cap.name}'s cost cap: {rules.money(used.cost)}/h of {rules.money(limit)}/h used{binds}")

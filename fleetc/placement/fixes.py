@@ -219,7 +219,7 @@ def _fix(model: FleetModel, stage: Stage, on: Mapping[str, list[tuple[Stage, int
         return binding
     options = []
     capacity = _capacity_option(model, stage, ha, minimum, clusters, on, used, checks)
-    cap = _cap_binding(model, stage, minimum, on)
+    cap = _cap_binding(model, stage, on)
     if cap:
         return cap if capacity.startswith("it fits") or not capacity else f"{cap}, and {capacity}"
     if capacity:
@@ -251,20 +251,17 @@ def _ha_binding(model: FleetModel, stage: Stage, ha: tuple[str, ...], minimum: i
     return ""
 
 
-def _cap_binding(model: FleetModel, stage: Stage, minimum: int, on: Mapping[str, list[tuple[Stage, int]]]) -> str:
+def _cap_binding(model: FleetModel, stage: Stage, on: Mapping[str, list[tuple[Stage, int]]]) -> str:
     """A team quota or cost cap as the binding rule: on every cluster the rules admit the stage
     to, a cap over its pipeline leaves too little for it (its replicas, or a serving stage's
     minimum); the smallest raise that admits it somewhere (``raise team research's h100 quota
     by 8 (policies/platform.yaml spec.teams[0].gpuQuota)``). '' when some cluster is within
     every cap. A stage the HA set places (:func:`rules.ha_clusters`) must serve on each of its
     clusters, so there a cap binds when it leaves any of them too little."""
-    found = [cap for cap in rules.caps(model) if stage.pipeline in cap.pipelines]
-    if not found:
-        return ""
     clusters = {c.name: c for c in model.clusters}
-    placed = [(s, clusters[name], n) for name, there in on.items() for s, n in there]
-    used = [(cap, rules.cap_usage(model, cap, placed)) for cap in found]
-    need = stage.replicas if stage.is_gang else minimum
+    used = rules.caps_used(model, ((s, clusters[name], n) for name, there in on.items() for s, n in there))
+    if not any(stage.pipeline in cap.pipelines for cap, _ in used):
+        return ""
     per_gpu = rules.slots_per_gpu(model)
     ha = [clusters[name] for name in rules.ha_clusters(model, stage) if name in clusters]
     raises: list[tuple[int, int, int, str]] = []  # (limits raised, GPUs, cost micros, what)
@@ -272,17 +269,15 @@ def _cap_binding(model: FleetModel, stage: Stage, minimum: int, on: Mapping[str,
         if rules.exclusions(stage, cluster):
             continue
         short: list[tuple[int, int, str]] = []
-        for cap, usage in used:
-            for room in rules.cap_room(model, cap, usage, stage, cluster, need):
-                if room.short <= 0:
-                    continue
-                if room.gpu_type is not None:
-                    gpus = -(-room.short // per_gpu)
-                    short.append((gpus, 0, f"raise {cap.name}'s {room.gpu_type} quota by {gpus} "
-                                           f"({model.display(cap.path)} {cap.field}.gpuQuota)"))
-                else:
-                    short.append((0, room.short, f"raise {cap.name}'s cost cap by {rules.money(room.short)}/h "
-                                                 f"({model.display(cap.path)} {cap.cost_field})"))
+        for found in rules.cap_shortfalls(model, used, stage, cluster):
+            cap, room = found.cap, found.room
+            if room.gpu_type is not None:
+                gpus = -(-room.short // per_gpu)
+                short.append((gpus, 0, f"raise {cap.name}'s {room.gpu_type} quota by {gpus} "
+                                       f"({model.display(cap.path)} {cap.field}.gpuQuota)"))
+            else:
+                short.append((0, room.short, f"raise {cap.name}'s cost cap by {rules.money(room.short)}/h "
+                                             f"({model.display(cap.path)} {cap.cost_field})"))
         if short:
             raises.append((len(short), sum(g for g, _, _ in short), sum(m for _, m, _ in short),
                            " and ".join(text for _, _, text in short) + (f" (for {cluster.name})" if ha else "")))

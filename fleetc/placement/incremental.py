@@ -47,10 +47,11 @@ from fleetc.placement.problem import (
     Part,
     PreviousClusters,
     Problem,
+    free_room,
     previous_matrix,
-    time_sliced_gpus_per_cluster,
+    taken_per_cluster,
 )
-from fleetc.placement.program import build_program, replicas_of, solve_program
+from fleetc.placement.program import HighsDirect, Solved, most_valuable, replicas_of, solve_neighbourhood
 from fleetc.placement.scoring import Scores
 
 #: Allowed pairs (the whole fleet) above which a recompile re-solves only what the change touches.
@@ -74,18 +75,16 @@ BOUND_STEPS = 8
 class Recompiled:
     """A placement of the whole fleet made by re-solving only what the change touched.
 
-    ``replicas_at`` (S, C); ``objective`` its score (no move-cost terms); ``bound`` a valid upper
-    bound on every placement's objective (:func:`lagrangian_bound`); ``touched`` the stages the
-    change touched, ``candidates`` the stages the last neighbourhood MILP re-placed (touched ones
-    and the residents it let move); ``proven`` False when stages left out before stay out
-    without a proof that nothing places them."""
+    ``solved`` the placement as every solver returns it (:class:`~fleetc.placement.program.Solved`,
+    method ``incremental``): ``replicas_at`` (S, C), its objective (no move-cost terms), a valid
+    upper bound on every placement's objective (:func:`lagrangian_bound`), and ``proven`` False
+    when stages left out before stay out without a proof that nothing places them; ``touched``
+    the stages the change touched, ``candidates`` the stages the last neighbourhood MILP
+    re-placed (touched ones and the residents it let move)."""
 
-    replicas_at: np.ndarray
-    objective: float
-    bound: float
+    solved: Solved
     touched: int
     candidates: int
-    proven: bool
 
 
 def recompile(model: FleetModel, scores: Scores, blocked: Mapping[int, str], previous: PreviousClusters,
@@ -120,7 +119,8 @@ def recompile(model: FleetModel, scores: Scores, blocked: Mapping[int, str], pre
     replicas_at[rows] = 0
     mine = rows[placed.stage]
     replicas_at[placed.stage[mine], placed.cluster[mine]] = placed.count[mine]
-    return Recompiled(replicas_at, objective, max(bound, objective), int(touched.sum()), int(movable.sum()), proven)
+    return Recompiled(Solved(replicas_at, objective, max(bound, objective), "incremental", proven),
+                      int(touched.sum()), int(movable.sum()))
 
 
 def touched_stages(model: FleetModel, scores: Scores, blocked: Mapping[int, str], previous: PreviousClusters,
@@ -207,25 +207,18 @@ class _Pairs:
 def _taken(problem: Problem, pairs: _Pairs) -> np.ndarray:
     """(4, C) what ``pairs`` use of each cluster in the program's rows: exclusive GPUs,
     cores, GiB, time-sliced slots (each pair's GPUs on its cluster's type)."""
-    stage, cluster = pairs.stage, pairs.cluster
-    count = pairs.count.astype(float)
-    gpus = problem.gpus_at(stage, cluster) * count
+    stage = pairs.stage
+    gpus = problem.gpus_at(stage, pairs.cluster)
     shared = problem.shared[stage]
-    clusters = len(problem.clusters)
-    return np.stack([
-        np.bincount(cluster, weights=np.where(shared, 0.0, gpus), minlength=clusters),
-        np.bincount(cluster, weights=problem.demand[1, stage] * count, minlength=clusters),
-        np.bincount(cluster, weights=problem.demand[2, stage] * count, minlength=clusters),
-        np.bincount(cluster, weights=np.where(shared, gpus, 0.0), minlength=clusters),
-    ])
+    per_replica = np.stack([np.where(shared, 0.0, gpus), problem.demand[1, stage], problem.demand[2, stage],
+                            np.where(shared, gpus, 0.0)])
+    return taken_per_cluster(pairs.cluster, per_replica, pairs.count.astype(float), len(problem.clusters))
 
 
 def _overfull(problem: Problem, taken: np.ndarray) -> np.ndarray:
     """(C,) bool: clusters whose usable capacity no longer holds ``taken`` (time-sliced slots in
     whole units of the cluster's time-sliced GPUs, :func:`rules.time_sliced_gpus`)."""
-    units = time_sliced_gpus_per_cluster(taken[3], problem.slots, problem.unit)
-    used = np.stack([taken[0] + units, taken[1], taken[2]])
-    over: np.ndarray = np.any(used > problem.capacity + 1e-6, axis=0)
+    over: np.ndarray = np.any(free_room(problem.capacity, problem.slots, problem.unit, taken)[:3] < -1e-6, axis=0)
     return over
 
 
@@ -258,16 +251,12 @@ def _solve_neighbourhood(whole: Problem, base: _Pairs, placeable: np.ndarray, ma
         allowed = sub.allowed & _fits(sub, taken)
         if allowed.sum() > NEIGHBOURHOOD_PAIRS:
             return None
-        program = build_program(sub, allowed=allowed, taken=taken)
-        result = solve_program(program, budget, require_all=True, integral=True, nodes=NODES)
+        program, result = solve_neighbourhood(sub, allowed, taken, budget, HighsDirect(NODES))
         if result.values is not None:
             return fixed.with_placed(stages, clusters, replicas_of(program, result.values)), movable, True
-        if not result.infeasible:
-            return None  # out of time or nodes: the full solve decides
-        most = solve_program(program, budget, require_all=False, integral=True, nodes=NODES,
-                             absolute_gap=0.5 * program.smallest_value)
+        most = most_valuable(program, budget, HighsDirect(NODES)) if result.infeasible else result
         if most.values is None:
-            return None
+            return None  # out of time or nodes: the full solve decides
         placed = replicas_of(program, most.values)
         left_out = stages[~placed.any(axis=1)]
         closed = not inside[fixed.cluster].any()  # nothing outside could make room: as proven as the full solve
@@ -291,9 +280,7 @@ def _fits(problem: Problem, taken: np.ndarray) -> np.ndarray:
     stages do not move in the neighbourhood, so a pair that fails this can carry no replica:
     leaving it out of the MILP loses nothing (time-sliced GPUs, which come in whole units
     shared with other stages, are left to the MILP)."""
-    units = time_sliced_gpus_per_cluster(taken[3], problem.slots, problem.unit)
-    free = np.stack([problem.capacity[0] - taken[0] - units, problem.capacity[1] - taken[1],
-                     problem.capacity[2] - taken[2]])
+    free = free_room(problem.capacity, problem.slots, problem.unit, taken)
     least = np.where(problem.gang, problem.replicas, problem.minimum)[:, None]
     gpus = problem.type_gpus[:, problem.cluster_type]
     fits: np.ndarray = ((problem.shared[:, None] | (least * gpus <= free[0] + 1e-6))

@@ -60,8 +60,7 @@ import numpy as np
 
 from fleetc.errors import InternalError, PlacementError, SearchLimitError, TimeLimitError
 from fleetc.model import Assignment, Cluster, FleetModel, Placement, Recompile, Stage, StagePlacement
-from fleetc.placement import LARGE, cvx, reasons, rules
-from fleetc.placement.colgen import solve_large
+from fleetc.placement import LARGE, reasons, rules
 from fleetc.placement.incremental import INCREMENTAL, recompile
 from fleetc.placement.previous import Recorded
 from fleetc.placement.problem import (
@@ -75,6 +74,7 @@ from fleetc.placement.problem import (
 )
 from fleetc.placement.program import OutOfTime, Solved
 from fleetc.placement.scoring import Scores, score_matrix
+from fleetc.placement.solver import SOLVERS, Exact, solver_for
 from fleetc.placement.solvers import DEFAULT_SOLVER
 from fleetc.placement.verify import verify
 
@@ -128,8 +128,9 @@ def place(
         blocked = multicluster_conflicts(model, scores)
         recompiled = recompile(model, scores, blocked, previous, recorded, budget, allow_unplaced=allow_unplaced)
     if recompiled is not None:
-        replicas_at, objective, bound = recompiled.replicas_at, recompiled.objective, recompiled.bound
-        methods, proven = {"incremental"}, recompiled.proven
+        solved = recompiled.solved
+        replicas_at, objective, bound = solved.replicas_at, solved.objective, solved.bound
+        methods, proven = {solved.method}, solved.proven
     else:
         replicas_at, objective, bound, methods, proven, blocked = _solve_all(model, scores, previous, budget, large,
                                                                              time_limit, deadline)
@@ -385,7 +386,7 @@ def _packed_exactly(model: FleetModel, scores: Scores, replicas_at: np.ndarray, 
     exactly (in place): the clusters they may run on and every stage placed there, when those
     stages run on nothing else, no cap or failover headroom couples them to the rest, and it has
     at most :data:`~fleetc.placement.LARGE` pairs (the exact path with its packing rows,
-    :func:`fleetc.placement.cvx.solve`). Taken only when it places every stage of the
+    :class:`fleetc.placement.solver.Exact`). Taken only when it places every stage of the
     neighbourhood and every cluster packs; the objective's change, None when not taken."""
     out = [s for s in np.flatnonzero(~replicas_at.any(axis=1)).tolist() if scores.allowed[s].any()]
     if not out or rules.caps(model) or rules.failover_groups(model):
@@ -399,7 +400,7 @@ def _packed_exactly(model: FleetModel, scores: Scores, replicas_at: np.ndarray, 
                          Part(stages, near))
     if problem.pairs > LARGE:
         return None
-    solved = cvx.solve(problem, budget)
+    solved = SOLVERS[Exact.method].solve(problem, budget)
     if not solved.replicas_at.any(axis=1).all() or not _all_pack(model, stages, near, solved.replicas_at):
         return None
     before = problem.score_of(replicas_at[np.ix_(stages, near)])
@@ -553,32 +554,10 @@ def _canonical(model: FleetModel) -> FleetModel:
 
 
 def _solve(problem: Problem, budget: Budget, large: int) -> Solved:
-    """Solve one component: all stages placed if possible, else the best partial placement;
-    exactly up to ``large`` allowed pairs, else by column generation.
-
-    Column generation counts a stage's GPUs per stage, not per pair: a stage asking for
-    throughput counts there as the most GPUs any of its types takes (:func:`~fleetc.placement.problem.demand_of`), so
-    what it places fits (the verifier checks the real counts) but may be less than the best,
-    its bound and its proof that stages cannot be placed no longer hold: the bound is then the
-    trivial one (each stage on its best-scoring cluster) and nothing left out counts as proven.
-    Its bound also keeps the penalty of a serving stage that may run short of replicas (a
-    degraded platform), so it may fall below the placement's objective and report a gap of 0
-    that nothing proved: where a stage may run short, the bound is the trivial one too."""
-    if problem.pairs <= large:
-        return cvx.solve(problem, budget)
-    solved = solve_large(problem, budget)
-    varying = _varying_gpus(problem)
-    if not varying and not np.any(problem.least < problem.replicas):
-        return solved
-    best = np.where(problem.allowed, problem.total[np.ix_(problem.part.stages, problem.part.clusters)], -np.inf)
-    bound = float(np.sum(np.where(problem.blocked, 0.0, problem.values * (1.0 + best.max(axis=1, initial=-1.0)))))
-    return replace(solved, bound=max(bound, solved.objective), proven=solved.proven and not varying)
-
-
-def _varying_gpus(problem: Problem) -> bool:
-    """Whether some stage of ``problem`` takes different GPUs per replica on different clusters."""
-    stage, cluster = np.nonzero(problem.allowed)
-    return bool(np.any(problem.gpus_at(stage, cluster) != problem.demand[0, stage]))
+    """Solve one component with its solver (:func:`fleetc.placement.solver.solver_for`): all
+    stages placed if possible, else the best partial placement; exactly up to ``large`` allowed
+    pairs, else by column generation."""
+    return solver_for(problem, large).solve(problem, budget)
 
 
 def _no_placement(time_limit: float | None, deadline: float | None) -> PlacementError:

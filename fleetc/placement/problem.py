@@ -415,6 +415,28 @@ def time_sliced_gpus_per_cluster(slots_taken: np.ndarray, slots: np.ndarray, uni
     return gpus
 
 
+def taken_per_cluster(cluster: np.ndarray, per_replica: np.ndarray, count: np.ndarray, clusters: int) -> np.ndarray:
+    """(4, C) what ``count`` replicas on ``cluster`` (one entry per placed pair), each taking
+    ``per_replica`` (4, pairs: exclusive GPUs, cores, GiB, time-sliced slots), take of each
+    cluster; :func:`free_room` says what that leaves."""
+    return np.stack([np.bincount(cluster, weights=per_replica[r] * count, minlength=clusters)
+                     for r in range(4)]).astype(float)
+
+
+def free_room(capacity: np.ndarray, slots: np.ndarray, unit: np.ndarray, taken: np.ndarray) -> np.ndarray:
+    """(4, C) what ``taken`` (4, C: exclusive GPUs, cores, GiB, time-sliced slots) leaves of each
+    cluster's usable ``capacity`` (3, C), as the rules count it (:func:`rules.taken`): the shared
+    slots take whole time-sliced units of ``unit`` GPUs (:func:`time_sliced_gpus_per_cluster`),
+    and the slots left are those of the whole units the GPUs left could still give over. The
+    one count of room the solvers' own loops read (column generation's rounding and repair, the
+    incremental path's neighbourhood); ``tests/test_ledger.py`` holds it to the ledger."""
+    unshared = capacity[0] - taken[0]
+    shared_gpus = time_sliced_gpus_per_cluster(taken[3], slots, unit)
+    whole_units = np.floor(np.maximum(unshared, 0.0) / unit) * unit
+    return np.stack([unshared - shared_gpus, capacity[1] - taken[1], capacity[2] - taken[2],
+                     whole_units * slots - taken[3]])
+
+
 def stage_values(model: FleetModel, stages: tuple[Stage, ...]) -> np.ndarray:
     """Each stage's worth: its class weight (``EPSILON`` if 0) times its GPUs (at least 1)."""
     return np.array(

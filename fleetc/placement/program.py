@@ -6,7 +6,9 @@ problem (:class:`fleetc.placement.problem.Problem`; see :mod:`fleetc.placement.o
 times ``v``. The exact path solves it through cvxpy (:func:`fleetc.placement.cvx.solve`);
 :mod:`fleetc.placement.colgen` solves the programs of restricted problems (with what the
 stages it keeps fixed take) with :func:`solve_program`, HiGHS direct, for its rounding and
-neighbourhood MILPs; both take the program and the :class:`~fleetc.placement.problem.Budget`.
+neighbourhood MILPs; both take the program and the :class:`~fleetc.placement.problem.Budget`
+(:class:`ProgramSolver`). Every exact solve takes the same two steps: every stage placed, else
+the most valuable placement (:func:`every_stage_else_most`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -530,3 +533,65 @@ def is_feasible(
     )
 
 
+
+
+# --- who solves a program, and the two steps of an exact solve ---------------------------------
+
+
+class ProgramSolver(Protocol):
+    """How a program is solved: its LP relaxation unless ``integral``; ``require_all`` fixes
+    every stage's ``z`` to 1; a MILP stops within a relative 1e-4 of optimal, or within
+    ``absolute_gap``. :class:`HighsDirect` (the large path, the incremental one) and
+    :class:`fleetc.placement.cvx.CvxpyProgram` (the exact path, on any MILP solver) are the
+    implementations; ``tests/test_cvx.py`` holds them to the same results."""
+
+    def __call__(self, program: Program, budget: Budget, *, require_all: bool, integral: bool,
+                 absolute_gap: float | None = None) -> Result: ...
+
+
+@dataclass(frozen=True)
+class HighsDirect:
+    """:func:`solve_program`: HiGHS direct, each MILP within ``nodes`` branch-and-bound nodes
+    (None: no limit; a count, never seconds, so that every machine places the same)."""
+
+    nodes: int | None = None
+
+    def __call__(self, program: Program, budget: Budget, *, require_all: bool, integral: bool,
+                 absolute_gap: float | None = None) -> Result:
+        return solve_program(program, budget, require_all=require_all, integral=integral,
+                             absolute_gap=absolute_gap, nodes=self.nodes)
+
+
+def every_stage(program: Program, budget: Budget, solve: ProgramSolver) -> Result:
+    """The first step of every exact solve: the MILP of ``program`` with every stage placed
+    (``infeasible`` when they cannot all be)."""
+    return solve(program, budget, require_all=True, integral=True)
+
+
+def most_valuable(program: Program, budget: Budget, solve: ProgramSolver) -> Result:
+    """The second step, once every stage cannot be placed: the most valuable placement. It stops
+    only within half the smallest stage value of the optimum: then no stage that still fits the
+    capacity left over is left out, and the diagnosis names real misfits."""
+    return solve(program, budget, require_all=False, integral=True, absolute_gap=0.5 * program.smallest_value)
+
+
+def every_stage_else_most(program: Program, budget: Budget, solve: ProgramSolver) -> tuple[Result, bool]:
+    """:func:`every_stage`, else (proven impossible) :func:`most_valuable`: the result, and
+    whether it is the first step's (every stage placed)."""
+    result = every_stage(program, budget, solve)
+    if not result.infeasible:
+        return result, True
+    return most_valuable(program, budget, solve), False
+
+
+def solve_neighbourhood(sub: Problem, allowed: np.ndarray, taken: np.ndarray, budget: Budget, solve: ProgramSolver,
+                        *, fixed_need: Mapping[tuple[int, int], np.ndarray] | None = None,
+                        cap_taken: np.ndarray | None = None) -> tuple[Program, Result]:
+    """The neighbourhood MILP (the large path's :func:`fleetc.placement.colgen.reach._reach`, the
+    incremental path's :func:`fleetc.placement.incremental.recompile`): the stages of ``sub`` (a
+    restricted problem), each free to go to any of its clusters ``allowed`` lets it, in the room
+    the stages kept fixed leave (``taken``, ``fixed_need``, ``cap_taken``: :func:`build_program`),
+    every one of them placed (:func:`every_stage`). The program, for the second step
+    (:func:`most_valuable`) where its caller takes one, and the result."""
+    program = build_program(sub, allowed=allowed, taken=taken, fixed_need=fixed_need, cap_taken=cap_taken)
+    return program, every_stage(program, budget, solve)

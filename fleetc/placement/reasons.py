@@ -28,33 +28,19 @@ def unplaced(
 
 
 def _cap_used(model: FleetModel, replicas_at: np.ndarray) -> list[tuple[rules.Cap, rules.CapUsage]]:
-    """Each cap (:func:`rules.caps`) with what ``replicas_at`` takes of it."""
-    found = rules.caps(model)
-    if not found:
-        return []
+    """Each cap (:func:`rules.caps_used`) with what the whole of ``replicas_at`` takes of it."""
     stage_of, cluster_of = np.nonzero(replicas_at)
-    placed = [(model.stages[s], model.clusters[c], int(replicas_at[s, c]))
-              for s, c in zip(stage_of.tolist(), cluster_of.tolist(), strict=True)]
-    return [(cap, rules.cap_usage(model, cap, placed)) for cap in found]
+    return rules.caps_used(model, ((model.stages[s], model.clusters[c], int(replicas_at[s, c]))
+                                   for s, c in zip(stage_of.tolist(), cluster_of.tolist(), strict=True)))
 
 
 def _cap_reason(model: FleetModel, stage: Stage, cluster: Cluster,
                 capped: list[tuple[rules.Cap, rules.CapUsage]]) -> str:
-    """The first cap over ``stage`` that leaves too little for it on ``cluster`` (a gang's
-    replicas, a Deployment's per-cluster minimum; :func:`rules.cap_room`): ``over team
-    research's h100 quota (8 of 32 left)``; '' when none does."""
-    need = stage.replicas if stage.is_gang else rules.min_replicas_per_cluster(stage)
-    for cap, used in capped:
-        for room in rules.cap_room(model, cap, used, stage, cluster, need):
-            if room.short <= 0:
-                continue
-            if room.gpu_type is not None:
-                per_gpu = rules.slots_per_gpu(model)
-                return (f"over {cap.name}'s {room.gpu_type} quota ({rules.as_gpus(max(room.left, 0), per_gpu)} of "
-                        f"{room.limit // per_gpu} left)")
-            return (f"over {cap.name}'s cost cap ({rules.money(max(room.left, 0))}/h of "
-                    f"{rules.money(room.limit)}/h left)")
-    return ""
+    """The first cap over ``stage`` that leaves too little for it on ``cluster``
+    (:func:`rules.cap_shortfalls`), in its one wording: ``over team research's h100 quota
+    (8 of 32 left)``; '' when none does."""
+    short = rules.cap_shortfalls(model, capped, stage, cluster)
+    return short[0].words(model) if short else ""
 
 
 def _placed(model: FleetModel, replicas_at: np.ndarray) -> list[list[tuple[Stage, int]]]:
@@ -106,7 +92,7 @@ def _capacity_reason(model: FleetModel, stage: Stage, cluster: Cluster, used: ru
     is short overall when the clusters together have room for fewer replicas than it has.
     Free GPUs are told in whole time-sliced units for a stage on time-sliced slots.
     """
-    need = stage.replicas if stage.is_gang else rules.min_replicas_per_cluster(stage)
+    need = rules.least_on_cluster(stage)
     stage = rules.on_cluster(stage, cluster)
     over = rules.overuse(model, cluster, used + rules.replica_usage(model, stage, need))
     if over:

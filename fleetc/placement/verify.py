@@ -52,17 +52,15 @@ def verify(model: FleetModel, placement: Placement, *, allow_unplaced: bool = Fa
 
 
 def cap_problems(model: FleetModel, placement: Placement) -> list[str]:
-    """Each team quota and cost cap (:func:`rules.caps`) the placement exceeds
-    (:func:`rules.cap_overuse`): ``team research: 48 h100 placed, quota 32``."""
-    found = rules.caps(model)
-    if not found:
-        return []
+    """Each team quota and cost cap the placement exceeds, counted over the whole fleet
+    (:func:`rules.caps_used`, :func:`rules.cap_overuse`): ``team research: 48 h100 placed,
+    quota 32``."""
     stages = {s.key: s for s in model.stages}
     clusters = {c.name: c for c in model.clusters}
-    placed = [(stages[p.stage], clusters[a.cluster], a.replicas) for p in placement.stages if p.stage in stages
-              for a in p.assignments if a.cluster in clusters]
-    return [f"{cap.name}: {problem}" for cap in found
-            for problem in rules.cap_overuse(model, cap, rules.cap_usage(model, cap, placed))]
+    placed = ((stages[p.stage], clusters[a.cluster], a.replicas) for p in placement.stages if p.stage in stages
+              for a in p.assignments if a.cluster in clusters)
+    return [f"{cap.name}: {problem}" for cap, used in rules.caps_used(model, placed)
+            for problem in rules.cap_overuse(model, cap, used)]
 
 
 def churn_problems(model: FleetModel, placement: Placement, previous: Mapping[str, Mapping[str, int]],

@@ -118,12 +118,12 @@ def rendered_jobs(files: Mapping[str, str]) -> dict[str, dict[str, str]]:
 def cap_facts(model: FleetModel, placement: Placement) -> dict[str, CapFacts]:
     """Each team (AIGCPlatform ``spec.teams``), each capped pipeline, and each pipeline in
     neither -> its GPUs, cost per hour (:func:`rules.replica_cost_micros`, the formula the caps
-    count with) and the use of its limits (:func:`rules.cap_usage`)."""
+    count with) and the use of its limits (:func:`rules.caps_used`, as the one cap check counts it)."""
     stages = {s.key: s for s in model.stages}
     clusters = {c.name: c for c in model.clusters}
     placed = [(stages[p.stage], clusters[a.cluster], a.replicas) for p in placement.stages if p.stage in stages
               for a in p.assignments if a.cluster in clusters and a.replicas > 0]
-    limits = {cap.name: cap for cap in rules.caps(model)}
+    limits = {cap.name: (cap, used) for cap, used in rules.caps_used(model, placed)}
     per_gpu = rules.slots_per_gpu(model)
     by_pipeline: dict[str, list[tuple[Stage, Cluster, int]]] = {}
     for entry in placed:
@@ -133,9 +133,9 @@ def cap_facts(model: FleetModel, placement: Placement) -> dict[str, CapFacts]:
         mine = [entry for pipeline in sorted(pipelines) for entry in by_pipeline.get(pipeline, [])]
         gpus = sum(n * on_cluster(s, c).gpus for s, c, n in mine)
         cost = sum(n * rules.replica_cost_micros(model, s, c) for s, c, n in mine) / rules.MICROS
-        cap = limits.get(name)
-        quota, binds = ((), ()) if cap is None else _limits_used(model, cap, mine, per_gpu)
-        found[name] = CapFacts(gpus, cost, None if cap is None else cap.max_cost, quota, binds)
+        capped = limits.get(name)
+        quota, binds = ((), ()) if capped is None else _limits_used(*capped, per_gpu)
+        found[name] = CapFacts(gpus, cost, None if capped is None else capped[0].max_cost, quota, binds)
     return found
 
 
@@ -148,10 +148,9 @@ def _cap_groups(model: FleetModel) -> list[tuple[str, frozenset[str]]]:
                      for name in sorted({s.pipeline for s in model.stages} - grouped)]
 
 
-def _limits_used(model: FleetModel, cap: rules.Cap, mine: list[tuple[Stage, Cluster, int]],
-                 per_gpu: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The use of each limit of ``cap`` by what ``mine`` places, and the limits used up."""
-    used = rules.cap_usage(model, cap, mine)
+def _limits_used(cap: rules.Cap, used: rules.CapUsage, per_gpu: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The use of each limit of ``cap`` (``used``: what the whole placement takes of it,
+    :func:`rules.caps_used`), and the limits used up."""
     quota: list[str] = []
     binds: list[str] = []
     for gpu_type, limit in cap.gpu_quota:

@@ -8,18 +8,15 @@ rendered tree alone (its ``placement.yaml``, read by :mod:`fleetc.state.placemen
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fleetc.model import DEFAULT_COST_INCREASE, FleetModel, Placement
 from fleetc.placement.alternatives import choices, describe
-from fleetc.placement.rules import slots_on, slots_per_gpu, time_sliced_gpus, time_sliced_unit, uses_shared_slots
+from fleetc.placement.rules import FleetUsage, GPUTally, time_sliced_unit
 from fleetc.report.review import CapFacts, StageFacts, cap_facts, short_serving, stage_facts
 from fleetc.state.placementfile import stage_entries
-
-_GIB = 1024**3
 
 
 @dataclass(frozen=True)
@@ -51,36 +48,13 @@ EMPTY = Snapshot()
 
 
 def snapshot(model: FleetModel, placement: Placement, files: Mapping[str, str]) -> Snapshot:
-    """A compile reduced to what the report compares.
-
-    GPUs are the GPUs taken: a time-sliced stage's slots count ``1 / slots_per_gpu`` of a GPU
-    each, and a cluster's shared slots take whole time-sliced units of GPUs, whole nodes where
-    its device plugin is configured (:func:`fleetc.placement.rules.time_sliced_gpus`, as the
-    placement rule and the verifier count them; a whole GPU each where its device plugin is not
-    configured). Cost per hour of a cluster is its prices times what is placed on it:
-    GPUs taken x GPU-hour cost + cores x core-hour cost + GiB x GiB-hour cost.
-    """
-    clusters = {c.name: c for c in model.clusters}
-    stages = {s.key: s for s in model.stages}
-    usage = _Usage(slots_per_gpu(model), time_sliced_units(model))
-    cost: dict[str, float] = defaultdict(float)
-    where: dict[str, frozenset[str]] = {}
-    for p in placement.stages:
-        stage = stages[p.stage]
-        placed = [a for a in p.assignments if a.replicas > 0]
-        where[p.stage] = frozenset(a.cluster for a in placed)
-        for a in placed:
-            cluster = clusters[a.cluster]
-            usage.add(a.cluster, cluster.gpu_type or "gpu", a.gpus,
-                      shared=uses_shared_slots(model, stage) and slots_on(model, cluster) > 1)
-            cost[a.cluster] += (a.replicas * stage.cpu_millis / 1000 * cluster.cpu_hour_cost
-                                + a.replicas * stage.memory_bytes / _GIB * cluster.memory_gib_hour_cost)
-    gpus = usage.gpus()
-    for name, per_type in gpus.items():
-        cost[name] += sum(per_type.values()) * clusters[name].gpu_hour_cost
+    """A compile reduced to what the report compares: the GPUs each cluster gives over and its
+    cost per hour as the ledger counts them (:class:`fleetc.placement.rules.FleetUsage`)."""
+    usage = FleetUsage(model, placement)
+    where = {p.stage: frozenset(a.cluster for a in p.assignments if a.replicas > 0) for p in placement.stages}
     gpu_choices = {key: choice.text for key, choice in choices(model, placement).items()}
     idle = {c.name: "drained" if c.drained else "cordoned" for c in model.clusters if c.cordoned}
-    return Snapshot(dict(files), where, gpus, dict(cost), gpu_choices, cap_facts(model, placement),
+    return Snapshot(dict(files), where, usage.gpus(), usage.cost_per_hour(), gpu_choices, cap_facts(model, placement),
                     stage_facts(model, placement, files), idle, short_serving(model, placement),
                     model.cost_increase_limit)
 
@@ -88,28 +62,6 @@ def snapshot(model: FleetModel, placement: Placement, files: Mapping[str, str]) 
 def time_sliced_units(model: FleetModel) -> dict[str, int]:
     """Cluster -> the GPUs it turns over to time-slicing at once (:func:`time_sliced_unit`)."""
     return {c.name: time_sliced_unit(c) for c in model.clusters}
-
-
-class _Usage:
-    """GPUs taken per cluster and type: exclusive GPUs plus the time-sliced units the slots take
-    (``units``: cluster -> GPUs per unit; one GPU where not given)."""
-
-    def __init__(self, slots_per_gpu: int, units: Mapping[str, int]) -> None:
-        self.slots_per_gpu = max(1, slots_per_gpu)
-        self.units = units
-        self.exclusive: dict[tuple[str, str], int] = defaultdict(int)
-        self.slots: dict[tuple[str, str], int] = defaultdict(int)
-
-    def add(self, cluster: str, gpu_type: str, count: int, *, shared: bool) -> None:
-        if count:
-            (self.slots if shared else self.exclusive)[(cluster, gpu_type)] += count
-
-    def gpus(self) -> dict[str, dict[str, int]]:
-        taken: dict[str, dict[str, int]] = defaultdict(dict)
-        for key in sorted(set(self.exclusive) | set(self.slots)):
-            taken[key[0]][key[1]] = self.exclusive[key] + time_sliced_gpus(self.slots[key], self.slots_per_gpu,
-                                                                            self.units.get(key[0], 1))
-        return dict(taken)
 
 
 def snapshot_of_output(files: Mapping[str, str], gpu_types: Mapping[str, str | None],
@@ -124,7 +76,7 @@ def snapshot_of_output(files: Mapping[str, str], gpu_types: Mapping[str, str | N
     where: dict[str, frozenset[str]] = {}
     gpu_choices: dict[str, str] = {}
     sliced = [s for e in report if isinstance(s := e.get("timeSlicing"), dict)]
-    usage = _Usage(max((_whole(s.get("slotsPerGPU")) for s in sliced), default=1), units or {})
+    usage = GPUTally(max((_whole(s.get("slotsPerGPU")) for s in sliced), default=1), units or {})
     for entry in report:
         key = f"{entry.get('pipeline')}/{entry.get('stage')}"
         placed = [a for a in entry.get("clusters") or [] if isinstance(a, dict) and a.get("replicas")]

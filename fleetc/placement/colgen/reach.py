@@ -1,0 +1,88 @@
+"""The neighbourhood MILP of the large path (:func:`_reach`): the stages the repair left out,
+and the stages on the clusters they may use, placed exactly together."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fleetc.placement.colgen.large import _past
+from fleetc.placement.colgen.room import _fixed_need, _Rounding, _taken
+from fleetc.placement.problem import Budget
+from fleetc.placement.program import HighsDirect, Program, most_valuable, replicas_of, solve_neighbourhood
+
+#: Pairs above which a neighbourhood of :func:`_reach` grows no further.
+REACH_PAIRS = 60_000
+
+
+#: Pairs the neighbourhoods :func:`_reach` tries may hold in all: a measure of work, not of
+#: time, so that every machine tries the same neighbourhoods and places the same stages.
+REACH_WORK = 2 * REACH_PAIRS
+
+
+#: Branch-and-bound nodes one neighbourhood MILP may explore (a count, like the rest of the
+#: budget; the ones measured closed at the root node, in 1-13 s here).
+REACH_NODES = 1_000
+
+
+def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> bool:
+    """Place the stages the repair left out (in place) by an exact MILP over a neighbourhood:
+    them and every stage on a cluster they may use, each free to go to any cluster it may use,
+    in the capacity the other stages leave, every one of them placed. When that is impossible
+    the neighbourhood grows by the stages on the clusters its stages may use, up to
+    :data:`REACH_PAIRS` pairs, while the neighbourhoods tried hold :data:`REACH_WORK` pairs in
+    all (each MILP within :data:`REACH_NODES` nodes; the user's deadline a safety net).
+
+    The repair moves one or two stages out of the way; a full fleet can need a chain of moves
+    across many clusters, which the MILP finds as a whole. Whether the stages left out are
+    proven unplaceable: True when a neighbourhood that shares no cluster with any other stage
+    (so nothing outside it could make room) cannot place them all.
+    """
+    members = ~replicas_at.any(axis=1) & ~is_blocked
+    if not members.any():
+        return True
+    large = r.large
+    allowed = np.zeros((large.stages, large.clusters), dtype=bool)
+    allowed[large.pair_stage, large.pair_cluster] = True
+    work = 0
+    while True:
+        grown = members | replicas_at[:, allowed[members].any(axis=0)].any(axis=1)
+        stages = np.flatnonzero(grown)
+        pairs = int(allowed[stages].sum())
+        work += pairs
+        if pairs > REACH_PAIRS or work > REACH_WORK or _past(r.deadline):
+            return False
+        columns = np.union1d(np.flatnonzero(allowed[stages].any(axis=0)), large.headroom.members)
+        before = replicas_at[stages].copy()
+        replicas_at[stages] = 0
+        program, result = solve_neighbourhood(
+            r.problem.restrict(stages, columns), allowed[np.ix_(stages, columns)],
+            _taken(large, replicas_at)[:, columns], Budget(r.deadline), HighsDirect(REACH_NODES),
+            fixed_need=_fixed_need(r, replicas_at), cap_taken=large.caps.used(replicas_at))
+        if result.values is not None:
+            replicas_at[np.ix_(stages, columns)] = replicas_of(program, result.values)
+            return True
+        replicas_at[stages] = before
+        closed = not np.any(replicas_at[:, columns], axis=1)[~grown].any()  # np.any: an array to mypy too
+        if closed and result.infeasible:
+            _place_most(r, program, stages, columns, replicas_at)
+        if not result.infeasible or closed:
+            return result.infeasible and closed
+        members = grown
+
+
+def _place_most(r: _Rounding, program: Program, stages: np.ndarray, columns: np.ndarray,
+                replicas_at: np.ndarray) -> None:
+    """Re-place ``stages`` (in place), which cannot all be placed, by the exact path's second
+    MILP over ``program`` (:func:`~fleetc.placement.program.most_valuable`); kept when it places
+    more stages than they have now, or as many scoring more."""
+    if _past(r.deadline):
+        return
+    result = most_valuable(program, Budget(r.deadline), HighsDirect(REACH_NODES))
+    if result.values is None:
+        return
+    after = np.zeros_like(replicas_at[stages])
+    after[:, columns] = replicas_of(program, result.values)
+    before = replicas_at[stages]
+    placed = (int(after.any(axis=1).sum()), r.problem.score_of(after, stages))
+    if placed > (int(before.any(axis=1).sum()), r.problem.score_of(before, stages)):
+        replicas_at[stages] = after

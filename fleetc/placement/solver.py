@@ -1,0 +1,87 @@
+"""One interface for every solver of a component, in the manner of resolvelib's providers: a
+:class:`Solver` takes the component's :class:`~fleetc.placement.problem.Problem` and a
+:class:`~fleetc.placement.problem.Budget` and returns its placement
+(:class:`~fleetc.placement.program.Solved`).
+
+Two implementations, looked up by method name in :data:`SOLVERS`: :class:`Exact` (``milp``: the
+whole MILP through cvxpy, on the ``--solver`` of the :class:`Budget`, :mod:`fleetc.placement.cvx`)
+and :class:`ColumnGeneration` (``colgen-lp-round``: the large path, HiGHS direct,
+:mod:`fleetc.placement.colgen`). :func:`solver_for` picks one by the component's size. Below them
+a program is solved by a :class:`~fleetc.placement.program.ProgramSolver` (HiGHS direct or
+cvxpy), every exact solve in the same two steps
+(:func:`~fleetc.placement.program.every_stage_else_most`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Protocol
+
+import numpy as np
+
+from fleetc.placement import colgen, cvx
+from fleetc.placement.problem import Budget, Problem
+from fleetc.placement.program import Solved
+
+
+class Solver(Protocol):
+    """Places one component: every stage if possible, else the best partial placement, with a
+    bound on the best objective and whether what it leaves out is proven out."""
+
+    #: The method a placement it makes names (``Placement.method``).
+    method: str
+
+    def solve(self, problem: Problem, budget: Budget) -> Solved: ...
+
+
+class Exact:
+    """The whole MILP of the component, through cvxpy on ``budget.solver``; its LP relaxation is
+    the bound (:func:`fleetc.placement.cvx.solve`)."""
+
+    method = "milp"
+
+    def solve(self, problem: Problem, budget: Budget) -> Solved:
+        return cvx.solve(problem, budget)
+
+
+class ColumnGeneration:
+    """The large path (:func:`fleetc.placement.colgen.solve_large`): column generation, rounding
+    and repair.
+
+    Column generation counts a stage's GPUs per stage, not per pair: a stage asking for
+    throughput counts there as the most GPUs any of its types takes
+    (:func:`~fleetc.placement.problem.demand_of`), so what it places fits (the verifier checks the
+    real counts) but may be less than the best, its bound and its proof that stages cannot be
+    placed no longer hold: the bound is then the trivial one (each stage on its best-scoring
+    cluster) and nothing left out counts as proven. Its bound also keeps the penalty of a
+    serving stage that may run short of replicas (a degraded platform), so it may fall below
+    the placement's objective and report a gap of 0 that nothing proved: where a stage may run
+    short, the bound is the trivial one too."""
+
+    method = "colgen-lp-round"
+
+    def solve(self, problem: Problem, budget: Budget) -> Solved:
+        solved = colgen.solve_large(problem, budget)
+        varying = varying_gpus(problem)
+        if not varying and not np.any(problem.least < problem.replicas):
+            return solved
+        best = np.where(problem.allowed, problem.total[np.ix_(problem.part.stages, problem.part.clusters)], -np.inf)
+        bound = float(np.sum(np.where(problem.blocked, 0.0, problem.values * (1.0 + best.max(axis=1, initial=-1.0)))))
+        return replace(solved, bound=max(bound, solved.objective), proven=solved.proven and not varying)
+
+
+#: Each solver by the method it names.
+SOLVERS: Mapping[str, Solver] = MappingProxyType({s.method: s for s in (Exact(), ColumnGeneration())})
+
+
+def solver_for(problem: Problem, large: int) -> Solver:
+    """The solver of ``problem``: exact up to ``large`` allowed pairs, else column generation."""
+    return SOLVERS[Exact.method if problem.pairs <= large else ColumnGeneration.method]
+
+
+def varying_gpus(problem: Problem) -> bool:
+    """Whether some stage of ``problem`` takes different GPUs per replica on different clusters."""
+    stage, cluster = np.nonzero(problem.allowed)
+    return bool(np.any(problem.gpus_at(stage, cluster) != problem.demand[0, stage]))

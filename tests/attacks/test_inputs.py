@@ -98,6 +98,23 @@ ATTACKS: list[Attack] = [
 ]
 
 
+def device_plugin_in(name: str) -> Callable[[Path], None]:
+    def setup(project: Path) -> None:
+        edit(project / GPU_POLICY, "spec:\n", f"spec:\n  devicePlugin:\n    namespace: {name}\n")
+    return setup
+
+
+GPU_POLICY = "policies/gpu-optimization.yaml"
+ATTACKS += [
+    *(Attack(f"device plugin in {ns}", "reserved-namespace", device_plugin_in(ns),
+             says=(rf"{GPU_POLICY}:9:16: error: spec.devicePlugin.namespace: namespace '{ns}' is reserved",
+                   r"hint: name the GPU operator's namespace"))
+      for ns in ("kube-system", "argocd", "flux-system", "kueue-system", "default", "cert-manager")),
+    *(Attack(f"device plugin in the GPU operator's {ns}", "reserved-namespace", device_plugin_in(ns), exit=0)
+      for ns in ("gpu-operator", "nvidia-gpu-operator")),
+]
+
+
 def write(name: str, text: str) -> Callable[[Path], None]:
     def setup(project: Path) -> None:
         (project / name).parent.mkdir(parents=True, exist_ok=True)

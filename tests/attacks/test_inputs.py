@@ -536,6 +536,23 @@ def test_a_link_in_out_to_pagemap_is_no_internal_error(project: Path, link: str,
     assert fleetc(project, *command).returncode in (0, 1, 2)
 
 
+@pytest.mark.parametrize("command", [("compile", "--check"), ("diff", "--what-if", "drain=edge-cluster-factory"),
+                                     ("explain", "llm-chinese-training/data-preparation"), ("validate",)])
+def test_a_placement_linked_to_pagemap_is_named_never_an_errno(project: Path, command: tuple[str, ...]) -> None:
+    """The previous placement.yaml a link to /proc/self/pagemap: every front door names it in
+    words ('[Errno 22] Invalid argument' was all explain said); explain, which needs it, exits 1."""
+    fleetc(project, "compile")
+    path = project / "out" / "placement.yaml"
+    path.unlink()
+    path.symlink_to("/proc/self/pagemap")
+    result = fleetc(project, *command)
+    assert "Errno" not in result.stderr, result.stderr
+    if command[0] == "explain":
+        assert result.returncode == 1
+        assert result.stderr == ("error: cannot explain: out/placement.yaml: ignored as the previous placement: "
+                                 "a symlink or other special file (fleetc writes it as a regular file)\n")
+
+
 def test_a_policy_named_pagemap_is_a_read_error(project: Path) -> None:
     result = fleetc(project, "validate", "/proc/self/pagemap")
     assert result.returncode == 1

@@ -108,10 +108,10 @@ GPU_POLICY = "policies/gpu-optimization.yaml"
 ATTACKS += [
     *(Attack(f"device plugin in {ns}", "reserved-namespace", device_plugin_in(ns),
              says=(rf"{GPU_POLICY}:9:16: error: spec.devicePlugin.namespace: namespace '{ns}' is reserved",
-                   r"hint: name the GPU operator's namespace"))
-      for ns in ("kube-system", "argocd", "flux-system", "kueue-system", "default", "cert-manager")),
-    *(Attack(f"device plugin in the GPU operator's {ns}", "reserved-namespace", device_plugin_in(ns), exit=0)
-      for ns in ("gpu-operator", "nvidia-gpu-operator")),
+                   r"hint: name the namespace the device plugin runs in"))
+      for ns in ("kube-public", "argocd", "flux-system", "kueue-system", "default", "cert-manager")),
+    *(Attack(f"device plugin in its own {ns}", "reserved-namespace", device_plugin_in(ns), exit=0)
+      for ns in ("gpu-operator", "nvidia-gpu-operator", "kube-system")),
 ]
 
 

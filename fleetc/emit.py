@@ -5,7 +5,10 @@ end, so a compile that fails midway (or is killed) leaves the previous output as
 Linux the swap is one ``renameat2(RENAME_EXCHANGE)`` call; elsewhere two renames.
 
 fleetc owns only the files its record (:data:`RECORD`) lists, and of those only files it could
-have written (:func:`could_be_fleetcs`; a record naming another is refused): files someone else
+have written (:func:`could_be_fleetcs`; a record naming another is refused). The record is a
+plain file anyone can write, so it only names: fleetc deletes a listed file only when it can
+show the file is its own (its mark, or git holding it as it is: :mod:`fleetc.infra.marks`), and
+keeps a cluster's folder unrendered only when every file carries its valid mark. Files someone else
 put in the output folder are carried over into the new tree, never deleted, and
 ``compile --check`` fails on each of them outside :data:`USER_FOLDER` (:func:`changes`): the
 engines read the output folder, so everything in it is fleetc's, byte for byte, or the user's. Files under

@@ -104,7 +104,7 @@ class WriteError(FleetcError, OSError):
 
 
 def write_tree(out_dir: Path, files: Mapping[str, str], policy_roots: Sequence[Path] = (),
-               then: Callable[[], None] | None = None, kept: Kept | None = None) -> None:
+               then: Callable[[], None] | None = None, kept: Kept | None = None) -> list[str]:
     """Replace fleetc's files in ``out_dir`` with ``files``, atomically; refuse (before writing
     anything) an output folder :func:`check_output_folder` refuses. A symlinked output folder
     is written through: the swap happens where the link points.
@@ -113,7 +113,10 @@ def write_tree(out_dir: Path, files: Mapping[str, str], policy_roots: Sequence[P
     previous tree is swapped back before the exception goes on, so ``out_dir`` is as it was.
     ``kept``: files of ``out_dir`` that stay as they are (:func:`reusable_folders` checked them); when
     another compile has written ``out_dir`` since, they are checked again, and the write is
-    refused if they changed."""
+    refused if they changed.
+
+    Returns the files of ``out_dir`` it kept that fleetc does not render, outside the user's
+    folder (``compile --check`` fails on each: the caller warns)."""
     out_dir = check_output_folder(out_dir, policy_roots)
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -124,7 +127,7 @@ def write_tree(out_dir: Path, files: Mapping[str, str], policy_roots: Sequence[P
                 _check_kept(out_dir, kept)
             _refuse_disowning(out_dir)
             _refuse_unproven_deletions(out_dir, files, kept)
-            _stage_and_swap(out_dir, files, then, kept)
+            return _stage_and_swap(out_dir, files, then, kept)
     except FleetcError:
         raise
     except OSError as err:
@@ -182,7 +185,7 @@ def _refusal(message: str, hint: str) -> UsageError:
 
 
 def _stage_and_swap(out_dir: Path, files: Mapping[str, str], then: Callable[[], None] | None,
-                    kept: Kept | None) -> None:
+                    kept: Kept | None) -> list[str]:
     staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(out_dir, "new"), dir=out_dir.parent))
     try:
         previous = out_dir if out_dir.is_dir() else None
@@ -193,8 +196,7 @@ def _stage_and_swap(out_dir: Path, files: Mapping[str, str], then: Callable[[], 
             _keep_files(staging, previous, kept.paths)
             _verify_kept(staging, kept, out_dir)
             ours.update(kept.paths)
-        if previous is not None:
-            _carry_foreign_files(out_dir, staging, ours)
+        carried = [] if previous is None else _carry_foreign_files(out_dir, staging, ours)
         _write_files(staging, {rel: text for rel, text in files.items()
                                if is_users(rel) and not os.path.lexists(staging / rel)}, None)
         _write_files(staging, {RECORD: record_text(ours)}, None)
@@ -206,6 +208,7 @@ def _stage_and_swap(out_dir: Path, files: Mapping[str, str], then: Callable[[], 
             except BaseException:
                 _swap_back(staging, out_dir, how)
                 raise
+        return sorted(rel for rel in carried if not is_users(rel))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -708,14 +711,18 @@ def _umask() -> int:
     return umask
 
 
-def _carry_foreign_files(out_dir: Path, staging: Path, rendered: set[str]) -> None:
+def _carry_foreign_files(out_dir: Path, staging: Path, rendered: set[str]) -> list[str]:
+    """Copy the files of ``out_dir`` that are not fleetc's into the new tree; the paths copied."""
     # only the paths the walk finds are looked up in the record
     owned = owned_files(out_dir) | {RECORD}
+    carried = []
     for rel in _walk(out_dir):
         if rel not in owned and rel not in rendered:
             target = staging / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(out_dir / rel, target, follow_symlinks=False)
+            carried.append(rel)
+    return carried
 
 
 def _walk(root: Path) -> Iterator[str]:

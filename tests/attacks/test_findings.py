@@ -58,6 +58,7 @@ FINDINGS: tuple[Finding, ...] = (
         f"{OUT_TREE}::test_a_folder_added_by_hand_under_clusters_gets_no_application[in-cluster]",
         f"{OUT_TREE}::test_a_folder_added_by_hand_under_clusters_gets_no_application[x]",
         f"{OUT_TREE}::test_flux_reads_only_the_fleets_folders",
+        f"{OUT_CHECK}::test_a_plain_compile_keeps_a_file_it_does_not_render_and_says_so",
         f"{OUT_CHECK}::test_a_file_fleetc_does_not_render_fails_check_and_shows_in_the_diff"
         "[clusters/in-cluster/kustomization.yaml]",
     )),

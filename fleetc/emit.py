@@ -117,7 +117,7 @@ def write_tree(out_dir: Path, files: Mapping[str, str], policy_roots: Sequence[P
 
     Returns the files of ``out_dir`` it kept that fleetc does not render, outside the user's
     folder (``compile --check`` fails on each: the caller warns)."""
-    out_dir = check_output_folder(out_dir, policy_roots)
+    named, out_dir = out_dir, check_output_folder(out_dir, policy_roots)
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         with _locked(out_dir):
@@ -126,7 +126,7 @@ def write_tree(out_dir: Path, files: Mapping[str, str], policy_roots: Sequence[P
             if kept is not None:
                 _check_kept(out_dir, kept)
             _refuse_disowning(out_dir)
-            _refuse_unproven_deletions(out_dir, files, kept)
+            _refuse_unproven_deletions(out_dir, files, kept, named)
             return _stage_and_swap(out_dir, files, then, kept)
     except FleetcError:
         raise
@@ -415,7 +415,7 @@ def _refuse_disowning(out_dir: Path, named: Path | None = None) -> None:
             f"{named / RECORD}) or remove that line")
 
 
-def _refuse_unproven_deletions(out_dir: Path, files: Mapping[str, str], kept: Kept | None) -> None:
+def _refuse_unproven_deletions(out_dir: Path, files: Mapping[str, str], kept: Kept | None, named: Path) -> None:
     """Refuse to write when the files fleetc would delete (its record lists them, this compile
     renders and keeps them no more) hold one fleetc cannot show is its own: neither marked
     (:mod:`fleetc.infra.marks`) nor committed to git as it is. The record is only a list anyone
@@ -428,12 +428,12 @@ def _refuse_unproven_deletions(out_dir: Path, files: Mapping[str, str], kept: Ke
     unproven = sorted(set(unproven) - marks.committed_as_is(out_dir, unproven))
     if unproven:
         raise FleetcError(
-            f"{out_dir / unproven[0]}: {RECORD} lists it as fleetc's"
+            f"{named / unproven[0]}: {named / RECORD} lists it as fleetc's"
             + (f" (and {len(unproven) - 1} more)" if len(unproven) > 1 else "")
             + ", but fleetc did not write it here (it has no valid mark: a copy, a checkout, or changed "
             "since) and git does not hold it as it is; refusing to delete it; nothing was written\n"
             "  hint: if it is fleetc's old output, delete it yourself (or commit it) and compile again; if "
-            f"not, {RECORD} is not fleetc's: restore it or remove that line")
+            "not, the record is not fleetc's: restore it or remove that line")
 
 
 def _is_regular(path: Path) -> bool:

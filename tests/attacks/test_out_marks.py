@@ -161,7 +161,7 @@ def test_a_planted_record_never_deletes_yaml_fleetc_did_not_write(tmp_path: Path
     before = read_tree_bytes(deploy)
     result = fleetc(tmp_path, "compile", "--out", "deploy")
     assert result.returncode == 1
-    assert "deploy/clusters/prod/sealed-secret.yaml: .fleetc/files lists it as fleetc's" in result.stderr
+    assert "deploy/clusters/prod/sealed-secret.yaml: deploy/.fleetc/files lists it as fleetc's" in result.stderr
     assert "refusing to delete it; nothing was written" in result.stderr
     assert read_tree_bytes(deploy) == before
 
@@ -175,7 +175,8 @@ def test_a_line_added_to_the_record_never_deletes_an_unmarked_file(workdir: Path
         record.write(f"clusters/{CLUSTER}/workloads/my-own.yaml\n")
     result = fleetc(workdir, "compile")
     assert result.returncode == 1
-    assert f"out/clusters/{CLUSTER}/workloads/my-own.yaml: .fleetc/files lists it" in result.stderr
+    assert (f"error: out/clusters/{CLUSTER}/workloads/my-own.yaml: out/.fleetc/files lists it as fleetc's, but "
+            "fleetc did not write it here") in result.stderr
     assert mine.read_text() == "kind: ConfigMap\n"
 
 
@@ -202,7 +203,7 @@ def test_a_checkout_deletes_what_git_holds_as_it_is_and_nothing_else(workdir: Pa
     gone = sorted(rel for rel in files if rel.startswith(f"clusters/{CLUSTER}/workloads/job-"))[:2]
     assert committed_as_is(clone / "out", gone) == set(gone)
     (clone / "out" / gone[1]).write_text("edited: by hand\n")
-    with pytest.raises(FleetcError, match=rf"{gone[1]}: .fleetc/files lists it"):
+    with pytest.raises(FleetcError, match=rf"{gone[1]}: .*/out/.fleetc/files lists it"):
         write_tree(clone / "out", {rel: text for rel, text in files.items() if rel not in gone})
     (clone / "out" / gone[1]).unlink()
     write_tree(clone / "out", {rel: text for rel, text in files.items() if rel not in gone})

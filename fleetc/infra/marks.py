@@ -9,7 +9,9 @@ word: a forged render record would keep a tampered manifest, a planted file reco
 any folder fleetc's to delete.
 
 **The mark.** Every file fleetc writes into a new tree gets the user extended attribute
-:data:`MARK`, whose value is ``<sha256 of its bytes> <st_dev> <st_ino>`` (:func:`mark`). A mark
+:data:`MARK`, whose value is the first 16 bytes of the sha256 of its bytes, then its ``st_dev``
+and ``st_ino`` (8 bytes each: 32 bytes in all, small enough to live inside an ext4 inode, where
+setting it costs no block of its own) (:func:`mark`). A mark
 is valid when it equals what the file holds and where it lives now (:func:`is_marked`):
 
 * git carries no extended attributes: a clone, a checkout, a pull request's file has no mark;
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 import subprocess
 from collections.abc import Collection
 from pathlib import Path
@@ -51,7 +54,7 @@ _GIT_TIMEOUT = 120
 
 def mark_value(data: bytes, info: os.stat_result) -> bytes:
     """The mark of a file holding ``data`` with stat ``info``."""
-    return f"{hashlib.sha256(data).hexdigest()} {info.st_dev} {info.st_ino}".encode()
+    return hashlib.sha256(data).digest()[:16] + struct.pack("<QQ", info.st_dev, info.st_ino)
 
 
 def mark(fd: int, data: bytes, info: os.stat_result | None = None) -> None:
@@ -94,7 +97,10 @@ def committed_as_is(folder: Path, paths: Collection[str]) -> set[str]:
 
 def _git(folder: Path, *args: str) -> str:
     """What ``git ARGS`` prints, run in ``folder`` (paths relative to it); raises on failure."""
-    environment = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0"}
+    # the repository is the one holding ``folder`` (a hook's GIT_DIR would make ``folder`` its top)
+    environment = {name: value for name, value in os.environ.items()
+                   if name not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
+    environment |= {"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0"}
     done = subprocess.run(["git", "-c", "core.quotepath=off", *args], cwd=folder, env=environment,
                           capture_output=True, timeout=_GIT_TIMEOUT, check=True)
     return done.stdout.decode("utf-8")

@@ -354,8 +354,11 @@ def _clusters_text(clusters: dict[str, int]) -> str:
 def _write(compiled: Any, out: Path, output_format: str, verbose: bool = False) -> None:
     from fleetc.emit import write_tree
 
-    _run(lambda: write_tree(out, compiled.files, kept=compiled.kept), output_format)
+    foreign = _run(lambda: write_tree(out, compiled.files, kept=compiled.kept), output_format)
     _print_warnings(compiled.warnings, output_format, verbose)
+    for rel in foreign if output_format == "text" else ():
+        click.echo(printable(f"warning: {out / rel}: not rendered by fleetc, kept as it is: compile --check fails "
+                             "on it (delete it, or keep your own objects in local/<cluster>/)", lines=True), err=True)
     if output_format == "json":
         _emit_json(_summary(compiled, out))
     else:

@@ -23,7 +23,10 @@ CREDENTIAL_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("an AWS secret access key",
      re.compile(r"aws[\w-]*(?:secret|key)[\w-]*[\"'\s:=]+[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+])",
                 re.IGNORECASE)),
-    ("a private key", re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----")),
+    # The whole block, so that redacting it leaves none of the key (its body in base64, its
+    # lines apart or joined by a JSON-escaped \n, as in a service account's key file).
+    ("a private key", re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----[A-Za-z0-9+/=\s\\]*"
+                                 r"(?:-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----)?")),
     # The user may be empty (``redis://:password@host``); a user alone is no credential.
     ("a URL with a password", re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:[^/\s@]+@")),
     ("a secret in a URL query",

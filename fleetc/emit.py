@@ -5,7 +5,10 @@ end, so a compile that fails midway (or is killed) leaves the previous output as
 Linux the swap is one ``renameat2(RENAME_EXCHANGE)`` call; elsewhere two renames.
 
 fleetc owns only the files its record (:data:`RECORD`) lists, and of those only files it could
-have written (:func:`could_be_fleetcs`; a record naming another is refused): files someone else
+have written (:func:`could_be_fleetcs`; a record naming another is refused). The record is a
+plain file anyone can write, so it only names: fleetc deletes a listed file only when it can
+show the file is its own (its mark, or git holding it as it is: :mod:`fleetc.infra.marks`), and
+keeps a cluster's folder unrendered only when every file carries its valid mark. Files someone else
 put in the output folder are carried over into the new tree, never deleted, and
 ``compile --check`` fails on each of them outside :data:`USER_FOLDER` (:func:`changes`): the
 engines read the output folder, so everything in it is fleetc's, byte for byte, or the user's. Files under
@@ -48,6 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fleetc.errors import FleetcError, UsageError
+from fleetc.infra import marks
 
 if TYPE_CHECKING:  # fleetc.render is imported where used: `validate` does not need it
     from fleetc.render.record import Kept, Reusable
@@ -100,7 +104,7 @@ class WriteError(FleetcError, OSError):
 
 
 def write_tree(out_dir: Path, files: Mapping[str, str], policy_roots: Sequence[Path] = (),
-               then: Callable[[], None] | None = None, kept: Kept | None = None) -> None:
+               then: Callable[[], None] | None = None, kept: Kept | None = None) -> list[str]:
     """Replace fleetc's files in ``out_dir`` with ``files``, atomically; refuse (before writing
     anything) an output folder :func:`check_output_folder` refuses. A symlinked output folder
     is written through: the swap happens where the link points.
@@ -109,8 +113,11 @@ def write_tree(out_dir: Path, files: Mapping[str, str], policy_roots: Sequence[P
     previous tree is swapped back before the exception goes on, so ``out_dir`` is as it was.
     ``kept``: files of ``out_dir`` that stay as they are (:func:`reusable_folders` checked them); when
     another compile has written ``out_dir`` since, they are checked again, and the write is
-    refused if they changed."""
-    out_dir = check_output_folder(out_dir, policy_roots)
+    refused if they changed.
+
+    Returns the files of ``out_dir`` it kept that fleetc does not render, outside the user's
+    folder (``compile --check`` fails on each: the caller warns)."""
+    named, out_dir = out_dir, check_output_folder(out_dir, policy_roots)
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         with _locked(out_dir):
@@ -119,7 +126,8 @@ def write_tree(out_dir: Path, files: Mapping[str, str], policy_roots: Sequence[P
             if kept is not None:
                 _check_kept(out_dir, kept)
             _refuse_disowning(out_dir)
-            _stage_and_swap(out_dir, files, then, kept)
+            _refuse_unproven_deletions(out_dir, files, kept, named)
+            return _stage_and_swap(out_dir, files, then, kept)
     except FleetcError:
         raise
     except OSError as err:
@@ -177,7 +185,7 @@ def _refusal(message: str, hint: str) -> UsageError:
 
 
 def _stage_and_swap(out_dir: Path, files: Mapping[str, str], then: Callable[[], None] | None,
-                    kept: Kept | None) -> None:
+                    kept: Kept | None) -> list[str]:
     staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(out_dir, "new"), dir=out_dir.parent))
     try:
         previous = out_dir if out_dir.is_dir() else None
@@ -188,8 +196,7 @@ def _stage_and_swap(out_dir: Path, files: Mapping[str, str], then: Callable[[], 
             _keep_files(staging, previous, kept.paths)
             _verify_kept(staging, kept, out_dir)
             ours.update(kept.paths)
-        if previous is not None:
-            _carry_foreign_files(out_dir, staging, ours)
+        carried = [] if previous is None else _carry_foreign_files(out_dir, staging, ours)
         _write_files(staging, {rel: text for rel, text in files.items()
                                if is_users(rel) and not os.path.lexists(staging / rel)}, None)
         _write_files(staging, {RECORD: record_text(ours)}, None)
@@ -201,6 +208,7 @@ def _stage_and_swap(out_dir: Path, files: Mapping[str, str], then: Callable[[], 
             except BaseException:
                 _swap_back(staging, out_dir, how)
                 raise
+        return sorted(rel for rel in carried if not is_users(rel))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -359,14 +367,15 @@ def _scan(root: Path, under: str = "") -> Iterator[tuple[str, str]]:
                     yield prefix + entry.name, "file" if entry.is_file(follow_symlinks=False) else "link"
 
 
-def _read_file(path: Path) -> bytes | None:
-    """The bytes of the regular file ``path``, never through a symlink (None otherwise)."""
+def _read_file(path: Path, marked: bool = False) -> bytes | None:
+    """The bytes of the regular file ``path``, never through a symlink (None otherwise; with
+    ``marked``, also where it carries no valid mark)."""
     try:
         folder_fd = os.open(path.parent, _OPEN_FOLDER)
     except OSError:
         return None
     try:
-        return _read_regular(folder_fd, path.name)
+        return _read_regular(folder_fd, path.name, marked=marked)
     finally:
         os.close(folder_fd)
 
@@ -404,6 +413,34 @@ def _refuse_disowning(out_dir: Path, named: Path | None = None) -> None:
             "refusing to delete it; nothing was written\n"
             f"  hint: the record was edited by hand or is not fleetc's: restore it (git checkout "
             f"{named / RECORD}) or remove that line")
+
+
+def _refuse_unproven_deletions(out_dir: Path, files: Mapping[str, str], kept: Kept | None, named: Path) -> None:
+    """Refuse to write when the files fleetc would delete (its record lists them, this compile
+    renders and keeps them no more) hold one fleetc cannot show is its own: neither marked
+    (:mod:`fleetc.infra.marks`) nor committed to git as it is. The record is only a list anyone
+    can write (a planted one would make any folder fleetc's), so it names what may be deleted,
+    never proves it. Symlinks and special files are never fleetc's data: not carrying one over
+    loses nothing."""
+    staying = set(files) | set(kept.paths if kept is not None else ()) | {RECORD}
+    doomed = [rel for rel in sorted(owned_files(out_dir)) if rel not in staying and _is_regular(out_dir / rel)]
+    unproven = [rel for rel in doomed if _read_file(out_dir / rel, marked=True) is None]
+    unproven = sorted(set(unproven) - marks.committed_as_is(out_dir, unproven))
+    if unproven:
+        raise FleetcError(
+            f"{named / unproven[0]}: {named / RECORD} lists it as fleetc's"
+            + (f" (and {len(unproven) - 1} more)" if len(unproven) > 1 else "")
+            + ", but fleetc did not write it here (it has no valid mark: a copy, a checkout, or changed "
+            "since) and git does not hold it as it is; refusing to delete it; nothing was written\n"
+            "  hint: if it is fleetc's old output, delete it yourself (or commit it) and compile again; if "
+            "not, the record is not fleetc's: restore it or remove that line")
+
+
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _recorded(out_dir: Path) -> set[str]:
@@ -457,8 +494,10 @@ def _identity(out_dir: Path) -> tuple[int, ...]:
 
 def _digest_of(out_dir: Path, paths: Sequence[str], linkable: bool = True) -> str | None:
     """:func:`files_digest` of the files ``paths`` (sorted) under ``out_dir``; None when one
-    cannot be read (missing, a symlink, not a regular file) or not hard-linked into a new tree
-    as it is (:func:`_linkable`; unless not ``linkable``), so keeping them costs a link each."""
+    cannot be read (missing, a symlink, not a regular file), carries no valid mark (fleetc did
+    not write it here, or it changed since: :mod:`fleetc.infra.marks`; the record's digest alone
+    proves nothing, as anyone can write one) or is not hard-linked into a new tree as it is
+    (:func:`_linkable`; unless not ``linkable``), so keeping them costs a link each."""
     from fleetc.render.record import files_digest
 
     umask = _umask() if linkable else None
@@ -472,7 +511,7 @@ def _digest_of(out_dir: Path, paths: Sequence[str], linkable: bool = True) -> st
             return None
         try:
             for rel in names:
-                data = _read_regular(folder_fd, rel.rpartition("/")[2], umask)
+                data = _read_regular(folder_fd, rel.rpartition("/")[2], umask, marked=True)
                 if data is None:
                     return None
                 found.append((rel, data))
@@ -481,9 +520,12 @@ def _digest_of(out_dir: Path, paths: Sequence[str], linkable: bool = True) -> st
     return files_digest(sorted(found))
 
 
-def _read_regular(folder_fd: int, name: str, linkable_under: int | None = None, links: int = 1) -> bytes | None:
+def _read_regular(folder_fd: int, name: str, linkable_under: int | None = None, links: int = 1, *,
+                  marked: bool = False, mark_if: bytes | None = None) -> bytes | None:
     """The bytes of the regular file ``name`` in the open folder; None where there is none, or
-    with ``linkable_under`` (a umask) where it is not :func:`_linkable` (with ``links`` links)."""
+    with ``linkable_under`` (a umask) where it is not :func:`_linkable` (with ``links`` links), or
+    with ``marked`` where it carries no valid mark (:mod:`fleetc.infra.marks`). With ``mark_if``:
+    a file holding those bytes (what fleetc renders there) is marked as fleetc's."""
     try:
         fd = os.open(name, _READ_PREVIOUS, dir_fd=folder_fd)
     except OSError:
@@ -492,15 +534,24 @@ def _read_regular(folder_fd: int, name: str, linkable_under: int | None = None, 
         info = os.fstat(fd)
         if not (stat.S_ISREG(info.st_mode) if linkable_under is None else _linkable(info, linkable_under, links)):
             return None
-        data = os.read(fd, info.st_size + 1)  # one read, unless the file grew since fstat
-        if len(data) <= info.st_size:
-            return data
-        chunks = [data]
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        data = _read_all(fd, info.st_size)
+        if marked and not marks.is_marked(fd, data, info):
+            return None
+        if mark_if is not None and data == mark_if:
+            marks.ensure_mark(fd, data, info)
+        return data
     finally:
         os.close(fd)
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    data = os.read(fd, size + 1)  # one read, unless the file grew since fstat
+    if len(data) <= size:
+        return data
+    chunks = [data]
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _check_kept(out_dir: Path, kept: Kept) -> None:
@@ -598,6 +649,7 @@ def _write(folder_fd: int, name: str, data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
+        marks.mark(fd, data)
     finally:
         os.close(fd)
 
@@ -630,7 +682,7 @@ def _link_unchanged(previous_fd: int, folder_fd: int, name: str, data: bytes, um
     False (nothing left behind) otherwise."""
     if not _link(previous_fd, folder_fd, name):
         return False
-    if _read_regular(folder_fd, name, umask, links=2) == data:
+    if _read_regular(folder_fd, name, umask, links=2, mark_if=data) == data:
         return True
     os.unlink(name, dir_fd=folder_fd)
     return False
@@ -659,14 +711,18 @@ def _umask() -> int:
     return umask
 
 
-def _carry_foreign_files(out_dir: Path, staging: Path, rendered: set[str]) -> None:
+def _carry_foreign_files(out_dir: Path, staging: Path, rendered: set[str]) -> list[str]:
+    """Copy the files of ``out_dir`` that are not fleetc's into the new tree; the paths copied."""
     # only the paths the walk finds are looked up in the record
     owned = owned_files(out_dir) | {RECORD}
+    carried = []
     for rel in _walk(out_dir):
         if rel not in owned and rel not in rendered:
             target = staging / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(out_dir / rel, target, follow_symlinks=False)
+            carried.append(rel)
+    return carried
 
 
 def _walk(root: Path) -> Iterator[str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from support.corpus import read_tree_bytes
+from support.output import copy_output
 
 from fleetc import emit
 from fleetc.cli import cli
@@ -156,7 +157,7 @@ def test_sigkill_at_random_moments_leaves_old_or_new_out(
     _, old_out, new_policies, new_out = two_versions
     old_tree, new_tree = read_tree_bytes(old_out), read_tree_bytes(new_out)
     out = tmp_path / "out"
-    shutil.copytree(old_out, out)
+    copy_output(old_out, out)
     duration = COMPILE_SECONDS[0]
     rng = random.Random(7)
     for i in range(15):
@@ -170,7 +171,7 @@ def test_sigkill_at_random_moments_leaves_old_or_new_out(
         assert after in (old_tree, new_tree), f"kill {i} after {delay:.2f}s left a mixed out/"
         if after == new_tree:  # start the next kill from the old tree again
             shutil.rmtree(out)
-            shutil.copytree(old_out, out)
+            copy_output(old_out, out)
     done = subprocess.run(compile_command(new_policies, out), capture_output=True, timeout=300)
     assert done.returncode == 0
     assert read_tree_bytes(out) == new_tree

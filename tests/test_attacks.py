@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from ruamel.yaml import YAML
+from support.output import copy_output
 
 from fleetc.policy.load import format_field
 
@@ -479,7 +480,7 @@ def test_two_stages_that_would_share_a_name_are_reported_at_both(project: Path) 
 def compiled(project: Path) -> Path:
     """The project after a good compile: out/ holds fleetc's placement.yaml. A copy of the
     committed out/, which tests/test_bundled.py holds to be what a compile writes."""
-    shutil.copytree(ROOT / "out", project / "out")
+    copy_output(ROOT / "out", project / "out")  # as fleetc wrote it there
     assert fleetc(project, "compile", "--check").returncode == 0
     return project
 

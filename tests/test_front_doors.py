@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 from git import Repo
+from support.output import copy_output
 
 from fleetc.cli import cli
 from fleetc.compiler import Options, compile_fleet, diff_fleet, explain_stage
@@ -36,7 +37,7 @@ def project(tmp_path: Path) -> Path:
     """The bundled policies and their current out/, in a folder that is not the working one."""
     folder = tmp_path / "project"
     shutil.copytree(ROOT / "policies", folder / "policies")
-    shutil.copytree(ROOT / "out", folder / "out")
+    copy_output(ROOT / "out", folder / "out")  # as fleetc wrote it there
     return folder
 
 

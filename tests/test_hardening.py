@@ -19,6 +19,7 @@ import highspy
 import numpy as np
 import pytest
 from click.testing import CliRunner, Result
+from support.output import copy_output
 
 from fleetc.cli import cli
 from fleetc.compiler import Options, compile_policies, load_policies
@@ -312,7 +313,7 @@ def good_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def project(tmp_path: Path, good_out: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A working folder with the bundled policies and their good out/ (plus a foreign file)."""
     shutil.copytree(ROOT / "policies", tmp_path / "policies")
-    shutil.copytree(good_out, tmp_path / "out")
+    copy_output(good_out, tmp_path / "out")
     (tmp_path / "out" / "NOTES.md").write_text("a file fleetc did not write\n")
     monkeypatch.chdir(tmp_path)
     return tmp_path

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import pytest
 from ruamel.yaml import YAML
 from support.corpus import CASES, GOLDEN, ROOT, read_tree_bytes
+from support.output import copy_output
 
 from bench.generate import Spec, generate
 from fleetc.compiler import Compiled, Options, compile_fleet
@@ -45,8 +46,8 @@ def recompiled_both_ways(workdir: Path, drain: tuple[str, ...] = ()) -> tuple[Co
     """The policies in ``workdir`` compiled from a copy of its ``out/`` keeping what they may,
     and from another copy rendering everything: (the first compile, both trees)."""
     try:
-        shutil.copytree(workdir / "out", workdir / "full", symlinks=True)
-        shutil.copytree(workdir / "out", workdir / "kept", symlinks=True)
+        copy_output(workdir / "out", workdir / "full")  # two copies of fleetc's output, marked as its own
+        copy_output(workdir / "out", workdir / "kept")
         compile_into(workdir, "full", reuse=False, drain=drain)
         compiled = compile_into(workdir, "kept", reuse=True, drain=drain)
         return compiled, read_tree_bytes(workdir / "kept"), read_tree_bytes(workdir / "full")

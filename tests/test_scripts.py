@@ -417,3 +417,36 @@ def _shell_containers(files: Mapping[str, str]) -> list[tuple[dict[str, str], li
                 else:
                     assert argv[:1] != ["sh"], container["name"]
     return found
+
+
+@pytest.mark.parametrize("script", [RUN_SCRIPT, MARK_SCRIPT, WAIT_SCRIPT], ids=["run", "mark", "wait"])
+@pytest.mark.parametrize("shell", SHELLS)
+def test_every_rendered_script_parses(shell: str, script: str) -> None:
+    """``sh -n``: the three script texts fleetc renders are whole shell programs."""
+    done = subprocess.run([shell, "-n", "-c", script], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+
+
+@settings(max_examples=6, deadline=None, derandomize=True, phases=[Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(scheme=st.sampled_from(SCHEMES), url=st.sampled_from(PAYLOADS), in_bucket=st.booleans(),
+       words=st.lists(st.sampled_from(LOOSE_PAYLOADS), min_size=1, max_size=3))
+def test_a_policy_value_reaches_a_shell_only_as_a_variable_or_an_argument(
+        prefetch_policies: dict[str, str], scheme: str, url: str, in_bucket: bool, words: list[str]) -> None:
+    """Issue 27, promise 2, without running a shell (the slow test above runs them): the script
+    text of every ``sh -c`` container is one of fleetc's three constants, whatever the policy
+    values (command words, input and output URLs; names and images are validated as DNS labels
+    and image references, so they hold no metacharacter), and each hostile value is found only
+    in the container's environment or in the arguments after the script."""
+    canary = "/nonexistent/canary"
+    try:
+        files = compile_texts(_hostile(prefetch_policies, scheme, url, in_bucket, words, canary))
+    except PolicyError:
+        assume(False)
+    containers = _shell_containers(files)
+    assert containers
+    for _, argv, name in containers:
+        assert argv[2] in (RUN_SCRIPT, MARK_SCRIPT, WAIT_SCRIPT), name
+    values = [word.replace(CANARY, canary) for word in words] + [url.replace(CANARY, canary)]
+    passed = "\0".join(f"{value}" for env, argv, _ in containers for value in [*env.values(), *argv[3:]])
+    assert any(value in passed for value in values)

@@ -279,3 +279,82 @@ def test_a_compile_runs_without_any_network_namespace(tmp_path: Path) -> None:
          "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out" / "placement.yaml").is_file()
+
+
+# --- issue 27: every common token format is recognised, and no message echoes one ----------------
+
+_ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _text(alphabet: str, size: int) -> st.SearchStrategy[str]:
+    return st.text(alphabet=alphabet, min_size=size, max_size=size)
+
+
+#: One strategy per token format an AI platform's pipeline is likely to hold (issue 27, promise
+#: 5), as its issuer documents it: a kind the patterns must name, and (token, its secret part).
+TOKEN_FORMATS: dict[str, tuple[str, st.SearchStrategy[tuple[str, str]]]] = {
+    "huggingface": ("a Hugging Face token", _text(_ALNUM, 34).map(lambda s: ("hf_" + s, s))),
+    "openai": ("an OpenAI API key", st.one_of(
+        _text(_ALNUM, 48).map(lambda s: ("sk-" + s, s)),
+        _text(_ALNUM + "_-", 64).map(lambda s: ("sk-proj-" + s, s)))),
+    "anthropic": ("an Anthropic API key", _text(_ALNUM + "_-", 95).map(lambda s: ("sk-ant-api03-" + s, s))),
+    "wandb": ("a Weights & Biases API key", _text("0123456789abcdef", 40).map(lambda s: ("wandb login " + s, s))),
+    "github": ("a GitHub token", st.tuples(st.sampled_from(["ghp_", "gho_", "ghu_", "ghs_", "ghr_"]),
+                                           _text(_ALNUM, 36)).map(lambda t: (t[0] + t[1], t[1]))),
+    "github-fine-grained": ("a GitHub token", _text(_ALNUM + "_", 82).map(lambda s: ("github_pat_" + s, s))),
+    "gitlab": ("a GitLab token", _text(_ALNUM + "_-", 20).map(lambda s: ("glpat-" + s, s))),
+    "slack": ("a Slack token", st.tuples(st.sampled_from(["xoxb-", "xoxp-", "xapp-"]), _text(_ALNUM, 40))
+              .map(lambda t: (t[0] + "1234567890-" + t[1], t[1]))),
+    "stripe": ("a Stripe key", st.tuples(st.sampled_from(["sk_live_", "rk_live_", "sk_test_"]), _text(_ALNUM, 24))
+               .map(lambda t: (t[0] + t[1], t[1]))),
+    "azure": ("an Azure storage account key",
+              _text(_ALNUM + "+/", 86).map(lambda s: (f"DefaultEndpointsProtocol=https;AccountKey={s}==", s))),
+    "gcp-service-account": ("a Google Cloud service account key", _text(_ALNUM + "+/", 64).map(lambda s: (
+        '{"type": "service_account", "private_key": "-----BEGIN PRIVATE KEY-----' + s + '-----END PRIVATE KEY-----"}',
+        s))),
+    "aws": ("an AWS access key id", _text("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16).map(lambda s: ("AKIA" + s, s))),
+    "sendgrid": ("a SendGrid API key", st.tuples(_text(_ALNUM, 22), _text(_ALNUM, 43))
+                 .map(lambda t: (f"SG.{t[0]}.{t[1]}", t[1]))),
+}
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), name=st.sampled_from(sorted(TOKEN_FORMATS)), before=st.sampled_from(["", "x ", "--t "]))
+def test_every_common_token_format_is_recognised_and_redacted(data: st.DataObject, name: str, before: str) -> None:
+    from fleetc.credentials import CREDENTIAL_PATTERNS, looks_like, redact
+
+    what, tokens = TOKEN_FORMATS[name]
+    token, secret = data.draw(tokens)
+    assert looks_like(before + token), token
+    assert any(pattern.search(token) for kind, pattern in CREDENTIAL_PATTERNS if kind == what), token
+    assert secret not in redact(f"error: got {before}{token} here")
+
+
+#: Where a token can sit in a policy, and the message each placement gives: a value the credential
+#: check refuses; a value of the wrong type (a schema error quoting it); a Secret's name (a schema
+#: error of its pattern); an annotation.
+PLACEMENTS = {
+    "command": "    command: [train, {token}]\n",
+    "replicas": "    replicas: {token}\n",
+    "secretName": "    outputs:\n    - name: out\n      storage: s3://bucket/out/\n      secretName: {token}\n",
+    "image": "    image: {token}\n",
+}
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data(), name=st.sampled_from(sorted(TOKEN_FORMATS)), placement=st.sampled_from(sorted(PLACEMENTS)),
+       output=st.sampled_from(["text", "json", "github"]))
+def test_a_suspected_credential_is_never_echoed_by_any_message(tmp_path: Path, data: st.DataObject, name: str,
+                                                              placement: str, output: str) -> None:
+    """A token of every format, in a field whose error would quote the value, under every
+    output format: refused (exit 1), and its secret part printed nowhere."""
+    _, tokens = TOKEN_FORMATS[name]
+    token, secret = data.draw(tokens)
+    policy = tmp_path / "p.yaml"
+    quoted = '"' + token.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    policy.write_text(PIPELINE.format(key="team", value="ml", source="s3://bucket/raw/")
+                      + PLACEMENTS[placement].format(token=quoted))
+    result = CliRunner().invoke(cli, ["validate", "--format", output, str(SEED_FLEET), str(policy)])
+    assert result.exit_code == 1, result.output
+    assert secret not in result.stdout + result.stderr

@@ -9,6 +9,8 @@ file means no previous placement, a malformed one is ignored with a warning, nev
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,8 +189,17 @@ def read_previous(out_dir: Path, workdir: Path = Path(".")) -> tuple[Previous, s
     """
     path = out_dir / PLACEMENT_FILE
     try:
-        if not (workdir / path).is_file():  # a FIFO or device is never opened
-            return Previous(), ""
+        info = os.lstat(workdir / path)
+    except FileNotFoundError:
+        return Previous(), ""
+    except OSError as err:
+        return Previous(), f"{path}: ignored as the previous placement: {err.strerror or err}"
+    if not stat.S_ISREG(info.st_mode):  # a symlink, FIFO or device is never opened nor followed
+        return Previous(), (f"{path}: ignored as the previous placement: a symlink or other special file "
+                            "(fleetc writes it as a regular file)")
+    try:
         return parse_previous((workdir / path).read_text(encoding="utf-8")), ""
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+    except OSError as err:
+        return Previous(), f"{path}: ignored as the previous placement: {err.strerror or err}"
+    except (UnicodeDecodeError, ValueError) as err:
         return Previous(), f"{path}: ignored as the previous placement: {err}"

@@ -9,6 +9,7 @@ from fleetc.errors import Diagnostic, did_you_mean
 from fleetc.policy import kinds as p
 from fleetc.policy.checking import MAX_MEMORY_BYTES, quantity_check
 from fleetc.policy.load import Document, FieldPath
+from fleetc.policy.pipelinechecks import RESERVED_NAMESPACE_PREFIX, RESERVED_NAMESPACES
 from fleetc.policy.policyset import Parsed, PolicySet, governed, pipeline_namespace, team_pipelines
 from fleetc.policy.quantity import memory_bytes, parse_percentage
 
@@ -134,7 +135,25 @@ def _governed_once(platform: Parsed[p.AIGCPlatform], policies: PolicySet) -> Ite
                                         "spec.pipelines")
 
 
+#: Where the NVIDIA device plugin runs: the GPU Operator's namespaces, and ``kube-system``, where
+#: its own manifests and Helm chart put it (NVIDIA/k8s-device-plugin, deployments/static/
+#: nvidia-device-plugin.yml). Of the reserved namespaces (:data:`RESERVED_NAMESPACES`), the only
+#: ones the device plugin's ConfigMap may go to.
+DEVICE_PLUGIN_NAMESPACES = ("gpu-operator", "gpu-operator-resources", "nvidia-gpu-operator", "kube-system")
+
+
 def gpu_policy_checks(gpu: Parsed[p.GPUOptimizationPolicy]) -> Iterator[Diagnostic]:
+    plugin = gpu.obj.spec.devicePlugin
+    namespace = plugin.namespace if plugin else None
+    if namespace and namespace not in DEVICE_PLUGIN_NAMESPACES and (
+            namespace in RESERVED_NAMESPACES or namespace.startswith(RESERVED_NAMESPACE_PREFIX)):
+        # fleetc renders the Namespace and a ConfigMap there, applied with cluster-admin rights
+        yield gpu.doc.diagnostic(("spec", "devicePlugin", "namespace"),
+                                 f"namespace '{namespace}' is reserved for Kubernetes and the controllers "
+                                 "fleetc's output runs on; fleetc would render its device-plugin ConfigMap "
+                                 "and the Namespace there",
+                                 hint="name the namespace the device plugin runs in: "
+                                      f"{', '.join(DEVICE_PLUGIN_NAMESPACES)} or one of its own")
     memory = gpu.obj.spec.memoryManagement
     if memory and memory.defragmentThreshold is not None:
         if parse_percentage(memory.defragmentThreshold) > 1:

@@ -98,6 +98,23 @@ ATTACKS: list[Attack] = [
 ]
 
 
+def device_plugin_in(name: str) -> Callable[[Path], None]:
+    def setup(project: Path) -> None:
+        edit(project / GPU_POLICY, "spec:\n", f"spec:\n  devicePlugin:\n    namespace: {name}\n")
+    return setup
+
+
+GPU_POLICY = "policies/gpu-optimization.yaml"
+ATTACKS += [
+    *(Attack(f"device plugin in {ns}", "reserved-namespace", device_plugin_in(ns),
+             says=(rf"{GPU_POLICY}:9:16: error: spec.devicePlugin.namespace: namespace '{ns}' is reserved",
+                   r"hint: name the namespace the device plugin runs in"))
+      for ns in ("kube-public", "argocd", "flux-system", "kueue-system", "default", "cert-manager")),
+    *(Attack(f"device plugin in its own {ns}", "reserved-namespace", device_plugin_in(ns), exit=0)
+      for ns in ("gpu-operator", "nvidia-gpu-operator", "kube-system")),
+]
+
+
 def write(name: str, text: str) -> Callable[[Path], None]:
     def setup(project: Path) -> None:
         (project / name).parent.mkdir(parents=True, exist_ok=True)
@@ -517,6 +534,23 @@ def test_a_link_in_out_to_pagemap_is_no_internal_error(project: Path, link: str,
     path.unlink(missing_ok=True)
     path.symlink_to("/proc/self/pagemap")
     assert fleetc(project, *command).returncode in (0, 1, 2)
+
+
+@pytest.mark.parametrize("command", [("compile", "--check"), ("diff", "--what-if", "drain=edge-cluster-factory"),
+                                     ("explain", "llm-chinese-training/data-preparation"), ("validate",)])
+def test_a_placement_linked_to_pagemap_is_named_never_an_errno(project: Path, command: tuple[str, ...]) -> None:
+    """The previous placement.yaml a link to /proc/self/pagemap: every front door names it in
+    words ('[Errno 22] Invalid argument' was all explain said); explain, which needs it, exits 1."""
+    fleetc(project, "compile")
+    path = project / "out" / "placement.yaml"
+    path.unlink()
+    path.symlink_to("/proc/self/pagemap")
+    result = fleetc(project, *command)
+    assert "Errno" not in result.stderr, result.stderr
+    if command[0] == "explain":
+        assert result.returncode == 1
+        assert result.stderr == ("error: cannot explain: out/placement.yaml: ignored as the previous placement: "
+                                 "a symlink or other special file (fleetc writes it as a regular file)\n")
 
 
 def test_a_policy_named_pagemap_is_a_read_error(project: Path) -> None:

@@ -95,6 +95,19 @@ def test_a_file_fleetc_does_not_render_fails_check_and_shows_in_the_diff(repo: P
     assert_caught(repo, path, UNRENDERED.format(path=path, reader=CLUSTERS))
 
 
+def test_a_plain_compile_keeps_a_file_it_does_not_render_and_says_so(repo: Path) -> None:
+    """PROMISE: covered: a compile never deletes what is not fleetc's, and never keeps it silently."""
+    path = repo / "out" / "clusters" / "in-cluster" / "kustomization.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(EVIL)
+    result = fleetc(repo, "compile")
+    assert result.returncode == 0, result.stderr
+    warning = ("warning: out/clusters/in-cluster/kustomization.yaml: not rendered by fleetc, kept as it is: compile "
+               "--check fails on it (delete it, or keep your own objects in local/<cluster>/)")
+    assert warning in result.stderr.splitlines()
+    assert path.read_text() == EVIL
+
+
 def test_a_symlink_to_a_device_file_is_a_finding_not_an_internal_error(repo: Path) -> None:
     """PROMISE: no-links (a link to /proc/self/pagemap gave exit 3)."""
     link = repo / "out" / "clusters" / CLUSTER / "workloads" / "kustomization.yaml"

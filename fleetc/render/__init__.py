@@ -79,6 +79,7 @@ from fleetc.render.record import (
     layer_prefixes,
     record_text,
 )
+from fleetc.render.release import holding_warnings, release_infra
 from fleetc.render.report import placement_report
 from fleetc.render.workloads import (
     PRIORITY_VALUES,
@@ -212,6 +213,7 @@ def _warnings(ctx: Context, work: dict[str, Work]) -> tuple[Diagnostic, ...]:
     found += [w for c in model.clusters if c.name in work for w in cluster_gpu_warnings(c, ctx.gpu_slots)]
     found += data_warnings(ctx, work)
     found += [w for stages in work.values() for w in stage_warnings(ctx, stages) + order_warnings(ctx, stages)]
+    found += [w for c in model.clusters if c.name in work for w in holding_warnings(ctx, c, work[c.name])]
     if work:
         found += gitops_warnings(model.gitops, ctx.fleet_source("spec.gitops"), model.delivery.entry_points)
     return tuple(sorted(set(found)))
@@ -244,6 +246,10 @@ def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> tuple[list[O
     infra += fences
     kueue = cluster.batch_scheduler == KUEUE
     infra += _queues(ctx, cluster, work, kueue)
+    if kueue:
+        fenced = {name: p for name in names if (p := sovereign_platform(ctx, name))
+                  and egress_policy(cluster, name, p) is not None}
+        infra += release_infra(ctx, cluster, work, fenced)
     infra += _priority_classes(ctx, work)
     if ctx.model.gpu_policy is not None:  # its Namespace once, also when a pipeline's too
         infra += [obj for obj in device_plugin_config(ctx.model.gpu_policy, cluster, ctx.gpu_slots)

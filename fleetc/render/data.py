@@ -342,6 +342,12 @@ def data_warnings(ctx: Context, work_by_cluster: dict[str, Work]) -> list[Diagno
     if policy is None or not policy.caching_enabled:
         return _unused_secrets(ctx)
     found = []
+    if any(cached_urls(ctx, work) for work in work_by_cluster.values()):
+        found.append(warning(policy.source, "spec.caching.size",
+                             "reaches only AlluxioRuntimes created after it: Fluid never resizes an existing "
+                             "one (fluid v1.0.8 pkg/ddc/alluxio/sync_runtime.go: AlluxioEngine.SyncRuntime "
+                             "is a no-op), so after a change of size delete each AlluxioRuntime (its cache "
+                             "is rebuilt) for the new size to take effect"))
     if policy.prefetching_enabled and policy.prefetch_lookahead > 0:
         found.append(warning(policy.source, "spec.prefetching.lookahead",
                              "has no Fluid form (a DataLoad warms the whole dataset once); not rendered"))

@@ -42,7 +42,7 @@ from fleetc.render.context import Context, Work
 #: cluster (a gang split for the nodes of the cluster it runs on). 11: a CPU-only stage's pods
 #: on a GPU cluster tolerate its derived GPU taint. 12: the run wrapper waits again for its
 #: command after a trap interrupts its wait.
-RENDER_VERSION = "12"
+RENDER_VERSION = "13"
 
 #: Where the record is written, relative to the output folder.
 RENDER_RECORD = ".fleetc/render"

@@ -341,13 +341,7 @@ def data_warnings(ctx: Context, work_by_cluster: dict[str, Work]) -> list[Diagno
     policy = ctx.data_policy
     if policy is None or not policy.caching_enabled:
         return _unused_secrets(ctx)
-    found = []
-    if any(cached_urls(ctx, work) for work in work_by_cluster.values()):
-        found.append(warning(policy.source, "spec.caching.size",
-                             "reaches only AlluxioRuntimes created after it: Fluid never resizes an existing "
-                             "one (fluid v1.0.8 pkg/ddc/alluxio/sync_runtime.go: AlluxioEngine.SyncRuntime "
-                             "is a no-op), so after a change of size delete each AlluxioRuntime (its cache "
-                             "is rebuilt) for the new size to take effect"))
+    found = _cache_size(ctx, policy, work_by_cluster)
     if policy.prefetching_enabled and policy.prefetch_lookahead > 0:
         found.append(warning(policy.source, "spec.prefetching.lookahead",
                              "has no Fluid form (a DataLoad warms the whole dataset once); not rendered"))
@@ -372,6 +366,17 @@ def data_warnings(ctx: Context, work_by_cluster: dict[str, Work]) -> list[Diagno
         found.append(warning(Source(path, field, document), field,
                              f"{kind} cannot be cached by Fluid/Alluxio; the stage reads it directly"))
     return found
+
+
+def _cache_size(ctx: Context, policy: DataPolicy, work_by_cluster: dict[str, Work]) -> list[Diagnostic]:
+    """Where AlluxioRuntimes are rendered: their size reaches no runtime that exists already."""
+    if not any(cached_urls(ctx, work) for work in work_by_cluster.values()):
+        return []
+    return [warning(policy.source, "spec.caching.size",
+                    "reaches only AlluxioRuntimes created after it: Fluid never resizes an existing one "
+                    "(fluid v1.0.8 pkg/ddc/alluxio/sync_runtime.go: AlluxioEngine.SyncRuntime is a no-op), "
+                    "so after a change of size delete each AlluxioRuntime (its cache is rebuilt) for the new "
+                    "size to take effect")]
 
 
 def _keyless_waits(ctx: Context, policy: DataPolicy, work_by_cluster: dict[str, Work]) -> list[Diagnostic]:

@@ -621,10 +621,7 @@ def credential_problems(model: FleetModel, files: Mapping[str, str]) -> list[str
                 problems += _reached(where, container, url, named.get((namespace, url)) if url else None)
             continue
         if is_release(obj):
-            spec, stage = obj["spec"]["template"]["spec"], stages[_stage(obj["spec"]["template"])]
-            for container in spec.get("initContainers", []) + spec["containers"]:
-                url = _reaches(stages, stage, container, main=False)
-                problems += _reached(where, container, url, named.get((namespace, url)) if url else None)
+            problems += _release_credential_problems(stages, named, where, obj)
             continue
         if obj["kind"] == "Job" and obj["apiVersion"].startswith("batch.volcano.sh/"):
             templates = [t["template"] for t in obj["spec"]["tasks"]]
@@ -649,6 +646,18 @@ def credential_problems(model: FleetModel, files: Mapping[str, str]) -> list[str
                 if volume.get("secret", {}).get("secretName") != secret:
                     problems.append(f"{where}: output {output.name} is written without Secret {secret}")
     return sorted(set(problems))
+
+
+def _release_credential_problems(stages: Mapping[str, Stage], named: Mapping[tuple[str, str], str], where: str,
+                                 job: Mapping[str, Any]) -> list[str]:
+    """A release Job's waits reach their markers with the Secrets named for them."""
+    spec, stage = job["spec"]["template"]["spec"], stages[_stage(job["spec"]["template"])]
+    namespace = job["metadata"]["namespace"]
+    problems = []
+    for container in spec.get("initContainers", []) + spec["containers"]:
+        url = _reaches(stages, stage, container, main=False)
+        problems += _reached(where, container, url, named.get((namespace, url)) if url else None)
+    return problems
 
 
 def _reaches(stages: Mapping[str, Stage], stage: Stage, container: Mapping[str, Any], main: bool) -> str | None:

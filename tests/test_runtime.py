@@ -13,6 +13,7 @@ from ruamel.yaml import YAML
 from support.corpus import CASES, GOLDEN, ROOT, compiled_in, read_tree
 from support.runtime import (
     bind,
+    cache_ready_problems,
     command_problems,
     credential_problems,
     fit_problems,
@@ -542,3 +543,23 @@ def test_a_sovereign_fleet_with_kueue_clusters_holds_its_dependants_and_releases
                    if not stage.endswith("/serve") and result.model.stage(stage).is_gang)
     warned = {w.message.split("'")[1] for w in result.warnings if "holds its GPUs" in w.message}
     assert {key.split("/")[1] for key in held} <= warned
+
+
+def test_triton_starts_only_after_the_dataload_that_refreshes_its_model_repository(
+        compiles: list[tuple[str, Compiled]], bundled: Compiled) -> None:
+    """Issue 25: Triton waited for the training marker, not for the DataLoad that refreshes the
+    cache it serves from. Now every serving pod waits for the marker written after it; without
+    that wait (as before) the model sees each Deployment start early."""
+    for name, result in compiles:
+        assert cache_ready_problems(result.files) == [], name
+    files = dict(bundled.files)
+    served = [p for p, text in files.items() if "/deployment-" in p and "fleetc-cache-ready" in text]
+    assert len(served) == 4  # two serving stages, each on two clusters
+    before = dict(files)
+    for path in served:
+        deployment = YAML(typ="safe").load(files[path])
+        pod = deployment["spec"]["template"]["spec"]
+        pod["initContainers"] = [c for c in pod["initContainers"] if c["name"] != "fleetc-cache-ready"]
+        before[path] = dump(deployment)
+    assert len(cache_ready_problems(before)) == 4
+    assert all("starts before DataLoad/" in p for p in cache_ready_problems(before))

@@ -252,7 +252,7 @@ def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> tuple[list[O
     if ctx.model.gpu_policy is not None:  # its Namespace once, also when a pipeline's too
         infra += [obj for obj in device_plugin_config(ctx.model.gpu_policy, cluster, ctx.gpu_slots)
                   if obj["kind"] != "Namespace" or obj["metadata"]["name"] not in names]
-    fluid = fluid_objects(ctx, work, frozenset(fenced))
+    fluid = fluid_objects(ctx, work, frozenset(fenced), cluster.name)
     infra += [obj for obj in fluid if obj["kind"] not in FLUID_OPERATIONS]
     workloads = [obj for obj in fluid if obj["kind"] in FLUID_OPERATIONS]
     for stage, assignment in work:

@@ -54,7 +54,7 @@ from fleetc.render.common import (
     warning,
 )
 from fleetc.render.context import Context, Work
-from fleetc.render.data import DataMounts, data_mounts
+from fleetc.render.data import DataMounts, cache_ready_wait, data_mounts
 from fleetc.render.order import (
     MAX_RETRY,
     STATUS_PATH,
@@ -420,10 +420,23 @@ def deployment(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
             "selector": {"matchLabels": selector(stage)},
             "template": {
                 "metadata": {"labels": stage_labels(stage)},
-                "spec": _pod_spec(ctx, cluster, stage, container, mounted),
+                "spec": _serving_pod_spec(ctx, cluster, stage, container, mounted),
             },
         },
     }
+
+
+def _serving_pod_spec(ctx: Context, cluster: Cluster, stage: Stage, container: Obj, mounted: DataMounts) -> Obj:
+    """A serving pod: after its waits for upstream stages, the wait for the DataLoad that
+    refreshes the cache it serves from (:func:`fleetc.render.data.cache_ready_wait`)."""
+    spec = _pod_spec(ctx, cluster, stage, container, mounted)
+    ready = cache_ready_wait(ctx, cluster.name, stage, mounted)
+    if ready is not None:
+        wait, volumes = ready
+        spec["initContainers"] = [*spec.get("initContainers", []), wait]
+        if volumes:
+            spec["volumes"] = [*spec.get("volumes", []), *volumes]
+    return spec
 
 
 def model_repository(ctx: Context, stage: Stage, mounted: DataMounts) -> tuple[str, str]:

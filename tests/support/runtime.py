@@ -45,7 +45,7 @@ from ruamel.yaml import YAML
 from fleetc.model import FleetModel, Stage
 from fleetc.placement.rules import slots_per_gpu
 from fleetc.policy.quantity import cpu_millis, memory_bytes
-from fleetc.render.order import MARK_SCRIPT, RETRY_COUNT, RUN_SCRIPT, WAIT_SCRIPT
+from fleetc.render.order import LOADED_SCRIPT, MARK_SCRIPT, RETRY_COUNT, RUN_SCRIPT, WAIT_SCRIPT
 from fleetc.render.release import RELEASE_SCRIPT
 
 from .expansion import command_line, environment, references
@@ -1126,4 +1126,65 @@ def release_problems(files: Mapping[str, str]) -> list[str]:
             count = len(made.get((cluster, namespace, queue), []))
             if count != 1:
                 problems.append(f"{cluster}: Job/{name}: {count} release Jobs create its LocalQueue {queue}")
+    return problems
+
+
+# --------------------------------------------------------------------------- serving from a refreshed cache
+def _loaded_markers(named: Mapping[tuple[str, str, str, str], Any]) -> dict[tuple[str, str, str], set[tuple[str, str]]]:
+    """(cluster, namespace, DataLoad) -> (path, content) of the markers written once it is
+    Complete: by a DataProcess that runs after it (Fluid holds a data operation with ``runAfter``
+    Pending until the one it names is Complete, fluid v1.0.8 ``pkg/controllers/v1alpha1/dataflow/
+    operations.go``) whose container runs :data:`fleetc.render.order.LOADED_SCRIPT`."""
+    loaded: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
+    for (cluster, kind, namespace, _), obj in named.items():
+        after = obj["spec"].get("runAfter") if kind == "DataProcess" else None
+        if after is None or after["kind"] != "DataLoad":
+            continue
+        for container in obj["spec"]["processor"].get("job", {}).get("podSpec", {}).get("containers", []):
+            env, argv = kubelet_view(container)
+            if argv[:3] == ["sh", "-c", LOADED_SCRIPT] and len(argv) == 5:
+                loaded.setdefault((cluster, after.get("namespace", namespace), after["name"]), set()).add(
+                    (f"{env['FLEETC_MARKER_DIR']}/{argv[4]}", env["FLEETC_RUN"]))
+    return loaded
+
+
+def _model_claim(spec: Mapping[str, Any]) -> str | None:
+    """The Dataset (its PVC) a ``tritonserver`` container serves its model repository from."""
+    _, argv = kubelet_view(spec["containers"][0])
+    if argv[:1] != ["tritonserver"]:
+        return None
+    repository = next((w.partition("=")[2] for w in argv if w.startswith("--model-repository=")), "")
+    mount = next((m for m in spec["containers"][0].get("volumeMounts", []) if m["mountPath"] == repository), None)
+    volume = next((v for v in spec.get("volumes", []) if mount and v["name"] == mount["name"]), {})
+    return volume.get("persistentVolumeClaim", {}).get("claimName")
+
+
+def cache_ready_problems(files: Mapping[str, str]) -> list[str]:
+    """A Deployment whose Triton serves its model repository from a Fluid Dataset that a DataLoad
+    refreshes after the writers completed (``runAfter``) starts only once that DataLoad is
+    Complete: an init container of its pods polls the marker written after it, for what it
+    writes (issue 25: Triton waited for the training marker only, and loaded from a cache
+    whose listing was not refreshed yet)."""
+    everything = list(objects(files))
+    named = {(c, o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]): o for c, o in everything
+             if o["apiVersion"].startswith("data.fluid.io/")}
+    loaded = _loaded_markers(named)
+    problems = []
+    for cluster, obj in everything:
+        if obj["kind"] != "Deployment":
+            continue
+        spec, namespace = obj["spec"]["template"]["spec"], obj["metadata"]["namespace"]
+        claim = _model_claim(spec)
+        waited = {found for marks in _waited(spec).values() for found in marks}
+        for (c, kind, ns, name), load in sorted(named.items()):
+            if (c, kind, ns) != (cluster, "DataLoad", namespace) or load["spec"]["dataset"]["name"] != claim:
+                continue
+            if not load["spec"].get("runAfter"):
+                continue  # data no stage writes: loaded once, as before
+            marks = loaded.get((cluster, namespace, name), set())
+            where = f"{cluster}: Deployment/{obj['metadata']['name']}"
+            if not marks:
+                problems.append(f"{where}: serves {claim}, refreshed by DataLoad/{name}: nothing marks it done")
+            elif not marks <= waited:
+                problems.append(f"{where}: starts before DataLoad/{name} refreshed the {claim} it serves")
     return problems

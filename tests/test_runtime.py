@@ -376,8 +376,9 @@ def test_the_kueue_model_sees_a_queue_short_of_gpus_and_a_flavor_of_another_prod
         "no flavor of ClusterQueue fleetc matches its node selector {'nvidia.com/gpu.product': "
         "'NVIDIA-A100-SXM4-80GB'}"] * 2
     (local,) = [p for p in files if p.endswith("/localqueue-ml-fleetc.yaml")]
+    # only tokenize's: train is held on the LocalQueue its release Job creates
     assert [p.split(": ", 2)[2] for p in kueue_problems({k: v for k, v in files.items() if k != local})] == [
-        "no LocalQueue fleetc in ml"] * 2
+        "no LocalQueue fleetc in ml"]
 
 
 def test_time_sliced_gangs_on_kueue_get_a_shared_flavor_and_are_admitted(tmp_path: Path) -> None:
@@ -412,8 +413,10 @@ def test_stages_on_kueue_wait_for_each_other_and_serving_elsewhere_waits_for_the
                                                          ":s3:models/llm/v3/_SUCCESS.1"}
     assert {path for path, _ in written["llm/tokenize"]} == {":s3:corpus/tokens/_SUCCESS"}
     waits = {(p.stage, p.cluster): [c["name"] for c in p.spec.get("initContainers", [])] for p in pods(result.files)}
-    assert waits == {("llm/tokenize", "train-kueue"): [], ("llm/train", "train-kueue"): ["fleetc-wait-tokenize"],
+    # train's pods wait for nothing: its release Job waits, and Kueue creates them only after it
+    assert waits == {("llm/tokenize", "train-kueue"): [], ("llm/train", "train-kueue"): [],
                      ("llm/serve", "serve-l4"): ["fleetc-wait-train"]}
+    assert [list(r.waited) for r in releases(result.files)] == [["fleetc-wait-tokenize"]]
     assert order_problems(result.model, result.files, set()) == []
 
 
@@ -427,7 +430,9 @@ def test_the_bundled_example_with_every_cluster_on_kueue_runs_as_on_volcano(tmp_
     fleet.write_text(text)
     result = compiled_in(tmp_path)
     jobs = [o for p, o in result.files.items() if "/workloads/job-" in p]
-    assert len(jobs) == 5 and all(o.startswith("apiVersion: batch/v1\n") for o in jobs)
+    # 5 stages, and the release Jobs of the 3 that wait for others
+    assert len(jobs) == 5 + 3 and all(o.startswith("apiVersion: batch/v1\n") for o in jobs)
+    assert len(releases(result.files)) == 3 and release_problems(result.files) == []
     assert not any("kind: Queue\n" in text for text in result.files.values())
     assert kueue_problems(result.files) == []
     assert fit_problems(result.model, result.files) == []

@@ -34,7 +34,7 @@ from support.runtime import (
 )
 
 from fleetc.errors import PolicyError
-from fleetc.render.order import MARK_SCRIPT, RUN_SCRIPT, STATUS_PATH, WAIT_SCRIPT
+from fleetc.render.order import LOADED_SCRIPT, MARK_SCRIPT, RUN_SCRIPT, STATUS_PATH, WAIT_SCRIPT
 from fleetc.render.release import RELEASE_SCRIPT
 from fleetc.render.yamlout import dump
 
@@ -68,7 +68,7 @@ def test_the_kubelet_expands_references_as_expand_go_does(text: str, expanded: s
 def test_the_rendered_scripts_are_left_as_they_are_by_the_kubelet() -> None:
     """No ``$(`` and no ``$$`` in a script: whatever the container's variables, the kubelet
     passes it on unchanged, and nothing depends on a reference nested in shell text."""
-    for script in (RUN_SCRIPT, MARK_SCRIPT, WAIT_SCRIPT, RELEASE_SCRIPT):
+    for script in (RUN_SCRIPT, MARK_SCRIPT, WAIT_SCRIPT, RELEASE_SCRIPT, LOADED_SCRIPT):
         assert references(script) == [] and "$$" not in script
         assert expand(script, lambda name: "X") == script
 
@@ -387,9 +387,13 @@ def test_no_policy_value_runs_as_a_command(prefetch_policies: dict[str, str], sc
             assume(False)
         box = Sandbox(root / "box")
         containers = _shell_containers(files)
-        assert {argv[2] for _, argv, _ in containers} == {RUN_SCRIPT, MARK_SCRIPT, WAIT_SCRIPT}
+        # the marks, the loaded marks (after the DataLoad of what Triton serves, where it is cached),
+        # the waits, the runs
+        scripts = {argv[2] for _, argv, _ in containers}
+        assert {RUN_SCRIPT, MARK_SCRIPT, WAIT_SCRIPT} <= scripts
+        assert scripts <= {RUN_SCRIPT, MARK_SCRIPT, LOADED_SCRIPT, WAIT_SCRIPT}
         (box.status / "exit-code").write_text("0\n")
-        for kind in (MARK_SCRIPT, WAIT_SCRIPT, RUN_SCRIPT):
+        for kind in (MARK_SCRIPT, LOADED_SCRIPT, WAIT_SCRIPT, RUN_SCRIPT):
             for env, argv, name in containers:
                 if argv[2] == kind:
                     done = box.run(SHELLS[0], env, argv)

@@ -320,8 +320,8 @@ def cache_ready_wait(ctx: Context, cluster: str, stage: Stage, mounted: DataMoun
         return None
     url = ctx.input_url(stage, stage.inputs[0])
     writers = ctx.writers.get(url, ())
-    if not writers or any(unmarked(ctx, writer) is not None for writer in writers):
-        return None
+    if not is_cached(ctx, url) or not writers or any(unmarked(ctx, writer) is not None for writer in writers):
+        return None  # an nfs:// input is mounted, not cached: no DataLoad refreshes it
     _, load = _waiting_names(ctx, url, writers)
     return loaded_wait(ctx, stage.namespace, url, loaded_marker(cluster, stage.namespace), _writers_run(ctx, writers),
                        f"DataLoad {stage.namespace}/{load} of {url}")

@@ -459,7 +459,7 @@ def loaded_container(ctx: Context, namespace: str, url: str, marker: str, run: s
     container: Obj = {"name": "fleetc-loaded", "image": MARKER_IMAGE,
                       "command": ["sh", "-c", LOADED_SCRIPT, "fleetc-loaded", marker], "env": env,
                       "resources": marker_resources()}
-    return container, [] if volume is None else [volume]
+    return _mounted(container, folder, volume, read_only=False)
 
 
 def loaded_wait(ctx: Context, namespace: str, url: str, marker: str, run: str, what: str) -> tuple[Obj, list[Obj]]:
@@ -471,7 +471,20 @@ def loaded_wait(ctx: Context, namespace: str, url: str, marker: str, run: str, w
     container: Obj = {"name": "fleetc-cache-ready", "image": MARKER_IMAGE,
                       "command": ["sh", "-c", WAIT_SCRIPT, "fleetc-wait", marker], "env": env,
                       "resources": marker_resources()}
-    return container, [] if volume is None else [volume]
+    return _mounted(container, folder, volume, read_only=True)
+
+
+def _mounted(container: Obj, folder: str, volume: Obj | None, read_only: bool) -> tuple[Obj, list[Obj]]:
+    """``container`` with the ``nfs://`` folder of a marker mounted where it reads or writes it
+    (``volume``, renamed for the cache-ready marker so it is no other volume of the pod), and
+    the volumes to add; as it is, and none, for an object store."""
+    if volume is None:
+        return container, []
+    volume = {"name": "fleetc-cache-marker", "nfs": {**volume["nfs"], **({"readOnly": True} if read_only else {})}}
+    mount: Obj = {"name": volume["name"], "mountPath": folder}
+    if read_only:
+        mount["readOnly"] = True
+    return {**container, "volumeMounts": [mount]}, [volume]
 
 
 def wrap_command(command: list[str]) -> list[str]:

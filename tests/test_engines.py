@@ -178,10 +178,13 @@ def _objects(live: Cluster) -> dict:
 
 
 def _started(live: Cluster) -> dict:
-    """The objects once Kueue admitted what it can: every Kueue Job must have started (its
-    queues exist); ``spec.suspend``, which Kueue owns, is left out of the comparison."""
+    """The objects once the release Jobs ran (their upstreams taken as completed) and Kueue
+    admitted what it can: every Kueue Job must have started (its queues exist); the LocalQueues
+    the release Jobs created, which no manifest renders, and ``spec.suspend``, which Kueue
+    owns, are left out of the comparison."""
+    live.release()
     live.kueue_admit()
-    found = _objects(live)
+    found = {k: obj for k, obj in _objects(live).items() if not obj["metadata"].get("ownerReferences")}
     for k, obj in found.items():
         if k[:2] == ("batch", "Job") and "suspend" in obj["spec"]:
             assert obj["spec"]["suspend"] is False, f"{k} stays suspended: {live.kueue_queue_problem(k[2], obj)}"
@@ -189,7 +192,7 @@ def _started(live: Cluster) -> dict:
     return found
 
 
-def assert_second_pass_keeps_unchanged_runs(before: Files, after: Files, entry: str = "flux") -> None:
+def assert_second_pass_keeps_unchanged_runs(before: Files, after: Files, entry: str = "flux") -> Fleet:
     """Sync ``before``, then ``after``: both converge; every Job rendered the same in both
     keeps its uid (it never restarted), and every Job only ``before`` had is gone."""
     fleet = Fleet(entry)
@@ -204,6 +207,7 @@ def assert_second_pass_keeps_unchanged_runs(before: Files, after: Files, entry: 
         for k in kept:
             if k[1] == "Job":
                 assert live[k] == old[k], f"{engine} restarted {k} on {cluster}"
+    return fleet
 
 
 # --------------------------------------------------------------------------- the model refuses what upstream refuses
@@ -329,9 +333,12 @@ def test_a_sync_after_kueue_started_a_job_leaves_it_running(entry: str) -> None:
     uids = fleet.uids()
     fleet.sync(files)
     assert fleet.uids() == uids
+    jobs: list[dict] = []
     for live, _ in [*fleet.flux.values(), *fleet.argo.values()]:
-        jobs = [o.obj for k, o in live.objects.items() if k[:2] == ("batch", "Job")]
-        assert all(job["spec"]["suspend"] is False for job in jobs)
+        # the release Jobs name no queue: Kueue does not manage them, nor suspend them
+        jobs += [o.obj for k, o in live.objects.items() if k[:2] == ("batch", "Job")
+                 and "kueue.x-k8s.io/queue-name" in o.obj["metadata"]["labels"]]
+    assert jobs and all(job["spec"]["suspend"] is False for job in jobs)
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
@@ -342,10 +349,18 @@ def test_kueue_second_compile_converges_and_keeps_unchanged_runs(entry: str) -> 
     trained = _set_image(policies[path], "train", "registry.example.com/llm/train:3.1")
     after = compile_for({**policies, path: trained}, entry)
     renamed = {p.rsplit("/", 1)[1].rsplit("-", 1)[0] for p in set(before) ^ set(after) if "/workloads/" in p}
-    assert renamed == {"job-ml-llm-train", "service-ml-llm-train"}  # a new run and its headless Service
+    # a new run, its headless Service, and its release Job (the run's LocalQueue is a new one)
+    assert renamed == {"job-ml-llm-train", "service-ml-llm-train", "job-ml-llm-train-release"}
     serve = "clusters/serve-l4/workloads/deployment-ml-llm-serve.yaml"
     assert before[serve] != after[serve]  # it waits for the new run's marker
-    assert_second_pass_keeps_unchanged_runs(before, after, entry)
+    fleet = assert_second_pass_keeps_unchanged_runs(before, after, entry)
+    # the previous run's LocalQueue went with its pruned release Job (the garbage collector)
+    held = {obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] for obj in desired(after, "train-kueue").values()
+            if obj["kind"] == "Job" and "kueue.x-k8s.io/queue-name" in obj["metadata"]["labels"]} - {"fleetc"}
+    for live, _ in (fleet.flux["train-kueue"], fleet.argo["train-kueue"]):
+        created = {k[3] for k, o in live.objects.items() if k[1] == "LocalQueue" and o.obj["metadata"].get(
+            "ownerReferences")}
+        assert len(held) == 1 and created == held
 
 
 @pytest.mark.parametrize("entry", ENTRIES)

@@ -87,8 +87,9 @@ def test_diff_between_two_commits_where_a_stage_moved(repo: Repo) -> None:
     result = run("diff", "--base", "HEAD~1")
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("fleetc diff HEAD~1 -> working tree\n\n")
-    # +4 -4: the two prefetches of the model there wait for the moved (so changed) training run
-    assert "gpu-cluster-huawei: +4 ~1 -6 objects; GPUs 16 a100 -> 8 a100; cost/h " in result.stdout
+    # +5 -5: the two prefetches of the model there wait for the moved (so changed) training run,
+    # and the DataProcess that marks the served one done
+    assert "gpu-cluster-huawei: +5 ~1 -7 objects; GPUs 16 a100 -> 8 a100; cost/h " in result.stdout
     assert f"  - {MOVED}\n" in result.stdout and f"  + {MOVED}\n" in result.stdout
     assert "GPUs a100: 16 -> 8 (-8)\nGPUs t4: 7 -> 15 (+8)\n" in result.stdout
     assert re.search(r"\+\+\+ b/out/clusters/inference-cluster-aliyun/workloads/"
@@ -132,12 +133,13 @@ def test_diff_markdown_structure(repo: Repo) -> None:
                            "1 stage moved; 2 running Jobs restarted;")
     assert "| cluster | objects + / ~ / − | GPUs before → after | cost/h before → after | stages in | stages out |" \
         in text
-    # 4 / 1 / 6: besides the moved Job, the two prefetches of the model there wait for the moved (changed) run
-    assert "| `gpu-cluster-huawei` | 4 / 1 / 6 | 16 a100 → 8 a100 |" in text
+    # 5 / 1 / 7: besides the moved Job, the two prefetches of the model there wait for the moved (changed)
+    # run, and the DataProcess that marks the served one done
+    assert "| `gpu-cluster-huawei` | 5 / 1 / 7 | 16 a100 → 8 a100 |" in text
     assert ("| `gpu-cluster-huawei` | `░░░░░░░░░░░░░░░░░░░░░░░░ 16`<br>`████████████············  8` | -8 |\n"
             "| `inference-cluster-aliyun` | `░░░░░░░░░░··············  7`<br>`██████████████████████·· 15` | +8 |\n"
             ) in text  # GPUs per cluster as bars of text: before and after told apart
-    assert "<details><summary>cluster gpu-cluster-huawei: 13 files changed</summary>" in text
+    assert "<details><summary>cluster gpu-cluster-huawei: 15 files changed</summary>" in text
     # the stage table says why the stage moved: the constraint that forced it (fleetc explain's)
     assert ("| `llm-chinese-training/model-training` | placement: `gpu-cluster-huawei x1` → "
             "`inference-cluster-aliyun x1`<br>") in text

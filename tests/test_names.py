@@ -233,7 +233,8 @@ def test_changing_a_stages_gpus_renames_exactly_that_job_and_the_jobs_that_wait_
     """Training gets 4 GPUs instead of 8: its Job is renamed; so is the Evaluation Job that waits
     for its completion marker (it must run again, on the new model; the marker names the run),
     and so are the Fluid DataProcess and DataLoad pairs that prefetch the model after it (each
-    runs once); the serving Deployment, which also waits for it, rolls. Nothing else changes."""
+    runs once), and the DataProcesses that mark those DataLoads done where the model is served;
+    the serving Deployment, which also waits for it, rolls. Nothing else changes."""
     policies = read_policies(ROOT / "policies")
     before = compile_texts(policies)
     path = "policies/llm-training-pipeline.yaml"
@@ -245,7 +246,7 @@ def test_changing_a_stages_gpus_renames_exactly_that_job_and_the_jobs_that_wait_
         return sorted((m.group(1), m.group(2)) for p in paths if (m := job.match(p)))
 
     fluid = re.compile(r"^(clusters/[^/]+/workloads/data(load|process)-[a-z-]+-data-cos-models-llm-[0-9a-f]{8})"
-                       r"-[0-9a-f]{8}-(prefetch|wait)\.yaml$")
+                       r"-[0-9a-f]{8}-(prefetch|wait|ready)\.yaml$")
 
     def prefetches(paths: set[str]) -> list[tuple[str, str]]:
         return sorted((m.group(1), m.group(3)) for p in paths if (m := fluid.match(p)))
@@ -253,8 +254,9 @@ def test_changing_a_stages_gpus_renames_exactly_that_job_and_the_jobs_that_wait_
     removed, added = set(before) - set(after), set(after) - set(before)
     assert renamed(removed) == renamed(added)
     assert sorted(stage for _, stage in renamed(added)) == ["evaluation", "training"]
-    assert prefetches(removed) == prefetches(added) and len(prefetches(added)) == 6  # 3 caches of the model
-    assert len(removed) == len(added) == 2 + 6
+    # 3 caches of the model, 2 of them served (a DataProcess marks their DataLoad done)
+    assert prefetches(removed) == prefetches(added) and len(prefetches(added)) == 3 * 2 + 2
+    assert len(removed) == len(added) == 2 + 8
     changed = sorted(p for p in set(before) & set(after) if before[p] != after[p])
     assert [p for p in changed if not p.endswith("/kustomization.yaml")] == [
         ".fleetc/render",  # the record of what the changed cluster folders hold

@@ -337,7 +337,7 @@ def test_shared_serving_selects_time_sliced_nodes_training_stays_exclusive() -> 
 # --------------------------------------------------------------------------- warnings
 def test_warnings_exact() -> None:
     warnings = render(*governed()).warnings
-    assert [w.format() for w in warnings] == [
+    assert [w.format() for w in warnings if "holds its GPUs" not in w.message] == [  # those: below
         "fleet.yaml: warning: spec.gitops.repoURL: not set: Argo CD and Flux would read the placeholder "
         "https://git.example.com/fleet.git",
         "policies/gpu.yaml: warning: spec.memoryManagement.compactionStrategy: has no Kubernetes form "
@@ -363,7 +363,10 @@ def test_no_warnings_when_everything_has_a_form() -> None:
         gpu_policy=gpu_policy(compaction_strategy=None),
     )
     model = replace(model, gitops=GitOps(repo_url="https://git.example.org/team/fleet.git"))
-    assert render(model, placement).warnings == ()
+    # but the Volcano stages that hold GPUs while they wait, which no setting gives a form
+    holding = [w for w in render(model, placement).warnings if "holds its GPUs" in w.message]
+    assert [w for w in render(model, placement).warnings if w not in holding] == []
+    assert sorted(w.message.split("'")[1] for w in holding) == ["eval", "train"]
 
 
 def test_two_platforms_report_each_once() -> None:

@@ -6,6 +6,7 @@ shell injection through output URLs)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -29,11 +30,17 @@ from support.runtime import (
     order_problems,
     plugin_env,
     reads,
+    release_of,
 )
 
 from fleetc.errors import PolicyError
-from fleetc.render.order import MARK_SCRIPT, RUN_SCRIPT, STATUS_PATH, WAIT_SCRIPT
+from fleetc.render.order import LOADED_SCRIPT, MARK_SCRIPT, RUN_SCRIPT, STATUS_PATH, WAIT_SCRIPT
+from fleetc.render.release import RELEASE_SCRIPT
 from fleetc.render.yamlout import dump
+
+#: Every script text fleetc renders, by name.
+SCRIPTS = {"run": RUN_SCRIPT, "mark": MARK_SCRIPT, "wait": WAIT_SCRIPT, "release": RELEASE_SCRIPT,
+           "loaded": LOADED_SCRIPT}
 
 SHELLS = [shell for shell in ("dash", "bash") if shutil.which(shell)]
 OLD_RENDER = ROOT / "tests" / "fixtures" / "render-1"
@@ -65,7 +72,7 @@ def test_the_kubelet_expands_references_as_expand_go_does(text: str, expanded: s
 def test_the_rendered_scripts_are_left_as_they_are_by_the_kubelet() -> None:
     """No ``$(`` and no ``$$`` in a script: whatever the container's variables, the kubelet
     passes it on unchanged, and nothing depends on a reference nested in shell text."""
-    for script in (RUN_SCRIPT, MARK_SCRIPT, WAIT_SCRIPT):
+    for script in SCRIPTS.values():
         assert references(script) == [] and "$$" not in script
         assert expand(script, lambda name: "X") == script
 
@@ -384,9 +391,13 @@ def test_no_policy_value_runs_as_a_command(prefetch_policies: dict[str, str], sc
             assume(False)
         box = Sandbox(root / "box")
         containers = _shell_containers(files)
-        assert {argv[2] for _, argv, _ in containers} == {RUN_SCRIPT, MARK_SCRIPT, WAIT_SCRIPT}
+        # the marks, the loaded marks (after the DataLoad of what Triton serves, where it is cached),
+        # the waits, the runs
+        scripts = {argv[2] for _, argv, _ in containers}
+        assert {RUN_SCRIPT, MARK_SCRIPT, WAIT_SCRIPT} <= scripts
+        assert scripts <= {RUN_SCRIPT, MARK_SCRIPT, LOADED_SCRIPT, WAIT_SCRIPT}
         (box.status / "exit-code").write_text("0\n")
-        for kind in (MARK_SCRIPT, WAIT_SCRIPT, RUN_SCRIPT):
+        for kind in (MARK_SCRIPT, LOADED_SCRIPT, WAIT_SCRIPT, RUN_SCRIPT):
             for env, argv, name in containers:
                 if argv[2] == kind:
                     done = box.run(SHELLS[0], env, argv)
@@ -419,10 +430,10 @@ def _shell_containers(files: Mapping[str, str]) -> list[tuple[dict[str, str], li
     return found
 
 
-@pytest.mark.parametrize("script", [RUN_SCRIPT, MARK_SCRIPT, WAIT_SCRIPT], ids=["run", "mark", "wait"])
+@pytest.mark.parametrize("script", list(SCRIPTS.values()), ids=list(SCRIPTS))
 @pytest.mark.parametrize("shell", SHELLS)
 def test_every_rendered_script_parses(shell: str, script: str) -> None:
-    """``sh -n``: the three script texts fleetc renders are whole shell programs."""
+    """``sh -n``: the script texts fleetc renders are whole shell programs."""
     done = subprocess.run([shell, "-n", "-c", script], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
 
@@ -434,7 +445,7 @@ def test_every_rendered_script_parses(shell: str, script: str) -> None:
 def test_a_policy_value_reaches_a_shell_only_as_a_variable_or_an_argument(
         prefetch_policies: dict[str, str], scheme: str, url: str, in_bucket: bool, words: list[str]) -> None:
     """Issue 27, promise 2, without running a shell (the slow test above runs them): the script
-    text of every ``sh -c`` container is one of fleetc's three constants, whatever the policy
+    text of every ``sh -c`` container is one of fleetc's script constants, whatever the policy
     values (command words, input and output URLs; names and images are validated as DNS labels
     and image references, so they hold no metacharacter), and each hostile value is found only
     in the container's environment or in the arguments after the script."""
@@ -446,7 +457,82 @@ def test_a_policy_value_reaches_a_shell_only_as_a_variable_or_an_argument(
     containers = _shell_containers(files)
     assert containers
     for _, argv, name in containers:
-        assert argv[2] in (RUN_SCRIPT, MARK_SCRIPT, WAIT_SCRIPT), name
+        assert argv[2] in SCRIPTS.values(), name
     values = [word.replace(CANARY, canary) for word in words] + [url.replace(CANARY, canary)]
     passed = "\0".join(f"{value}" for env, argv, _ in containers for value in [*env.values(), *argv[3:]])
     assert any(value in passed for value in values)
+
+
+# --------------------------------------------------------------------------- the release of a held Kueue Job
+#: curl as the release script uses it: logs its arguments, writes ``STUB_BODY`` where ``-o``
+#: says, prints ``STUB_HTTP`` (what ``-w '%{http_code}'`` prints).
+CURL_STUB = r"""#!/usr/bin/env python3
+import os, sys
+args = sys.argv[1:]
+with open(os.environ["STUB_LOG"], "a") as log:
+    log.write(repr(args) + "\n")
+open(args[args.index("-o") + 1], "w").write(os.environ.get("STUB_BODY", ""))
+sys.stdout.write(os.environ["STUB_HTTP"])
+"""
+#: What the Job controller labels the release pod with, read through the downward API.
+OWNER = {"FLEETC_OWNER": "llm-train-release-0", "FLEETC_OWNER_UID": "6f1c2d3e-0000-4000-8000-000000000001"}
+
+
+@pytest.fixture(scope="module")
+def kueue_case() -> dict[str, str]:
+    return dict(compiled_in(CASES / "kueue-two-cluster-pipeline").files)
+
+
+def _release(box: Sandbox, files: Mapping[str, str]) -> tuple[dict[str, str], list[str], Any]:
+    """The Kueue case's release container as the kubelet starts it (the owner's labels filled
+    in), its script reading the service account's files from the sandbox; and the model's view."""
+    (curl := box.bin / "curl").write_text(CURL_STUB)
+    curl.chmod(0o755)
+    account = box.root / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text("the-token")
+    (account / "ca.crt").write_text("the-ca")
+    (job,) = [obj for cluster, obj in objects(files) if release_of(cluster, obj) is not None]
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    env, argv = kubelet_view(container)
+    script = argv[2].replace("/var/run/secrets/kubernetes.io/serviceaccount", str(account))
+    return {**env, **OWNER}, [*argv[:2], script, *argv[3:]], release_of("train-kueue", job)
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_release_creates_the_held_jobs_local_queue_owned_by_its_job(shell: str, tmp_path: Path,
+                                                                        kueue_case: dict[str, str]) -> None:
+    box = Sandbox(tmp_path)
+    env, argv, release = _release(box, kueue_case)
+    done = box.run(shell, env, argv, STUB_HTTP="201")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == [
+        f"fleetc: llm/train may start: created LocalQueue ml/{release.queue} (ClusterQueue fleetc)"]
+    (args,) = [eval(line) for line in box.log.read_text().splitlines()]  # noqa: S307 (our own repr)
+    assert args[args.index("-X") + 1] == "POST" and args[-1] == (
+        "https://kubernetes.default.svc/apis/kueue.x-k8s.io/v1beta2/namespaces/ml/localqueues")
+    assert "Authorization: Bearer the-token" in args and args[args.index("--cacert") + 1].endswith("/ca.crt")
+    body = json.loads(args[args.index("--data") + 1])
+    assert body == {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                    "metadata": {"name": release.queue, "namespace": "ml",
+                                 "labels": {"app.kubernetes.io/managed-by": "fleetc"},
+                                 "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                                      "name": OWNER["FLEETC_OWNER"],
+                                                      "uid": OWNER["FLEETC_OWNER_UID"]}]},
+                    "spec": {"clusterQueue": "fleetc"}}
+    assert body["spec"] == release.local_queue()["spec"]  # what the suite's model takes it to create
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_release_whose_queue_exists_ends_and_one_refused_says_why_and_fails(shell: str, tmp_path: Path,
+                                                                              kueue_case: dict[str, str]) -> None:
+    box = Sandbox(tmp_path)
+    env, argv, release = _release(box, kueue_case)
+    done = box.run(shell, env, argv, STUB_HTTP="409")
+    assert done.returncode == 0 and done.stdout.splitlines() == [
+        f"fleetc: llm/train may start: LocalQueue ml/{release.queue} exists"]
+    refused = '{"kind":"Status","reason":"Forbidden"}'
+    done = box.run(shell, env, argv, STUB_HTTP="403", STUB_BODY=refused)
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == [
+        f"fleetc: creating LocalQueue ml/{release.queue} failed (try {n} of 10): 403 {refused}" for n in range(1, 11)]

@@ -43,7 +43,7 @@ from fleetc.delivery import INFRA, WORKLOADS
 from fleetc.errors import Diagnostic
 from fleetc.infra.collector import gc_paused
 from fleetc.infra.forkmap import fork_map
-from fleetc.model import GPU_PRODUCT_LABELS, KUEUE, Cluster, FleetModel, Placement
+from fleetc.model import GPU_PRODUCT_LABELS, KUEUE, Cluster, FleetModel, Placement, Platform
 from fleetc.render import yamlout
 from fleetc.render.cluster import (
     egress_policy,
@@ -79,6 +79,7 @@ from fleetc.render.record import (
     layer_prefixes,
     record_text,
 )
+from fleetc.render.release import holding_warnings, release_infra
 from fleetc.render.report import placement_report
 from fleetc.render.workloads import (
     PRIORITY_VALUES,
@@ -212,6 +213,7 @@ def _warnings(ctx: Context, work: dict[str, Work]) -> tuple[Diagnostic, ...]:
     found += [w for c in model.clusters if c.name in work for w in cluster_gpu_warnings(c, ctx.gpu_slots)]
     found += data_warnings(ctx, work)
     found += [w for stages in work.values() for w in stage_warnings(ctx, stages) + order_warnings(ctx, stages)]
+    found += [w for c in model.clusters if c.name in work for w in holding_warnings(ctx, c, work[c.name])]
     if work:
         found += gitops_warnings(model.gitops, ctx.fleet_source("spec.gitops"), model.delivery.entry_points)
     return tuple(sorted(set(found)))
@@ -234,21 +236,23 @@ def _cluster_files(ctx: Context, cluster: Cluster, work: Work) -> dict[str, str]
 
 def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> tuple[list[Obj], list[Obj]]:
     """One cluster's objects in two layers: what workloads need to exist first (Namespaces,
-    NetworkPolicies, Volcano Queues or Kueue's flavors and queues, PriorityClasses, the device
-    plugin's config, Fluid Datasets and runtimes), then the workloads (Volcano Jobs, or Kueue's
-    batch Jobs; Deployments with their Services, HPAs and PDBs; Fluid DataLoads and DataProcesses)."""
+    NetworkPolicies, Volcano Queues or Kueue's flavors and queues and what its release Jobs
+    need, PriorityClasses, the device plugin's config, Fluid Datasets and runtimes), then the
+    workloads (Volcano Jobs, or Kueue's batch Jobs; Deployments with their Services, HPAs and
+    PDBs; Fluid DataLoads and DataProcesses)."""
     names = sorted({stage.namespace for stage, _ in work})
     infra = [namespace(ctx, cluster, name) for name in names]
-    fences = [policy for name in names if (p := sovereign_platform(ctx, name))
-              if (policy := egress_policy(cluster, name, p)) is not None]
-    infra += fences
+    fenced = _fences(ctx, cluster, names)
+    infra += [policy for policy, _ in fenced.values()]
     kueue = cluster.batch_scheduler == KUEUE
     infra += _queues(ctx, cluster, work, kueue)
+    if kueue:
+        infra += release_infra(ctx, cluster, work, {name: platform for name, (_, platform) in fenced.items()})
     infra += _priority_classes(ctx, work)
     if ctx.model.gpu_policy is not None:  # its Namespace once, also when a pipeline's too
         infra += [obj for obj in device_plugin_config(ctx.model.gpu_policy, cluster, ctx.gpu_slots)
                   if obj["kind"] != "Namespace" or obj["metadata"]["name"] not in names]
-    fluid = fluid_objects(ctx, work, frozenset(policy["metadata"]["namespace"] for policy in fences))
+    fluid = fluid_objects(ctx, work, frozenset(fenced), cluster.name)
     infra += [obj for obj in fluid if obj["kind"] not in FLUID_OPERATIONS]
     workloads = [obj for obj in fluid if obj["kind"] in FLUID_OPERATIONS]
     for stage, assignment in work:
@@ -259,6 +263,18 @@ def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> tuple[list[O
             workloads += [deployment(ctx, cluster, stage), service(stage),
                           autoscaler(stage, replicas), disruption_budget(stage, replicas)]
     return infra, workloads
+
+
+def _fences(ctx: Context, cluster: Cluster, names: list[str]) -> dict[str, tuple[Obj, Platform]]:
+    """Namespace -> its egress NetworkPolicy on ``cluster`` and the sovereign platform it
+    comes from, for the namespaces ``names`` whose egress is fenced."""
+    found = {}
+    for name in names:
+        platform = sovereign_platform(ctx, name)
+        policy = egress_policy(cluster, name, platform) if platform is not None else None
+        if platform is not None and policy is not None:
+            found[name] = (policy, platform)
+    return found
 
 
 def _queues(ctx: Context, cluster: Cluster, work: Work, kueue: bool) -> list[Obj]:

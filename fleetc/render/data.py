@@ -51,6 +51,9 @@ from fleetc.render.order import (
     ENDPOINT_IN_SECRET,
     MARKER_IMAGE,
     literal,
+    loaded_container,
+    loaded_marker,
+    loaded_wait,
     marker_resources,
     output_volume,
     run_id,
@@ -239,13 +242,19 @@ def _waiting_names(ctx: Context, url: str, writers: tuple[Stage, ...]) -> tuple[
     """(DataProcess, DataLoad) names of a prefetch that waits for ``writers``: named after
     their runs (:func:`fleetc.render.order.run_id`), as a Fluid data operation runs once, so a
     changed writer gets a new pair that waits for its new marker."""
-    runs = digest(",".join(run_id(ctx, writer) for writer in writers))
+    runs = _writers_run(ctx, writers)
     prefix = hashed_slug("data", url, min(MAX_DATA_PROCESS - len("-wait"),
                                           MAX_HELM_RELEASE - len("-loader") - len("-prefetch")) - 9)
     return f"{prefix}-{runs}-wait", f"{prefix}-{runs}-prefetch"
 
 
-def prefetch(ctx: Context, policy: DataPolicy, namespace: str, url: str) -> list[Obj]:
+def _writers_run(ctx: Context, writers: tuple[Stage, ...]) -> str:
+    """The digest of the writers' run ids: what a prefetch's names and its loaded marker carry."""
+    return digest(",".join(run_id(ctx, writer) for writer in writers))
+
+
+def prefetch(ctx: Context, policy: DataPolicy, namespace: str, url: str, cluster: str = "",
+             served: bool = False) -> list[Obj]:
     """The DataLoad that warms the cache of ``url`` in ``namespace``, and what it waits for.
 
     Data no stage writes is loaded as soon as the Dataset is bound. Data stages write is
@@ -257,15 +266,65 @@ def prefetch(ctx: Context, policy: DataPolicy, namespace: str, url: str) -> list
     ``pkg/ddc/base/operation.go`` ``reconcilePending``, ``pkg/controllers/v1alpha1/dataflow/
     operations.go``), so the DataLoad never caches a half-written output. A writer that writes
     no marker (:func:`fleetc.render.order.unmarked`) leaves the URL without a DataLoad, and
-    :func:`data_warnings` says why."""
+    :func:`data_warnings` says why.
+
+    Where a Deployment on ``cluster`` serves the data (``served``: its first input), once that
+    DataLoad is Complete a second DataProcess (``runAfter`` it) writes the loaded marker beside
+    the data (:func:`loaded_process`), which the Deployment waits for (:func:`cache_ready_wait`):
+    Triton then loads its models from a cache that lists them."""
     writers = ctx.writers.get(url, ())
     if not writers:
         return [data_load(policy, namespace, url, data_load_name(url))]
     if any(unmarked(ctx, writer) is not None for writer in writers):
         return []
     gate, load = _waiting_names(ctx, url, writers)
-    return [data_process(ctx, policy, namespace, url, writers, gate, load),
-            data_load(policy, namespace, url, load, after=gate)]
+    found = [data_process(ctx, policy, namespace, url, writers, gate, load),
+             data_load(policy, namespace, url, load, after=gate)]
+    return [*found, loaded_process(ctx, policy, namespace, url, writers, cluster)] if served else found
+
+
+def loaded_process(ctx: Context, policy: DataPolicy, namespace: str, url: str, writers: tuple[Stage, ...],
+                   cluster: str) -> Obj:
+    """The DataProcess that runs after the DataLoad of ``url`` (``runAfter``: Fluid starts it
+    once that DataLoad is Complete, ``pkg/controllers/v1alpha1/dataflow/operations.go``) and
+    writes the loaded marker ``_LOADED.<cluster>.<namespace>`` beside the data, holding the
+    writers' runs (:func:`fleetc.render.order.loaded_container`)."""
+    gate, load = _waiting_names(ctx, url, writers)
+    run = _writers_run(ctx, writers)
+    container, volumes = loaded_container(ctx, namespace, url, loaded_marker(cluster, namespace), run,
+                                          f"DataLoad {namespace}/{load} of {url}")
+    pod: Obj = {"restartPolicy": "Never", "containers": [container]}
+    if volumes:
+        pod["volumes"] = volumes
+    return {
+        "apiVersion": "data.fluid.io/v1alpha1",
+        "kind": "DataProcess",
+        "metadata": metadata(f"{gate[:-len('-wait')]}-ready", namespace, _source(policy, "spec.prefetching")),
+        "spec": {
+            "dataset": {"name": dataset_name(url), "namespace": namespace, "mountPath": ""},
+            "runAfter": {"kind": "DataLoad", "name": load},
+            "processor": {"job": {"podSpec": pod}},
+        },
+    }
+
+
+def cache_ready_wait(ctx: Context, cluster: str, stage: Stage, mounted: DataMounts) -> tuple[Obj, list[Obj]] | None:
+    """The init container of a Deployment serving its first input from the cache, when stages
+    of the compile write that input and a DataLoad refreshes it: it waits for that DataLoad's
+    loaded marker (:func:`loaded_process`), so the server starts on a cache that lists the new
+    files; None otherwise."""
+    policy = ctx.data_policy
+    if policy is None or not policy.prefetching_enabled or not stage.inputs:
+        return None
+    if stage.inputs[0].name not in mounted.paths:
+        return None
+    url = ctx.input_url(stage, stage.inputs[0])
+    writers = ctx.writers.get(url, ())
+    if not is_cached(ctx, url) or not writers or any(unmarked(ctx, writer) is not None for writer in writers):
+        return None  # an nfs:// input is mounted, not cached: no DataLoad refreshes it
+    _, load = _waiting_names(ctx, url, writers)
+    return loaded_wait(ctx, stage.namespace, url, loaded_marker(cluster, stage.namespace), _writers_run(ctx, writers),
+                       f"DataLoad {stage.namespace}/{load} of {url}")
 
 
 def data_process(ctx: Context, policy: DataPolicy, namespace: str, url: str, writers: tuple[Stage, ...],
@@ -319,7 +378,7 @@ def data_load(policy: DataPolicy, namespace: str, url: str, name: str, after: st
     }
 
 
-def fluid_objects(ctx: Context, work: Work, fenced: frozenset[str] = frozenset()) -> list[Obj]:
+def fluid_objects(ctx: Context, work: Work, fenced: frozenset[str] = frozenset(), cluster: str = "") -> list[Obj]:
     """Dataset, AlluxioRuntime and (prefetching) DataLoad, and the DataProcess it waits for,
     per cached URL of one cluster; ``fenced``: the namespaces whose egress a NetworkPolicy limits."""
     policy = ctx.data_policy
@@ -327,11 +386,13 @@ def fluid_objects(ctx: Context, work: Work, fenced: frozenset[str] = frozenset()
         return []
     objects: list[Obj] = []
     cached = cached_urls(ctx, work)
+    served = {(stage.namespace, ctx.input_url(stage, stage.inputs[0])) for stage, _ in work
+              if stage.serving is not None and stage.inputs}
     for namespace, url in cached:
         objects += [dataset(policy, namespace, url, ctx.storage_secrets.get((namespace, url))),
                     alluxio_runtime(policy, namespace, url, len(cached), namespace in fenced)]
         if policy.prefetching_enabled:
-            objects += prefetch(ctx, policy, namespace, url)
+            objects += prefetch(ctx, policy, namespace, url, cluster, (namespace, url) in served)
     return objects
 
 
@@ -341,7 +402,7 @@ def data_warnings(ctx: Context, work_by_cluster: dict[str, Work]) -> list[Diagno
     policy = ctx.data_policy
     if policy is None or not policy.caching_enabled:
         return _unused_secrets(ctx)
-    found = []
+    found = _cache_size(ctx, policy, work_by_cluster)
     if policy.prefetching_enabled and policy.prefetch_lookahead > 0:
         found.append(warning(policy.source, "spec.prefetching.lookahead",
                              "has no Fluid form (a DataLoad warms the whole dataset once); not rendered"))
@@ -366,6 +427,17 @@ def data_warnings(ctx: Context, work_by_cluster: dict[str, Work]) -> list[Diagno
         found.append(warning(Source(path, field, document), field,
                              f"{kind} cannot be cached by Fluid/Alluxio; the stage reads it directly"))
     return found
+
+
+def _cache_size(ctx: Context, policy: DataPolicy, work_by_cluster: dict[str, Work]) -> list[Diagnostic]:
+    """Where AlluxioRuntimes are rendered: their size reaches no runtime that exists already."""
+    if not any(cached_urls(ctx, work) for work in work_by_cluster.values()):
+        return []
+    return [warning(policy.source, "spec.caching.size",
+                    "reaches only AlluxioRuntimes created after it: Fluid never resizes an existing one "
+                    "(fluid v1.0.8 pkg/ddc/alluxio/sync_runtime.go: AlluxioEngine.SyncRuntime is a no-op), "
+                    "so after a change of size delete each AlluxioRuntime (its cache is rebuilt) for the new "
+                    "size to take effect")]
 
 
 def _keyless_waits(ctx: Context, policy: DataPolicy, work_by_cluster: dict[str, Work]) -> list[Diagnostic]:

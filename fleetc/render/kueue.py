@@ -62,6 +62,7 @@ from fleetc.render.common import (
 )
 from fleetc.render.context import Context, Work, queue_gpus
 from fleetc.render.order import MAX_RETRY
+from fleetc.render.release import held, held_queue, release_job
 from fleetc.render.workloads import (
     RENDEZVOUS_PORT,
     gang_pod_template,
@@ -181,27 +182,35 @@ def local_queue(ctx: Context, namespace: str, name: str = QUEUE_NAME) -> Obj:
 # --------------------------------------------------------------------------- workloads
 def kueue_job(ctx: Context, cluster: Cluster, stage: Stage) -> list[Obj]:
     """A gang stage as a ``batch/v1`` Job Kueue admits whole, and for a gang of more than one
-    pod the headless Service its pods find each other by.
+    pod the headless Service its pods find each other by; for a stage that waits for upstream
+    stages, the Job held back (naming a LocalQueue of its own, no waits in its pods) and the
+    release Job that creates that queue once they completed (:mod:`fleetc.render.release`).
 
     The Job is named after its content, as the Volcano Job is: a Job's pod template cannot
-    change once created (the API server's Job validation), so a changed stage is a new Job."""
+    change once created (the API server's Job validation), so a changed stage is a new Job. A
+    held Job's name covers its queue's name too (Kueue refuses a change of queue name on a
+    running Job), which carries the stage's run id."""
     pods = stage.pods
     meta = stage_metadata(stage)
     team = ctx.team(stage)
-    meta["labels"][QUEUE_LABEL] = QUEUE_NAME if team is None else team_queue_name(team.name)
+    cluster_queue = QUEUE_NAME if team is None else team_queue_name(team.name)
+    waiting = held(ctx, cluster, stage)
+    meta["labels"][QUEUE_LABEL] = held_queue(ctx, stage) if waiting else cluster_queue
     spec: Obj = {"parallelism": pods, "completions": pods}
     if pods > 1:
         spec["completionMode"] = "Indexed"
     spec["backoffLimit"] = MAX_RETRY
-    spec["template"] = gang_pod_template(ctx, cluster, stage)
+    spec["template"] = gang_pod_template(ctx, cluster, stage, waiting=not waiting)
     # Hostnames are <job>-<index> and must stay DNS labels of at most 63 characters.
-    name = content_name(meta["name"], spec, MAX_NAME - len(f"-{pods - 1}"))
+    content: object = {"queue": meta["labels"][QUEUE_LABEL], "spec": spec} if waiting else spec
+    name = content_name(meta["name"], content, MAX_NAME - len(f"-{pods - 1}"))
     meta["name"] = name
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+    found = [job, release_job(ctx, stage, cluster_queue)] if waiting else [job]
     if pods == 1:
-        return [job]
+        return found
     _rendezvous(spec["template"]["spec"], name, pods)
-    return [job, _headless_service(stage, name)]
+    return [*found, _headless_service(stage, name)]
 
 
 def _rendezvous(pod: Obj, job: str, pods: int) -> None:

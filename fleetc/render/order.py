@@ -437,6 +437,71 @@ WAIT_SCRIPT = (
     "printf 'fleetc: %s completed; starting\\n' \"$FLEETC_UPSTREAM\"\n")
 
 
+#: The marker a Fluid DataLoad's completion leaves beside the data it loaded:
+#: ``_LOADED.<cluster>.<namespace>``, holding the digest of the writers' run ids it waited for.
+LOADED = "_LOADED"
+
+#: ``fleetc-loaded`` (``sh -c LOADED_SCRIPT fleetc-loaded <marker name>``; the folder and the run
+#: in ``FLEETC_MARKER_DIR`` and ``FLEETC_RUN``, what was loaded in ``FLEETC_LOADED``): the pod of
+#: the DataProcess that runs after a DataLoad writes the loaded marker, 10 tries 30 s apart,
+#: each error logged, then fails (the DataProcess's Job retries it).
+LOADED_SCRIPT = (
+    'err="${TMPDIR:-/tmp}/fleetc-loaded.err"\n'
+    "tries=1\n"
+    'until printf \'%s\\n\' "$FLEETC_RUN" | rclone rcat "$FLEETC_MARKER_DIR/$1" 2>"$err"; do\n'
+    '  why=`cat "$err"`\n'
+    "  printf 'fleetc: %s is loaded, but writing %s/%s failed (try %s of 10): %s\\n' "
+    '"$FLEETC_LOADED" "$FLEETC_MARKER_DIR" "$1" "$tries" "$why"\n'
+    '  [ "$tries" -ge 10 ] && exit 1\n'
+    "  tries=`expr $tries + 1`; sleep 30\n"
+    "done\n"
+    "printf 'fleetc: %s is loaded; wrote %s/%s\\n' \"$FLEETC_LOADED\" \"$FLEETC_MARKER_DIR\" \"$1\"\n")
+
+
+def loaded_marker(cluster: str, namespace: str) -> str:
+    """The name of the marker a DataLoad of ``namespace`` on ``cluster`` leaves (:data:`LOADED`)."""
+    return f"{LOADED}.{cluster}.{namespace}"
+
+
+def loaded_container(ctx: Context, namespace: str, url: str, marker: str, run: str, what: str) -> tuple[Obj, list[Obj]]:
+    """The ``fleetc-loaded`` container that writes ``marker`` holding ``run`` beside ``url``
+    (:data:`LOADED_SCRIPT`), with the Secret named for the URL in ``namespace``; its volumes."""
+    folder, volume, env = _location(url, 0, ctx.storage_secrets.get((namespace, url)))
+    if folder.startswith(":s3:"):
+        env = env + _env({"RCLONE_S3_NO_CHECK_BUCKET": "true"})
+    env = env + [{"name": "FLEETC_LOADED", "value": literal(what)}, {"name": "FLEETC_MARKER_DIR", "value": folder},
+                 {"name": "FLEETC_RUN", "value": run}]
+    container: Obj = {"name": "fleetc-loaded", "image": MARKER_IMAGE,
+                      "command": ["sh", "-c", LOADED_SCRIPT, "fleetc-loaded", marker], "env": env,
+                      "resources": marker_resources()}
+    return _mounted(container, folder, volume, read_only=False)
+
+
+def loaded_wait(ctx: Context, namespace: str, url: str, marker: str, run: str, what: str) -> tuple[Obj, list[Obj]]:
+    """The ``fleetc-cache-ready`` init container that polls ``marker`` beside ``url`` until it
+    holds ``run`` (:data:`WAIT_SCRIPT`, ``what`` named as the upstream); its volumes."""
+    folder, volume, env = _location(url, 0, ctx.storage_secrets.get((namespace, url)))
+    env = env + [{"name": "FLEETC_UPSTREAM", "value": literal(what)}, {"name": "FLEETC_MARKER_DIR", "value": folder},
+                 {"name": "FLEETC_RUN", "value": run}]
+    container: Obj = {"name": "fleetc-cache-ready", "image": MARKER_IMAGE,
+                      "command": ["sh", "-c", WAIT_SCRIPT, "fleetc-wait", marker], "env": env,
+                      "resources": marker_resources()}
+    return _mounted(container, folder, volume, read_only=True)
+
+
+def _mounted(container: Obj, folder: str, volume: Obj | None, read_only: bool) -> tuple[Obj, list[Obj]]:
+    """``container`` with the ``nfs://`` folder of a marker mounted where it reads or writes it
+    (``volume``, renamed for the cache-ready marker so it is no other volume of the pod), and
+    the volumes to add; as it is, and none, for an object store."""
+    if volume is None:
+        return container, []
+    volume = {"name": "fleetc-cache-marker", "nfs": {**volume["nfs"], **({"readOnly": True} if read_only else {})}}
+    mount: Obj = {"name": volume["name"], "mountPath": folder}
+    if read_only:
+        mount["readOnly"] = True
+    return {**container, "volumeMounts": [mount]}, [volume]
+
+
 def wrap_command(command: list[str]) -> list[str]:
     """Run ``command`` and record its exit code for the ``fleetc-mark`` container
     (:data:`RUN_SCRIPT`): its words are the shell's positional parameters, never script text."""

@@ -44,7 +44,8 @@ from fleetc.render.context import Context, Work
 #: cluster (a gang split for the nodes of the cluster it runs on). 11: a CPU-only stage's pods
 #: on a GPU cluster tolerate its derived GPU taint. 12: the run wrapper waits again for its
 #: command after a trap interrupts its wait. 13: a marking pod's main container requests its
-#: share less the marker container's, so the pod requests what the placement counted.
+#: share less the marker container's, so the pod requests what the placement counted; a waiting
+#: Kueue Job held on a LocalQueue its CPU-only release Job creates; serving waits for its DataLoad.
 RENDER_VERSION = "13"
 
 #: Where the record is written, relative to the output folder.

@@ -54,7 +54,7 @@ from fleetc.render.common import (
     warning,
 )
 from fleetc.render.context import Context, Work
-from fleetc.render.data import DataMounts, data_mounts
+from fleetc.render.data import DataMounts, cache_ready_wait, data_mounts
 from fleetc.render.order import (
     MAX_RETRY,
     STATUS_PATH,
@@ -219,16 +219,18 @@ def time_sliced(ctx: Context, cluster: Cluster, stage: Stage) -> bool:
 
 
 def _pod_spec(ctx: Context, cluster: Cluster, stage: Stage, container: Obj, mounted: DataMounts,
-              **extra: str) -> Obj:
+              waiting: bool = True, **extra: str) -> Obj:
     """Pod spec: ``extra`` fields (restart policy, priority class), the GPU node selector (known
-    GPU types only; the ``-SHARED`` product on time-sliced nodes), tolerations."""
+    GPU types only; the ``-SHARED`` product on time-sliced nodes), tolerations; and when
+    ``waiting``, the init containers that wait for the stage's upstream markers (a held Job's
+    pods wait for nothing: its release Job waited, :mod:`fleetc.render.release`)."""
     spec: Obj = dict(extra)
     if stage.gpus > 0 and cluster.gpu_product:
         suffix = SHARED_PRODUCT_SUFFIX if time_sliced(ctx, cluster, stage) else ""
         spec["nodeSelector"] = {"nvidia.com/gpu.product": cluster.gpu_product + suffix}
     if stage.tolerations:
         spec["tolerations"] = [_toleration(t) for t in stage.tolerations]
-    waits, volumes = wait_containers(ctx, stage)
+    waits, volumes = wait_containers(ctx, stage) if waiting else ([], [])
     if waits:
         spec["initContainers"] = waits
     spec["containers"] = [container]
@@ -273,9 +275,10 @@ def stage_warnings(ctx: Context, work: Work) -> list[Diagnostic]:
 
 
 # --------------------------------------------------------------------------- stage objects
-def gang_pod_template(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
+def gang_pod_template(ctx: Context, cluster: Cluster, stage: Stage, waiting: bool = True) -> Obj:
     """The pod template of a gang stage's pods, whichever batch scheduler admits them, with the
-    governing platform's PriorityClass.
+    governing platform's PriorityClass; without the waits for the upstream markers unless
+    ``waiting`` (a held Kueue Job, :mod:`fleetc.render.release`).
 
     ``restartPolicy: Never``: a failed command fails its pod, which is what the batch
     controllers count. Under ``OnFailure`` the kubelet restarts the container in place and the
@@ -287,8 +290,8 @@ def gang_pod_template(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
     level = training_priority(ctx, stage)
     priority = {"priorityClassName": priority_class_name(level)} if level else {}
     mounted = data_mounts(ctx, stage)
-    pod = _pod_spec(ctx, cluster, stage, main_container(ctx, stage, mounted), mounted, restartPolicy="Never",
-                    **priority)
+    pod = _pod_spec(ctx, cluster, stage, main_container(ctx, stage, mounted), mounted, waiting,
+                    restartPolicy="Never", **priority)
     return {"metadata": {"labels": stage_labels(stage)}, "spec": pod}
 
 
@@ -423,10 +426,23 @@ def deployment(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
             "selector": {"matchLabels": selector(stage)},
             "template": {
                 "metadata": {"labels": stage_labels(stage)},
-                "spec": _pod_spec(ctx, cluster, stage, container, mounted),
+                "spec": _serving_pod_spec(ctx, cluster, stage, container, mounted),
             },
         },
     }
+
+
+def _serving_pod_spec(ctx: Context, cluster: Cluster, stage: Stage, container: Obj, mounted: DataMounts) -> Obj:
+    """A serving pod: after its waits for upstream stages, the wait for the DataLoad that
+    refreshes the cache it serves from (:func:`fleetc.render.data.cache_ready_wait`)."""
+    spec = _pod_spec(ctx, cluster, stage, container, mounted)
+    ready = cache_ready_wait(ctx, cluster.name, stage, mounted)
+    if ready is not None:
+        wait, volumes = ready
+        spec["initContainers"] = [*spec.get("initContainers", []), wait]
+        if volumes:
+            spec["volumes"] = [*spec.get("volumes", []), *volumes]
+    return spec
 
 
 def model_repository(ctx: Context, stage: Stage, mounted: DataMounts) -> tuple[str, str]:

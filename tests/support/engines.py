@@ -84,6 +84,8 @@ FLUX_PRUNE_DISABLED = ("kustomize.toolkit.fluxcd.io/prune", "disabled")
 #: Kinds the model's API server serves: (group, kind) -> namespaced.
 SERVED: dict[tuple[str, str], bool] = {
     ("", "Namespace"): False, ("", "ConfigMap"): True, ("", "Secret"): True, ("", "Service"): True,
+    ("", "ServiceAccount"): True, ("rbac.authorization.k8s.io", "Role"): True,
+    ("rbac.authorization.k8s.io", "RoleBinding"): True,
     ("apps", "Deployment"): True, ("autoscaling", "HorizontalPodAutoscaler"): True,
     ("policy", "PodDisruptionBudget"): True, ("networking.k8s.io", "NetworkPolicy"): True,
     ("scheduling.k8s.io", "PriorityClass"): False,
@@ -354,6 +356,27 @@ class Cluster:
             raise Refused(f"{describe(k)}: admission webhook validatejob.volcano.sh denied the request: "
                           f"unable to find job queue: {queue}")
 
+    def release(self) -> list[Key]:
+        """The release Jobs (:mod:`fleetc.render.release`) run, their upstream stages taken as
+        completed: each creates the LocalQueue its ``fleetc-release`` container names
+        (:func:`support.runtime.release_of`), owned by the Job (an ownerReference with its uid),
+        unless it exists. The LocalQueues created."""
+        from .runtime import release_of  # the kubelet's view of the container is runtime's
+
+        created = []
+        for k, live in sorted(self.objects.items()):
+            found = release_of("", live.obj) if k[:2] == ("batch", "Job") else None
+            if found is None:
+                continue
+            queue = found.local_queue()
+            queue["metadata"]["ownerReferences"][0]["uid"] = str(live.uid)
+            made = key(queue)
+            if made not in self.objects:
+                self._uids += 1
+                self.objects[made] = Live(queue, self._uids)
+                created.append(made)
+        return created
+
     def kueue_admit(self) -> list[Key]:
         """Kueue's controller: every suspended Job whose queue chain exists is started
         (unsuspended); the Jobs it started."""
@@ -383,9 +406,16 @@ class Cluster:
         return None
 
     def delete(self, k: Key) -> None:
-        """Delete the object; a Namespace takes everything in it along (the namespace
-        controller, kubernetes ``pkg/controller/namespace/deletion``), whoever put it there."""
-        self.objects.pop(k, None)
+        """Delete the object and, as the garbage collector does (kubernetes
+        ``pkg/controller/garbagecollector``), every object whose ownerReferences name its uid;
+        a Namespace takes everything in it along (the namespace controller, kubernetes
+        ``pkg/controller/namespace/deletion``), whoever put it there."""
+        gone = self.objects.pop(k, None)
+        if gone is not None:  # the garbage collector: what it owned goes with it
+            for other, live in list(self.objects.items()):
+                owners = live.obj["metadata"].get("ownerReferences", [])
+                if other in self.objects and any(o.get("uid") == str(gone.uid) for o in owners):
+                    self.delete(other)
         if k[:2] == ("", "Namespace"):
             for inside in [other for other in self.objects if other[2] == k[3]]:
                 del self.objects[inside]

@@ -45,7 +45,8 @@ from ruamel.yaml import YAML
 from fleetc.model import FleetModel, Stage
 from fleetc.placement.rules import slots_per_gpu
 from fleetc.policy.quantity import cpu_millis, memory_bytes
-from fleetc.render.order import MARK_SCRIPT, RETRY_COUNT, RUN_SCRIPT, WAIT_SCRIPT
+from fleetc.render.order import LOADED_SCRIPT, MARK_SCRIPT, RETRY_COUNT, RUN_SCRIPT, WAIT_SCRIPT
+from fleetc.render.release import RELEASE_SCRIPT
 
 from .expansion import command_line, environment, references
 
@@ -113,8 +114,21 @@ def _parsed(text: str) -> str:
     return json.dumps(YAML(typ="safe").load(text))
 
 
+RELEASE_ROLE = ("fleetc.dev/role", "release")
+
+
+def is_release(obj: Mapping[str, Any]) -> bool:
+    """A release Job (:mod:`fleetc.render.release`): its pods are fleetc's, not a stage's."""
+    if not is_batch_job(obj):
+        return False
+    labels = obj["spec"].get("template", {}).get("metadata", {}).get("labels", {})
+    return bool(labels.get(RELEASE_ROLE[0]) == RELEASE_ROLE[1])
+
+
 def pods(files: Mapping[str, str]) -> list[Pod]:
-    """The pods the Volcano job controller and the Deployment's HPA (at its minimum) create."""
+    """The pods of the stages: those the Volcano and Job controllers and the Deployment's HPA
+    (at its minimum) create. Not the release Jobs' pods (:func:`releases`: a few millicores,
+    no GPU, gone once their stage may start)."""
     found: list[Pod] = []
     everything = list(objects(files))
     minimum = {(c, o["metadata"]["namespace"], o["spec"]["scaleTargetRef"]["name"]): o["spec"]["minReplicas"]
@@ -128,7 +142,7 @@ def pods(files: Mapping[str, str]) -> list[Pod]:
                 for index in range(task["replicas"]):
                     found.append(Pod(cluster, meta["namespace"], owner, _stage(template), task["name"],
                                      index, template["spec"]))
-        elif is_batch_job(obj):
+        elif is_batch_job(obj) and not is_release(obj):
             template = obj["spec"]["template"]
             task = "index" if obj["spec"].get("completionMode") == "Indexed" else ""
             for index in range(obj["spec"].get("parallelism", 1)):
@@ -384,15 +398,19 @@ def _quota(resource: str, value: Any) -> int:
 
 def kueue_problems(files: Mapping[str, str]) -> list[str]:
     """Every batch Job that names a Kueue queue is admitted, all at once on its cluster: its
-    LocalQueue and ClusterQueue exist and take its namespace, and every resource its pods ask for
+    LocalQueue (rendered, or created by a release Job, :func:`releases`) and ClusterQueue exist
+    and take its namespace, and every resource its pods ask for
     gets a flavor (the first, in the ClusterQueue's order, whose node labels agree with the
     pods' node selector and whose quota is not used up by the Jobs admitted before it)."""
     problems = []
     by_cluster: dict[str, list[dict[str, Any]]] = {}
     for cluster, obj in objects(files):
         by_cluster.setdefault(cluster, []).append(obj)
+    created = releases(files)
     for cluster, found in sorted(by_cluster.items()):
         named = {(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o for o in found}
+        # the LocalQueues the release Jobs create once their upstream completed
+        named |= {("LocalQueue", r.created_in, r.queue): r.local_queue() for r in created if r.cluster == cluster}
         used: dict[tuple[str, str, str], int] = {}
         for job in (o for o in found if is_batch_job(o) and QUEUE_LABEL in o["metadata"].get("labels", {})):
             where = f"{cluster}: Job/{job['metadata']['name']}"
@@ -602,6 +620,9 @@ def credential_problems(model: FleetModel, files: Mapping[str, str]) -> list[str
                 url = stages[waited.pop()].outputs[0].url if len(waited) == 1 and None not in waited else None
                 problems += _reached(where, container, url, named.get((namespace, url)) if url else None)
             continue
+        if is_release(obj):
+            problems += _release_credential_problems(stages, named, where, obj)
+            continue
         if obj["kind"] == "Job" and obj["apiVersion"].startswith("batch.volcano.sh/"):
             templates = [t["template"] for t in obj["spec"]["tasks"]]
         elif obj["kind"] == "Deployment" or is_batch_job(obj):
@@ -625,6 +646,18 @@ def credential_problems(model: FleetModel, files: Mapping[str, str]) -> list[str
                 if volume.get("secret", {}).get("secretName") != secret:
                     problems.append(f"{where}: output {output.name} is written without Secret {secret}")
     return sorted(set(problems))
+
+
+def _release_credential_problems(stages: Mapping[str, Stage], named: Mapping[tuple[str, str], str], where: str,
+                                 job: Mapping[str, Any]) -> list[str]:
+    """A release Job's waits reach their markers with the Secrets named for them."""
+    spec, stage = job["spec"]["template"]["spec"], stages[_stage(job["spec"]["template"])]
+    namespace = job["metadata"]["namespace"]
+    problems = []
+    for container in spec.get("initContainers", []) + spec["containers"]:
+        url = _reaches(stages, stage, container, main=False)
+        problems += _reached(where, container, url, named.get((namespace, url)) if url else None)
+    return problems
 
 
 def _reaches(stages: Mapping[str, Stage], stage: Stage, container: Mapping[str, Any], main: bool) -> str | None:
@@ -875,16 +908,32 @@ def markers_written(files: Mapping[str, str]) -> dict[str, set[tuple[str, str]]]
     return written
 
 
+def _released_waits(files: Mapping[str, str]) -> dict[tuple[str, str], dict[str, set[tuple[str, str]]]]:
+    """(cluster, ``Job/<name>``) of every Job held on a LocalQueue a release Job creates -> the
+    markers that release waited for: Kueue creates no pod of the Job before its queue exists
+    (:mod:`fleetc.render.release`), so its pods start after those waits passed."""
+    made = {(r.cluster, r.created_in, r.queue): r.waited for r in releases(files)}
+    found = {}
+    for cluster, obj in objects(files):
+        queue = obj["metadata"].get("labels", {}).get(QUEUE_LABEL)
+        if is_batch_job(obj) and (cluster, obj["metadata"]["namespace"], queue) in made:
+            found[(cluster, f"Job/{obj['metadata']['name']}")] = made[(cluster, obj["metadata"]["namespace"], queue)]
+    return found
+
+
 def order_problems(model: FleetModel, files: Mapping[str, str], warned: set[tuple[str, str]]) -> list[str]:
     """Every pod of a stage waits, before it starts, for the completion marker of every
-    run-to-completion stage it depends on, as that stage's pods write it; ``warned`` are the
-    (stage, upstream) pairs the compile said it cannot order."""
+    run-to-completion stage it depends on, as that stage's pods write it: in its own init
+    containers, or, for a held Kueue Job, in those of the release Job without which Kueue
+    creates none of its pods; ``warned`` are the (stage, upstream) pairs the compile said it
+    cannot order."""
     written = markers_written(files)
     problems = []
     stages = {s.key: s for s in model.stages}
+    released = _released_waits(files)
     for pod in pods(files):
         stage = stages[pod.stage]
-        waited = _waited(pod.spec)
+        waited = _waited(pod.spec) | released.get((pod.cluster, pod.owner), {})
         for name in stage.dependencies:
             upstream = stages[f"{stage.pipeline}/{name}"]
             if not upstream.is_gang or (stage.name, name) in warned:
@@ -921,11 +970,22 @@ def gpu_seconds_waiting(files: Mapping[str, str], runtime: Mapping[str, int]) ->
     Kueue admitted with its quota) before the wait starts, and keeps its GPUs until its main
     container ends (the scheduler binds a pod with its effective requests, the larger of its
     containers' sum and any init container's, before any container runs; kubernetes
-    ``pkg/api/v1/resource`` ``PodRequests``)."""
+    ``pkg/api/v1/resource`` ``PodRequests``). A held Kueue Job has no pod while its release
+    Job waits (Kueue keeps it suspended, its Workload inadmissible, until the release created
+    its LocalQueue: :mod:`fleetc.render.release`), and the release pods ask for no GPU: both
+    count, as 0."""
     held: dict[str, int] = {}
     for _, _, pod, upstreams in _waiting_pods(files):
         waited = max(runtime[key] for key in upstreams)
         held[pod.stage] = held.get(pod.stage, 0) + pod.requests()[0] * waited
+    runs = {content: key for key, found in markers_written(files).items() for _, content in found}
+    for release in releases(files):
+        upstreams = {runs[content] for found in release.waited.values() for _, content in found if content in runs}
+        gpus = sum(int(c.get("resources", {}).get("requests", {}).get(GPU, 0))
+                   for c in [*release.spec.get("initContainers", []), *release.spec["containers"]])
+        if upstreams and gpus:
+            key = f"release/{release.job}"
+            held[key] = held.get(key, 0) + gpus * max(runtime[k] for k in upstreams)
     return {key: value for key, value in held.items() if value}
 
 
@@ -954,3 +1014,177 @@ def pods_ready_evictions(files: Mapping[str, str], runtime: Mapping[str, int],
     return [f"{cluster}: Job/{name}: evicted by PodsReadyTimeout {(waited - 1) // timeout} times while it "
             f"waits {waited}s for {', '.join(sorted(upstreams))}"
             for (cluster, name), (waited, upstreams) in sorted(evicted.items()) if waited > timeout]
+
+
+# --------------------------------------------------------------------------- held Jobs and their release
+@dataclass(frozen=True)
+class Release:
+    """What a release Job does once its init containers (the waits) all passed: its
+    ``fleetc-release`` container, as the kubelet starts it, POSTs a LocalQueue (the name and
+    ClusterQueue in its environment) to the API server in the namespace it names."""
+
+    cluster: str
+    job: str
+    namespace: str  # the Job's
+    queue: str  # the LocalQueue it creates
+    cluster_queue: str  # what that LocalQueue points at
+    created_in: str  # the namespace of the URL it POSTs to
+    waited: Mapping[str, set[tuple[str, str]]]  # its init containers' markers, by container
+    spec: Mapping[str, Any]  # its pod spec
+
+    def local_queue(self) -> dict[str, Any]:
+        return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                "metadata": {"name": self.queue, "namespace": self.created_in,
+                             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": self.job}]},
+                "spec": {"clusterQueue": self.cluster_queue}}
+
+
+def release_of(cluster: str, job: Mapping[str, Any]) -> Release | None:
+    """The release a Job's pods make, or None when it is no release Job."""
+    if not is_release(job):
+        return None
+    spec = job["spec"]["template"]["spec"]
+    for container in spec["containers"]:
+        env, argv = kubelet_view(container)
+        if argv[:3] == ["sh", "-c", RELEASE_SCRIPT]:
+            return Release(cluster, job["metadata"]["name"], job["metadata"]["namespace"], env["FLEETC_LOCAL_QUEUE"],
+                           env["FLEETC_CLUSTER_QUEUE"], env["FLEETC_NAMESPACE"], _waited(spec), spec)
+    return None
+
+
+def releases(files: Mapping[str, str]) -> list[Release]:
+    return [found for cluster, obj in objects(files) if (found := release_of(cluster, obj)) is not None]
+
+
+def _may_create_local_queues(named: Mapping[tuple[str, str, str], Any], release: Release) -> bool:
+    """Whether the release pod's service account may create LocalQueues where it POSTs them
+    (kubernetes RBAC: a RoleBinding of its namespace binding the account to a Role of that
+    namespace with a rule on ``kueue.x-k8s.io`` ``localqueues`` ``create``)."""
+    account = release.spec.get("serviceAccountName", "default")
+    for (kind, namespace, _), binding in named.items():
+        if kind != "RoleBinding" or namespace != release.created_in:
+            continue
+        if not any(s == {"kind": "ServiceAccount", "name": account, "namespace": release.namespace}
+                   for s in binding.get("subjects", [])):
+            continue
+        role = named.get((binding["roleRef"]["kind"], namespace, binding["roleRef"]["name"]))
+        for rule in (role or {}).get("rules", []):
+            if ("kueue.x-k8s.io" in rule.get("apiGroups", []) and "localqueues" in rule.get("resources", [])
+                    and "create" in rule.get("verbs", [])):
+                return True
+    return False
+
+
+def _reaches_api_server(named: Mapping[tuple[str, str, str], Any], release: Release) -> bool:
+    """Whether the release pod reaches the API server on TCP 443 and 6443: no egress
+    NetworkPolicy selects it, or those that do allow both ports to any destination
+    (NetworkPolicies add up; kubernetes ``networking/v1`` semantics)."""
+    labels = _release_labels(named, release)
+    selecting = [p for (kind, namespace, _), p in named.items() if kind == "NetworkPolicy"
+                 and namespace == release.namespace and "Egress" in p["spec"].get("policyTypes", [])
+                 and p["spec"]["podSelector"].get("matchLabels", {}).items() <= labels.items()]
+    if not selecting:
+        return True
+    open_ports = {port["port"] for p in selecting for rule in p["spec"].get("egress", []) if "to" not in rule
+                  for port in rule.get("ports", []) if port.get("protocol", "TCP") == "TCP"}
+    return {443, 6443} <= open_ports
+
+
+def _release_labels(named: Mapping[tuple[str, str, str], Any], release: Release) -> dict[str, str]:
+    job = named[("Job", release.namespace, release.job)]
+    return dict(job["spec"]["template"]["metadata"].get("labels", {}))
+
+
+def release_problems(files: Mapping[str, str]) -> list[str]:
+    """Every release Job can create the LocalQueue it names (its account's Role, the API
+    server reachable through the namespace's NetworkPolicies, its own namespace), and every
+    Job naming a LocalQueue no manifest renders has one release Job that creates it, pointing
+    at a ClusterQueue that exists."""
+    problems = []
+    by_cluster: dict[str, dict[tuple[str, str, str], Any]] = {}
+    for cluster, obj in objects(files):
+        by_cluster.setdefault(cluster, {})[(obj["kind"], obj["metadata"].get("namespace", ""),
+                                            obj["metadata"]["name"])] = obj
+    made: dict[tuple[str, str, str], list[Release]] = {}
+    for release in releases(files):
+        named = by_cluster[release.cluster]
+        where = f"{release.cluster}: Job/{release.job}"
+        made.setdefault((release.cluster, release.created_in, release.queue), []).append(release)
+        if release.created_in != release.namespace:
+            problems.append(f"{where}: creates its LocalQueue in {release.created_in}, not its namespace")
+        if not _may_create_local_queues(named, release):
+            problems.append(f"{where}: its service account may not create LocalQueues in {release.created_in}")
+        if not _reaches_api_server(named, release):
+            problems.append(f"{where}: its NetworkPolicies block the API server")
+        if ("ClusterQueue", "", release.cluster_queue) not in named:
+            problems.append(f"{where}: its LocalQueue points at ClusterQueue {release.cluster_queue}, not there")
+    for cluster, named in sorted(by_cluster.items()):
+        for (kind, namespace, name), job in sorted(named.items()):
+            queue = job["metadata"].get("labels", {}).get(QUEUE_LABEL) if kind == "Job" else None
+            if queue is None or ("LocalQueue", namespace, queue) in named:
+                continue
+            count = len(made.get((cluster, namespace, queue), []))
+            if count != 1:
+                problems.append(f"{cluster}: Job/{name}: {count} release Jobs create its LocalQueue {queue}")
+    return problems
+
+
+# --------------------------------------------------------------------------- serving from a refreshed cache
+def _loaded_markers(named: Mapping[tuple[str, str, str, str], Any]) -> dict[tuple[str, str, str], set[tuple[str, str]]]:
+    """(cluster, namespace, DataLoad) -> (path, content) of the markers written once it is
+    Complete: by a DataProcess that runs after it (Fluid holds a data operation with ``runAfter``
+    Pending until the one it names is Complete, fluid v1.0.8 ``pkg/controllers/v1alpha1/dataflow/
+    operations.go``) whose container runs :data:`fleetc.render.order.LOADED_SCRIPT`."""
+    loaded: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
+    for (cluster, kind, namespace, _), obj in named.items():
+        after = obj["spec"].get("runAfter") if kind == "DataProcess" else None
+        if after is None or after["kind"] != "DataLoad":
+            continue
+        for container in obj["spec"]["processor"].get("job", {}).get("podSpec", {}).get("containers", []):
+            env, argv = kubelet_view(container)
+            if argv[:3] == ["sh", "-c", LOADED_SCRIPT] and len(argv) == 5:
+                loaded.setdefault((cluster, after.get("namespace", namespace), after["name"]), set()).add(
+                    (f"{env['FLEETC_MARKER_DIR']}/{argv[4]}", env["FLEETC_RUN"]))
+    return loaded
+
+
+def _model_claim(spec: Mapping[str, Any]) -> str | None:
+    """The Dataset (its PVC) a ``tritonserver`` container serves its model repository from."""
+    _, argv = kubelet_view(spec["containers"][0])
+    if argv[:1] != ["tritonserver"]:
+        return None
+    repository = next((w.partition("=")[2] for w in argv if w.startswith("--model-repository=")), "")
+    mount = next((m for m in spec["containers"][0].get("volumeMounts", []) if m["mountPath"] == repository), None)
+    volume = next((v for v in spec.get("volumes", []) if mount and v["name"] == mount["name"]), {})
+    return volume.get("persistentVolumeClaim", {}).get("claimName")
+
+
+def cache_ready_problems(files: Mapping[str, str]) -> list[str]:
+    """A Deployment whose Triton serves its model repository from a Fluid Dataset that a DataLoad
+    refreshes after the writers completed (``runAfter``) starts only once that DataLoad is
+    Complete: an init container of its pods polls the marker written after it, for what it
+    writes (issue 25: Triton waited for the training marker only, and loaded from a cache
+    whose listing was not refreshed yet)."""
+    everything = list(objects(files))
+    named = {(c, o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]): o for c, o in everything
+             if o["apiVersion"].startswith("data.fluid.io/")}
+    loaded = _loaded_markers(named)
+    problems = []
+    for cluster, obj in everything:
+        if obj["kind"] != "Deployment":
+            continue
+        spec, namespace = obj["spec"]["template"]["spec"], obj["metadata"]["namespace"]
+        claim = _model_claim(spec)
+        waited = {found for marks in _waited(spec).values() for found in marks}
+        for (c, kind, ns, name), load in sorted(named.items()):
+            if (c, kind, ns) != (cluster, "DataLoad", namespace) or load["spec"]["dataset"]["name"] != claim:
+                continue
+            if not load["spec"].get("runAfter"):
+                continue  # data no stage writes: loaded once, as before
+            marks = loaded.get((cluster, namespace, name), set())
+            where = f"{cluster}: Deployment/{obj['metadata']['name']}"
+            if not marks:
+                problems.append(f"{where}: serves {claim}, refreshed by DataLoad/{name}: nothing marks it done")
+            elif not marks <= waited:
+                problems.append(f"{where}: starts before DataLoad/{name} refreshed the {claim} it serves")
+    return problems

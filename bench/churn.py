@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import git
+
 from bench.clock import cpu_seconds, load_words
 from bench.generate import Spec, generate
 from bench.run import _run_measured
@@ -163,6 +165,22 @@ def moved_count(before: dict[str, dict[str, int]], after: dict[str, dict[str, in
                if key not in touched and before.get(key) != after.get(key))
 
 
+def committed_copy(out: Path, to: Path) -> Path:
+    """``out`` copied to ``to`` and committed there: the out/ a user's next commit compiles on.
+
+    A copy carries none of fleetc's marks (they name the file's device and inode), so fleetc
+    may delete a stale file of it only because git holds it unchanged (``fleetc.infra.marks``),
+    as in a fresh clone of the user's repository.
+    """
+    shutil.copytree(out, to, symlinks=True)
+    repository = git.Repo.init(to)
+    repository.git.add("--all")
+    repository.git.execute(["git", "-c", "user.name=fleetc bench", "-c", "user.email=bench@fleetc.invalid",
+                            "-c", "commit.gpgsign=false",
+                            "commit", "--quiet", "--no-verify", "-m", "the last compile's output"])
+    return to
+
+
 def churn(spec: Spec, changes: Sequence[str] = CHANGES, *, scratch: bool = False,
           write_to: Path | None = None, timeout: float | None = None) -> dict[str, Any]:
     """Compile ``spec``'s instance, then each change on top of it; what each recompile took and
@@ -181,8 +199,7 @@ def churn(spec: Spec, changes: Sequence[str] = CHANGES, *, scratch: bool = False
             shutil.copytree(base, policies)
             changed, what = (raise_training_gpus(policies) if change == "gpu"
                              else cordon_busiest(policies, before))
-            out = root / f"out-{change}"
-            shutil.copytree(root / "out", out, symlinks=True)  # the committed out/ of the last compile
+            out = committed_copy(root / "out", root / f"out-{change}")
             run = compile_cli(policies, out, timeout)
             record: dict[str, Any] = {"what": what, "changed": len(changed), **_figures(run)}
             if "error" not in run:

@@ -49,30 +49,30 @@ from typing import TYPE_CHECKING
 
 from fleetc.emit.check import ENTRY_POINTS, Change, applied_by, changes, user_files
 from fleetc.emit.files import (
-    _OPEN_FOLDER,
+    OPEN_FOLDER,
     WriteError,
-    _open_previous_folder,
-    _read_regular,
-    _umask,
-    _walk,
+    current_umask,
+    open_previous_folder,
+    read_regular,
+    walk_files,
 )
 from fleetc.emit.ownership import (
     RECORD,
     USER_FOLDER,
-    _refuse_disowning,
-    _refuse_unproven_deletions,
     could_be_fleetcs,
     is_users,
     owned_files,
     record_text,
+    refuse_disowning,
+    refuse_unproven_deletions,
 )
-from fleetc.emit.reuse import _check_kept, _verify_kept, reusable_folders
+from fleetc.emit.reuse import check_kept, reusable_folders, verify_kept
 from fleetc.emit.staging import (
-    _remove_stale_staging,
-    _restore_stranded,
-    _staging_prefix,
-    _stranded,
+    remove_stale_staging,
+    restore_stranded,
+    staging_prefix,
     stranded_output,
+    stranded_previous,
 )
 from fleetc.errors import FleetcError, UsageError
 from fleetc.infra import marks
@@ -112,11 +112,11 @@ def write_tree(out_dir: Path, files: Mapping[str, str], policy_roots: Sequence[P
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         with _locked(out_dir):
             _refuse_foreign(out_dir)  # again under the lock: it may have changed since
-            _remove_stale_staging(out_dir)
+            remove_stale_staging(out_dir)
             if kept is not None:
-                _check_kept(out_dir, kept)
-            _refuse_disowning(out_dir)
-            _refuse_unproven_deletions(out_dir, files, kept, named)
+                check_kept(out_dir, kept)
+            refuse_disowning(out_dir)
+            refuse_unproven_deletions(out_dir, files, kept, named)
             return _stage_and_swap(out_dir, files, then, kept)
     except FleetcError:
         raise
@@ -143,7 +143,7 @@ def check_output_folder(out_dir: Path, policy_roots: Sequence[Path] = ()) -> Pat
                            "keep the output folder and the policies apart, such as out/ beside "
                            "policies/")
     _refuse_foreign(real, out_dir)
-    _refuse_disowning(real, out_dir)
+    refuse_disowning(real, out_dir)
     return real
 
 
@@ -176,7 +176,7 @@ def _refusal(message: str, hint: str) -> UsageError:
 
 def _stage_and_swap(out_dir: Path, files: Mapping[str, str], then: Callable[[], None] | None,
                     kept: Kept | None) -> list[str]:
-    staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(out_dir, "new"), dir=out_dir.parent))
+    staging = Path(tempfile.mkdtemp(prefix=staging_prefix(out_dir, "new"), dir=out_dir.parent))
     try:
         previous = out_dir if out_dir.is_dir() else None
         owned = {rel: text for rel, text in files.items() if not is_users(rel)}
@@ -184,7 +184,7 @@ def _stage_and_swap(out_dir: Path, files: Mapping[str, str], then: Callable[[], 
         ours = set(owned)
         if kept is not None and previous is not None:
             _keep_files(staging, previous, kept.paths)
-            _verify_kept(staging, kept, out_dir)
+            verify_kept(staging, kept, out_dir)
             ours.update(kept.paths)
         carried = [] if previous is None else _carry_foreign_files(out_dir, staging, ours)
         _write_files(staging, {rel: text for rel, text in files.items()
@@ -229,11 +229,11 @@ def recover_output(out_dir: Path) -> bool:
     """Before a compile reads ``out_dir`` (its placement, its folders to keep): put back the
     previous output a killed compile left stranded beside it, under the write lock. Whether
     one was put back."""
-    if _stranded(out_dir) is None or not out_dir.parent.is_dir():
+    if stranded_previous(out_dir) is None or not out_dir.parent.is_dir():
         return False
     with _locked(out_dir):
-        restored = _stranded(out_dir) is not None
-        _restore_stranded(out_dir)
+        restored = stranded_previous(out_dir) is not None
+        restore_stranded(out_dir)
     return restored
 
 
@@ -248,13 +248,13 @@ def _keep_files(staging: Path, previous: Path, paths: Sequence[str]) -> None:
     for folder, names in sorted(by_folder.items()):
         target = os.path.join(staging, folder)
         os.makedirs(target, exist_ok=True)
-        folder_fd = os.open(target, _OPEN_FOLDER)
-        previous_fd = _open_previous_folder(previous, folder)
+        folder_fd = os.open(target, OPEN_FOLDER)
+        previous_fd = open_previous_folder(previous, folder)
         try:
             for name in names:
                 if previous_fd is not None and _link(previous_fd, folder_fd, name):
                     continue
-                data = None if previous_fd is None else _read_regular(previous_fd, name)
+                data = None if previous_fd is None else read_regular(previous_fd, name)
                 if data is None:
                     raise WriteError(f"{previous / folder / name}: removed while this compile ran; nothing was "
                                      "written\n  hint: run fleetc compile again")
@@ -272,7 +272,7 @@ def _write_files(staging: Path, files: Mapping[str, str], previous: Path | None)
     for rel, text in files.items():
         folder, _, name = rel.rpartition("/")
         by_folder[folder].append((name, text))
-    umask = _umask()
+    umask = current_umask()
     for folder in sorted(by_folder):
         _write_folder(staging, previous, umask, by_folder, folder)
 
@@ -281,8 +281,8 @@ def _write_folder(staging: Path, previous: Path | None, umask: int,
                   by_folder: Mapping[str, list[tuple[str, str]]], folder: str) -> None:
     target = os.path.join(staging, folder)
     os.makedirs(target, exist_ok=True)
-    folder_fd = os.open(target, _OPEN_FOLDER)
-    previous_fd = _open_previous_folder(previous, folder)
+    folder_fd = os.open(target, OPEN_FOLDER)
+    previous_fd = open_previous_folder(previous, folder)
     try:
         for name, text in sorted(by_folder[folder]):
             data = text.encode("utf-8")
@@ -318,7 +318,7 @@ def _link_unchanged(previous_fd: int, folder_fd: int, name: str, data: bytes, um
     False (nothing left behind) otherwise."""
     if not _link(previous_fd, folder_fd, name):
         return False
-    if _read_regular(folder_fd, name, umask, links=2, mark_if=data) == data:
+    if read_regular(folder_fd, name, umask, links=2, mark_if=data) == data:
         return True
     os.unlink(name, dir_fd=folder_fd)
     return False
@@ -337,7 +337,7 @@ def _carry_foreign_files(out_dir: Path, staging: Path, rendered: set[str]) -> li
     # only the paths the walk finds are looked up in the record
     owned = owned_files(out_dir) | {RECORD}
     carried = []
-    for rel in _walk(out_dir):
+    for rel in walk_files(out_dir):
         if rel not in owned and rel not in rendered:
             target = staging / rel
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -351,7 +351,7 @@ def _match_mode(staging: Path, out_dir: Path) -> None:
     if out_dir.is_dir():
         mode = out_dir.stat().st_mode & 0o7777
     else:
-        mode = 0o777 & ~_umask()
+        mode = 0o777 & ~current_umask()
     staging.chmod(mode)
 
 
@@ -363,7 +363,7 @@ def _swap(staging: Path, out_dir: Path) -> str:
         return "renamed"
     if _exchange(staging, out_dir):
         return "exchanged"
-    old = Path(tempfile.mkdtemp(prefix=_staging_prefix(out_dir, "old"), dir=out_dir.parent))
+    old = Path(tempfile.mkdtemp(prefix=staging_prefix(out_dir, "old"), dir=out_dir.parent))
     os.rename(out_dir, old / "tree")
     os.rename(staging, out_dir)
     os.rename(old, staging)  # so the caller's cleanup removes it

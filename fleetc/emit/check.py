@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetc.emit.files import _read_file, _scan
+from fleetc.emit.files import read_file, scan_entries
 from fleetc.emit.ownership import RECORD, USER_FOLDER, is_users, owned_files, record_text
 
 #: The folders of the output the GitOps engines read, and who reads each: everything under them
@@ -46,7 +46,7 @@ def changes(out_dir: Path, files: Mapping[str, str]) -> list[Change]:
     one anywhere in ``out_dir`` is a change (``link``)."""
     rendered = {rel: text.encode("utf-8") for rel, text in files.items()}
     rendered[RECORD] = record_text(rel for rel in files if not is_users(rel)).encode("utf-8")
-    present = dict(_scan(out_dir)) if os.path.isdir(out_dir) else {}
+    present = dict(scan_entries(out_dir)) if os.path.isdir(out_dir) else {}
     found = []
     for rel, data in rendered.items():
         kind = present.get(rel)
@@ -54,7 +54,7 @@ def changes(out_dir: Path, files: Mapping[str, str]) -> list[Change]:
             found.append(Change(rel, "added"))
         elif kind != "file":
             found.append(Change(rel, "link"))
-        elif not is_users(rel) and _read_file(out_dir / rel) != data:
+        elif not is_users(rel) and read_file(out_dir / rel) != data:
             found.append(Change(rel, "changed"))
     owned = owned_files(out_dir)
     for rel, kind in present.items():
@@ -80,5 +80,5 @@ def user_files(out_dir: Path, files: Mapping[str, str] | None = None) -> list[st
     if not os.path.isdir(out_dir / USER_FOLDER):
         return []
     files = files or {}
-    return sorted(rel for rel, kind in _scan(out_dir, USER_FOLDER)
-                  if kind == "file" and (rel not in files or _read_file(out_dir / rel) != files[rel].encode("utf-8")))
+    return sorted(rel for rel, kind in scan_entries(out_dir, USER_FOLDER)
+                  if kind == "file" and (rel not in files or read_file(out_dir / rel) != files[rel].encode("utf-8")))

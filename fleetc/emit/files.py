@@ -20,7 +20,7 @@ from fleetc.infra import marks
 _READ_PREVIOUS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-_OPEN_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+OPEN_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 class WriteError(FleetcError, OSError):
@@ -29,7 +29,7 @@ class WriteError(FleetcError, OSError):
     An ``OSError`` too, so callers that catch those keep working."""
 
 
-def _read_regular(folder_fd: int, name: str, linkable_under: int | None = None, links: int = 1, *,
+def read_regular(folder_fd: int, name: str, linkable_under: int | None = None, links: int = 1, *,
                   marked: bool = False, mark_if: bytes | None = None) -> bytes | None:
     """The bytes of the regular file ``name`` in the open folder; None where there is none, or
     with ``linkable_under`` (a umask) where it is not :func:`_linkable` (with ``links`` links), or
@@ -63,31 +63,31 @@ def _read_all(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def _read_file(path: Path, marked: bool = False) -> bytes | None:
+def read_file(path: Path, marked: bool = False) -> bytes | None:
     """The bytes of the regular file ``path``, never through a symlink (None otherwise; with
     ``marked``, also where it carries no valid mark)."""
     try:
-        folder_fd = os.open(path.parent, _OPEN_FOLDER)
+        folder_fd = os.open(path.parent, OPEN_FOLDER)
     except OSError:
         return None
     try:
-        return _read_regular(folder_fd, path.name, marked=marked)
+        return read_regular(folder_fd, path.name, marked=marked)
     finally:
         os.close(folder_fd)
 
 
-def _open_previous_folder(previous: Path | None, folder: str) -> int | None:
+def open_previous_folder(previous: Path | None, folder: str) -> int | None:
     """A descriptor of ``previous/folder``, opened one component at a time without following
     symlinks (a linked file must come from inside the old tree); None when there is none."""
     if previous is None:
         return None
     try:
-        fd = os.open(previous, _OPEN_FOLDER)
+        fd = os.open(previous, OPEN_FOLDER)
     except OSError:
         return None
     for part in folder.split("/") if folder else ():
         try:
-            child = os.open(part, _OPEN_FOLDER | os.O_NOFOLLOW, dir_fd=fd)
+            child = os.open(part, OPEN_FOLDER | os.O_NOFOLLOW, dir_fd=fd)
         except OSError:
             child = None
         os.close(fd)
@@ -106,13 +106,14 @@ def _linkable(info: os.stat_result, umask: int, links: int = 1) -> bool:
             and info.st_uid == os.geteuid())
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process's umask (read by setting it and back: there is no other way)."""
     umask = os.umask(0)
     os.umask(umask)
     return umask
 
 
-def _walk(root: Path) -> Iterator[str]:
+def walk_files(root: Path) -> Iterator[str]:
     """Every file under ``root`` as a relative POSIX path, as ``os.walk`` finds them (a symlink
     to a folder is neither followed nor a file), with string work only: out/ is big."""
     stack = [("", os.fspath(root))]
@@ -126,7 +127,7 @@ def _walk(root: Path) -> Iterator[str]:
                     stack.append((f"{prefix}{entry.name}/", entry.path))
 
 
-def _scan(root: Path, under: str = "") -> Iterator[tuple[str, str]]:
+def scan_entries(root: Path, under: str = "") -> Iterator[tuple[str, str]]:
     """Every entry under ``root/under`` that is not a folder, as (relative POSIX path, ``file``
     for a regular file or ``link`` for anything else: a symlink, also to a folder, a FIFO, a
     device); symlinks are never followed."""

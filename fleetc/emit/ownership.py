@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fleetc.emit.files import _read_file
+from fleetc.emit.files import read_file
 from fleetc.errors import FleetcError
 from fleetc.infra import marks
 
@@ -63,7 +63,7 @@ def could_be_fleetcs(rel: str) -> bool:
         rel.endswith(_RENDERED_SUFFIX) and not is_users(rel) and not rel.startswith(".fleetc/")))
 
 
-def _refuse_disowning(out_dir: Path, named: Path | None = None) -> None:
+def refuse_disowning(out_dir: Path, named: Path | None = None) -> None:
     """Refuse to write when fleetc's record names a file there that fleetc could not have
     written (a line added by hand, or a record planted in a folder that is not fleetc's
     output): it is not fleetc's to delete or reset, and the record is not to be trusted."""
@@ -81,7 +81,7 @@ def _refuse_disowning(out_dir: Path, named: Path | None = None) -> None:
             f"{named / RECORD}) or remove that line")
 
 
-def _refuse_unproven_deletions(out_dir: Path, files: Mapping[str, str], kept: Kept | None, named: Path) -> None:
+def refuse_unproven_deletions(out_dir: Path, files: Mapping[str, str], kept: Kept | None, named: Path) -> None:
     """Refuse to write when the files fleetc would delete (its record lists them, this compile
     renders and keeps them no more) hold one fleetc cannot show is its own: neither marked
     (:mod:`fleetc.infra.marks`) nor committed to git as it is. The record is only a list anyone
@@ -90,7 +90,7 @@ def _refuse_unproven_deletions(out_dir: Path, files: Mapping[str, str], kept: Ke
     loses nothing."""
     staying = set(files) | set(kept.paths if kept is not None else ()) | {RECORD}
     doomed = [rel for rel in sorted(owned_files(out_dir)) if rel not in staying and _is_regular(out_dir / rel)]
-    unproven = [rel for rel in doomed if _read_file(out_dir / rel, marked=True) is None]
+    unproven = [rel for rel in doomed if read_file(out_dir / rel, marked=True) is None]
     unproven = sorted(set(unproven) - marks.committed_as_is(out_dir, unproven))
     if unproven:
         raise FleetcError(

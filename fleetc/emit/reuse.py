@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fleetc.emit.files import WriteError, _open_previous_folder, _read_regular, _umask
+from fleetc.emit.files import WriteError, current_umask, open_previous_folder, read_regular
 from fleetc.emit.ownership import RECORD, owned_files
 
 if TYPE_CHECKING:  # fleetc.render is imported where used: `validate` does not need it
@@ -60,18 +60,18 @@ def _digest_of(out_dir: Path, paths: Sequence[str], linkable: bool = True) -> st
     (:func:`_linkable`; unless not ``linkable``), so keeping them costs a link each."""
     from fleetc.render.record import files_digest
 
-    umask = _umask() if linkable else None
+    umask = current_umask() if linkable else None
     found: list[tuple[str, bytes]] = []
     by_folder: dict[str, list[str]] = defaultdict(list)
     for rel in paths:
         by_folder[rel.rpartition("/")[0]].append(rel)
     for folder, names in by_folder.items():
-        folder_fd = _open_previous_folder(out_dir, folder)
+        folder_fd = open_previous_folder(out_dir, folder)
         if folder_fd is None:
             return None
         try:
             for rel in names:
-                data = _read_regular(folder_fd, rel.rpartition("/")[2], umask, marked=True)
+                data = read_regular(folder_fd, rel.rpartition("/")[2], umask, marked=True)
                 if data is None:
                     return None
                 found.append((rel, data))
@@ -80,7 +80,7 @@ def _digest_of(out_dir: Path, paths: Sequence[str], linkable: bool = True) -> st
     return files_digest(sorted(found))
 
 
-def _check_kept(out_dir: Path, kept: Kept) -> None:
+def check_kept(out_dir: Path, kept: Kept) -> None:
     """Refuse to keep files from an output folder that another compile wrote since they were
     checked, unless they are still the same (caller holds the lock)."""
     try:
@@ -96,7 +96,7 @@ def _check_kept(out_dir: Path, kept: Kept) -> None:
                          "  hint: run fleetc compile again")
 
 
-def _verify_kept(staging: Path, kept: Kept, out_dir: Path) -> None:
+def verify_kept(staging: Path, kept: Kept, out_dir: Path) -> None:
     """Hash the kept files as linked into the new tree: a file changed in place after
     :func:`reusable_folders` read it and before the link shares its inode with the new tree,
     so only the linked bytes say what the new tree holds."""

@@ -19,16 +19,16 @@ from fleetc.emit.check import Change
 _STAGING_MARK = "fleetc-"
 
 
-def _staging_prefix(out_dir: Path, role: str) -> str:
+def staging_prefix(out_dir: Path, role: str) -> str:
     return f".{out_dir.name}.{_STAGING_MARK}{role}-"
 
 
-def _remove_stale_staging(out_dir: Path) -> None:
+def remove_stale_staging(out_dir: Path) -> None:
     """Remove temporary folders left beside ``out_dir`` by a killed compile (caller holds the
     lock, so no live compile is using them), once a stranded previous output is back
-    (:func:`_restore_stranded`). Only names :func:`tempfile.mkdtemp` gave fleetc's own
+    (:func:`restore_stranded`). Only names :func:`tempfile.mkdtemp` gave fleetc's own
     prefixes are touched: a user's ``.out.fleetc-notes`` is not one."""
-    _restore_stranded(out_dir)
+    restore_stranded(out_dir)
     for entry in _staging_folders(out_dir):
         shutil.rmtree(entry, ignore_errors=True)
 
@@ -42,27 +42,27 @@ def _staging_folders(out_dir: Path) -> list[Path]:
         return []
 
 
-def _stranded(out_dir: Path) -> Path | None:
+def stranded_previous(out_dir: Path) -> Path | None:
     """The previous output a compile killed between the two renames of the fallback swap
     (:func:`fleetc.emit._swap`) left in its ``old`` staging folder, when ``out_dir`` is missing."""
     if os.path.lexists(out_dir):
         return None
-    old = _staging_prefix(out_dir, "old")
+    old = staging_prefix(out_dir, "old")
     found = [entry / "tree" for entry in _staging_folders(out_dir)
              if entry.name.startswith(old) and (entry / "tree").is_dir()]
     return found[0] if found else None
 
 
-def _restore_stranded(out_dir: Path) -> None:
-    """Put a stranded previous output (:func:`_stranded`) back at ``out_dir`` (caller holds the
+def restore_stranded(out_dir: Path) -> None:
+    """Put a stranded previous output (:func:`stranded_previous`) back at ``out_dir`` (caller holds the
     lock)."""
-    stranded = _stranded(out_dir)
+    stranded = stranded_previous(out_dir)
     if stranded is not None:
         os.rename(stranded, out_dir)
 
 
 def stranded_output(out_dir: Path) -> list[Change]:
-    """For ``--check``, which never writes: the stranded previous output (:func:`_stranded`),
+    """For ``--check``, which never writes: the stranded previous output (:func:`stranded_previous`),
     as a change whose path is relative to ``out_dir``."""
-    stranded = _stranded(out_dir)
+    stranded = stranded_previous(out_dir)
     return [] if stranded is None else [Change(os.path.relpath(stranded, out_dir), "stranded")]

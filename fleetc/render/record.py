@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from fleetc.delivery import INFRA, WORKLOADS
-from fleetc.model import Stage
+from fleetc.model import Cluster, Stage
 from fleetc.render.context import Context, Work
 
 #: The version of what the renderer writes, part of every inputs digest: bump it in the same
@@ -128,6 +128,24 @@ def folder_inputs(ctx: Context, work: Mapping[str, Work]) -> dict[str, str]:
     module's docstring for what counts). ``repr`` is the canonical form: the model holds
     frozen dataclasses of tuples, strings and numbers only, so it is complete and the same on
     every machine and hash seed."""
+    shared = _shared_inputs(ctx)
+    return {cluster.name: _digest("\n".join(_cluster_lines(ctx, shared, cluster, work.get(cluster.name, []))))
+            for cluster in ctx.model.clusters}
+
+
+@dataclass(frozen=True)
+class _SharedInputs:
+    """What the digests of all clusters read, computed once: the fleet's text, each stage's
+    text by key, and the digests of each pipeline, namespace and cluster's guarantees."""
+
+    fleet: str
+    stages: Mapping[str, str]
+    pipelines: Mapping[str, str]
+    namespaces: Mapping[str, str]
+    guarantees: Mapping[str, list[tuple[str, int]]]
+
+
+def _shared_inputs(ctx: Context) -> _SharedInputs:
     model = ctx.model
     # all but the stages, the clusters and policy_files (how messages name the files: only
     # warnings read it, and it holds the folder the policies were read from)
@@ -135,37 +153,59 @@ def folder_inputs(ctx: Context, work: Mapping[str, Work]) -> dict[str, str]:
                   model.platforms, model.gpu_policy, model.data_policies, model.move_cost, model.gitops,
                   model.teams, model.budgets, ctx.gpu_slots, ctx.fleet_source("")))
     texts = {stage.key: repr(stage) for stage in model.stages}
+    return _SharedInputs(fleet, texts, _pipeline_digests(ctx, texts), _namespace_digests(ctx),
+                         _guarantees_by_cluster(ctx))
+
+
+def _pipeline_digests(ctx: Context, texts: Mapping[str, str]) -> dict[str, str]:
+    """Pipeline name -> the digest of its stages' texts, in the model's order."""
     by_pipeline: dict[str, list[str]] = defaultdict(list)
-    for stage in model.stages:
+    for stage in ctx.model.stages:
         by_pipeline[stage.pipeline].append(texts[stage.key])
-    pipelines = {name: _digest("\n".join(stages)) for name, stages in by_pipeline.items()}
+    return {name: _digest("\n".join(stages)) for name, stages in by_pipeline.items()}
+
+
+def _namespace_digests(ctx: Context) -> dict[str, str]:
+    """Namespace -> the digest of its pipelines with their files and its storage secrets."""
     secrets: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for (namespace, url), secret in sorted(ctx.storage_secrets.items()):
         secrets[namespace].append((url, secret))
     # a namespace's pipelines with their files: its LocalQueues are sourced from the first
     # pipeline's, which need not run on the cluster (kueue.local_queue)
-    namespaces = {name: _digest(repr(([(p, ctx.pipeline_sources[p]) for p in sorted(members)],
-                                      secrets.get(name, []))))
-                  for name, members in ctx.namespace_pipelines.items()}
+    return {name: _digest(repr(([(p, ctx.pipeline_sources[p]) for p in sorted(members)],
+                                secrets.get(name, []))))
+            for name, members in ctx.namespace_pipelines.items()}
+
+
+def _guarantees_by_cluster(ctx: Context) -> dict[str, list[tuple[str, int]]]:
+    """Cluster name -> the (team, GPUs) guaranteed there, sorted."""
     guarantees: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for (team, name), gpus in sorted(ctx.guarantees.items()):
         guarantees[name].append((team, gpus))
-    found = {}
-    for cluster in model.clusters:
-        placed = work.get(cluster.name, [])
-        lines = [fleet, repr(cluster), repr(guarantees.get(cluster.name, []))]
-        # each stage as it runs here (on_cluster may change its GPUs), with its assignment
-        lines += [f"{texts[stage.key] if stage is _base(ctx, stage) else repr(stage)} {assignment!r}"
-                  for stage, assignment in placed]
-        urls = sorted({ctx.input_url(stage, item) for stage, _ in placed for item in stage.inputs}
-                      | {output.url for stage, _ in placed for output in stage.outputs})
-        writers = {url: ctx.writers.get(url, ()) for url in urls}
-        lines += [f"{url} {' '.join(writer.key for writer in writers[url])}" for url in urls]
-        named = {stage.pipeline for stage, _ in placed} | {w.pipeline for ws in writers.values() for w in ws}
-        lines += [f"{name} {pipelines[name]}" for name in sorted(named)]
-        lines += [f"{name} {namespaces[name]}" for name in sorted({stage.namespace for stage, _ in placed})]
-        found[cluster.name] = _digest("\n".join(lines))
-    return found
+    return guarantees
+
+
+def _cluster_lines(ctx: Context, shared: _SharedInputs, cluster: Cluster, placed: Work) -> list[str]:
+    """The lines digested for one cluster: the fleet, the cluster and its guarantees, each stage
+    placed there, then the data they read and write, their pipelines and namespaces."""
+    lines = [shared.fleet, repr(cluster), repr(shared.guarantees.get(cluster.name, []))]
+    # each stage as it runs here (on_cluster may change its GPUs), with its assignment
+    lines += [f"{shared.stages[stage.key] if stage is _base(ctx, stage) else repr(stage)} {assignment!r}"
+              for stage, assignment in placed]
+    return lines + _data_lines(ctx, shared, placed)
+
+
+def _data_lines(ctx: Context, shared: _SharedInputs, placed: Work) -> list[str]:
+    """The URLs the stages ``placed`` read and write with each one's writers, then the digests of
+    the pipelines of those stages and writers, and of the stages' namespaces."""
+    urls = sorted({ctx.input_url(stage, item) for stage, _ in placed for item in stage.inputs}
+                  | {output.url for stage, _ in placed for output in stage.outputs})
+    writers = {url: ctx.writers.get(url, ()) for url in urls}
+    lines = [f"{url} {' '.join(writer.key for writer in writers[url])}" for url in urls]
+    named = {stage.pipeline for stage, _ in placed} | {w.pipeline for ws in writers.values() for w in ws}
+    lines += [f"{name} {shared.pipelines[name]}" for name in sorted(named)]
+    lines += [f"{name} {shared.namespaces[name]}" for name in sorted({stage.namespace for stage, _ in placed})]
+    return lines
 
 
 def _base(ctx: Context, stage: Stage) -> Stage | None:

@@ -15,8 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 
+import numpy as np
+
 from fleetc.errors import UsageError, did_you_mean
-from fleetc.model import Assignment, Cluster, FleetModel, Placement
+from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage
 from fleetc.placement import rules
 from fleetc.placement.alternatives import choices
 from fleetc.placement.rules import on_cluster
@@ -82,26 +84,9 @@ def explain(model: FleetModel, placement: Placement, stage_key: str,
     """Every cluster's verdict for ``stage_key``, the chosen clusters and the margin, and when a
     better-scoring cluster lost, why (``previous``: the placement compiled before this one)."""
     s = next(i for i, stage in enumerate(model.stages) if stage.key == stage_key)
-    scores = score_matrix(model)
-    weights = model.score_weights
-    raw = {name: float(getattr(weights, name)) for name in TERMS}
-    weight_sum = sum(raw.values()) or 1.0
     chosen = placement.of(stage_key)
     placed = {a.cluster: a.replicas for a in chosen.assignments}
-    row = scores.terms_of(s)
-    penalty = scores.preference_of(s)
-    verdicts = []
-    for c, cluster in enumerate(model.clusters):
-        allowed = bool(scores.allowed[s, c])
-        terms = tuple(
-            Term(name, _round(row[name][c]), _round(raw[name] / weight_sum),
-                 _round(row[name][c] * raw[name] / weight_sum))
-            for name in TERMS
-        ) if allowed else ()
-        verdicts.append(ClusterVerdict(
-            cluster.name, allowed, scores.reasons.get((s, c), ""), terms,
-            _round(scores.total[s, c]), placed.get(cluster.name, 0), _round(penalty[c]), cluster.gpu_type,
-        ))
+    verdicts = _verdicts(model, s, placed)
     others = [v for v in verdicts if v.allowed and v.cluster not in placed]
     runner_up = max(others, key=lambda v: v.total) if others else None  # first of equals wins
     margin = _round(chosen.score - runner_up.total) if runner_up and placed else None
@@ -119,6 +104,35 @@ def explain(model: FleetModel, placement: Placement, stage_key: str,
         runner_up_lost=lost,
         gpu_choice=choice.text if (choice := choices(model, placement).get(stage_key)) else "",
         caps=cap_lines(model, placement, stage_key, tuple(verdicts)),
+    )
+
+
+def _verdicts(model: FleetModel, s: int, placed: Mapping[str, int]) -> list[ClusterVerdict]:
+    """Each cluster's verdict for the stage at index ``s``, with its replicas ``placed`` there."""
+    scores = score_matrix(model)
+    weights = model.score_weights
+    raw = {name: float(getattr(weights, name)) for name in TERMS}
+    weight_sum = sum(raw.values()) or 1.0
+    row = scores.terms_of(s)
+    penalty = scores.preference_of(s)
+    verdicts = []
+    for c, cluster in enumerate(model.clusters):
+        allowed = bool(scores.allowed[s, c])
+        terms = _terms(row, raw, weight_sum, c) if allowed else ()
+        verdicts.append(ClusterVerdict(
+            cluster.name, allowed, scores.reasons.get((s, c), ""), terms,
+            _round(scores.total[s, c]), placed.get(cluster.name, 0), _round(penalty[c]), cluster.gpu_type,
+        ))
+    return verdicts
+
+
+def _terms(row: Mapping[str, np.ndarray], raw: Mapping[str, float], weight_sum: float, c: int) -> tuple[Term, ...]:
+    """Each score term of cluster ``c`` (``row``: term -> value per cluster), its weight
+    (``raw`` over ``weight_sum``) and what it adds to the total."""
+    return tuple(
+        Term(name, _round(row[name][c]), _round(raw[name] / weight_sum),
+             _round(row[name][c] * raw[name] / weight_sum))
+        for name in TERMS
     )
 
 
@@ -146,25 +160,40 @@ def cap_lines(model: FleetModel, placement: Placement, stage_key: str,
     floor = chosen.score if mine else -1.0
     better = [clusters[v.cluster] for v in sorted(verdicts, key=lambda v: (-v.total, v.cluster))
               if v.allowed and v.total > floor + 1e-9 and v.cluster in clusters]
-    per_gpu = rules.slots_per_gpu(model)
-    lines = []
+    lines: list[str] = []
     for cap in found:
-        used = rules.cap_usage(model, cap, placed)
-        others = rules.cap_usage(model, cap, [p for p in placed if p[0].key != stage_key])  # the stage given back
-        rooms = [(c, short.room) for c in better for short in rules.cap_shortfalls(model, [(cap, others)], stage, c)]
-        for gpu_type, quota in cap.gpu_quota:
-            blocked = next(((c, room) for c, room in rooms if room.gpu_type == gpu_type), None)
-            binds = "" if blocked is None else _binds(blocked[0], mine, rules.as_gpus(blocked[1].takes, per_gpu),
-                                                      rules.as_gpus(max(blocked[1].left, 0), per_gpu))
-            lines.append(f"{cap.name}'s {gpu_type} quota: {rules.as_gpus(used.of(gpu_type), per_gpu)} of {quota} "
-                         f"used{binds}")
-        limit = cap.max_cost_micros
-        if limit is not None:
-            blocked = next(((c, room) for c, room in rooms if room.gpu_type is None), None)
-            binds = "" if blocked is None else _binds(
-                blocked[0], mine, f"{rules.money(blocked[1].takes)}/h", f"{rules.money(max(blocked[1].left, 0))}/h")
-            lines.append(f"{cap.name}'s cost cap: {rules.money(used.cost)}/h of {rules.money(limit)}/h used{binds}")
+        lines += _cap_limit_lines(model, cap, stage, placed, better, mine)
     return tuple(lines)
+
+
+def _cap_limit_lines(model: FleetModel, cap: rules.Cap, stage: Stage, placed: list[tuple[Stage, Cluster, int]],
+                     better: list[Cluster], mine: list[tuple[Cluster, int]]) -> list[str]:
+    """The lines of :func:`cap_lines` for one ``cap``: each GPU quota, then the cost cap."""
+    per_gpu = rules.slots_per_gpu(model)
+    used = rules.cap_usage(model, cap, placed)
+    others = rules.cap_usage(model, cap, [p for p in placed if p[0].key != stage.key])  # the stage given back
+    rooms = [(c, short.room) for c in better for short in rules.cap_shortfalls(model, [(cap, others)], stage, c)]
+    lines = []
+    for gpu_type, quota in cap.gpu_quota:
+        blocked = _first_blocked(rooms, gpu_type)
+        binds = "" if blocked is None else _binds(blocked[0], mine, rules.as_gpus(blocked[1].takes, per_gpu),
+                                                  rules.as_gpus(max(blocked[1].left, 0), per_gpu))
+        lines.append(f"{cap.name}'s {gpu_type} quota: {rules.as_gpus(used.of(gpu_type), per_gpu)} of {quota} "
+                     f"used{binds}")
+    limit = cap.max_cost_micros
+    if limit is not None:
+        blocked = _first_blocked(rooms, None)
+        binds = "" if blocked is None else _binds(
+            blocked[0], mine, f"{rules.money(blocked[1].takes)}/h", f"{rules.money(max(blocked[1].left, 0))}/h")
+        lines.append(f"{cap.name}'s cost cap: {rules.money(used.cost)}/h of {rules.money(limit)}/h used{binds}")
+    return lines
+
+
+def _first_blocked(rooms: list[tuple[Cluster, rules.CapRoom]], gpu_type: str | None
+                   ) -> tuple[Cluster, rules.CapRoom] | None:
+    """The first (best-scoring) cluster whose limit on ``gpu_type`` (None: the cost cap) leaves
+    too little, with that room; None when none does."""
+    return next(((c, room) for c, room in rooms if room.gpu_type == gpu_type), None)
 
 
 def _binds(cluster: Cluster, mine: list[tuple[Cluster, int]], takes: str, left: str) -> str:

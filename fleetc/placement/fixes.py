@@ -268,24 +268,31 @@ def _cap_binding(model: FleetModel, stage: Stage, on: Mapping[str, list[tuple[St
     for cluster in ha or model.clusters:
         if rules.exclusions(stage, cluster):
             continue
-        short: list[tuple[int, int, str]] = []
-        for found in rules.cap_shortfalls(model, used, stage, cluster):
-            cap, room = found.cap, found.room
-            if room.gpu_type is not None:
-                gpus = -(-room.short // per_gpu)
-                short.append((gpus, 0, f"raise {cap.name}'s {room.gpu_type} quota by {gpus} "
-                                       f"({model.display(cap.path)} {cap.field}.gpuQuota)"))
-            else:
-                short.append((0, room.short, f"raise {cap.name}'s cost cap by {rules.money(room.short)}/h "
-                                             f"({model.display(cap.path)} {cap.cost_field})"))
+        short = [_cap_raise(model, found, per_gpu) for found in rules.cap_shortfalls(model, used, stage, cluster)]
         if short:
-            raises.append((len(short), sum(g for g, _, _ in short), sum(m for _, m, _ in short),
-                           " and ".join(text for _, _, text in short) + (f" (for {cluster.name})" if ha else "")))
+            raises.append(_raises_together(short, f" (for {cluster.name})" if ha else ""))
         elif not ha:
             return ""
     if not raises:
         return ""
     return "a cap binds: " + (" and ".join(text for *_, text in raises) if ha else min(raises)[3])
+
+
+def _cap_raise(model: FleetModel, found: rules.CapShortfall, per_gpu: int) -> tuple[int, int, str]:
+    """The raise of one cap that leaves a stage too little: (GPUs, cost micros, what)."""
+    cap, room = found.cap, found.room
+    if room.gpu_type is not None:
+        gpus = -(-room.short // per_gpu)
+        return (gpus, 0, f"raise {cap.name}'s {room.gpu_type} quota by {gpus} "
+                         f"({model.display(cap.path)} {cap.field}.gpuQuota)")
+    return (0, room.short, f"raise {cap.name}'s cost cap by {rules.money(room.short)}/h "
+                           f"({model.display(cap.path)} {cap.cost_field})")
+
+
+def _raises_together(short: list[tuple[int, int, str]], suffix: str) -> tuple[int, int, int, str]:
+    """The cap raises one cluster needs, as one: (limits raised, GPUs, cost micros, what)."""
+    return (len(short), sum(g for g, _, _ in short), sum(m for _, m, _ in short),
+            " and ".join(text for _, _, text in short) + suffix)
 
 
 def _candidates(stage: Stage, ha: tuple[str, ...], minimum: int, where: str) -> dict[str, int]:

@@ -143,11 +143,24 @@ class Checker:
         grown = self.grown(cluster)
         keys = {s.key for s in stages}
         names = {cluster.name}.union(*(self.admitting(s, cluster) for s in stages))
+        names, keys = self._closure(grown, names, keys, self._wanting(grown, cluster))
+        part = replace(grown, clusters=tuple(c for c in grown.clusters if c.name in names),
+                       stages=tuple(s for s in grown.stages if s.key in keys))
+        return part, keys
+
+    def _wanting(self, grown: FleetModel, cluster: Cluster) -> dict[str, frozenset[str]]:
+        """The stages of ``grown`` left out or short of their replicas, each with the clusters
+        of the fleet grown by ``cluster`` it may run on."""
+        counts = {key: sum(there.values()) for key, there in self.placed.items()}
+        return {s.key: self.admitting(s, cluster) for s in grown.stages if counts.get(s.key, 0) < s.replicas}
+
+    def _closure(self, grown: FleetModel, names: set[str], keys: set[str],
+                 wanting: Mapping[str, frozenset[str]]) -> tuple[set[str], set[str]]:
+        """``names`` (clusters) and ``keys`` (stages) grown until closed: the stages placed on
+        the clusters or ``wanting`` to run there, and the clusters those stages are placed on or
+        their HA set names."""
         by_name = {c.name: c for c in grown.clusters}
         by_key = {s.key: s for s in grown.stages}
-        counts = {key: sum(there.values()) for key, there in self.placed.items()}
-        wanting = {s.key: self.admitting(s, cluster) for s in grown.stages
-                   if counts.get(s.key, 0) < s.replicas}  # left out, or short: where they may run
         size = (-1, -1)
         while size != (len(names), len(keys)):
             size = (len(names), len(keys))
@@ -156,9 +169,7 @@ class Checker:
             for key in keys:
                 names |= {n for n in self.placed.get(key, {}) if n in by_name}
                 names |= {n for n in rules.ha_clusters(grown, by_key[key]) if n in by_name}
-        part = replace(grown, clusters=tuple(c for c in grown.clusters if c.name in names),
-                       stages=tuple(s for s in grown.stages if s.key in keys))
-        return part, keys
+        return names, keys
 
     def places_all(self, stages: list[Stage], cluster: Cluster) -> bool:
         """Whether the fleet re-solved with ``cluster`` places ``stages`` and keeps every stage

@@ -71,6 +71,32 @@ class CapRows:
     cost: int | None
 
 
+def _type_gpus(stages: tuple[Stage, ...], codes: Mapping[str | None, int]) -> np.ndarray:
+    """(S, GPU types): GPUs per replica of each stage on each GPU type (``codes``: type -> column),
+    its ``gpus`` unless a GPU option names that type."""
+    type_gpus = np.array([[s.gpus] * len(codes) for s in stages], dtype=float).reshape(len(stages), len(codes))
+    for s, stage in enumerate(stages):
+        for option in stage.gpu_options:
+            if option.gpu_type in codes:
+                type_gpus[s, codes[option.gpu_type]] = option.gpus
+    return type_gpus
+
+
+def _failover(model: FleetModel, stages: tuple[Stage, ...], local: Mapping[str, int]
+              ) -> tuple[tuple[tuple[int, ...], np.ndarray], ...]:
+    """Each failover group: its members among the clusters (``local``: name -> index) and
+    which ``stages`` it serves."""
+    return tuple(
+        (tuple(local[n] for n in members if n in local), np.array([s.key in serving for s in stages], dtype=bool))
+        for _name, members, serving in rules.failover_groups(model)
+    )
+
+
+def _ha_sets(model: FleetModel, stages: tuple[Stage, ...], local: Mapping[str, int]) -> tuple[tuple[int, ...], ...]:
+    """Each stage's HA set (:func:`rules.ha_clusters`) among the clusters (``local``: name -> index)."""
+    return tuple(tuple(local[n] for n in rules.ha_clusters(model, s) if n in local) for s in stages)
+
+
 @dataclass(frozen=True, eq=False)
 class Problem:
     """The placement problem of one component, in its own stage and cluster numbers.
@@ -137,15 +163,8 @@ class Problem:
         clusters = tuple(model.clusters[c] for c in part.clusters)
         local = {c.name: i for i, c in enumerate(clusters)}
         codes: dict[str | None, int] = {t: i for i, t in enumerate(dict.fromkeys(c.gpu_type for c in model.clusters))}
-        type_gpus = np.array([[s.gpus] * len(codes) for s in stages], dtype=float).reshape(len(stages), len(codes))
-        for s, stage in enumerate(stages):
-            for option in stage.gpu_options:
-                if option.gpu_type in codes:
-                    type_gpus[s, codes[option.gpu_type]] = option.gpus
-        failover = tuple(
-            (tuple(local[n] for n in members if n in local), np.array([s.key in serving for s in stages], dtype=bool))
-            for _name, members, serving in rules.failover_groups(model)
-        )
+        type_gpus = _type_gpus(stages, codes)
+        failover = _failover(model, stages, local)
         caps, quota_unit, billed, prices = _cap_fields(model, stages, clusters)
         return cls(
             model=model,
@@ -166,7 +185,7 @@ class Problem:
             cluster_type=np.array([codes[c.gpu_type] for c in clusters], dtype=np.int64),
             slots=np.array([rules.slots_on(model, c) for c in clusters], dtype=float),
             unit=np.array([rules.time_sliced_unit(c) for c in clusters], dtype=float),
-            ha=tuple(tuple(local[n] for n in rules.ha_clusters(model, s) if n in local) for s in stages),
+            ha=_ha_sets(model, stages, local),
             failover=failover,
             move_cost=model.move_cost,
             total=scores.total,

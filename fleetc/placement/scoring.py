@@ -390,83 +390,122 @@ class _Columns:
 
     @classmethod
     def of(cls, model: FleetModel) -> _Columns:
-        clusters, stages = model.clusters, model.stages
-
-        def c_col(values: Iterable[object], dtype: type = float) -> np.ndarray:
-            return np.fromiter(values, dtype=dtype, count=len(clusters))
-
-        def s_col(values: Iterable[object], dtype: type = float) -> np.ndarray:
-            return np.fromiter(values, dtype=dtype, count=len(stages))
-
-        jurisdictions: dict[Hashable, int] = {}
-        gpu_types: dict[Hashable, int] = {}
-        taint_sets: dict[Hashable, int] = {}
-        toleration_sets: dict[Hashable, int] = {}
-        regions: dict[Hashable, int] = {}
-        c_jurisdiction = _encode((c.jurisdiction for c in clusters), jurisdictions)
-        c_gpu_type = _encode((c.gpu_type for c in clusters), gpu_types)
-        node_kinds: dict[Hashable, int] = {}
-        c_node_kind = _encode(((c.gpu_type, c.gpus_per_node if c.gpus > 0 else 0) for c in clusters), node_kinds)
-        c_taints = _encode((() if c.taints_derived else c.taints for c in clusters), taint_sets)
-        c_derived_taints = _encode((c.taints if c.taints_derived else () for c in clusters), taint_sets)
-        c_region = _encode((c.region for c in clusters), regions)
-        s_tolerations = _encode((s.tolerations for s in stages), toleration_sets)
-        c_memory_gib = c_col(c.memory_bytes / GIB for c in clusters)
-        c_cores = c_col(c.cpu_millis / 1000 for c in clusters)
-        s_memory_gib = s_col(s.memory_bytes / GIB for s in stages)
-        s_cores = s_col(s.cpu_millis / 1000 for s in stages)
+        codes = _Codes()
+        clusters = _cluster_codes(model.clusters, codes)
+        stage_tolerations = _encode((s.tolerations for s in model.stages), codes.toleration_sets)
         return cls(
-            c_usable=c_col((not c.cordoned for c in clusters), bool),
-            c_jurisdiction=c_jurisdiction,
-            c_has_gpus=c_col((c.gpu_type is not None and c.gpus > 0 for c in clusters), bool),
-            c_gpu_type=c_gpu_type,
-            c_taints=c_taints,
-            c_derived_taints=c_derived_taints,
-            c_gpus=c_col((c.gpus for c in clusters), np.int64),
-            c_cpu_millis=c_col((c.cpu_millis for c in clusters), np.int64),
-            c_memory_bytes=c_col((c.memory_bytes for c in clusters), np.int64),
-            c_node=np.array([_shape(nodefit.node_of(c)) for c in clusters], dtype=np.int64).reshape(-1, 3).T,
-            c_node_kind=c_node_kind,
-            c_ratio=_gib_per_core(c_memory_gib, c_cores),
-            c_gpu_hour_cost=c_col(c.gpu_hour_cost for c in clusters),
-            c_cpu_hour_cost=c_col(c.cpu_hour_cost for c in clusters),
-            c_memory_gib_hour_cost=c_col(c.memory_gib_hour_cost for c in clusters),
-            c_idle=np.clip(1.0 - c_col(c.utilization for c in clusters), 0.0, 1.0),
-            c_energy=np.clip(c_col(c.energy_efficiency for c in clusters), 0.0, 1.0),
-            c_region=c_region,
-            c_latency_link=np.where(c_col((c.low_latency for c in clusters), bool), 1.0, 0.5),
-            c_tier_link=c_col(_TIER_LINK[c.network_tier] for c in clusters),
-            s_jurisdiction=s_col(
-                (-1 if s.jurisdiction is None else jurisdictions.setdefault(s.jurisdiction, len(jurisdictions))
-                 for s in stages),
-                np.int64,
-            ),
-            s_needs_gpus=s_col((s.gpus > 0 for s in stages), bool),
-            s_rank=_ranks(stages, gpu_types),
-            s_tolerations=s_tolerations,
-            s_gpus=s_col((s.gpus for s in stages), np.int64),
-            s_type_gpus=_type_gpus(stages, gpu_types),
-            s_cpu_millis=s_col((s.cpu_millis for s in stages), np.int64),
-            s_memory_bytes=s_col((s.memory_bytes for s in stages), np.int64),
-            s_pod=_kind_pods(stages, [clusters[int(np.flatnonzero(c_node_kind == k)[0])]
-                                      for k in range(len(node_kinds))]),
-            s_ratio=_gib_per_core(s_memory_gib, s_cores),
-            s_replicas=s_col((s.replicas for s in stages), np.int64),
-            s_cores=s_cores,
-            s_memory_gib=s_memory_gib,
-            s_deployment=s_col((s.type is StageType.DEPLOYMENT for s in stages), bool),
-            s_locality=_locality(stages, regions),
-            tolerated=np.array(
-                [[not untolerated(taints, tolerations) for taints in taint_sets]  # type: ignore[arg-type]
-                 for tolerations in toleration_sets],
-                dtype=np.bool_,
-            ).reshape(len(toleration_sets), len(taint_sets)),
+            **clusters,
+            **_cluster_room(model.clusters),
+            **_cluster_prices(model.clusters),
+            **_stage_columns(model.stages, codes),
+            s_tolerations=stage_tolerations,
+            s_pod=_kind_pods(model.stages, [model.clusters[int(np.flatnonzero(clusters["c_node_kind"] == k)[0])]
+                                            for k in range(len(codes.node_kinds))]),
+            s_locality=_locality(model.stages, codes.regions),
+            tolerated=_tolerated(codes),
         )
 
     def of_stages(self, stages: np.ndarray) -> _Columns:
         """These columns for ``stages`` (indices) only; the clusters' stay as they are."""
         return replace(self, **{name: np.take(getattr(self, name), stages, axis=_STAGE_AXIS.get(name, 0))
                                 for name in _STAGE_COLUMNS})
+
+
+@dataclass(frozen=True)
+class _Codes:
+    """The tables :func:`_encode` fills while the columns are built: each value seen, its code."""
+
+    jurisdictions: dict[Hashable, int] = field(default_factory=dict)
+    gpu_types: dict[Hashable, int] = field(default_factory=dict)
+    node_kinds: dict[Hashable, int] = field(default_factory=dict)
+    taint_sets: dict[Hashable, int] = field(default_factory=dict)
+    toleration_sets: dict[Hashable, int] = field(default_factory=dict)
+    regions: dict[Hashable, int] = field(default_factory=dict)
+
+
+def _column(values: Iterable[object], count: int, dtype: type = float) -> np.ndarray:
+    """One column of ``count`` ``values``."""
+    return np.fromiter(values, dtype=dtype, count=count)
+
+
+def _cluster_codes(clusters: tuple[Cluster, ...], codes: _Codes) -> dict[str, np.ndarray]:
+    """The clusters' coded columns of :class:`_Columns` (jurisdiction, GPU type, node kind,
+    taints, region), their values added to ``codes``."""
+    return {
+        "c_jurisdiction": _encode((c.jurisdiction for c in clusters), codes.jurisdictions),
+        "c_gpu_type": _encode((c.gpu_type for c in clusters), codes.gpu_types),
+        "c_node_kind": _encode(((c.gpu_type, c.gpus_per_node if c.gpus > 0 else 0) for c in clusters),
+                               codes.node_kinds),
+        "c_taints": _encode((() if c.taints_derived else c.taints for c in clusters), codes.taint_sets),
+        "c_derived_taints": _encode((c.taints if c.taints_derived else () for c in clusters), codes.taint_sets),
+        "c_region": _encode((c.region for c in clusters), codes.regions),
+    }
+
+
+def _cluster_room(clusters: tuple[Cluster, ...]) -> dict[str, np.ndarray]:
+    """The clusters' columns of :class:`_Columns` the filters read: whether usable, their
+    resources, one node's and the memory per core."""
+    n = len(clusters)
+    memory_gib = _column((c.memory_bytes / GIB for c in clusters), n)
+    cores = _column((c.cpu_millis / 1000 for c in clusters), n)
+    return {
+        "c_usable": _column((not c.cordoned for c in clusters), n, bool),
+        "c_has_gpus": _column((c.gpu_type is not None and c.gpus > 0 for c in clusters), n, bool),
+        "c_gpus": _column((c.gpus for c in clusters), n, np.int64),
+        "c_cpu_millis": _column((c.cpu_millis for c in clusters), n, np.int64),
+        "c_memory_bytes": _column((c.memory_bytes for c in clusters), n, np.int64),
+        "c_node": np.array([_shape(nodefit.node_of(c)) for c in clusters], dtype=np.int64).reshape(-1, 3).T,
+        "c_ratio": _gib_per_core(memory_gib, cores),
+    }
+
+
+def _cluster_prices(clusters: tuple[Cluster, ...]) -> dict[str, np.ndarray]:
+    """The clusters' columns of :class:`_Columns` the score terms read: prices, idle share,
+    energy efficiency and link scores."""
+    n = len(clusters)
+    return {
+        "c_gpu_hour_cost": _column((c.gpu_hour_cost for c in clusters), n),
+        "c_cpu_hour_cost": _column((c.cpu_hour_cost for c in clusters), n),
+        "c_memory_gib_hour_cost": _column((c.memory_gib_hour_cost for c in clusters), n),
+        "c_idle": np.clip(1.0 - _column((c.utilization for c in clusters), n), 0.0, 1.0),
+        "c_energy": np.clip(_column((c.energy_efficiency for c in clusters), n), 0.0, 1.0),
+        "c_latency_link": np.where(_column((c.low_latency for c in clusters), n, bool), 1.0, 0.5),
+        "c_tier_link": _column((_TIER_LINK[c.network_tier] for c in clusters), n),
+    }
+
+
+def _stage_columns(stages: tuple[Stage, ...], codes: _Codes) -> dict[str, np.ndarray]:
+    """The stages' plain columns of :class:`_Columns` (all but tolerations, pods and locality),
+    a jurisdiction no cluster has added to ``codes``."""
+    n = len(stages)
+    memory_gib = _column((s.memory_bytes / GIB for s in stages), n)
+    cores = _column((s.cpu_millis / 1000 for s in stages), n)
+    jurisdictions = codes.jurisdictions
+    return {
+        "s_jurisdiction": _column(
+            (-1 if s.jurisdiction is None else jurisdictions.setdefault(s.jurisdiction, len(jurisdictions))
+             for s in stages), n, np.int64),
+        "s_needs_gpus": _column((s.gpus > 0 for s in stages), n, bool),
+        "s_rank": _ranks(stages, codes.gpu_types),
+        "s_gpus": _column((s.gpus for s in stages), n, np.int64),
+        "s_type_gpus": _type_gpus(stages, codes.gpu_types),
+        "s_cpu_millis": _column((s.cpu_millis for s in stages), n, np.int64),
+        "s_memory_bytes": _column((s.memory_bytes for s in stages), n, np.int64),
+        "s_ratio": _gib_per_core(memory_gib, cores),
+        "s_replicas": _column((s.replicas for s in stages), n, np.int64),
+        "s_cores": cores,
+        "s_memory_gib": memory_gib,
+        "s_deployment": _column((s.type is StageType.DEPLOYMENT for s in stages), n, bool),
+    }
+
+
+def _tolerated(codes: _Codes) -> np.ndarray:
+    """(toleration tuples, taint tuples): whether the tolerations leave no hard taint uncovered."""
+    return np.array(
+        [[not untolerated(taints, tolerations) for taints in codes.taint_sets]  # type: ignore[arg-type]
+         for tolerations in codes.toleration_sets],
+        dtype=np.bool_,
+    ).reshape(len(codes.toleration_sets), len(codes.taint_sets))
 
 
 #: The per-stage columns of :class:`_Columns`: a stage's row in them is all its scoring reads.

@@ -62,16 +62,39 @@ def untouched_moves(model: FleetModel, previous: Mapping[str, Mapping[str, int]]
     back beside the others (:meth:`Ledger.fits_with`). The stages displaced are found as a
     closure, the same whatever the order."""
     stages = {s.key: s for s in model.stages}
-    gains: dict[str, float] = {}
-    for key, before in previous.items():
-        stage, after = stages.get(key), placed.get(key, {})
-        if stage is not None and after and moved_replicas(before, after) and may_stay(model, stage, before):
-            gains[key] = move_gain(before, after, {name: total(key, name) for name in {*before, *after}})
+    gains = _move_gains(model, stages, previous, placed, total)
     if not gains:
         return {}
     suspects = {key for key, gain in gains.items() if gain <= model.move_cost + ROUNDING}
     ledger = Ledger(model, ((stages[key], name, n) for key, where in placed.items()
                             if key in stages and key not in suspects for name, n in where.items()))
+    _drop_displaced(ledger, stages, previous, placed, suspects)
+    untouched = {key: gains[key] for key in suspects}
+    for key in sorted(set(gains) - set(untouched)):
+        if gains[key] > model.move_cost + ROUNDING and _fits_back(ledger, stages[key], previous[key],
+                                                                  placed.get(key, {})):
+            untouched[key] = gains[key]
+    return dict(sorted(untouched.items()))
+
+
+def _move_gains(model: FleetModel, stages: Mapping[str, Stage], previous: Mapping[str, Mapping[str, int]],
+                placed: Mapping[str, Mapping[str, int]], total: Callable[[str, str], float]
+                ) -> dict[str, float]:
+    """The gain per replica moved (:func:`move_gain`) of each stage that moved from where the
+    ``previous`` placement had it and could stay there (:func:`may_stay`)."""
+    gains: dict[str, float] = {}
+    for key, before in previous.items():
+        stage, after = stages.get(key), placed.get(key, {})
+        if stage is not None and after and moved_replicas(before, after) and may_stay(model, stage, before):
+            gains[key] = move_gain(before, after, {name: total(key, name) for name in {*before, *after}})
+    return gains
+
+
+def _drop_displaced(ledger: Ledger, stages: Mapping[str, Stage], previous: Mapping[str, Mapping[str, int]],
+                    placed: Mapping[str, Mapping[str, int]], suspects: set[str]) -> None:
+    """Drop from ``suspects`` (in place) every stage whose previous room is taken by the stages
+    in the ``ledger``, adding it there where it is ``placed``, until none is displaced: the
+    closure, the same whatever the order."""
     displaced = True
     while displaced:
         displaced = False
@@ -81,17 +104,17 @@ def untouched_moves(model: FleetModel, previous: Mapping[str, Mapping[str, int]]
                 for name, n in placed.get(key, {}).items():
                     ledger.add(stages[key], name, n)
                 displaced = True
-    untouched = {key: gains[key] for key in suspects}
-    for key in sorted(set(gains) - set(untouched)):
-        if gains[key] > model.move_cost + ROUNDING:
-            stage, after = stages[key], placed.get(key, {})
-            for name, n in after.items():
-                ledger.add(stage, name, -n)
-            if ledger.fits_with(stage, previous[key]):
-                untouched[key] = gains[key]
-            for name, n in after.items():
-                ledger.add(stage, name, n)
-    return dict(sorted(untouched.items()))
+
+
+def _fits_back(ledger: Ledger, stage: Stage, before: Mapping[str, int], after: Mapping[str, int]) -> bool:
+    """Whether ``stage``, counted in the ``ledger`` where it is now (``after``), would fit back
+    where it was (``before``) beside the others. The ledger is left as it was."""
+    for name, n in after.items():
+        ledger.add(stage, name, -n)
+    fits = ledger.fits_with(stage, before)
+    for name, n in after.items():
+        ledger.add(stage, name, n)
+    return fits
 
 
 def unjustified_moves(model: FleetModel, previous: Mapping[str, Mapping[str, int]],

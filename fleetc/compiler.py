@@ -40,6 +40,7 @@ from fleetc.state.placementfile import PLACEMENT_FILE
 
 if TYPE_CHECKING:  # imported where used: explain needs the score matrix (numpy), diff gitpython
     from fleetc.placement.explain import Explanation
+    from fleetc.placement.problem import Settings
     from fleetc.render.record import Kept, Reusable
     from fleetc.report import ObjectDiff, Report, WhatIf
     from fleetc.scenario import Scenario
@@ -508,11 +509,7 @@ def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
 
     check_solver(options.solver)
     try:
-        placement = place(model, time_limit=options.time_limit, previous=options.previous.clusters,
-                          recorded=options.previous.recorded,
-                          on_gap=options.reporter.gap, on_placed=options.reporter.placed,
-                          allow_unplaced=options.allow_unplaced,
-                          large=options.large, solver=options.solver)
+        placement = place(model, placement_settings(options))
     except PlacementError as err:
         hints = [err.hint] if err.hint else []
         capacity = capacity_hints(model) if any(_about_capacity(r) for r in err.reasons) else []
@@ -522,6 +519,16 @@ def place_model(model: FleetModel, inputs: str, options: Options) -> Placement:
         raise
     return dataclasses.replace(placement, inputs=inputs,
                                solver="" if options.solver == DEFAULT_SOLVER else options.solver)
+
+
+def placement_settings(options: Options) -> Settings:
+    """What the placement is asked, of everything a command is told (:class:`Options`)."""
+    from fleetc.placement.problem import Settings  # numpy and scipy: only when solving
+
+    return Settings(time_limit=options.time_limit, previous=options.previous.clusters,
+                    recorded=options.previous.recorded, allow_unplaced=options.allow_unplaced,
+                    large=options.large, solver=options.solver,
+                    on_gap=options.reporter.gap, on_placed=options.reporter.placed)
 
 
 def _about_capacity(reason: str) -> bool:

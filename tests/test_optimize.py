@@ -37,7 +37,7 @@ from fleetc.model import (
     Taint,
     Toleration,
 )
-from fleetc.placement import optimize
+from fleetc.placement import finish, optimize
 from fleetc.placement.optimize import place
 from fleetc.placement.previous import parse_previous
 from fleetc.placement.problem import components
@@ -668,10 +668,10 @@ def test_stages_that_swapped_room_for_no_gain_are_put_back() -> None:
     previous = {"llm/train": {"b": 1}, "p/other": {"a": 1}}
     swapped = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1]], dtype=np.int32)  # train on a, other on b, new on c
     before = swapped.copy()
-    change = optimize._stay_where_moving_gains_nothing(model, scores, previous, swapped)
+    change = finish.stay_where_moving_gains_nothing(model, scores, previous, swapped)
     assert swapped.tolist() == [[0, 1, 0], [1, 0, 0], [0, 0, 1]]
     values = stage_values(model, model.stages)  # one replica each
     assert change == pytest.approx(float(np.sum(values[:, None] * (swapped - before) * (1 + scores.total))))
     taken = np.array([[1, 0, 0], [0, 0, 1], [0, 1, 0]], dtype=np.int32)  # q/new took b: train is displaced
-    assert optimize._stay_where_moving_gains_nothing(model, scores, {"llm/train": {"b": 1}}, taken) == 0.0
+    assert finish.stay_where_moving_gains_nothing(model, scores, {"llm/train": {"b": 1}}, taken) == 0.0
     assert taken.tolist() == [[1, 0, 0], [0, 0, 1], [0, 1, 0]]

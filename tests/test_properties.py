@@ -375,7 +375,7 @@ class SubPrograms:
         ledger = rules.Ledger(self.model, placed)
         assert ledger.within_caps(), "a sub-program goes over a cap the fixed stages leave"
         # A sub-program's rows count GPUs, cores and memory in total, a relaxation of packing pods
-        # onto nodes (docs/optimizer.md): the packing is the repair's (optimize._packed), held by
+        # onto nodes (docs/optimizer.md): the packing is the repair's (finish.packed), held by
         # the verifier at the end of each test, not by each sub-program.
         with mock.patch.object(rules.ledger, "unpacked", return_value=""):
             over = [clusters[c].name for c in component.part.clusters.tolist() if not ledger.fits(clusters[c].name)]

@@ -203,7 +203,7 @@ def _check_against_the_rules(data: st.DataObject, model: FleetModel) -> None:
                  if "replicas placed while it runs degraded, but" not in p] == []
         v = vector_of(model, program, replicas_at, previous)
         # the program counts each cluster's totals, a relaxation of packing pods onto nodes:
-        # with the packing (rules.unpacked, which optimize._packed restores) it is the rules
+        # with the packing (rules.unpacked, which finish.packed restores) it is the rules
         packs = not any(rules.unpacked(model, cluster, [(rules.on_cluster(stage, cluster), int(replicas_at[s, c]))
                                                         for s, stage in enumerate(model.stages)])
                         for c, cluster in enumerate(model.clusters))
@@ -327,7 +327,7 @@ def _assert_repair_room_follows_the_rules(model: FleetModel, problem: Problem, r
             counted = min(room.capacity_fits(c, per_replica[:, s]), 12)
             assert counted <= fitting if varying else counted == fitting, (stage.key, cluster.name)
     # the repair counts totals, as the program does: packing onto nodes is restored after it
-    # (optimize._packed), so here the ledger's room is read without it
+    # (finish.packed), so here the ledger's room is read without it
     with mock.patch.object(rules.ledger, "unpacked", lambda *_: ""):
         ledger = rules.Ledger(model, ((stage, model.clusters[c].name, int(replicas_at[s, c]))
                                       for s, stage in enumerate(model.stages) for c in np.flatnonzero(replicas_at[s])))

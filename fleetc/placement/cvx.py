@@ -44,7 +44,7 @@ from fleetc.placement.program import (
 
 #: The most rounds of packing rows (:func:`fleetc.placement.program.packing_rows`) the exact path
 #: adds and solves again; a cluster still unpacked after them is repaired by
-#: :func:`fleetc.placement.optimize._packed`.
+#: :func:`fleetc.placement.finish.packed`.
 PACKING_ROUNDS = 8
 
 

@@ -44,15 +44,12 @@ from fleetc.placement import LARGE, rules
 from fleetc.placement.previous import Recorded
 from fleetc.placement.problem import (
     Budget,
-    Part,
     PreviousClusters,
     Problem,
     free_room,
-    previous_matrix,
     taken_per_cluster,
 )
 from fleetc.placement.program import HighsDirect, Solved, most_valuable, replicas_of, solve_neighbourhood
-from fleetc.placement.scoring import Scores
 
 #: Allowed pairs (the whole fleet) above which a recompile re-solves only what the change touches.
 INCREMENTAL = LARGE
@@ -72,33 +69,32 @@ BOUND_STEPS = 8
 
 
 @dataclass(frozen=True, eq=False)
-class Recompiled:
-    """A placement of the whole fleet made by re-solving only what the change touched.
+class Recompiled(Solved):
+    """A placement of the whole fleet made by re-solving only what the change touched: as every
+    solver returns it (:class:`~fleetc.placement.program.Solved`, method ``incremental``):
+    ``replicas_at`` (S, C), its objective (no move-cost terms), a valid upper bound on every
+    placement's objective (:func:`lagrangian_bound`), and ``proven`` False when stages left out
+    before stay out without a proof that nothing places them; and ``touched`` the stages the
+    change touched, ``candidates`` the stages the last neighbourhood MILP re-placed (touched
+    ones and the residents it let move)."""
 
-    ``solved`` the placement as every solver returns it (:class:`~fleetc.placement.program.Solved`,
-    method ``incremental``): ``replicas_at`` (S, C), its objective (no move-cost terms), a valid
-    upper bound on every placement's objective (:func:`lagrangian_bound`), and ``proven`` False
-    when stages left out before stay out without a proof that nothing places them; ``touched``
-    the stages the change touched, ``candidates`` the stages the last neighbourhood MILP
-    re-placed (touched ones and the residents it let move)."""
-
-    solved: Solved
-    touched: int
-    candidates: int
+    touched: int = 0
+    candidates: int = 0
 
 
-def recompile(model: FleetModel, scores: Scores, blocked: Mapping[int, str], previous: PreviousClusters,
-              recorded: Mapping[str, Recorded] | None, budget: Budget, *, allow_unplaced: bool
-              ) -> Recompiled | None:
-    """The placement of ``model`` that keeps every stage the change did not touch where
-    ``previous`` had it and solves the touched ones (and what they displace) exactly; None
-    when the full solve must decide (see the module docstring)."""
+def recompile(whole: Problem, previous: PreviousClusters, recorded: Mapping[str, Recorded] | None, budget: Budget,
+              *, allow_unplaced: bool) -> Recompiled | None:
+    """The placement of the fleet ``whole`` (its problem over every stage and cluster, ``kept``
+    the replicas ``previous`` gave each pair, :func:`~fleetc.placement.problem.previous_matrix`)
+    that keeps every stage the change did not touch where ``previous`` had it and solves the
+    touched ones (and what they displace) exactly; None when the full solve must decide (see the
+    module docstring). :class:`fleetc.placement.solver.Incremental` is its solver."""
+    model = whole.model
     if rules.caps(model) or rules.failover_groups(model):
         return None
-    kept = previous_matrix(model, previous)
-    whole = Problem.of(model, scores, blocked, kept, Part(np.arange(len(model.stages)), np.arange(len(model.clusters))))
+    kept = whole.kept
     changed = _changed_mask(model, recorded)
-    touched = touched_stages(model, scores, blocked, previous, recorded, changed)
+    touched = touched_stages(whole, previous, recorded, changed)
     base = _Pairs.of(kept).without(touched)
     touched |= base.holding(_overfull(whole, _taken(whole, base)), len(model.stages))
     if touched.sum() > TOUCHED_SHARE * len(model.stages):
@@ -119,26 +115,27 @@ def recompile(model: FleetModel, scores: Scores, blocked: Mapping[int, str], pre
     replicas_at[rows] = 0
     mine = rows[placed.stage]
     replicas_at[placed.stage[mine], placed.cluster[mine]] = placed.count[mine]
-    return Recompiled(Solved(replicas_at, objective, max(bound, objective), "incremental", proven),
+    return Recompiled(replicas_at, objective, max(bound, objective), "incremental", proven,
                       int(touched.sum()), int(movable.sum()))
 
 
-def touched_stages(model: FleetModel, scores: Scores, blocked: Mapping[int, str], previous: PreviousClusters,
-                   recorded: Mapping[str, Recorded] | None, changed: np.ndarray) -> np.ndarray:
+def touched_stages(whole: Problem, previous: PreviousClusters, recorded: Mapping[str, Recorded] | None,
+                   changed: np.ndarray) -> np.ndarray:
     """(S,) bool: the stages the change touched (step 1 of the module docstring), but for those
     displaced from clusters that no longer hold what stays; ``changed`` the stages whose figures
     changed (:func:`_changed_mask`)."""
+    model = whole.model
     names = {c.name: i for i, c in enumerate(model.clusters)}
     touched = changed.copy()
     serving_ha = any(p.primary_cluster for p in model.platforms)  # else no stage has multiCluster clusters
     rescored = np.zeros(len(model.stages), dtype=bool)
     for s, stage in enumerate(model.stages):
         before = previous.get(stage.key) or {}
-        if touched[s] or s in blocked or not before or not _may_stay(model, scores, s, before, names, serving_ha):
+        if touched[s] or whole.blocked[s] or not before or not _may_stay(whole, s, before, names, serving_ha):
             touched[s] = True
         elif recorded is not None:
             placed = sum(before.values())
-            score = sum(n * float(scores.total[s, names[c]]) for c, n in before.items()) / placed
+            score = sum(n * float(whole.total[s, names[c]]) for c, n in before.items()) / placed
             rescored[s] = abs(round(score, 6) - recorded[stage.key].score) > 1.5e-6
     if rescored.sum() + touched.sum() <= TOUCHED_SHARE * len(model.stages):
         touched |= rescored
@@ -153,13 +150,12 @@ def _changed_mask(model: FleetModel, recorded: Mapping[str, Recorded] | None) ->
     return np.array([s.key not in recorded or recorded[s.key] != Recorded.of(s) for s in model.stages], dtype=bool)
 
 
-def _may_stay(model: FleetModel, scores: Scores, s: int, before: Mapping[str, int], names: Mapping[str, int],
-              serving_ha: bool) -> bool:
-    """:func:`rules.may_stay` with the filters read from ``scores.allowed`` (the same rules,
+def _may_stay(whole: Problem, s: int, before: Mapping[str, int], names: Mapping[str, int], serving_ha: bool) -> bool:
+    """:func:`rules.may_stay` with the filters read from ``whole.allowed`` (the same rules,
     :func:`fleetc.placement.scoring.score_matrix`): all its replicas, on clusters of the fleet
     that may run it, its split sound and every ``multiCluster`` cluster served."""
-    stage = model.stages[s]
-    if any(name not in names or not scores.allowed[s, names[name]] for name in before):
+    model, stage = whole.model, whole.stages[s]
+    if any(name not in names or not whole.allowed[s, names[name]] for name in before):
         return False
     if sum(before.values()) != stage.replicas or rules.replicas_sound(stage, list(before.values())):
         return False

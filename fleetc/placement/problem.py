@@ -27,6 +27,7 @@ import scipy.sparse as sp
 
 from fleetc.model import Cluster, FleetModel, Stage
 from fleetc.placement import rules
+from fleetc.placement.previous import Recorded
 from fleetc.placement.scoring import GIB, Scores
 from fleetc.placement.solvers import DEFAULT_SOLVER
 
@@ -56,6 +57,37 @@ class Budget:
     on_gap: Callable[[float], None] = field(default=lambda gap: None, compare=False)
     #: Who hears how many of the fleet's stages are solved, after each independent part.
     on_placed: Callable[[int, int], None] = field(default=lambda done, total: None, compare=False)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a caller asks of :func:`fleetc.placement.optimize.place` besides the model (the
+    compiler builds it from its ``Options``); the :class:`Budget` of every solve is made of it.
+
+    ``time_limit`` bounds the solving in seconds. ``previous`` makes moving a stage away from
+    where it was cost ``model.move_cost``; with it, a fleet of more than ``incremental`` allowed
+    pairs (None: :data:`~fleetc.placement.incremental.INCREMENTAL`) is recompiled incrementally
+    where it can be, ``recorded`` (what the previous report says of each stage,
+    :class:`~fleetc.placement.previous.Recorded`) telling the stages whose figures changed. With
+    ``allow_unplaced`` the stages that do not fit come back unplaced with a reason. Components
+    of more than ``large`` allowed pairs (None: :data:`~fleetc.placement.LARGE`) take the large
+    path; ``solver`` is the MILP solver cvxpy runs the exact path on. ``on_gap`` hears the large
+    path's gap after each round of column generation, ``on_placed`` how many stages are solved
+    after each independent part (progress)."""
+
+    time_limit: float | None = None
+    previous: PreviousClusters | None = None
+    recorded: Mapping[str, Recorded] | None = None
+    allow_unplaced: bool = False
+    large: int | None = None
+    incremental: int | None = None
+    solver: str = DEFAULT_SOLVER
+    on_gap: Callable[[float], None] = field(default=lambda gap: None, compare=False)
+    on_placed: Callable[[int, int], None] = field(default=lambda done, total: None, compare=False)
+
+    def budget(self, deadline: float | None) -> Budget:
+        """The budget of every solve, until ``deadline`` (a ``time.monotonic()`` instant)."""
+        return Budget(deadline, self.solver, self.on_gap, self.on_placed)
 
 
 @dataclass(frozen=True, eq=False)

@@ -3,10 +3,15 @@
 :class:`~fleetc.placement.problem.Budget` and returns its placement
 (:class:`~fleetc.placement.program.Solved`).
 
-Two implementations, looked up by method name in :data:`SOLVERS`: :class:`Exact` (``milp``: the
-whole MILP through cvxpy, on the ``--solver`` of the :class:`Budget`, :mod:`fleetc.placement.cvx`)
-and :class:`ColumnGeneration` (``colgen-lp-round``: the large path, HiGHS direct,
-:mod:`fleetc.placement.colgen`). :func:`solver_for` picks one by the component's size. Below them
+Three implementations. Two place a component and are looked up by method name in
+:data:`SOLVERS`: :class:`Exact` (``milp``: the whole MILP through cvxpy, on the ``--solver`` of
+the :class:`Budget`, :mod:`fleetc.placement.cvx`) and :class:`ColumnGeneration`
+(``colgen-lp-round``: the large path, HiGHS direct, :mod:`fleetc.placement.colgen`);
+:func:`solver_for` picks one by the component's size. The third, :class:`Incremental`
+(``incremental``, :mod:`fleetc.placement.incremental`), places the whole fleet after a small
+change, given the previous placement: it may decline (:class:`Declined`), and then each
+component is solved by its solver. :func:`fleet_solver` and :func:`solver_for` are the one
+choice among them. Below them
 a program is solved by a :class:`~fleetc.placement.program.ProgramSolver` (HiGHS direct or
 cvxpy), every exact solve in the same two steps
 (:func:`~fleetc.placement.program.every_stage_else_most`).
@@ -21,14 +26,17 @@ from typing import Protocol
 
 import numpy as np
 
-from fleetc.placement import colgen, cvx
-from fleetc.placement.problem import Budget, Problem
+from fleetc.placement import colgen, cvx, incremental
+from fleetc.placement.previous import Recorded
+from fleetc.placement.problem import Budget, PreviousClusters, Problem, Settings
 from fleetc.placement.program import Solved
 
 
 class Solver(Protocol):
-    """Places one component: every stage if possible, else the best partial placement, with a
-    bound on the best objective and whether what it leaves out is proven out."""
+    """Places a problem (one component; the whole fleet for :class:`Incremental`): every stage
+    if possible, else the best partial placement, with a bound on the best objective and
+    whether what it leaves out is proven out; or raises :class:`Declined` when another solver
+    must decide."""
 
     #: The method a placement it makes names (``Placement.method``).
     method: str
@@ -72,6 +80,34 @@ class ColumnGeneration:
         return replace(solved, bound=max(bound, solved.objective), proven=solved.proven and not varying)
 
 
+class Declined(Exception):
+    """A solver does not take the problem: the next solver in line places it."""
+
+
+class Incremental:
+    """The whole fleet after a small change (:func:`fleetc.placement.incremental.recompile`):
+    the stages the change did not touch stay where ``previous`` had them, the rest is solved
+    exactly; ``recorded`` says what the previous report recorded of each stage, and with
+    ``allow_unplaced`` stages left out before may stay out. The problem is the whole fleet's,
+    its ``kept`` the previous placement. It returns a
+    :class:`~fleetc.placement.incremental.Recompiled` (what it touched), or declines where the
+    full solve must decide (caps, failover headroom, a change too large, a neighbourhood that
+    cannot place what the full solve might)."""
+
+    method = "incremental"
+
+    def __init__(self, previous: PreviousClusters, recorded: Mapping[str, Recorded] | None, *,
+                 allow_unplaced: bool) -> None:
+        self.previous, self.recorded, self.allow_unplaced = previous, recorded, allow_unplaced
+
+    def solve(self, problem: Problem, budget: Budget) -> Solved:
+        solved = incremental.recompile(problem, self.previous, self.recorded, budget,
+                                       allow_unplaced=self.allow_unplaced)
+        if solved is None:
+            raise Declined(self.method)
+        return solved
+
+
 #: Each solver by the method it names.
 SOLVERS: Mapping[str, Solver] = MappingProxyType({s.method: s for s in (Exact(), ColumnGeneration())})
 
@@ -79,6 +115,16 @@ SOLVERS: Mapping[str, Solver] = MappingProxyType({s.method: s for s in (Exact(),
 def solver_for(problem: Problem, large: int) -> Solver:
     """The solver of ``problem``: exact up to ``large`` allowed pairs, else column generation."""
     return SOLVERS[Exact.method if problem.pairs <= large else ColumnGeneration.method]
+
+
+def fleet_solver(settings: Settings, pairs: int, least: int) -> Solver | None:
+    """The solver of the whole fleet at once, tried before each component is solved by its own
+    (:func:`solver_for`): :class:`Incremental` when ``settings`` give a previous placement of a
+    fleet of more than ``least`` allowed pairs (``pairs``; below that the full exact solve is
+    fast and proven optimal); None otherwise."""
+    if not settings.previous or pairs <= least:
+        return None
+    return Incremental(settings.previous, settings.recorded, allow_unplaced=settings.allow_unplaced)
 
 
 def varying_gpus(problem: Problem) -> bool:

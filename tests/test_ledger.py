@@ -7,8 +7,10 @@ time-slicing with and without the device plugin, utilisation, headroom, failover
 random team quotas, team cost caps and pipeline budgets, for random candidate placements, each
 reader that keeps its own count must agree with it:
 
-- the exact program's capacity and cap rows (it accepts exactly what the verifier accepts:
-  ``test_rules._check_against_the_rules``, here with caps);
+- the exact program's capacity and cap rows, row by row (``program.build_program``: what a
+  placement's variables add up to on each cluster's GPU, core, GiB and time-sliced slot row and
+  on each cap's quota and cost row), and as a whole (it accepts exactly what the verifier
+  accepts: ``test_rules._check_against_the_rules``, here with caps);
 - column generation's count of what is taken (``colgen.room._taken``, ``_free``);
 - the incremental path's (``incremental._taken``, ``_overfull``);
 - the verifier's cap problems;
@@ -30,6 +32,7 @@ from test_rules import _check_against_the_rules, candidates, fleets, placement_o
 from fleetc.model import FleetModel, PipelineBudget, Source, Team
 from fleetc.placement import colgen, incremental, rules
 from fleetc.placement.problem import Part, Problem, multicluster_conflicts
+from fleetc.placement.program import build_program
 from fleetc.placement.scoring import GIB, score_matrix
 from fleetc.placement.verify import cap_problems
 from fleetc.report import snapshot
@@ -74,6 +77,7 @@ def test_every_reader_counts_what_the_ledger_counts(data: st.DataObject) -> None
     taken = [rules.taken(model, cluster, ledger.used[cluster.name]) for cluster in model.clusters]
     problem = Problem.of(model, scores, multicluster_conflicts(model, scores), np.zeros_like(replicas_at),
                          Part(np.arange(len(model.stages)), np.arange(len(model.clusters))))
+    _program_counts(model, problem, replicas_at, ledger)
     _incremental_counts(model, problem, replicas_at, ledger, taken)
     if not any(len({o.gpus for o in stage.gpu_options}) > 1 for stage in model.stages):
         _column_generation_counts(model, problem, replicas_at, taken)  # it counts the most GPUs per stage
@@ -81,6 +85,31 @@ def test_every_reader_counts_what_the_ledger_counts(data: st.DataObject) -> None
     placement = placement_of(model, replicas_at)
     assert bool(cap_problems(model, placement)) == (not ledger.within_caps())
     _cap_check_is_the_ledgers(model, ledger)
+
+
+def _program_counts(model: FleetModel, problem: Problem, replicas_at: np.ndarray, ledger: rules.Ledger) -> None:
+    """The exact program's rows, times the variables of ``replicas_at`` (``x`` the share of a
+    gang's replicas, ``y`` a Deployment's replicas, no time-sliced units ``w``), are the
+    ledger's use of each cluster (whole GPUs, cores, GiB, time-sliced slots) and of each cap
+    (quota slots per GPU type, cost micros)."""
+    program = build_program(problem)
+    values = np.zeros(program.size)
+    values[: program.binaries] = (replicas_at[program.unit_stage, program.unit_cluster]
+                                  / program.unit_replicas)
+    counted = program.usage @ values
+    n = len(model.clusters)
+    for c, cluster in enumerate(model.clusters):
+        used = ledger.used[cluster.name]
+        assert math.isclose(counted[c], used.gpus, abs_tol=1e-6), cluster.name
+        assert math.isclose(counted[n + c] * 1000, used.millis, abs_tol=1e-3), cluster.name
+        assert math.isclose(counted[2 * n + c] * GIB, used.memory, abs_tol=1.0), cluster.name
+        slots = counted[3 * n + c] if len(program.w) else 0.0
+        assert math.isclose(slots, used.slots, abs_tol=1e-6), cluster.name
+    capped = dict(zip((cap.name for cap in ledger.caps), ledger.capped, strict=True))
+    expected = [figure for cap in problem.caps
+                for figure in ([float(capped[cap.name].of(t)) for t, _on, _quota in cap.quotas]
+                               + ([float(capped[cap.name].cost)] if cap.cost is not None else []))]
+    assert np.allclose(counted[len(counted) - len(expected):], expected, rtol=0.0, atol=1e-3)
 
 
 def _incremental_counts(model: FleetModel, problem: Problem, replicas_at: np.ndarray, ledger: rules.Ledger,

@@ -203,11 +203,7 @@ class _Pairs:
 def _taken(problem: Problem, pairs: _Pairs) -> np.ndarray:
     """(4, C) what ``pairs`` use of each cluster in the program's rows: exclusive GPUs,
     cores, GiB, time-sliced slots (each pair's GPUs on its cluster's type)."""
-    stage = pairs.stage
-    gpus = problem.gpus_at(stage, pairs.cluster)
-    shared = problem.shared[stage]
-    per_replica = np.stack([np.where(shared, 0.0, gpus), problem.demand[1, stage], problem.demand[2, stage],
-                            np.where(shared, gpus, 0.0)])
+    per_replica = problem.use_at(pairs.stage, pairs.cluster)
     return taken_per_cluster(pairs.cluster, per_replica, pairs.count.astype(float), len(problem.clusters))
 
 

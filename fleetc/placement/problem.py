@@ -243,6 +243,15 @@ class Problem:
         gpus: np.ndarray = self.type_gpus[stage, self.cluster_type[cluster]]
         return gpus
 
+    def use_at(self, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
+        """(4, pairs) what one replica of each (``stage``, ``cluster``) pair takes of its
+        cluster, as the ledger counts it (:func:`rules.replica_usage` of the stage as it runs
+        there, its GPUs split by :func:`rules.gpus_as`): whole GPUs, cores, GiB, time-sliced
+        slots. The exact program's capacity rows and the incremental path read it;
+        ``tests/test_ledger.py`` holds both to :class:`rules.Ledger`."""
+        whole, slots = rules.gpus_as(self.gpus_at(stage, cluster), self.shared[stage])
+        return np.stack([whole, self.demand[1, stage], self.demand[2, stage], slots])
+
     def previous_at(self, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
         """The replicas each (``stage``, ``cluster``) pair had in the previous placement."""
         kept: np.ndarray = self.kept[self.part.stages[stage], self.part.clusters[cluster]]

@@ -192,9 +192,8 @@ def build_program(problem: Problem, allowed: np.ndarray | None = None, taken: np
         upper[columns.w] = np.floor(np.maximum(capacity[0], 0.0) / problem.unit)
     upper[columns.k] = problem.previous_at(columns.y_stage[columns.keep], columns.y_cluster[columns.keep])
     upper[columns.d] = (replicas - problem.least)[columns.short]
-    demand = np.vstack([problem.gpus_at(unit_stage, unit_cluster), problem.demand[1:, unit_stage]])
-    usage, usable = _usage_rows(columns, unit_stage, unit_cluster, unit_replicas, demand,
-                                problem.shared, capacity, problem.slots * problem.unit, taken[3], problem.unit)
+    usage, usable = _usage_rows(columns, unit_cluster, unit_replicas, problem.use_at(unit_stage, unit_cluster),
+                                capacity, problem.slots * problem.unit, taken[3], problem.unit)
     usage, usable = _headroom_rows(problem, usage, usable, (unit_stage, unit_cluster, unit_replicas),
                                    fixed_need or {})
     if problem.caps:
@@ -346,11 +345,9 @@ def _placement_rows(
 
 def _usage_rows(
     columns: _Columns,
-    unit_stage: np.ndarray,
     unit_cluster: np.ndarray,
     unit_replicas: np.ndarray,
-    demand: np.ndarray,  # (3, units): per replica of each unit's pair
-    shared_stage: np.ndarray,
+    use: np.ndarray,  # (4, units): per replica of each unit's pair, as the ledger counts it
     capacity: np.ndarray,
     unit_slots: np.ndarray,
     taken_slots: np.ndarray,
@@ -360,23 +357,20 @@ def _usage_rows(
     time-slicing) one slot row per cluster: ``slots used - unit_slots * w <= 0``, ``w`` the
     cluster's time-sliced units of ``unit`` GPUs (whole nodes where the device plugin is
     configured, :func:`fleetc.placement.rules.time_sliced_unit`; ``unit_slots`` = slots per
-    GPU x ``unit``). A shared stage's GPUs count as slots, and the GPU row counts ``unit * w``
-    instead."""
+    GPU x ``unit``), and the GPU row counts ``unit * w`` besides the whole GPUs. What each unit
+    takes is the ledger's (``use``: whole GPUs, cores, GiB, time-sliced slots per replica,
+    :meth:`~fleetc.placement.problem.Problem.use_at`), times the replicas it carries."""
     clusters = capacity.shape[1]
     units = np.arange(columns.units)
-    shared_unit = shared_stage[unit_stage]
-    gpus = demand[0] * unit_replicas
-    entries = [
-        (np.where(shared_unit, 0.0, gpus), unit_cluster, units),
-        *((demand[r] * unit_replicas, r * clusters + unit_cluster, units) for r in (1, 2)),
-    ]
+    taken = use * unit_replicas
+    entries = [(taken[r], r * clusters + unit_cluster, units) for r in range(3)]
     rows = 3 * clusters
     usable = capacity.ravel()
     if columns.shared:
         cluster_ids = np.arange(clusters)
         entries += [
             (unit, cluster_ids, columns.w),
-            (np.where(shared_unit, gpus, 0.0), rows + unit_cluster, units),
+            (taken[3], rows + unit_cluster, units),
             (-unit_slots, rows + cluster_ids, columns.w),
         ]
         rows += clusters

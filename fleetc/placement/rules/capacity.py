@@ -7,12 +7,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, overload
 
 from fleetc import nodefit
 from fleetc.model import Cluster, FleetModel, Stage, StageType
 from fleetc.placement.rules.filters import pod_of
 from fleetc.placement.rules.replicas import ha_clusters
 from fleetc.placement.rules.units import EXCLUSIVE_TYPES, MIB, RESOURCES, ROUNDING
+
+if TYPE_CHECKING:  # the rules count in plain integers; the solvers pass arrays of pairs
+    import numpy as np
 
 
 def usable_capacity(model: FleetModel, cluster: Cluster) -> tuple[int, int, int]:
@@ -105,11 +109,27 @@ class Usage:
 
 def replica_usage(model: FleetModel, stage: Stage, replicas: int) -> Usage:
     """What ``replicas`` of ``stage`` take: its GPUs per replica, as slots when it uses shared
-    slots. A stage comes as it runs on the cluster (:func:`on_cluster`)."""
-    gpus = replicas * stage.gpus
-    shared = uses_shared_slots(model, stage)
-    return Usage(0 if shared else gpus, gpus if shared else 0, replicas * stage.cpu_millis,
-                 replicas * stage.memory_bytes)
+    slots (:func:`gpus_as`). A stage comes as it runs on the cluster (:func:`on_cluster`)."""
+    whole, slots = gpus_as(replicas * stage.gpus, uses_shared_slots(model, stage))
+    return Usage(whole, slots, replicas * stage.cpu_millis, replicas * stage.memory_bytes)
+
+
+@overload
+def gpus_as(gpus: int, shared: bool) -> tuple[int, int]: ...
+
+
+@overload
+def gpus_as(gpus: np.ndarray, shared: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def gpus_as(gpus: Any, shared: Any) -> tuple[Any, Any]:
+    """``gpus`` a replica takes, as (whole GPUs, time-sliced slots): all slots where it uses
+    shared slots (``shared``, :func:`uses_shared_slots`), else all whole GPUs. Plain integers,
+    or numpy arrays of pairs alike: the ledger counts a replica so (:func:`replica_usage`), and
+    the solvers' capacity rows read the same
+    (:meth:`fleetc.placement.problem.Problem.use_at`)."""
+    slots = gpus * shared
+    return gpus - slots, slots
 
 
 def usage(model: FleetModel, placed: Iterable[tuple[Stage, int]]) -> Usage:

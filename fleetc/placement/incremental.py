@@ -1,8 +1,9 @@
 """Recompile after a small change: keep what the change did not touch, solve the rest exactly.
 
-:func:`recompile` is what :func:`fleetc.placement.optimize.place` tries first when it is given a
-previous placement of a fleet with more than :data:`INCREMENTAL` allowed pairs (below that the
-full exact solve is fast and proven optimal):
+:func:`recompile` is what :func:`fleetc.placement.optimize.place` tries first, through its
+solver :class:`fleetc.placement.solver.Incremental` (:func:`fleetc.placement.solver.fleet_solver`),
+when it is given a previous placement of a fleet with more than :data:`INCREMENTAL` allowed
+pairs (below that the full exact solve is fast and proven optimal):
 
 1. **What the change touches** (:func:`touched_stages`): stages that are new or were left out,
    whose recorded figures changed (type, GPU types, GPUs per replica, replicas: what the previous
@@ -19,7 +20,7 @@ full exact solve is fast and proven optimal):
    Pairs where the least the stage may place does not fit the room left are dropped first
    (:func:`_fits`). When that cannot place them all, the residents of the best-scoring clusters
    of each stage left out may move too (:data:`GROWTH`), and again, wider.
-3. **Fall back** (None): to the full solve when the touched stages are more than
+3. **Fall back** (None; its solver declines): to the full solve when the touched stages are more than
    :data:`TOUCHED_SHARE` of the fleet, when the neighbourhood holds more than
    :data:`NEIGHBOURHOOD_PAIRS` pairs, when the grown neighbourhood still cannot place what the
    full solve might (only stages that were left out before, unchanged, may stay out, and only

@@ -91,7 +91,7 @@ def recompile(whole: Problem, previous: PreviousClusters, recorded: Mapping[str,
     touched ones (and what they displace) exactly; None when the full solve must decide (see the
     module docstring). :class:`fleetc.placement.solver.Incremental` is its solver."""
     model = whole.model
-    if rules.caps(model) or rules.failover_groups(model):
+    if coupled(model):
         return None
     kept = whole.kept
     changed = _changed_mask(model, recorded)
@@ -118,6 +118,12 @@ def recompile(whole: Problem, previous: PreviousClusters, recorded: Mapping[str,
     replicas_at[placed.stage[mine], placed.cluster[mine]] = placed.count[mine]
     return Recompiled(replicas_at, objective, max(bound, objective), "incremental", proven,
                       int(touched.sum()), int(movable.sum()))
+
+
+def coupled(model: FleetModel) -> bool:
+    """Whether rows couple stages across the whole fleet (team quotas, cost caps, failover
+    headroom): the incremental path then leaves the fleet to the full solve."""
+    return bool(rules.caps(model) or rules.failover_groups(model))
 
 
 def touched_stages(whole: Problem, previous: PreviousClusters, recorded: Mapping[str, Recorded] | None,

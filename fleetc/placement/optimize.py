@@ -137,8 +137,9 @@ class _Solution:
 def _solve_fleet(model: FleetModel, scores: Scores, settings: Settings, budget: Budget) -> _Solution:
     """The fleet's solver (:func:`fleetc.placement.solver.fleet_solver`) places it, unless there
     is none or it declines; then each component's solver (:func:`_solve_all`)."""
-    pairs = int(scores.allowed.sum()) if settings.previous else 0
-    solver = fleet_solver(settings, pairs, INCREMENTAL if settings.incremental is None else settings.incremental)
+    pairs = int(scores.allowed.sum()) if settings.previous else 0  # read only with a previous placement
+    solver = fleet_solver(model, settings, pairs,
+                          INCREMENTAL if settings.incremental is None else settings.incremental)
     if solver is not None:
         blocked = multicluster_conflicts(model, scores)
         whole = Problem.of(model, scores, blocked, previous_matrix(model, settings.previous or {}),

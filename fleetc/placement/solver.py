@@ -26,6 +26,7 @@ from typing import Protocol
 
 import numpy as np
 
+from fleetc.model import FleetModel
 from fleetc.placement import colgen, cvx, incremental
 from fleetc.placement.previous import Recorded
 from fleetc.placement.problem import Budget, PreviousClusters, Problem, Settings
@@ -117,12 +118,13 @@ def solver_for(problem: Problem, large: int) -> Solver:
     return SOLVERS[Exact.method if problem.pairs <= large else ColumnGeneration.method]
 
 
-def fleet_solver(settings: Settings, pairs: int, least: int) -> Solver | None:
+def fleet_solver(model: FleetModel, settings: Settings, pairs: int, least: int) -> Solver | None:
     """The solver of the whole fleet at once, tried before each component is solved by its own
     (:func:`solver_for`): :class:`Incremental` when ``settings`` give a previous placement of a
     fleet of more than ``least`` allowed pairs (``pairs``; below that the full exact solve is
-    fast and proven optimal); None otherwise."""
-    if not settings.previous or pairs <= least:
+    fast and proven optimal) whose stages no rows couple across it
+    (:func:`fleetc.placement.incremental.coupled`); None otherwise."""
+    if not settings.previous or pairs <= least or incremental.coupled(model):
         return None
     return Incremental(settings.previous, settings.recorded, allow_unplaced=settings.allow_unplaced)
 

@@ -19,7 +19,7 @@ from bench.churn import raise_training_gpus
 from bench.generate import Spec, generate
 from fleetc.cli import cli
 from fleetc.model import FleetModel, Placement, StageType
-from fleetc.placement import optimize
+from fleetc.placement import optimize, rules
 from fleetc.placement.incremental import _kinds, lagrangian_bound
 from fleetc.placement.previous import Recorded, parse_previous
 from fleetc.placement.problem import Part, Problem, multicluster_conflicts
@@ -206,3 +206,32 @@ def test_a_one_line_change_recompiles_from_the_previous_out(tmp_path: Path, monk
     assert re.search(r"proven within \d+\.\d\d% of its Lagrangian bound", again.output), again.output
     report = parse_previous((tmp_path / "out" / "placement.yaml").read_text(encoding="utf-8"))
     assert report.method == "incremental" and report.bound >= report.objective > 0
+
+
+def test_the_incremental_solver_is_chosen_one_way_and_declines_what_the_full_solve_decides() -> None:
+    """The whole fleet's solver (``solver.fleet_solver``): the incremental one only with a
+    previous placement of a fleet above the threshold whose stages no cap couples; given a
+    fleet it cannot recompile (a change touching most stages), it declines, and ``place``
+    solves each component instead (method ``milp``)."""
+    from fleetc.placement.problem import Settings, previous_matrix
+    from fleetc.placement.solver import Declined, Incremental, fleet_solver
+
+    model = optimize._canonical(model_of(Spec(clusters=6, stages=30, load=0.7, seed=4)))
+    placed = optimize.place(model)
+    previous = where(placed)
+    pairs = int(score_matrix(model).allowed.sum())
+    assert fleet_solver(model, Settings(), pairs, 0) is None  # no previous placement
+    assert fleet_solver(model, Settings(previous=previous), pairs, pairs) is None  # not above the threshold
+    assert isinstance(fleet_solver(model, Settings(previous=previous), pairs, 0), Incremental)
+    capped = optimize._canonical(model_of(Spec(clusters=6, stages=30, load=0.7, seed=4, platform=True, quotas=0.9)))
+    assert rules.caps(capped) and fleet_solver(capped, Settings(previous=previous), pairs, 0) is None  # coupled
+    # Every stage's figures changed (nothing recorded matches): far more than TOUCHED_SHARE.
+    recorded = {key: replace(r, replicas=r.replicas + 1) for key, r in recorded_of(model, placed).items()}
+    scores = score_matrix(model)
+    blocked = multicluster_conflicts(model, scores)
+    whole = Problem.of(model, scores, blocked, previous_matrix(model, previous),
+                       Part(np.arange(len(model.stages)), np.arange(len(model.clusters))))
+    with pytest.raises(Declined):
+        Incremental(previous, recorded, allow_unplaced=False).solve(whole, Settings().budget(None))
+    again = optimize.place(model, previous=previous, recorded=recorded, incremental=0)
+    assert again.method == "milp" and again.recompiled is None

@@ -1,9 +1,12 @@
 """Place every stage on the fleet with a mixed-integer linear program (HiGHS).
 
-This module is the front door: it splits the fleet into independent components, solves each
-(the matrices in :mod:`fleetc.placement.program`, the large-instance path in :mod:`fleetc.placement.colgen`),
-merges them, re-checks the result with :mod:`fleetc.placement.verify` and explains what cannot be placed
-(:mod:`fleetc.placement.reasons`).
+This module is the front door (:func:`place`, told what to do by one
+:class:`~fleetc.placement.problem.Settings`): it recompiles the fleet incrementally where a previous
+placement allows (:mod:`fleetc.placement.incremental`), else splits it into independent components and
+solves each (the matrices in :mod:`fleetc.placement.program`, the large-instance path in
+:mod:`fleetc.placement.colgen`), each solver chosen in :mod:`fleetc.placement.solver`; merges them,
+restores what the solvers relax (:mod:`fleetc.placement.finish`), re-checks the result with
+:mod:`fleetc.placement.verify` and explains what cannot be placed (:mod:`fleetc.placement.reasons`).
 
 The formulation, the policy fields it reads and the large-instance path are documented in
 ``docs/optimizer.md``; in short, variables exist only for (stage, cluster) pairs the filters

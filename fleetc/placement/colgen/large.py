@@ -234,8 +234,8 @@ def _large(problem: Problem, count: np.ndarray | None = None) -> _Large:
     values, replicas, gang, shared_stage = problem.values, problem.replicas, problem.gang, problem.shared
     n_clusters = len(problem.clusters)
     demand = problem.demand * replicas
-    coefficients = np.stack([np.where(shared_stage, 0.0, demand[0]), demand[1], demand[2],
-                             np.where(shared_stage, demand[0], 0.0)])
+    whole_gpus, shared_slots = rules.gpus_as(demand[0], shared_stage)  # the ledger's split (most GPUs of any type)
+    coefficients = np.stack([whole_gpus, demand[1], demand[2], shared_slots])
     previous = problem.previous_at(pair_stage, pair_cluster)
     move = np.where(gang[pair_stage], problem.move_cost * values[pair_stage] * previous / replicas[pair_stage], 0.0)
     keep_pair = np.flatnonzero((previous > 0) & ~gang[pair_stage])

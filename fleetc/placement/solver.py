@@ -11,10 +11,9 @@ the :class:`Budget`, :mod:`fleetc.placement.cvx`) and :class:`ColumnGeneration`
 (``incremental``, :mod:`fleetc.placement.incremental`), places the whole fleet after a small
 change, given the previous placement: it may decline (:class:`Declined`), and then each
 component is solved by its solver. :func:`fleet_solver` and :func:`solver_for` are the one
-choice among them. Below them
-a program is solved by a :class:`~fleetc.placement.program.ProgramSolver` (HiGHS direct or
-cvxpy), every exact solve in the same two steps
-(:func:`~fleetc.placement.program.every_stage_else_most`).
+choice among them. Below them a program is solved by a
+:class:`~fleetc.placement.program.ProgramSolver` (HiGHS direct or cvxpy), every exact solve in
+the same two steps (:func:`~fleetc.placement.program.every_stage_else_most`).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ re-placement of it (what :mod:`fleetc.placement.fixes` did before, once per cand
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 from support.builders import make_cluster, make_fleet, make_stage
@@ -12,7 +13,7 @@ from test_scale import model_of
 
 from bench.generate import Spec
 from fleetc.errors import InternalError
-from fleetc.model import Cluster, FleetModel, Stage, StageType
+from fleetc.model import Cluster, FleetModel, Placement, Stage, StageType
 from fleetc.placement import cvx, fixes, local, optimize
 from fleetc.placement.verify import verify
 
@@ -128,3 +129,72 @@ def test_a_stage_moved_for_a_stage_the_repair_then_takes_off_goes_back() -> None
     assert where["llm/prepare"] == {"a": 1}
     assert sum(1 for key in ("llm/train0", "llm/train1", "llm/train2") if where[key]) == 2
     assert not verify(model, placement, allow_unplaced=True, previous=previous)
+
+
+def test_the_count_rules_out_a_component_without_room_for_what_it_must_place() -> None:
+    """local.too_little_room: a and b (8 t4 each, 64 cores) hold 16 GPUs; b is in another
+    jurisdiction. Stages that may run on both and need up to 16 GPUs in all are not ruled out;
+    17 are; stages kept to a that need more than a's 8 are, though a and b together would hold
+    them; cores count as GPUs do; a serving stage counts its least replicas, a time-sliced one
+    its share of a GPU (4 to a GPU where the device plugin time-slices, a whole GPU where not)."""
+    from support.builders import make_serving
+
+    from fleetc.model import GPUPolicy
+
+    a = make_cluster("a", gpu_type="t4", gpus=8, cores=64, jurisdiction="EU")
+    b = make_cluster("b", gpu_type="t4", gpus=8, cores=64, jurisdiction="US")
+
+    def ruled_out(*stages: Stage, clusters: tuple[Cluster, ...] = (a, b), **fields: object) -> bool:
+        return local.too_little_room(make_fleet(clusters, stages, **fields), {s.key for s in stages})
+
+    def gang(name: str, gpus: int, **fields: object) -> Stage:
+        return make_stage(name, gpus=gpus, **{"gpu_type": "t4", "cores": 4, **fields})  # type: ignore[arg-type]
+
+    assert not ruled_out(gang("x", 8), gang("y", 8))
+    assert ruled_out(gang("x", 8), gang("y", 8), gang("z", 1))
+    assert ruled_out(gang("x", 8, jurisdiction="EU"), gang("y", 1, jurisdiction="EU"))
+    assert not ruled_out(gang("x", 8, jurisdiction="EU"), gang("y", 1))
+    assert ruled_out(gang("x", 1, cores=100), gang("y", 1, cores=30))
+    assert ruled_out(gang("x", 9, gpu_type="a100"))  # no cluster takes it
+    assert not ruled_out(make_serving("s", gpu_type="t4", replicas=16, cores=8))
+    assert ruled_out(make_serving("s", gpu_type="t4", replicas=17, cores=1))
+    sliced, whole = (dataclasses.replace(a, device_plugin_configured=on) for on in (True, False))
+    shared = [make_serving(f"s{i}", gpu_type="t4", replicas=8, cores=1, shared_gpu=True) for i in range(5)]
+    policy = GPUPolicy("gpu", time_slicing_replicas=4, defragment_threshold=None, compaction_strategy=None,
+                       sharing_enabled=True, max_sharers=4, source=a.source)
+    assert not ruled_out(*shared[:4], clusters=(sliced,), gpu_policy=policy)  # 32 slots: 8 GPUs
+    assert ruled_out(*shared, clusters=(sliced,), gpu_policy=policy)
+    assert not ruled_out(shared[0], clusters=(whole,), gpu_policy=policy)
+    assert ruled_out(*shared[:2], clusters=(whole,), gpu_policy=policy)  # whole GPUs where the plugin does not slice
+
+
+@pytest.mark.parametrize("spec", FLEETS[:2], ids=lambda spec: f"seed{spec.seed}-quotas{spec.quotas}")
+def test_a_check_the_count_rules_out_is_not_solved_and_a_full_re_placement_agrees(
+        spec: Spec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every check local.too_little_room answers is one a full re-placement of the grown fleet
+    does not place either (the count is sound), and such checks are met: fewer solves than checks."""
+    model = model_of(spec)
+    placed, left_out = placed_and_left_out(model)
+    ruled: list[tuple[local.Checker, list[Stage], Cluster]] = []
+    checks: list[bool] = []
+    solves: list[bool] = []
+    places_all, place = local.Checker.places_all, optimize.place
+
+    def recorded(checker: local.Checker, stages: list[Stage], cluster: Cluster) -> bool:
+        checks.append(True)
+        before = len(solves)
+        answer = places_all(checker, stages, cluster)
+        if len(solves) == before:
+            ruled.append((checker, stages, cluster))
+        return answer
+
+    def counted(*args: Any, **kwargs: Any) -> Placement:
+        solves.append(True)
+        return place(*args, **kwargs)
+
+    monkeypatch.setattr(local.Checker, "places_all", recorded)
+    monkeypatch.setattr(optimize, "place", counted)
+    fixes.fixes(model, placed, left_out)
+    monkeypatch.setattr(optimize, "place", place)
+    assert ruled and len(solves) < len(checks)
+    assert not any(re_placed(checker, stages, cluster) for checker, stages, cluster in ruled)

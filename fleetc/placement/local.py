@@ -154,13 +154,18 @@ class Checker:
                        stages=tuple(s for s in grown.stages if s.key in keys))
         return part, keys
 
-    def _wants(self, stage: Stage, cluster: Cluster, names: set[str]) -> bool:
+    def _wants(self, stage: Stage, cluster: Cluster, names: set[str], admits: dict[str, bool]) -> bool:
         """Whether ``stage`` (left out or short) may run on one of ``names`` (which hold
         ``cluster``) in the fleet grown by ``cluster``: ``admitting(stage, cluster) & names``,
-        the rules read for ``cluster`` only when no other of ``names`` admits it."""
+        the rules read for ``cluster`` only when no other of ``names`` admits it, once
+        (``admits``: stage key -> whether ``cluster`` admits it)."""
         if stage.key not in self._admitting:
             self.admitting(stage, cluster)
-        return bool((self._admitting[stage.key] - {cluster.name}) & names) or not rules.exclusions(stage, cluster)
+        if (self._admitting[stage.key] - {cluster.name}) & names:
+            return True
+        if stage.key not in admits:  # outside its jurisdiction (the common case) is one of the exclusions
+            admits[stage.key] = not rules.outside_jurisdiction(stage, cluster) and not rules.exclusions(stage, cluster)
+        return admits[stage.key]
 
     def _closure(self, grown: FleetModel, names: set[str], keys: set[str],
                  cluster: Cluster) -> tuple[set[str], set[str]]:
@@ -170,10 +175,11 @@ class Checker:
         by_name = {c.name: c for c in grown.clusters}
         by_key = {s.key: s for s in grown.stages}
         size = (-1, -1)
+        admits: dict[str, bool] = {}
         while size != (len(names), len(keys)):
             size = (len(names), len(keys))
             keys = keys.union(*(self._on.get(n, ()) for n in names))
-            keys |= {s.key for s in self._short if s.key not in keys and self._wants(s, cluster, names)}
+            keys |= {s.key for s in self._short if s.key not in keys and self._wants(s, cluster, names, admits)}
             for key in keys:
                 names |= {n for n in self.placed.get(key, {}) if n in by_name}
                 names |= {n for n in rules.ha_clusters(grown, by_key[key]) if n in by_name}

@@ -168,11 +168,12 @@ def test_the_count_rules_out_a_component_without_room_for_what_it_must_place() -
     assert ruled_out(*shared[:2], clusters=(whole,), gpu_policy=policy)  # whole GPUs where the plugin does not slice
 
 
-@pytest.mark.parametrize("spec", FLEETS[:2], ids=lambda spec: f"seed{spec.seed}-quotas{spec.quotas}")
+@pytest.mark.parametrize("spec", [FLEETS[0], FLEETS[3]], ids=lambda spec: f"seed{spec.seed}-quotas{spec.quotas}")
 def test_a_check_the_count_rules_out_is_not_solved_and_a_full_re_placement_agrees(
         spec: Spec, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every check local.too_little_room answers is one a full re-placement of the grown fleet
-    does not place either (the count is sound), and such checks are met: fewer solves than checks."""
+    """Every check the counts answer (local.too_little_room, local.cap_too_little: the quotas
+    fleet's) is one a full re-placement of the grown fleet does not place either (the counts are
+    sound), and such checks are met: fewer solves than checks."""
     model = model_of(spec)
     placed, left_out = placed_and_left_out(model)
     ruled: list[tuple[local.Checker, list[Stage], Cluster]] = []
@@ -198,3 +199,34 @@ def test_a_check_the_count_rules_out_is_not_solved_and_a_full_re_placement_agree
     monkeypatch.setattr(optimize, "place", place)
     assert ruled and len(solves) < len(checks)
     assert not any(re_placed(checker, stages, cluster) for checker, stages, cluster in ruled)
+
+
+def test_a_cap_leaves_too_little_by_its_quota_per_gpu_type_or_its_cost() -> None:
+    """local.cap_too_little: team t's quota is 8 t4 and 4 a100, its cost cap 10/h; the rest of
+    the fleet takes 2 t4 of it. Gangs of t's pipeline that may run on t4 only need more than the
+    6 t4 left: ruled out; with a100 clusters too they may take the 4 a100 (10 in all), and a
+    stage that may also run on l4 (no quota) is not counted; a serving stage's least replicas
+    (all 12 here) count against the cost cap at their price; another pipeline's stages count nothing."""
+    from support.builders import make_serving
+
+    from fleetc.placement import rules
+
+    t4, a100, l4 = (make_cluster(n, gpu_type=n, gpus=16, cores=64, gpu_hour_cost=0.5) for n in ("t4", "a100", "l4"))
+    cap = rules.Cap("team t", frozenset({"llm"}), (("t4", 8), ("a100", 4)), 10.0, "platform.yaml", "spec.teams[0]")
+    rest = rules.CapUsage((("t4", 2),), 0)
+    part = make_fleet((t4, a100, l4), ())
+
+    def too_little(*stages: tuple[Stage, tuple[Cluster, ...]], used: rules.CapUsage = rest) -> bool:
+        return local.cap_too_little(part, cap, used, [s for s, _ in stages], {s.key: list(c) for s, c in stages})
+
+    x, y = make_stage("x", gpus=4, cores=1, memory_gib=1), make_stage("y", gpus=3, cores=1, memory_gib=1)
+    assert not too_little((x, (t4,)))
+    assert too_little((x, (t4,)), (y, (t4,)))
+    assert not too_little((x, (t4, a100)), (y, (t4, a100)))
+    assert too_little((x, (t4, a100)), (y, (t4, a100)), (make_stage("z", gpus=4, cores=1, memory_gib=1), (a100,)))
+    assert not too_little((x, (t4,)), (y, (t4, l4)))
+    assert not too_little((x, (t4,)), (dataclasses.replace(y, pipeline="other"), (t4,)))
+    serve = make_serving("s", gpus=1, replicas=12, cores=1, memory_gib=1)  # 0.56/h a replica: 6.72/h
+    assert not too_little((serve, (l4,)), used=rules.CapUsage((), 3_280_000))
+    assert too_little((serve, (l4,)), used=rules.CapUsage((), 3_280_001))
+    assert too_little((x, ()))  # no cluster takes it

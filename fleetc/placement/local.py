@@ -193,7 +193,8 @@ class Checker:
         part, keys = self.component(stages, cluster)
         self.spent += len(part.stages) * len(part.clusters)
         previous = {key: there for key, there in self.placed.items() if key in keys}
-        if too_little_room(part, {s.key for s in stages} | set(previous)):
+        must = {s.key for s in stages} | set(previous)
+        if too_little_room(part, must) or self._caps_leave_too_little(part, keys, must):
             return False  # no placement the verifier accepts places them all: nor can the re-solve
         try:
             solved = place(part, previous=previous, allow_unplaced=True)
@@ -209,6 +210,21 @@ class Checker:
         if not ({s.key for s in stages} | set(previous)) <= done:
             return False
         return not self._caps_broken(part, solved, keys)
+
+    def _caps_leave_too_little(self, part: FleetModel, keys: set[str], must: set[str]) -> bool:
+        """Whether a cap, beside what the rest of the fleet (the stages placed outside the
+        component ``part`` of ``keys``) takes of it, leaves too little for the stages of
+        ``must`` (:func:`cap_too_little`): then no re-solve places them all within the caps."""
+        found = rules.caps(self.model)
+        if not found:
+            return False
+        stages = {s.key: s for s in self.model.stages}
+        clusters = {c.name: c for c in self.model.clusters}
+        rest = [(stages[key], clusters[name], n) for key, there in self.placed.items()
+                if key not in keys and key in stages for name, n in there.items() if name in clusters]
+        placed = [s for s in part.stages if s.key in must]
+        where = {s.key: [c for c in part.clusters if not rules.exclusions(rules.on_cluster(s, c), c)] for s in placed}
+        return any(cap_too_little(part, cap, rules.cap_usage(self.model, cap, rest), placed, where) for cap in found)
 
     def _caps_broken(self, part: FleetModel, solved: Placement, keys: set[str]) -> bool:
         """Whether the component as ``solved``, beside what the rest of the fleet takes, breaks a cap."""
@@ -272,3 +288,41 @@ def _replica_need(part: FleetModel, stage: Stage, cluster: Cluster, per_gpu: int
     GPUs :func:`rules.taken` counts), millicores, bytes."""
     used = rules.replica_usage(part, stage, 1)
     return used.gpus * per_gpu + used.slots * per_gpu // rules.slots_on(part, cluster), used.millis, used.memory
+
+
+def cap_too_little(part: FleetModel, cap: rules.Cap, rest: rules.CapUsage, stages: list[Stage],
+                   where: Mapping[str, list[Cluster]]) -> bool:
+    """Whether ``cap``, beside ``rest`` (what is placed outside ``part`` takes of it), leaves
+    too little for ``stages`` (of ``part``), each placed on clusters of ``where`` (its key ->
+    the clusters no rule keeps it off) with at least its least replicas.
+
+    Sound as :func:`too_little_room` is: what a placement of them takes of the cap
+    (:func:`rules.cap_usage`) is, per stage, at least its least replicas times the least one
+    replica takes on any cluster it may run on, in cost (when no price is negative) and in
+    quota slots of the cluster's GPU type; a stage that may run where the quota does not count
+    it (a GPU type it does not cap, or no GPUs there) is left out of the quota's count. The
+    quota is counted for each set of its GPU types some stage may run on only, and for all."""
+    members = [s for s in stages if s.pipeline in cap.pipelines]
+    if not members:
+        return False
+    if any(not where[s.key] for s in members):
+        return True
+    least = {s.key: rules.least_replicas(part, s) for s in members}
+    on = {(s.key, c.name): rules.on_cluster(s, c) for s in members for c in where[s.key]}
+    limit = cap.max_cost_micros
+    if limit is not None:
+        costs = [[rules.replica_cost_micros(part, on[s.key, c.name], c) for c in where[s.key]] for s in members]
+        if min(map(min, costs)) >= 0 and rest.cost + sum(
+                least[s.key] * min(cost) for s, cost in zip(members, costs, strict=True)) > limit:
+            return True
+    per_gpu = rules.slots_per_gpu(part)
+    left = {gpu_type: quota * per_gpu - rest.of(gpu_type) for gpu_type, quota in cap.gpu_quota}
+    needs: dict[frozenset[str], int] = {}  # the GPU types the stages may run on -> slots they need together
+    for stage in members:
+        taken = [(c.gpu_type, rules.quota_slots(part, on[stage.key, c.name], c, 1)) for c in where[stage.key]
+                 if on[stage.key, c.name].gpus > 0 and c.gpu_type in left]
+        if len(taken) == len(where[stage.key]):  # every cluster it may run on counts it
+            types = frozenset(gpu_type for gpu_type, _ in taken if gpu_type is not None)
+            needs[types] = needs.get(types, 0) + least[stage.key] * min(n for _, n in taken)
+    return any(sum(n for inside, n in needs.items() if inside <= types) > sum(left[t] for t in types)
+               for types in {*needs, frozenset().union(*needs)})

@@ -17,8 +17,11 @@ from the placement now, so these checks read those alone:
   component, and the caps the rest shares with it are checked beside what the rest takes.
   Each check is charged its stage-cluster pairs against :data:`JOINT_BUDGET_PAIRS`. A check
   whose component cannot hold what it must place, by a count of GPUs, cores and memory
-  (:func:`too_little_room`), is answered without solving: no placement the verifier accepts
-  places them all, so the re-solve could not either.
+  (:func:`too_little_room`) or of what a team quota or cost cap leaves beside the rest of the
+  fleet (:func:`cap_too_little`), is answered without solving: no placement the verifier
+  accepts places them all, so the re-solve could not either. The count is a relaxation, so it
+  changes no answer, only which checks are solved (the budget charges both alike, so which
+  groups are re-solved stays as it was).
 """
 
 from __future__ import annotations

@@ -376,3 +376,19 @@ def test_where_a_full_packing_exists_at_scale_the_large_path_places_every_stage(
     clusters = int(os.environ.get("FLEETC_SCALE", "25"))
     _placed_whole_where_the_exact_path_packs_everything(Spec(clusters=clusters, stages=20 * clusters, load=1.0))
 
+
+
+@pytest.mark.slow
+def test_fixcost_compiles_every_variant_and_prints_its_ratio_to_the_plain_fleet() -> None:
+    """bench.fixcost at a small size, in a fresh process (the CI smoke run of issue 30's item 4
+    figure): one row per variant with its CPU seconds, the ratio to the plain fleet (1.00 for
+    plain itself), the stages left out and the load; the sovereign and quotas fleets leave
+    stages out, so their fix lines (the joint ones included) are computed."""
+    out = subprocess.run([sys.executable, "-m", "bench.fixcost", "--sizes", "8x60", "--repeat", "1"], cwd=ROOT,
+                         capture_output=True, text=True, check=True, timeout=600)
+    rows = {line.split()[1]: line.split() for line in out.stdout.splitlines()[1:]}
+    assert list(rows) == ["plain", "sovereign", "ha", "quotas", "diverse"]
+    assert all(row[0] == "8x60" and float(row[2]) > 0 and float(row[3]) > 0 for row in rows.values())
+    assert rows["plain"][3] == "1.00"
+    assert float(rows["sovereign"][2]) / float(rows["plain"][2]) == pytest.approx(float(rows["sovereign"][3]), abs=0.01)
+    assert int(rows["sovereign"][4]) > 0 and int(rows["quotas"][4]) > 0

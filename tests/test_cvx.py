@@ -4,6 +4,7 @@ imported only when a program is solved."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ from fleetc.cli import cli
 from fleetc.compiler import Options, inputs_digest, load_policies
 from fleetc.placement import cvx, optimize
 from fleetc.placement.problem import Budget, problems
-from fleetc.placement.program import Program, build_program, solve_program
+from fleetc.placement.program import Program, Result, build_program, solve_program
 from fleetc.placement.scoring import score_matrix
 from fleetc.placement.solvers import DEFAULT_SOLVER, installed_milp_solvers, solver_label
 from fleetc.placement.verify import verify
@@ -119,3 +120,37 @@ def test_cvxpy_is_imported_only_when_a_program_is_solved(tmp_path: Path) -> None
     assert _modules_after(tmp_path, compile_) == ["cvxpy"]
     assert _modules_after(tmp_path, compile_, [*compile_, "--check"]) == []  # unchanged: given back
     assert _modules_after(tmp_path, compile_, compile_) == []
+
+
+def test_a_program_solved_before_under_the_budget_is_given_back_not_solved_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Budget.solved: the same program (byte for byte) under one budget is solved once, and
+    what comes back is what the solve found; a changed capacity, another step (every stage
+    placed or not) or a new budget solve again; a result a time limit cut short is not kept."""
+    program = programs(Spec(clusters=10, stages=60, load=0.9))[0]
+    solves: list[bool] = []
+    solve = cvx._solve_program
+
+    def counted(*args: object, **kwargs: object) -> object:
+        solves.append(True)
+        return solve(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cvx, "_solve_program", counted)
+    budget = Budget()
+    first = cvx.solve_program(program, budget, require_all=False, integral=True)
+    again = cvx.solve_program(program, budget, require_all=False, integral=True)
+    assert len(solves) == 1 and first.values is not None and again.values is not None
+    assert (again.values == first.values).all() and again.optimal == first.optimal
+    again.values[:] = -1  # the caller's copy: what the budget keeps stays as solved
+    assert (cvx.solve_program(program, budget, require_all=False, integral=True).values == first.values).all()
+    assert len(solves) == 1
+    cvx.solve_program(program, budget, require_all=True, integral=True)
+    cvx.solve_program(dataclasses.replace(program, capacity=program.capacity + 1), budget, require_all=False,
+                      integral=True)
+    cvx.solve_program(program, Budget(), require_all=False, integral=True)
+    assert len(solves) == 4
+
+    monkeypatch.setattr(cvx, "_solve_program", lambda *args, **kwargs: Result(values=first.values, optimal=False))
+    cut = Budget()
+    cvx.solve_program(program, cut, require_all=False, integral=True)
+    assert cut.solved == {}

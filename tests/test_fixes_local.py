@@ -5,6 +5,7 @@ re-placement of it (what :mod:`fleetc.placement.fixes` did before, once per cand
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 from support.builders import make_cluster, make_fleet, make_stage
@@ -12,7 +13,7 @@ from test_scale import model_of
 
 from bench.generate import Spec
 from fleetc.errors import InternalError
-from fleetc.model import Cluster, FleetModel, Stage, StageType
+from fleetc.model import Cluster, FleetModel, Placement, Stage, StageType
 from fleetc.placement import cvx, fixes, local, optimize
 from fleetc.placement.verify import verify
 
@@ -128,3 +129,104 @@ def test_a_stage_moved_for_a_stage_the_repair_then_takes_off_goes_back() -> None
     assert where["llm/prepare"] == {"a": 1}
     assert sum(1 for key in ("llm/train0", "llm/train1", "llm/train2") if where[key]) == 2
     assert not verify(model, placement, allow_unplaced=True, previous=previous)
+
+
+def test_the_count_rules_out_a_component_without_room_for_what_it_must_place() -> None:
+    """local.too_little_room: a and b (8 t4 each, 64 cores) hold 16 GPUs; b is in another
+    jurisdiction. Stages that may run on both and need up to 16 GPUs in all are not ruled out;
+    17 are; stages kept to a that need more than a's 8 are, though a and b together would hold
+    them; cores count as GPUs do; a serving stage counts its least replicas, a time-sliced one
+    its share of a GPU (4 to a GPU where the device plugin time-slices, a whole GPU where not)."""
+    from support.builders import make_serving
+
+    from fleetc.model import GPUPolicy
+
+    a = make_cluster("a", gpu_type="t4", gpus=8, cores=64, jurisdiction="EU")
+    b = make_cluster("b", gpu_type="t4", gpus=8, cores=64, jurisdiction="US")
+
+    def ruled_out(*stages: Stage, clusters: tuple[Cluster, ...] = (a, b), **fields: object) -> bool:
+        return local.too_little_room(make_fleet(clusters, stages, **fields), {s.key for s in stages})
+
+    def gang(name: str, gpus: int, **fields: object) -> Stage:
+        return make_stage(name, gpus=gpus, **{"gpu_type": "t4", "cores": 4, **fields})  # type: ignore[arg-type]
+
+    assert not ruled_out(gang("x", 8), gang("y", 8))
+    assert ruled_out(gang("x", 8), gang("y", 8), gang("z", 1))
+    assert ruled_out(gang("x", 8, jurisdiction="EU"), gang("y", 1, jurisdiction="EU"))
+    assert not ruled_out(gang("x", 8, jurisdiction="EU"), gang("y", 1))
+    assert ruled_out(gang("x", 1, cores=100), gang("y", 1, cores=30))
+    assert ruled_out(gang("x", 9, gpu_type="a100"))  # no cluster takes it
+    assert not ruled_out(make_serving("s", gpu_type="t4", replicas=16, cores=8))
+    assert ruled_out(make_serving("s", gpu_type="t4", replicas=17, cores=1))
+    sliced, whole = (dataclasses.replace(a, device_plugin_configured=on) for on in (True, False))
+    shared = [make_serving(f"s{i}", gpu_type="t4", replicas=8, cores=1, shared_gpu=True) for i in range(5)]
+    policy = GPUPolicy("gpu", time_slicing_replicas=4, defragment_threshold=None, compaction_strategy=None,
+                       sharing_enabled=True, max_sharers=4, source=a.source)
+    assert not ruled_out(*shared[:4], clusters=(sliced,), gpu_policy=policy)  # 32 slots: 8 GPUs
+    assert ruled_out(*shared, clusters=(sliced,), gpu_policy=policy)
+    assert not ruled_out(shared[0], clusters=(whole,), gpu_policy=policy)
+    assert ruled_out(*shared[:2], clusters=(whole,), gpu_policy=policy)  # whole GPUs where the plugin does not slice
+
+
+@pytest.mark.parametrize("spec", [FLEETS[0], FLEETS[3]], ids=lambda spec: f"seed{spec.seed}-quotas{spec.quotas}")
+def test_a_check_the_count_rules_out_is_not_solved_and_a_full_re_placement_agrees(
+        spec: Spec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every check the counts answer (local.too_little_room, local.cap_too_little: the quotas
+    fleet's) is one a full re-placement of the grown fleet does not place either (the counts are
+    sound), and such checks are met: fewer solves than checks."""
+    model = model_of(spec)
+    placed, left_out = placed_and_left_out(model)
+    ruled: list[tuple[local.Checker, list[Stage], Cluster]] = []
+    checks: list[bool] = []
+    solves: list[bool] = []
+    places_all, place = local.Checker.places_all, optimize.place
+
+    def recorded(checker: local.Checker, stages: list[Stage], cluster: Cluster) -> bool:
+        checks.append(True)
+        before = len(solves)
+        answer = places_all(checker, stages, cluster)
+        if len(solves) == before:
+            ruled.append((checker, stages, cluster))
+        return answer
+
+    def counted(*args: Any, **kwargs: Any) -> Placement:
+        solves.append(True)
+        return place(*args, **kwargs)
+
+    monkeypatch.setattr(local.Checker, "places_all", recorded)
+    monkeypatch.setattr(optimize, "place", counted)
+    fixes.fixes(model, placed, left_out)
+    monkeypatch.setattr(optimize, "place", place)
+    assert ruled and len(solves) < len(checks)
+    assert not any(re_placed(checker, stages, cluster) for checker, stages, cluster in ruled)
+
+
+def test_a_cap_leaves_too_little_by_its_quota_per_gpu_type_or_its_cost() -> None:
+    """local.cap_too_little: team t's quota is 8 t4 and 4 a100, its cost cap 10/h; the rest of
+    the fleet takes 2 t4 of it. Gangs of t's pipeline that may run on t4 only need more than the
+    6 t4 left: ruled out; with a100 clusters too they may take the 4 a100 (10 in all), and a
+    stage that may also run on l4 (no quota) is not counted; a serving stage's least replicas
+    (all 12 here) count against the cost cap at their price; another pipeline's stages count nothing."""
+    from support.builders import make_serving
+
+    from fleetc.placement import rules
+
+    t4, a100, l4 = (make_cluster(n, gpu_type=n, gpus=16, cores=64, gpu_hour_cost=0.5) for n in ("t4", "a100", "l4"))
+    cap = rules.Cap("team t", frozenset({"llm"}), (("t4", 8), ("a100", 4)), 10.0, "platform.yaml", "spec.teams[0]")
+    rest = rules.CapUsage((("t4", 2),), 0)
+    part = make_fleet((t4, a100, l4), ())
+
+    def too_little(*stages: tuple[Stage, tuple[Cluster, ...]], used: rules.CapUsage = rest) -> bool:
+        return local.cap_too_little(part, cap, used, [s for s, _ in stages], {s.key: list(c) for s, c in stages})
+
+    x, y = make_stage("x", gpus=4, cores=1, memory_gib=1), make_stage("y", gpus=3, cores=1, memory_gib=1)
+    assert not too_little((x, (t4,)))
+    assert too_little((x, (t4,)), (y, (t4,)))
+    assert not too_little((x, (t4, a100)), (y, (t4, a100)))
+    assert too_little((x, (t4, a100)), (y, (t4, a100)), (make_stage("z", gpus=4, cores=1, memory_gib=1), (a100,)))
+    assert not too_little((x, (t4,)), (y, (t4, l4)))
+    assert not too_little((x, (t4,)), (dataclasses.replace(y, pipeline="other"), (t4,)))
+    serve = make_serving("s", gpus=1, replicas=12, cores=1, memory_gib=1)  # 0.56/h a replica: 6.72/h
+    assert not too_little((serve, (l4,)), used=rules.CapUsage((), 3_280_000))
+    assert too_little((serve, (l4,)), used=rules.CapUsage((), 3_280_001))
+    assert too_little((x, ()))  # no cluster takes it

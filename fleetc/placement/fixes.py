@@ -77,7 +77,10 @@ def fixes(model: FleetModel, placed: Mapping[str, Mapping[str, int]], stage_keys
                 on[name].append((rules.on_cluster(stages[key], model.cluster(name)), replicas))
     used = {name: rules.usage(model, there) for name, there in on.items()}
     checks = local.NewCluster(model, _placement(model, _placed(on)))
-    found = [Fix(s.key, f"{s.key}: {_fix(model, s, on, used, checks)}") for s in model.stages if s.key in wanted]
+    by_name = {c.name: c for c in model.clusters}
+    capped = rules.caps_used(model, ((s, by_name[name], n) for name, there in on.items() for s, n in there))
+    found = [Fix(s.key, f"{s.key}: {_fix(model, s, on, used, capped, checks)}") for s in model.stages
+             if s.key in wanted]
     return found + _joint_fixes(model, local.Checker(model, placed), on, [s for s in model.stages if s.key in wanted])
 
 
@@ -210,7 +213,8 @@ def _least(low: int, high: int, holds: Callable[[int], bool]) -> int:
 
 
 def _fix(model: FleetModel, stage: Stage, on: Mapping[str, list[tuple[Stage, int]]],
-         used: Mapping[str, rules.Usage], checks: local.NewCluster) -> str:
+         used: Mapping[str, rules.Usage], capped: list[tuple[rules.Cap, rules.CapUsage]],
+         checks: local.NewCluster) -> str:
     clusters = {c.name: c for c in model.clusters}
     ha = rules.ha_clusters(model, stage)
     minimum = rules.min_replicas_per_cluster(stage)
@@ -219,7 +223,7 @@ def _fix(model: FleetModel, stage: Stage, on: Mapping[str, list[tuple[Stage, int
         return binding
     options = []
     capacity = _capacity_option(model, stage, ha, minimum, clusters, on, used, checks)
-    cap = _cap_binding(model, stage, on)
+    cap = _cap_binding(model, stage, capped)
     if cap:
         return cap if capacity.startswith("it fits") or not capacity else f"{cap}, and {capacity}"
     if capacity:
@@ -251,15 +255,15 @@ def _ha_binding(model: FleetModel, stage: Stage, ha: tuple[str, ...], minimum: i
     return ""
 
 
-def _cap_binding(model: FleetModel, stage: Stage, on: Mapping[str, list[tuple[Stage, int]]]) -> str:
+def _cap_binding(model: FleetModel, stage: Stage, used: list[tuple[rules.Cap, rules.CapUsage]]) -> str:
     """A team quota or cost cap as the binding rule: on every cluster the rules admit the stage
     to, a cap over its pipeline leaves too little for it (its replicas, or a serving stage's
     minimum); the smallest raise that admits it somewhere (``raise team research's h100 quota
     by 8 (policies/platform.yaml spec.teams[0].gpuQuota)``). '' when some cluster is within
     every cap. A stage the HA set places (:func:`rules.ha_clusters`) must serve on each of its
-    clusters, so there a cap binds when it leaves any of them too little."""
+    clusters, so there a cap binds when it leaves any of them too little. ``used``: each cap
+    with what the placement takes of it (:func:`rules.caps_used`), read once for every stage."""
     clusters = {c.name: c for c in model.clusters}
-    used = rules.caps_used(model, ((s, clusters[name], n) for name, there in on.items() for s, n in there))
     if not any(stage.pipeline in cap.pipelines for cap, _ in used):
         return ""
     per_gpu = rules.slots_per_gpu(model)

@@ -15,7 +15,13 @@ from the placement now, so these checks read those alone:
   there or short that may run there, closed over the clusters those stages run on or must run on),
   sticky to the placement now, everything else stays where it is. The verifier checks the
   component, and the caps the rest shares with it are checked beside what the rest takes.
-  Each re-solve is charged its stage-cluster pairs against :data:`JOINT_BUDGET_PAIRS`.
+  Each check is charged its stage-cluster pairs against :data:`JOINT_BUDGET_PAIRS`. A check
+  whose component cannot hold what it must place, by a count of GPUs, cores and memory
+  (:func:`too_little_room`) or of what a team quota or cost cap leaves beside the rest of the
+  fleet (:func:`cap_too_little`), is answered without solving: no placement the verifier
+  accepts places them all, so the re-solve could not either. The count is a relaxation, so it
+  changes no answer, only which checks are solved (the budget charges both alike, so which
+  groups are re-solved stays as it was).
 """
 
 from __future__ import annotations
@@ -121,6 +127,9 @@ class Checker:
         for key, there in self.placed.items():
             for name in there:
                 self._on.setdefault(name, set()).add(key)
+        counts = {key: sum(there.values()) for key, there in self.placed.items()}
+        #: the stages left out or short of their replicas
+        self._short = [s for s in model.stages if counts.get(s.key, 0) < s.replicas]
 
     def admitting(self, stage: Stage, cluster: Cluster) -> frozenset[str]:
         """The clusters of the fleet grown by ``cluster`` that ``stage`` may run on."""
@@ -143,29 +152,37 @@ class Checker:
         grown = self.grown(cluster)
         keys = {s.key for s in stages}
         names = {cluster.name}.union(*(self.admitting(s, cluster) for s in stages))
-        names, keys = self._closure(grown, names, keys, self._wanting(grown, cluster))
+        names, keys = self._closure(grown, names, keys, cluster)
         part = replace(grown, clusters=tuple(c for c in grown.clusters if c.name in names),
                        stages=tuple(s for s in grown.stages if s.key in keys))
         return part, keys
 
-    def _wanting(self, grown: FleetModel, cluster: Cluster) -> dict[str, frozenset[str]]:
-        """The stages of ``grown`` left out or short of their replicas, each with the clusters
-        of the fleet grown by ``cluster`` it may run on."""
-        counts = {key: sum(there.values()) for key, there in self.placed.items()}
-        return {s.key: self.admitting(s, cluster) for s in grown.stages if counts.get(s.key, 0) < s.replicas}
+    def _wants(self, stage: Stage, cluster: Cluster, names: set[str], admits: dict[str, bool]) -> bool:
+        """Whether ``stage`` (left out or short) may run on one of ``names`` (which hold
+        ``cluster``) in the fleet grown by ``cluster``: ``admitting(stage, cluster) & names``,
+        the rules read for ``cluster`` only when no other of ``names`` admits it, once
+        (``admits``: stage key -> whether ``cluster`` admits it)."""
+        if stage.key not in self._admitting:
+            self.admitting(stage, cluster)
+        if (self._admitting[stage.key] - {cluster.name}) & names:
+            return True
+        if stage.key not in admits:  # outside its jurisdiction (the common case) is one of the exclusions
+            admits[stage.key] = not rules.outside_jurisdiction(stage, cluster) and not rules.exclusions(stage, cluster)
+        return admits[stage.key]
 
     def _closure(self, grown: FleetModel, names: set[str], keys: set[str],
-                 wanting: Mapping[str, frozenset[str]]) -> tuple[set[str], set[str]]:
-        """``names`` (clusters) and ``keys`` (stages) grown until closed: the stages placed on
-        the clusters or ``wanting`` to run there, and the clusters those stages are placed on or
-        their HA set names."""
+                 cluster: Cluster) -> tuple[set[str], set[str]]:
+        """``names`` (clusters, ``cluster`` among them) and ``keys`` (stages) grown until
+        closed: the stages placed on the clusters or left out or short that may run there, and
+        the clusters those stages are placed on or their HA set names."""
         by_name = {c.name: c for c in grown.clusters}
         by_key = {s.key: s for s in grown.stages}
         size = (-1, -1)
+        admits: dict[str, bool] = {}
         while size != (len(names), len(keys)):
             size = (len(names), len(keys))
             keys = keys.union(*(self._on.get(n, ()) for n in names))
-            keys |= {key for key, where in wanting.items() if key not in keys and where & names}
+            keys |= {s.key for s in self._short if s.key not in keys and self._wants(s, cluster, names, admits)}
             for key in keys:
                 names |= {n for n in self.placed.get(key, {}) if n in by_name}
                 names |= {n for n in rules.ha_clusters(grown, by_key[key]) if n in by_name}
@@ -179,6 +196,9 @@ class Checker:
         part, keys = self.component(stages, cluster)
         self.spent += len(part.stages) * len(part.clusters)
         previous = {key: there for key, there in self.placed.items() if key in keys}
+        must = {s.key for s in stages} | set(previous)
+        if too_little_room(part, must) or self._caps_leave_too_little(part, keys, must):
+            return False  # no placement the verifier accepts places them all: nor can the re-solve
         try:
             solved = place(part, previous=previous, allow_unplaced=True)
         except PlacementError:  # the large path's search ran out: not shown to place them
@@ -194,6 +214,21 @@ class Checker:
             return False
         return not self._caps_broken(part, solved, keys)
 
+    def _caps_leave_too_little(self, part: FleetModel, keys: set[str], must: set[str]) -> bool:
+        """Whether a cap, beside what the rest of the fleet (the stages placed outside the
+        component ``part`` of ``keys``) takes of it, leaves too little for the stages of
+        ``must`` (:func:`cap_too_little`): then no re-solve places them all within the caps."""
+        found = rules.caps(self.model)
+        if not found:
+            return False
+        stages = {s.key: s for s in self.model.stages}
+        clusters = {c.name: c for c in self.model.clusters}
+        rest = [(stages[key], clusters[name], n) for key, there in self.placed.items()
+                if key not in keys and key in stages for name, n in there.items() if name in clusters]
+        placed = [s for s in part.stages if s.key in must]
+        where = {s.key: [c for c in part.clusters if not rules.exclusions(rules.on_cluster(s, c), c)] for s in placed}
+        return any(cap_too_little(part, cap, rules.cap_usage(self.model, cap, rest), placed, where) for cap in found)
+
     def _caps_broken(self, part: FleetModel, solved: Placement, keys: set[str]) -> bool:
         """Whether the component as ``solved``, beside what the rest of the fleet takes, breaks a cap."""
         found = rules.caps(self.model)
@@ -207,3 +242,90 @@ class Checker:
         inside = [(stages[p.stage], clusters[a.cluster], a.replicas) for p in solved.stages for a in p.assignments]
         return any(rules.cap_overuse(self.model, cap, rules.cap_usage(self.model, cap, rest + inside))
                    for cap in found)
+
+
+def too_little_room(part: FleetModel, keys: set[str]) -> bool:
+    """Whether no placement of ``part`` that the verifier accepts places every stage of ``keys``,
+    by counting: then :meth:`Checker.places_all` is False without solving.
+
+    Sound (it never says so of a placement that exists): a placement the verifier accepts
+    (:func:`fleetc.placement.verify.verify` of ``part``) puts each stage it places on clusters of
+    ``part`` no rule keeps it off (``rules.exclusions`` of the stage as it runs there), at
+    least ``rules.least_replicas`` replicas in all, and on each cluster no more than its usable
+    GPUs, cores and memory (:func:`rules.overuse`: time-sliced slots take whole GPUs, at least
+    their share ``1 / rules.slots_on`` each). So for any set ``T`` of clusters, the stages that
+    may run only on ``T`` need, each, at least its least replicas times its smallest need on
+    any cluster it may run on, and together no more than ``T`` has. Checked for each set of
+    clusters some stage may run on, and for all of them; GPUs counted in time-sliced slots
+    (``rules.slots_per_gpu`` to a GPU), so every count is a whole number."""
+    per_gpu = rules.slots_per_gpu(part)
+    room = {c.name: _scaled(rules.usable_capacity(part, c), per_gpu) for c in part.clusters}
+    needs: dict[frozenset[str], list[int]] = {}  # clusters the stages may run on -> what they need together
+    for stage in part.stages:
+        if stage.key not in keys:
+            continue
+        on = {c.name: rules.on_cluster(stage, c) for c in part.clusters}
+        where = [c for c in part.clusters if not rules.exclusions(on[c.name], c)]
+        if not where:
+            return True
+        least = rules.least_replicas(part, stage)
+        per_replica = [_replica_need(part, on[c.name], c, per_gpu) for c in where]
+        need = [least * min(each[r] for each in per_replica) for r in range(3)]
+        names = frozenset(c.name for c in where)
+        needs[names] = [a + b for a, b in zip(needs.get(names, [0, 0, 0]), need, strict=True)]
+    for clusters in {*needs, frozenset().union(*needs)}:
+        need = [sum(n[r] for inside, n in needs.items() if inside <= clusters) for r in range(3)]
+        if any(need[r] > sum(room[name][r] for name in clusters) for r in range(3)):
+            return True
+    return False
+
+
+def _scaled(capacity: tuple[int, int, int], per_gpu: int) -> tuple[int, int, int]:
+    """Usable GPUs (in time-sliced slots), millicores and bytes."""
+    return capacity[0] * per_gpu, capacity[1], capacity[2]
+
+
+def _replica_need(part: FleetModel, stage: Stage, cluster: Cluster, per_gpu: int) -> tuple[int, int, int]:
+    """What one replica of ``stage`` (as it runs on ``cluster``) takes of it at least: GPUs in
+    time-sliced slots (a time-sliced GPU of its own is ``per_gpu / slots_on`` slots of the
+    GPUs :func:`rules.taken` counts), millicores, bytes."""
+    used = rules.replica_usage(part, stage, 1)
+    return used.gpus * per_gpu + used.slots * per_gpu // rules.slots_on(part, cluster), used.millis, used.memory
+
+
+def cap_too_little(part: FleetModel, cap: rules.Cap, rest: rules.CapUsage, stages: list[Stage],
+                   where: Mapping[str, list[Cluster]]) -> bool:
+    """Whether ``cap``, beside ``rest`` (what is placed outside ``part`` takes of it), leaves
+    too little for ``stages`` (of ``part``), each placed on clusters of ``where`` (its key ->
+    the clusters no rule keeps it off) with at least its least replicas.
+
+    Sound as :func:`too_little_room` is: what a placement of them takes of the cap
+    (:func:`rules.cap_usage`) is, per stage, at least its least replicas times the least one
+    replica takes on any cluster it may run on, in cost (when no price is negative) and in
+    quota slots of the cluster's GPU type; a stage that may run where the quota does not count
+    it (a GPU type it does not cap, or no GPUs there) is left out of the quota's count. The
+    quota is counted for each set of its GPU types some stage may run on only, and for all."""
+    members = [s for s in stages if s.pipeline in cap.pipelines]
+    if not members:
+        return False
+    if any(not where[s.key] for s in members):
+        return True
+    least = {s.key: rules.least_replicas(part, s) for s in members}
+    on = {(s.key, c.name): rules.on_cluster(s, c) for s in members for c in where[s.key]}
+    limit = cap.max_cost_micros
+    if limit is not None:
+        costs = [[rules.replica_cost_micros(part, on[s.key, c.name], c) for c in where[s.key]] for s in members]
+        if min(map(min, costs)) >= 0 and rest.cost + sum(
+                least[s.key] * min(cost) for s, cost in zip(members, costs, strict=True)) > limit:
+            return True
+    per_gpu = rules.slots_per_gpu(part)
+    left = {gpu_type: quota * per_gpu - rest.of(gpu_type) for gpu_type, quota in cap.gpu_quota}
+    needs: dict[frozenset[str], int] = {}  # the GPU types the stages may run on -> slots they need together
+    for stage in members:
+        taken = [(c.gpu_type, rules.quota_slots(part, on[stage.key, c.name], c, 1)) for c in where[stage.key]
+                 if on[stage.key, c.name].gpus > 0 and c.gpu_type in left]
+        if len(taken) == len(where[stage.key]):  # every cluster it may run on counts it
+            types = frozenset(gpu_type for gpu_type, _ in taken if gpu_type is not None)
+            needs[types] = needs.get(types, 0) + least[stage.key] * min(n for _, n in taken)
+    return any(sum(n for inside, n in needs.items() if inside <= types) > sum(left[t] for t in types)
+               for types in {*needs, frozenset().union(*needs)})

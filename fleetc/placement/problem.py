@@ -57,6 +57,10 @@ class Budget:
     on_gap: Callable[[float], None] = field(default=lambda gap: None, compare=False)
     #: Who hears how many of the fleet's stages are solved, after each independent part.
     on_placed: Callable[[int, int], None] = field(default=lambda done, total: None, compare=False)
+    #: What the exact path's solves under this budget found, by the program they solved
+    #: (:func:`fleetc.placement.cvx.solve_program`): the parts of a fleet that are alike, byte
+    #: for byte, are solved once. It lives as long as the budget: one placement.
+    solved: dict[bytes, object] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

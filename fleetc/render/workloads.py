@@ -63,9 +63,11 @@ from fleetc.render.order import (
     mark_container,
     marker_share,
     marks,
+    run_id,
     wait_containers,
     wrap_command,
 )
+from fleetc.render.release import gate, held
 
 #: ``trainingPriority`` -> PriorityClass value.
 PRIORITY_VALUES: dict[str, int] = {"low": 1_000, "medium": 10_000, "high": 100_000, "critical": 1_000_000}
@@ -311,7 +313,10 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
     released and its dependants never get its marker."""
     level = training_priority(ctx, stage)
     priority = {"priorityClassName": priority_class_name(level)} if level else {}
-    template = gang_pod_template(ctx, cluster, stage)
+    waiting = held(ctx, stage)
+    template = gang_pod_template(ctx, cluster, stage, waiting=not waiting)
+    if waiting:
+        template = gate(template)
     if stage.pods > 1:
         tasks = [_task(MASTER_TASK, 1, template), _task(WORKER_TASK, stage.pods - 1, template)]
         plugins = {"plugins": distributed_plugins()}
@@ -332,7 +337,7 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
             "tasks": tasks,
         },
     }
-    job["metadata"]["name"] = job_name(job)
+    job["metadata"]["name"] = job_name(job, run_id(ctx, stage) if waiting else None)
     return job
 
 
@@ -355,8 +360,10 @@ def job_queue(ctx: Context, stage: Stage) -> str:
     return team_queue_name(team.name) if team is not None else f"fleetc-{stage.workload_class}"
 
 
-def job_name(job: Obj) -> str:
-    """A Volcano Job's name: ``<pipeline>-<stage>-<8 hex of its spec>``.
+def job_name(job: Obj, run: str | None = None) -> str:
+    """A Volcano Job's name: ``<pipeline>-<stage>-<8 hex of its spec>`` (and of the stage's
+    ``run`` id for a held Job, whose pods hold no wait that names its upstream's runs: a re-run
+    upstream is a new Job, as on Kueue, :mod:`fleetc.render.release`).
 
     Volcano refuses any change to a Job's spec (``validateJobUpdate``, volcano
     ``pkg/webhooks/admission/jobs/validate/admit_job.go``), so a stage whose Job changes is a
@@ -366,7 +373,8 @@ def job_name(job: Obj) -> str:
     every pod hostname ``<job>-<task>-<index>`` (``MakePodName``, ``pkg/controllers/job/
     helpers/helpers.go``; the ``svc`` plugin sets it as the hostname) fits in 63 characters."""
     longest_pod_suffix = max(len(f"-{task['name']}-{task['replicas'] - 1}") for task in job["spec"]["tasks"])
-    return content_name(job["metadata"]["name"], job["spec"], MAX_NAME - longest_pod_suffix)
+    content = job["spec"] if run is None else {"run": run, "spec": job["spec"]}
+    return content_name(job["metadata"]["name"], content, MAX_NAME - longest_pod_suffix)
 
 
 def distributed_plugins() -> Obj:

@@ -350,8 +350,9 @@ def holding_warnings(ctx: Context, cluster: Cluster, work: Work) -> list[Diagnos
         waited = [u.name for u in producers(ctx, stage) if unmarked(ctx, u) is None]
         if not waited:
             continue
-        why = ("its Deployment's pods wait in init containers, scheduled with their GPUs (a Deployment's pods "
-               "start at once, and nothing holds one back); its replicas are idle until then")
+        why = ("its Deployment's pods wait in init containers, scheduled with their GPUs (its ReplicaSet names "
+               "its pods at random and makes new ones at every scale-up, so no release limited to named pods "
+               "could ungate them; docs/pipelines.md); its replicas are idle until then")
         found.append(warning(stage.source, f"{stage.source.field}.dependencies",
                              f"stage '{stage.name}' holds its GPUs on cluster {cluster.name} while it waits for "
                              f"{', '.join(repr(name) for name in waited)}: {why}"))

@@ -79,7 +79,7 @@ from fleetc.render.record import (
     layer_prefixes,
     record_text,
 )
-from fleetc.render.release import held, holding_warnings, release_infra, ungate_job
+from fleetc.render.release import GATE, held, holding_warnings, release_infra, ungate_job
 from fleetc.render.report import placement_report
 from fleetc.render.workloads import (
     PRIORITY_VALUES,
@@ -267,8 +267,10 @@ def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> tuple[list[O
 
 def _volcano_objects(ctx: Context, cluster: Cluster, stage: Stage) -> list[Obj]:
     """A gang stage's Volcano Job, and the release Job of a held one (:mod:`.release`)."""
-    job = volcano_job(ctx, cluster, stage)
-    return [job, ungate_job(ctx, stage, job)] if held(ctx, stage) else [job]
+    if not held(ctx, stage):
+        return [volcano_job(ctx, cluster, stage)]
+    job = volcano_job(ctx, cluster, stage, GATE)
+    return [job, ungate_job(ctx, stage, job)]
 
 
 def _fences(ctx: Context, cluster: Cluster, names: list[str]) -> dict[str, tuple[Obj, Platform]]:

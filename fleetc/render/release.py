@@ -136,9 +136,9 @@ RELEASE_SCRIPT = (
     'out="${TMPDIR:-/tmp}/fleetc-release.out"\n'
     "tries=1\n"
     "while :; do\n"
-    '  token=`cat "$sa/token"`\n'
+    '  auth=`cat "$sa/token"`\n'
     "  code=`curl -sS -o \"$out\" -w '%{http_code}' --cacert \"$sa/ca.crt\" "
-    "-H \"Authorization: Bearer $token\" -H 'Content-Type: application/json' "
+    "-H \"Authorization: Bearer $auth\" -H 'Content-Type: application/json' "
     '-X POST --data "$body" "$url" 2>&1`\n'
     "  case $code in\n"
     "    201) printf 'fleetc: %s may start: created LocalQueue %s/%s (ClusterQueue %s)\\n' "
@@ -158,7 +158,7 @@ def _api_call(method: str, extra: str) -> str:
     """The script line that sends one request with the pod's service account token and sets
     ``code`` to the HTTP status (or curl's own error), the reply in ``$out``."""
     return ("code=`curl -sS -o \"$out\" -w '%{http_code}' --cacert \"$sa/ca.crt\" "
-            f"-H \"Authorization: Bearer $token\" -X {method} {extra} 2>&1`\n")
+            f"-H \"Authorization: Bearer $auth\" -X {method} {extra} 2>&1`\n")
 
 
 _ENDED = "|".join(f"*'\"phase\":\"{phase}\"'*" for phase in ENDED_PHASES)
@@ -180,7 +180,7 @@ UNGATE_SCRIPT = (
     "{\"op\":\"remove\",\"path\":\"/spec/schedulingGates/0\"}]' \"$FLEETC_GATE\"`\n"
     'out="${TMPDIR:-/tmp}/fleetc-release.out"\n'
     "while :; do\n"
-    '  token=`cat "$sa/token"`\n'
+    '  auth=`cat "$sa/token"`\n'
     '  for pod in "$@"; do\n'
     "    " + _api_call("PATCH", "-H 'Content-Type: application/json-patch+json' --data \"$patch\" \"$pods/$pod\"")
     + "    case $code in\n"
@@ -255,11 +255,6 @@ def release_job(ctx: Context, stage: Stage, cluster_queue: str) -> Obj:
          "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{CONTROLLER_UID_LABEL}']"}}},
     ]
     return _release(ctx, stage, ["sh", "-c", RELEASE_SCRIPT, "fleetc-release"], env)
-
-
-def gate(template: Obj) -> Obj:
-    """``template`` (a pod template) with the scheduling gate of a held Volcano Job."""
-    return {**template, "spec": {**template["spec"], "schedulingGates": [{"name": GATE}]}}
 
 
 def gated_pods(job: Obj) -> list[str]:

@@ -67,7 +67,6 @@ from fleetc.render.order import (
     wait_containers,
     wrap_command,
 )
-from fleetc.render.release import gate, held
 
 #: ``trainingPriority`` -> PriorityClass value.
 PRIORITY_VALUES: dict[str, int] = {"low": 1_000, "medium": 10_000, "high": 100_000, "critical": 1_000_000}
@@ -297,7 +296,7 @@ def gang_pod_template(ctx: Context, cluster: Cluster, stage: Stage, waiting: boo
     return {"metadata": {"labels": stage_labels(stage)}, "spec": pod}
 
 
-def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
+def volcano_job(ctx: Context, cluster: Cluster, stage: Stage, gate: str | None = None) -> Obj:
     """A gang stage as a Volcano Job: all its pods (``stage.replicas``, each split into
     ``pods_per_replica`` that fit a node) start together or not at all.
 
@@ -310,13 +309,15 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
     of them failed, kills the pods and ends the Job Failed (volcano v1.15.1
     ``pkg/controllers/job/state/running.go`` ``RestartJobAction`` increments ``retryCount``,
     ``state/restarting.go`` fails the Job at ``retryCount >= maxRetry``): its GPUs are
-    released and its dependants never get its marker."""
+    released and its dependants never get its marker.
+
+    With a ``gate``, the Job is held (:mod:`fleetc.render.release`): its pods carry that
+    scheduling gate instead of the waits, and its name covers the stage's run id."""
     level = training_priority(ctx, stage)
     priority = {"priorityClassName": priority_class_name(level)} if level else {}
-    waiting = held(ctx, stage)
-    template = gang_pod_template(ctx, cluster, stage, waiting=not waiting)
-    if waiting:
-        template = gate(template)
+    template = gang_pod_template(ctx, cluster, stage, waiting=gate is None)
+    if gate is not None:
+        template["spec"]["schedulingGates"] = [{"name": gate}]
     if stage.pods > 1:
         tasks = [_task(MASTER_TASK, 1, template), _task(WORKER_TASK, stage.pods - 1, template)]
         plugins = {"plugins": distributed_plugins()}
@@ -337,7 +338,7 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
             "tasks": tasks,
         },
     }
-    job["metadata"]["name"] = job_name(job, run_id(ctx, stage) if waiting else None)
+    job["metadata"]["name"] = job_name(job, run_id(ctx, stage) if gate is not None else None)
     return job
 
 

@@ -88,15 +88,23 @@ from __future__ import annotations
 
 from fleetc.errors import Diagnostic
 from fleetc.model import KUEUE, Cluster, Platform, Stage
-from fleetc.render.common import MAX_NAME, Obj, content_name, metadata, object_name, stage_labels, warning
+from fleetc.render.common import (
+    MAX_NAME,
+    RELEASE_ROLE,
+    ROLE_LABEL,
+    Obj,
+    content_name,
+    metadata,
+    object_name,
+    stage_labels,
+    warning,
+)
 from fleetc.render.context import Context, Work
 from fleetc.render.order import literal, producers, run_id, unmarked, wait_containers
 
 #: The image of the ``fleetc-release`` container: a shell and curl (Alpine's busybox ``sh``).
 RELEASE_IMAGE = "curlimages/curl:8.10.1"
 RELEASE_ACCOUNT = "fleetc-release"
-ROLE_LABEL = "fleetc.dev/role"
-RELEASE_ROLE = "release"
 #: The API server as the release pods reach it: the ``kubernetes`` Service (443) and, after its
 #: DNAT, the API server's own port (6443 on kubeadm and most managed clusters).
 API_SERVER_PORTS = (443, 6443)

@@ -43,7 +43,9 @@ fleetc's once they all passed.
 
 **Volcano** (pod scheduling readiness, ``spec.schedulingGates``, GA in Kubernetes 1.30):
 
-* every task template of the held Volcano Job carries the scheduling gate :data:`GATE`. The job
+* every task template of the held Volcano Job carries the scheduling gate :data:`GATE` (the
+  Job CRD's schema keeps it: volcano v1.15.1 ``config/crd/volcano/bases/
+  batch.volcano.sh_jobs.yaml`` has ``schedulingGates`` in the task template). The job
   controller creates each pod from its task's template as it is (volcano v1.15.1
   ``pkg/controllers/job/job_controller_util.go`` ``createJobPod``: a deep copy of the template's
   spec), named ``<job>-<task>-<index>`` (``MakePodName``, ``pkg/controllers/job/helpers/
@@ -118,8 +120,9 @@ VOLCANO_API = "batch.volcano.sh/v1alpha1"
 GATE = "fleetc.dev/upstream-completed"
 #: How often the release of a held Volcano Job looks for its gated pods and at the Job's phase.
 UNGATE_SECONDS = 10
-#: The Volcano Job phases after which no pod of the Job is created again
-#: (volcano-sh/apis ``pkg/apis/batch/v1alpha1/job.go``; ``Aborted`` may be resumed).
+#: The Volcano Job phases after which no pod of the Job is created again: the job controller's
+#: finished state (volcano v1.15.1 ``pkg/controllers/job/state/factory.go`` ``NewState``,
+#: ``finished.go``: it only kills pods; ``Aborted`` may be resumed).
 ENDED_PHASES = ("Completed", "Failed", "Terminated")
 RELEASE_TRIES = 10
 API_EGRESS_POLICY = "fleetc-release-apiserver"

@@ -88,8 +88,9 @@ def test_diff_between_two_commits_where_a_stage_moved(repo: Repo) -> None:
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("fleetc diff HEAD~1 -> working tree\n\n")
     # +5 -5: the two prefetches of the model there wait for the moved (so changed) training run,
-    # and the DataProcess that marks the served one done
-    assert "gpu-cluster-huawei: +5 ~1 -7 objects; GPUs 16 a100 -> 8 a100; cost/h " in result.stdout
+    # and the DataProcess that marks the served one done; -2 the training's Job and its release
+    # Job; -3 the release's ServiceAccount, Role and RoleBinding (no other gated Job in aigc-prod)
+    assert "gpu-cluster-huawei: +5 ~1 -11 objects; GPUs 16 a100 -> 8 a100; cost/h " in result.stdout
     assert f"  - {MOVED}\n" in result.stdout and f"  + {MOVED}\n" in result.stdout
     assert "GPUs a100: 16 -> 8 (-8)\nGPUs t4: 7 -> 15 (+8)\n" in result.stdout
     assert re.search(r"\+\+\+ b/out/clusters/inference-cluster-aliyun/workloads/"
@@ -133,13 +134,14 @@ def test_diff_markdown_structure(repo: Repo) -> None:
                            "1 stage moved; 2 running Jobs restarted;")
     assert "| cluster | objects + / ~ / − | GPUs before → after | cost/h before → after | stages in | stages out |" \
         in text
-    # 5 / 1 / 7: besides the moved Job, the two prefetches of the model there wait for the moved (changed)
-    # run, and the DataProcess that marks the served one done
-    assert "| `gpu-cluster-huawei` | 5 / 1 / 7 | 16 a100 → 8 a100 |" in text
+    # 5 / 1 / 11: besides the moved Job, the two prefetches of the model there wait for the moved (changed)
+    # run, and the DataProcess that marks the served one done; its release Job, and the release's
+    # ServiceAccount, Role and RoleBinding go too
+    assert "| `gpu-cluster-huawei` | 5 / 1 / 11 | 16 a100 → 8 a100 |" in text
     assert ("| `gpu-cluster-huawei` | `░░░░░░░░░░░░░░░░░░░░░░░░ 16`<br>`████████████············  8` | -8 |\n"
             "| `inference-cluster-aliyun` | `░░░░░░░░░░··············  7`<br>`██████████████████████·· 15` | +8 |\n"
             ) in text  # GPUs per cluster as bars of text: before and after told apart
-    assert "<details><summary>cluster gpu-cluster-huawei: 15 files changed</summary>" in text
+    assert "<details><summary>cluster gpu-cluster-huawei: 19 files changed</summary>" in text
     # the stage table says why the stage moved: the constraint that forced it (fleetc explain's)
     assert ("| `llm-chinese-training/model-training` | placement: `gpu-cluster-huawei x1` → "
             "`inference-cluster-aliyun x1`<br>") in text

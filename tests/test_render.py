@@ -33,6 +33,7 @@ from fleetc.model import (
 )
 from fleetc.render import object_name, render
 from fleetc.render.order import MARK_SCRIPT, RUN_SCRIPT, WAIT_SCRIPT
+from fleetc.render.release import UNGATE_SCRIPT
 
 GI = 1024**3
 MI = 1024**2
@@ -146,7 +147,8 @@ def test_rendered_tree_is_valid_and_builds(tmp_path: Path) -> None:
         folder = tmp_path / "clusters" / name
         listed = [entry for layer in ("infra", "workloads")
                   for entry in load((folder / layer / "kustomization.yaml").read_text())["resources"]]
-        assert len(built) == len(listed) == {"cpu-only": 0, "gpu-east": 10, "gpu-west": 9}[name]
+        # gpu-east and gpu-west each with a gated training and its release: Job, ServiceAccount, Role, RoleBinding
+        assert len(built) == len(listed) == {"cpu-only": 0, "gpu-east": 14, "gpu-west": 13}[name]
 
 
 def test_file_layout() -> None:
@@ -154,7 +156,7 @@ def test_file_layout() -> None:
     assert list(files) == sorted(files)
     # a Job's name ends in the hash of its spec (pinned by test_engines and test_names, not here)
     files = {re.sub(r"-[0-9a-f]{8}\.yaml$", "-HASH.yaml", p) if "/job-" in p else p:
-             re.sub(r"(job-ml-llm-\w+)-[0-9a-f]{8}\.yaml", r"\1-HASH.yaml", t) for p, t in files.items()}
+             re.sub(r"(job-ml-llm-[\w-]+?)-[0-9a-f]{8}\.yaml", r"\1-HASH.yaml", t) for p, t in files.items()}
     west = sorted(p.removeprefix("clusters/gpu-west/") for p in files if p.startswith("clusters/gpu-west/"))
     assert west == [
         "infra/kustomization.yaml",
@@ -162,10 +164,14 @@ def test_file_layout() -> None:
         "infra/namespace-serving.yaml",
         "infra/queue-fleetc-inference.yaml",
         "infra/queue-fleetc-training.yaml",
+        "infra/role-ml-fleetc-release.yaml",
+        "infra/rolebinding-ml-fleetc-release.yaml",
+        "infra/serviceaccount-ml-fleetc-release.yaml",
         "kustomization.yaml",
         "workloads/deployment-serving-llm-serve.yaml",
         "workloads/horizontalpodautoscaler-serving-llm-serve.yaml",
         "workloads/job-ml-llm-eval-HASH.yaml",
+        "workloads/job-ml-llm-eval-release-HASH.yaml",
         "workloads/kustomization.yaml",
         "workloads/poddisruptionbudget-serving-llm-serve.yaml",
         "workloads/service-serving-llm-serve.yaml",
@@ -194,6 +200,7 @@ def test_file_layout() -> None:
         "  - deployment-serving-llm-serve.yaml\n"
         "  - horizontalpodautoscaler-serving-llm-serve.yaml\n"
         "  - job-ml-llm-eval-HASH.yaml\n"
+        "  - job-ml-llm-eval-release-HASH.yaml\n"
         "  - poddisruptionbudget-serving-llm-serve.yaml\n"
         "  - service-serving-llm-serve.yaml\n"
     )
@@ -225,9 +232,12 @@ def test_every_object_is_labelled() -> None:
         if obj["kind"] == "Job":  # the name ends in the hash of the spec
             meta["name"] = re.sub(r"-[0-9a-f]{8}$", "", meta["name"])
         assert meta["labels"]["app.kubernetes.io/managed-by"] == "fleetc", path
-        if obj["kind"] in ("Namespace", "Queue"):
+        if obj["kind"] in ("Namespace", "Queue", "ServiceAccount", "Role", "RoleBinding"):  # per namespace
             assert "fleetc.dev/stage" not in meta["labels"], path
             continue
+        if meta["name"].endswith("-release"):  # the release Job of a gated stage: its stage's, and its role
+            assert meta["labels"].pop("fleetc.dev/role") == "release", path
+            meta["name"] = meta["name"].removesuffix("-release")
         expected = {
             "app.kubernetes.io/managed-by": "fleetc",
             "app.kubernetes.io/name": meta["name"].removeprefix("llm-"),
@@ -237,8 +247,10 @@ def test_every_object_is_labelled() -> None:
         }
         assert meta["labels"] == expected, path
         assert meta["annotations"]["fleetc.dev/source"].startswith("pipelines/llm.yaml#spec.stages."), path
-        if obj["kind"] == "Job":
+        if obj["kind"] == "Job" and "tasks" in obj["spec"]:
             assert obj["spec"]["tasks"][0]["template"]["metadata"]["labels"] == expected
+        elif obj["kind"] == "Job":
+            assert obj["spec"]["template"]["metadata"]["labels"] == {**expected, "fleetc.dev/role": "release"}
         if obj["kind"] == "Deployment":
             assert obj["spec"]["template"]["metadata"]["labels"] == expected
 
@@ -570,12 +582,18 @@ def _elide_scripts(text: str) -> str:
 
 
 def test_sample_job_exact_text() -> None:
-    """Pins the full shape of a rendered Volcano Job (the reference sample in the docs)."""
-    text = by_logical_path(rendered(*fleet()))["clusters/gpu-east/job-ml-llm-train.yaml"]
+    """Pins the full shape of a rendered Volcano Job (the reference sample in the docs): it
+    waits for prep, so its pods are scheduling-gated and its release Job has the wait."""
+    files = by_logical_path(rendered(*fleet()))
+    text = files["clusters/gpu-east/job-ml-llm-train.yaml"]
     job = YAML(typ="safe").load(text)
     spec = job["spec"]["tasks"][0]["template"]["spec"]
-    assert [c["command"][2] for c in spec["initContainers"] + spec["containers"]] == [WAIT_SCRIPT, RUN_SCRIPT,
-                                                                                      MARK_SCRIPT]
+    assert [c["command"][2] for c in spec["containers"]] == [RUN_SCRIPT, MARK_SCRIPT]
+    release = YAML(typ="safe").load(files["clusters/gpu-east/job-ml-llm-train-release.yaml"])
+    pod = release["spec"]["template"]["spec"]
+    assert [c["command"][2] for c in pod["initContainers"] + pod["containers"]] == [WAIT_SCRIPT, UNGATE_SCRIPT]
+    assert pod["containers"][0]["command"][3:] == ["fleetc-release", f"{job['metadata']['name']}-worker-0"]
+    assert pod["initContainers"][0]["command"][3:] == ["fleetc-wait", "_SUCCESS.0", "_SUCCESS.1"]
     text = _elide_scripts(text)
     text = re.sub(r"^  name: llm-train-[0-9a-f]{8}$", "  name: llm-train-HASH", text, flags=re.M)
     text = re.sub(r"(- name: FLEETC_RUN\n +value:) [0-9a-f]{16}$", r"\1 RUN", text, flags=re.M)
@@ -626,25 +644,6 @@ spec:
             - key: nvidia.com/gpu
               operator: Exists
               effect: NoSchedule
-          initContainers:
-            - name: fleetc-wait-prep
-              image: rclone/rclone:1.68
-              command:
-                - sh
-                - -c
-                - | err="${{TMPDIR:-/tmp}}/fleetc-wait.err" ...
-                - fleetc-wait
-                - _SUCCESS.0
-                - _SUCCESS.1
-              env:
-{RCLONE_ENV}
-                - name: FLEETC_UPSTREAM
-                  value: llm/prep
-                - name: FLEETC_MARKER_DIR
-                  value: ":s3:data/tokens"
-                - name: FLEETC_RUN
-                  value: RUN
-{MARKER_RESOURCES}
           containers:
             - name: training
               image: registry.example.com/train:1.0
@@ -717,6 +716,8 @@ spec:
           volumes:
             - name: fleetc-status
               emptyDir: {{}}
+          schedulingGates:
+            - name: fleetc.dev/upstream-completed
 """
 
 

@@ -114,8 +114,8 @@ def test_the_prefetch_of_an_output_runs_after_a_data_process_that_waits_for_its_
     assert process["spec"]["dataset"] == {"name": dataset_name(ckpt), "namespace": "ml", "mountPath": ""}
     pod = process["spec"]["processor"]["job"]["podSpec"]
     assert pod["restartPolicy"] == "Never"
-    # the same init container train's dependants start with: one source for the wait
-    evaluate = objs["clusters/gpu-west/job-ml-llm-eval.yaml"]["spec"]["tasks"][0]["template"]["spec"]
+    # the same init container train's dependants wait in (eval's release, which ungates eval): one source
+    evaluate = objs["clusters/gpu-west/job-ml-llm-eval-release.yaml"]["spec"]["template"]["spec"]
     assert pod["initContainers"] == evaluate["initContainers"]
     assert [c["name"] for c in pod["initContainers"]] == ["fleetc-wait-train"]
     assert pod["containers"][0]["command"] == [  # no shell: the message holds the URL

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,6 +44,7 @@ from fleetc.report import (
     untouched_moves,
     what_if,
 )
+from fleetc.report.review import rendered_jobs
 
 GI = 1024**3
 
@@ -450,3 +452,17 @@ def test_bookkeeping_files_are_summarised_not_diffed() -> None:
         f"placement.yaml: inputs sha256:{'1' * 12}… -> sha256:{'2' * 12}…, objective 1.0 -> 2.0")
     assert report.changed  # still a difference (git diff would say so)
     assert "fleetc's bookkeeping, not diffed: .fleetc/render: 2 lines differ" in format_markdown(report)
+
+
+def test_a_stages_job_is_its_own_not_its_release_job() -> None:
+    """A gated stage's release Job carries the stage's labels (and ``fleetc.dev/role:
+    release``): the Job the report says a change restarts is the stage's Volcano Job, whatever
+    the order the files are read in."""
+    out = Path(__file__).resolve().parents[1] / "out"
+    files = {str(p.relative_to(out)): p.read_text() for p in (out / "clusters").rglob("job-*.yaml")}
+    assert any("-release-" in path for path in files)
+    for order in (sorted(files), sorted(files, reverse=True)):
+        jobs = rendered_jobs({path: files[path] for path in order})
+        training = jobs["llm-chinese-training/model-training"]
+        assert list(training) == ["gpu-cluster-huawei"] and "-release-" not in training["gpu-cluster-huawei"]
+        assert not any("-release-" in name for names in jobs.values() for name in names.values())

@@ -30,6 +30,8 @@ from support.runtime import (
     release_problems,
     releases,
     rendezvous_problems,
+    ungate_problems,
+    ungates,
 )
 from support.tree import logical_path
 
@@ -505,8 +507,9 @@ def test_a_kueue_dependant_takes_no_gpu_while_it_waits() -> None:
     assert order_problems(result.model, result.files, set()) == []
     holding = [w.message for w in result.warnings if "holds its GPUs" in w.message]
     assert holding == ["stage 'serve' holds its GPUs on cluster serve-l4 while it waits for 'train': its "
-                       "Deployment's pods wait in init containers, scheduled with their GPUs (a Deployment's pods "
-                       "start at once, and nothing holds one back); its replicas are idle until then"]
+                       "Deployment's pods wait in init containers, scheduled with their GPUs (its ReplicaSet names "
+                       "its pods at random and makes new ones at every scale-up, so no release limited to named "
+                       "pods could ungate them; docs/pipelines.md); its replicas are idle until then"]
 
 
 def test_the_model_sees_a_held_job_nothing_releases(tmp_path: Path) -> None:
@@ -531,6 +534,98 @@ def test_the_model_sees_a_held_job_nothing_releases(tmp_path: Path) -> None:
         .rsplit("job-ml-", 1)[1][:-5] + " pod 0 does not wait for tokenize's markers",
         "train-kueue: Job/" + next(p for p in files if "/job-ml-llm-train-" in p and "release" not in p)
         .rsplit("job-ml-", 1)[1][:-5] + " pod 1 does not wait for tokenize's markers"]
+
+
+
+#: The Kueue golden case with its training cluster on Volcano, as render version 13 rendered it:
+#: the dependant's pods waited in init containers, scheduled with their GPUs.
+OLD_VOLCANO = ROOT / "tests" / "fixtures" / "render-13-volcano"
+
+
+def volcano_case(tmp_path: Path) -> Compiled:
+    """The Kueue golden case with both clusters on Volcano (what ``OLD_VOLCANO`` was rendered from)."""
+    shutil.copytree(KUEUE_CASE / "policies", tmp_path / "policies")
+    fleet = tmp_path / "policies" / "fleet.yaml"
+    fleet.write_text(fleet.read_text().replace("    batchScheduler: kueue\n", ""))
+    return compiled_in(tmp_path)
+
+
+def test_the_model_sees_gpus_held_while_a_volcano_dependant_waits_in_the_old_output() -> None:
+    """Issue 25 item 4 on render version 13: a Volcano dependant's pods are scheduled with
+    their 8 GPUs each and wait in init containers for the whole upstream run."""
+    old = read_tree(OLD_VOLCANO)
+    assert gpu_seconds_waiting(old, KUEUE_RUNTIME) == {"llm/train": 2 * 8 * 2 * 3600, "llm/serve": 2 * 1 * 6 * 3600}
+    assert ungates(old) == [] and ungate_problems(old) == []
+
+
+def test_a_volcano_dependant_takes_no_gpu_while_it_waits(tmp_path: Path) -> None:
+    """Issue 25 item 4 on Volcano: the training that waits for tokenize is scheduling-gated (no
+    scheduler places a gated pod) until its CPU-only release Job, after the wait, removes the
+    gate from each of its pods: 0 GPU-seconds reserved while it waits, and it still starts
+    only after tokenize's markers. The Deployment still holds its GPUs, and the compile says so."""
+    result = volcano_case(tmp_path)
+    assert gpu_seconds_waiting(result.files, KUEUE_RUNTIME) == {"llm/serve": 2 * 1 * 6 * 3600}
+    train = [p for p in pods(result.files) if p.stage == "llm/train"]
+    assert len(train) == 2 and all("initContainers" not in p.spec for p in train)
+    assert all(p.spec["schedulingGates"] == [{"name": "fleetc.dev/upstream-completed"}] for p in train)
+    (ungate,) = ungates(result.files)
+    (job,) = {p.owner.split("/")[1] for p in train}
+    assert (ungate.cluster, ungate.namespace, ungate.target) == ("train-kueue", "ml", job)
+    assert ungate.pods == (f"{job}-master-0", f"{job}-worker-0")
+    assert list(ungate.waited) == ["fleetc-wait-tokenize"]
+    assert all(c["resources"]["requests"].keys() == {"cpu", "memory"}
+               for c in [*ungate.spec["initContainers"], *ungate.spec["containers"]])
+    assert ungate_problems(result.files) == []
+    assert order_problems(result.model, result.files, set()) == []
+    assert rendezvous_problems(result.files) == [] and command_problems(result.files) == []
+    assert fit_problems(result.model, result.files) == []
+    assert [w.message.split("'")[1] for w in result.warnings if "holds its GPUs" in w.message] == ["serve"]
+
+
+def test_the_model_sees_a_gated_job_nothing_ungates(tmp_path: Path) -> None:
+    """What the release needs, each taken away: the Role (no gate is removed: the training
+    never starts), the release Job itself, its waits (the training would start before
+    tokenize completed), one pod's name (that pod, created again gated at every restart, is
+    never let go)."""
+    result = volcano_case(tmp_path)
+    files = dict(result.files)
+    (role,) = [p for p in files if p.endswith("/role-ml-fleetc-release.yaml")]
+    (release,) = [p for p in files if "/job-ml-llm-train-release-" in p]
+    (ungate,) = ungates(files)
+    where = f"train-kueue: Job/{ungate.job}"
+    without_role = {p: t for p, t in files.items() if p != role}
+    assert ungate_problems(without_role) == [
+        f"{where}: its service account may not patch pod {ungate.pods[0]}",
+        f"{where}: its service account may not patch pod {ungate.pods[1]}",
+        f"{where}: its service account may not read Job {ungate.target}, so it never ends"]
+    without_release = {p: t for p, t in files.items() if p != release}
+    assert ungate_problems(without_release) == [
+        f"train-kueue: Job/{ungate.target} pod {task}-0: gated by fleetc.dev/upstream-completed, which no "
+        "release removes: it never starts" for task in ("master", "worker")]
+    waitless = YAML(typ="safe").load(files[release])
+    waitless["spec"]["template"]["spec"].pop("initContainers")
+    assert ungate_problems({**files, release: dump(waitless)}) == [
+        f"{where}: releases its pods without waiting for anything"]
+    assert order_problems(result.model, {**files, release: dump(waitless)}, set()) == [
+        f"train-kueue: Job/{ungate.target} pod 0 does not wait for tokenize's markers"]  # master-0 and worker-0
+    short = YAML(typ="safe").load(files[release])
+    short["spec"]["template"]["spec"]["containers"][0]["command"].pop()
+    assert ungate_problems({**files, release: dump(short)}) == [
+        f"train-kueue: Job/{ungate.target} pod worker-0: gated by fleetc.dev/upstream-completed, which no release "
+        "removes: it never starts"]
+
+
+def test_in_the_bundled_example_no_gang_holds_a_gpu_while_it_waits(bundled: Compiled) -> None:
+    """Every Volcano dependant of the bundled example is gated and let go after its waits; only
+    the serving Deployments hold GPUs while they wait, each warned about."""
+    runtime = {s.key: 3600 for s in bundled.model.stages}
+    held = gpu_seconds_waiting(bundled.files, runtime)
+    assert held and not any(bundled.model.stage(key).is_gang for key in held)
+    assert len(ungates(bundled.files)) == 3 and ungate_problems(bundled.files) == []
+    warned = {w.message.split("'")[1] for w in bundled.warnings if "holds its GPUs" in w.message}
+    assert {key.split("/")[1] for key in held} == warned
+    old = gpu_seconds_waiting(read_tree(ROOT / "tests" / "fixtures" / "render-1"), runtime)
+    assert any(bundled.model.stage(key).is_gang for key in old)  # as render version 1 had it
 
 
 def test_a_sovereign_fleet_with_kueue_clusters_holds_its_dependants_and_releases_them(tmp_path: Path) -> None:
@@ -569,10 +664,10 @@ def test_a_sovereign_fleet_with_kueue_clusters_holds_its_dependants_and_releases
     assert credential_problems(result.model, result.files) == []
     runtime = {s.key: 3600 for s in result.model.stages}
     held = gpu_seconds_waiting(result.files, runtime)
-    assert not any(cluster in kueue and stage in held for stage, cluster in placed
-                   if not stage.endswith("/serve") and result.model.stage(stage).is_gang)
+    assert kueue and not any(result.model.stage(stage).is_gang for stage in held)  # on Kueue and Volcano
     warned = {w.message.split("'")[1] for w in result.warnings if "holds its GPUs" in w.message}
     assert {key.split("/")[1] for key in held} <= warned
+    assert ungates(result.files) and ungate_problems(result.files) == []
 
 
 def test_triton_starts_only_after_the_dataload_that_refreshes_its_model_repository(

@@ -31,16 +31,17 @@ from support.runtime import (
     plugin_env,
     reads,
     release_of,
+    ungate_of,
 )
 
 from fleetc.errors import PolicyError
 from fleetc.render.order import LOADED_SCRIPT, MARK_SCRIPT, RUN_SCRIPT, STATUS_PATH, WAIT_SCRIPT
-from fleetc.render.release import RELEASE_SCRIPT
+from fleetc.render.release import RELEASE_SCRIPT, UNGATE_SCRIPT
 from fleetc.render.yamlout import dump
 
 #: Every script text fleetc renders, by name.
 SCRIPTS = {"run": RUN_SCRIPT, "mark": MARK_SCRIPT, "wait": WAIT_SCRIPT, "release": RELEASE_SCRIPT,
-           "loaded": LOADED_SCRIPT}
+           "ungate": UNGATE_SCRIPT, "loaded": LOADED_SCRIPT}
 
 SHELLS = [shell for shell in ("dash", "bash") if shutil.which(shell)]
 OLD_RENDER = ROOT / "tests" / "fixtures" / "render-1"
@@ -395,7 +396,8 @@ def test_no_policy_value_runs_as_a_command(prefetch_policies: dict[str, str], sc
         # the waits, the runs
         scripts = {argv[2] for _, argv, _ in containers}
         assert {RUN_SCRIPT, MARK_SCRIPT, WAIT_SCRIPT} <= scripts
-        assert scripts <= {RUN_SCRIPT, MARK_SCRIPT, LOADED_SCRIPT, WAIT_SCRIPT}
+        # the release of a gated Volcano Job talks to the API server (run below, against a stand-in)
+        assert scripts <= {RUN_SCRIPT, MARK_SCRIPT, LOADED_SCRIPT, WAIT_SCRIPT, UNGATE_SCRIPT}
         (box.status / "exit-code").write_text("0\n")
         for kind in (MARK_SCRIPT, LOADED_SCRIPT, WAIT_SCRIPT, RUN_SCRIPT):
             for env, argv, name in containers:
@@ -536,3 +538,120 @@ def test_a_release_whose_queue_exists_ends_and_one_refused_says_why_and_fails(sh
     assert done.returncode == 1
     assert done.stdout.splitlines() == [
         f"fleetc: creating LocalQueue ml/{release.queue} failed (try {n} of 10): 403 {refused}" for n in range(1, 11)]
+
+
+# --------------------------------------------------------------------------- the release of a gated Volcano Job
+#: The API server as the ungate script uses it, with Volcano's job controller behind it
+#: (``STUB_STATE``, JSON: ``pods``: name -> scheduling gates, absent until created; ``phases``:
+#: the Job's phase at each read, the last one kept). A JSON patch ``test`` of the first gate
+#: then ``remove`` of it, as RFC 6902 applies it (200; 422 when the test fails or there is no
+#: gate; 404 for a pod not there). At a read that finds the Job ``Pending`` its pods are created
+#: gated; at one that finds it ``Restarting`` they are deleted and created again from the
+#: template, gated (volcano v1.15.1 ``job_controller_actions.go`` ``killJob``, ``syncJob``;
+#: ``createJobPod`` copies the template). Every call is logged.
+API_STUB = r"""#!/usr/bin/env python3
+import json, os, sys
+args = sys.argv[1:]
+with open(os.environ["STUB_LOG"], "a") as log:
+    log.write(repr(args) + "\n")
+path = os.environ["STUB_STATE"]
+state = json.load(open(path))
+url, method = args[-1], args[args.index("-X") + 1]
+code, body = 404, '{"kind":"Status","code":404}'
+if method == "PATCH" and "/pods/" in url:
+    name = url.rsplit("/", 1)[1]
+    if name in state["pods"]:
+        test, remove = json.loads(args[args.index("--data") + 1])
+        gates = state["pods"][name]
+        assert (test["op"], test["path"], remove) == ("test", "/spec/schedulingGates/0/name",
+                                                     {"op": "remove", "path": "/spec/schedulingGates/0"})
+        if gates and gates[0] == test["value"]:
+            state["pods"][name] = gates[1:]
+            code, body = 200, "{}"
+        else:
+            code, body = 422, '{"kind":"Status","code":422}'
+elif method == "GET" and "/apis/batch.volcano.sh/v1alpha1/namespaces/" in url and url.endswith("?pretty=false"):
+    phase = state["phases"].pop(0) if len(state["phases"]) > 1 else state["phases"][0]
+    if phase in ("Pending", "Restarting"):
+        state["pods"] = {name: list(state["template"]) for name in state["names"]}
+    code, body = 200, json.dumps({"kind": "Job", "status": {"state": {"phase": phase}}}, separators=(",", ":"))
+json.dump(state, open(path, "w"))
+open(args[args.index("-o") + 1], "w").write(body)
+sys.stdout.write(str(code))
+"""
+
+
+def _ungate(box: Sandbox, files: Mapping[str, str]) -> tuple[dict[str, str], list[str], Any]:
+    """The release container of the gated training of the Kueue case put on Volcano, as the
+    kubelet starts it, reading the service account's files from the sandbox; the model's view."""
+    (curl := box.bin / "curl").write_text(API_STUB)
+    curl.chmod(0o755)
+    account = box.root / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text("the-token")
+    (account / "ca.crt").write_text("the-ca")
+    ((cluster, job),) = [(c, obj) for c, obj in objects(files) if ungate_of(c, obj) is not None]
+    env, argv = kubelet_view(job["spec"]["template"]["spec"]["containers"][0])
+    script = argv[2].replace("/var/run/secrets/kubernetes.io/serviceaccount", str(account))
+    return env, [*argv[:2], script, *argv[3:]], ungate_of(cluster, job)
+
+
+@pytest.fixture(scope="module")
+def volcano_case(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    folder = tmp_path_factory.mktemp("volcano")
+    shutil.copytree(CASES / "kueue-two-cluster-pipeline" / "policies", folder / "policies")
+    fleet = folder / "policies" / "fleet.yaml"
+    fleet.write_text(fleet.read_text().replace("    batchScheduler: kueue\n", ""))
+    return dict(compiled_in(folder).files)
+
+
+def _api(box: Sandbox, ungate: Any, phases: list[str], pods: dict[str, list[str]] | None = None) -> Path:
+    state = box.root / "api.json"
+    state.write_text(json.dumps({"pods": pods or {}, "phases": phases, "names": list(ungate.pods),
+                                 "template": [ungate.gate]}))
+    return state
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_release_ungates_every_pod_again_after_a_restart_until_the_job_ended(
+        shell: str, tmp_path: Path, volcano_case: dict[str, str]) -> None:
+    """The pods are created gated once the Job is enqueued, released; a restart creates them
+    again, gated, and they are released again; once the Job completed the release ends, every
+    pod free of the gate. A pod not there yet (404) or already released (422) is not logged."""
+    box = Sandbox(tmp_path)
+    env, argv, ungate = _ungate(box, volcano_case)
+    state = _api(box, ungate, ["Pending", "Running", "Restarting", "Running", "Completed"])
+    done = box.run(shell, env, argv, STUB_STATE=str(state))
+    assert done.returncode == 0, done.stdout + done.stderr
+    freed = [f"fleetc: llm/train may start: removed scheduling gate {ungate.gate} from pod ml/{pod}"
+             for pod in ungate.pods]
+    assert done.stdout.splitlines() == [*freed, *freed, f"fleetc: llm/train: Job ml/{ungate.target} ended; none "
+                                        "of its pods is gated again"]
+    assert json.loads(state.read_text())["pods"] == {pod: [] for pod in ungate.pods}
+    calls = [eval(line) for line in box.log.read_text().splitlines()]  # noqa: S307 (our own repr)
+    assert all("Authorization: Bearer the-token" in call for call in calls)
+    assert {call[-1] for call in calls if call[call.index("-X") + 1] == "PATCH"} == {
+        f"https://kubernetes.default.svc/api/v1/namespaces/ml/pods/{pod}" for pod in ungate.pods}
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_release_refused_says_why_and_goes_on_and_a_pod_with_another_gate_first_is_left(
+        shell: str, tmp_path: Path, volcano_case: dict[str, str]) -> None:
+    box = Sandbox(tmp_path)
+    env, argv, ungate = _ungate(box, volcano_case)
+    first, second = ungate.pods
+    state = _api(box, ungate, ["Running", "Failed"], {first: ["example.com/other", ungate.gate]})
+    done = box.run(shell, env, argv, STUB_STATE=str(state))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == [f"fleetc: llm/train: Job ml/{ungate.target} ended; none of its pods is gated "
+                                        "again"]
+    assert json.loads(state.read_text())["pods"] == {first: ["example.com/other", ungate.gate]}
+    (curl := box.bin / "curl").write_text("#!/bin/sh\nprintf '%s' '{\"reason\":\"Forbidden\"}' > \"$3\"\n"
+                                          "printf 403\n")
+    curl.chmod(0o755)
+    (box.bin / "sleep").write_text("#!/bin/sh\nkill $PPID\n")  # one round, then stop the script
+    done = box.run(shell, env, argv)
+    assert done.stdout.splitlines() == [
+        f"fleetc: removing scheduling gate {ungate.gate} from pod ml/{first} failed: 403 {{\"reason\":\"Forbidden\"}}",
+        f"fleetc: removing scheduling gate {ungate.gate} from pod ml/{second} failed: 403 {{\"reason\":\"Forbidden\"}}",
+        f"fleetc: reading Job ml/{ungate.target} failed: 403 {{\"reason\":\"Forbidden\"}}"]

@@ -43,7 +43,7 @@ from fleetc.delivery import INFRA, WORKLOADS
 from fleetc.errors import Diagnostic
 from fleetc.infra.collector import gc_paused
 from fleetc.infra.forkmap import fork_map
-from fleetc.model import GPU_PRODUCT_LABELS, KUEUE, Cluster, FleetModel, Placement, Platform
+from fleetc.model import GPU_PRODUCT_LABELS, KUEUE, Cluster, FleetModel, Placement, Platform, Stage
 from fleetc.render import yamlout
 from fleetc.render.cluster import (
     egress_policy,
@@ -79,7 +79,7 @@ from fleetc.render.record import (
     layer_prefixes,
     record_text,
 )
-from fleetc.render.release import holding_warnings, release_infra
+from fleetc.render.release import GATE, held, holding_warnings, release_infra, ungate_job
 from fleetc.render.report import placement_report
 from fleetc.render.workloads import (
     PRIORITY_VALUES,
@@ -246,23 +246,31 @@ def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> tuple[list[O
     infra += [policy for policy, _ in fenced.values()]
     kueue = cluster.batch_scheduler == KUEUE
     infra += _queues(ctx, cluster, work, kueue)
-    if kueue:
-        infra += release_infra(ctx, cluster, work, {name: platform for name, (_, platform) in fenced.items()})
-    infra += _priority_classes(ctx, work)
-    if ctx.model.gpu_policy is not None:  # its Namespace once, also when a pipeline's too
-        infra += [obj for obj in device_plugin_config(ctx.model.gpu_policy, cluster, ctx.gpu_slots)
-                  if obj["kind"] != "Namespace" or obj["metadata"]["name"] not in names]
     fluid = fluid_objects(ctx, work, frozenset(fenced), cluster.name)
-    infra += [obj for obj in fluid if obj["kind"] not in FLUID_OPERATIONS]
     workloads = [obj for obj in fluid if obj["kind"] in FLUID_OPERATIONS]
     for stage, assignment in work:
         if stage.is_gang:
-            workloads += kueue_job(ctx, cluster, stage) if kueue else [volcano_job(ctx, cluster, stage)]
+            workloads += kueue_job(ctx, cluster, stage) if kueue else _volcano_objects(ctx, cluster, stage)
         else:
             replicas = assignment.replicas
             workloads += [deployment(ctx, cluster, stage), service(stage),
                           autoscaler(stage, replicas), disruption_budget(stage, replicas)]
+    infra += release_infra(ctx, cluster, work, {name: platform for name, (_, platform) in fenced.items()},
+                           workloads)
+    infra += _priority_classes(ctx, work)
+    if ctx.model.gpu_policy is not None:  # its Namespace once, also when a pipeline's too
+        infra += [obj for obj in device_plugin_config(ctx.model.gpu_policy, cluster, ctx.gpu_slots)
+                  if obj["kind"] != "Namespace" or obj["metadata"]["name"] not in names]
+    infra += [obj for obj in fluid if obj["kind"] not in FLUID_OPERATIONS]
     return infra, workloads
+
+
+def _volcano_objects(ctx: Context, cluster: Cluster, stage: Stage) -> list[Obj]:
+    """A gang stage's Volcano Job, and the release Job of a held one (:mod:`.release`)."""
+    if not held(ctx, stage):
+        return [volcano_job(ctx, cluster, stage)]
+    job = volcano_job(ctx, cluster, stage, GATE)
+    return [job, ungate_job(ctx, stage, job)]
 
 
 def _fences(ctx: Context, cluster: Cluster, names: list[str]) -> dict[str, tuple[Obj, Platform]]:

@@ -18,6 +18,9 @@ Obj = dict[str, Any]
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "fleetc"}
 SOURCE_ANNOTATION = "fleetc.dev/source"
+#: The label of a release Job and its pods (:mod:`fleetc.render.release`): its stage's labels and this.
+ROLE_LABEL = "fleetc.dev/role"
+RELEASE_ROLE = "release"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 #: Argo CD applies objects wave by wave (lowest first), each wave only once the previous one is

@@ -194,7 +194,7 @@ def kueue_job(ctx: Context, cluster: Cluster, stage: Stage) -> list[Obj]:
     meta = stage_metadata(stage)
     team = ctx.team(stage)
     cluster_queue = QUEUE_NAME if team is None else team_queue_name(team.name)
-    waiting = held(ctx, cluster, stage)
+    waiting = held(ctx, stage)
     meta["labels"][QUEUE_LABEL] = held_queue(ctx, stage) if waiting else cluster_queue
     spec: Obj = {"parallelism": pods, "completions": pods}
     if pods > 1:

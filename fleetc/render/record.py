@@ -46,7 +46,8 @@ from fleetc.render.context import Context, Work
 #: command after a trap interrupts its wait. 13: a marking pod's main container requests its
 #: share less the marker container's, so the pod requests what the placement counted; a waiting
 #: Kueue Job held on a LocalQueue its CPU-only release Job creates; serving waits for its DataLoad.
-RENDER_VERSION = "13"
+#: 14: a waiting Volcano Job's pods are scheduling-gated until its CPU-only release Job ungates them.
+RENDER_VERSION = "14"
 
 #: Where the record is written, relative to the output folder.
 RENDER_RECORD = ".fleetc/render"

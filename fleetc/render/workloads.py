@@ -63,6 +63,7 @@ from fleetc.render.order import (
     mark_container,
     marker_share,
     marks,
+    run_id,
     wait_containers,
     wrap_command,
 )
@@ -295,7 +296,7 @@ def gang_pod_template(ctx: Context, cluster: Cluster, stage: Stage, waiting: boo
     return {"metadata": {"labels": stage_labels(stage)}, "spec": pod}
 
 
-def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
+def volcano_job(ctx: Context, cluster: Cluster, stage: Stage, gate: str | None = None) -> Obj:
     """A gang stage as a Volcano Job: all its pods (``stage.replicas``, each split into
     ``pods_per_replica`` that fit a node) start together or not at all.
 
@@ -308,10 +309,15 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
     of them failed, kills the pods and ends the Job Failed (volcano v1.15.1
     ``pkg/controllers/job/state/running.go`` ``RestartJobAction`` increments ``retryCount``,
     ``state/restarting.go`` fails the Job at ``retryCount >= maxRetry``): its GPUs are
-    released and its dependants never get its marker."""
+    released and its dependants never get its marker.
+
+    With a ``gate``, the Job is held (:mod:`fleetc.render.release`): its pods carry that
+    scheduling gate instead of the waits, and its name covers the stage's run id."""
     level = training_priority(ctx, stage)
     priority = {"priorityClassName": priority_class_name(level)} if level else {}
-    template = gang_pod_template(ctx, cluster, stage)
+    template = gang_pod_template(ctx, cluster, stage, waiting=gate is None)
+    if gate is not None:
+        template["spec"]["schedulingGates"] = [{"name": gate}]
     if stage.pods > 1:
         tasks = [_task(MASTER_TASK, 1, template), _task(WORKER_TASK, stage.pods - 1, template)]
         plugins = {"plugins": distributed_plugins()}
@@ -332,7 +338,7 @@ def volcano_job(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
             "tasks": tasks,
         },
     }
-    job["metadata"]["name"] = job_name(job)
+    job["metadata"]["name"] = job_name(job, run_id(ctx, stage) if gate is not None else None)
     return job
 
 
@@ -355,8 +361,10 @@ def job_queue(ctx: Context, stage: Stage) -> str:
     return team_queue_name(team.name) if team is not None else f"fleetc-{stage.workload_class}"
 
 
-def job_name(job: Obj) -> str:
-    """A Volcano Job's name: ``<pipeline>-<stage>-<8 hex of its spec>``.
+def job_name(job: Obj, run: str | None = None) -> str:
+    """A Volcano Job's name: ``<pipeline>-<stage>-<8 hex of its spec>`` (and of the stage's
+    ``run`` id for a held Job, whose pods hold no wait that names its upstream's runs: a re-run
+    upstream is a new Job, as on Kueue, :mod:`fleetc.render.release`).
 
     Volcano refuses any change to a Job's spec (``validateJobUpdate``, volcano
     ``pkg/webhooks/admission/jobs/validate/admit_job.go``), so a stage whose Job changes is a
@@ -366,7 +374,8 @@ def job_name(job: Obj) -> str:
     every pod hostname ``<job>-<task>-<index>`` (``MakePodName``, ``pkg/controllers/job/
     helpers/helpers.go``; the ``svc`` plugin sets it as the hostname) fits in 63 characters."""
     longest_pod_suffix = max(len(f"-{task['name']}-{task['replicas'] - 1}") for task in job["spec"]["tasks"])
-    return content_name(job["metadata"]["name"], job["spec"], MAX_NAME - longest_pod_suffix)
+    content = job["spec"] if run is None else {"run": run, "spec": job["spec"]}
+    return content_name(job["metadata"]["name"], content, MAX_NAME - longest_pod_suffix)
 
 
 def distributed_plugins() -> Obj:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from fleetc.model import Cluster, FleetModel, Placement, Stage
 from fleetc.placement import rules
 from fleetc.placement.rules import on_cluster
+from fleetc.render.common import RELEASE_ROLE, ROLE_LABEL
 from fleetc.resolve import degraded_serving
 
 if TYPE_CHECKING:  # explain is imported where a move is explained: most reports explain none
@@ -98,17 +99,21 @@ def _defined(stage: Stage) -> str:
 _JOB_FILE = re.compile(r"clusters/([^/]+)/workloads/job-[^/]*\.yaml")
 _NAME = re.compile(r"^  name: (\S+)$", re.MULTILINE)
 _LABEL = re.compile(r"^    fleetc\.dev/(pipeline|stage): (\S+)$", re.MULTILINE)
+#: The label of a release Job (:mod:`fleetc.render.release`): its stage's labels, but not its run.
+_RELEASE = f"\n    {ROLE_LABEL}: {RELEASE_ROLE}\n"
 
 
 def rendered_jobs(files: Mapping[str, str]) -> dict[str, dict[str, str]]:
     """Stage key -> cluster -> the name of the Job (Volcano or batch/v1) rendered for it there,
-    read from the Job files' headers."""
+    read from the Job files' headers; not a release Job, which runs no part of the stage."""
     found: dict[str, dict[str, str]] = {}
     for path, text in files.items():
         match = _JOB_FILE.fullmatch(path)
         if match is None or not text.startswith("apiVersion: ") or "\nkind: Job\n" not in text[:200]:
             continue
         header = text.split("\nspec:", 1)[0]
+        if _RELEASE in header + "\n":
+            continue
         name, labels = _NAME.search(header), dict(_LABEL.findall(header))
         if name and {"pipeline", "stage"} <= set(labels):
             found.setdefault(f"{labels['pipeline']}/{labels['stage']}", {})[match.group(1)] = name.group(1)

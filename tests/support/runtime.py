@@ -21,6 +21,9 @@ and answers:
 * **whether Volcano's queues hold their Jobs** (:func:`volcano_queue_problems`): each Job's
   Queue exists, and a Queue's GPU capability holds all its Jobs at once.
 
+* **when a gated pod may be scheduled** (:func:`gates`, :func:`ungates`): a pod with scheduling
+  gates is placed by no scheduler until a release Job removed them, after its waits passed.
+
 * **when Fluid data operations run** (:func:`prefetch_problems`): a DataLoad of data a stage
   writes runs only after a DataProcess whose pod waited for every writer's completion marker.
 
@@ -46,7 +49,7 @@ from fleetc.model import FleetModel, Stage
 from fleetc.placement.rules import slots_per_gpu
 from fleetc.policy.quantity import cpu_millis, memory_bytes
 from fleetc.render.order import LOADED_SCRIPT, MARK_SCRIPT, RETRY_COUNT, RUN_SCRIPT, WAIT_SCRIPT
-from fleetc.render.release import RELEASE_SCRIPT
+from fleetc.render.release import RELEASE_SCRIPT, UNGATE_SCRIPT
 
 from .expansion import command_line, environment, references
 
@@ -921,19 +924,34 @@ def _released_waits(files: Mapping[str, str]) -> dict[tuple[str, str], dict[str,
     return found
 
 
+def _ungated_waits(files: Mapping[str, str]) -> dict[tuple[str, str, str, int], dict[str, set[tuple[str, str]]]]:
+    """:attr:`Pod.ident` of every gated pod a release Job lets go -> the markers that release
+    waited for: no scheduler places the pod before its gates are gone (:func:`gates`), so its
+    containers start after those waits passed."""
+    found: dict[tuple[str, str, str, int], dict[str, set[tuple[str, str]]]] = {}
+    made = ungates(files)
+    for pod in pods(files):
+        ungate = ungated_by(made, pod)
+        if gates(pod.spec) and ungate is not None:
+            found[pod.ident] = ungate.waited
+    return found
+
+
 def order_problems(model: FleetModel, files: Mapping[str, str], warned: set[tuple[str, str]]) -> list[str]:
     """Every pod of a stage waits, before it starts, for the completion marker of every
     run-to-completion stage it depends on, as that stage's pods write it: in its own init
     containers, or, for a held Kueue Job, in those of the release Job without which Kueue
-    creates none of its pods; ``warned`` are the (stage, upstream) pairs the compile said it
+    creates none of its pods, or, for a gated pod, in those of the release Job that removes
+    its gates; ``warned`` are the (stage, upstream) pairs the compile said it
     cannot order."""
     written = markers_written(files)
     problems = []
     stages = {s.key: s for s in model.stages}
     released = _released_waits(files)
+    ungated = _ungated_waits(files)
     for pod in pods(files):
         stage = stages[pod.stage]
-        waited = _waited(pod.spec) | released.get((pod.cluster, pod.owner), {})
+        waited = _waited(pod.spec) | released.get((pod.cluster, pod.owner), {}) | ungated.get(pod.ident, {})
         for name in stage.dependencies:
             upstream = stages[f"{stage.pipeline}/{name}"]
             if not upstream.is_gang or (stage.name, name) in warned:
@@ -972,19 +990,23 @@ def gpu_seconds_waiting(files: Mapping[str, str], runtime: Mapping[str, int]) ->
     containers' sum and any init container's, before any container runs; kubernetes
     ``pkg/api/v1/resource`` ``PodRequests``). A held Kueue Job has no pod while its release
     Job waits (Kueue keeps it suspended, its Workload inadmissible, until the release created
-    its LocalQueue: :mod:`fleetc.render.release`), and the release pods ask for no GPU: both
-    count, as 0."""
+    its LocalQueue: :mod:`fleetc.render.release`); a gated pod is placed by no scheduler, so
+    takes no GPU, until its release Job removes its gates, once its waits passed
+    (:func:`gates`); and the release pods ask for no GPU: all count, as 0."""
     held: dict[str, int] = {}
     for _, _, pod, upstreams in _waiting_pods(files):
+        if gates(pod.spec):  # placed only once its release removed them, after the same waits
+            continue
         waited = max(runtime[key] for key in upstreams)
         held[pod.stage] = held.get(pod.stage, 0) + pod.requests()[0] * waited
     runs = {content: key for key, found in markers_written(files).items() for _, content in found}
-    for release in releases(files):
-        upstreams = {runs[content] for found in release.waited.values() for _, content in found if content in runs}
+    for job, spec, waits in [*((r.job, r.spec, r.waited) for r in releases(files)),
+                             *((u.job, u.spec, u.waited) for u in ungates(files))]:
+        upstreams = {runs[content] for found in waits.values() for _, content in found if content in runs}
         gpus = sum(int(c.get("resources", {}).get("requests", {}).get(GPU, 0))
-                   for c in [*release.spec.get("initContainers", []), *release.spec["containers"]])
+                   for c in [*spec.get("initContainers", []), *spec["containers"]])
         if upstreams and gpus:
-            key = f"release/{release.job}"
+            key = f"release/{job}"
             held[key] = held.get(key, 0) + gpus * max(runtime[k] for k in upstreams)
     return {key: value for key, value in held.items() if value}
 
@@ -1127,6 +1149,127 @@ def release_problems(files: Mapping[str, str]) -> list[str]:
             if count != 1:
                 problems.append(f"{cluster}: Job/{name}: {count} release Jobs create its LocalQueue {queue}")
     return problems
+
+
+# --------------------------------------------------------------------------- gated Volcano Jobs and their release
+def gates(spec: Mapping[str, Any]) -> list[str]:
+    """The scheduling gates of a pod (of its spec). A pod with any is placed by no scheduler:
+    kube-scheduler's ``SchedulingGates`` PreEnqueue plugin keeps it out of the scheduling queue
+    (kubernetes ``pkg/scheduler/framework/plugins/schedulinggates/scheduling_gates.go``:
+    ``UnschedulableAndUnresolvable``, "waiting for scheduling gates") and Volcano's scheduler
+    skips it (volcano v1.15.1 ``pkg/scheduler/api/job_info.go`` ``calSchedulingGated``,
+    ``pkg/scheduler/actions/allocate/allocate.go``; its gated requests are deducted from what
+    its PodGroup holds of the queue, ``DeductSchGatedResources``)."""
+    return [gate["name"] for gate in spec.get("schedulingGates", [])]
+
+
+def volcano_pod_name(job: str, task: str, index: int) -> str:
+    """The name Volcano's job controller gives a pod, on first creation and on every restart
+    (volcano v1.15.1 ``pkg/controllers/job/helpers/helpers.go`` ``MakePodName``)."""
+    return f"{job}-{task}-{index}"
+
+
+@dataclass(frozen=True)
+class Ungate:
+    """What the release Job of a gated Volcano Job does once its init containers (the waits)
+    all passed: its ``fleetc-release`` container, as the kubelet starts it, removes ``gate``
+    from each pod it names (its arguments) in the namespace it names, again whenever one is
+    created gated, until the Volcano Job ``target`` ended (tests/test_scripts.py runs it against
+    a stand-in API server through a restart)."""
+
+    cluster: str
+    job: str
+    namespace: str  # the release Job's
+    target: str  # the Volcano Job it reads the phase of
+    target_namespace: str  # the namespace of the URLs it calls
+    gate: str
+    pods: tuple[str, ...]
+    waited: Mapping[str, set[tuple[str, str]]]
+    spec: Mapping[str, Any]
+
+
+def ungate_of(cluster: str, job: Mapping[str, Any]) -> Ungate | None:
+    """The ungating a Job's pods do, or None when it is no release Job of a gated one."""
+    if not is_release(job):
+        return None
+    spec = job["spec"]["template"]["spec"]
+    for container in spec["containers"]:
+        env, argv = kubelet_view(container)
+        if argv[:3] == ["sh", "-c", UNGATE_SCRIPT]:
+            return Ungate(cluster, job["metadata"]["name"], job["metadata"]["namespace"], env["FLEETC_JOB"],
+                          env["FLEETC_NAMESPACE"], env["FLEETC_GATE"], tuple(argv[4:]), _waited(spec), spec)
+    return None
+
+
+def ungates(files: Mapping[str, str]) -> list[Ungate]:
+    return [found for cluster, obj in objects(files) if (found := ungate_of(cluster, obj)) is not None]
+
+
+def ungated_by(found: list[Ungate], pod: Pod) -> Ungate | None:
+    """The release Job that removes every gate of a Volcano Job's ``pod``, by the name the job
+    controller gives it (the same after a restart, which creates it gated again from the
+    template), among ``found`` (:func:`ungates`), or None."""
+    if not pod.owner.startswith("Job/") or not pod.task:
+        return None
+    name = volcano_pod_name(pod.owner.split("/", 1)[1], pod.task, pod.index)
+    for ungate in found:
+        if (ungate.cluster, ungate.target_namespace, ungate.target) == (pod.cluster, pod.namespace,
+                                                                        pod.owner.split("/", 1)[1]) \
+                and name in ungate.pods and set(gates(pod.spec)) <= {ungate.gate}:
+            return ungate
+    return None
+
+
+def _may(named: Mapping[tuple[str, str, str], Any], account: tuple[str, str], namespace: str,
+         group: str, resource: str, verb: str, name: str) -> bool:
+    """Kubernetes RBAC (``pkg/registry/rbac/validation/rule.go`` ``RuleAllows``): whether a
+    RoleBinding of ``namespace`` binds the ServiceAccount ``account`` (namespace, name) to a
+    Role of ``namespace`` with a rule that allows ``verb`` on ``resource`` of ``group`` named
+    ``name`` (no ``resourceNames``: any name)."""
+    for (kind, where, _), binding in named.items():
+        if kind != "RoleBinding" or where != namespace or not any(
+                s == {"kind": "ServiceAccount", "name": account[1], "namespace": account[0]}
+                for s in binding.get("subjects", [])):
+            continue
+        role = named.get((binding["roleRef"]["kind"], namespace, binding["roleRef"]["name"]))
+        for rule in (role or {}).get("rules", []):
+            if (group in rule.get("apiGroups", []) and resource in rule.get("resources", [])
+                    and verb in rule.get("verbs", []) and name in rule.get("resourceNames", [name])):
+                return True
+    return False
+
+
+def ungate_problems(files: Mapping[str, str]) -> list[str]:
+    """Every pod of a gated Volcano Job, as the job controller creates it and creates it again
+    on a restart, is let go by one release Job that waits and then may remove its gates (its
+    account's Role allows ``patch`` of the pod and ``get`` of the Volcano Job, in its own
+    namespace; the API server reachable through the namespace's NetworkPolicies)."""
+    problems: list[str] = []
+    by_cluster: dict[str, dict[tuple[str, str, str], Any]] = {}
+    for cluster, obj in objects(files):
+        by_cluster.setdefault(cluster, {})[(obj["kind"], obj["metadata"].get("namespace", ""),
+                                            obj["metadata"]["name"])] = obj
+    for ungate in ungates(files):
+        named, where = by_cluster[ungate.cluster], f"{ungate.cluster}: Job/{ungate.job}"
+        account = (ungate.namespace, ungate.spec.get("serviceAccountName", "default"))
+        if ungate.target_namespace != ungate.namespace:
+            problems.append(f"{where}: releases pods in {ungate.target_namespace}, not its namespace")
+        if not ungate.waited:
+            problems.append(f"{where}: releases its pods without waiting for anything")
+        for pod in ungate.pods:
+            if not _may(named, account, ungate.target_namespace, "", "pods", "patch", pod):
+                problems.append(f"{where}: its service account may not patch pod {pod}")
+        if not _may(named, account, ungate.target_namespace, "batch.volcano.sh", "jobs", "get", ungate.target):
+            problems.append(f"{where}: its service account may not read Job {ungate.target}, so it never ends")
+        if not _reaches_api_server(named, Release(ungate.cluster, ungate.job, ungate.namespace, "", "", "",
+                                                  ungate.waited, ungate.spec)):
+            problems.append(f"{where}: its NetworkPolicies block the API server")
+    made = ungates(files)
+    for pod in pods(files):
+        if gates(pod.spec) and ungated_by(made, pod) is None:
+            problems.append(f"{pod.cluster}: {pod.owner} pod {pod.task}-{pod.index}: gated by "
+                            f"{', '.join(gates(pod.spec))}, which no release removes: it never starts")
+    return sorted(set(problems))
 
 
 # --------------------------------------------------------------------------- serving from a refreshed cache

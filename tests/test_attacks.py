@@ -254,6 +254,7 @@ def chain_pipeline(name: str, length: int, *, cycle: bool = False) -> str:
             f"namespace: {name}}}\nspec:\n  stages:\n" + "".join(stages))
 
 
+@pytest.mark.slow
 def test_a_long_chain_written_in_reverse_order_compiles(project: Path) -> None:
     (project / "policies" / "chain.yaml").write_text(chain_pipeline("s", 1200))
     result = fleetc(project, "compile")
@@ -316,6 +317,7 @@ def test_a_reserved_namespace_is_refused(project: Path, namespace: str) -> None:
     assert not (project / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_pipeline_without_a_namespace_runs_in_one_named_after_it(project: Path) -> None:
     policy = project / "policies" / "llm-training-pipeline.yaml"
     policy.write_text(policy.read_text().replace("  namespace: aigc-prod\n", ""))
@@ -520,6 +522,7 @@ def test_diff_in_a_shallow_clone_is_a_usage_error(tmp_path: Path) -> None:
                              "fetch-depth: 0\n")
 
 
+@pytest.mark.slow
 def test_a_closed_stderr_is_no_internal_error(project: Path) -> None:
     result = fleetc(project, "compile", stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                     preexec_fn=lambda: os.close(2))
@@ -531,6 +534,7 @@ def test_a_closed_stderr_is_no_internal_error(project: Path) -> None:
     assert result.returncode == 1
 
 
+@pytest.mark.slow
 def test_output_that_cannot_be_written_is_an_error(project: Path) -> None:
     with open("/dev/full", "w") as full:
         result = fleetc(project, "compile", "--format", "json", stdout=full, stderr=subprocess.PIPE)
@@ -578,6 +582,7 @@ STEERED = ("customer-service-assistant/assistant-serving: out/placement.yaml pla
            "(2 replicas), inference-cluster-aliyun (4 replicas)\n")
 
 
+@pytest.mark.slow
 def test_check_with_a_base_catches_a_hand_edited_placement(reviewed: Path) -> None:
     trusting = fleetc(reviewed, "compile", "--check")
     assert trusting.returncode == 0  # out/ is what its own placement.yaml gives: the README says why
@@ -598,6 +603,7 @@ def test_check_with_a_base_catches_a_hand_edited_placement(reviewed: Path) -> No
     assert fleetc(reviewed, "compile", "--check", "--base", "main").returncode == 0  # a base that has it
 
 
+@pytest.mark.slow
 def test_the_workflow_check_step_catches_a_hand_edited_placement(reviewed: Path) -> None:
     workflow = (ROOT / ".github" / "workflows" / "fleetc.yml").read_text()
     step = yaml_load(workflow)["jobs"]["test"]["steps"]

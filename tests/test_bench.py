@@ -308,6 +308,7 @@ def test_the_runner_measures_in_a_child_process_and_prints_the_table(tmp_path: P
     assert not list(tmp_path.glob("fleetc-bench-cli-*"))
 
 
+@pytest.mark.slow
 def test_check_on_unchanged_inputs_imports_neither_cvxpy_nor_highs(tmp_path: Path) -> None:
     """What ``bench.startup`` reports, on the real CLI (``python -X importtime -m fleetc``)."""
     shutil.copytree(ROOT / "policies", tmp_path / "policies")
@@ -362,6 +363,7 @@ def _placed_whole_where_the_exact_path_packs_everything(spec: Spec) -> None:
     assert large.objective <= exact.bound + 1e-6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_where_a_full_packing_exists_the_large_path_places_every_stage(seed: int) -> None:
     """Issue 16: an exact solver packed 2,000/2,000 at 100 x 2,000, load 1.0, where fleetc's

@@ -101,6 +101,7 @@ def test_what_yamlout_writes_reads_as_ruamel_reads_it(data: dict[str, Any]) -> N
 _EDITS = st.sampled_from([" ", "  ", "- ", ":", ": ", "\n", "#", "[]", "{}", "a", "1", "-", "'", "\t"])
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(st.dictionaries(_KEYS, _DATA, min_size=1, max_size=4), st.lists(
     st.tuples(st.integers(min_value=0), st.integers(0, 2), _EDITS), min_size=1, max_size=3))
@@ -124,6 +125,7 @@ def _edit_lines(lines: list[str], where: int, edit: str) -> list[str]:
     return lines[:i] + edited + lines[i + 1 + (edit == "swap"):]
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(st.dictionaries(_KEYS, _DATA, min_size=1, max_size=4), st.lists(
     st.tuples(st.integers(min_value=0), st.sampled_from(["repeat", "cut", "in", "in2", "out", "out2", "unquote",

@@ -169,6 +169,7 @@ def test_policy_error_leaves_out_untouched(project: Path) -> None:
     assert snapshot(project / "out") == before
 
 
+@pytest.mark.slow
 def test_compile_output_holds_no_solver_chatter(project: Path) -> None:
     """In a fresh process: solver libraries print banners once per process, on first use."""
     result = subprocess.run([sys.executable, "-m", "fleetc", "compile"], cwd=project,

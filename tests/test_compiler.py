@@ -106,6 +106,7 @@ def test_compiling_again_from_the_same_inputs_gives_the_same_bytes_without_solvi
     assert recompile(loaded, first) == first
 
 
+@pytest.mark.slow
 def test_a_previous_placement_from_other_inputs_is_only_a_starting_point(files: dict[str, str]) -> None:
     loaded = loaded_of(files)
     first = dict(compile_policies(loaded).files)
@@ -136,6 +137,7 @@ def test_a_previous_placement_that_breaks_a_rule_is_solved_again(
     assert sum(a.replicas for a in compiled.placement.of(stage).assignments) < 1000
 
 
+@pytest.mark.slow
 def test_check_passes_right_after_a_compile_of_a_large_fleet(
     files: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -113,6 +113,7 @@ def _modules_after(tmp_path: Path, *commands: list[str]) -> list[str]:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_cvxpy_is_imported_only_when_a_program_is_solved(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "policies", tmp_path / "policies")
     compile_ = ["compile", "policies", "--out", "out"]

@@ -274,6 +274,7 @@ def _documents() -> list[dict]:
     return found
 
 
+@pytest.mark.slow
 def test_the_fast_schema_check_never_passes_what_jsonschema_rejects() -> None:
     from fleetc.policy.kinds import KINDS
     from fleetc.policy.schemacheck import _schema_valid, _validator
@@ -320,6 +321,7 @@ _edits = st.lists(st.tuples(st.integers(0, 10**4), st.sampled_from(
      "!!str ", "---\n", ": ", "|\n", ">-\n"])), max_size=4)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::ruamel.yaml.error.ReusedAnchorWarning")
 @settings(max_examples=300, deadline=None)
 @given(_data, _edits)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from test_scale import model_of
 
 from bench import fixcost
@@ -23,6 +24,7 @@ def test_ha_adds_a_platform_serving_on_the_two_largest_t4_clusters_and_nothing_e
     assert spec_of(generate_parser().parse_args(["--ha", "--clusters", "12", "--stages", "60", "--out", "x"])) == spec
 
 
+@pytest.mark.slow
 def test_fixcost_measures_a_compile_in_cpu_seconds(tmp_path: Path) -> None:
     policies = generate(Spec(clusters=4, stages=12, load=0.9, platform=True, sovereignty=True)).write(tmp_path / "p")
     cpu, summary = fixcost.compile_cpu(policies, tmp_path / "out")

@@ -38,6 +38,7 @@ def re_placed(checker: local.Checker, stages: list[Stage], cluster: Cluster) -> 
     return {s.key for s in stages} | set(checker.placed) <= done and not verify(grown, solved, allow_unplaced=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", FLEETS, ids=lambda spec: f"seed{spec.seed}-quotas{spec.quotas}")
 def test_every_joint_fix_line_is_what_a_full_re_placement_gives(spec: Spec, monkeypatch: pytest.MonkeyPatch) -> None:
     model = model_of(spec)
@@ -168,6 +169,7 @@ def test_the_count_rules_out_a_component_without_room_for_what_it_must_place() -
     assert ruled_out(*shared[:2], clusters=(whole,), gpu_policy=policy)  # whole GPUs where the plugin does not slice
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", [FLEETS[0], FLEETS[3]], ids=lambda spec: f"seed{spec.seed}-quotas{spec.quotas}")
 def test_a_check_the_count_rules_out_is_not_solved_and_a_full_re_placement_agrees(
         spec: Spec, monkeypatch: pytest.MonkeyPatch) -> None:

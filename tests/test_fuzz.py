@@ -139,6 +139,7 @@ def mutated_policies(draw: st.DrawFn) -> dict[str, list[object]]:
     return files
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated_policies())
 def test_compile_never_crashes_and_every_placement_verifies(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from support.k8s import kustomize_build, require_upstream_schemas, validate_tree
 from test_render import SAFE, fleet, write
 
@@ -192,6 +193,7 @@ def test_nothing_placed_every_cluster_emptied() -> None:
     assert not [p for p in rendered.files if p.startswith("clusters/") and not p.endswith("kustomization.yaml")]
 
 
+@pytest.mark.slow
 def test_entrypoints_validate_and_build(tmp_path: Path) -> None:
     require_upstream_schemas()
     write(files_with(CUSTOM), tmp_path)

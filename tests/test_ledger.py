@@ -24,6 +24,7 @@ import dataclasses
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.builders import make_gpu_policy
@@ -58,6 +59,7 @@ def _ledger(model: FleetModel, replicas_at: np.ndarray) -> rules.Ledger:
                                 for s, stage in enumerate(model.stages) for c in np.flatnonzero(replicas_at[s])))
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None)
 @given(st.data())
 def test_the_program_accepts_what_the_ledger_accepts_under_caps(data: st.DataObject) -> None:
@@ -66,6 +68,7 @@ def test_the_program_accepts_what_the_ledger_accepts_under_caps(data: st.DataObj
     _check_against_the_rules(data, data.draw(capped_fleets()))
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None)
 @given(st.data())
 def test_every_reader_counts_what_the_ledger_counts(data: st.DataObject) -> None:

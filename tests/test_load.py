@@ -215,6 +215,7 @@ def test_deep_nesting() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_nesting_beyond_the_parser_stack_is_a_diagnostic() -> None:
     assert errors("[" * 5000 + "]" * 5000 + "\n") == [
         "f.yaml: error: nesting is deeper than 64 levels"
@@ -569,6 +570,7 @@ def test_yaml_documents_reads_what_ruamel_reads(text: str) -> None:
     assert placementfile.yaml_documents(text) == list(YAML(typ="safe", pure=True).load_all(text))
 
 
+@pytest.mark.slow
 def test_forked_loading_reads_what_one_process_reads(monkeypatch) -> None:
     """Every policy file of the tests, broken ones included, loaded once in this process and
     once split across forked processes: the same documents, positions and diagnostics."""

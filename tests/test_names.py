@@ -128,6 +128,7 @@ def test_golden_names_fit(case: str) -> None:
     assert name_problems(read_tree(CASES / case / "expected")) == []
 
 
+@pytest.mark.slow
 def test_generated_fleet_names_fit() -> None:
     assert name_problems(compile_texts(generate(Spec(clusters=20, stages=120, platform=True)).files)) == []
 

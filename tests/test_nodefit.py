@@ -307,6 +307,7 @@ def node_fleets(draw: st.DrawFn) -> FleetModel:
     return make_fleet(tuple(clusters), tuple(stages))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("large", [None, 0], ids=["exact-path", "large-path"])
 @settings(derandomize=True, max_examples=60, deadline=None)
 @given(model=node_fleets())

@@ -264,6 +264,7 @@ def test_solver_failure_is_an_internal_error(monkeypatch: pytest.MonkeyPatch) ->
         place(make_fleet((make_cluster(),), (make_stage(),)))
 
 
+@pytest.mark.slow
 def test_solving_prints_nothing_in_a_fresh_process() -> None:
     """HiGHS prints a banner on first use in a process; place() must keep stdout clean."""
     script = (
@@ -314,6 +315,7 @@ def fleets(draw: st.DrawFn) -> FleetModel:
     return make_fleet(clusters, stages)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(fleets())
 def test_every_placement_verifies_or_placement_error(model: FleetModel) -> None:

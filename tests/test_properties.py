@@ -22,6 +22,7 @@ from collections.abc import Callable
 from unittest import mock
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.builders import (
@@ -97,6 +98,7 @@ def fleets(draw: st.DrawFn) -> FleetModel:
     return make_fleet(clusters, stages, platforms=platforms, gpu_policy=gpu_policy)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(fleets())
 def test_hard_constraints_always_hold(model: FleetModel) -> None:
@@ -117,6 +119,7 @@ def assignments(placement: Placement) -> dict[str, tuple[tuple[str, int], ...]]:
     return {p.stage: tuple((a.cluster, a.replicas) for a in p.assignments) for p in placement.stages}
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None)
 @given(fleets(), st.randoms(use_true_random=False))
 def test_placement_does_not_depend_on_order(model: FleetModel, random: object) -> None:
@@ -383,6 +386,7 @@ class SubPrograms:
         self.checked += 1
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(large_path_fleets())
 def test_the_large_path_holds_the_rules(model: FleetModel) -> None:
@@ -398,6 +402,7 @@ def test_the_large_path_holds_the_rules(model: FleetModel) -> None:
     assert large.bound >= exact.objective - 1e-6 * max(1.0, abs(exact.objective))
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(large_path_fleets())
 def test_the_large_path_from_the_relaxation_holds_the_rules(model: FleetModel) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml as pyyaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -44,6 +45,7 @@ _line = st.text(alphabet=st.sampled_from("ab :#-|>'\"{}[]&*!%@`,?0 \\"), max_siz
 _multiline = st.lists(_line, min_size=2, max_size=5).map(lambda lines: "\n".join(lines) + "\n")
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.dictionaries(st.sampled_from(["a", "b", "config"]), _multiline, min_size=1)
        | st.lists(st.dictionaries(st.just("k"), _multiline, min_size=1), min_size=1, max_size=3))

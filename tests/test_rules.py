@@ -168,12 +168,14 @@ def vector_of(model: FleetModel, program: Program, replicas_at: np.ndarray, prev
     return v
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_program_accepts_exactly_what_the_rules_accept(data: st.DataObject) -> None:
     _check_against_the_rules(data, data.draw(fleets()))
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None)
 @given(st.data())
 def test_failover_headroom_rows_follow_the_rules(data: st.DataObject) -> None:

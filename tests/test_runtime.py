@@ -84,6 +84,7 @@ def compiles(bundled: Compiled, generated: Compiled, generated_whole: Compiled) 
         (case, compiled_in(CASES / case)) for case in GOLDEN]
 
 
+@pytest.mark.slow
 def test_every_pod_fits_a_node(compiles: list[tuple[str, Compiled]]) -> None:
     for name, result in compiles:
         assert pods(result.files), name
@@ -628,6 +629,7 @@ def test_in_the_bundled_example_no_gang_holds_a_gpu_while_it_waits(bundled: Comp
     assert any(bundled.model.stage(key).is_gang for key in old)  # as render version 1 had it
 
 
+@pytest.mark.slow
 def test_a_sovereign_fleet_with_kueue_clusters_holds_its_dependants_and_releases_them(tmp_path: Path) -> None:
     """A generated 20-cluster fleet under a sovereign platform, every other cluster on Kueue:
     every held Job is released by one release Job that may create its queue and reach the API

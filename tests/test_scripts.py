@@ -612,6 +612,7 @@ def _api(box: Sandbox, ungate: Any, phases: list[str], pods: dict[str, list[str]
     return state
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shell", SHELLS)
 def test_the_release_ungates_every_pod_again_after_a_restart_until_the_job_ended(
         shell: str, tmp_path: Path, volcano_case: dict[str, str]) -> None:

@@ -252,6 +252,7 @@ socket.create_connection = _refuse
 """
 
 
+@pytest.mark.slow
 def test_a_compile_process_never_connects(tmp_path: Path) -> None:
     """``python -m fleetc compile`` with sockets refused by a ``sitecustomize`` module."""
     site = tmp_path / "site"
@@ -269,6 +270,7 @@ def test_a_compile_process_never_connects(tmp_path: Path) -> None:
     assert "NETWORK ATTEMPT" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_compile_runs_without_any_network_namespace(tmp_path: Path) -> None:
     """The same compile in a network namespace with no interfaces (``unshare -n``)."""
     unshare = shutil.which("unshare")

@@ -683,6 +683,7 @@ def test_the_credential_probe_skips_an_ordinary_pipeline() -> None:
     assert not may_hold_credentials(json.dumps(_PIPELINE_DATA, sort_keys=True, ensure_ascii=False))
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None)
 @given(_ANY_KEY, _FLAGGED, st.integers(min_value=0), st.integers(min_value=0))
 def test_the_credential_probe_never_skips_a_refused_value_anywhere(key: str, value: str, where: int,

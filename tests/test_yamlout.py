@@ -196,12 +196,14 @@ _json = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(_json)
 def test_round_trip_ruamel_safe(doc: Any) -> None:
     assert ruamel_load(dump(doc)) == doc
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(_json)
 def test_round_trip_yaml_1_1_readers(doc: Any) -> None:

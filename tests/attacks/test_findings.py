@@ -27,6 +27,8 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 INPUTS = "tests/attacks/test_inputs.py"
@@ -201,6 +203,7 @@ def test_the_index_holds_every_finding_of_the_issue() -> None:
     assert {p for f in FINDINGS for p in f.promises} >= {1, 2, 3, 4, 5}
 
 
+@pytest.mark.slow
 def test_every_indexed_test_exists() -> None:
     """Collect every file the index names (pytest --collect-only) and find each id there; an id
     without brackets names a test function, found with any parameters."""

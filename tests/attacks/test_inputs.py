@@ -536,6 +536,7 @@ def test_a_link_in_out_to_pagemap_is_no_internal_error(project: Path, link: str,
     assert fleetc(project, *command).returncode in (0, 1, 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [("compile", "--check"), ("diff", "--what-if", "drain=edge-cluster-factory"),
                                      ("explain", "llm-chinese-training/data-preparation"), ("validate",)])
 def test_a_placement_linked_to_pagemap_is_named_never_an_errno(project: Path, command: tuple[str, ...]) -> None:

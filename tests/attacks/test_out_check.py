@@ -95,6 +95,7 @@ def test_a_file_fleetc_does_not_render_fails_check_and_shows_in_the_diff(repo: P
     assert_caught(repo, path, UNRENDERED.format(path=path, reader=CLUSTERS))
 
 
+@pytest.mark.slow
 def test_a_plain_compile_keeps_a_file_it_does_not_render_and_says_so(repo: Path) -> None:
     """PROMISE: covered: a compile never deletes what is not fleetc's, and never keeps it silently."""
     path = repo / "out" / "clusters" / "in-cluster" / "kustomization.yaml"
@@ -108,6 +109,7 @@ def test_a_plain_compile_keeps_a_file_it_does_not_render_and_says_so(repo: Path)
     assert path.read_text() == EVIL
 
 
+@pytest.mark.slow
 def test_a_symlink_to_a_device_file_is_a_finding_not_an_internal_error(repo: Path) -> None:
     """PROMISE: no-links (a link to /proc/self/pagemap gave exit 3)."""
     link = repo / "out" / "clusters" / CLUSTER / "workloads" / "kustomization.yaml"
@@ -119,6 +121,7 @@ def test_a_symlink_to_a_device_file_is_a_finding_not_an_internal_error(repo: Pat
             "writes regular files only; delete it") in findings(result)
 
 
+@pytest.mark.slow
 def test_a_symlink_anywhere_in_out_fails_check(repo: Path) -> None:
     """PROMISE: no-links, also in the user's folder (kustomize would read through it)."""
     (repo / "out" / "local" / CLUSTER / "stolen.yaml").symlink_to(repo / "policies" / "fleet.yaml")
@@ -127,6 +130,7 @@ def test_a_symlink_anywhere_in_out_fails_check(repo: Path) -> None:
     assert any(line.startswith(f"out/local/{CLUSTER}/stolen.yaml: a symlink") for line in findings(result))
 
 
+@pytest.mark.slow
 def test_the_users_files_are_listed_by_check_and_shown_whole_in_the_diff(repo: Path) -> None:
     """PROMISE: covered: out/local/ is applied with its cluster, so CI logs and the report show it."""
     local = repo / "out" / "local" / CLUSTER
@@ -146,6 +150,7 @@ def test_the_users_files_are_listed_by_check_and_shown_whole_in_the_diff(repo: P
     assert f"`out/local/{CLUSTER}/binding.yaml` (added)" in diff.stdout
 
 
+@pytest.mark.slow
 def test_a_record_naming_the_users_kustomization_never_resets_it(repo: Path) -> None:
     """PROMISE: bookkeeping: one line added to .fleetc/files passed CI, then the next compile
     reset the user's kustomization and the engines pruned the user's objects."""

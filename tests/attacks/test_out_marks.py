@@ -75,6 +75,7 @@ def forge_render_record(out: Path, path: str) -> None:
 # --- a forged .fleetc/render --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["in place", "replaced"])
 def test_a_forged_render_record_never_keeps_a_tampered_manifest(workdir: Path, how: str) -> None:
     """PROMISE: bookkeeping. A manifest tampered with (in place, keeping its inode and mark; or
@@ -98,6 +99,7 @@ def test_a_forged_render_record_never_keeps_a_tampered_manifest(workdir: Path, h
     assert marked(out / path)
 
 
+@pytest.mark.slow
 def test_an_unmarked_copy_of_out_keeps_nothing_and_renders_everything(workdir: Path) -> None:
     """A copy of out/ (a checkout, cp -r) has no valid mark: nothing is kept, the same bytes come
     out; a copy marked as fleetc's writer would (support.output.copy_output) keeps its folders."""
@@ -112,6 +114,7 @@ def test_an_unmarked_copy_of_out_keeps_nothing_and_renders_everything(workdir: P
     assert all(marked(workdir / "copy" / rel) for rel in compiled.files if not rel.startswith("local/"))
 
 
+@pytest.mark.slow
 def test_every_file_fleetc_writes_is_marked_and_the_mark_names_its_inode(workdir: Path) -> None:
     out = workdir / "out"
     listed = (out / RECORD).read_text().splitlines()
@@ -122,6 +125,7 @@ def test_every_file_fleetc_writes_is_marked_and_the_mark_names_its_inode(workdir
     assert os.getxattr(copy, MARK) == os.getxattr(path, MARK) and not marked(copy)
 
 
+@pytest.mark.slow
 def test_a_file_changed_after_the_check_and_before_the_link_is_never_kept(workdir: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The race between the kept-folder check and the hard link: a write in place in the window
@@ -148,6 +152,7 @@ def test_a_file_changed_after_the_check_and_before_the_link_is_never_kept(workdi
 # --- a planted .fleetc/files --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_planted_record_never_deletes_yaml_fleetc_did_not_write(tmp_path: Path) -> None:
     """PROMISE: bookkeeping: a folder of the user's own manifests with a .fleetc/files planted
     naming them (YAML, outside local/: paths fleetc could have written) is not fleetc's to
@@ -166,6 +171,7 @@ def test_a_planted_record_never_deletes_yaml_fleetc_did_not_write(tmp_path: Path
     assert read_tree_bytes(deploy) == before
 
 
+@pytest.mark.slow
 def test_a_line_added_to_the_record_never_deletes_an_unmarked_file(workdir: Path) -> None:
     """One line added to out/.fleetc/files naming a file of the user's beside fleetc's."""
     out = workdir / "out"
@@ -180,6 +186,7 @@ def test_a_line_added_to_the_record_never_deletes_an_unmarked_file(workdir: Path
     assert mine.read_text() == "kind: ConfigMap\n"
 
 
+@pytest.mark.slow
 def test_fleetcs_own_files_are_still_deleted(workdir: Path) -> None:
     """What fleetc wrote (marked) and no longer renders is deleted, as before."""
     out = workdir / "out"
@@ -191,6 +198,7 @@ def test_fleetcs_own_files_are_still_deleted(workdir: Path) -> None:
     assert not (out / stale).exists()
 
 
+@pytest.mark.slow
 def test_a_checkout_deletes_what_git_holds_as_it_is_and_nothing_else(workdir: Path) -> None:
     """A fresh clone has no marks: a file git holds at HEAD with the same bytes may go (git gives
     it back); one changed since may not."""

@@ -312,12 +312,27 @@ def cap_too_little(part: FleetModel, cap: rules.Cap, rest: rules.CapUsage, stage
         return True
     least = {s.key: rules.least_replicas(part, s) for s in members}
     on = {(s.key, c.name): rules.on_cluster(s, c) for s in members for c in where[s.key]}
+    return (_cost_too_little(part, cap, rest, members, where, least, on)
+            or _quota_too_little(part, cap, rest, members, where, least, on))
+
+
+_StagesOn = Mapping[tuple[str, str], Stage]  # (stage key, cluster name) -> the stage as it runs there
+
+
+def _cost_too_little(part: FleetModel, cap: rules.Cap, rest: rules.CapUsage, members: list[Stage],
+                     where: Mapping[str, list[Cluster]], least: Mapping[str, int], on: _StagesOn) -> bool:
+    """The cost half of :func:`cap_too_little` (counted only when no price is negative)."""
     limit = cap.max_cost_micros
-    if limit is not None:
-        costs = [[rules.replica_cost_micros(part, on[s.key, c.name], c) for c in where[s.key]] for s in members]
-        if min(map(min, costs)) >= 0 and rest.cost + sum(
-                least[s.key] * min(cost) for s, cost in zip(members, costs, strict=True)) > limit:
-            return True
+    if limit is None:
+        return False
+    costs = [[rules.replica_cost_micros(part, on[s.key, c.name], c) for c in where[s.key]] for s in members]
+    return min(map(min, costs)) >= 0 and rest.cost + sum(
+        least[s.key] * min(cost) for s, cost in zip(members, costs, strict=True)) > limit
+
+
+def _quota_too_little(part: FleetModel, cap: rules.Cap, rest: rules.CapUsage, members: list[Stage],
+                      where: Mapping[str, list[Cluster]], least: Mapping[str, int], on: _StagesOn) -> bool:
+    """The GPU quota half of :func:`cap_too_little`, in time-sliced slots."""
     per_gpu = rules.slots_per_gpu(part)
     left = {gpu_type: quota * per_gpu - rest.of(gpu_type) for gpu_type, quota in cap.gpu_quota}
     needs: dict[frozenset[str], int] = {}  # the GPU types the stages may run on -> slots they need together

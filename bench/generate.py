@@ -140,26 +140,18 @@ def generate(spec: Spec) -> Instance:
     if spec.node_gpus:
         _shape_nodes(random.Random(spec.seed + NODES_STREAM), clusters, spec.node_gpus)
     slots = SLOTS if spec.policies else 1
-    if spec.perfect:
-        pipelines = _perfect_pipelines(rng, clusters, spec.stages, slots, by_node=bool(spec.node_gpus))
-    else:
-        pipelines = _load_pipelines(rng, clusters, spec.stages, spec.load, slots)
+    pipelines = _draw_pipelines(rng, spec, clusters, slots)
     files = {"fleet.yaml": dump(_fleet(clusters))}
     sizes = tuple(sorted({*REPLICA_GPUS, *spec.node_gpus}, reverse=True))
     documents = [_pipeline_document(rng, i, stages, clusters, sizes) for i, stages in enumerate(pipelines)]
     if spec.diverse:
         _diversify(random.Random(spec.seed + DIVERSE_STREAM), documents)
-    for start in range(0, len(documents), DOCUMENTS_PER_FILE):
-        chunk = documents[start:start + DOCUMENTS_PER_FILE]
-        files[f"pipelines/pipelines-{start // DOCUMENTS_PER_FILE:04d}.yaml"] = "---\n".join(
-            dump(d) for d in chunk)
+    files |= _pipeline_files(documents)
     if spec.policies:
         files["gpu-optimization.yaml"] = dump(GPU_POLICY)
         files["data-optimization.yaml"] = dump(DATA_POLICY)
     if spec.platform or spec.quotas or spec.ha:
-        teams = _teams(pipelines, slots, spec.quotas, spec.budget) if spec.quotas else []
-        ha = sorted((c for c in clusters if c.gpu_type == "t4"), key=lambda c: -c.gpus)[:2] if spec.ha else []
-        files["platform.yaml"] = dump(_platform(spec.sovereignty, teams, [c.name for c in ha]))
+        files["platform.yaml"] = dump(_platform_document(spec, clusters, pipelines, slots))
     stages = [s for p in pipelines for s in p]
     return Instance(
         spec=spec,
@@ -169,6 +161,27 @@ def generate(spec: Spec) -> Instance:
         stages=len(stages),
         documents=1 + len(documents) + 2 * spec.policies + bool(spec.platform or spec.quotas or spec.ha),
     )
+
+
+
+def _draw_pipelines(rng: random.Random, spec: Spec, clusters: list[_Cluster], slots: int) -> list[list[_Stage]]:
+    if spec.perfect:
+        return _perfect_pipelines(rng, clusters, spec.stages, slots, by_node=bool(spec.node_gpus))
+    return _load_pipelines(rng, clusters, spec.stages, spec.load, slots)
+
+
+def _pipeline_files(documents: list[dict[str, Any]]) -> dict[str, str]:
+    """The pipeline documents, ``DOCUMENTS_PER_FILE`` to a file."""
+    return {f"pipelines/pipelines-{start // DOCUMENTS_PER_FILE:04d}.yaml": "---\n".join(
+                dump(d) for d in documents[start:start + DOCUMENTS_PER_FILE])
+            for start in range(0, len(documents), DOCUMENTS_PER_FILE)}
+
+
+def _platform_document(spec: Spec, clusters: list[_Cluster], pipelines: list[list[_Stage]],
+                       slots: int) -> dict[str, Any]:
+    teams = _teams(pipelines, slots, spec.quotas, spec.budget) if spec.quotas else []
+    ha = sorted((c for c in clusters if c.gpu_type == "t4"), key=lambda c: -c.gpus)[:2] if spec.ha else []
+    return _platform(spec.sovereignty, teams, [c.name for c in ha])
 
 
 # --- the fleet ---------------------------------------------------------------------------------

@@ -202,6 +202,13 @@ def _place_deployment(stage: Stage, candidates: np.ndarray, demand: np.ndarray,
         return {}
     room = {c: n - reserved.get(c, 0) for c, n in room.items()}
     pool = [c for c in candidates.tolist() if c in reserved or room[c] >= minimum]
+    return _divide_dropping_small(replicas, pool, room, reserved, minimum, total)
+
+
+def _divide_dropping_small(replicas: int, pool: list[int], room: dict[int, int], reserved: dict[int, int],
+                           minimum: int, total: np.ndarray) -> dict[int, int]:
+    """Divide ``replicas`` over ``pool`` on top of ``reserved``, dropping the smallest share
+    below ``minimum`` (never a reserved cluster) and dividing again; {} when the room runs out."""
     while pool:
         if sum(room[c] for c in pool) < replicas:
             return {}

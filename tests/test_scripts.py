@@ -488,17 +488,24 @@ def kueue_case() -> dict[str, str]:
 def _release(box: Sandbox, files: Mapping[str, str]) -> tuple[dict[str, str], list[str], Any]:
     """The Kueue case's release container as the kubelet starts it (the owner's labels filled
     in), its script reading the service account's files from the sandbox; and the model's view."""
-    (curl := box.bin / "curl").write_text(CURL_STUB)
+    (job,) = [obj for cluster, obj in objects(files) if release_of(cluster, obj) is not None]
+    env, argv = _started_in(box, CURL_STUB, job)
+    return {**env, **OWNER}, argv, release_of("train-kueue", job)
+
+
+def _started_in(box: Sandbox, api: str, job: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """The environment and argv the kubelet starts ``job``'s container with, its script reading
+    the service account's files from the sandbox and calling the API server through ``api``
+    (a stand-in ``curl``)."""
+    (curl := box.bin / "curl").write_text(api)
     curl.chmod(0o755)
     account = box.root / "serviceaccount"
     account.mkdir()
     (account / "token").write_text("the-token")
     (account / "ca.crt").write_text("the-ca")
-    (job,) = [obj for cluster, obj in objects(files) if release_of(cluster, obj) is not None]
-    container = job["spec"]["template"]["spec"]["containers"][0]
-    env, argv = kubelet_view(container)
+    env, argv = kubelet_view(job["spec"]["template"]["spec"]["containers"][0])
     script = argv[2].replace("/var/run/secrets/kubernetes.io/serviceaccount", str(account))
-    return {**env, **OWNER}, [*argv[:2], script, *argv[3:]], release_of("train-kueue", job)
+    return env, [*argv[:2], script, *argv[3:]]
 
 
 @pytest.mark.parametrize("shell", SHELLS)
@@ -584,16 +591,9 @@ sys.stdout.write(str(code))
 def _ungate(box: Sandbox, files: Mapping[str, str]) -> tuple[dict[str, str], list[str], Any]:
     """The release container of the gated training of the Kueue case put on Volcano, as the
     kubelet starts it, reading the service account's files from the sandbox; the model's view."""
-    (curl := box.bin / "curl").write_text(API_STUB)
-    curl.chmod(0o755)
-    account = box.root / "serviceaccount"
-    account.mkdir()
-    (account / "token").write_text("the-token")
-    (account / "ca.crt").write_text("the-ca")
     ((cluster, job),) = [(c, obj) for c, obj in objects(files) if ungate_of(c, obj) is not None]
-    env, argv = kubelet_view(job["spec"]["template"]["spec"]["containers"][0])
-    script = argv[2].replace("/var/run/secrets/kubernetes.io/serviceaccount", str(account))
-    return env, [*argv[:2], script, *argv[3:]], ungate_of(cluster, job)
+    env, argv = _started_in(box, API_STUB, job)
+    return env, argv, ungate_of(cluster, job)
 
 
 @pytest.fixture(scope="module")

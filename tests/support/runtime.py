@@ -1063,14 +1063,25 @@ class Release:
 
 def release_of(cluster: str, job: Mapping[str, Any]) -> Release | None:
     """The release a Job's pods make, or None when it is no release Job."""
+    started = _release_container(job, RELEASE_SCRIPT)
+    if started is None:
+        return None
+    env, _, spec = started
+    return Release(cluster, job["metadata"]["name"], job["metadata"]["namespace"], env["FLEETC_LOCAL_QUEUE"],
+                   env["FLEETC_CLUSTER_QUEUE"], env["FLEETC_NAMESPACE"], _waited(spec), spec)
+
+
+def _release_container(job: Mapping[str, Any], script: str
+                       ) -> tuple[dict[str, str], list[str], Mapping[str, Any]] | None:
+    """The environment and argv the kubelet starts a release Job's container running ``script``
+    with, and the Job's pod spec; None when ``job`` is no release Job or runs no such container."""
     if not is_release(job):
         return None
     spec = job["spec"]["template"]["spec"]
     for container in spec["containers"]:
         env, argv = kubelet_view(container)
-        if argv[:3] == ["sh", "-c", RELEASE_SCRIPT]:
-            return Release(cluster, job["metadata"]["name"], job["metadata"]["namespace"], env["FLEETC_LOCAL_QUEUE"],
-                           env["FLEETC_CLUSTER_QUEUE"], env["FLEETC_NAMESPACE"], _waited(spec), spec)
+        if argv[:3] == ["sh", "-c", script]:
+            return env, argv, spec
     return None
 
 
@@ -1190,15 +1201,12 @@ class Ungate:
 
 def ungate_of(cluster: str, job: Mapping[str, Any]) -> Ungate | None:
     """The ungating a Job's pods do, or None when it is no release Job of a gated one."""
-    if not is_release(job):
+    started = _release_container(job, UNGATE_SCRIPT)
+    if started is None:
         return None
-    spec = job["spec"]["template"]["spec"]
-    for container in spec["containers"]:
-        env, argv = kubelet_view(container)
-        if argv[:3] == ["sh", "-c", UNGATE_SCRIPT]:
-            return Ungate(cluster, job["metadata"]["name"], job["metadata"]["namespace"], env["FLEETC_JOB"],
-                          env["FLEETC_NAMESPACE"], env["FLEETC_GATE"], tuple(argv[4:]), _waited(spec), spec)
-    return None
+    env, argv, spec = started
+    return Ungate(cluster, job["metadata"]["name"], job["metadata"]["namespace"], env["FLEETC_JOB"],
+                  env["FLEETC_NAMESPACE"], env["FLEETC_GATE"], tuple(argv[4:]), _waited(spec), spec)
 
 
 def ungates(files: Mapping[str, str]) -> list[Ungate]:

@@ -315,6 +315,7 @@ def release_access(ctx: Context, namespace: str, rules: list[Obj]) -> list[Obj]:
                                                                                    field)}
     return [account, role, binding]
 
+
 def api_server_egress(namespace: str, platform: Platform) -> Obj:
     """Egress of the release pods of a fenced namespace to the API server (NetworkPolicies add
     up: this one lets through what the jurisdiction's own blocks)."""

@@ -79,7 +79,7 @@ from fleetc.render.record import (
     layer_prefixes,
     record_text,
 )
-from fleetc.render.release import GATE, held, holding_warnings, release_infra, ungate_job
+from fleetc.render.release import GATE, held, held_deployment, release_infra, serving_held, ungate_job
 from fleetc.render.report import placement_report
 from fleetc.render.workloads import (
     PRIORITY_VALUES,
@@ -213,7 +213,6 @@ def _warnings(ctx: Context, work: dict[str, Work]) -> tuple[Diagnostic, ...]:
     found += [w for c in model.clusters if c.name in work for w in cluster_gpu_warnings(c, ctx.gpu_slots)]
     found += data_warnings(ctx, work)
     found += [w for stages in work.values() for w in stage_warnings(ctx, stages) + order_warnings(ctx, stages)]
-    found += [w for c in model.clusters if c.name in work for w in holding_warnings(ctx, c, work[c.name])]
     if work:
         found += gitops_warnings(model.gitops, ctx.fleet_source("spec.gitops"), model.delivery.entry_points)
     return tuple(sorted(set(found)))
@@ -253,8 +252,9 @@ def _cluster_objects(ctx: Context, cluster: Cluster, work: Work) -> tuple[list[O
             workloads += kueue_job(ctx, cluster, stage) if kueue else _volcano_objects(ctx, cluster, stage)
         else:
             replicas = assignment.replicas
-            workloads += [deployment(ctx, cluster, stage), service(stage),
-                          autoscaler(stage, replicas), disruption_budget(stage, replicas)]
+            held_here = serving_held(ctx, cluster, stage)
+            workloads += held_deployment(ctx, cluster, stage) if held_here else [deployment(ctx, cluster, stage)]
+            workloads += [service(stage), autoscaler(stage, replicas), disruption_budget(stage, replicas)]
     infra += release_infra(ctx, cluster, work, {name: platform for name, (_, platform) in fenced.items()},
                            workloads)
     infra += _priority_classes(ctx, work)

@@ -47,7 +47,8 @@ from fleetc.render.context import Context, Work
 #: share less the marker container's, so the pod requests what the placement counted; a waiting
 #: Kueue Job held on a LocalQueue its CPU-only release Job creates; serving waits for its DataLoad.
 #: 14: a waiting Volcano Job's pods are scheduling-gated until its CPU-only release Job ungates them.
-RENDER_VERSION = "14"
+#: 15: a waiting serving Deployment's pods are scheduling-gated until its CPU-only releaser lets them go.
+RENDER_VERSION = "15"
 
 #: Where the record is written, relative to the output folder.
 RENDER_RECORD = ".fleetc/render"

@@ -88,21 +88,23 @@ names each such stage (docs/pipelines.md says why).
 
 from __future__ import annotations
 
-from fleetc.errors import Diagnostic
 from fleetc.model import KUEUE, Cluster, Platform, Stage
+from fleetc.render import workloads
 from fleetc.render.common import (
+    MANAGED_BY,
     MAX_NAME,
     RELEASE_ROLE,
     ROLE_LABEL,
     Obj,
     content_name,
+    dns_label,
     metadata,
     object_name,
     stage_labels,
-    warning,
 )
 from fleetc.render.context import Context, Work
-from fleetc.render.order import literal, producers, run_id, unmarked, wait_containers
+from fleetc.render.data import cache_ready_wait, data_mounts
+from fleetc.render.order import literal, run_id, wait_containers
 
 #: The image of the ``fleetc-release`` container: a shell and curl (Alpine's busybox ``sh``).
 RELEASE_IMAGE = "curlimages/curl:8.10.1"
@@ -172,6 +174,19 @@ def _api_call(method: str, extra: str) -> str:
             f"-H \"Authorization: Bearer $auth\" -X {method} {extra} 2>&1`\n")
 
 
+#: The part of both ungate scripts that sends ``$pod`` the JSON patch that removes the gate,
+#: logging a release and every answer but 404 (gone) and 422 (free already, or another gate first).
+_UNGATE_POD = (
+    "    " + _api_call("PATCH", "-H 'Content-Type: application/json-patch+json' --data \"$patch\" \"$pods/$pod\"")
+    + "    case $code in\n"
+    "      200) printf 'fleetc: %s may start: removed scheduling gate %s from pod %s/%s\\n' "
+    '"$FLEETC_STAGE" "$FLEETC_GATE" "$FLEETC_NAMESPACE" "$pod" ;;\n'
+    "      404|422) ;;\n"
+    '      *) why=`cat "$out" 2>/dev/null`\n'
+    "         printf 'fleetc: removing scheduling gate %s from pod %s/%s failed: %s %s\\n' "
+    '"$FLEETC_GATE" "$FLEETC_NAMESPACE" "$pod" "$code" "$why" ;;\n'
+    "    esac\n")
+
 _ENDED = "|".join(f"*'\"phase\":\"{phase}\"'*" for phase in ENDED_PHASES)
 
 #: ``fleetc-release`` of a held Volcano Job (``sh -c UNGATE_SCRIPT fleetc-release <pod>...``; the
@@ -193,16 +208,8 @@ UNGATE_SCRIPT = (
     "while :; do\n"
     '  auth=`cat "$sa/token"`\n'
     '  for pod in "$@"; do\n'
-    "    " + _api_call("PATCH", "-H 'Content-Type: application/json-patch+json' --data \"$patch\" \"$pods/$pod\"")
-    + "    case $code in\n"
-    "      200) printf 'fleetc: %s may start: removed scheduling gate %s from pod %s/%s\\n' "
-    '"$FLEETC_STAGE" "$FLEETC_GATE" "$FLEETC_NAMESPACE" "$pod" ;;\n'
-    "      404|422) ;;\n"
-    '      *) why=`cat "$out" 2>/dev/null`\n'
-    "         printf 'fleetc: removing scheduling gate %s from pod %s/%s failed: %s %s\\n' "
-    '"$FLEETC_GATE" "$FLEETC_NAMESPACE" "$pod" "$code" "$why" ;;\n'
-    "    esac\n"
-    "  done\n"
+    + _UNGATE_POD
+    + "  done\n"
     "  " + _api_call("GET", '"$job?pretty=false"')
     + '  state=`cat "$out" 2>/dev/null`\n'
     "  case $code in\n"
@@ -218,6 +225,55 @@ UNGATE_SCRIPT = (
     f"  sleep {UNGATE_SECONDS}\n"
     "done\n")
 
+
+#: The label of a held Deployment's pods naming the run they serve (the stage's run id,
+#: :func:`fleetc.render.order.run_id`, which covers its upstream stages' runs): a re-run upstream
+#: changes the pod template (a rollout) and the pods a releaser lets go are those of its run only.
+RUN_LABEL = "fleetc.dev/run"
+#: What a releaser lists (URL-encoded query): the held Deployment's Pending pods, compact JSON.
+PENDING_QUERY = "fieldSelector=status.phase%3DPending&pretty=false"
+
+#: ``fleetc-release`` of a held serving Deployment (``sh -c RELEASER_SCRIPT fleetc-release``; the
+#: label selector of the run's pods, URL-encoded, in ``FLEETC_SELECTOR``, their namespace in
+#: ``FLEETC_NAMESPACE``, the gate in ``FLEETC_GATE``, the stage in ``FLEETC_STAGE``): every
+#: :data:`UNGATE_SECONDS`, lists the Pending pods of the selector (:data:`PENDING_QUERY`) and sends
+#: each the JSON patch :data:`UNGATE_SCRIPT` sends (``test`` that the first gate is fleetc's, then
+#: ``remove`` it: a pod already free answers 422, one gone 404, silently); logs each release and
+#: every other answer, and never ends: a ReplicaSet names its pods at random and creates new ones
+#: from the template, gated, at every scale-up, rollout and eviction (kubernetes
+#: ``pkg/controller/replicaset/replica_set.go`` ``manageReplicas``, ``pkg/controller/
+#: controller_utils.go`` ``GetPodFromTemplate``: ``generateName`` ``<replicaset>-``).
+#:
+#: The pod names are read from the list in ``sh``: the API server writes it as compact JSON
+#: (``?pretty=false``) with Go's ``encoding/json``, which writes a struct's fields in their
+#: order and a list item's empty ``kind`` and ``apiVersion`` not at all (``omitempty``), so every
+#: item begins ``{"metadata":{"name":"<name>"`` (``Pod`` is ``TypeMeta`` then ``ObjectMeta``,
+#: whose first field is ``Name``: k8s.io/api ``core/v1/types.go``, k8s.io/apimachinery
+#: ``pkg/apis/meta/v1/types.go``). Split at commas (no pod name holds one), a piece that ends
+#: in that prefix and a DNS name is an item's name; a quote inside a string is escaped
+#: (``\"``), so no label or annotation value can look like one, and the list's own
+#: ``metadata`` (``ListMeta``) has no name. No ``$(`` and no ``$$`` (:mod:`fleetc.render.order`).
+RELEASER_SCRIPT = (
+    "sa=/var/run/secrets/kubernetes.io/serviceaccount\n"
+    'pods="https://kubernetes.default.svc/api/v1/namespaces/$FLEETC_NAMESPACE/pods"\n'
+    "patch=`printf '[{\"op\":\"test\",\"path\":\"/spec/schedulingGates/0/name\",\"value\":\"%s\"},"
+    "{\"op\":\"remove\",\"path\":\"/spec/schedulingGates/0\"}]' \"$FLEETC_GATE\"`\n"
+    'out="${TMPDIR:-/tmp}/fleetc-release.out"\n'
+    "while :; do\n"
+    '  auth=`cat "$sa/token"`\n'
+    "  " + _api_call("GET", f'"$pods?labelSelector=$FLEETC_SELECTOR&{PENDING_QUERY}"')
+    + "  names=\n"
+    "  case $code in\n"
+    "    200) names=`tr ',' '\\n' < \"$out\" | sed -n 's/.*{\"metadata\":{\"name\":\"\\([a-z0-9.-]*\\)\"$/\\1/p'` ;;\n"
+    '    *) why=`cat "$out" 2>/dev/null`\n'
+    "       printf 'fleetc: listing the pending pods of %s in %s failed: %s %s\\n' "
+    '"$FLEETC_STAGE" "$FLEETC_NAMESPACE" "$code" "$why" ;;\n'
+    "  esac\n"
+    "  for pod in $names; do\n"
+    + _UNGATE_POD
+    + "  done\n"
+    f"  sleep {UNGATE_SECONDS}\n"
+    "done\n")
 
 def held(ctx: Context, stage: Stage) -> bool:
     """Whether the stage's Job is held back until its upstream completed: a gang that waits for
@@ -235,22 +291,31 @@ def _pod_labels(stage: Stage) -> dict[str, str]:
     return {**stage_labels(stage), ROLE_LABEL: RELEASE_ROLE}
 
 
-def _release(ctx: Context, stage: Stage, command: list[str], env: list[Obj]) -> Obj:
-    """The CPU-only Job that waits for the stage's upstream markers, then runs ``command``."""
-    waits, volumes = wait_containers(ctx, stage)
+def _release_pod(stage: Stage, command: list[str], env: list[Obj], waits: tuple[list[Obj], list[Obj]]) -> Obj:
+    """The pod of a release: ``waits`` (init containers and their volumes), then one CPU-only
+    container running ``command`` with ``env``, under the release account."""
+    containers, volumes = waits
     env = [*env, {"name": "FLEETC_STAGE", "value": literal(stage.key)}]
     container: Obj = {"name": "fleetc-release", "image": RELEASE_IMAGE, "command": command,
                       "env": sorted(env, key=lambda e: str(e["name"])),
                       "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
                                     "limits": {"cpu": "100m", "memory": "64Mi"}}}
-    pod: Obj = {"restartPolicy": "Never", "serviceAccountName": RELEASE_ACCOUNT, "initContainers": waits,
-                "containers": [container]}
+    pod: Obj = {"serviceAccountName": RELEASE_ACCOUNT, "initContainers": containers, "containers": [container]}
     if volumes:
         pod["volumes"] = volumes
-    spec: Obj = {"backoffLimit": 3, "template": {"metadata": {"labels": _pod_labels(stage)}, "spec": pod}}
-    meta = {"name": content_name(f"{object_name(stage)}-release", spec, MAX_NAME),
-            "namespace": stage.namespace, "labels": _pod_labels(stage),
+    return pod
+
+
+def _release_meta(stage: Stage, name: str, labels: dict[str, str]) -> Obj:
+    return {"name": name, "namespace": stage.namespace, "labels": labels,
             "annotations": {"fleetc.dev/source": f"{stage.source.path}#{stage.source.field}.dependencies"}}
+
+
+def _release(ctx: Context, stage: Stage, command: list[str], env: list[Obj]) -> Obj:
+    """The CPU-only Job that waits for the stage's upstream markers, then runs ``command``."""
+    pod = {"restartPolicy": "Never", **_release_pod(stage, command, env, wait_containers(ctx, stage))}
+    spec: Obj = {"backoffLimit": 3, "template": {"metadata": {"labels": _pod_labels(stage)}, "spec": pod}}
+    meta = _release_meta(stage, content_name(f"{object_name(stage)}-release", spec, MAX_NAME), _pod_labels(stage))
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
 
 
@@ -289,15 +354,23 @@ def is_gated(job: Obj) -> bool:
     return any({"name": GATE} in task["template"]["spec"].get("schedulingGates", []) for task in job["spec"]["tasks"])
 
 
-def _rules(kueue: bool, gated: list[Obj]) -> list[Obj]:
-    """What the release pods of a namespace do: create LocalQueues (Kueue), or patch the held
-    Volcano Jobs' pods and read those Jobs, by name."""
+def _rules(kueue: bool, gated: list[Obj], serving: bool) -> list[Obj]:
+    """What the release pods of a namespace do: create LocalQueues (Kueue); patch the held
+    Volcano Jobs' pods and read those Jobs, by name; and where a held Deployment's releaser
+    runs (``serving``), list and patch any pod of the namespace (its ReplicaSet names them at
+    random), which :func:`ungate_only_policy` narrows to removing fleetc's gate."""
+    rules: list[Obj] = []
     if kueue:
-        return [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["create"]}]
-    return [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"],
-             "resourceNames": sorted(name for job in gated for name in gated_pods(job))},
-            {"apiGroups": ["batch.volcano.sh"], "resources": ["jobs"], "verbs": ["get"],
-             "resourceNames": sorted(job["metadata"]["name"] for job in gated)}]
+        rules.append({"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["create"]})
+    if serving:
+        rules.append({"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]})
+    elif gated:
+        rules.append({"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"],
+                      "resourceNames": sorted(name for job in gated for name in gated_pods(job))})
+    if gated:
+        rules.append({"apiGroups": ["batch.volcano.sh"], "resources": ["jobs"], "verbs": ["get"],
+                      "resourceNames": sorted(job["metadata"]["name"] for job in gated)})
+    return rules
 
 
 def release_access(ctx: Context, namespace: str, rules: list[Obj]) -> list[Obj]:
@@ -330,37 +403,134 @@ def api_server_egress(namespace: str, platform: Platform) -> Obj:
 
 def release_infra(ctx: Context, cluster: Cluster, work: Work, fenced: dict[str, Platform],
                   workloads: list[Obj]) -> list[Obj]:
-    """What the release Jobs of ``cluster`` need: per namespace with held Jobs (on Volcano, the
-    gated Jobs among ``workloads``), its account, Role and RoleBinding, and where the namespace
-    is ``fenced`` (by that platform's egress policy) the API server egress."""
+    """What the releases of ``cluster`` need: per namespace with held Jobs (on Volcano, the
+    gated Jobs among ``workloads``) or held Deployments (their releasers among ``workloads``),
+    its account, Role and RoleBinding, and where the namespace is ``fenced`` (by that
+    platform's egress policy) the API server egress; once per cluster with releasers, the
+    admission policy that lets their account do nothing to a pod but let it go."""
     kueue = cluster.batch_scheduler == KUEUE
     gated: dict[str, list[Obj]] = {}
+    serving: set[str] = set()
     for obj in workloads:
         if obj["kind"] == "Job" and obj["apiVersion"] == VOLCANO_API and is_gated(obj):
             gated.setdefault(obj["metadata"]["namespace"], []).append(obj)
+        elif is_releaser(obj):
+            serving.add(obj["metadata"]["namespace"])
     namespaces = {stage.namespace for stage, _ in work if held(ctx, stage)} if kueue else set(gated)
-    found: list[Obj] = []
-    for namespace in sorted(namespaces):
-        found += release_access(ctx, namespace, _rules(kueue, gated.get(namespace, [])))
+    found: list[Obj] = ungate_only_policy() if serving else []
+    for namespace in sorted(namespaces | serving):
+        held_here = kueue and namespace in namespaces
+        found += release_access(ctx, namespace, _rules(held_here, gated.get(namespace, []), namespace in serving))
         if namespace in fenced:
             found.append(api_server_egress(namespace, fenced[namespace]))
     return found
 
 
-def holding_warnings(ctx: Context, cluster: Cluster, work: Work) -> list[Diagnostic]:
-    """Stages whose pods hold GPUs while they wait for their upstream on ``cluster``: serving
-    Deployments with GPUs and at least one wait (gangs are held instead)."""
-    found = []
-    for stage, _ in work:
-        if stage.gpus <= 0 or stage.is_gang:
-            continue
-        waited = [u.name for u in producers(ctx, stage) if unmarked(ctx, u) is None]
-        if not waited:
-            continue
-        why = ("its Deployment's pods wait in init containers, scheduled with their GPUs (its ReplicaSet names "
-               "its pods at random and makes new ones at every scale-up, so no release limited to named pods "
-               "could ungate them; docs/pipelines.md); its replicas are idle until then")
-        found.append(warning(stage.source, f"{stage.source.field}.dependencies",
-                             f"stage '{stage.name}' holds its GPUs on cluster {cluster.name} while it waits for "
-                             f"{', '.join(repr(name) for name in waited)}: {why}"))
-    return found
+# --------------------------------------------------------------------------- held serving Deployments
+def serving_waits(ctx: Context, cluster: Cluster, stage: Stage) -> tuple[list[Obj], list[Obj]]:
+    """What a serving stage waits for on ``cluster`` (init containers, and their volumes): its
+    upstream stages' markers, then the DataLoad that refreshes the cache it serves from
+    (:func:`fleetc.render.data.cache_ready_wait`)."""
+    waits, volumes = wait_containers(ctx, stage)
+    ready = cache_ready_wait(ctx, cluster.name, stage, data_mounts(ctx, stage))
+    if ready is not None:
+        waits, volumes = [*waits, ready[0]], [*volumes, *ready[1]]
+    return waits, volumes
+
+
+def serving_held(ctx: Context, cluster: Cluster, stage: Stage) -> bool:
+    """Whether a serving stage's Deployment is held on ``cluster``: it waits for anything."""
+    return not stage.is_gang and bool(serving_waits(ctx, cluster, stage)[0])
+
+
+def _releaser_labels(stage: Stage, run: str) -> dict[str, str]:
+    """The labels of a releaser and its pods: never both ``fleetc.dev/pipeline`` and
+    ``fleetc.dev/stage`` (:func:`fleetc.render.common.selector`), so no serving Deployment,
+    Service or PodDisruptionBudget selects them."""
+    return {**MANAGED_BY, "app.kubernetes.io/part-of": dns_label(stage.pipeline), ROLE_LABEL: RELEASE_ROLE,
+            RUN_LABEL: run}
+
+
+def held_deployment(ctx: Context, cluster: Cluster, stage: Stage) -> list[Obj]:
+    """A held serving stage's Deployment, its pods gated (:data:`GATE`) and labelled with the
+    run they serve (:data:`RUN_LABEL`) instead of waiting in init containers, and its releaser."""
+    deployment = workloads.deployment(ctx, cluster, stage, waiting=False)
+    template = deployment["spec"]["template"]
+    template["metadata"]["labels"][RUN_LABEL] = run_id(ctx, stage)
+    template["spec"]["schedulingGates"] = [{"name": GATE}]
+    return [deployment, releaser(ctx, cluster, stage, deployment)]
+
+
+def run_selector(deployment: Obj) -> str:
+    """The label selector, URL-encoded, of the pods of a held Deployment's run: the
+    Deployment's selector and the run label of its template."""
+    labels = {**deployment["spec"]["selector"]["matchLabels"],
+              RUN_LABEL: deployment["spec"]["template"]["metadata"]["labels"][RUN_LABEL]}
+    return "%2C".join(f"{key}%3D{value}" for key, value in sorted(labels.items()))
+
+
+def releaser(ctx: Context, cluster: Cluster, stage: Stage, deployment: Obj) -> Obj:
+    """The CPU-only Deployment (one replica) that waits for what the held ``deployment`` waits
+    for (:func:`serving_waits`), then lets its run's pods go for as long as it lives
+    (:data:`RELEASER_SCRIPT`). Its name covers the waits (the upstream run ids) and the run it
+    lets go: a re-run is a new releaser, and the old one is pruned."""
+    run = deployment["spec"]["template"]["metadata"]["labels"][RUN_LABEL]
+    env: list[Obj] = [{"name": "FLEETC_GATE", "value": GATE}, {"name": "FLEETC_NAMESPACE", "value": stage.namespace},
+                      {"name": "FLEETC_SELECTOR", "value": run_selector(deployment)}]
+    pod = _release_pod(stage, ["sh", "-c", RELEASER_SCRIPT, "fleetc-release"], env, serving_waits(ctx, cluster, stage))
+    labels = _releaser_labels(stage, run)
+    spec: Obj = {"replicas": 1, "selector": {"matchLabels": {ROLE_LABEL: RELEASE_ROLE, RUN_LABEL: run}},
+                 "template": {"metadata": {"labels": labels}, "spec": pod}}
+    meta = _release_meta(stage, content_name(f"{object_name(stage)}-release", spec, MAX_NAME), labels)
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": spec}
+
+
+def is_releaser(obj: Obj) -> bool:
+    """Whether a rendered object is the releaser of a held Deployment."""
+    return bool(obj["kind"] == "Deployment"
+                and obj["spec"]["template"]["metadata"]["labels"].get(ROLE_LABEL) == RELEASE_ROLE)
+
+
+def _unchanged(path: str) -> str:
+    """CEL: the field at ``path`` (below ``object``) is as it was, also when absent."""
+    new, old = f"object.{path}", f"oldObject.{path}"
+    return f"has({new}) == has({old}) && (!has({new}) || {new} == {old})"
+
+
+#: What a pod update may change (kubernetes ``pkg/apis/core/validation/validation.go``
+#: ``ValidatePodUpdate``, 1.30 to 1.33: the containers' and init containers' images,
+#: ``activeDeadlineSeconds``, ``terminationGracePeriodSeconds``, added tolerations, and while
+#: the pod is gated its node selector and affinity, KEP-3838; any metadata but the name), each
+#: held as it was by :func:`ungate_only_policy`; only ``schedulingGates`` may lose fleetc's gate.
+POD_FIELDS_KEPT = (
+    "spec.containers", "spec.initContainers", "spec.tolerations", "spec.activeDeadlineSeconds",
+    "spec.terminationGracePeriodSeconds", "spec.nodeSelector", "spec.affinity", "metadata.labels",
+    "metadata.annotations", "metadata.ownerReferences", "metadata.finalizers")
+UNGATE_ONLY_POLICY = "fleetc-release-ungate-only"
+_GATES = "spec.schedulingGates"
+
+
+def ungate_only_policy() -> list[Obj]:
+    """A ValidatingAdmissionPolicy (``admissionregistration.k8s.io/v1``, GA in Kubernetes 1.30
+    as scheduling gates) and its binding: an update of a pod by a namespace's ``fleetc-release``
+    account (``matchConditions``) is denied (``Deny``; ``failurePolicy: Fail``: also when an
+    expression cannot be evaluated) unless it changes nothing of :data:`POD_FIELDS_KEPT` and its
+    ``schedulingGates`` are the old ones without :data:`GATE`."""
+    gates = (f"(has(object.{_GATES}) ? object.{_GATES} : []) == (has(oldObject.{_GATES}) ? "
+             f"oldObject.{_GATES}.filter(g, g.name != '{GATE}') : [])")
+    validations = [{"expression": gates, "message": f"fleetc-release may only remove the scheduling gate {GATE}"}]
+    validations += [{"expression": _unchanged(path), "message": f"fleetc-release may not change a pod's {path}"}
+                     for path in POD_FIELDS_KEPT]
+    user = f"'system:serviceaccount:' + request.namespace + ':{RELEASE_ACCOUNT}'"
+    policy = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+              "metadata": metadata(UNGATE_ONLY_POLICY),
+              "spec": {"failurePolicy": "Fail",
+                       "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                               "operations": ["UPDATE"], "resources": ["pods"]}]},
+                       "matchConditions": [{"name": "fleetc-release",
+                                            "expression": f"request.userInfo.username == {user}"}],
+                       "validations": validations}}
+    binding = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+               "metadata": metadata(UNGATE_ONLY_POLICY),
+               "spec": {"policyName": UNGATE_ONLY_POLICY, "validationActions": ["Deny"]}}
+    return [policy, binding]

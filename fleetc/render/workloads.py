@@ -404,9 +404,10 @@ def _serving(stage: Stage) -> Serving:
     return stage.serving or Serving()
 
 
-def deployment(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
+def deployment(ctx: Context, cluster: Cluster, stage: Stage, waiting: bool = True) -> Obj:
     """A serving stage's share on this cluster: pods behind a readiness probe, as many as its
-    HPA says (see the module docstring)."""
+    HPA says (see the module docstring); without the waits unless ``waiting`` (a held
+    Deployment, whose releaser waits: :mod:`fleetc.render.release`)."""
     serving = _serving(stage)
     mounted = data_mounts(ctx, stage)
     container = main_container(ctx, stage, mounted)
@@ -435,17 +436,18 @@ def deployment(ctx: Context, cluster: Cluster, stage: Stage) -> Obj:
             "selector": {"matchLabels": selector(stage)},
             "template": {
                 "metadata": {"labels": stage_labels(stage)},
-                "spec": _serving_pod_spec(ctx, cluster, stage, container, mounted),
+                "spec": _serving_pod_spec(ctx, cluster, stage, container, mounted, waiting),
             },
         },
     }
 
 
-def _serving_pod_spec(ctx: Context, cluster: Cluster, stage: Stage, container: Obj, mounted: DataMounts) -> Obj:
-    """A serving pod: after its waits for upstream stages, the wait for the DataLoad that
-    refreshes the cache it serves from (:func:`fleetc.render.data.cache_ready_wait`)."""
-    spec = _pod_spec(ctx, cluster, stage, container, mounted)
-    ready = cache_ready_wait(ctx, cluster.name, stage, mounted)
+def _serving_pod_spec(ctx: Context, cluster: Cluster, stage: Stage, container: Obj, mounted: DataMounts,
+                      waiting: bool) -> Obj:
+    """A serving pod: when ``waiting``, after its waits for upstream stages, the wait for the
+    DataLoad that refreshes the cache it serves from (:func:`fleetc.render.data.cache_ready_wait`)."""
+    spec = _pod_spec(ctx, cluster, stage, container, mounted, waiting)
+    ready = cache_ready_wait(ctx, cluster.name, stage, mounted) if waiting else None
     if ready is not None:
         wait, volumes = ready
         spec["initContainers"] = [*spec.get("initContainers", []), wait]

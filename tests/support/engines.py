@@ -97,6 +97,8 @@ SERVED: dict[tuple[str, str], bool] = {
     ("source.toolkit.fluxcd.io", "GitRepository"): True,
     ("kustomize.toolkit.fluxcd.io", "Kustomization"): True,
     ("argoproj.io", "ApplicationSet"): True,
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"): False,
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding"): False,
 }
 
 #: gitops-engine ``pkg/sync/sync_tasks.go`` ``kindOrder`` (from Helm's kind sorter); kinds not

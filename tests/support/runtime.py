@@ -36,7 +36,9 @@ and answers:
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import random
 import re
 import shlex
 from collections.abc import Iterator, Mapping
@@ -49,8 +51,9 @@ from fleetc.model import FleetModel, Stage
 from fleetc.placement.rules import slots_per_gpu
 from fleetc.policy.quantity import cpu_millis, memory_bytes
 from fleetc.render.order import LOADED_SCRIPT, MARK_SCRIPT, RETRY_COUNT, RUN_SCRIPT, WAIT_SCRIPT
-from fleetc.render.release import RELEASE_SCRIPT, UNGATE_SCRIPT
+from fleetc.render.release import RELEASE_SCRIPT, RELEASER_SCRIPT, UNGATE_SCRIPT
 
+from . import admission
 from .expansion import command_line, environment, references
 
 GPU = "nvidia.com/gpu"
@@ -66,6 +69,8 @@ class Pod:
     task: str  # Volcano task name ('' for a Deployment)
     index: int  # the pod's index in its task / Deployment
     spec: Mapping[str, Any]
+    labels: Mapping[str, str] = field(default_factory=dict)
+    name: str = ""  # the name the controller (or the API server, from generateName) gives it
 
     @property
     def container(self) -> Mapping[str, Any]:
@@ -121,8 +126,9 @@ RELEASE_ROLE = ("fleetc.dev/role", "release")
 
 
 def is_release(obj: Mapping[str, Any]) -> bool:
-    """A release Job (:mod:`fleetc.render.release`): its pods are fleetc's, not a stage's."""
-    if not is_batch_job(obj):
+    """A release Job or a held Deployment's releaser (:mod:`fleetc.render.release`): its pods
+    are fleetc's, not a stage's."""
+    if not is_batch_job(obj) and obj["kind"] != "Deployment":
         return False
     labels = obj["spec"].get("template", {}).get("metadata", {}).get("labels", {})
     return bool(labels.get(RELEASE_ROLE[0]) == RELEASE_ROLE[1])
@@ -151,12 +157,62 @@ def pods(files: Mapping[str, str]) -> list[Pod]:
             for index in range(obj["spec"].get("parallelism", 1)):
                 found.append(Pod(cluster, meta["namespace"], owner, _stage(template), task, index,
                                  template["spec"]))
-        elif obj["kind"] == "Deployment":
-            template = obj["spec"]["template"]
-            for index in range(minimum[(cluster, meta["namespace"], meta["name"])]):
-                found.append(Pod(cluster, meta["namespace"], owner, _stage(template), "", index,
-                                 template["spec"]))
+        elif obj["kind"] == "Deployment" and not is_release(obj):
+            count = minimum[(cluster, meta["namespace"], meta["name"])]
+            found += [Pod(cluster, meta["namespace"], owner, _stage(obj["spec"]["template"]), "", index,
+                          made["spec"], made["metadata"]["labels"], made["metadata"]["name"])
+                      for index, made in enumerate(replica_set_pods(obj, count))]
     return found
+
+
+# --------------------------------------------------------------------------- the ReplicaSet of a Deployment
+#: The characters the API server draws a ``generateName`` suffix from, and its length
+#: (kubernetes ``staging/src/k8s.io/apiserver/pkg/storage/names/generate.go``
+#: ``SimpleNameGenerator``, ``k8s.io/apimachinery/pkg/util/rand`` ``String``).
+NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+NAME_SUFFIX = 5
+TEMPLATE_HASH = "pod-template-hash"
+
+
+def replica_set(deployment: Mapping[str, Any]) -> dict[str, Any]:
+    """The ReplicaSet the Deployment controller makes for the Deployment's current template
+    (kubernetes ``pkg/controller/deployment/sync.go`` ``getNewReplicaSet``): named
+    ``<deployment>-<pod-template-hash>``, the hash label added to its template's labels and to
+    its selector (here a digest of the template, a stand-in for ``ComputeHash``'s FNV of it: a
+    new template, a new ReplicaSet)."""
+    template = json.loads(json.dumps(deployment["spec"]["template"]))
+    digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()
+    value = "".join(NAME_ALPHABET[int(digest[i:i + 2], 16) % len(NAME_ALPHABET)] for i in range(0, 20, 2))
+    template["metadata"]["labels"][TEMPLATE_HASH] = value
+    selector = {**deployment["spec"]["selector"]["matchLabels"], TEMPLATE_HASH: value}
+    return {"metadata": {"name": f"{deployment['metadata']['name']}-{value}",
+                        "namespace": deployment["metadata"]["namespace"]},
+            "spec": {"selector": {"matchLabels": selector}, "template": template}}
+
+
+def replica_set_pods(deployment: Mapping[str, Any], count: int, start: int = 0) -> list[dict[str, Any]]:
+    """The pods the Deployment's ReplicaSet creates when it scales from ``start`` to ``count``
+    pods (kubernetes ``pkg/controller/replicaset/replica_set.go`` ``manageReplicas``;
+    ``pkg/controller/controller_utils.go`` ``GetPodFromTemplate``: the template's labels,
+    annotations and finalizers, ``generateName: <replicaset>-``, the ReplicaSet as controller
+    owner, a copy of the template's spec, scheduling gates included), each named by the API
+    server at random from ``generateName`` (drawn here from a generator seeded by the
+    ReplicaSet and the pod's place, so a test sees the same names on every run)."""
+    made = replica_set(deployment)
+    template = made["spec"]["template"]
+    pods = []
+    for index in range(start, count):
+        draw = random.Random(f"{made['metadata']['name']}/{index}")
+        name = made["metadata"]["name"] + "-" + "".join(draw.choice(NAME_ALPHABET) for _ in range(NAME_SUFFIX))
+        meta = {"name": name, "generateName": made["metadata"]["name"] + "-",
+                "namespace": made["metadata"]["namespace"], "labels": dict(template["metadata"]["labels"]),
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": made["metadata"]["name"],
+                                     "controller": True, "blockOwnerDeletion": True}]}
+        if template["metadata"].get("annotations"):
+            meta["annotations"] = dict(template["metadata"]["annotations"])
+        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                     "spec": json.loads(json.dumps(template["spec"])), "status": {"phase": "Pending"}})
+    return pods
 
 
 def _stage(template: Mapping[str, Any]) -> str:
@@ -502,7 +558,7 @@ def probe_problems(files: Mapping[str, str]) -> list[str]:
     problems = []
     everything = list(objects(files))
     for cluster, obj in everything:
-        if obj["kind"] != "Deployment":
+        if obj["kind"] != "Deployment" or is_release(obj):
             continue
         where = f"{cluster}: Deployment/{obj['metadata']['name']}"
         container = obj["spec"]["template"]["spec"]["containers"][0]
@@ -653,8 +709,10 @@ def credential_problems(model: FleetModel, files: Mapping[str, str]) -> list[str
 
 def _release_credential_problems(stages: Mapping[str, Stage], named: Mapping[tuple[str, str], str], where: str,
                                  job: Mapping[str, Any]) -> list[str]:
-    """A release Job's waits reach their markers with the Secrets named for them."""
-    spec, stage = job["spec"]["template"]["spec"], stages[_stage(job["spec"]["template"])]
+    """A release's waits reach their markers with the Secrets named for them (its stage: the one
+    its ``fleetc-release`` container names)."""
+    spec = job["spec"]["template"]["spec"]
+    stage = stages[kubelet_view(spec["containers"][0])[0]["FLEETC_STAGE"]]
     namespace = job["metadata"]["namespace"]
     problems = []
     for container in spec.get("initContainers", []) + spec["containers"]:
@@ -929,9 +987,9 @@ def _ungated_waits(files: Mapping[str, str]) -> dict[tuple[str, str, str, int], 
     waited for: no scheduler places the pod before its gates are gone (:func:`gates`), so its
     containers start after those waits passed."""
     found: dict[tuple[str, str, str, int], dict[str, set[tuple[str, str]]]] = {}
-    made = ungates(files)
+    made, freeing = ungates(files), releasers(files)
     for pod in pods(files):
-        ungate = ungated_by(made, pod)
+        ungate = ungated_by(made, pod) or released_by(freeing, pod)
         if gates(pod.spec) and ungate is not None:
             found[pod.ident] = ungate.waited
     return found
@@ -1001,7 +1059,8 @@ def gpu_seconds_waiting(files: Mapping[str, str], runtime: Mapping[str, int]) ->
         held[pod.stage] = held.get(pod.stage, 0) + pod.requests()[0] * waited
     runs = {content: key for key, found in markers_written(files).items() for _, content in found}
     for job, spec, waits in [*((r.job, r.spec, r.waited) for r in releases(files)),
-                             *((u.job, u.spec, u.waited) for u in ungates(files))]:
+                             *((u.job, u.spec, u.waited) for u in ungates(files)),
+                             *((r.deployment, r.spec, r.waited) for r in releasers(files))]:
         upstreams = {runs[content] for found in waits.values() for _, content in found if content in runs}
         gpus = sum(int(c.get("resources", {}).get("requests", {}).get(GPU, 0))
                    for c in [*spec.get("initContainers", []), *spec["containers"]])
@@ -1053,6 +1112,7 @@ class Release:
     created_in: str  # the namespace of the URL it POSTs to
     waited: Mapping[str, set[tuple[str, str]]]  # its init containers' markers, by container
     spec: Mapping[str, Any]  # its pod spec
+    labels: Mapping[str, str] | None = None  # its pods' labels, when it is no Job of the output
 
     def local_queue(self) -> dict[str, Any]:
         return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
@@ -1124,6 +1184,8 @@ def _reaches_api_server(named: Mapping[tuple[str, str, str], Any], release: Rele
 
 
 def _release_labels(named: Mapping[tuple[str, str, str], Any], release: Release) -> dict[str, str]:
+    if release.labels is not None:
+        return dict(release.labels)
     job = named[("Job", release.namespace, release.job)]
     return dict(job["spec"]["template"]["metadata"].get("labels", {}))
 
@@ -1272,12 +1334,156 @@ def ungate_problems(files: Mapping[str, str]) -> list[str]:
         if not _reaches_api_server(named, Release(ungate.cluster, ungate.job, ungate.namespace, "", "", "",
                                                   ungate.waited, ungate.spec)):
             problems.append(f"{where}: its NetworkPolicies block the API server")
-    made = ungates(files)
+    problems += _releaser_problems(files, by_cluster)
+    made, freeing = ungates(files), releasers(files)
     for pod in pods(files):
-        if gates(pod.spec) and ungated_by(made, pod) is None:
+        if gates(pod.spec) and ungated_by(made, pod) is None and released_by(freeing, pod) is None:
             problems.append(f"{pod.cluster}: {pod.owner} pod {pod.task}-{pod.index}: gated by "
                             f"{', '.join(gates(pod.spec))}, which no release removes: it never starts")
     return sorted(set(problems))
+
+
+# --------------------------------------------------------------------------- held Deployments and their releaser
+@dataclass(frozen=True)
+class Releaser:
+    """What the releaser of a held Deployment does once its init containers (the waits) all
+    passed: its ``fleetc-release`` container, as the kubelet starts it, lists the Pending pods
+    of ``selector`` in the namespace it names every 10 s and removes ``gate`` from each, for as
+    long as it runs (tests/test_scripts.py runs it against a stand-in API server through a
+    scale-up)."""
+
+    cluster: str
+    deployment: str  # the releaser's own Deployment
+    namespace: str  # the releaser's
+    target_namespace: str  # the namespace of the URLs it calls
+    gate: str
+    selector: Mapping[str, str]  # the labels of the pods it lets go
+    waited: Mapping[str, set[tuple[str, str]]]
+    spec: Mapping[str, Any]
+    labels: Mapping[str, str]  # its own pods' labels
+
+    @property
+    def account(self) -> str:
+        """The user its requests are made as (kubernetes ``serviceaccount.MakeUsername``)."""
+        return f"system:serviceaccount:{self.namespace}:{self.spec.get('serviceAccountName', 'default')}"
+
+
+def releaser_of(cluster: str, deployment: Mapping[str, Any]) -> Releaser | None:
+    """The releasing a Deployment's pods do, or None when it is no releaser."""
+    if deployment["kind"] != "Deployment":
+        return None
+    started = _release_container(deployment, RELEASER_SCRIPT)
+    if started is None:
+        return None
+    env, _, spec = started
+    selector = dict(term.split("%3D", 1) for term in env["FLEETC_SELECTOR"].split("%2C"))
+    return Releaser(cluster, deployment["metadata"]["name"], deployment["metadata"]["namespace"],
+                    env["FLEETC_NAMESPACE"], env["FLEETC_GATE"], selector, _waited(spec), spec,
+                    dict(deployment["spec"]["template"]["metadata"].get("labels", {})))
+
+
+def releasers(files: Mapping[str, str]) -> list[Releaser]:
+    return [found for cluster, obj in objects(files) if (found := releaser_of(cluster, obj)) is not None]
+
+
+def released_by(found: list[Releaser], pod: Pod) -> Releaser | None:
+    """The releaser that lets a Deployment's ``pod`` go, whatever name the API server gave it:
+    one of its cluster and namespace whose selector its labels match and that removes every
+    gate it has; or None."""
+    if not pod.owner.startswith("Deployment/"):
+        return None
+    for releaser in found:
+        if ((releaser.cluster, releaser.target_namespace) == (pod.cluster, pod.namespace)
+                and releaser.selector.items() <= pod.labels.items() and set(gates(pod.spec)) <= {releaser.gate}):
+            return releaser
+    return None
+
+
+def ungated(pod: Mapping[str, Any], gate: str) -> dict[str, Any] | None:
+    """The pod after the releaser's JSON patch (RFC 6902: ``test`` that the first scheduling
+    gate is ``gate``, then ``remove`` it), or None when the API server answers 422 (the test
+    fails: no gate, or another one first)."""
+    gates_now = pod["spec"].get("schedulingGates", [])
+    if not gates_now or gates_now[0].get("name") != gate:
+        return None
+    after = json.loads(json.dumps(pod))
+    after["spec"]["schedulingGates"] = gates_now[1:]
+    return after
+
+
+def release_round(releaser: Releaser, live: list[dict[str, Any]], admit: Any) -> list[str]:
+    """One round of the releaser against the pods ``live`` in the cluster: list the Pending pods
+    of its namespace its selector matches, and patch each (:func:`ungated`), the update going
+    through ``admit(user, namespace, old, new)`` (the admission policies: a message when denied,
+    else None). Changes ``live`` in place; returns what it logs."""
+    said = []
+    for index, pod in enumerate(live):
+        meta = pod["metadata"]
+        if (meta["namespace"] != releaser.target_namespace or pod["status"]["phase"] != "Pending"
+                or not releaser.selector.items() <= meta["labels"].items()):
+            continue
+        after = ungated(pod, releaser.gate)
+        if after is None:
+            continue
+        denied = admit(releaser.account, meta["namespace"], pod, after)
+        if denied is not None:
+            said.append(f"removing scheduling gate {releaser.gate} from pod {meta['name']} failed: 422 {denied}")
+            continue
+        live[index] = after
+        said.append(f"removed scheduling gate {releaser.gate} from pod {meta['name']}")
+    return said
+
+
+def _selects(obj: Mapping[str, Any]) -> Mapping[str, str] | None:
+    """The pod labels a Service, PodDisruptionBudget or (stage) Deployment selects."""
+    if obj["kind"] == "Service":
+        return obj["spec"].get("selector")
+    if obj["kind"] in ("PodDisruptionBudget", "Deployment") and not is_release(obj):
+        return obj["spec"]["selector"].get("matchLabels")
+    return None
+
+
+def _releaser_problems(files: Mapping[str, str], by_cluster: Mapping[str, Mapping[tuple[str, str, str], Any]]
+                       ) -> list[str]:
+    """Every releaser waits, lets go only pods of its own namespace, may list and patch pods
+    there whatever their names (its account's Role: no ``resourceNames``), reaches the API
+    server, has its patch of each pod of its selector admitted by the cluster's admission
+    policies (:mod:`support.admission`) and any other change to such a pod (its image)
+    denied, and runs pods no Service, PodDisruptionBudget or
+    stage Deployment selects (a Service selecting them would send requests to the releaser)."""
+    problems = []
+    stage_pods = pods(files)
+    for releaser in releasers(files):
+        named, where = by_cluster[releaser.cluster], f"{releaser.cluster}: Deployment/{releaser.deployment}"
+        account = (releaser.namespace, releaser.spec.get("serviceAccountName", "default"))
+        if releaser.target_namespace != releaser.namespace:
+            problems.append(f"{where}: releases pods in {releaser.target_namespace}, not its namespace")
+        if not releaser.waited:
+            problems.append(f"{where}: releases its pods without waiting for anything")
+        for verb in ("list", "patch"):
+            if not _may(named, account, releaser.target_namespace, "", "pods", verb, ""):
+                problems.append(f"{where}: its service account may not {verb} any pod of {releaser.target_namespace}")
+        if not _reaches_api_server(named, Release(releaser.cluster, releaser.deployment, releaser.namespace, "", "",
+                                                  "", releaser.waited, releaser.spec, releaser.labels)):
+            problems.append(f"{where}: its NetworkPolicies block the API server")
+        admit = admission.admitter(list(named.values()))
+        for pod in stage_pods:
+            if released_by([releaser], pod) is None:
+                continue
+            live = [{"metadata": {"name": pod.name, "namespace": pod.namespace, "labels": dict(pod.labels)},
+                     "spec": dict(pod.spec), "status": {"phase": "Pending"}}]
+            said = release_round(releaser, live, admit)
+            problems += [f"{where}: {line}" for line in said if " failed: " in line]
+            hostile = json.loads(json.dumps(live[0]))
+            hostile["spec"]["containers"][0]["image"] = "attacker.example/miner:latest"
+            if admit(releaser.account, pod.namespace, live[0], hostile) is None:
+                problems.append(f"{where}: its account may change any pod of {pod.namespace} (an image: "
+                                "no admission policy keeps it to removing the gate)")
+        for (kind, namespace, name), obj in sorted(named.items()):
+            selected = _selects(obj) if namespace == releaser.namespace else None
+            if selected and selected.items() <= releaser.labels.items():
+                problems.append(f"{where}: {kind}/{name} selects its pods")
+    return problems
 
 
 # --------------------------------------------------------------------------- serving from a refreshed cache
@@ -1313,20 +1519,24 @@ def _model_claim(spec: Mapping[str, Any]) -> str | None:
 def cache_ready_problems(files: Mapping[str, str]) -> list[str]:
     """A Deployment whose Triton serves its model repository from a Fluid Dataset that a DataLoad
     refreshes after the writers completed (``runAfter``) starts only once that DataLoad is
-    Complete: an init container of its pods polls the marker written after it, for what it
-    writes (issue 25: Triton waited for the training marker only, and loaded from a cache
+    Complete: an init container of its pods, or of the releaser that lets its gated pods go,
+    polls the marker written after it, for what it writes (issue 25: Triton waited for the
+    training marker only, and loaded from a cache
     whose listing was not refreshed yet)."""
     everything = list(objects(files))
     named = {(c, o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]): o for c, o in everything
              if o["apiVersion"].startswith("data.fluid.io/")}
     loaded = _loaded_markers(named)
     problems = []
+    freeing = releasers(files)
     for cluster, obj in everything:
-        if obj["kind"] != "Deployment":
+        if obj["kind"] != "Deployment" or is_release(obj):
             continue
         spec, namespace = obj["spec"]["template"]["spec"], obj["metadata"]["namespace"]
         claim = _model_claim(spec)
-        waited = {found for marks in _waited(spec).values() for found in marks}
+        waits = [_waited(spec)] + [r.waited for r in freeing if (r.cluster, r.target_namespace) == (cluster, namespace)
+                                   and r.selector.items() <= obj["spec"]["template"]["metadata"]["labels"].items()]
+        waited = {found for by_name in waits for marks in by_name.values() for found in marks}
         for (c, kind, ns, name), load in sorted(named.items()):
             if (c, kind, ns) != (cluster, "DataLoad", namespace) or load["spec"]["dataset"]["name"] != claim:
                 continue

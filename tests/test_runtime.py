@@ -28,6 +28,7 @@ from support.runtime import (
     prefetch_problems,
     probe_problems,
     release_problems,
+    releasers,
     releases,
     rendezvous_problems,
     ungate_problems,
@@ -284,7 +285,8 @@ def test_storage_is_reached_with_the_secret_named_for_it(compiles: list[tuple[st
     ref = {"secretKeyRef": {"name": "model-store", "key": "aws.accessKeyId"}}
     mark = next(c for c in train.spec["containers"] if c["name"] == "fleetc-mark")
     assert {"name": "RCLONE_S3_ACCESS_KEY_ID", "valueFrom": ref} in mark["env"]
-    assert {"name": "RCLONE_S3_ACCESS_KEY_ID", "valueFrom": ref} in serve.spec["initContainers"][0]["env"]
+    (releaser,) = releasers(result.files)  # serve's pods are gated: its releaser waits for train
+    assert {"name": "RCLONE_S3_ACCESS_KEY_ID", "valueFrom": ref} in releaser.spec["initContainers"][0]["env"]
     assert {"name": "credentials-model", "secret": {"secretName": "model-store"}} in train.spec["volumes"]
     assert {"name": "FLEETC_OUTPUT_MODEL_CREDENTIALS", "value": "/fleetc/credentials/model"} in train.container["env"]
     files = dict(result.files)
@@ -298,14 +300,16 @@ def test_storage_is_reached_with_the_secret_named_for_it(compiles: list[tuple[st
     assert keyless != files[path]
     assert credential_problems(result.model, {**files, path: keyless}) == [
         "serve-l4: Deployment/llm-serve deployment: reaches s3://models/llm/v2/ without Secret model-store"]
-    literal = files[path].replace("RCLONE_S3_ACCESS_KEY_ID\n              valueFrom:\n                secretKeyRef:\n"
-                                  "                  name: model-store\n                  key: aws.accessKeyId\n",
-                                  "RCLONE_S3_ACCESS_KEY_ID\n              value: AKIAIOSFODNN7EXAMPLE\n")
-    assert literal != files[path]
-    files[path] = literal
+    (waits,) = [p for p in files if f"/deployment-ml-{releaser.deployment}.yaml" in p]
+    literal = files[waits].replace("RCLONE_S3_ACCESS_KEY_ID\n              valueFrom:\n                secretKeyRef:\n"
+                                   "                  name: model-store\n                  key: aws.accessKeyId\n",
+                                   "RCLONE_S3_ACCESS_KEY_ID\n              value: AKIAIOSFODNN7EXAMPLE\n")
+    assert literal != files[waits]
+    files[waits] = literal
+    where = f"serve-l4: Deployment/{releaser.deployment} fleetc-wait-train"
     assert credential_problems(result.model, files) == [
-        "serve-l4: Deployment/llm-serve fleetc-wait-train: RCLONE_S3_ACCESS_KEY_ID has a literal value",
-        "serve-l4: Deployment/llm-serve fleetc-wait-train: reaches s3://models/llm/v2/ without Secret model-store"]
+        f"{where}: RCLONE_S3_ACCESS_KEY_ID has a literal value",
+        f"{where}: reaches s3://models/llm/v2/ without Secret model-store"]
 
 
 def test_a_two_cluster_pipeline_serves_only_after_training_completed() -> None:
@@ -315,13 +319,14 @@ def test_a_two_cluster_pipeline_serves_only_after_training_completed() -> None:
     assert warned_order(result) == set()
     assert order_problems(result.model, result.files, set()) == []
     serving = [p for p in pods(result.files) if p.stage == "llm/serve"]
-    assert serving and all([c["name"] for c in p.spec["initContainers"]] == ["fleetc-wait-train"] for p in serving)
+    assert serving and all("initContainers" not in p.spec and p.spec["schedulingGates"] for p in serving)
+    assert [list(r.waited) for r in releasers(result.files)] == [["fleetc-wait-train"]]
 
 
 def test_the_model_sees_a_dependant_that_does_not_wait_and_a_marker_nobody_writes() -> None:
     result = compiled_in(CASES / "two-cluster-pipeline")
     files = dict(result.files)
-    (serve,) = [p for p in files if p.endswith("/deployment-ml-llm-serve.yaml")]
+    (serve,) = [p for p in files if "/deployment-ml-llm-serve-release-" in p]  # the serving pods' waits
     assert "- _SUCCESS.1\n" in files[serve]
     files[serve] = files[serve].replace("- _SUCCESS.1\n", "- _SUCCESS.2\n")
     assert order_problems(result.model, files, set()) == [
@@ -443,7 +448,8 @@ def test_stages_on_kueue_wait_for_each_other_and_serving_elsewhere_waits_for_the
     waits = {(p.stage, p.cluster): [c["name"] for c in p.spec.get("initContainers", [])] for p in pods(result.files)}
     # train's pods wait for nothing: its release Job waits, and Kueue creates them only after it
     assert waits == {("llm/tokenize", "train-kueue"): [], ("llm/train", "train-kueue"): [],
-                     ("llm/serve", "serve-l4"): ["fleetc-wait-train"]}
+                     ("llm/serve", "serve-l4"): []}
+    assert [list(r.waited) for r in releasers(result.files)] == [["fleetc-wait-train"]]
     assert [list(r.waited) for r in releases(result.files)] == [["fleetc-wait-tokenize"]]
     assert order_problems(result.model, result.files, set()) == []
 
@@ -491,10 +497,10 @@ def test_the_model_sees_gpus_held_and_kueue_evictions_while_a_dependant_waits_in
 def test_a_kueue_dependant_takes_no_gpu_while_it_waits() -> None:
     """Issue 25 item 4: on Kueue, the training that waits for tokenize is held (a LocalQueue of
     its own that only its release Job creates, after the wait): 0 GPU-seconds reserved while
-    it waits, no eviction, and it still starts only after tokenize's markers; the Deployment
-    on the Volcano cluster still holds its GPUs, and the compile says so."""
+    it waits, no eviction, and it still starts only after tokenize's markers; so does the
+    serving Deployment on the Volcano cluster (gated, let go by its releaser)."""
     result = compiled_in(KUEUE_CASE)
-    assert gpu_seconds_waiting(result.files, KUEUE_RUNTIME) == {"llm/serve": 2 * 1 * 6 * 3600}
+    assert gpu_seconds_waiting(result.files, KUEUE_RUNTIME) == {}
     assert pods_ready_evictions(result.files, KUEUE_RUNTIME) == []
     train = [p for p in pods(result.files) if p.stage == "llm/train"]
     assert len(train) == 2 and all("initContainers" not in p.spec for p in train)
@@ -506,11 +512,8 @@ def test_a_kueue_dependant_takes_no_gpu_while_it_waits() -> None:
     assert release_problems(result.files) == []
     assert kueue_problems(result.files) == []
     assert order_problems(result.model, result.files, set()) == []
-    holding = [w.message for w in result.warnings if "holds its GPUs" in w.message]
-    assert holding == ["stage 'serve' holds its GPUs on cluster serve-l4 while it waits for 'train': its "
-                       "Deployment's pods wait in init containers, scheduled with their GPUs (its ReplicaSet names "
-                       "its pods at random and makes new ones at every scale-up, so no release limited to named "
-                       "pods could ungate them; docs/pipelines.md); its replicas are idle until then"]
+    assert ungate_problems(result.files) == [] and len(releasers(result.files)) == 1
+    assert not [w.message for w in result.warnings if "holds its GPUs" in w.message]
 
 
 def test_the_model_sees_a_held_job_nothing_releases(tmp_path: Path) -> None:
@@ -519,7 +522,7 @@ def test_the_model_sees_a_held_job_nothing_releases(tmp_path: Path) -> None:
     training would start before tokenize completed)."""
     files = dict(compiled_in(KUEUE_CASE).files)
     result = compiled_in(KUEUE_CASE)
-    (role,) = [p for p in files if p.endswith("/role-ml-fleetc-release.yaml")]
+    (role,) = [p for p in files if p.endswith("train-kueue/infra/role-ml-fleetc-release.yaml")]
     (job,) = [p for p in files if "/job-ml-llm-train-release-" in p]
     without_role = {p: t for p, t in files.items() if p != role}
     assert [p.split(": ", 1)[1] for p in release_problems(without_role)] == [
@@ -563,9 +566,9 @@ def test_a_volcano_dependant_takes_no_gpu_while_it_waits(tmp_path: Path) -> None
     """Issue 25 item 4 on Volcano: the training that waits for tokenize is scheduling-gated (no
     scheduler places a gated pod) until its CPU-only release Job, after the wait, removes the
     gate from each of its pods: 0 GPU-seconds reserved while it waits, and it still starts
-    only after tokenize's markers. The Deployment still holds its GPUs, and the compile says so."""
+    only after tokenize's markers; the serving Deployment too (render version 15)."""
     result = volcano_case(tmp_path)
-    assert gpu_seconds_waiting(result.files, KUEUE_RUNTIME) == {"llm/serve": 2 * 1 * 6 * 3600}
+    assert gpu_seconds_waiting(result.files, KUEUE_RUNTIME) == {}
     train = [p for p in pods(result.files) if p.stage == "llm/train"]
     assert len(train) == 2 and all("initContainers" not in p.spec for p in train)
     assert all(p.spec["schedulingGates"] == [{"name": "fleetc.dev/upstream-completed"}] for p in train)
@@ -580,7 +583,7 @@ def test_a_volcano_dependant_takes_no_gpu_while_it_waits(tmp_path: Path) -> None
     assert order_problems(result.model, result.files, set()) == []
     assert rendezvous_problems(result.files) == [] and command_problems(result.files) == []
     assert fit_problems(result.model, result.files) == []
-    assert [w.message.split("'")[1] for w in result.warnings if "holds its GPUs" in w.message] == ["serve"]
+    assert not [w for w in result.warnings if "holds its GPUs" in w.message]
 
 
 def test_the_model_sees_a_gated_job_nothing_ungates(tmp_path: Path) -> None:
@@ -590,7 +593,7 @@ def test_the_model_sees_a_gated_job_nothing_ungates(tmp_path: Path) -> None:
     never let go)."""
     result = volcano_case(tmp_path)
     files = dict(result.files)
-    (role,) = [p for p in files if p.endswith("/role-ml-fleetc-release.yaml")]
+    (role,) = [p for p in files if p.endswith("train-kueue/infra/role-ml-fleetc-release.yaml")]
     (release,) = [p for p in files if "/job-ml-llm-train-release-" in p]
     (ungate,) = ungates(files)
     where = f"train-kueue: Job/{ungate.job}"
@@ -617,14 +620,13 @@ def test_the_model_sees_a_gated_job_nothing_ungates(tmp_path: Path) -> None:
 
 
 def test_in_the_bundled_example_no_gang_holds_a_gpu_while_it_waits(bundled: Compiled) -> None:
-    """Every Volcano dependant of the bundled example is gated and let go after its waits; only
-    the serving Deployments hold GPUs while they wait, each warned about."""
+    """Every Volcano dependant of the bundled example is gated and let go after its waits, and
+    so is every serving Deployment (its releaser, one per Deployment): nothing holds a GPU while
+    it waits."""
     runtime = {s.key: 3600 for s in bundled.model.stages}
-    held = gpu_seconds_waiting(bundled.files, runtime)
-    assert held and not any(bundled.model.stage(key).is_gang for key in held)
-    assert len(ungates(bundled.files)) == 3 and ungate_problems(bundled.files) == []
-    warned = {w.message.split("'")[1] for w in bundled.warnings if "holds its GPUs" in w.message}
-    assert {key.split("/")[1] for key in held} == warned
+    assert gpu_seconds_waiting(bundled.files, runtime) == {}
+    assert len(ungates(bundled.files)) == 3 and len(releasers(bundled.files)) == 4
+    assert ungate_problems(bundled.files) == []
     old = gpu_seconds_waiting(read_tree(ROOT / "tests" / "fixtures" / "render-1"), runtime)
     assert any(bundled.model.stage(key).is_gang for key in old)  # as render version 1 had it
 
@@ -666,10 +668,8 @@ def test_a_sovereign_fleet_with_kueue_clusters_holds_its_dependants_and_releases
     assert credential_problems(result.model, result.files) == []
     runtime = {s.key: 3600 for s in result.model.stages}
     held = gpu_seconds_waiting(result.files, runtime)
-    assert kueue and not any(result.model.stage(stage).is_gang for stage in held)  # on Kueue and Volcano
-    warned = {w.message.split("'")[1] for w in result.warnings if "holds its GPUs" in w.message}
-    assert {key.split("/")[1] for key in held} <= warned
-    assert ungates(result.files) and ungate_problems(result.files) == []
+    assert kueue and held == {}  # gangs and serving, on Kueue and Volcano
+    assert ungates(result.files) and releasers(result.files) and ungate_problems(result.files) == []
 
 
 def test_triton_starts_only_after_the_dataload_that_refreshes_its_model_repository(

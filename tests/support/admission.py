@@ -39,9 +39,12 @@ def _program(expression: str) -> Any:
 def evaluate(expression: str, variables: Mapping[str, Any]) -> Any:
     """The value of a CEL ``expression`` with ``variables`` (plain JSON values); raises on an
     evaluation error (a missing field read without ``has()``, a type error)."""
-    result = _program(expression).evaluate({name: celpy.json_to_cel(value) for name, value in variables.items()})
+    try:
+        result = _program(expression).evaluate({name: celpy.json_to_cel(value) for name, value in variables.items()})
+    except celpy.CELEvalError as err:
+        raise ValueError(f"{expression}: {err.args[0]}") from err
     if isinstance(result, celpy.CELEvalError):
-        raise ValueError(f"{expression}: {result}")
+        raise ValueError(f"{expression}: {result.args[0]}")
     return result
 
 

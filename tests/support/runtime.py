@@ -1338,7 +1338,7 @@ def ungate_problems(files: Mapping[str, str]) -> list[str]:
     made, freeing = ungates(files), releasers(files)
     for pod in pods(files):
         if gates(pod.spec) and ungated_by(made, pod) is None and released_by(freeing, pod) is None:
-            problems.append(f"{pod.cluster}: {pod.owner} pod {pod.task}-{pod.index}: gated by "
+            problems.append(f"{pod.cluster}: {pod.owner} pod {pod.name or f'{pod.task}-{pod.index}'}: gated by "
                             f"{', '.join(gates(pod.spec))}, which no release removes: it never starts")
     return sorted(set(problems))
 

@@ -31,17 +31,19 @@ from support.runtime import (
     plugin_env,
     reads,
     release_of,
+    releaser_of,
+    replica_set_pods,
     ungate_of,
 )
 
 from fleetc.errors import PolicyError
 from fleetc.render.order import LOADED_SCRIPT, MARK_SCRIPT, RUN_SCRIPT, STATUS_PATH, WAIT_SCRIPT
-from fleetc.render.release import RELEASE_SCRIPT, UNGATE_SCRIPT
+from fleetc.render.release import RELEASE_SCRIPT, RELEASER_SCRIPT, UNGATE_SCRIPT
 from fleetc.render.yamlout import dump
 
 #: Every script text fleetc renders, by name.
 SCRIPTS = {"run": RUN_SCRIPT, "mark": MARK_SCRIPT, "wait": WAIT_SCRIPT, "release": RELEASE_SCRIPT,
-           "ungate": UNGATE_SCRIPT, "loaded": LOADED_SCRIPT}
+           "ungate": UNGATE_SCRIPT, "releaser": RELEASER_SCRIPT, "loaded": LOADED_SCRIPT}
 
 SHELLS = [shell for shell in ("dash", "bash") if shutil.which(shell)]
 OLD_RENDER = ROOT / "tests" / "fixtures" / "render-1"
@@ -397,7 +399,7 @@ def test_no_policy_value_runs_as_a_command(prefetch_policies: dict[str, str], sc
         scripts = {argv[2] for _, argv, _ in containers}
         assert {RUN_SCRIPT, MARK_SCRIPT, WAIT_SCRIPT} <= scripts
         # the release of a gated Volcano Job talks to the API server (run below, against a stand-in)
-        assert scripts <= {RUN_SCRIPT, MARK_SCRIPT, LOADED_SCRIPT, WAIT_SCRIPT, UNGATE_SCRIPT}
+        assert scripts <= {RUN_SCRIPT, MARK_SCRIPT, LOADED_SCRIPT, WAIT_SCRIPT, UNGATE_SCRIPT, RELEASER_SCRIPT}
         (box.status / "exit-code").write_text("0\n")
         for kind in (MARK_SCRIPT, LOADED_SCRIPT, WAIT_SCRIPT, RUN_SCRIPT):
             for env, argv, name in containers:
@@ -656,3 +658,125 @@ def test_a_release_refused_says_why_and_goes_on_and_a_pod_with_another_gate_firs
         f"fleetc: removing scheduling gate {ungate.gate} from pod ml/{first} failed: 403 {{\"reason\":\"Forbidden\"}}",
         f"fleetc: removing scheduling gate {ungate.gate} from pod ml/{second} failed: 403 {{\"reason\":\"Forbidden\"}}",
         f"fleetc: reading Job ml/{ungate.target} failed: 403 {{\"reason\":\"Forbidden\"}}"]
+
+
+# --------------------------------------------------------------------------- the releaser of a held Deployment
+#: The API server as the releaser script uses it, with a ReplicaSet behind it (``STUB_STATE``,
+#: JSON: ``pods``, the pods as the suite's model creates them, :func:`support.runtime.
+#: replica_set_pods`; ``later``: pods the ReplicaSet creates after each list, a scale-up;
+#: ``answers``: a status code forced on each PATCH, in turn). A list
+#: (``labelSelector``, ``fieldSelector=status.phase=Pending``) answers the matching pods as
+#: the API server writes a PodList: compact JSON, each item's fields in Go's struct order
+#: (``metadata`` first, ``name`` first in it). A PATCH applies the JSON patch as RFC 6902 does
+#: (200; 422 when the test fails; 404 for a pod not there). Every call is logged; the state
+#: is written back after each.
+RELEASER_API_STUB = r"""#!/usr/bin/env python3
+import json, os, sys, urllib.parse
+args = sys.argv[1:]
+with open(os.environ["STUB_LOG"], "a") as log:
+    log.write(repr(args) + "\n")
+path = os.environ["STUB_STATE"]
+state = json.load(open(path))
+url, method = args[-1], args[args.index("-X") + 1]
+code, body = 404, '{"kind":"Status","code":404}'
+pods = {p["metadata"]["name"]: p for p in state["pods"]}
+if method == "GET" and "/api/v1/namespaces/" in url and url.split("?")[0].endswith("/pods"):
+    query = urllib.parse.parse_qs(url.split("?", 1)[1])
+    wanted = dict(term.split("=", 1) for term in query["labelSelector"][0].split(","))
+    assert query["fieldSelector"] == ["status.phase=Pending"] and query["pretty"] == ["false"]
+    items = [{"metadata": {"name": p["metadata"]["name"], "generateName": p["metadata"]["generateName"],
+                           "namespace": p["metadata"]["namespace"], "labels": p["metadata"]["labels"],
+                           "annotations": {"note": 'a "metadata":{"name":"not-a-pod" in a value'},
+                           "ownerReferences": p["metadata"]["ownerReferences"]},
+              "spec": p["spec"], "status": p["status"]}
+             for p in state["pods"] if wanted.items() <= p["metadata"]["labels"].items()
+             and p["status"]["phase"] == "Pending"]
+    code = 200
+    body = json.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "7"},
+                       "items": items}, separators=(",", ":"))
+    if state["later"]:
+        state["pods"] += state["later"].pop(0)
+elif method == "PATCH" and "/pods/" in url:
+    name = url.rsplit("/", 1)[1]
+    forced = state["answers"].pop(0) if state["answers"] else None
+    if forced is not None:
+        code, body = forced, '{"kind":"Status","reason":"Forbidden"}'
+    elif name in pods:
+        test, remove = json.loads(args[args.index("--data") + 1])
+        assert (test["op"], test["path"], remove) == ("test", "/spec/schedulingGates/0/name",
+                                                     {"op": "remove", "path": "/spec/schedulingGates/0"})
+        gates = pods[name]["spec"].get("schedulingGates", [])
+        if gates and gates[0]["name"] == test["value"]:
+            pods[name]["spec"]["schedulingGates"] = gates[1:]
+            code, body = 200, "{}"
+        else:
+            code, body = 422, '{"kind":"Status","code":422}'
+json.dump(state, open(path, "w"))
+open(args[args.index("-o") + 1], "w").write(body)
+sys.stdout.write(str(code))
+"""
+
+
+def _releaser(box: Sandbox, files: Mapping[str, str], rounds: int) -> tuple[dict[str, str], list[str], Any, Any]:
+    """The releaser container of the serving Deployment of the Kueue case put on Volcano, as the
+    kubelet starts it, stopped after ``rounds`` rounds (its ``sleep`` counts them); the model's
+    view of it and the serving Deployment."""
+    ((cluster, deployment),) = [(c, o) for c, o in objects(files) if releaser_of(c, o) is not None]
+    (serving,) = [o for _, o in objects(files) if o["kind"] == "Deployment" and releaser_of("", o) is None]
+    env, argv = _started_in(box, RELEASER_API_STUB, deployment)
+    (box.bin / "sleep").write_text(f"#!/bin/sh\nn=`cat {box.root}/rounds 2>/dev/null || echo 0`\n"
+                                   f"n=`expr $n + 1`; echo $n > {box.root}/rounds\n"
+                                   f'[ "$n" -ge {rounds} ] && kill $PPID\nexit 0\n')
+    return env, argv, releaser_of(cluster, deployment), serving
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_releaser_lets_go_the_pods_of_its_run_also_those_a_scale_up_creates(
+        shell: str, tmp_path: Path, volcano_case: dict[str, str]) -> None:
+    """Two gated pods, released at the first round; the ReplicaSet then creates two more (names
+    at random): released at the next; a pod of another run and one already free are left; the
+    script goes on (stopped here after three rounds, by its third sleep)."""
+    box = Sandbox(tmp_path)
+    env, argv, releaser, serving = _releaser(box, volcano_case, rounds=3)
+    first, later = replica_set_pods(serving, 2), replica_set_pods(serving, 4, start=2)
+    other = replica_set_pods(serving, 5, start=4)[0]
+    other["metadata"]["labels"]["fleetc.dev/run"] = "0123456789abcdef"
+    state = box.root / "api.json"
+    state.write_text(json.dumps({"pods": [*first, other], "later": [later], "answers": []}))
+    done = box.run(shell, env, argv, STUB_STATE=str(state))
+    assert done.returncode != 0  # it never ends by itself
+    freed = [f"fleetc: llm/serve may start: removed scheduling gate {releaser.gate} from pod ml/{p['metadata']['name']}"
+             for p in [*first, *later]]
+    assert done.stdout.splitlines() == freed, done.stderr
+    final = {p["metadata"]["name"]: p["spec"].get("schedulingGates") for p in json.loads(state.read_text())["pods"]}
+    assert final == {**{p["metadata"]["name"]: [] for p in [*first, *later]},
+                     other["metadata"]["name"]: [{"name": releaser.gate}]}
+    calls = [eval(line) for line in box.log.read_text().splitlines()]  # noqa: S307 (our own repr)
+    assert all("Authorization: Bearer the-token" in call for call in calls)
+    assert sum(call[call.index("-X") + 1] == "GET" for call in calls) == 3
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_releaser_refused_says_why_and_goes_on(shell: str, tmp_path: Path, volcano_case: dict[str, str]) -> None:
+    """A refused patch (403) is logged with the API server's answer and tried again at the next
+    round; a 404 (the pod went) and a 422 are not logged; a refused list is logged."""
+    box = Sandbox(tmp_path)
+    env, argv, releaser, serving = _releaser(box, volcano_case, rounds=2)
+    pods = replica_set_pods(serving, 3)
+    state = box.root / "api.json"
+    state.write_text(json.dumps({"pods": pods, "later": [], "answers": [403, 404, 422]}))
+    done = box.run(shell, env, argv, STUB_STATE=str(state))
+    names = [p["metadata"]["name"] for p in pods]
+    assert done.stdout.splitlines() == [
+        f"fleetc: removing scheduling gate {releaser.gate} from pod ml/{names[0]} failed: 403 "
+        '{"kind":"Status","reason":"Forbidden"}',
+        f"fleetc: llm/serve may start: removed scheduling gate {releaser.gate} from pod ml/{names[0]}",
+        f"fleetc: llm/serve may start: removed scheduling gate {releaser.gate} from pod ml/{names[1]}",
+        f"fleetc: llm/serve may start: removed scheduling gate {releaser.gate} from pod ml/{names[2]}"], done.stderr
+    (curl := box.bin / "curl").write_text("#!/bin/sh\nprintf '%s' '{\"reason\":\"Forbidden\"}' > \"$3\"\n"
+                                          "printf 403\n")
+    curl.chmod(0o755)
+    (box.root / "rounds").write_text("1\n")
+    done = box.run(shell, env, argv)
+    assert done.stdout.splitlines() == [
+        'fleetc: listing the pending pods of llm/serve in ml failed: 403 {"reason":"Forbidden"}']

@@ -349,10 +349,12 @@ def test_kueue_second_compile_converges_and_keeps_unchanged_runs(entry: str) -> 
     trained = _set_image(policies[path], "train", "registry.example.com/llm/train:3.1")
     after = compile_for({**policies, path: trained}, entry)
     renamed = {p.rsplit("/", 1)[1].rsplit("-", 1)[0] for p in set(before) ^ set(after) if "/workloads/" in p}
-    # a new run, its headless Service, and its release Job (the run's LocalQueue is a new one)
-    assert renamed == {"job-ml-llm-train", "service-ml-llm-train", "job-ml-llm-train-release"}
+    # a new run, its headless Service, and its release Job (the run's LocalQueue is a new one);
+    # the serving stage's releaser, which waits for the new run's marker
+    assert renamed == {"job-ml-llm-train", "service-ml-llm-train", "job-ml-llm-train-release",
+                       "deployment-ml-llm-serve-release"}
     serve = "clusters/serve-l4/workloads/deployment-ml-llm-serve.yaml"
-    assert before[serve] != after[serve]  # it waits for the new run's marker
+    assert before[serve] != after[serve]  # its pods serve the new run (their run label): a rollout
     fleet = assert_second_pass_keeps_unchanged_runs(before, after, entry)
     # the previous run's LocalQueue went with its pruned release Job (the garbage collector)
     held = {obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] for obj in desired(after, "train-kueue").values()

@@ -43,34 +43,13 @@ _WARNINGS = [
     "Fluid/Alluxio; the stage reads it directly",
 ]
 
-#: Issue 25: the stages whose pods hold GPUs while they wait (serving Deployments; a Volcano Job
-#: is scheduling-gated until its upstream completed), and
-#: Fluid's no-op SyncRuntime (a cache size change reaches no existing AlluxioRuntime).
+#: Issue 25: Fluid's no-op SyncRuntime (a cache size change reaches no existing AlluxioRuntime).
+#: No stage holds GPUs while it waits any more (render version 15): nothing warns of it.
 _ISSUE_25 = [
-    "warning: policies/customer-service-pipeline.yaml:53:5: spec.stages[2].dependencies: stage 'assistant"
-    "-serving' holds its GPUs on cluster gpu-cluster-huawei while it waits for 'lora-finetuning': its Dep"
-    "loyment's pods wait in init containers, scheduled with their GPUs (its ReplicaSet names its pods at "
-    'random and makes new ones at every scale-up, so no release limited to named pods could ungate them; '
-    'docs/pipelines.md); its replicas are idle until then',
-    "warning: policies/customer-service-pipeline.yaml:53:5: spec.stages[2].dependencies: stage 'assistant"
-    "-serving' holds its GPUs on cluster inference-cluster-aliyun while it waits for 'lora-finetuning': i"
-    "ts Deployment's pods wait in init containers, scheduled with their GPUs (its ReplicaSet names its po"
-    'ds at random and makes new ones at every scale-up, so no release limited to named pods could ungate '
-    'them; docs/pipelines.md); its replicas are idle until then',
     'warning: policies/data-optimization.yaml:14:5: spec.caching.size: reaches only AlluxioRuntimes creat'
     'ed after it: Fluid never resizes an existing one (fluid v1.0.8 pkg/ddc/alluxio/sync_runtime.go: Allu'
     'xioEngine.SyncRuntime is a no-op), so after a change of size delete each AlluxioRuntime (its cache i'
     's rebuilt) for the new size to take effect',
-    "warning: policies/llm-training-pipeline.yaml:63:5: spec.stages[3].dependencies: stage 'model-deploym"
-    "ent' holds its GPUs on cluster gpu-cluster-huawei while it waits for 'model-evaluation', 'model-trai"
-    "ning': its Deployment's pods wait in init containers, scheduled with their GPUs (its ReplicaSet name"
-    's its pods at random and makes new ones at every scale-up, so no release limited to named pods could'
-    ' ungate them; docs/pipelines.md); its replicas are idle until then',
-    "warning: policies/llm-training-pipeline.yaml:63:5: spec.stages[3].dependencies: stage 'model-deploym"
-    "ent' holds its GPUs on cluster inference-cluster-aliyun while it waits for 'model-evaluation', 'mode"
-    "l-training': its Deployment's pods wait in init containers, scheduled with their GPUs (its ReplicaSe"
-    't names its pods at random and makes new ones at every scale-up, so no release limited to named pods'
-    ' could ungate them; docs/pipelines.md); its replicas are idle until then',
 ]
 
 

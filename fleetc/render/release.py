@@ -1,7 +1,7 @@
 """A dependant takes no GPU while it waits: its Job is held back until its upstream stages
 completed, on Kueue by a LocalQueue of its own, on Volcano by a scheduling gate on its pods; a
-CPU-only **release** Job waits for the upstream markers and then lets it go. Serving
-Deployments still hold their GPUs while they wait, and the compile says so.
+CPU-only **release** Job waits for the upstream markers and then lets it go. A serving
+Deployment that waits is held by the same gate, let go by a CPU-only **releaser** Deployment.
 
 A gang stage that waits for upstream completion markers (:func:`fleetc.render.order.producers`)
 is rendered **held** (:func:`held`). Its pods wait for nothing themselves: they have no
@@ -81,9 +81,24 @@ TCP 443 and 6443 (the ``kubernetes`` Service's port, and the API server's own af
 Service's DNAT, which is what NetworkPolicy implementations see). Only fleetc's own constant
 scripts run in those pods; every value they use is an environment variable or an argument.
 
-Serving: a Deployment's pods are created at once and nothing holds them back, so their waits
-are init containers that hold the pods' GPUs while the upstream runs; :func:`holding_warnings`
-names each such stage (docs/pipelines.md says why).
+**Serving** (:func:`held_deployment`): a serving stage that waits for anything
+(:func:`serving_waits`: its upstream markers, and the DataLoad refreshing the cache it serves
+from) renders its Deployment's pod template with :data:`GATE` and no waits, labelled with the
+run it serves (:data:`RUN_LABEL`, the stage's run id: a re-run upstream changes the template, a
+rollout), the Deployment's selector unchanged (it is immutable). Its ReplicaSet creates every pod
+from the template, gated, named at random, at every scale-up, rollout and eviction (kubernetes
+``pkg/controller/controller_utils.go`` ``GetPodFromTemplate``, ``pkg/controller/replicaset/
+replica_set.go``); kube-scheduler's ``schedulinggates`` PreEnqueue plugin and Volcano's
+``calSchedulingGated`` skip them (above). A Deployment has no Kueue queue name, so Kueue does
+not manage it. The **releaser** (:func:`releaser`: ``<pipeline>-<stage>-release-<8 hex>``, one
+replica, 10m CPU, the account ``fleetc-release``, the waits as its init containers) runs
+:data:`RELEASER_SCRIPT`, which lets go the Pending pods of the Deployment's selector and run
+label for as long as it runs. Its pods are labelled ``fleetc.dev/role: release`` and the run,
+never with the stage's selector, so no Service, PodDisruptionBudget or Deployment of the stage
+selects them. Its Role may ``list`` and ``patch`` any pod of the namespace (the names are
+random), which the cluster's ValidatingAdmissionPolicy :func:`ungate_only_policy` keeps to
+removing :data:`GATE`. A re-run is a new releaser (its name covers its waits) and GitOps
+prunes the old one.
 """
 
 from __future__ import annotations

@@ -88,9 +88,11 @@ def test_diff_between_two_commits_where_a_stage_moved(repo: Repo) -> None:
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("fleetc diff HEAD~1 -> working tree\n\n")
     # +5 -5: the two prefetches of the model there wait for the moved (so changed) training run,
-    # and the DataProcess that marks the served one done; -2 the training's Job and its release
-    # Job; -3 the release's ServiceAccount, Role and RoleBinding (no other gated Job in aigc-prod)
-    assert "gpu-cluster-huawei: +5 ~1 -11 objects; GPUs 16 a100 -> 8 a100; cost/h " in result.stdout
+    # and the DataProcess that marks the served one done; +1 -1 the serving stage's releaser, which
+    # waits for the new run; -2 the training's Job and its release Job; -1 the training Queue; ~2
+    # the serving Deployment (its pods serve the new run) and the namespace's Role (its releaser
+    # keeps it, with no gated Job left to read)
+    assert "gpu-cluster-huawei: +6 ~2 -9 objects; GPUs 16 a100 -> 8 a100; cost/h " in result.stdout
     assert f"  - {MOVED}\n" in result.stdout and f"  + {MOVED}\n" in result.stdout
     assert "GPUs a100: 16 -> 8 (-8)\nGPUs t4: 7 -> 15 (+8)\n" in result.stdout
     assert re.search(r"\+\+\+ b/out/clusters/inference-cluster-aliyun/workloads/"

@@ -235,8 +235,9 @@ def test_changing_a_stages_gpus_renames_exactly_that_job_and_the_jobs_that_wait_
     for its completion marker (it must run again, on the new model; the marker names the run),
     and so are the Fluid DataProcess and DataLoad pairs that prefetch the model after it (each
     runs once), and the DataProcesses that mark those DataLoads done where the model is served;
-    the serving Deployment, which also waits for it, rolls; the release Jobs of the two gated
-    Jobs are renamed with them, and their Roles name the new Jobs' pods. Nothing else changes."""
+    the serving Deployment, which also waits for it, rolls (its pods serve the new run) under a
+    new releaser; the release Jobs of the two gated Jobs are renamed with them, and their Roles
+    name the new Jobs. Nothing else changes."""
     policies = read_policies(ROOT / "policies")
     before = compile_texts(policies)
     path = "policies/llm-training-pipeline.yaml"
@@ -258,12 +259,15 @@ def test_changing_a_stages_gpus_renames_exactly_that_job_and_the_jobs_that_wait_
     assert sorted(stage for _, stage in renamed(added)) == ["evaluation", "training"]
     # 3 caches of the model, 2 of them served (a DataProcess marks their DataLoad done)
     assert prefetches(removed) == prefetches(added) and len(prefetches(added)) == 3 * 2 + 2
-    # and the release Jobs that ungate the two Jobs (they name the Jobs' pods)
+    # and the release Jobs that ungate the two Jobs (they name the Jobs' pods), and the releasers
+    # of the serving Deployment, which wait for the new runs' markers
     releases = sorted(p.rsplit("-", 1)[0] for p in added if "-release-" in p)
     assert releases == sorted(p.rsplit("-", 1)[0] for p in removed if "-release-" in p) == [
+        "clusters/gpu-cluster-huawei/workloads/deployment-aigc-prod-llm-chinese-training-model-deployment-release",
         "clusters/gpu-cluster-huawei/workloads/job-aigc-prod-llm-chinese-training-model-training-release",
+        "clusters/inference-cluster-aliyun/workloads/deployment-aigc-prod-llm-chinese-training-model-deployment-release",
         "clusters/inference-cluster-aliyun/workloads/job-aigc-prod-llm-chinese-training-model-evaluation-release"]
-    assert len(removed) == len(added) == 2 + 2 + 8
+    assert len(removed) == len(added) == 2 + 2 + 2 + 8
     changed = sorted(p for p in set(before) & set(after) if before[p] != after[p])
     assert [p for p in changed if not p.endswith("/kustomization.yaml")] == [
         ".fleetc/render",  # the record of what the changed cluster folders hold

@@ -76,7 +76,7 @@ def test_a_lost_cluster_leaves_its_stage_unplaced_and_nothing_changes_on_disk(pr
     assert result.exit_code == 0, result.output
     assert summary(result.stdout) == (
         "fleetc diff now -> what-if drain=serve-l4\n\n"
-        "serve-l4: +0 ~0 -6 objects; GPUs 2 l4 -> 0; cost/h 2.40 -> 0.00\n"
+        "serve-l4: +0 ~0 -12 objects; GPUs 2 l4 -> 0; cost/h 2.40 -> 0.00\n"
         "  - llm/serve\n\n"
         "GPUs l4: 2 -> 0 (-2)\n"
         "pipeline llm: GPUs 18 -> 16, cost/h 51.36 -> 48.96\n\n"
@@ -127,7 +127,7 @@ def test_an_added_pipeline_is_placed_where_there_is_room(project: Path) -> None:
     assert result.exit_code == 0, result.output
     assert summary(result.stdout) == (
         "fleetc diff now -> what-if pipeline=extra.yaml\n\n"
-        "serve-l4: +2 ~1 -0 objects; GPUs 2 l4 -> 4 l4; cost/h 2.40 -> 4.48\n"
+        "serve-l4: +2 ~4 -0 objects; GPUs 2 l4 -> 4 l4; cost/h 2.40 -> 4.48\n"
         "  + extra/tune\n"
         "train-a100: +0 ~1 -0 objects; GPUs 16 a100 -> 16 a100; cost/h 48.96 -> 48.96\n\n"
         "GPUs l4: 2 -> 4 (+2)\n"
@@ -135,11 +135,14 @@ def test_an_added_pipeline_is_placed_where_there_is_room(project: Path) -> None:
         "unplaced in the scenario: 0 stages\n"
         "cost/h: 51.36 -> 53.44 (+2.08)\n"
         "headroom (free / capacity GPUs): a100 0/16 -> 0/16; l4 6/8 -> 4/8\n")
-    # its Job and the finetuning Queue are added; the namespace now serves two pipelines
+    # its Job and the finetuning Queue are added; the namespace now serves two pipelines (and the
+    # account of the serving releaser there names the namespace's first pipeline as its source)
     files = [line.split("/", 3)[3] for line in result.stdout.splitlines() if line.startswith("+++ b/out/clusters/")]
     assert [re.sub(r"-[0-9a-f]{8}\.yaml$", "-HASH.yaml", f) for f in files if "kustomization" not in f] == [
         "serve-l4/workloads/job-ml-extra-tune-HASH.yaml", "serve-l4/infra/namespace-ml.yaml",  # what runs first,
-        "serve-l4/infra/queue-fleetc-finetuning.yaml", "train-a100/infra/namespace-ml.yaml"]  # then what it needs
+        "serve-l4/infra/queue-fleetc-finetuning.yaml",  # then what it needs
+        "serve-l4/infra/role-ml-fleetc-release.yaml", "serve-l4/infra/rolebinding-ml-fleetc-release.yaml",
+        "serve-l4/infra/serviceaccount-ml-fleetc-release.yaml", "train-a100/infra/namespace-ml.yaml"]
     assert "+    fleetc.dev/source: extra.yaml#spec.stages[0]\n" in result.stdout  # named as the others are
 
 
@@ -215,7 +218,7 @@ def test_the_front_door_reads_from_its_workdir_and_the_markdown_carries_the_scen
     comment = run("diff", "--what-if", "drain=serve-l4", "--format", "markdown").stdout
     assert comment.startswith("### fleetc: review of `now` → `what-if drain=serve-l4`\n\n"
                               "#### What-if `what-if drain=serve-l4`\n\n```text\nunplaced in the scenario: 1 stage\n")
-    assert "| `serve-l4` | 0 / 0 / 6 |" in comment
+    assert "| `serve-l4` | 0 / 0 / 12 |" in comment
 
 
 # --------------------------------------------------------------------------- scenarios in review

@@ -459,7 +459,7 @@ def serving_held(ctx: Context, cluster: Cluster, stage: Stage) -> bool:
 
 
 def _releaser_labels(stage: Stage, run: str) -> dict[str, str]:
-    """The labels of a releaser and its pods: never both ``fleetc.dev/pipeline`` and
+    """The labels of a releaser's pods: never both ``fleetc.dev/pipeline`` and
     ``fleetc.dev/stage`` (:func:`fleetc.render.common.selector`), so no serving Deployment,
     Service or PodDisruptionBudget selects them."""
     return {**MANAGED_BY, "app.kubernetes.io/part-of": dns_label(stage.pipeline), ROLE_LABEL: RELEASE_ROLE,
@@ -496,7 +496,9 @@ def releaser(ctx: Context, cluster: Cluster, stage: Stage, deployment: Obj) -> O
     labels = _releaser_labels(stage, run)
     spec: Obj = {"replicas": 1, "selector": {"matchLabels": {ROLE_LABEL: RELEASE_ROLE, RUN_LABEL: run}},
                  "template": {"metadata": {"labels": labels}, "spec": pod}}
-    meta = _release_meta(stage, content_name(f"{object_name(stage)}-release", spec, MAX_NAME), labels)
+    # the Deployment itself is the stage's (labelled so); no selector reads an object's labels
+    meta = _release_meta(stage, content_name(f"{object_name(stage)}-release", spec, MAX_NAME),
+                         {**stage_labels(stage), ROLE_LABEL: RELEASE_ROLE, RUN_LABEL: run})
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": spec}
 
 

@@ -338,7 +338,7 @@ def test_shared_serving_selects_time_sliced_nodes_training_stays_exclusive() -> 
 # --------------------------------------------------------------------------- warnings
 def test_warnings_exact() -> None:
     warnings = render(*governed()).warnings
-    assert [w.format() for w in warnings if "holds its GPUs" not in w.message] == [  # those: below
+    assert [w.format() for w in warnings] == [
         "fleet.yaml: warning: spec.gitops.repoURL: not set: Argo CD and Flux would read the placeholder "
         "https://git.example.com/fleet.git",
         "policies/gpu.yaml: warning: spec.memoryManagement.compactionStrategy: has no Kubernetes form "

@@ -72,10 +72,11 @@ fleetc's once they all passed.
 * the held Job's name covers the stage's run id, so a re-run of an upstream stage is a new
   Volcano Job with a new release Job, as on Kueue.
 
-Per namespace with held Jobs: a ServiceAccount ``fleetc-release`` for the release pods and a
-Role bound to it that allows what they do and nothing else: ``create`` of ``localqueues``
-(Kueue); ``patch`` of the held Volcano Jobs' pods and ``get`` of those Jobs, each by name
-(``resourceNames``). Where the namespace's egress is fenced (``dataSovereignty``), a
+Per namespace with held Jobs or Deployments: a ServiceAccount ``fleetc-release`` for the release
+pods and a Role bound to it that allows what they do and nothing else: ``create`` of
+``localqueues`` (Kueue); ``patch`` of the held Volcano Jobs' pods and ``get`` of those Jobs,
+each by name (``resourceNames``); where a releaser runs, ``list`` and ``patch`` of any pod
+(below). Where the namespace's egress is fenced (``dataSovereignty``), a
 NetworkPolicy lets the release pods (label ``fleetc.dev/role: release``) reach the API server,
 TCP 443 and 6443 (the ``kubernetes`` Service's port, and the API server's own after the
 Service's DNAT, which is what NetworkPolicy implementations see). Only fleetc's own constant

@@ -6,6 +6,7 @@ waits, then lets the Pending pods of the run go, for as long as it runs
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -152,3 +153,22 @@ def test_the_model_sees_a_held_deployment_nothing_releases(tmp_path: Path) -> No
     routed = YAML(typ="safe").load(files[service])
     routed["spec"]["selector"] = {"fleetc.dev/role": "release"}
     assert f"{where}: Service/llm-serve selects its pods" in ungate_problems({**files, service: dump(routed)})
+
+
+def test_no_deployment_names_a_kueue_queue(tmp_path: Path) -> None:
+    """Kueue manages a Deployment or a pod only when it names a LocalQueue
+    (``kueue.x-k8s.io/queue-name``; ``manageJobsWithoutQueueName`` is off by default): the held
+    Deployment and its releaser name none, on the bundled example with every cluster on Kueue,
+    so Kueue neither gates nor admits them and the scheduling gate is fleetc's alone."""
+    shutil.copytree(ROOT / "policies", tmp_path / "policies")
+    fleet = tmp_path / "policies" / "fleet.yaml"
+    text = re.sub(r"(\n  - name: [a-z-]+\n)(\s+)", r"\1\2batchScheduler: kueue\n\2", fleet.read_text())
+    fleet.write_text(text)
+    result = compiled_in(tmp_path)
+    deployments = [o for _, o in objects(result.files) if o["kind"] == "Deployment"]
+    assert len(releasers(result.files)) == 4 and len(deployments) == 8
+    for obj in deployments:
+        for labels in (obj["metadata"]["labels"], obj["spec"]["template"]["metadata"]["labels"]):
+            assert "kueue.x-k8s.io/queue-name" not in labels
+    assert gpu_seconds_waiting(result.files, {s.key: 3600 for s in result.model.stages}) == {}
+    assert ungate_problems(result.files) == []

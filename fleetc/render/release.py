@@ -91,7 +91,9 @@ from the template, gated, named at random, at every scale-up, rollout and evicti
 ``pkg/controller/controller_utils.go`` ``GetPodFromTemplate``, ``pkg/controller/replicaset/
 replica_set.go``); kube-scheduler's ``schedulinggates`` PreEnqueue plugin and Volcano's
 ``calSchedulingGated`` skip them (above). A Deployment has no Kueue queue name, so Kueue does
-not manage it. The **releaser** (:func:`releaser`: ``<pipeline>-<stage>-release-<8 hex>``, one
+not manage it (kueue ``pkg/controller/jobs/pod/pod_webhook.go`` ``Default`` gates only a pod
+naming a queue unless ``manageJobsWithoutQueueName`` is on, and its pod integration is off by
+default). The **releaser** (:func:`releaser`: ``<pipeline>-<stage>-release-<8 hex>``, one
 replica, 10m CPU, the account ``fleetc-release``, the waits as its init containers) runs
 :data:`RELEASER_SCRIPT`, which lets go the Pending pods of the Deployment's selector and run
 label for as long as it runs. Its pods are labelled ``fleetc.dev/role: release`` and the run,

@@ -70,6 +70,9 @@ class _Timing:
     def gap(self, gap: float) -> None:
         pass
 
+    def placed(self, done: int, total: int) -> None:
+        pass
+
 
 def _resident_mib() -> float:
     """This process's resident memory now (MiB); NaN where /proc is missing."""

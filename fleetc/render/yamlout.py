@@ -170,9 +170,11 @@ def _is_block(value: object) -> bool:
 
 
 #: An :class:`Emitter` keeps at most this many key heads per depth and one-line string tails
-#: (it starts over when full), and remembers this many written strings.
+#: (it starts over when full), and remembers this many written strings and multi-line blocks
+#: (a few scripts in a rendered fleet, but each may be long).
 _CACHE_LIMIT = 1 << 18
 _STRINGS = 1 << 16
+_BLOCKS = 1 << 10
 
 #: The emitter of the :func:`caching` scope the current code runs in (None: each dump alone).
 _CURRENT: ContextVar[Emitter | None] = ContextVar("fleetc_yaml_emitter", default=None)
@@ -180,17 +182,19 @@ _CURRENT: ContextVar[Emitter | None] = ContextVar("fleetc_yaml_emitter", default
 
 class Emitter:
     """One emitter and its caches: what it wrote for a mapping key at each depth
-    (``<indent><key>:``) and after a key or a sequence's ``-`` for a one-line string value
-    (`` <text>\n``), and each string's text. Manifests repeat all three (at 1,000 x 20,000: 3
-    million keys of 132 names, 2 million strings of which 8% differ), so a render dumps every
+    (``<indent><key>:``) and after a key or a sequence's ``-`` for a string value (`` <text>\n``,
+    or a multi-line string's block at its depth), and each string's text. Manifests repeat all
+    three (at 1,000 x 20,000: 3 million keys of 132 names, 2 million strings of which 8% differ,
+    and 76,000 multi-line scripts of a handful of texts), so a render dumps every
     file through one emitter (:func:`caching`); the output never depends on what is cached.
     """
 
-    __slots__ = ("string", "tails", "indents", "dashes", "bare_dashes", "heads_at")
+    __slots__ = ("string", "tails", "blocks", "indents", "dashes", "bare_dashes", "heads_at")
 
     def __init__(self) -> None:
         self.string: Callable[[str], str] = functools.lru_cache(maxsize=_STRINGS)(_text)
         self.tails: dict[str, str] = {}
+        self.blocks: dict[tuple[str, int], str] = {}
         #: Per depth: its indentation, a sequence item's first line start there (``<indent>- ``,
         #: and ``<indent>-`` before a cached tail) and the key heads written there. Extended by
         #: :meth:`_deeper` for documents nested deeper than any before.
@@ -235,16 +239,33 @@ class Emitter:
         head = heads[key] = indent + text + ":"
         return head
 
-    def _tail(self, text: str) -> str | None:
-        """`` <text>\n`` for a one-line string (cached); None for a multi-line one, which a
-        mapping may write as a literal block (:meth:`_mapping_value`)."""
-        if "\n" in text:
-            return None
-        tails = self.tails
-        if len(tails) >= _CACHE_LIMIT:
-            tails.clear()
-        tail = tails[text] = f" {_text(text)}\n"
-        return tail
+    def _tail(self, text: str, depth: int) -> str:
+        """What follows a key or a sequence's ``-`` for the string ``text``: `` <text>\n`` for
+        one line, else `` |\n`` and its lines at ``depth`` (:func:`_is_literal`) or the quoted
+        text; cached, one-line strings in :attr:`tails` and multi-line ones by depth in
+        :attr:`blocks` (a rendered fleet repeats a few scripts in every pod)."""
+        if "\n" not in text:
+            tails = self.tails
+            if len(tails) >= _CACHE_LIMIT:
+                tails.clear()
+            tail = tails[text] = f" {_text(text)}\n"
+            return tail
+        blocks = self.blocks
+        block = blocks.get((text, depth))
+        if block is None:
+            if len(blocks) >= _BLOCKS:
+                blocks.clear()
+            block = blocks[text, depth] = self._block(text, depth)
+        return block
+
+    def _block(self, text: str, depth: int) -> str:
+        """`` |\n`` and the lines of ``text`` at ``depth`` when it reads best as a literal
+        block, else `` <quoted text>\n``."""
+        if not _is_literal(text):
+            return f" {_text(text)}\n"
+        self._deeper(depth)
+        indent = self.indents[depth]
+        return " |\n" + "".join(f"{indent}{part}\n" if part else "\n" for part in text[:-1].split("\n"))
 
     def _mapping(self, node: dict[object, object], depth: int, out: list[str], first_prefix: str | None) -> None:
         """Emit a non-empty mapping whose keys are at ``depth``; the first line starts with
@@ -274,11 +295,8 @@ class Emitter:
             if kind is str:
                 tail = tails.get(value)  # type: ignore[call-overload]
                 if tail is None:
-                    tail = self._tail(value)  # type: ignore[arg-type]
-                if tail is None:
-                    self._mapping_value(head, value, inner, out)
-                else:
-                    append(head + tail)
+                    tail = self._tail(value, inner)  # type: ignore[arg-type]
+                append(head + tail)
             elif kind is dict and value:
                 append(head + "\n")
                 self._mapping(value, inner, out, None)  # type: ignore[arg-type]
@@ -300,17 +318,10 @@ class Emitter:
         if _is_block(value):
             out.append(line + "\n")
             self._node(value, inner, out)
-        elif isinstance(value, str) and _is_literal(value):
-            self._literal(line + " |", value, inner, out)
+        elif isinstance(value, str):
+            out.append(line + self._tail(value, inner))
         else:
             out.append(f"{line} {_scalar(value, self.string)}\n")
-
-    def _literal(self, line: str, text: str, depth: int, out: list[str]) -> None:
-        """``line`` (a key or a sequence's ``-``, then ``|``) and ``text``'s lines at ``depth``."""
-        out.append(line + "\n")
-        self._deeper(depth)
-        indent = self.indents[depth]
-        out.extend(f"{indent}{part}\n" if part else "\n" for part in text[:-1].split("\n"))
 
     def _sequence(self, node: list[object], depth: int, out: list[str], first_prefix: str | None) -> None:
         """Emit a non-empty sequence whose ``-`` are at ``depth`` (the first line starting with
@@ -330,13 +341,8 @@ class Emitter:
             if kind is dict and item:  # the same dispatch as in _mapping, the same ignores
                 self._mapping(item, inner, out, dash)  # type: ignore[arg-type]
             elif kind is str:
-                tail = self.tails.get(item) or self._tail(item)  # type: ignore[call-overload, arg-type]
-                if tail is not None:
-                    append(bare + tail)
-                elif _is_literal(item):  # type: ignore[arg-type]
-                    self._literal(dash + "|", item, inner, out)  # type: ignore[arg-type]
-                else:
-                    append(f"{dash}{self.string(item)}\n")  # type: ignore[arg-type]
+                tail = self.tails.get(item) or self._tail(item, inner)  # type: ignore[call-overload, arg-type]
+                append(bare + tail)
             elif isinstance(item, dict) and item:
                 self._mapping(item, inner, out, dash)
             elif isinstance(item, list) and item:

@@ -293,6 +293,7 @@ RELEASER_SCRIPT = (
     f"  sleep {UNGATE_SECONDS}\n"
     "done\n")
 
+
 def held(ctx: Context, stage: Stage) -> bool:
     """Whether the stage's Job is held back until its upstream completed: a gang that waits for
     at least one completion marker (on Kueue by its LocalQueue, on Volcano by its pods'

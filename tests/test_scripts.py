@@ -549,6 +549,18 @@ def test_a_release_whose_queue_exists_ends_and_one_refused_says_why_and_fails(sh
         f"fleetc: creating LocalQueue ml/{release.queue} failed (try {n} of 10): 403 {refused}" for n in range(1, 11)]
 
 
+#: The start of each stand-in API server: log the call's arguments, read the state, take the
+#: URL and method from curl's arguments; 404 unless the stub's own part answers otherwise.
+_STUB_CALL = r"""args = sys.argv[1:]
+with open(os.environ["STUB_LOG"], "a") as log:
+    log.write(repr(args) + "\n")
+path = os.environ["STUB_STATE"]
+state = json.load(open(path))
+url, method = args[-1], args[args.index("-X") + 1]
+code, body = 404, '{"kind":"Status","code":404}'
+"""
+
+
 # --------------------------------------------------------------------------- the release of a gated Volcano Job
 #: The API server as the ungate script uses it, with Volcano's job controller behind it
 #: (``STUB_STATE``, JSON: ``pods``: name -> scheduling gates, absent until created; ``phases``:
@@ -558,16 +570,7 @@ def test_a_release_whose_queue_exists_ends_and_one_refused_says_why_and_fails(sh
 #: gated; at one that finds it ``Restarting`` they are deleted and created again from the
 #: template, gated (volcano v1.15.1 ``job_controller_actions.go`` ``killJob``, ``syncJob``;
 #: ``createJobPod`` copies the template). Every call is logged.
-API_STUB = r"""#!/usr/bin/env python3
-import json, os, sys
-args = sys.argv[1:]
-with open(os.environ["STUB_LOG"], "a") as log:
-    log.write(repr(args) + "\n")
-path = os.environ["STUB_STATE"]
-state = json.load(open(path))
-url, method = args[-1], args[args.index("-X") + 1]
-code, body = 404, '{"kind":"Status","code":404}'
-if method == "PATCH" and "/pods/" in url:
+API_STUB = "#!/usr/bin/env python3\nimport json, os, sys\n" + _STUB_CALL + r"""if method == "PATCH" and "/pods/" in url:
     name = url.rsplit("/", 1)[1]
     if name in state["pods"]:
         test, remove = json.loads(args[args.index("--data") + 1])
@@ -670,16 +673,8 @@ def test_a_release_refused_says_why_and_goes_on_and_a_pod_with_another_gate_firs
 #: (``metadata`` first, ``name`` first in it). A PATCH applies the JSON patch as RFC 6902 does
 #: (200; 422 when the test fails; 404 for a pod not there). Every call is logged; the state
 #: is written back after each.
-RELEASER_API_STUB = r"""#!/usr/bin/env python3
-import json, os, sys, urllib.parse
-args = sys.argv[1:]
-with open(os.environ["STUB_LOG"], "a") as log:
-    log.write(repr(args) + "\n")
-path = os.environ["STUB_STATE"]
-state = json.load(open(path))
-url, method = args[-1], args[args.index("-X") + 1]
-code, body = 404, '{"kind":"Status","code":404}'
-pods = {p["metadata"]["name"]: p for p in state["pods"]}
+RELEASER_API_STUB = ("#!/usr/bin/env python3\nimport json, os, sys, urllib.parse\n"
+                     + _STUB_CALL + r"""pods = {p["metadata"]["name"]: p for p in state["pods"]}
 if method == "GET" and "/api/v1/namespaces/" in url and url.split("?")[0].endswith("/pods"):
     query = urllib.parse.parse_qs(url.split("?", 1)[1])
     wanted = dict(term.split("=", 1) for term in query["labelSelector"][0].split(","))
@@ -714,7 +709,7 @@ elif method == "PATCH" and "/pods/" in url:
 json.dump(state, open(path, "w"))
 open(args[args.index("-o") + 1], "w").write(body)
 sys.stdout.write(str(code))
-"""
+""")
 
 
 def _releaser(box: Sandbox, files: Mapping[str, str], rounds: int) -> tuple[dict[str, str], list[str], Any, Any]:

@@ -1309,6 +1309,17 @@ def _may(named: Mapping[tuple[str, str, str], Any], account: tuple[str, str], na
     return False
 
 
+def _waits_in_its_namespace(where: str, release: Ungate | Releaser) -> list[str]:
+    """What is wrong with a release Job or a releaser that lets pods go: it must wait first,
+    and let go only pods of its own namespace."""
+    problems = []
+    if release.target_namespace != release.namespace:
+        problems.append(f"{where}: releases pods in {release.target_namespace}, not its namespace")
+    if not release.waited:
+        problems.append(f"{where}: releases its pods without waiting for anything")
+    return problems
+
+
 def ungate_problems(files: Mapping[str, str]) -> list[str]:
     """Every pod of a gated Volcano Job, as the job controller creates it and creates it again
     on a restart, is let go by one release Job that waits and then may remove its gates (its
@@ -1322,10 +1333,7 @@ def ungate_problems(files: Mapping[str, str]) -> list[str]:
     for ungate in ungates(files):
         named, where = by_cluster[ungate.cluster], f"{ungate.cluster}: Job/{ungate.job}"
         account = (ungate.namespace, ungate.spec.get("serviceAccountName", "default"))
-        if ungate.target_namespace != ungate.namespace:
-            problems.append(f"{where}: releases pods in {ungate.target_namespace}, not its namespace")
-        if not ungate.waited:
-            problems.append(f"{where}: releases its pods without waiting for anything")
+        problems += _waits_in_its_namespace(where, ungate)
         for pod in ungate.pods:
             if not _may(named, account, ungate.target_namespace, "", "pods", "patch", pod):
                 problems.append(f"{where}: its service account may not patch pod {pod}")
@@ -1456,10 +1464,7 @@ def _releaser_problems(files: Mapping[str, str], by_cluster: Mapping[str, Mappin
     for releaser in releasers(files):
         named, where = by_cluster[releaser.cluster], f"{releaser.cluster}: Deployment/{releaser.deployment}"
         account = (releaser.namespace, releaser.spec.get("serviceAccountName", "default"))
-        if releaser.target_namespace != releaser.namespace:
-            problems.append(f"{where}: releases pods in {releaser.target_namespace}, not its namespace")
-        if not releaser.waited:
-            problems.append(f"{where}: releases its pods without waiting for anything")
+        problems += _waits_in_its_namespace(where, releaser)
         for verb in ("list", "patch"):
             if not _may(named, account, releaser.target_namespace, "", "pods", verb, ""):
                 problems.append(f"{where}: its service account may not {verb} any pod of {releaser.target_namespace}")

@@ -26,7 +26,7 @@ from bench.generate import Spec, generate
 from fleetc.compiler import check_policies, compile_policies, load_policy_sources
 from fleetc.errors import PlacementError, PolicyError
 from fleetc.model import Assignment, FleetModel, PipelineBudget, Placement, Source, StagePlacement, StageType, Team
-from fleetc.placement import rules
+from fleetc.placement import colgen, rules
 from fleetc.placement.explain import explain
 from fleetc.placement.explain import format_text as format_explanation
 from fleetc.placement.fixes import fixes
@@ -401,6 +401,21 @@ def test_what_a_cap_leaves_is_what_the_ledger_admits(fleet: tuple[FleetModel, li
         ledger.add(stage, cluster.name, replicas)
         assert bool(short) == (not ledger.within_caps())
         ledger.add(stage, cluster.name, -replicas)
+
+
+@settings(max_examples=60, deadline=None)
+@given(capped_fleets())
+def test_the_repair_counts_each_pair_as_the_program_does(fleet: tuple[FleetModel, list[tuple[int, int, int]]]) -> None:
+    """The large path's repair reads a pair's cap use one at a time (:meth:`_Caps.per_replica`,
+    remembered per row and pair where the cluster matters): asked once or again, it is the
+    program's coefficient for that row, quota slots and cost micros alike."""
+    model, _ = fleet
+    for problem in problems(model, score_matrix(model), {})[0]:
+        caps = colgen.large._Caps.of(problem)
+        for row, s, c in itertools.product(range(len(caps.bound)), range(len(problem.stages)),
+                                           range(len(problem.clusters))):
+            expected = float(caps.coefficients(row, np.array([s]), np.array([c]))[0])
+            assert caps.per_replica(row, s, c) == caps.per_replica(row, s, c) == expected, (row, s, c)
 
 
 def test_the_refusal_the_fix_and_explain_read_one_fleet_wide_cap_check() -> None:

@@ -333,11 +333,20 @@ class _Caps:
         if not (self.members[row, s] and self.on[row, c]):
             return 0.0
         if self.problem.counts_per_pair:  # throughput or whole GPUs by cluster: each pair's own count
-            return float(self.coefficients(row, np.array([s]), np.array([c]))[0])
+            known = self._per_pair.get((row, s, c))
+            if known is None:  # the repair asks for the same pairs thousands of times
+                known = self._per_pair[row, s, c] = float(self.coefficients(row, np.array([s]), np.array([c]))[0])
+            return known
         if not self.cost[row]:
             return float(self.problem.quota_unit[s])
         b, p = self.problem.billed, self.problem.prices
         return float(round(rules.MICROS * (b[0, s] * p[0, c] + b[1, s] * p[1, c] + b[2, s] * p[2, c])))
+
+    @cached_property
+    def _per_pair(self) -> dict[tuple[int, int, int], float]:
+        """:meth:`per_replica` of the (row, stage, cluster) triples asked so far, where it
+        depends on the pair (:attr:`Problem.counts_per_pair`)."""
+        return {}
 
     def used(self, replicas_at: np.ndarray) -> np.ndarray:
         """(K,) what ``replicas_at`` takes of each row."""

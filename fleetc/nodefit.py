@@ -21,7 +21,9 @@ stage takes on a cluster never depends on another cluster's nodes.
   other 2 of its node. The optimizer counts each cluster's GPUs, cores and memory in total (a
   relaxation of packing, ``docs/optimizer.md``); the placement it returns is packed cluster by
   cluster (:func:`fleetc.placement.rules.unpacked`) and repaired where it does not pack, and
-  the verifier checks the packing again.
+  the verifier checks the packing again. Pods without GPUs pack too: onto the cores and
+  memory the GPU pods leave on each of the cluster's nodes (:func:`nodes_of`; a CPU-only
+  cluster that states its node's cores or memory has several).
 """
 
 from __future__ import annotations
@@ -59,9 +61,15 @@ class Shape:
 
 
 def nodes_of(cluster: Cluster) -> int:
-    """How many nodes the cluster's totals are shared over: ``gpus / gpus-per-node`` (1 without
-    GPUs)."""
-    return max(1, cluster.gpus // cluster.gpus_per_node) if cluster.gpus > 0 and cluster.gpus_per_node > 0 else 1
+    """How many nodes the cluster's totals are shared over: ``gpus / gpus-per-node``; without
+    GPUs, as many nodes as its stated cores or memory per node make of its totals (the fewer),
+    else 1."""
+    if cluster.gpus > 0 and cluster.gpus_per_node > 0:
+        return max(1, cluster.gpus // cluster.gpus_per_node)
+    counts = [total // per_node for total, per_node in ((cluster.cpu_millis, cluster.cpu_per_node),
+                                                        (cluster.memory_bytes, cluster.memory_per_node))
+              if per_node]
+    return max(1, min(counts, default=1))
 
 
 def node_of(cluster: Cluster) -> Shape:

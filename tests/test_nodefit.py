@@ -290,6 +290,20 @@ def test_cpu_pods_whose_cluster_totals_fit_but_no_node_packing_does_are_not_rend
         "(2 x (4 cores, 32Gi))"]
 
 
+def test_a_stage_left_out_for_a_nodes_cores_says_so() -> None:
+    """With no other cluster, one of the 3-core stages stays out, and its reason names the
+    cores a node lacks (before, "room for 1 of 1 replicas": the totals had room)."""
+    fleet = cluster("attributes: {cpu-per-node: 4}\n    capacity: {cpu: 8, memory: 64Gi}")
+    model = model_of_texts(fleet, pipeline(*(f"{{name: s{i}, type: DataProc, resources: {{cpu: {n}, memory: 1Gi}}}}"
+                                             for i, n in enumerate((3, 3, 2)))))
+    placement = place(model, allow_unplaced=True)
+    assert verify(model, placement, allow_unplaced=True) == []
+    (out,) = [p for p in placement.stages if not p.assignments]
+    assert out.stage in ("p/s0", "p/s1")
+    assert out.reason == (f"0/1 clusters fit {out.stage}: 1 has 3 of 8 free cores, but not on nodes its pods "
+                          "(3 cores, 1Gi) fit beside the pods placed there")
+
+
 def test_cpu_pods_that_pack_onto_the_nodes_are_placed_together(tmp_path: Path) -> None:
     """3 + 1 and 2 + 2 cores pack onto the two 4-core nodes of ``c``: all four are placed there
     (the cheaper cluster), and bind."""

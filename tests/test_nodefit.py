@@ -325,6 +325,22 @@ def test_pods_without_gpus_pack_beside_the_gpu_pods_of_a_node() -> None:
     assert not rules.overuse(model, here, rules.usage(model, [(train, 1), (prep, 3)]))
 
 
+def test_gpu_pods_spread_out_to_leave_the_cores_the_cpu_pods_need() -> None:
+    """Two nodes of 2 GPUs and 8 cores: two 1-GPU pods of 1 core and two CPU pods of 7 cores
+    pack only with one GPU pod on each node (first fit puts both GPU pods on one node, and
+    a 7-core pod fits the 6 cores left there no more): the packing is searched for all pods
+    together."""
+    fleet = cluster("attributes: {gpu-type: a100, gpu-count: 4, gpus-per-node: 2, cpu-per-node: 8}\n"
+                    "    capacity: {cpu: 16}")
+    model = model_of_texts(fleet, pipeline("{name: serve, type: Deployment, replicas: 2, resources: {gpu: 1, cpu: 1}}",
+                                           "{name: d, type: DataProc, replicas: 2, resources: {cpu: 7}}"))
+    serve, prep = model.stages
+    (here,) = model.clusters
+    assert rules.unpacked(model, here, [(serve, 2), (prep, 2)]) == ""
+    found = rules.packing(model, here, [(serve, 2), (prep, 2)]).found
+    assert found is not None and found[0] != found[1]
+
+
 def test_the_cores_gpu_pods_leave_go_to_gpu_stages_first() -> None:
     """g1: two nodes of one a100 and 8 cores. Two serving stages of 1 GPU and 3 cores leave 5
     cores on each node; three DataProc stages of 3 cores score best on g1 and fit its 16 cores

@@ -183,7 +183,8 @@ def packing(model: FleetModel, cluster: Cluster, placed: Iterable[tuple[Stage, i
     are whole nodes of ``gpus-per-node x slots`` slots that the time-sliced pods pack onto, and
     the exclusive pods pack onto the rest; elsewhere a time-sliced pod takes whole GPUs like
     any other. Pods without GPUs then pack onto the cores and memory left on the cluster's
-    nodes (:func:`_cpu_packing`)."""
+    nodes (:func:`_cpu_packing`); where they do not beside that packing of the GPU pods (and no
+    pod is time-sliced), all pods are packed together, so that the GPU pods may spread out."""
     node = nodefit.node_of(cluster)
     slots = slots_on(model, cluster)
     whole: list[nodefit.Shape] = []
@@ -208,15 +209,18 @@ def packing(model: FleetModel, cluster: Cluster, placed: Iterable[tuple[Stage, i
     if not cpu:
         return Packing((*whole, *shared), (*exclusive, *sliced), found)
     nodes = _cpu_nodes(cluster, [*exclusive, *sliced])
-    return Packing((*whole, *shared, *cpu), tuple(nodes), _cpu_packing([*whole, *shared], found, cpu, nodes))
+    both = _cpu_packing([*whole, *shared], found, cpu, nodes)
+    if both is None and not shared:  # another assignment of the GPU pods may leave the room the others need
+        both = nodefit.pack([*whole, *cpu], nodes)
+    return Packing((*whole, *shared, *cpu), tuple(nodes), both)
 
 
 def _cpu_nodes(cluster: Cluster, gpu_nodes: Sequence[nodefit.Shape]) -> list[nodefit.Shape]:
     """The nodes pods without GPUs may run on: those the GPU pods pack onto, then the rest of
     the cluster's nodes (:func:`fleetc.nodefit.nodes_of`: nodes of GPUs fleetc does not give
     out still have cores and memory; what it may use in total :func:`overuse` counts)."""
-    node = nodefit.node_of(cluster)
-    return [*gpu_nodes, *[node] * max(0, nodefit.nodes_of(cluster) - len(gpu_nodes))]
+    rest = replace(nodefit.node_of(cluster), gpus=0)  # GPUs fleetc does not give out
+    return [*gpu_nodes, *[rest] * max(0, nodefit.nodes_of(cluster) - len(gpu_nodes))]
 
 
 def _cpu_packing(gpu_pods: Sequence[nodefit.Shape], found: tuple[int, ...], cpu: Sequence[nodefit.Shape],

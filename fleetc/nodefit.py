@@ -21,7 +21,9 @@ stage takes on a cluster never depends on another cluster's nodes.
   other 2 of its node. The optimizer counts each cluster's GPUs, cores and memory in total (a
   relaxation of packing, ``docs/optimizer.md``); the placement it returns is packed cluster by
   cluster (:func:`fleetc.placement.rules.unpacked`) and repaired where it does not pack, and
-  the verifier checks the packing again.
+  the verifier checks the packing again. Pods without GPUs pack too: onto the cores and
+  memory the GPU pods leave on each of the cluster's nodes (:func:`nodes_of`; a CPU-only
+  cluster that states its node's cores or memory has several).
 """
 
 from __future__ import annotations
@@ -59,9 +61,15 @@ class Shape:
 
 
 def nodes_of(cluster: Cluster) -> int:
-    """How many nodes the cluster's totals are shared over: ``gpus / gpus-per-node`` (1 without
-    GPUs)."""
-    return max(1, cluster.gpus // cluster.gpus_per_node) if cluster.gpus > 0 and cluster.gpus_per_node > 0 else 1
+    """How many nodes the cluster's totals are shared over: ``gpus / gpus-per-node``; without
+    GPUs, as many nodes as its stated cores or memory per node make of its totals (the fewer),
+    else 1."""
+    if cluster.gpus > 0 and cluster.gpus_per_node > 0:
+        return max(1, cluster.gpus // cluster.gpus_per_node)
+    counts = [total // per_node for total, per_node in ((cluster.cpu_millis, cluster.cpu_per_node),
+                                                        (cluster.memory_bytes, cluster.memory_per_node))
+              if per_node]
+    return max(1, min(counts, default=1))
 
 
 def node_of(cluster: Cluster) -> Shape:
@@ -141,15 +149,28 @@ def _search(pods: Sequence[Shape], nodes: Sequence[Shape], limit: int) -> list[i
     for i in range(len(pods) - 1, -1, -1):
         left[i] = [left[i + 1][0] + pods[i].gpus, left[i + 1][1] + pods[i].millis, left[i + 1][2] + pods[i].memory]
     total = [sum(f[r] for f in free) for r in range(3)]
+    smallest = [[0, 0, 0] for _ in range(len(pods) + 1)]  # the least any of pods i.. asks for
+    for i in range(len(pods) - 1, -1, -1):
+        later = smallest[i + 1] if i + 1 < len(pods) else [pods[i].gpus, pods[i].millis, pods[i].memory]
+        smallest[i] = [min(later[0], pods[i].gpus), min(later[1], pods[i].millis), min(later[2], pods[i].memory)]
     where = [0] * len(pods)
     steps = 0
+
+    def room_for(i: int) -> bool:
+        """Whether the nodes' free resources could hold pods i.. by their totals, and by count:
+        a node holds at most ``free // smallest`` of them in each resource they all ask for
+        (36 pods of 16 cores have 576 cores on 8 nodes of 72 free, but 4 a node)."""
+        if any(left[i][r] > total[r] for r in range(3)):
+            return False
+        return all(sum(f[r] // least for f in free) >= len(pods) - i
+                   for r, least in enumerate(smallest[i]) if least > 0)
 
     def place(i: int) -> bool:
         nonlocal steps
         if i == len(pods):
             return True
         steps += 1
-        if steps > limit or any(left[i][r] > total[r] for r in range(3)):
+        if steps > limit or not room_for(i):
             return False
         pod = pods[i]
         start = where[i - 1] if i and pods[i - 1] == pod else 0

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.builders import make_cluster, make_fleet, make_stage
+from support.builders import make_cluster, make_fleet, make_input, make_serving, make_stage
+from support.corpus import compiled_in
 from support.packing_exact import most_placed
+from support.runtime import fit_problems, pods
 from test_scale import model_of as bench_model
 from test_validate import FLEET, check, cluster, documents, pipeline
 
 from bench.generate import Spec
+from fleetc import nodefit
+from fleetc.compiler import Compiled
 from fleetc.errors import PlacementError
 from fleetc.model import Assignment, FleetModel, Placement, StagePlacement, StageType
 from fleetc.nodefit import Shape, default_gpus_per_node, node_of, pack, pods_per_replica
@@ -235,6 +240,124 @@ def test_cores_per_node_decide_a_packing_too() -> None:
     assert not rules.unpacked(model, here, [(serve, 2)])
     assert rules.unpacked(model, here, [(serve, 3)])
     assert not rules.overuse(model, here, rules.usage(model, [(serve, 3)]))
+
+
+# --- pods without GPUs pack too ----------------------------------------------------------------
+
+CPU_FLEET = ("apiVersion: fleet.kurator.dev/v1alpha1\nkind: Fleet\nmetadata: {name: f}\nspec:\n  clusters:\n"
+             "  - {name: c, provider: aws, region: us-east-1, capacity: {cpu: 8, memory: 64Gi},"
+             " attributes: {cpu-per-node: '4'}}\n"
+             "  - {name: d, provider: aws, region: us-east-1, capacity: {cpu: 8, memory: 64Gi},"
+             " pricing: {cpuHour: 0.4}}\n")
+
+
+def compiled_cpu_stages(folder: Path, *cores: int) -> Compiled:
+    """A compile of DataProc stages of ``cores`` each onto ``CPU_FLEET``: ``c``, two nodes of 4
+    cores (8 in total), and ``d``, one node of 8 whose cores cost ten times as much."""
+    (folder / "policies").mkdir()
+    (folder / "policies" / "fleet.yaml").write_text(CPU_FLEET)
+    (folder / "policies" / "p.yaml").write_text(
+        "apiVersion: aigc.kurator.dev/v1alpha1\nkind: AIGCPipeline\nmetadata: {name: p, namespace: p}\n"
+        "spec:\n  stages:\n" + "".join(f"  - {{name: s{i}, type: DataProc, command: [python, run.py], "
+                                        f"resources: {{cpu: {n}, memory: 1Gi}}}}\n" for i, n in enumerate(cores)))
+    return compiled_in(folder)
+
+
+def pods_on(result: Compiled) -> dict[str, list[int]]:
+    """Cluster -> the cores each of its rendered pods requests (all containers summed)."""
+    found: dict[str, list[int]] = {}
+    for pod in pods(result.files):
+        found.setdefault(pod.cluster, []).append(pod.requests()[1] // 1000)
+    return {cluster: sorted(cores) for cluster, cores in sorted(found.items())}
+
+
+def test_cpu_pods_whose_cluster_totals_fit_but_no_node_packing_does_are_not_rendered_there(tmp_path: Path) -> None:
+    """Pods of 3, 3 and 2 cores fit the 8 cores of ``c`` in total, but its two nodes of 4 hold
+    two of them: the third goes to ``d`` (dearer), and the scheduler model binds every pod
+    (before, all three were rendered onto ``c`` and one stayed Pending: it fit no node). The
+    verifier refuses all three on ``c``."""
+    result = compiled_cpu_stages(tmp_path, 3, 3, 2)
+    assert pods_on(result) == {"c": [3, 3], "d": [2]}
+    assert fit_problems(result.model, result.files) == []
+    model = result.model
+    (here,) = [c for c in model.clusters if c.name == "c"]
+    assert nodefit.nodes_of(here) == 2 and node_of(here) == Shape(0, 4000, 32 * GIB)
+    assert not rules.overuse(model, here, rules.usage(model, [(s, 1) for s in model.stages]))
+    everything = Placement(tuple(StagePlacement(s.key, (Assignment("c", 1, 0),), 0.0) for s in model.stages),
+                           0.0, 0.0, "milp")
+    assert verify(model, everything) == [
+        "c: its pods (2 x (3 cores, 1Gi), 1 x (2 cores, 1Gi)) pack onto no assignment to its nodes "
+        "(2 x (4 cores, 32Gi))"]
+
+
+def test_a_stage_left_out_for_a_nodes_cores_says_so() -> None:
+    """With no other cluster, one of the 3-core stages stays out, and its reason names the
+    cores a node lacks (before, "room for 1 of 1 replicas": the totals had room)."""
+    fleet = cluster("attributes: {cpu-per-node: 4}\n    capacity: {cpu: 8, memory: 64Gi}")
+    model = model_of_texts(fleet, pipeline(*(f"{{name: s{i}, type: DataProc, resources: {{cpu: {n}, memory: 1Gi}}}}"
+                                             for i, n in enumerate((3, 3, 2)))))
+    placement = place(model, allow_unplaced=True)
+    assert verify(model, placement, allow_unplaced=True) == []
+    (out,) = [p for p in placement.stages if not p.assignments]
+    assert out.stage in ("p/s0", "p/s1")
+    assert out.reason == (f"0/1 clusters fit {out.stage}: 1 has 3 of 8 free cores, but not on nodes its pods "
+                          "(3 cores, 1Gi) fit beside the pods placed there")
+
+
+def test_cpu_pods_that_pack_onto_the_nodes_are_placed_together(tmp_path: Path) -> None:
+    """3 + 1 and 2 + 2 cores pack onto the two 4-core nodes of ``c``: all four are placed there
+    (the cheaper cluster), and bind."""
+    result = compiled_cpu_stages(tmp_path, 3, 1, 2, 2)
+    assert pods_on(result) == {"c": [1, 2, 2, 3]}
+    assert fit_problems(result.model, result.files) == []
+
+
+def test_pods_without_gpus_pack_beside_the_gpu_pods_of_a_node() -> None:
+    """Two 8-GPU nodes of 16 cores: an 8-GPU gang pod of 12 cores leaves 4 on its node, so two
+    CPU pods of 6 cores fit the other node only, and a third fits none."""
+    fleet = cluster("attributes: {gpu-type: a100, gpu-count: 16, cpu-per-node: 16}\n    capacity: {cpu: 32}")
+    model = model_of_texts(fleet, pipeline("{name: t, type: Training, resources: {gpu: 8, cpu: 12}}",
+                                           "{name: d, type: DataProc, replicas: 3, resources: {cpu: 6}}"))
+    train, prep = model.stages
+    (here,) = model.clusters
+    assert rules.unpacked(model, here, [(train, 1), (prep, 2)]) == ""
+    assert rules.unpacked(model, here, [(train, 1), (prep, 3)])
+    assert not rules.overuse(model, here, rules.usage(model, [(train, 1), (prep, 3)]))
+
+
+def test_gpu_pods_spread_out_to_leave_the_cores_the_cpu_pods_need() -> None:
+    """Two nodes of 2 GPUs and 8 cores: two 1-GPU pods of 1 core and two CPU pods of 7 cores
+    pack only with one GPU pod on each node (first fit puts both GPU pods on one node, and
+    a 7-core pod fits the 6 cores left there no more): the packing is searched for all pods
+    together."""
+    fleet = cluster("attributes: {gpu-type: a100, gpu-count: 4, gpus-per-node: 2, cpu-per-node: 8}\n"
+                    "    capacity: {cpu: 16}")
+    model = model_of_texts(fleet, pipeline("{name: serve, type: Deployment, replicas: 2, resources: {gpu: 1, cpu: 1}}",
+                                           "{name: d, type: DataProc, replicas: 2, resources: {cpu: 7}}"))
+    serve, prep = model.stages
+    (here,) = model.clusters
+    assert rules.unpacked(model, here, [(serve, 2), (prep, 2)]) == ""
+    found = rules.packing(model, here, [(serve, 2), (prep, 2)]).found
+    assert found is not None and found[0] != found[1]
+
+
+def test_the_cores_gpu_pods_leave_go_to_gpu_stages_first() -> None:
+    """g1: two nodes of one a100 and 8 cores. Two serving stages of 1 GPU and 3 cores leave 5
+    cores on each node; three DataProc stages of 3 cores score best on g1 and fit its 16 cores
+    in total (15), but one a node. The packing repair moves a DataProc stage to g2 (no a100,
+    cores to spare) rather than leave a serving stage out, which runs on a100 only (before,
+    the least valuable stage went first: a serving stage, with nowhere else to go)."""
+    g1 = make_cluster("g1", gpus=2, gpus_per_node=1, cores=16, memory_gib=64, cpu_per_node=8000, region="eu-west")
+    g2 = make_cluster("g2", gpu_type="t4", gpus=8, cores=64, region="us-east", jurisdiction="US")
+    stages = [make_serving(f"serve{i}", gpu_type="a100", cores=3, memory_gib=4, replicas=1) for i in range(2)]
+    stages += [make_stage(f"prep{i}", type=StageType.DATAPROC, gpus=0, cores=3, memory_gib=4,
+                          inputs=(make_input("eu-west"),)) for i in range(3)]
+    model = make_fleet((g1, g2), tuple(stages))
+    placement = place(model, allow_unplaced=True)
+    assert verify(model, placement, allow_unplaced=True) == []
+    placed = where(placement)
+    assert placed["llm/serve0"] == placed["llm/serve1"] == {"g1": 1}
+    assert sorted(str(sorted(placed[f"llm/prep{i}"])) for i in range(3)) == ["['g1']", "['g1']", "['g2']"]
 
 
 def brute_force(pods: Sequence[Shape], nodes: Sequence[Shape]) -> bool:

@@ -69,8 +69,9 @@ from fleetc.placement.scoring import filter_reason, score_matrix
         ),
         (
             make_stage(gpus=0, cores=4, memory_gib=100),
+            # 512Gi in nodes of 64Gi: 8 nodes, each with 8 of the 64 cores
             make_cluster(gpu_type=None, gpus=0, memory_per_node=64 * 2**30),
-            "nodes too small for its pods: 4 cores, 100Gi per pod, a node has 64 cores, 64Gi",
+            "nodes too small for its pods: 4 cores, 100Gi per pod, a node has 8 cores, 64Gi",
         ),
     ],
 )

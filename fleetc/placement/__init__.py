@@ -26,7 +26,10 @@ one back (previous)."""
 #: cluster), no longer a filter: CPU-only stages fall back to GPU clusters.
 #: 15: the inputs digest hashes a Fleet's clusters in name order (no placement changes; committed
 #: digests change once).
-PLACEMENT_VERSION = "15"
+#: 16: pods without GPUs pack onto the cores and memory the GPU pods leave on each of the
+#: cluster's nodes (a CPU-only cluster stating its node's cores or memory has several nodes);
+#: where only they do not pack, the packing repair moves them first.
+PLACEMENT_VERSION = "16"
 
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,
 #: unless :func:`fleetc.placement.optimize.place` is given another threshold (the CLI's

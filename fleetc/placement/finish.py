@@ -17,11 +17,11 @@ Each counts what is placed with the one ledger (:class:`fleetc.placement.rules.L
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 
-from fleetc.model import FleetModel
+from fleetc.model import Cluster, FleetModel, Stage
 from fleetc.placement import LARGE, rules
 from fleetc.placement.problem import Budget, Part, PreviousClusters, Problem, multicluster_conflicts, stage_values
 from fleetc.placement.scoring import Scores
@@ -163,7 +163,8 @@ def packed(model: FleetModel, scores: Scores, replicas_at: np.ndarray, previous:
     GPUs, cores and memory in total (a relaxation of packing, ``docs/optimizer.md``), so a
     cluster they fill may hold pods no assignment to its nodes holds (:func:`rules.unpacked`).
     From each such cluster the stages of least value are taken off (whole: every replica,
-    wherever it runs; those where the ``previous`` placement had them last) until it packs;
+    wherever it runs; those where the ``previous`` placement had them last; stages without GPUs
+    first while the GPU pods pack by themselves, :func:`_gpu_pods_pack`) until it packs;
     then each stage taken off, most valuable first, goes back where it was if that packs now,
     else to the best-scoring cluster that may run it and has room and packs (a gang whole on
     one cluster; a serving stage without ``multiCluster`` all on one), else, for a gang, where
@@ -184,8 +185,10 @@ def packed(model: FleetModel, scores: Scores, replicas_at: np.ndarray, previous:
     for c in unpacked:
         cluster = model.clusters[c]
         while rules.unpacked(model, cluster, ledger.on[cluster.name].values()):
+            gpus_first = _gpu_pods_pack(model, cluster, ledger.on[cluster.name].values())
             s = min(np.flatnonzero(replicas_at[:, c]).tolist(),
-                    key=lambda s: (_stays(model, previous, replicas_at, s), values[s], s))
+                    key=lambda s: (_stays(model, previous, replicas_at, s),
+                                   gpus_first and model.stages[s].gpus > 0, values[s], s))
             taken[s] = replicas_at[s].copy()
             for d in np.flatnonzero(replicas_at[s]).tolist():
                 ledger.add(model.stages[s], model.clusters[d].name, -int(replicas_at[s, d]))
@@ -203,6 +206,14 @@ def packed(model: FleetModel, scores: Scores, replicas_at: np.ndarray, previous:
     change = sum(float(values[s] / model.stages[s].replicas * (replicas_at[s] - start[s]) @ (1.0 + scores.total[s]))
                  for s in moved)
     return change, not all(replicas_at[s].any() for s in taken)
+
+
+def _gpu_pods_pack(model: FleetModel, cluster: Cluster, placed: Iterable[tuple[Stage, int]]) -> bool:
+    """Whether the pods with GPUs of ``placed`` pack onto ``cluster``'s nodes by themselves: then
+    only the cores and memory the pods without GPUs want beside them are short, and taking
+    those off (they run on any cluster with room) packs the cluster without leaving a GPU stage
+    out."""
+    return not rules.unpacked(model, cluster, [(stage, n) for stage, n in placed if stage.gpus > 0])
 
 
 def packed_exactly(model: FleetModel, scores: Scores, replicas_at: np.ndarray, budget: Budget) -> float | None:

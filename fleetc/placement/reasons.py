@@ -105,10 +105,13 @@ def _capacity_reason(model: FleetModel, stage: Stage, cluster: Cluster, used: ru
         return f"{_free_of(resource, free - free % unit, usable, cluster)} (whole nodes of {unit}, as time-sliced)"
     if over_cap:
         return over_cap
-    if placed is not None and stage.gpus and rules.unpacked(model, cluster, [*placed, (stage, need)]):
-        free = rules.usable_capacity(model, cluster)[0] - rules.taken(model, cluster, used)[0]
-        return (f"{_free_of(0, free, rules.usable_capacity(model, cluster)[0], cluster)}, but not on nodes "
-                f"its pods of {stage.pod_gpus} fit beside the pods placed there")
+    if placed is not None and rules.unpacked(model, cluster, [*placed, (stage, need)]):
+        resource = 0 if stage.gpus else 1  # pods without GPUs are short of a node's cores (or memory)
+        usable = rules.usable_capacity(model, cluster)[resource]
+        free = usable - rules.taken(model, cluster, used)[resource]
+        pods = f"of {stage.pod_gpus}" if stage.gpus else f"({rules.shape_words(rules.pod_of(stage))})"
+        return (f"{_free_of(resource, free, usable, cluster)}, but not on nodes its pods {pods} fit beside "
+                f"the pods placed there")
     return f"room for {_fitting_replicas(model, stage, cluster, used)} of {stage.replicas} replicas"
 
 

@@ -174,7 +174,8 @@ def _ha_problems(model: FleetModel, stage: Stage, placement: StagePlacement) -> 
 
 def _capacity_problems(model: FleetModel, placement: Placement) -> list[str]:
     """Per cluster: what is placed fits its usable capacity (:func:`rules.overuse`) and its pods
-    pack onto its nodes (:func:`rules.unpacked`: an assignment of each pod to a node is found)."""
+    pack onto its nodes (:func:`rules.unpacked`: an assignment of each pod to a node is found,
+    pods without GPUs included, so that every rendered pod has a node with room for it)."""
     placed = _placed(model, placement)
     problems = []
     for cluster in model.clusters:

@@ -244,7 +244,14 @@ def _nodes(model: FleetModel, cluster: str) -> list[_Node]:
 
 
 def bind(model: FleetModel, files: Mapping[str, str]) -> tuple[dict[tuple[str, str, str, int], int], list[str]]:
-    """Bind every pod to a node of its cluster, largest first; (pod -> node index, problems)."""
+    """Bind every pod to a node of its cluster, largest first; (pod -> node index, problems).
+
+    A pod fits a node as the kube-scheduler's NodeResourcesFit filter decides it
+    (kubernetes/kubernetes ``pkg/scheduler/framework/plugins/noderesources/fit.go``,
+    ``computePodResourceRequest`` and ``fitsRequest``, the same comparison at commits 007f7ae7
+    and 903b1f7e, years apart): the requests of its containers, summed (:meth:`Pod.requests`),
+    plus those of the pods already bound to the node, are within the node's allocatable, for
+    each of cpu, memory and ``nvidia.com/gpu`` alike; a pod no node fits stays Pending."""
     slots = slots_per_gpu(model)
     bound: dict[tuple[str, str, str, int], int] = {}
     problems: list[str] = []

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from fleetc import nodefit
 from fleetc.model import Cluster, FleetModel, Stage, StageType
-from fleetc.placement.rules.filters import pod_of
+from fleetc.placement.rules.filters import pod_of, shape_words
 from fleetc.placement.rules.replicas import ha_clusters
 from fleetc.placement.rules.units import EXCLUSIVE_TYPES, MIB, RESOURCES, ROUNDING
 
@@ -172,6 +172,15 @@ class Packing:
     found: tuple[int, ...] | None
 
 
+#: The steps the search of a cluster's GPU and CPU pods packed together may take
+#: (:func:`packing`; the search of :func:`fleetc.nodefit.pack` otherwise takes up to
+#: :data:`~fleetc.nodefit.SEARCH_LIMIT`). It runs only where the CPU pods do not fit beside
+#: the GPU pods' own packing, mostly on clusters that are full, where many alike pods would make
+#: a long search end in "no packing" anyway: an answer it does not find in time is "no packing",
+#: never an unpacked node rendered.
+JOINT_SEARCH_LIMIT = 2_000
+
+
 def packing(model: FleetModel, cluster: Cluster, placed: Iterable[tuple[Stage, int]]) -> Packing:
     """Whether the pods of the ``(stage, replicas)`` placed on ``cluster`` (each stage as it
     runs there, :func:`on_cluster`) pack onto its nodes (:func:`fleetc.nodefit.pack`).
@@ -182,16 +191,20 @@ def packing(model: FleetModel, cluster: Cluster, placed: Iterable[tuple[Stage, i
     device plugin time-slices, the GPUs :func:`time_sliced_gpus` gives over to time-slicing
     are whole nodes of ``gpus-per-node x slots`` slots that the time-sliced pods pack onto, and
     the exclusive pods pack onto the rest; elsewhere a time-sliced pod takes whole GPUs like
-    any other. Pods without GPUs are held to the cluster's totals only (:func:`overuse`)."""
+    any other. Pods without GPUs then pack onto the cores and memory left on the cluster's
+    nodes (:func:`_cpu_packing`); where they do not beside that packing of the GPU pods (and no
+    pod is time-sliced), all pods are packed together, so that the GPU pods may spread out."""
     node = nodefit.node_of(cluster)
     slots = slots_on(model, cluster)
     whole: list[nodefit.Shape] = []
     shared: list[nodefit.Shape] = []
+    cpu: list[nodefit.Shape] = []
     for stage, replicas in placed:
-        if stage.gpus <= 0 or replicas <= 0:
+        if replicas <= 0:
             continue
         time_sliced = slots > 1 and uses_shared_slots(model, stage)
-        (shared if time_sliced else whole).extend([pod_of(stage)] * (replicas * stage.pods_per_replica))
+        pods = cpu if stage.gpus <= 0 else shared if time_sliced else whole
+        pods.extend([pod_of(stage)] * (replicas * stage.pods_per_replica))
     per_node = max(node.gpus, 1)
     sliced_gpus = time_sliced_gpus(sum(p.gpus for p in shared), slots, time_sliced_unit(cluster))
     left = max(0, usable_capacity(model, cluster)[0] - sliced_gpus)
@@ -199,9 +212,37 @@ def packing(model: FleetModel, cluster: Cluster, placed: Iterable[tuple[Stage, i
     sliced = [nodefit.Shape(per_node * slots, node.millis, node.memory)] * (sliced_gpus // per_node)
     found = nodefit.pack(whole, exclusive) if whole else ()
     more = nodefit.pack(shared, sliced) if shared else ()
-    if found is not None and more is not None:
-        found += tuple(len(exclusive) + j for j in more)
-    return Packing((*whole, *shared), (*exclusive, *sliced), None if more is None else found)
+    if found is None or more is None:
+        return Packing((*whole, *shared, *cpu), (*exclusive, *sliced), None)
+    found += tuple(len(exclusive) + j for j in more)
+    if not cpu:
+        return Packing((*whole, *shared), (*exclusive, *sliced), found)
+    nodes = _cpu_nodes(cluster, [*exclusive, *sliced])
+    both = _cpu_packing([*whole, *shared], found, cpu, nodes)
+    if both is None and not shared:  # another assignment of the GPU pods may leave the room the others need
+        both = nodefit.pack([*whole, *cpu], nodes, JOINT_SEARCH_LIMIT)
+    return Packing((*whole, *shared, *cpu), tuple(nodes), both)
+
+
+def _cpu_nodes(cluster: Cluster, gpu_nodes: Sequence[nodefit.Shape]) -> list[nodefit.Shape]:
+    """The nodes pods without GPUs may run on: those the GPU pods pack onto, then the rest of
+    the cluster's nodes (:func:`fleetc.nodefit.nodes_of`: nodes of GPUs fleetc does not give
+    out still have cores and memory; what it may use in total :func:`overuse` counts)."""
+    rest = replace(nodefit.node_of(cluster), gpus=0)  # GPUs fleetc does not give out
+    return [*gpu_nodes, *[rest] * max(0, nodefit.nodes_of(cluster) - len(gpu_nodes))]
+
+
+def _cpu_packing(gpu_pods: Sequence[nodefit.Shape], found: tuple[int, ...], cpu: Sequence[nodefit.Shape],
+                 nodes: Sequence[nodefit.Shape]) -> tuple[int, ...] | None:
+    """The GPU pods' packing ``found`` (onto the first ``nodes``) with the ``cpu`` pods packed
+    onto the cores and memory left on each node (:func:`fleetc.nodefit.pack`); None when they
+    do not pack so."""
+    left = [[n.millis, n.memory] for n in nodes]
+    for pod, j in zip(gpu_pods, found, strict=True):
+        left[j][0] -= pod.millis
+        left[j][1] -= pod.memory
+    more = nodefit.pack(cpu, [nodefit.Shape(0, max(0, millis), max(0, memory)) for millis, memory in left])
+    return None if more is None else (*found, *more)
 
 
 def unpacked(model: FleetModel, cluster: Cluster, placed: Iterable[tuple[Stage, int]]) -> str:
@@ -215,11 +256,14 @@ def unpacked(model: FleetModel, cluster: Cluster, placed: Iterable[tuple[Stage, 
 
 
 def _counted(shapes: Sequence[nodefit.Shape]) -> str:
-    """``2 x 6 GPUs, 1 x 4 GPUs`` (GPUs only: the count that decides most packings)."""
-    counts: dict[int, int] = {}
+    """``2 x 6 GPUs, 1 x 4 GPUs`` (GPUs only: the count that decides most packings; cores and
+    memory for a shape without GPUs: ``3 x (2.5 cores, 1Gi)``)."""
+    counts: dict[tuple[int, str], int] = {}
     for shape in shapes:
-        counts[shape.gpus] = counts.get(shape.gpus, 0) + 1
-    return ", ".join(f"{n} x {g} GPU{'s' if g != 1 else ''}" for g, n in sorted(counts.items(), reverse=True))
+        key = (shape.gpus, f"{shape.gpus} GPU{'s' if shape.gpus != 1 else ''}" if shape.gpus
+               else f"({shape_words(shape)})")
+        counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{n} x {words}" for (_, words), n in sorted(counts.items(), reverse=True))
 
 
 # --- failover headroom -------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from fleetc.placement.colgen.large import _Large
 from fleetc.placement.colgen.reach import _reach
 from fleetc.placement.colgen.repair import _repair
 from fleetc.placement.colgen.room import _fixed_need, _free, _room, _Rounding, _take_plan, _taken
+from fleetc.placement.colgen.shift import _shift
 from fleetc.placement.problem import Budget
 from fleetc.placement.program import build_program, replicas_of, solve_program
 
@@ -33,14 +34,14 @@ ROUNDING_PAIRS = 50_000
 def _round(r: _Rounding) -> tuple[np.ndarray, bool]:
     """(S, C) replicas of the part: the stages the LP places in whole units as it places them
     (:func:`_whole_units`), a MILP over the rest on their LP clusters plus a few alternatives,
-    a greedy repair, and exact MILPs around what is still left out (:func:`_reach`); and
-    whether what it leaves out is proven not to fit."""
+    a greedy repair, and exact MILPs around what is still left out (:func:`_reach`, then
+    :func:`_shift`); and whether what it leaves out is proven not to fit."""
     replicas_at, fixed = _whole_units(r)
     rest = np.flatnonzero(~fixed & ~r.problem.blocked)
     if len(rest):
         _round_rest(r, rest, replicas_at)
     _repair(r.problem, r.large, replicas_at)
-    return replicas_at, _reach(r, replicas_at, r.problem.blocked)
+    return replicas_at, _reach(r, replicas_at, r.problem.blocked) or _shift(r, replicas_at, r.problem.blocked)
 
 
 def _whole_units(r: _Rounding) -> tuple[np.ndarray, np.ndarray]:

@@ -17,6 +17,7 @@ from fleetc.placement.colgen.reach import _reach
 from fleetc.placement.colgen.repair import _repair
 from fleetc.placement.colgen.room import _Rounding
 from fleetc.placement.colgen.rounding import _round, _round_by_lp, _whole_units
+from fleetc.placement.colgen.shift import _shift
 from fleetc.placement.problem import Budget, Problem
 from fleetc.placement.program import OutOfTime, Solved
 from fleetc.placement.scoring import alike_rows
@@ -78,8 +79,9 @@ def _solve_by_kinds(problem: Problem, large: _Large, kinds: tuple[np.ndarray, np
     :func:`_least_demand_bound`'s relaxation, whose kinds are stages alike but for cores and
     memory, each asking the least of its stages: spread over the stages (:func:`_spread`),
     the stages it places whole where they fit as they are, an LP over the rest and the stages
-    of the clusters they overfill (:func:`_round_by_lp`), a greedy repair, then relocations
-    and swaps of gangs (:func:`_improve`). The bound is that relaxation's.
+    of the clusters they overfill (:func:`_round_by_lp`), a greedy repair, relocations and
+    swaps of gangs (:func:`_improve`), then :func:`_reach` and :func:`_shift` for what is still
+    left out. The bound is that relaxation's.
 
     Column generation over 20,000 such stages re-solved its master for 30-90 s of CPU a round
     and stopped at its work budget (1,000 x 20,000: ~320 s of CPU in all); the relaxation's LP
@@ -92,7 +94,7 @@ def _solve_by_kinds(problem: Problem, large: _Large, kinds: tuple[np.ndarray, np
         _round_by_lp(r, rest, replicas_at)
     _repair(problem, large, replicas_at)
     _improve(problem, large, replicas_at, budget.deadline)
-    proven = _reach(r, replicas_at, problem.blocked)
+    proven = _reach(r, replicas_at, problem.blocked) or _shift(r, replicas_at, problem.blocked)
     objective = problem.score_of(replicas_at)
     bound = _bound(lp, master, relaxed, _leaves_out(large, replicas_at), budget.deadline)
     return Solved(replicas_at, objective, max(bound, objective), "colgen-lp-round", proven)

@@ -8,7 +8,8 @@ peak memory), then each change is made to a copy of its policies and compiled ag
 first compile's ``placement.yaml`` as the previous placement, as a user's next commit would be:
 
 * ``gpu``: one line, the first Training stage's ``gpu:`` raised by one;
-* ``cordon``: ``cordoned: true`` on the cluster that holds the most stages.
+* ``cordon``: ``cordoned: true`` on the cluster that holds the most stages;
+* ``pipeline``: a new pipeline, a copy of the first one under a name (and buckets) of its own.
 
 Each recompile also reports what fleetc says it re-placed (an incremental recompile,
 :mod:`fleetc.placement.incremental`: ``re-placed N stages touched by the change (M candidates);
@@ -48,7 +49,7 @@ from bench.run import _run_measured
 from fleetc.model import FleetModel
 from fleetc.placement.previous import Previous
 
-CHANGES = ("gpu", "cordon")
+CHANGES = ("gpu", "cordon", "pipeline")
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,21 @@ def cordon_busiest(folder: Path, placed: dict[str, dict[str, int]]) -> tuple[set
     fleet.write_text(text.replace(entry, f"{entry}      cordoned: true\n", 1), encoding="utf-8")
     forced = {key for key, clusters in placed.items() if cluster in clusters}
     return forced, f"cordon {cluster} ({len(forced)} stages on it)"
+
+
+def add_pipeline(folder: Path) -> tuple[set[str], str]:
+    """A new pipeline file: the first pipeline, renamed, its buckets its own; its stages."""
+    first = sorted((folder / "pipelines").glob("*.yaml"))[0].read_text(encoding="utf-8")
+    document = first.split("\n---\n")[0].rstrip("\n") + "\n"
+    old = re.search(r"^  name: (\S+)$", document, re.MULTILINE)
+    if old is None:
+        raise ValueError(f"no pipeline name in {folder / 'pipelines'}")
+    new = "pipeline-churn"
+    bucket = re.compile(r"cos://bench-" + re.escape(old[1].removeprefix("pipeline-")) + "/")
+    text = bucket.sub("cos://bench-churn/", document.replace(f"  name: {old[1]}\n", f"  name: {new}\n", 1))
+    (folder / "pipelines" / "churn.yaml").write_text(text, encoding="utf-8")
+    stages = {f"{new}/{name}" for name in re.findall(r"^    - name: (\S+)$", text, re.MULTILINE)}
+    return stages, f"new pipeline {new} ({len(stages)} stages, a copy of {old[1]})"
 
 
 def model_at(policies: Path) -> FleetModel:
@@ -198,7 +214,8 @@ def churn(spec: Spec, changes: Sequence[str] = CHANGES, *, scratch: bool = False
             policies = root / f"policies-{change}"
             shutil.copytree(base, policies)
             changed, what = (raise_training_gpus(policies) if change == "gpu"
-                             else cordon_busiest(policies, before))
+                             else cordon_busiest(policies, before) if change == "cordon"
+                             else add_pipeline(policies))
             out = committed_copy(root / "out", root / f"out-{change}")
             run = compile_cli(policies, out, timeout)
             record: dict[str, Any] = {"what": what, "changed": len(changed), **_figures(run)}

@@ -319,12 +319,13 @@ def test_check_on_unchanged_inputs_imports_neither_cvxpy_nor_highs(tmp_path: Pat
 @pytest.mark.slow
 def test_every_untouched_stage_a_recompile_moves_gains_more_than_the_move_cost_or_was_displaced() -> None:
     """``bench.churn`` at a small size: raise one Training stage's GPUs, cordon the busiest
-    cluster, recompile each on top of the first compile's placement.yaml (the real CLI). A
+    cluster, add a pipeline, recompile each on top of the first compile's placement.yaml (the real CLI). A
     stage the change did not touch moves only when its own score gains more than ``moveCost``
     per replica moved (the churn rule, which the verifier checks in every compile)."""
     result = churn(Spec(clusters=12, stages=120, load=0.9, seed=1))
     assert "error" not in result["first"] and result["first"]["placed"] == 120
-    assert set(result["changes"]) == {"gpu", "cordon"}
+    assert set(result["changes"]) == {"gpu", "cordon", "pipeline"}
+    assert result["changes"]["pipeline"]["stages"] == 120 + result["changes"]["pipeline"]["changed"]
     for change in result["changes"].values():
         assert "error" not in change and change["changed"] >= 1
         for move in change["moves"]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -416,6 +417,36 @@ def test_the_repair_counts_each_pair_as_the_program_does(fleet: tuple[FleetModel
                                            range(len(problem.clusters))):
             expected = float(caps.coefficients(row, np.array([s]), np.array([c]))[0])
             assert caps.per_replica(row, s, c) == caps.per_replica(row, s, c) == expected, (row, s, c)
+
+
+@settings(max_examples=60, deadline=None)
+@given(capped_fleets())
+def test_the_repair_skips_only_moves_that_cannot_free_a_cap(
+        fleet: tuple[FleetModel, list[tuple[int, int, int]]]) -> None:
+    """Where a cap keeps a left-out stage off every cluster, the eviction repair tries only the
+    groups holding a stage under one of its caps (:meth:`_Room.capped_everywhere`): the large
+    path places exactly what it places when it tries every group."""
+    model, _ = fleet
+    skipping = place(model, large=0, allow_unplaced=True)
+    with mock.patch.object(colgen.room._Room, "capped_everywhere", lambda *_: False):
+        trying = place(model, large=0, allow_unplaced=True)
+    assert skipping.stages == trying.stages
+
+
+def test_the_repair_moves_a_stage_under_the_same_quota_to_free_it() -> None:
+    """A t4 stage kept out by its team's t4 quota alone: the eviction repair moves the team's
+    sweep, which may run on a100, off the t4 cluster, and the freed quota takes the stage."""
+    clusters = (make_cluster("a", gpus=8, gpu_type="a100"), make_cluster("t", gpus=8, gpu_type="t4"))
+    stages = (make_stage("sweep", gpus=4, gpu_types=("t4", "a100")), make_stage("serve", gpus=4, gpu_type="t4"))
+    model = make_fleet(clusters, stages, teams=(team(quota=(("t4", 4), ("a100", 4))),))
+    (problem,), _ = problems(model, score_matrix(model), {})
+    large = colgen.large._large(problem)
+    sweep, serve = (problem.stages.index(s) for s in stages)
+    replicas_at = np.zeros((2, 2), dtype=np.int32)
+    replicas_at[sweep, 1] = 1  # the sweep holds the team's t4 quota
+    assert colgen.room._room(large, replicas_at).capped_everywhere(serve, np.array([1]))
+    colgen.repair._repair(problem, large, replicas_at)
+    assert replicas_at[sweep].tolist() == [1, 0] and replicas_at[serve].tolist() == [0, 1]
 
 
 def test_the_refusal_the_fix_and_explain_read_one_fleet_wide_cap_check() -> None:

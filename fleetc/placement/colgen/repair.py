@@ -68,6 +68,11 @@ def _evict(s: int, plan_of: Callable[..., dict[int, int]], apply: Callable[[int,
     starts = large.pair_range
     pairs = np.arange(starts[s], starts[s + 1])
     clusters = large.pair_cluster[pairs[np.argsort(-large.gain[pairs], kind="stable")]][:EVICTION_CLUSTERS]
+    # Where a cap keeps s off every cluster, only moving a stage under one of its caps can make
+    # room; other groups are counted as tried without trying them (the same budget, the same end).
+    sharing: np.ndarray | None = None
+    if room.capped_everywhere(s, large.pair_cluster[pairs]):
+        sharing = np.asarray(large.caps.members[large.caps.rows_of[s]].any(axis=0))
     tried = 0
     for c in clusters.tolist():
         residents = np.flatnonzero(replicas_at[:, c])
@@ -79,6 +84,8 @@ def _evict(s: int, plan_of: Callable[..., dict[int, int]], apply: Callable[[int,
             if tried == budget:
                 return {}, tried
             tried += 1
+            if sharing is not None and not sharing[group].any():
+                continue
             plan = _move_away(s, c, group, plan_of, apply, replicas_at, room)
             if plan:
                 return plan, tried

@@ -174,3 +174,10 @@ class _Room:
             self.lost_slots[row] += float(self._lost_slots_of(row, np.array([s]), np.array([c]))[0]) * count
         for row in self.caps.rows_of[s]:
             self.capped[row] += self.caps.per_replica(row, s, c) * count
+
+    def capped_everywhere(self, s: int, clusters: np.ndarray) -> bool:
+        """Whether a cap of stage ``s`` leaves no room for one replica on each of ``clusters``."""
+        def short(row: int, c: int) -> bool:
+            per_replica = self.caps.per_replica(row, s, c)
+            return per_replica > 0 and per_replica > self.caps.bound[row] - self.capped[row]
+        return all(any(short(row, c) for row in self.caps.rows_of[s]) for c in clusters.tolist())

@@ -223,7 +223,20 @@ def test_the_exact_check_bounds_fleetc_and_the_strong_greedy(nodes: tuple[int, .
         assert result[name]["objective"] <= exact["objective"] + 1e-6
         assert result[name]["placed"] <= exact["placed"]
     assert result["fleetc"]["placed"] == exact["placed"] == 40
+    assert result["fleetc"]["verifier"] == []
     assert "below the optimum" in "\n".join(report(result))
+
+
+def test_the_check_without_the_exact_solver_holds_fleetc_to_the_strong_greedy() -> None:
+    """``--no-exact`` (instances too large for SCIP): fleetc and the strong greedy on a diverse
+    fleet, each with fleetc's verifier's verdict, and no exact line."""
+    from bench.exactcheck import check, report
+
+    result = check(Spec(clusters=6, stages=40, load=0.9, seed=1, diverse=True), None)
+    assert "exact" not in result and result["fleetc"]["verifier"] == []
+    assert result["fleetc"]["placed"] >= result["greedy-strong"]["placed"]
+    lines = report(result)
+    assert len(lines) == 3 and lines[1].lstrip().startswith("fleetc") and "verifier: accepts it" in lines[1]
 
 
 def test_pop_slices_are_alike_and_their_joined_placement_passes_the_verifier() -> None:

@@ -56,7 +56,8 @@ def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
         replicas_at[stages] = 0
         program, result = solve_neighbourhood(
             r.problem.restrict(stages, columns), allowed[np.ix_(stages, columns)],
-            _taken(large, replicas_at)[:, columns], Budget(r.deadline), HighsDirect(REACH_NODES),
+            _taken(large, replicas_at)[:, columns], Budget(r.deadline),
+            HighsDirect(REACH_NODES, relaxation_first=True),  # most of them prove no placement
             fixed_need=_fixed_need(r, replicas_at), cap_taken=large.caps.used(replicas_at))
         if result.values is not None:
             replicas_at[np.ix_(stages, columns)] = replicas_of(program, result.values)

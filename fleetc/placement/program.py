@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -70,7 +70,8 @@ def values_of(program: Program, replicas_at: np.ndarray) -> np.ndarray | None:
         over = slot_rows @ values - program.capacity[rows]
         values[program.w] = np.ceil(np.maximum(over, 0.0) / np.where(per_unit > 0, per_unit, 1.0) - 1e-9)
     values[program.d] = -(program.placement @ values)[program.d_of]
-    return values if is_feasible(program, values, program.lower) else None
+    whole = bool(np.all(values == np.rint(values)))  # a gang split across clusters is no point of it
+    return values if whole and is_feasible(program, values, program.lower) else None
 
 
 
@@ -505,8 +506,7 @@ class Result:
 
 def solve_program(
     program: Program, budget: Budget, *, require_all: bool, integral: bool,
-    absolute_gap: float | None = None, nodes: int | None = None, start: np.ndarray | None = None,
-    relaxation_first: bool = False,
+    absolute_gap: float | None = None, nodes: int | None = None, relaxation_first: bool = False,
 ) -> Result:
     """Solve the MILP (or its LP relaxation) with HiGHS direct within ``budget.deadline``;
     ``require_all`` fixes every stage's ``z`` to 1. ``budget.solver`` is not read: it names the
@@ -514,8 +514,7 @@ def solve_program(
     cvxpy); the large path's MILPs stay on HiGHS.
 
     A MILP stops within a relative 1e-4 of optimal, or within ``absolute_gap``, or after
-    ``nodes`` branch-and-bound nodes (None: no limit); ``start`` (a point of the program,
-    :func:`values_of`) is its first incumbent. With ``relaxation_first``, a MILP whose LP
+    ``nodes`` branch-and-bound nodes (None: no limit). With ``relaxation_first``, a MILP whose LP
     relaxation is infeasible is infeasible without being solved (the relaxation's proof holds
     for it; at 100 x 2,000 ``--sovereignty`` the LP proves it in a fifth of the MILP's time).
     Integral values are rounded to the integers HiGHS found them within tolerance of.
@@ -538,7 +537,6 @@ def solve_program(
         -program.objective, lower, program.upper, matrix, row_lower, row_upper,
         np.full(program.size, integral), None if deadline is None else deadline - time.monotonic(),
         absolute_gap=absolute_gap if integral else None, nodes=nodes if integral else None,
-        start=start if integral else None,
     )
     if solution.infeasible:
         return Result(values=None, optimal=False, infeasible=True)
@@ -578,19 +576,16 @@ class ProgramSolver(Protocol):
 @dataclass(frozen=True)
 class HighsDirect:
     """:func:`solve_program`: HiGHS direct, each MILP within ``nodes`` branch-and-bound nodes
-    (None: no limit; a count, never seconds, so that every machine places the same), from the
-    incumbent ``start`` where one is given, infeasible without a MILP where its LP relaxation is
-    (``relaxation_first``)."""
+    (None: no limit; a count, never seconds, so that every machine places the same); infeasible
+    without a MILP where its LP relaxation is (``relaxation_first``)."""
 
     nodes: int | None = None
-    start: np.ndarray | None = field(default=None, compare=False)
     relaxation_first: bool = False
 
     def __call__(self, program: Program, budget: Budget, *, require_all: bool, integral: bool,
                  absolute_gap: float | None = None) -> Result:
         return solve_program(program, budget, require_all=require_all, integral=integral,
-                             absolute_gap=absolute_gap, nodes=self.nodes, start=self.start,
-                             relaxation_first=self.relaxation_first)
+                             absolute_gap=absolute_gap, nodes=self.nodes, relaxation_first=self.relaxation_first)
 
 
 def every_stage(program: Program, budget: Budget, solve: ProgramSolver) -> Result:

@@ -151,7 +151,7 @@ def _joint_growth(model: FleetModel, checker: local.Checker, on: Mapping[str, li
     together = _sized(model, fresh, [(rules.on_cluster(s, fresh), s.replicas) for s in stages])
     if together is None:
         return []
-    admitting = [c for c in model.clusters if c.gpus and not any(rules.exclusions(s, c) for s in stages)]
+    admitting = [c for c in model.clusters if c.gpus and all(local.admits(s, c) for s in stages)]
     free = {c.name: rules.usable_capacity(model, c)[0] - rules.taken(model, c, rules.usage(model, on[c.name]))[0]
             for c in admitting}
     found: list[tuple[int, str]] = []
@@ -270,7 +270,7 @@ def _cap_binding(model: FleetModel, stage: Stage, used: list[tuple[rules.Cap, ru
     ha = [clusters[name] for name in rules.ha_clusters(model, stage) if name in clusters]
     raises: list[tuple[int, int, int, str]] = []  # (limits raised, GPUs, cost micros, what)
     for cluster in ha or model.clusters:
-        if rules.exclusions(stage, cluster):
+        if not local.admits(stage, cluster):
             continue
         short = [_cap_raise(model, found, per_gpu) for found in rules.cap_shortfalls(model, used, stage, cluster)]
         if short:
@@ -313,7 +313,7 @@ def _capacity_option(model: FleetModel, stage: Stage, ha: tuple[str, ...], minim
     and a new cluster in its jurisdiction when the stage may run off its HA set."""
     best: tuple[tuple[int, ...], str, dict[str, tuple[int, int, int]]] | None = None
     for cluster in model.clusters:
-        if rules.exclusions(stage, cluster):
+        if not local.admits(stage, cluster):
             continue
         adds: dict[str, tuple[int, int, int]] = {}
         for name, replicas in _candidates(stage, ha, minimum, cluster.name).items():

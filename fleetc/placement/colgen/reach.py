@@ -8,7 +8,15 @@ import numpy as np
 from fleetc.placement.colgen.large import _past
 from fleetc.placement.colgen.room import _fixed_need, _Rounding, _taken
 from fleetc.placement.problem import Budget
-from fleetc.placement.program import HighsDirect, Program, most_valuable, replicas_of, solve_neighbourhood
+from fleetc.placement.program import (
+    HighsDirect,
+    Program,
+    most_valuable,
+    replicas_of,
+    solve_neighbourhood,
+    solve_program,
+    values_of,
+)
 
 #: Pairs above which a neighbourhood of :func:`_reach` grows no further.
 REACH_PAIRS = 60_000
@@ -56,7 +64,8 @@ def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
         replicas_at[stages] = 0
         program, result = solve_neighbourhood(
             r.problem.restrict(stages, columns), allowed[np.ix_(stages, columns)],
-            _taken(large, replicas_at)[:, columns], Budget(r.deadline), HighsDirect(REACH_NODES),
+            _taken(large, replicas_at)[:, columns], Budget(r.deadline),
+            HighsDirect(REACH_NODES, relaxation_first=True),  # most of them prove no placement
             fixed_need=_fixed_need(r, replicas_at), cap_taken=large.caps.used(replicas_at))
         if result.values is not None:
             replicas_at[np.ix_(stages, columns)] = replicas_of(program, result.values)
@@ -74,15 +83,34 @@ def _place_most(r: _Rounding, program: Program, stages: np.ndarray, columns: np.
                 replicas_at: np.ndarray) -> None:
     """Re-place ``stages`` (in place), which cannot all be placed, by the exact path's second
     MILP over ``program`` (:func:`~fleetc.placement.program.most_valuable`); kept when it places
-    more stages than they have now, or as many scoring more."""
+    more stages than they have now, or as many scoring more. Not solved when where they are now
+    already scores the bound of its LP relaxation (:func:`_at_bound`)."""
     if _past(r.deadline):
+        return
+    before = replicas_at[stages]
+    if _at_bound(program, before[:, columns], Budget(r.deadline)):
         return
     result = most_valuable(program, Budget(r.deadline), HighsDirect(REACH_NODES))
     if result.values is None:
         return
     after = np.zeros_like(replicas_at[stages])
     after[:, columns] = replicas_of(program, result.values)
-    before = replicas_at[stages]
     placed = (int(after.any(axis=1).sum()), r.problem.score_of(after, stages))
     if placed > (int(before.any(axis=1).sum()), r.problem.score_of(before, stages)):
         replicas_at[stages] = after
+
+
+def _at_bound(program: Program, replicas_at: np.ndarray, budget: Budget) -> bool:
+    """Whether ``replicas_at`` (the program's stages on its clusters) is a placement of
+    ``program`` whose objective reaches the optimum of its LP relaxation (to a relative 1e-9):
+    then no placement scores more, and the MILP is not needed. The repair often gets there on a
+    fleet of many alike stages: 100 x 2,000 ``--sovereignty``, one of its two components (a
+    0.13 s LP in place of a 1.4 s MILP)."""
+    start = values_of(program, replicas_at)
+    if start is None:
+        return False
+    relaxed = solve_program(program, budget, require_all=False, integral=False)
+    if not relaxed.optimal or relaxed.values is None:
+        return False
+    bound = float(program.objective @ relaxed.values)
+    return float(program.objective @ start) >= bound - 1e-9 * max(1.0, abs(bound))

@@ -1,0 +1,111 @@
+"""The large path's two shortcuts around its neighbourhood MILPs (colgen/reach.py) hold to
+the MILPs: a neighbourhood proven infeasible by its LP relaxation (``relaxation_first``) gives
+the same placement, stage by stage; the most-valuable MILP skipped where the repair's placement
+already reaches its LP bound (``_at_bound``) gives one as good (objective, bound, stages
+placed). Each small sovereign fleet is placed on the large path with and without them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from test_scale import model_of
+
+from bench.generate import Spec
+from fleetc.model import Placement
+from fleetc.placement import optimize, program
+from fleetc.placement.colgen import reach
+from fleetc.placement.problem import Budget, Part, Problem, multicluster_conflicts
+from fleetc.placement.scoring import score_matrix
+
+#: Small sovereign fleets that leave stages out: every component a closed neighbourhood.
+FLEETS = [Spec(clusters=c, stages=s, load=1.0, platform=True, sovereignty=True, seed=seed)
+          for c, s, seed in ((8, 60, 0), (8, 60, 1), (12, 120, 2), (20, 200, 0))]
+
+
+def placed(placement: Placement) -> list[tuple[str, tuple[tuple[str, int], ...]]]:
+    return [(p.stage, tuple((a.cluster, a.replicas) for a in p.assignments)) for p in placement.stages]
+
+
+@pytest.mark.parametrize("spec", FLEETS, ids=lambda spec: f"{spec.clusters}x{spec.stages}-seed{spec.seed}")
+def test_a_relaxation_proof_places_as_the_milp_proof_does(spec: Spec, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = model_of(spec)
+    fast = optimize.place(model, allow_unplaced=True, large=0)
+    monkeypatch.setattr(reach, "HighsDirect", lambda nodes, **fields: program.HighsDirect(nodes))
+    slow = optimize.place(model, allow_unplaced=True, large=0)
+    assert placed(fast) == placed(slow)
+    assert (fast.objective, fast.bound) == (slow.objective, slow.bound)
+    assert any(not p.assignments for p in slow.stages)  # the neighbourhoods ran
+
+
+@pytest.mark.parametrize("spec", FLEETS, ids=lambda spec: f"{spec.clusters}x{spec.stages}-seed{spec.seed}")
+def test_the_repair_at_its_bound_places_as_many_scoring_as_much_as_the_milp(
+        spec: Spec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the repair's placement reaches the LP bound, the MILP can find only another
+    placement as good: the same objective and bound, as many stages placed (12 x 120 seed 2:
+    a tie placed elsewhere), and the verifier accepts both (optimize.place checks)."""
+    model = model_of(spec)
+    answers: list[bool] = []
+    at_bound = reach._at_bound
+
+    def recorded(*args: Any) -> bool:
+        answers.append(at_bound(*args))
+        return answers[-1]
+
+    monkeypatch.setattr(reach, "_at_bound", recorded)
+    fast = optimize.place(model, allow_unplaced=True, large=0)
+    monkeypatch.setattr(reach, "_at_bound", lambda *args: False)
+    slow = optimize.place(model, allow_unplaced=True, large=0)
+    assert (fast.objective, fast.bound) == (slow.objective, slow.bound)
+    assert sum(1 for p in fast.stages if p.assignments) == sum(1 for p in slow.stages if p.assignments)
+    if not any(answers):
+        assert placed(fast) == placed(slow)
+    assert answers  # the most-valuable step was reached
+
+
+def test_some_fleet_takes_the_bound_shortcut(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test above compares the shortcut where it is taken, not only where it declines."""
+    taken = []
+    at_bound = reach._at_bound
+    monkeypatch.setattr(reach, "_at_bound", lambda *args: taken.append(at_bound(*args)) or taken[-1])
+    for spec in FLEETS:
+        optimize.place(model_of(spec), allow_unplaced=True, large=0)
+    assert any(taken) and not all(taken)
+
+
+def test_a_placement_is_the_point_of_its_program_that_places_it() -> None:
+    """program.values_of inverts replicas_of: the point it gives is feasible, places the same
+    replicas and scores the same objective, time-sliced units (w) included; a placement that
+    breaks a row of the program gives None."""
+    built = whole_program(FLEETS[0])
+    solved = program.most_valuable(built, Budget(None), program.HighsDirect())
+    assert solved.values is not None
+    replicas_at = program.replicas_of(built, solved.values)
+    point = program.values_of(built, replicas_at)
+    assert point is not None
+    assert np.array_equal(program.replicas_of(built, point), replicas_at)
+    assert built.objective @ point == pytest.approx(built.objective @ solved.values, abs=1e-9)
+    assert point[built.w].sum() <= solved.values[built.w].sum() + 1e-9  # the fewest units the slots need
+    crowded = replicas_at.copy()
+    s, c = built.unit_stage[0], built.unit_cluster[0]
+    crowded[s, c] += 10**6  # more replicas than the cluster holds
+    assert program.values_of(built, crowded) is None
+
+
+def whole_program(spec: Spec) -> program.Program:
+    model = model_of(spec)
+    scores = score_matrix(model)
+    problem = Problem.of(model, scores, multicluster_conflicts(model, scores), np.zeros(scores.allowed.shape),
+                         Part(np.arange(len(model.stages)), np.arange(len(model.clusters))))
+    return program.build_program(problem)
+
+
+@pytest.mark.parametrize("spec", [FLEETS[0], Spec(clusters=8, stages=30, load=0.5, seed=0)], ids=["full", "roomy"])
+def test_every_stage_answers_the_same_with_its_relaxation_first(spec: Spec) -> None:
+    built = whole_program(spec)
+    milp = program.every_stage(built, Budget(None), program.HighsDirect())
+    first = program.every_stage(built, Budget(None), program.HighsDirect(relaxation_first=True))
+    assert (first.infeasible, first.optimal) == (milp.infeasible, milp.optimal)
+    assert (first.values is None and milp.values is None) or np.array_equal(first.values, milp.values)
+    assert milp.infeasible == (spec is FLEETS[0])

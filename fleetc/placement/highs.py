@@ -169,14 +169,13 @@ class MasterLP:
 
 def solve(cost: np.ndarray, lower: np.ndarray, upper: np.ndarray, matrix: sp.spmatrix,
           row_lower: np.ndarray, row_upper: np.ndarray, integrality: np.ndarray,
-          seconds: float | None, absolute_gap: float | None = None, nodes: int | None = None,
-          start: np.ndarray | None = None) -> Solution:
+          seconds: float | None, absolute_gap: float | None = None, nodes: int | None = None) -> Solution:
     """Minimise ``cost @ v`` over ``row_lower <= matrix @ v <= row_upper``, bounds and
     integrality (an LP when none is integral), within ``seconds`` (HiGHS's own limit; a solve
     interrupted by it returns its best feasible point, with ``optimal`` False). A MILP stops
     within a relative 1e-4 of optimal, or within ``absolute_gap``, or after ``nodes``
-    branch-and-bound nodes (like the time limit, but the same on every machine); ``start``, a
-    feasible point, is its first incumbent. Integral values come back rounded."""
+    branch-and-bound nodes (like the time limit, but the same on every machine). Integral
+    values come back rounded."""
     options: dict[str, OptionValue] = {"mip_rel_gap": 1e-4}
     if seconds is not None:
         options["time_limit"] = max(0.01, seconds)
@@ -187,11 +186,6 @@ def solve(cost: np.ndarray, lower: np.ndarray, upper: np.ndarray, matrix: sp.spm
     solver = _new(options)
     _pass(solver, cost, lower, upper, sp.csc_matrix(matrix), row_lower, row_upper,
           integrality if integrality.any() else None)
-    if start is not None:
-        incumbent = highspy.HighsSolution()
-        incumbent.col_value = np.asarray(start, dtype=float).tolist()
-        incumbent.value_valid = True
-        solver.setSolution(incumbent)
     _run(solver)
     solution = _solution(solver, duals=False)
     if solution.values is None:

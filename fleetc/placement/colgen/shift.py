@@ -39,19 +39,19 @@ def _shift(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
     stages = np.union1d(left, np.array(movable, dtype=left.dtype))
     before = replicas_at[stages].copy()
     replicas_at[stages] = 0
-    allowed = _shift_pairs(r, stages, before, reach, _free(large, _taken(large, replicas_at)))
+    taken = _taken(large, replicas_at)
+    allowed = _shift_pairs(r, stages, before, reach, _free(large, taken))
     if int(allowed.sum()) > REACH_PAIRS:
         replicas_at[stages] = before
         return False
     columns = np.union1d(np.flatnonzero(allowed.any(axis=0)), large.headroom.members)
     program, result = solve_neighbourhood(
-        r.problem.restrict(stages, columns), allowed[:, columns], _taken(large, replicas_at)[:, columns],
+        r.problem.restrict(stages, columns), allowed[:, columns], taken[:, columns],
         Budget(r.deadline), HighsDirect(REACH_NODES), fixed_need=_fixed_need(r, replicas_at),
         cap_taken=large.caps.used(replicas_at))
     if result.values is None:
         replicas_at[stages] = before
         return False
-    replicas_at[stages] = 0
     replicas_at[np.ix_(stages, columns)] = replicas_of(program, result.values)
     return True
 

@@ -57,10 +57,11 @@ def could_be_fleetcs(rel: str) -> bool:
     """Whether fleetc could have written the file ``rel``: a path inside the output folder,
     outside the user's folder and fleetc's own records, of the one kind fleetc renders
     (YAML), or its render record."""
+    if rel.endswith(_RENDERED_SUFFIX):  # the cheap tests first: the record lists every file
+        return not rel.startswith((USER_FOLDER, ".fleetc/")) and _is_safe_relative(rel)
     from fleetc.render.record import RENDER_RECORD
 
-    return _is_safe_relative(rel) and (rel == RENDER_RECORD or (
-        rel.endswith(_RENDERED_SUFFIX) and not is_users(rel) and not rel.startswith(".fleetc/")))
+    return rel == RENDER_RECORD
 
 
 def refuse_disowning(out_dir: Path, named: Path | None = None) -> None:
@@ -119,5 +120,7 @@ def _recorded(out_dir: Path) -> set[str]:
 
 def _is_safe_relative(rel: str) -> bool:
     """A relative POSIX path that stays inside the folder (string work: the record is long)."""
+    if ".." not in rel:  # no part can be "..": it stays inside unless absolute or naming only "." and "/"
+        return not rel.startswith("/") and rel.strip("/.") != ""
     parts = [part for part in rel.split("/") if part not in ("", ".")]
     return bool(parts) and not rel.startswith("/") and ".." not in parts

@@ -29,8 +29,9 @@ pairs (below that the full exact solve is fast and proven optimal):
    stages across the fleet), or when the time limit ran out.
 
 The result keeps the full solve's guarantees: the verifier checks it (the hard rules and the
-churn rule against the previous placement), and its bound is valid for the whole fleet
-(:func:`lagrangian_bound`, derived in ``docs/optimizer.md``), so the reported gap is honest.
+churn rule against the previous placement), and its bound is valid for the whole fleet (the
+full solve's relaxation, :func:`fleetc.placement.colgen.solve.relaxation_bound`, else
+:func:`lagrangian_bound`; ``docs/optimizer.md`` derives both), so the reported gap is honest.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import numpy as np
 
 from fleetc.model import FleetModel
 from fleetc.placement import LARGE, rules
+from fleetc.placement.colgen.solve import relaxation_bound
 from fleetc.placement.previous import Recorded
 from fleetc.placement.problem import (
     Budget,
@@ -74,7 +76,7 @@ class Recompiled(Solved):
     """A placement of the whole fleet made by re-solving only what the change touched: as every
     solver returns it (:class:`~fleetc.placement.program.Solved`, method ``incremental``):
     ``replicas_at`` (S, C), its objective (no move-cost terms), a valid upper bound on every
-    placement's objective (:func:`lagrangian_bound`), and ``proven`` False when stages left out
+    placement's objective (the relaxation's, else :func:`lagrangian_bound`), and ``proven`` False when stages left out
     before stay out without a proof that nothing places them; and ``touched`` the stages the
     change touched, ``candidates`` the stages the last neighbourhood MILP re-placed (touched
     ones and the residents it let move)."""
@@ -109,7 +111,11 @@ def recompile(whole: Problem, previous: PreviousClusters, recorded: Mapping[str,
         return None
     placed, movable, proven = solved
     objective = whole.score_of_pairs(placed.stage, placed.cluster, placed.count)
-    bound = _bound(whole, placed, BOUND_STEPS)
+    left_out = bool(np.any(whole.allowed.any(axis=1) & ~whole.blocked
+                           & ~np.isin(np.arange(len(model.stages)), placed.stage)))
+    bound = relaxation_bound(whole, left_out, budget.deadline)
+    if not np.isfinite(bound):  # stages too diverse for the relaxation's kinds
+        bound = _bound(whole, placed, BOUND_STEPS)
     # The previous placement's matrix becomes the new one (no second (S, C) matrix): every
     # stage but the touched and moved ones is as it was.
     replicas_at, rows = kept, touched | movable

@@ -233,9 +233,7 @@ def _large(problem: Problem, count: np.ndarray | None = None) -> _Large:
     total = problem.total_at(pair_stage, pair_cluster)
     values, replicas, gang, shared_stage = problem.values, problem.replicas, problem.gang, problem.shared
     n_clusters = len(problem.clusters)
-    demand = problem.demand * replicas
-    whole_gpus, shared_slots = rules.gpus_as(demand[0], shared_stage)  # the ledger's split (most GPUs of any type)
-    coefficients = np.stack([whole_gpus, demand[1], demand[2], shared_slots])
+    coefficients = stage_coefficients(problem)
     previous = problem.previous_at(pair_stage, pair_cluster)
     move = np.where(gang[pair_stage], problem.move_cost * values[pair_stage] * previous / replicas[pair_stage], 0.0)
     keep_pair = np.flatnonzero((previous > 0) & ~gang[pair_stage])
@@ -270,6 +268,14 @@ def _large(problem: Problem, count: np.ndarray | None = None) -> _Large:
         caps=_Caps.of(problem),
         count=np.ones(len(problem.stages)) if count is None else count.astype(float),
     )
+
+
+def stage_coefficients(problem: Problem) -> np.ndarray:
+    """(4, S) what a whole stage of ``problem`` takes: exclusive GPUs, cores, GiB and shared
+    slots (the ledger's split, most GPUs of any type: :func:`fleetc.placement.rules.gpus_as`)."""
+    demand = problem.demand * problem.replicas
+    whole_gpus, shared_slots = rules.gpus_as(demand[0], problem.shared)
+    return np.stack([whole_gpus, demand[1], demand[2], shared_slots])
 
 
 @dataclass(frozen=True, eq=False)

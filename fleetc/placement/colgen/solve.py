@@ -12,7 +12,7 @@ import numpy as np
 from fleetc.placement.colgen import columns as column_generation
 from fleetc.placement.colgen.columns import BOUND_GAP, _generate_columns, _lagrangian, _Master, _Relaxed, _start_master
 from fleetc.placement.colgen.improve import _improve
-from fleetc.placement.colgen.large import TIE_BREAK, _Large, _large
+from fleetc.placement.colgen.large import TIE_BREAK, _Large, _large, stage_coefficients
 from fleetc.placement.colgen.reach import _reach
 from fleetc.placement.colgen.repair import _repair
 from fleetc.placement.colgen.room import _Rounding
@@ -86,7 +86,7 @@ def _solve_by_kinds(problem: Problem, large: _Large, kinds: tuple[np.ndarray, np
     Column generation over 20,000 such stages re-solved its master for 30-90 s of CPU a round
     and stopped at its work budget (1,000 x 20,000: ~320 s of CPU in all); the relaxation's LP
     has one row per kind and converges in a few cheap rounds."""
-    lp, master, relaxed = _relaxation(problem, large, kinds, budget.deadline, budget.on_gap)
+    lp, master, relaxed = _relaxation(problem, large.coefficients, kinds, budget.deadline, budget.on_gap)
     r = _Rounding(problem, large, _spread(large, lp, relaxed, kinds[0]), budget.deadline)
     replicas_at, fixed = _whole_units(r)
     rest = np.flatnonzero(~fixed & ~problem.blocked)
@@ -116,22 +116,44 @@ def _least_demand_bound(problem: Problem, large: _Large, left_out: bool, deadlin
     if kinds is None:
         return math.inf
     try:
-        lp, master, relaxed = _relaxation(problem, large, kinds, deadline)
+        lp, master, relaxed = _relaxation(problem, large.coefficients, kinds, deadline)
     except OutOfTime:  # the user's deadline: the bound of the LP over stages stands
         return math.inf
     return _bound(lp, master, relaxed, left_out, deadline)
 
 
-def _relaxation(problem: Problem, large: _Large, kinds: tuple[np.ndarray, np.ndarray], deadline: float | None,
-                on_gap: Callable[[float], None] = lambda gap: None) -> tuple[_Large, _Master, _Relaxed]:
+def relaxation_bound(problem: Problem, left_out: bool, deadline: float | None) -> float:
+    """An upper bound on the objective (no move-cost terms) of every placement of ``problem``
+    that places every stage (any placement, when ``left_out``): :func:`_least_demand_bound`'s
+    relaxation of the problem without its previous placement (the churn rule only takes
+    placements away, so this bounds those that keep it too); inf when its kinds are not few.
+
+    Built over the kinds only, never over every stage's pairs (:func:`_large` of 1,000 x 20,000
+    makes 10.4 million: 1.8 s of CPU, twice the bound's own cost): what the incremental
+    recompile reports its gap against (:mod:`fleetc.placement.incremental`)."""
+    fresh = replace(problem, kept=np.broadcast_to(np.int32(0), problem.kept.shape))  # no previous: no copy
+    kinds = _kinds(fresh, _own_kinds(fresh), cores_and_memory=False)
+    if kinds is None:
+        return math.inf
+    try:
+        lp, master, relaxed = _relaxation(fresh, stage_coefficients(fresh), kinds, deadline)
+    except OutOfTime:
+        return math.inf
+    return _bound(lp, master, relaxed, left_out, deadline)
+
+
+def _relaxation(problem: Problem, coefficients: np.ndarray, kinds: tuple[np.ndarray, np.ndarray],
+                deadline: float | None, on_gap: Callable[[float], None] = lambda gap: None
+                ) -> tuple[_Large, _Master, _Relaxed]:
     """The LP of :func:`_least_demand_bound`'s relaxation over ``kinds`` (each stage's kind,
-    each kind's first stage), solved by column generation: its terms, master and solution."""
+    each kind's first stage; ``coefficients`` every stage's, :func:`stage_coefficients`),
+    solved by column generation: its terms, master and solution."""
     type_of, representatives = kinds
     lp = _large(problem.restrict(representatives), np.bincount(type_of))
     least = lp.coefficients.copy()
     for r in (1, 2):  # cores, GiB
         least[r] = np.inf
-        np.minimum.at(least[r], type_of, large.coefficients[r])
+        np.minimum.at(least[r], type_of, coefficients[r])
     lp = replace(lp, coefficients=least)
     master = _start_master(lp)
     return lp, master, _generate_columns(lp, master, lp.gain + lp.move, deadline, on_gap)
@@ -154,19 +176,36 @@ def _alike(problem: Problem, large: _Large, cores_and_memory: bool = True
     and columns counting its stages, has the same optimum as the LP over stages (split a
     kind's share on each cluster among its stages; add its stages' shares back), and every
     pair's reduced cost there is its kind's."""
-    n_stages = large.stages
-    if n_stages < 2:
-        return None
-    own = problem.blocked | np.array([len(h) > 0 for h in problem.ha], dtype=bool)
+    own = _own_kinds(problem)
     own[large.pair_stage[(large.move > 0)]] = True
     own[large.pair_stage[large.keep_pair]] = True
+    kinds = _kinds(problem, own, cores_and_memory)
+    if (kinds is not None and cores_and_memory
+            and int(np.diff(large.pair_range)[kinds[1]].sum()) > column_generation.WHOLE_LP_PAIRS):
+        return None
+    return kinds
+
+
+def _own_kinds(problem: Problem) -> np.ndarray:
+    """(S,) the stages that are a kind of their own whatever their numbers: blocked ones and
+    those with multiCluster clusters (their own rows)."""
+    own: np.ndarray = problem.blocked | np.array([len(h) > 0 for h in problem.ha], dtype=bool)
+    return own
+
+
+def _kinds(problem: Problem, own: np.ndarray, cores_and_memory: bool) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`_alike`'s kinds, the stages ``own`` each a kind of its own; None when they are
+    more than :data:`ALIKE_SHARE` of the stages."""
+    n_stages = len(problem.stages)
+    if n_stages < 2:
+        return None
     features = [problem.values, problem.replicas, problem.least, problem.gang, problem.minimum, problem.shared,
                 *(problem.demand if cores_and_memory else problem.demand[:1]),
                 *problem.type_gpus.T, *(serving for _, serving in problem.failover),
                 np.where(own, np.arange(n_stages), -1)]
     if problem.caps:
         features += [*(cap.members for cap in problem.caps), problem.quota_unit, *problem.billed]
-    rows = np.empty((n_stages, len(features) + large.clusters))
+    rows = np.empty((n_stages, len(features) + len(problem.clusters)))
     rows[:, : len(features)] = np.stack(features, axis=1)
     for start in range(0, n_stages, 1024):  # the scores a block at a time: no second copy of them all
         block = problem.part.stages[start: start + 1024]
@@ -175,8 +214,6 @@ def _alike(problem: Problem, large: _Large, cores_and_memory: bool = True
     type_of, representatives = alike_rows(rows)  # kinds numbered by their first stage
     del rows
     if len(representatives) > ALIKE_SHARE * n_stages:
-        return None
-    if cores_and_memory and int(np.diff(large.pair_range)[representatives].sum()) > column_generation.WHOLE_LP_PAIRS:
         return None
     return type_of, representatives
 

@@ -5,7 +5,10 @@
 
 The instance is compiled with the real CLI (``fleetc compile``, a fresh process: wall time and
 peak memory), then each change is made to a copy of its policies and compiled again with the
-first compile's ``placement.yaml`` as the previous placement, as a user's next commit would be:
+first compile's ``placement.yaml`` as the previous placement, as a user's next commit would be (into a
+committed copy of the first compile's out/, as in a fresh checkout, where every cluster's folder
+is rendered again; with ``--in-place`` into an out/ compiled in this working copy, whose folders
+the change does not reach are kept):
 
 * ``gpu``: one line, the first Training stage's ``gpu:`` raised by one;
 * ``cordon``: ``cordoned: true`` on the cluster that holds the most stages;
@@ -197,10 +200,21 @@ def committed_copy(out: Path, to: Path) -> Path:
     return to
 
 
-def churn(spec: Spec, changes: Sequence[str] = CHANGES, *, scratch: bool = False,
+def compiled_here(policies: Path, out: Path, timeout: float | None) -> Path:
+    """``policies`` compiled into ``out`` by this user on this machine: the out/ of a working
+    copy, whose files carry fleetc's marks, so a recompile keeps the cluster folders a change
+    does not reach (:mod:`fleetc.render.record`) instead of rendering them again."""
+    run = compile_cli(policies, out, timeout)
+    if "error" in run:
+        raise RuntimeError(f"compiling {policies} into {out}: {run['error']}")
+    return out
+
+
+def churn(spec: Spec, changes: Sequence[str] = CHANGES, *, scratch: bool = False, in_place: bool = False,
           write_to: Path | None = None, timeout: float | None = None) -> dict[str, Any]:
     """Compile ``spec``'s instance, then each change on top of it; what each recompile took and
-    moved (see the module's docstring)."""
+    moved (see the module's docstring). ``in_place``: each change is recompiled into an out/
+    compiled here (:func:`compiled_here`), not into a committed copy (:func:`committed_copy`)."""
     result: dict[str, Any] = {"spec": vars(spec), "changes": {}}
     with tempfile.TemporaryDirectory(prefix="fleetc-churn-", dir=write_to) as work:
         root = Path(work)
@@ -216,7 +230,8 @@ def churn(spec: Spec, changes: Sequence[str] = CHANGES, *, scratch: bool = False
             changed, what = (raise_training_gpus(policies) if change == "gpu"
                              else cordon_busiest(policies, before) if change == "cordon"
                              else add_pipeline(policies))
-            out = committed_copy(root / "out", root / f"out-{change}")
+            out = (compiled_here(base, root / f"out-{change}", timeout) if in_place
+                   else committed_copy(root / "out", root / f"out-{change}"))
             run = compile_cli(policies, out, timeout)
             record: dict[str, Any] = {"what": what, "changed": len(changed), **_figures(run)}
             if "error" not in run:
@@ -286,11 +301,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--changes", nargs="+", choices=CHANGES, default=list(CHANGES))
     parser.add_argument("--scratch", action="store_true",
                         help="also compile each change without a previous placement")
+    parser.add_argument("--in-place", action="store_true",
+                        help="recompile each change into an out/ compiled here (a working copy: its folders "
+                             "are kept), not into a committed copy (a fresh checkout: every folder is rendered)")
     parser.add_argument("--timeout", type=float, default=None, help="kill a compile after this (s)")
     parser.add_argument("--write-to", type=Path, help="folder for the instance and outputs")
     args = parser.parse_args(argv)
     result = churn(Spec(args.clusters, args.stages, args.load, args.seed), args.changes,
-                   scratch=args.scratch, write_to=args.write_to, timeout=args.timeout)
+                   scratch=args.scratch, in_place=args.in_place, write_to=args.write_to, timeout=args.timeout)
     print("\n".join(report(result)))
     return 0
 

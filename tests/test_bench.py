@@ -347,6 +347,18 @@ def test_every_untouched_stage_a_recompile_moves_gains_more_than_the_move_cost_o
 
 
 @pytest.mark.slow
+def test_a_change_recompiled_in_place_places_as_in_a_fresh_checkout() -> None:
+    """``bench.churn --in-place``: the change is recompiled into an out/ compiled in this working
+    copy (its folders kept where the change does not reach them), with the same placement as
+    into a committed copy, where every folder is rendered again."""
+    spec = Spec(clusters=12, stages=120, load=0.9, seed=1)
+    here = churn(spec, ["gpu"], in_place=True)["changes"]["gpu"]
+    fresh = churn(spec, ["gpu"])["changes"]["gpu"]
+    assert "error" not in here and here["placed"] == fresh["placed"] == 120
+    assert (here["objective"], here["bound"], here["moves"]) == (fresh["objective"], fresh["bound"], fresh["moves"])
+
+
+@pytest.mark.slow
 def test_the_large_path_moves_no_untouched_stage_for_less_than_the_move_cost() -> None:
     """At 100 x 2,000 (seed 0) the large path, recompiling after the busiest cluster is
     cordoned, moved 5 stages the cordon did not touch at a loss (its rounding re-places stages

@@ -90,9 +90,10 @@ def larger_fleet() -> tuple[FleetModel, Placement]:
 @pytest.mark.parametrize("change", ["gpu", "cordon"])
 def test_a_recompile_reports_its_gap_against_a_bound_as_tight_as_the_full_solves(
         larger_fleet: tuple[FleetModel, Placement], change: str) -> None:
-    """The bound is the relaxation's over the whole fleet (colgen.solve.relaxation_bound), not
-    a Lagrangian one with a price per cluster: that one was 0.09% and 0.24% above the full
-    solve's bound here, so the gap reported was 1.5-2.5x the one the placement has."""
+    """The bound is the LP over kinds of the whole fleet (colgen.solve.relaxation_bound), as
+    the full solve's: a Lagrangian one with a price per cluster was 0.09% and 0.24% above the
+    full solve's bound here (the gap reported 1.5-2.5x the placement's), and the relaxation
+    whose kinds ask their least cores and memory 0.016%."""
     model, first = larger_fleet
     changed = raised(model)[0] if change == "gpu" else cordoned(model, first)
     previous, recorded = where(first), recorded_of(model, first)
@@ -100,7 +101,7 @@ def test_a_recompile_reports_its_gap_against_a_bound_as_tight_as_the_full_solves
     full = optimize.place(changed, previous=previous, recorded=recorded, allow_unplaced=True, incremental=10**9)
     assert quick.method == "incremental" and full.method != "incremental"
     assert full.objective <= quick.bound + 1e-6  # valid for the whole fleet
-    assert quick.bound <= full.bound * (1 + 5e-4)
+    assert quick.bound <= full.bound * (1 + 1e-4)
 
 
 def test_the_changed_stage_is_re_placed_and_the_others_stay(fleet: tuple[FleetModel, Placement]) -> None:

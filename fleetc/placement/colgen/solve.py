@@ -124,15 +124,17 @@ def _least_demand_bound(problem: Problem, large: _Large, left_out: bool, deadlin
 
 def relaxation_bound(problem: Problem, left_out: bool, deadline: float | None) -> float:
     """An upper bound on the objective (no move-cost terms) of every placement of ``problem``
-    that places every stage (any placement, when ``left_out``): :func:`_least_demand_bound`'s
-    relaxation of the problem without its previous placement (the churn rule only takes
-    placements away, so this bounds those that keep it too); inf when its kinds are not few.
+    that places every stage (any placement, when ``left_out``): the LP over kinds of alike
+    stages (:func:`_alike`), else :func:`_least_demand_bound`'s relaxation, of the problem
+    without its previous placement (the churn rule only takes placements away, so this bounds
+    those that keep it too); inf when neither has few kinds.
 
     Built over the kinds only, never over every stage's pairs (:func:`_large` of 1,000 x 20,000
     makes 10.4 million: 1.8 s of CPU, twice the bound's own cost): what the incremental
     recompile reports its gap against (:mod:`fleetc.placement.incremental`)."""
     fresh = replace(problem, kept=np.broadcast_to(np.int32(0), problem.kept.shape))  # no previous: no copy
-    kinds = _kinds(fresh, _own_kinds(fresh), cores_and_memory=False)
+    own = _own_kinds(fresh)
+    kinds = _kinds(fresh, own, cores_and_memory=True) or _kinds(fresh, own, cores_and_memory=False)
     if kinds is None:
         return math.inf
     try:

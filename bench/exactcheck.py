@@ -41,9 +41,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from bench.clock import cpu_seconds, load_average, load_words
@@ -120,13 +122,21 @@ def check(spec: Spec, time_limit: float | None, *, lazy: bool = False) -> dict[s
         placements[name] = placement = solve()
         result[name] = {"wall": time.perf_counter() - wall, "cpu": cpu_seconds() - cpu,
                         **judged(model, scores, placement)}
+    result["placements"] = {name: where(p) for name, p in placements.items()}
     if time_limit is None:
         return result
     wall, cpu = time.perf_counter(), cpu_seconds()
     start = placements["fleetc"] if not result["fleetc"]["verifier"] else None
     result["exact"] = solve_exactly(model, scores, time_limit, lazy=lazy, start=start)
     result["exact"].update(wall=time.perf_counter() - wall, cpu=cpu_seconds() - cpu)
+    if "placement" in result["exact"]:
+        result["placements"]["exact"] = where(result["exact"].pop("placement"))
     return result
+
+
+def where(placement: Any) -> dict[str, dict[str, int]]:
+    """Stage key -> cluster -> replicas, of the stages placed (``--save``)."""
+    return {p.stage: {a.cluster: a.replicas for a in p.assignments} for p in placement.stages if p.assignments}
 
 
 def judged(model: Any, scores: Any, placement: Any) -> dict[str, Any]:
@@ -163,7 +173,7 @@ def solve_exactly(model: Any, scores: Any, time_limit: float, *, lazy: bool = Fa
     placement, optimal, bound = found
     if placement is None:  # the last solve's solution does not pack: its bound only
         return {**answer, "placed": None, "objective": None, "optimal": False, "bound": bound}
-    return {**answer, **judged(model, scores, placement), "bound": bound, "optimal": optimal}
+    return {**answer, **judged(model, scores, placement), "bound": bound, "optimal": optimal, "placement": placement}
 
 
 class _Program:
@@ -383,6 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=600.0, help="per SCIP solve (CPU s)")
     parser.add_argument("--diverse", action="store_true", help="stages that hardly repeat (bench.generate --diverse)")
     parser.add_argument("--no-exact", action="store_true", help="leave SCIP out: fleetc against the strong greedy")
+    parser.add_argument("--save", type=Path, help="a folder: each instance's figures and placements as JSON")
     parser.add_argument("--lazy", action="store_true",
                         help="pack pods per node only on the clusters where SCIP's answer does not pack, re-solving")
     args = parser.parse_args(argv)
@@ -392,6 +403,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec = Spec(clusters, stages, args.load, seed, node_gpus=shapes, diverse=args.diverse)
         result = check(spec, None if args.no_exact else args.time_limit, lazy=args.lazy)
         print("\n".join(report(result)), flush=True)
+        if args.save:
+            args.save.mkdir(parents=True, exist_ok=True)
+            name = f"{instance}-load{args.load:g}-nodes{nodes}-seed{seed}.json"
+            (args.save / name).write_text(json.dumps(result, indent=1, sort_keys=True), encoding="utf-8")
     return 0
 
 

@@ -164,8 +164,8 @@ def solve_exactly(model: Any, scores: Any, time_limit: float, *, lazy: bool = Fa
     built = _Program(model, scores, set() if lazy else set(range(len(model.clusters))))
     rounds: list[list[str]] = []
     found, status = built.solve_packed(time_limit, True, None, rounds)
-    every = found is not None
-    if not every:
+    every = found is not None and found[0] is not None
+    if found is None:  # none of every stage found (or none exists): the most valuable partial placement
         found, _ = built.solve_packed(time_limit, False, start, rounds)
     answer: dict[str, Any] = {"rounds": rounds, "every_stage": every, "every_stage_status": status}
     if found is None:

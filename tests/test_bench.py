@@ -292,6 +292,38 @@ def test_the_exact_check_packs_pods_per_node(lazy: bool) -> None:
     assert packing({(0, 3000, gib): 1, (0, 2000, gib): 1}, [four, four]) is not None
 
 
+def test_the_exact_check_places_the_most_valuable_stages_that_pack_when_not_all_do() -> None:
+    """One cluster of two 4-core nodes and pods of 3, 3 and 2 cores: no placement of all three
+    packs (SCIP proves it), and the partial placement found, started from fleetc's, is the
+    most valuable one that packs (by brute force: each stage on ``c`` or left out)."""
+    from test_validate import PIPELINE, documents
+
+    from bench.exactcheck import solve_exactly
+    from fleetc.model import Assignment, Placement, StagePlacement
+    from fleetc.placement.optimize import place
+    from fleetc.placement.scoring import score_matrix
+
+    fleet = CORES_FLEET.split("  - {name: d")[0]
+    stages = "".join(f"  - {{name: s{i}, type: DataProc, command: [python, run.py], resources: {{cpu: {n}, "
+                     f"memory: 1Gi}}}}\n" for i, n in enumerate((3, 3, 2)))
+    policies, problems = validate(documents(fleet, PIPELINE + stages))
+    assert problems == []
+    model = resolve(policies, "test")
+    scores = score_matrix(model)
+    best = 0.0
+    for on in itertools.product((True, False), repeat=3):
+        cores = [s.cpu_millis for s, here in zip(model.stages, on, strict=True) if here]
+        if any(all(sum(n for n, j in zip(cores, to, strict=True) if j == k) <= 4000 for k in (0, 1))
+               for to in itertools.product((0, 1), repeat=len(cores))):
+            placement = Placement(tuple(StagePlacement(s.key, (Assignment("c", 1, 0),) if here else (), 0.0)
+                                        for s, here in zip(model.stages, on, strict=True)), 0.0, 0.0, "brute")
+            best = max(best, objective(model, placement, scores))
+    exact = solve_exactly(model, scores, 60, start=place(model, allow_unplaced=True))
+    assert not exact["every_stage"] and exact["every_stage_status"] == "infeasible"
+    assert exact["optimal"] and exact["placed"] == 2 and exact["objective"] == pytest.approx(best, abs=1e-9)
+    assert exact["unpacked"] == [] and exact["verifier"] == []
+
+
 def test_the_check_without_the_exact_solver_holds_fleetc_to_the_strong_greedy() -> None:
     """``--no-exact`` (instances too large for SCIP): fleetc and the strong greedy on a diverse
     fleet, each with fleetc's verifier's verdict, and no exact line."""

@@ -92,14 +92,13 @@ def placed_pods(model: Any, placement: Any) -> dict[int, dict[Shape, int]]:
     return pods
 
 
-def unpacked_clusters(model: Any, placement: Any, only: set[int] | None = None) -> list[int]:
-    """The clusters (indices; of ``only`` when given) whose pods in ``placement`` pack onto no
-    assignment to their nodes (:func:`bench.nodepack.packing`)."""
+def unpacked_clusters(model: Any, placement: Any) -> list[int]:
+    """The clusters (indices) whose pods in ``placement`` pack onto no assignment to their nodes
+    (:func:`bench.nodepack.packing`)."""
     from fleetc.placement.rules import usable_capacity
 
     return sorted(c for c, pods in placed_pods(model, placement).items()
-                  if (only is None or c in only)
-                  and packing(pods, cluster_nodes(model.clusters[c], usable_capacity(model, model.clusters[c])[0]))
+                  if packing(pods, cluster_nodes(model.clusters[c], usable_capacity(model, model.clusters[c])[0]))
                   is None)
 
 

@@ -324,6 +324,23 @@ def test_the_exact_check_places_the_most_valuable_stages_that_pack_when_not_all_
     assert exact["unpacked"] == [] and exact["verifier"] == []
 
 
+def test_the_exact_checks_nodes_follow_the_documented_rule() -> None:
+    """``docs/pipelines.md``: the usable GPUs fill whole nodes, what is left of a node is a
+    smaller node with a whole node's cores and memory, the other nodes keep their cores and
+    memory for pods without GPUs; a CPU-only cluster stating ``cpu-per-node`` has as many nodes
+    as that makes of its cores."""
+    from support.builders import make_cluster
+
+    from bench.nodepack import cluster_nodes
+
+    gib = 2**30
+    sixteen = make_cluster(gpus=16, cores=64, memory_gib=512, gpus_per_node=8)
+    assert cluster_nodes(sixteen, 12) == [(8, 32_000, 256 * gib), (4, 32_000, 256 * gib)]
+    assert cluster_nodes(sixteen, 8) == [(8, 32_000, 256 * gib), (0, 32_000, 256 * gib)]
+    cpu_only = make_cluster(gpu_type=None, gpus=0, cores=8, memory_gib=64, cpu_per_node=4000)
+    assert cluster_nodes(cpu_only, 0) == [(0, 4000, 32 * gib)] * 2
+
+
 def test_the_check_without_the_exact_solver_holds_fleetc_to_the_strong_greedy() -> None:
     """``--no-exact`` (instances too large for SCIP): fleetc and the strong greedy on a diverse
     fleet, each with fleetc's verifier's verdict, and no exact line."""

@@ -4,12 +4,14 @@ measured path (the same one ``python -m bench.run`` takes at scale). No timing i
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -225,6 +227,118 @@ def test_the_exact_check_bounds_fleetc_and_the_strong_greedy(nodes: tuple[int, .
     assert result["fleetc"]["placed"] == exact["placed"] == 40
     assert result["fleetc"]["verifier"] == []
     assert "below the optimum" in "\n".join(report(result))
+
+
+#: ``c``: two nodes of 4 cores (8 in all); ``d``: one node of 8 cores, ten times as dear.
+CORES_FLEET = ("apiVersion: fleet.kurator.dev/v1alpha1\nkind: Fleet\nmetadata: {name: f}\nspec:\n  clusters:\n"
+               "  - {name: c, provider: aws, region: us-east-1, capacity: {cpu: 8, memory: 64Gi},"
+               " attributes: {cpu-per-node: '4'}}\n"
+               "  - {name: d, provider: aws, region: us-east-1, capacity: {cpu: 8, memory: 64Gi},"
+               " pricing: {cpuHour: 0.4}}\n")
+CORES_NODES = {"c": [(4000, 32 * 2**30)] * 2, "d": [(8000, 64 * 2**30)]}  # (millicores, bytes) per node
+
+
+def _brute_force_optimum(model: Any, scores: Any, per_node: bool) -> float:
+    """The best objective of the placements of every stage (1 replica each) onto ``c`` or
+    ``d``, the pods of each cluster fitting its nodes (``per_node``: some assignment of the
+    pods to ``CORES_NODES``) or only its cores and memory in total."""
+    from fleetc.model import Assignment, Placement, StagePlacement
+
+    best = -1.0
+    for where in itertools.product("cd", repeat=len(model.stages)):
+        fits = True
+        for name, nodes in CORES_NODES.items():
+            pods = [(s.cpu_millis, s.memory_bytes) for s, on in zip(model.stages, where, strict=True) if on == name]
+            if not per_node:
+                nodes = [(sum(n[0] for n in nodes), sum(n[1] for n in nodes))]
+            fits = fits and any(all(sum(p[r] for p, j in zip(pods, to, strict=True) if j == k) <= node[r]
+                                    for k, node in enumerate(nodes) for r in (0, 1))
+                                for to in itertools.product(range(len(nodes)), repeat=len(pods)))
+        if fits:
+            placement = Placement(tuple(StagePlacement(s.key, (Assignment(on, 1, 0),), 0.0)
+                                        for s, on in zip(model.stages, where, strict=True)), 0.0, 0.0, "brute")
+            best = max(best, objective(model, placement, scores))
+    return best
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_the_exact_check_packs_pods_per_node(lazy: bool) -> None:
+    """Pods of 3, 3 and 2 cores: ``c``'s 8 cores hold them in total, its two nodes of 4 only
+    two. The model of cluster totals puts all three on ``c``, which packs onto no assignment
+    to its nodes; the exact check's answer is the best placement that packs (found by brute
+    force here), and fleetc's verifier accepts it. ``lazy``: the first solve's pods on ``c``
+    do not pack, so ``c`` is packed per node in a second; else it is from the start."""
+    from test_validate import PIPELINE, documents
+
+    from bench.exactcheck import solve_exactly
+    from bench.nodepack import packing
+    from fleetc.placement.scoring import score_matrix
+
+    stages = "".join(f"  - {{name: s{i}, type: DataProc, command: [python, run.py], resources: {{cpu: {n}, "
+                     f"memory: 1Gi}}}}\n" for i, n in enumerate((3, 3, 2)))
+    policies, problems = validate(documents(CORES_FLEET, PIPELINE + stages))
+    assert problems == []
+    model = resolve(policies, "test")
+    scores = score_matrix(model)
+    relaxed, packed = _brute_force_optimum(model, scores, False), _brute_force_optimum(model, scores, True)
+    assert relaxed > packed + 1e-6  # the totals alone would place all three on c
+    exact = solve_exactly(model, scores, 60, lazy=lazy)
+    assert exact["optimal"] and exact["every_stage"] and exact["placed"] == 3
+    assert exact["objective"] == pytest.approx(packed, abs=1e-9)
+    assert exact["unpacked"] == [] and exact["verifier"] == []
+    assert exact["rounds"] == ([["c"]] if lazy else [])
+    gib, four = 2**30, (0, 4000, 32 * 2**30)
+    assert packing({(0, 3000, gib): 2, (0, 2000, gib): 1}, [four, four]) is None  # SCIP proves it
+    assert packing({(0, 3000, gib): 1, (0, 2000, gib): 1}, [four, four]) is not None
+
+
+def test_the_exact_check_places_the_most_valuable_stages_that_pack_when_not_all_do() -> None:
+    """One cluster of two 4-core nodes and pods of 3, 3 and 2 cores: no placement of all three
+    packs (SCIP proves it), and the partial placement found, started from fleetc's, is the
+    most valuable one that packs (by brute force: each stage on ``c`` or left out)."""
+    from test_validate import PIPELINE, documents
+
+    from bench.exactcheck import solve_exactly
+    from fleetc.model import Assignment, Placement, StagePlacement
+    from fleetc.placement.optimize import place
+    from fleetc.placement.scoring import score_matrix
+
+    fleet = CORES_FLEET.split("  - {name: d")[0]
+    stages = "".join(f"  - {{name: s{i}, type: DataProc, command: [python, run.py], resources: {{cpu: {n}, "
+                     f"memory: 1Gi}}}}\n" for i, n in enumerate((3, 3, 2)))
+    policies, problems = validate(documents(fleet, PIPELINE + stages))
+    assert problems == []
+    model = resolve(policies, "test")
+    scores = score_matrix(model)
+    best = 0.0
+    for on in itertools.product((True, False), repeat=3):
+        cores = [s.cpu_millis for s, here in zip(model.stages, on, strict=True) if here]
+        if any(all(sum(n for n, j in zip(cores, to, strict=True) if j == k) <= 4000 for k in (0, 1))
+               for to in itertools.product((0, 1), repeat=len(cores))):
+            placement = Placement(tuple(StagePlacement(s.key, (Assignment("c", 1, 0),) if here else (), 0.0)
+                                        for s, here in zip(model.stages, on, strict=True)), 0.0, 0.0, "brute")
+            best = max(best, objective(model, placement, scores))
+    exact = solve_exactly(model, scores, 60, start=place(model, allow_unplaced=True))
+    assert not exact["every_stage"] and exact["every_stage_status"] == "infeasible"
+    assert exact["optimal"] and exact["placed"] == 2 and exact["objective"] == pytest.approx(best, abs=1e-9)
+    assert exact["unpacked"] == [] and exact["verifier"] == []
+
+
+def test_the_exact_checks_nodes_follow_the_documented_rule() -> None:
+    """``docs/pipelines.md``: the usable GPUs fill whole nodes, what is left of a node is a
+    smaller node with a whole node's cores and memory, the other nodes keep their cores and
+    memory for pods without GPUs; a CPU-only cluster stating ``cpu-per-node`` has as many nodes
+    as that makes of its cores."""
+    from support.builders import make_cluster
+
+    from bench.nodepack import cluster_nodes
+
+    gib = 2**30
+    sixteen = make_cluster(gpus=16, cores=64, memory_gib=512, gpus_per_node=8)
+    assert cluster_nodes(sixteen, 12) == [(8, 32_000, 256 * gib), (4, 32_000, 256 * gib)]
+    assert cluster_nodes(sixteen, 8) == [(8, 32_000, 256 * gib), (0, 32_000, 256 * gib)]
+    cpu_only = make_cluster(gpu_type=None, gpus=0, cores=8, memory_gib=64, cpu_per_node=4000)
+    assert cluster_nodes(cpu_only, 0) == [(0, 4000, 32 * gib)] * 2
 
 
 def test_the_check_without_the_exact_solver_holds_fleetc_to_the_strong_greedy() -> None:

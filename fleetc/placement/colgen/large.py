@@ -274,12 +274,15 @@ def _pair_terms(problem: Problem, pair_stage: np.ndarray, pair_cluster: np.ndarr
     cluster, else 0), and whether it is a kept Deployment pair (previous replicas there),
     computed a chunk of pairs at a time: the same numbers as over all pairs at once."""
     values, replicas, gang, n_clusters = problem.values, problem.replicas, problem.gang, len(problem.clusters)
-    gain, move, kept = np.empty(len(pair_stage)), np.empty(len(pair_stage)), np.empty(len(pair_stage), dtype=bool)
+    gain, kept = np.empty(len(pair_stage)), np.empty(len(pair_stage), dtype=bool)
+    move = np.zeros(len(pair_stage))  # only what is not +0.0 is written: pages of zeros take no memory
     for start in range(0, len(pair_stage), _PAIR_CHUNK):
         chunk = slice(start, start + _PAIR_CHUNK)
         stage, cluster = pair_stage[chunk], pair_cluster[chunk]
         previous = problem.previous_at(stage, cluster)
-        move[chunk] = np.where(gang[stage], problem.move_cost * values[stage] * previous / replicas[stage], 0.0)
+        reward = np.where(gang[stage], problem.move_cost * values[stage] * previous / replicas[stage], 0.0)
+        written = np.flatnonzero(reward.view(np.uint64))  # -0.0 too, bit for bit
+        move[start + written] = reward[written]
         kept[chunk] = (previous > 0) & ~gang[stage]
         # Ties go to the first cluster by name: a later cluster gives up a relative TIE_BREAK at most
         # (the objective is computed from the scores, the bound divides by 1 - TIE_BREAK).

@@ -75,6 +75,33 @@ def test_a_failing_child_costs_time_not_a_different_result(func):
     assert fork_map(func, items, [1] * len(items)) == [n + 1 for n in items]
 
 
+class _KilledWhilePickled:
+    """Equal to any other; a child pickling it is killed, after what came before it has gone
+    into the pipe."""
+
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        if os.getpid() != PARENT:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _KilledWhilePickled, ()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _KilledWhilePickled)
+
+    __hash__ = object.__hash__
+
+
+def _large_then_killed(n: int) -> tuple[str, int, _KilledWhilePickled]:
+    return "x" * (1 << 20), n, _KilledWhilePickled()  # a megabyte: more than a pipe holds
+
+
+def test_a_child_killed_midway_through_its_pickle_costs_time_not_a_different_result():
+    """The parent unpickles a child's results as they arrive; a pickle that stops midway is
+    the child's failure, and its share is computed here again."""
+    _needs_fork()
+    items = list(range(4))
+    assert fork_map(_large_then_killed, items, [1] * len(items)) == [_large_then_killed(n) for n in items]
+
+
 def test_when_no_child_can_be_forked_the_parent_computes_everything(monkeypatch):
     _needs_fork()
 

@@ -32,7 +32,7 @@ from fleetc.model import (
     Toleration,
 )
 from fleetc.placement import scoring
-from fleetc.placement.scoring import filter_reason, score_matrix
+from fleetc.placement.scoring import alike_rows, filter_reason, score_matrix
 
 # --- filters ----------------------------------------------------------------------------------
 
@@ -414,3 +414,21 @@ def test_terms_of_one_stage_equal_that_row_of_the_full_matrices() -> None:
         full = score_matrix(model)
         for name in ("compute", "cost", "network", "energy"):
             assert np.array_equal(row[name], getattr(full, name)[stage]), name
+
+
+
+@given(st.integers(0, 3000), st.integers(1, 4), st.integers(0, 2**32 - 1))
+@settings(max_examples=40, deadline=None)
+def test_alike_rows_are_the_rows_equal_byte_for_byte(count, width, seed):
+    """Kinds numbered by their first row, against a dictionary of each row's bytes (0.0 and
+    -0.0 differ, a NaN equals the same NaN); up to 3,000 rows, more than one block."""
+    values = np.array([0.0, -0.0, 1.0, 2.5, np.nan])
+    rows = np.random.default_rng(seed).choice(values, size=(count, width))
+    first_of: dict[bytes, int] = {}
+    for i, row in enumerate(rows):
+        first_of.setdefault(row.tobytes(), i)
+    firsts = sorted(set(first_of.values()))
+    number = {first: k for k, first in enumerate(firsts)}
+    kind, first = alike_rows(rows)
+    assert first.tolist() == firsts
+    assert kind.tolist() == [number[first_of[row.tobytes()]] for row in rows]

@@ -245,13 +245,22 @@ def _kinds(columns: _Columns) -> tuple[np.ndarray, np.ndarray]:
 
 def alike_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The rows of ``rows`` (2-D) equal byte for byte, as kinds: each row's kind, numbered by
-    the first row of each, and that first row of each kind."""
+    the first row of each, and that first row of each kind. Row indexes are sorted and neighbours
+    compared a block at a time: ``np.unique`` copied the rows twice (2 x 160 MB at 1,000 x 20,000)."""
     keys = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.itemsize * rows.shape[1]))).ravel()
-    _, first, kind = np.unique(keys, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    number = np.empty(len(first), dtype=np.int64)
-    number[order] = np.arange(len(first))
-    return number[kind.ravel()], first[order]
+    order = np.argsort(keys, kind="stable")  # stable: a kind's first row comes first
+    starts = np.ones(len(rows), dtype=bool)  # where a kind starts, in sorted order
+    for low in range(1, len(rows), _ALIKE_BLOCK):
+        here = order[low: low + _ALIKE_BLOCK]
+        starts[low: low + len(here)] = keys[here] != keys[order[low - 1: low - 1 + len(here)]]
+    first = order[starts]  # each kind's first row, kinds in sorted order
+    kind = np.empty(len(rows), dtype=np.int64)
+    kind[order] = np.cumsum(starts) - 1
+    by_first = np.argsort(first, kind="stable")
+    return np.argsort(by_first)[kind], first[by_first]  # argsort of a permutation: its inverse
+
+
+_ALIKE_BLOCK = 1024  # rows alike_rows compares at a time
 
 
 def _by_stage(matrix: np.ndarray, kind_of: np.ndarray) -> np.ndarray:

@@ -75,8 +75,7 @@ class ColumnGeneration:
         varying = varying_gpus(problem)
         if not varying and not np.any(problem.least < problem.replicas):
             return solved
-        best = np.where(problem.allowed, problem.total[np.ix_(problem.part.stages, problem.part.clusters)], -np.inf)
-        bound = float(np.sum(np.where(problem.blocked, 0.0, problem.values * (1.0 + best.max(axis=1, initial=-1.0)))))
+        bound = float(np.sum(np.where(problem.blocked, 0.0, problem.values * (1.0 + _best_scores(problem)))))
         return replace(solved, bound=max(bound, solved.objective), proven=solved.proven and not varying)
 
 
@@ -128,7 +127,29 @@ def fleet_solver(model: FleetModel, settings: Settings, pairs: int, least: int) 
     return Incremental(settings.previous, settings.recorded, allow_unplaced=settings.allow_unplaced)
 
 
+def _best_scores(problem: Problem) -> np.ndarray:
+    """Each stage's best score on a cluster it is allowed on (-1 where there is none), a block
+    of stages at a time (:data:`_STAGE_BLOCK`)."""
+    best = np.empty(len(problem.stages))
+    for low in range(0, len(problem.stages), _STAGE_BLOCK):
+        stages = problem.part.stages[low: low + _STAGE_BLOCK]
+        scores = np.where(problem.allowed[low: low + _STAGE_BLOCK],
+                          problem.total[np.ix_(stages, problem.part.clusters)], -np.inf)
+        best[low: low + len(stages)] = scores.max(axis=1, initial=-1.0)
+    return best
+
+
 def varying_gpus(problem: Problem) -> bool:
-    """Whether some stage of ``problem`` takes different GPUs per replica on different clusters."""
-    stage, cluster = np.nonzero(problem.allowed)
-    return bool(np.any(problem.gpus_at(stage, cluster) != problem.demand[0, stage]))
+    """Whether some stage of ``problem`` takes different GPUs per replica on different clusters
+    (a block of stages at a time)."""
+    for low in range(0, len(problem.stages), _STAGE_BLOCK):
+        stage, cluster = np.nonzero(problem.allowed[low: low + _STAGE_BLOCK])
+        stage += low
+        if np.any(problem.gpus_at(stage, cluster) != problem.demand[0, stage]):
+            return True
+    return False
+
+
+#: Stages whose pairs :func:`varying_gpus` and :func:`_best_scores` look at together: a
+#: large fleet's ~10 million pairs at once took several arrays of 80 MB each.
+_STAGE_BLOCK = 1024

@@ -230,39 +230,29 @@ def _large(problem: Problem, count: np.ndarray | None = None) -> _Large:
     allowed[problem.blocked] = False
     pair_stage, pair_cluster = (a.astype(np.int32) for a in np.nonzero(allowed))
     del allowed
-    total = problem.total_at(pair_stage, pair_cluster)
-    values, replicas, gang, shared_stage = problem.values, problem.replicas, problem.gang, problem.shared
-    n_clusters = len(problem.clusters)
+    values, replicas, shared_stage = problem.values, problem.replicas, problem.shared
     coefficients = stage_coefficients(problem)
-    previous = problem.previous_at(pair_stage, pair_cluster)
-    move = np.where(gang[pair_stage], problem.move_cost * values[pair_stage] * previous / replicas[pair_stage], 0.0)
-    keep_pair = np.flatnonzero((previous > 0) & ~gang[pair_stage])
-    pair_lower = np.zeros(len(pair_stage))
-    key = pair_stage.astype(np.int64) * n_clusters + pair_cluster
-    for s in np.flatnonzero(~problem.blocked).tolist():
-        for c in problem.ha[s]:
-            hit = np.searchsorted(key, s * n_clusters + c)  # not blocked: allowed here
-            pair_lower[hit] = problem.minimum[s] / replicas[s]
-    # Ties go to the first cluster by name: a later cluster gives up a relative TIE_BREAK at most
-    # (the objective is computed from the scores, the bound divides by 1 - TIE_BREAK).
-    gain = values[pair_stage] * (1.0 + total) * (1.0 - TIE_BREAK * pair_cluster / n_clusters)
+    gain, move, kept = _pair_terms(problem, pair_stage, pair_cluster)
+    keep_pair = np.flatnonzero(kept)
+    keep_stage, keep_cluster = pair_stage[keep_pair], pair_cluster[keep_pair]
+    del kept
     return _Large(
         pair_stage=pair_stage,
         pair_cluster=pair_cluster,
         gain=gain,
         move=move,
-        pair_lower=pair_lower,
+        pair_lower=_pair_lower(problem, pair_stage, pair_cluster),
         coefficients=coefficients,
         replicas=replicas,
         stages=len(problem.stages),
-        clusters=n_clusters,
+        clusters=len(problem.clusters),
         shared=bool(shared_stage.any()),
         slots=problem.slots,
         unit=problem.unit,
         capacity=problem.capacity,
         keep_pair=keep_pair,
-        keep_upper=previous[keep_pair] / replicas[pair_stage[keep_pair]],
-        keep_reward=problem.move_cost * values[pair_stage[keep_pair]],
+        keep_upper=problem.previous_at(keep_stage, keep_cluster) / replicas[keep_stage],
+        keep_reward=problem.move_cost * values[keep_stage],
         penalty=UNPLACED_PENALTY * values,
         headroom=_Headroom.of(problem),
         caps=_Caps.of(problem),
@@ -276,6 +266,51 @@ def stage_coefficients(problem: Problem) -> np.ndarray:
     demand = problem.demand * problem.replicas
     whole_gpus, shared_slots = rules.gpus_as(demand[0], problem.shared)
     return np.stack([whole_gpus, demand[1], demand[2], shared_slots])
+
+
+#: Pairs :func:`_pair_terms` computes at a time: each term of a pair is a float, and a
+#: fleet's ~10 million pairs at once were ~80 MB per temporary array.
+_PAIR_CHUNK = 1 << 20
+
+
+def _pair_terms(problem: Problem, pair_stage: np.ndarray, pair_cluster: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each pair's gain (its stage's value times one plus its score, a later cluster giving up
+    a relative :data:`TIE_BREAK` at most), its move-cost reward (a gang pair on its previous
+    cluster, else 0), and whether it is a kept Deployment pair (previous replicas there),
+    computed a chunk of pairs at a time: the same numbers as over all pairs at once."""
+    values, replicas, gang, n_clusters = problem.values, problem.replicas, problem.gang, len(problem.clusters)
+    gain, kept = np.empty(len(pair_stage)), np.empty(len(pair_stage), dtype=bool)
+    move = np.zeros(len(pair_stage))  # only what is not +0.0 is written: pages of zeros take no memory
+    for start in range(0, len(pair_stage), _PAIR_CHUNK):
+        chunk = slice(start, start + _PAIR_CHUNK)
+        stage, cluster = pair_stage[chunk], pair_cluster[chunk]
+        previous = problem.previous_at(stage, cluster)
+        reward = np.where(gang[stage], problem.move_cost * values[stage] * previous / replicas[stage], 0.0)
+        written = np.flatnonzero(reward.view(np.uint64))  # -0.0 too, bit for bit
+        move[start + written] = reward[written]
+        kept[chunk] = (previous > 0) & ~gang[stage]
+        # Ties go to the first cluster by name: a later cluster gives up a relative TIE_BREAK at most
+        # (the objective is computed from the scores, the bound divides by 1 - TIE_BREAK).
+        gain[chunk] = (values[stage] * (1.0 + problem.total_at(stage, cluster))
+                       * (1.0 - TIE_BREAK * cluster / n_clusters))
+    return gain, move, kept
+
+
+def _pair_lower(problem: Problem, pair_stage: np.ndarray, pair_cluster: np.ndarray) -> np.ndarray:
+    """Each pair's floor while its stage is placed: min / replicas on a multiCluster
+    cluster, else 0."""
+    pair_lower = np.zeros(len(pair_stage))
+    ha = [s for s in np.flatnonzero(~problem.blocked).tolist() if problem.ha[s]]
+    if not ha:
+        return pair_lower
+    n_clusters = len(problem.clusters)
+    key = pair_stage.astype(np.int64) * n_clusters + pair_cluster
+    for s in ha:
+        for c in problem.ha[s]:
+            hit = np.searchsorted(key, s * n_clusters + c)  # not blocked: allowed here
+            pair_lower[hit] = problem.minimum[s] / problem.replicas[s]
+    return pair_lower
 
 
 @dataclass(frozen=True, eq=False)

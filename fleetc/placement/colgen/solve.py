@@ -12,7 +12,7 @@ import numpy as np
 from fleetc.placement.colgen import columns as column_generation
 from fleetc.placement.colgen.columns import BOUND_GAP, _generate_columns, _lagrangian, _Master, _Relaxed, _start_master
 from fleetc.placement.colgen.improve import _improve
-from fleetc.placement.colgen.large import TIE_BREAK, _Large, _large, stage_coefficients
+from fleetc.placement.colgen.large import _PAIR_CHUNK, TIE_BREAK, _Large, _large, stage_coefficients
 from fleetc.placement.colgen.reach import _reach
 from fleetc.placement.colgen.repair import _repair
 from fleetc.placement.colgen.room import _Rounding
@@ -69,7 +69,7 @@ def solve_large(problem: Problem, budget: Budget) -> Solved:
 def _leaves_out(large: _Large, replicas_at: np.ndarray) -> bool:
     """Whether ``replicas_at`` leaves out a stage the LP may place (multiCluster conflicts,
     which have no pairs, do not count)."""
-    in_lp = np.bincount(large.pair_stage, minlength=large.stages) > 0
+    in_lp = np.diff(large.pair_range) > 0  # not a count of pair_stage: it would copy it as int64
     return bool(np.any(in_lp & ~replicas_at.any(axis=1)))
 
 
@@ -260,9 +260,13 @@ def _spread(large: _Large, lp: _Large, relaxed: _Relaxed, type_of: np.ndarray) -
     kind_pairs = np.concatenate(kind_pair) if kind_pair else np.zeros(0, dtype=np.int64)
     stage_pairs = large.pair_range[stage] + (kind_pairs - lp.pair_range[type_of[stage]])
     order = np.argsort(stage_pairs, kind="stable")
-    per_stage = np.diff(large.pair_range)
-    offset = np.repeat(lp.pair_range[type_of] - large.pair_range[:-1], per_stage)
-    reduced = relaxed.reduced[np.arange(len(large.pair_stage)) + offset]
+    # pair p of stage s is pair p + shift[s] of its kind, a chunk of pairs at a time (~10
+    # million pairs at 1,000 x 20,000: three arrays of them at once were 240 MB)
+    shift = lp.pair_range[type_of] - large.pair_range[:-1]
+    reduced = np.empty(len(large.pair_stage))
+    for low in range(0, len(large.pair_stage), _PAIR_CHUNK):
+        chunk = large.pair_stage[low: low + _PAIR_CHUNK]  # the chunk's pairs' stages
+        reduced[low: low + len(chunk)] = relaxed.reduced[np.arange(low, low + len(chunk)) + shift[chunk]]
     return _Relaxed(relaxed.fixed, stage_pairs[order], np.concatenate(share_of)[order] if share_of else np.zeros(0),
                     relaxed.objective, reduced, relaxed.upper, relaxed.bound_dual, relaxed.converged)
 

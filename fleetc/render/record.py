@@ -16,7 +16,8 @@ change reaches a few folders of 1,000.
 The inputs digest must change whenever the folder's bytes could, so it reads every fact the
 renderer can reach from a cluster's work, and errs wide where that is cheap: a stage counts
 with its whole pipeline (its dependencies and dependants, its from: inputs), a URL with every
-stage writing it, a namespace with its pipelines (and their policy files) and the Secrets named in it, and everything
+stage writing it, a namespace with what is read of its pipelines (one or more, the first with its
+policy file, the sovereign platform governing one) and the Secrets named in it, and everything
 the model holds beyond stages and clusters (platforms, teams, policies, GitOps settings) counts
 for every folder. ``tests/test_render_record.py`` holds an incremental recompile to a full one
 byte for byte over edits of every kind, and :data:`RENDER_VERSION` (in every digest) is bumped

@@ -139,9 +139,9 @@ def relaxation_bound(problem: Problem, left_out: bool, deadline: float | None) -
         return math.inf
     try:
         lp, master, relaxed = _relaxation(fresh, stage_coefficients(fresh), kinds, deadline)
-    except OutOfTime:
+        return _bound(lp, master, relaxed, left_out, deadline)
+    except OutOfTime:  # the user's deadline: the caller's own bound stands
         return math.inf
-    return _bound(lp, master, relaxed, left_out, deadline)
 
 
 def _relaxation(problem: Problem, coefficients: np.ndarray, kinds: tuple[np.ndarray, np.ndarray],

@@ -66,7 +66,7 @@ from fleetc.emit.ownership import (
     refuse_disowning,
     refuse_unproven_deletions,
 )
-from fleetc.emit.reuse import check_kept, reusable_folders, verify_kept
+from fleetc.emit.reuse import check_kept, reusable_folders, stamp_holds, verify_kept
 from fleetc.emit.staging import (
     remove_stale_staging,
     restore_stranded,
@@ -183,8 +183,7 @@ def _stage_and_swap(out_dir: Path, files: Mapping[str, str], then: Callable[[], 
         _write_files(staging, owned, previous)
         ours = set(owned)
         if kept is not None and previous is not None:
-            _keep_files(staging, previous, kept.paths)
-            verify_kept(staging, kept, out_dir)
+            verify_kept(staging, kept, out_dir, _keep_files(staging, previous, kept.paths, kept.source.stamps))
             ours.update(kept.paths)
         carried = [] if previous is None else _carry_foreign_files(out_dir, staging, ours)
         _write_files(staging, {rel: text for rel, text in files.items()
@@ -237,10 +236,14 @@ def recover_output(out_dir: Path) -> bool:
     return restored
 
 
-def _keep_files(staging: Path, previous: Path, paths: Sequence[str]) -> None:
+def _keep_files(staging: Path, previous: Path, paths: Sequence[str], stamps: Mapping[str, tuple[int, ...]]
+                ) -> set[str]:
     """Hard-link the files ``paths`` of the previous tree into the new one (checked byte for byte
     before: :func:`reusable_folders`), or copy them where a link would share more than the old tree's
-    inode (see :func:`_link_unchanged`)."""
+    inode (see :func:`_link_unchanged`). The paths whose ``stamps`` do not show them unchanged
+    since the check, before and after the link (:func:`~fleetc.emit.reuse.stamp_holds`): what
+    must be read and hashed again."""
+    unproven: set[str] = set()
     by_folder: dict[str, list[str]] = defaultdict(list)
     for rel in paths:
         folder, _, name = rel.rpartition("/")
@@ -252,8 +255,13 @@ def _keep_files(staging: Path, previous: Path, paths: Sequence[str]) -> None:
         previous_fd = open_previous_folder(previous, folder)
         try:
             for name in names:
+                rel, stamp = f"{folder}/{name}", stamps.get(f"{folder}/{name}")
+                before = stamp is not None and previous_fd is not None and stamp_holds(previous_fd, name, stamp)
                 if previous_fd is not None and _link(previous_fd, folder_fd, name):
+                    if not (before and stamp is not None and stamp_holds(folder_fd, name, stamp, linked=True)):
+                        unproven.add(rel)
                     continue
+                unproven.add(rel)
                 data = None if previous_fd is None else read_regular(previous_fd, name)
                 if data is None:
                     raise WriteError(f"{previous / folder / name}: removed while this compile ran; nothing was "
@@ -263,6 +271,7 @@ def _keep_files(staging: Path, previous: Path, paths: Sequence[str]) -> None:
             os.close(folder_fd)
             if previous_fd is not None:
                 os.close(previous_fd)
+    return unproven
 
 
 def _write_files(staging: Path, files: Mapping[str, str], previous: Path | None) -> None:

@@ -35,6 +35,13 @@ def read_regular(folder_fd: int, name: str, linkable_under: int | None = None, l
     with ``linkable_under`` (a umask) where it is not :func:`_linkable` (with ``links`` links), or
     with ``marked`` where it carries no valid mark (:mod:`fleetc.infra.marks`). With ``mark_if``:
     a file holding those bytes (what fleetc renders there) is marked as fleetc's."""
+    found = read_regular_stat(folder_fd, name, linkable_under, links, marked=marked, mark_if=mark_if)
+    return None if found is None else found[0]
+
+
+def read_regular_stat(folder_fd: int, name: str, linkable_under: int | None = None, links: int = 1, *,
+                      marked: bool = False, mark_if: bytes | None = None) -> tuple[bytes, os.stat_result] | None:
+    """:func:`read_regular`, with the file's stat as it was read."""
     try:
         fd = os.open(name, _READ_PREVIOUS, dir_fd=folder_fd)
     except OSError:
@@ -48,7 +55,7 @@ def read_regular(folder_fd: int, name: str, linkable_under: int | None = None, l
             return None
         if mark_if is not None and data == mark_if:
             marks.ensure_mark(fd, data, info)
-        return data
+        return data, info
     finally:
         os.close(fd)
 

@@ -74,11 +74,15 @@ class Reusable:
     (:func:`fleetc.emit.reusable_folders` read and hashed them), with those files' paths.
 
     ``identity`` tells the output folder as it was read from a folder written since (its
-    inode, its records' inodes and times): the writer keeps files only from the tree checked."""
+    inode, its records' inodes and times): the writer keeps files only from the tree checked.
+    ``stamps``: each file's stamp as it was read and hashed, those of files unchanged long
+    enough before the check (:func:`fleetc.emit.reuse.file_stamp`); a file whose stamp still
+    holds once linked into the new tree is not read and hashed again."""
 
     folders: Mapping[str, Folder] = field(default_factory=dict)
     paths: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     identity: tuple[int, ...] = ()
+    stamps: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -253,7 +253,8 @@ def _summary(compiled: Any, out: Path) -> dict[str, Any]:
         "gap": round(placement.gap, 6),
         "optimal": placement.optimal,
         "timeLimitReached": placement.time_limit,
-        **({"recompiled": {"touched": placement.recompiled.touched, "candidates": placement.recompiled.candidates}}
+        **({"recompiled": {"touched": placement.recompiled.touched, "candidates": placement.recompiled.candidates,
+                           "bound": "lp" if placement.recompiled.lp_bound else "lagrangian"}}
            if placement.recompiled is not None else {}),
         "warnings": [w.as_dict() for w in compiled.warnings],
     }
@@ -368,10 +369,11 @@ def _write(compiled: Any, out: Path, output_format: str, verbose: bool = False) 
         ran_out = "" if limit is None else f", the time limit of {limit:g}s ran out"
         stages = (f"{placed} of {len(compiled.placement.stages)} stages, {left_out} left out "
                   "(--allow-unplaced)" if left_out else _plural(placed, "stage"))
-        bound = "its Lagrangian bound" if compiled.placement.recompiled is not None else "the LP bound"
+        recompiled = compiled.placement.recompiled
+        bound = "its Lagrangian bound" if recompiled is not None and not recompiled.lp_bound else "the LP bound"
         proven = ("optimal" if compiled.placement.optimal
                   else f"proven within {compiled.placement.gap:.2%} of {bound}")
-        if (recompiled := compiled.placement.recompiled) is not None:
+        if recompiled is not None:
             click.echo(f"re-placed {_plural(recompiled.touched, 'stage')} touched by the change "
                        f"({_plural(recompiled.candidates, 'candidate')}); gap {compiled.placement.gap:.2%}")
         click.echo(f"placed {stages} ({proven}{ran_out}); wrote {_plural(_file_count(compiled), 'file')}"

@@ -517,10 +517,12 @@ class StagePlacement:
 class Recompile:
     """What an incremental recompile re-solved (:mod:`fleetc.placement.incremental`): the stages
     the change touched, and the candidates its last neighbourhood MILP placed (those and the
-    residents it let move)."""
+    residents it let move); ``lp_bound`` whether its bound is the LP's over the whole fleet
+    (:func:`fleetc.placement.colgen.solve.relaxation_bound`), else a Lagrangian one."""
 
     touched: int
     candidates: int
+    lp_bound: bool = True
 
 
 @dataclass(frozen=True)

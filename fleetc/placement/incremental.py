@@ -79,10 +79,11 @@ class Recompiled(Solved):
     placement's objective (the relaxation's, else :func:`lagrangian_bound`), and ``proven`` False when stages left out
     before stay out without a proof that nothing places them; and ``touched`` the stages the
     change touched, ``candidates`` the stages the last neighbourhood MILP re-placed (touched
-    ones and the residents it let move)."""
+    ones and the residents it let move), ``lp_bound`` whether the bound is the relaxation's."""
 
     touched: int = 0
     candidates: int = 0
+    lp_bound: bool = False
 
 
 def recompile(whole: Problem, previous: PreviousClusters, recorded: Mapping[str, Recorded] | None, budget: Budget,
@@ -114,7 +115,8 @@ def recompile(whole: Problem, previous: PreviousClusters, recorded: Mapping[str,
     left_out = bool(np.any(whole.allowed.any(axis=1) & ~whole.blocked
                            & ~np.isin(np.arange(len(model.stages)), placed.stage)))
     bound = relaxation_bound(whole, left_out, budget.deadline)
-    if not np.isfinite(bound):  # stages too diverse for the relaxation's kinds
+    lp_bound = bool(np.isfinite(bound))
+    if not lp_bound:  # stages too diverse for the relaxation's kinds
         bound = _bound(whole, placed, BOUND_STEPS)
     # The previous placement's matrix becomes the new one (no second (S, C) matrix): every
     # stage but the touched and moved ones is as it was.
@@ -123,7 +125,7 @@ def recompile(whole: Problem, previous: PreviousClusters, recorded: Mapping[str,
     mine = rows[placed.stage]
     replicas_at[placed.stage[mine], placed.cluster[mine]] = placed.count[mine]
     return Recompiled(replicas_at, objective, max(bound, objective), "incremental", proven,
-                      int(touched.sum()), int(movable.sum()))
+                      int(touched.sum()), int(movable.sum()), lp_bound)
 
 
 def coupled(model: FleetModel) -> bool:

@@ -152,7 +152,8 @@ def _solve_fleet(model: FleetModel, scores: Scores, settings: Settings, budget: 
         except Declined:
             pass
         else:
-            recompiled = Recompile(solved.touched, solved.candidates) if isinstance(solved, Recompiled) else None
+            recompiled = (Recompile(solved.touched, solved.candidates, solved.lp_bound)
+                          if isinstance(solved, Recompiled) else None)
             return _Solution(solved.replicas_at, solved.objective, solved.bound, {solved.method}, solved.proven,
                              blocked, recompiled)
     return _solve_all(model, scores, settings, budget)

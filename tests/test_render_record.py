@@ -358,14 +358,17 @@ TARGETED = {
 def test_a_pipeline_joining_a_shared_namespace_leaves_the_clusters_it_does_not_run_on(tmp_path: Path) -> None:
     """Namespace ml already serves two pipelines (llm on train-a100 and serve-l4, aaa on
     serve-l4); a third one on serve-l4 changes nothing train-a100's objects read of the
-    namespace (not one pipeline, the same first one, no sovereign platform), so its folder
-    is kept, and the result is what rendering everything writes. Before, every pipeline of a
-    namespace counted for every cluster it had a stage on: a new pipeline at 1,000 x 20,000
-    re-rendered 123,000 files of 173,000."""
+    namespace (not one pipeline, the same first one, no sovereign platform; the Secret it names
+    is for a URL no stage of train-a100 reaches), so its folder is kept, and the result is what
+    rendering everything writes. Before, every pipeline and Secret of a namespace counted for
+    every cluster it had a stage on: a new pipeline at 1,000 x 20,000 re-rendered 123,000 files
+    of 173,000."""
     workdir, _ = case_folder("two-cluster-pipeline", tmp_path)
     _pipeline_beside(workdir / "policies", "aaa")
     compile_into(workdir, "out", reuse=False)
-    _pipeline_beside(workdir / "policies", "zzz")
+    # reading a bucket of its own with a Secret it names: the namespace's Secrets change too
+    _pipeline_beside(workdir / "policies", "zzz", [{"name": "own", "source": "s3://zzz-only/",
+                                                    "secretName": "zzz-store"}])
     compiled, kept, full = recompiled_both_ways(workdir)
     assert kept == full
     assert compiled.kept is not None and compiled.kept.clusters == ("train-a100",)

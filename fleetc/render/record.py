@@ -151,6 +151,7 @@ class _SharedInputs:
     pipelines: Mapping[str, str]
     namespaces: Mapping[str, str]
     guarantees: Mapping[str, list[tuple[str, int]]]
+    urls: Mapping[str, frozenset[str]]  # pipeline -> every URL its stages read or write
 
 
 def _shared_inputs(ctx: Context) -> _SharedInputs:
@@ -161,8 +162,11 @@ def _shared_inputs(ctx: Context) -> _SharedInputs:
                   model.platforms, model.gpu_policy, model.data_policies, model.move_cost, model.gitops,
                   model.teams, model.budgets, ctx.gpu_slots, ctx.fleet_source("")))
     texts = {stage.key: repr(stage) for stage in model.stages}
+    urls: dict[str, set[str]] = defaultdict(set)
+    for stage in model.stages:
+        urls[stage.pipeline] |= {url for _, url in ctx.input_urls(stage)} | {o.url for o in stage.outputs}
     return _SharedInputs(fleet, texts, _pipeline_digests(ctx, texts), _namespace_digests(ctx),
-                         _guarantees_by_cluster(ctx))
+                         _guarantees_by_cluster(ctx), {name: frozenset(found) for name, found in urls.items()})
 
 
 def _pipeline_digests(ctx: Context, texts: Mapping[str, str]) -> dict[str, str]:
@@ -174,12 +178,9 @@ def _pipeline_digests(ctx: Context, texts: Mapping[str, str]) -> dict[str, str]:
 
 
 def _namespace_digests(ctx: Context) -> dict[str, str]:
-    """Namespace -> the digest of what the renderer reads of its pipelines (:func:`_namespace_reads`)
-    and its storage secrets."""
-    secrets: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    for (namespace, url), secret in sorted(ctx.storage_secrets.items()):
-        secrets[namespace].append((url, secret))
-    return {name: _digest(repr((_namespace_reads(ctx, name, members), secrets.get(name, []))))
+    """Namespace -> the digest of what the renderer reads of its pipelines (:func:`_namespace_reads`;
+    its storage Secrets are digested per URL a cluster's stages reach, :func:`_data_lines`)."""
+    return {name: _digest(repr(_namespace_reads(ctx, name, members)))
             for name, members in ctx.namespace_pipelines.items()}
 
 
@@ -216,15 +217,20 @@ def _cluster_lines(ctx: Context, shared: _SharedInputs, cluster: Cluster, placed
 
 def _data_lines(ctx: Context, shared: _SharedInputs, placed: Work) -> list[str]:
     """The URLs the stages ``placed`` read and write with each one's writers, then the digests of
-    the pipelines of those stages and writers, and of the stages' namespaces."""
+    the pipelines of those stages and writers, of the stages' namespaces, and the storage Secret
+    each of those namespaces names for a URL of those pipelines (a Secret is looked up by
+    namespace and URL: one named for another URL, by another pipeline, does not count)."""
     urls = sorted({ctx.input_url(stage, item) for stage, _ in placed for item in stage.inputs}
                   | {output.url for stage, _ in placed for output in stage.outputs})
     writers = {url: ctx.writers.get(url, ()) for url in urls}
     lines = [f"{url} {' '.join(writer.key for writer in writers[url])}" for url in urls]
     named = {stage.pipeline for stage, _ in placed} | {w.pipeline for ws in writers.values() for w in ws}
     lines += [f"{name} {shared.pipelines[name]}" for name in sorted(named)]
-    lines += [f"{name} {shared.namespaces[name]}" for name in sorted({stage.namespace for stage, _ in placed})]
-    return lines
+    namespaces = sorted({stage.namespace for stage, _ in placed})
+    lines += [f"{name} {shared.namespaces[name]}" for name in namespaces]
+    reached = sorted(set(urls).union(*(shared.urls.get(name, frozenset()) for name in named)))
+    return lines + [f"{namespace} {url} {ctx.storage_secrets[namespace, url]}" for namespace in namespaces
+                    for url in reached if (namespace, url) in ctx.storage_secrets]
 
 
 def _base(ctx: Context, stage: Stage) -> Stage | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from fleetc.placement.colgen.large import _past
-from fleetc.placement.colgen.room import _fixed_need, _Rounding, _taken
+from fleetc.placement.colgen.room import _fixed_need, _free, _Rounding, _taken
 from fleetc.placement.problem import Budget
 from fleetc.placement.program import (
     HighsDirect,
@@ -38,7 +38,9 @@ def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
     in the capacity the other stages leave, every one of them placed. When that is impossible
     the neighbourhood grows by the stages on the clusters its stages may use, up to
     :data:`REACH_PAIRS` pairs, while the neighbourhoods tried hold :data:`REACH_WORK` pairs in
-    all (each MILP within :data:`REACH_NODES` nodes; the user's deadline a safety net).
+    all (each MILP within :data:`REACH_NODES` nodes; the user's deadline a safety net). When
+    that growth is over :data:`REACH_PAIRS`, the neighbourhood grows first by the stages on the
+    clusters its stages may use that have GPUs free (:func:`_grown`).
 
     The repair moves one or two stages out of the way; a full fleet can need a chain of moves
     across many clusters, which the MILP finds as a whole. Whether the stages left out are
@@ -52,13 +54,15 @@ def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
     allowed = np.zeros((large.stages, large.clusters), dtype=bool)
     allowed[large.pair_stage, large.pair_cluster] = True
     work = 0
+    tried = np.zeros_like(members)  # the last neighbourhood solved: a growth must add to it
     while True:
-        grown = members | replicas_at[:, allowed[members].any(axis=0)].any(axis=1)
+        grown = _grown(r, members, allowed, replicas_at)
         stages = np.flatnonzero(grown)
         pairs = int(allowed[stages].sum())
         work += pairs
-        if pairs > REACH_PAIRS or work > REACH_WORK or _past(r.deadline):
+        if pairs > REACH_PAIRS or work > REACH_WORK or _past(r.deadline) or not (grown & ~tried).any():
             return False
+        tried = grown
         columns = np.union1d(np.flatnonzero(allowed[stages].any(axis=0)), large.headroom.members)
         before = replicas_at[stages].copy()
         replicas_at[stages] = 0
@@ -77,6 +81,29 @@ def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
         if not result.infeasible or closed:
             return result.infeasible and closed
         members = grown
+
+
+def _grown(r: _Rounding, members: np.ndarray, allowed: np.ndarray, replicas_at: np.ndarray) -> np.ndarray:
+    """:func:`_reach`'s next neighbourhood around ``members``: them and the stages on every
+    cluster they may use; when that is over :data:`REACH_PAIRS` pairs, them and the stages on
+    those of these clusters with GPUs (or time-sliced slots) free, whose stages hold that room
+    behind their cores or memory, and could make it usable by moving.
+
+    On a full fleet the room a stage left out needs can be there, scattered over a few clusters
+    and stranded: ``bench.generate`` 100 x 2,000 at load 1.0, nodes of 6, 8 and 8 GPUs, seed 3,
+    left a 4-GPU h100 gang out with 4 GPUs free (2 on c0001-h100, 1 on c0020-h100, 1 on
+    c0014-a100, whose cores were all taken). The first neighbourhood (the gang and the 213
+    stages on h100 clusters, 9,612 pairs) could not place it, and the whole next ring was the
+    whole fleet (104,594 pairs); adding the 19 stages of c0014-a100 (11,385 pairs) places all
+    2,000, the verifier accepting it."""
+    reachable = allowed[members].any(axis=0)
+    grown: np.ndarray = members | replicas_at[:, reachable].any(axis=1)
+    if int(allowed[grown].sum()) <= REACH_PAIRS:
+        return grown
+    free = _free(r.large, _taken(r.large, replicas_at))
+    roomy = reachable & ((free[0] > 1e-9) | (free[3] > 1e-9))
+    narrow: np.ndarray = members | replicas_at[:, roomy].any(axis=1)
+    return narrow
 
 
 def _place_most(r: _Rounding, program: Program, stages: np.ndarray, columns: np.ndarray,

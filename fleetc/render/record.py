@@ -17,7 +17,8 @@ The inputs digest must change whenever the folder's bytes could, so it reads eve
 renderer can reach from a cluster's work, and errs wide where that is cheap: a stage counts
 with its whole pipeline (its dependencies and dependants, its from: inputs), a URL with every
 stage writing it, a namespace with what is read of its pipelines (one or more, the first with its
-policy file, the sovereign platform governing one) and the Secrets named in it, and everything
+policy file, the sovereign platform governing one) and the Secrets it names for the URLs of
+the pipelines the cluster's stages and their writers belong to, and everything
 the model holds beyond stages and clusters (platforms, teams, policies, GitOps settings) counts
 for every folder. ``tests/test_render_record.py`` holds an incremental recompile to a full one
 byte for byte over edits of every kind, and :data:`RENDER_VERSION` (in every digest) is bumped
@@ -228,7 +229,7 @@ def _data_lines(ctx: Context, shared: _SharedInputs, placed: Work) -> list[str]:
     lines += [f"{name} {shared.pipelines[name]}" for name in sorted(named)]
     namespaces = sorted({stage.namespace for stage, _ in placed})
     lines += [f"{name} {shared.namespaces[name]}" for name in namespaces]
-    reached = sorted(set(urls).union(*(shared.urls.get(name, frozenset()) for name in named)))
+    reached = sorted(frozenset().union(*(shared.urls[name] for name in named)))  # holds ``urls``
     return lines + [f"{namespace} {url} {ctx.storage_secrets[namespace, url]}" for namespace in namespaces
                     for url in reached if (namespace, url) in ctx.storage_secrets]
 

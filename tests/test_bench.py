@@ -238,6 +238,21 @@ CORES_FLEET = ("apiVersion: fleet.kurator.dev/v1alpha1\nkind: Fleet\nmetadata: {
 CORES_NODES = {"c": [(4000, 32 * 2**30)] * 2, "d": [(8000, 64 * 2**30)]}  # (millicores, bytes) per node
 
 
+def _cores_model(fleet: str) -> tuple[Any, Any]:
+    """``fleet`` with one pipeline of three DataProc stages asking 3, 3 and 2 cores (1 GiB
+    each), resolved, and its score matrix."""
+    from test_validate import PIPELINE, documents
+
+    from fleetc.placement.scoring import score_matrix
+
+    stages = "".join(f"  - {{name: s{i}, type: DataProc, command: [python, run.py], resources: {{cpu: {n}, "
+                     f"memory: 1Gi}}}}\n" for i, n in enumerate((3, 3, 2)))
+    policies, problems = validate(documents(fleet, PIPELINE + stages))
+    assert problems == []
+    model = resolve(policies, "test")
+    return model, score_matrix(model)
+
+
 def _brute_force_optimum(model: Any, scores: Any, per_node: bool) -> float:
     """The best objective of the placements of every stage (1 replica each) onto ``c`` or
     ``d``, the pods of each cluster fitting its nodes (``per_node``: some assignment of the
@@ -268,18 +283,11 @@ def test_the_exact_check_packs_pods_per_node(lazy: bool) -> None:
     to its nodes; the exact check's answer is the best placement that packs (found by brute
     force here), and fleetc's verifier accepts it. ``lazy``: the first solve's pods on ``c``
     do not pack, so ``c`` is packed per node in a second; else it is from the start."""
-    from test_validate import PIPELINE, documents
 
     from bench.exactcheck import solve_exactly
     from bench.nodepack import packing
-    from fleetc.placement.scoring import score_matrix
 
-    stages = "".join(f"  - {{name: s{i}, type: DataProc, command: [python, run.py], resources: {{cpu: {n}, "
-                     f"memory: 1Gi}}}}\n" for i, n in enumerate((3, 3, 2)))
-    policies, problems = validate(documents(CORES_FLEET, PIPELINE + stages))
-    assert problems == []
-    model = resolve(policies, "test")
-    scores = score_matrix(model)
+    model, scores = _cores_model(CORES_FLEET)
     relaxed, packed = _brute_force_optimum(model, scores, False), _brute_force_optimum(model, scores, True)
     assert relaxed > packed + 1e-6  # the totals alone would place all three on c
     exact = solve_exactly(model, scores, 60, lazy=lazy)
@@ -296,20 +304,12 @@ def test_the_exact_check_places_the_most_valuable_stages_that_pack_when_not_all_
     """One cluster of two 4-core nodes and pods of 3, 3 and 2 cores: no placement of all three
     packs (SCIP proves it), and the partial placement found, started from fleetc's, is the
     most valuable one that packs (by brute force: each stage on ``c`` or left out)."""
-    from test_validate import PIPELINE, documents
 
     from bench.exactcheck import solve_exactly
     from fleetc.model import Assignment, Placement, StagePlacement
     from fleetc.placement.optimize import place
-    from fleetc.placement.scoring import score_matrix
 
-    fleet = CORES_FLEET.split("  - {name: d")[0]
-    stages = "".join(f"  - {{name: s{i}, type: DataProc, command: [python, run.py], resources: {{cpu: {n}, "
-                     f"memory: 1Gi}}}}\n" for i, n in enumerate((3, 3, 2)))
-    policies, problems = validate(documents(fleet, PIPELINE + stages))
-    assert problems == []
-    model = resolve(policies, "test")
-    scores = score_matrix(model)
+    model, scores = _cores_model(CORES_FLEET.split("  - {name: d")[0])
     best = 0.0
     for on in itertools.product((True, False), repeat=3):
         cores = [s.cpu_millis for s, here in zip(model.stages, on, strict=True) if here]

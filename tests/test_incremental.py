@@ -56,6 +56,18 @@ def cordoned_cluster(placement: Placement) -> str:
     return min((n, name) for name, n in held.items() if n > 1)[1]
 
 
+def recompiled_and_solved_in_full(fleet: tuple[FleetModel, Placement], change: str
+                                  ) -> tuple[Placement, Placement, dict[str, dict[str, int]]]:
+    """The fleet after ``change`` (``gpu``: :func:`raised`, ``cordon``: :func:`cordoned`) placed
+    on top of its first placement incrementally and by the full solve, and that previous placement."""
+    model, first = fleet
+    changed = raised(model)[0] if change == "gpu" else cordoned(model, first)
+    previous, recorded = where(first), recorded_of(model, first)
+    quick = optimize.place(changed, previous=previous, recorded=recorded, allow_unplaced=True, incremental=0)
+    full = optimize.place(changed, previous=previous, recorded=recorded, allow_unplaced=True, incremental=10**9)
+    return quick, full, previous
+
+
 @pytest.fixture(scope="module")
 def fleet() -> tuple[FleetModel, Placement]:
     model = model_of(Spec(clusters=12, stages=90, load=0.9, seed=3))
@@ -65,11 +77,7 @@ def fleet() -> tuple[FleetModel, Placement]:
 @pytest.mark.parametrize("change", ["gpu", "cordon"])
 def test_a_recompile_re_solves_what_the_change_touched_within_its_gap_of_the_full_solve(
         fleet: tuple[FleetModel, Placement], change: str) -> None:
-    model, first = fleet
-    changed = raised(model)[0] if change == "gpu" else cordoned(model, first)
-    previous, recorded = where(first), recorded_of(model, first)
-    quick = optimize.place(changed, previous=previous, recorded=recorded, allow_unplaced=True, incremental=0)
-    full = optimize.place(changed, previous=previous, recorded=recorded, allow_unplaced=True, incremental=10**9)
+    quick, full, previous = recompiled_and_solved_in_full(fleet, change)
     assert quick.method == "incremental" and full.method == "milp"
     assert quick.recompiled is not None and quick.recompiled.touched >= 1
     moved = [key for key, clusters in where(quick).items() if previous.get(key) != clusters]
@@ -94,11 +102,7 @@ def test_a_recompile_reports_its_gap_against_a_bound_as_tight_as_the_full_solves
     the full solve's: a Lagrangian one with a price per cluster was 0.09% and 0.24% above the
     full solve's bound here (the gap reported 1.5-2.5x the placement's), and the relaxation
     whose kinds ask their least cores and memory 0.016%."""
-    model, first = larger_fleet
-    changed = raised(model)[0] if change == "gpu" else cordoned(model, first)
-    previous, recorded = where(first), recorded_of(model, first)
-    quick = optimize.place(changed, previous=previous, recorded=recorded, allow_unplaced=True, incremental=0)
-    full = optimize.place(changed, previous=previous, recorded=recorded, allow_unplaced=True, incremental=10**9)
+    quick, full, _ = recompiled_and_solved_in_full(larger_fleet, change)
     assert quick.method == "incremental" and full.method != "incremental"
     assert quick.recompiled is not None and quick.recompiled.lp_bound
     assert full.objective <= quick.bound + 1e-6  # valid for the whole fleet

@@ -12,7 +12,8 @@ over its vector ``v = [x | y | u | z | w | k | d]``:
 
 The default solver is HiGHS (``HIGHS``); ``fleetc compile --solver NAME`` picks any MILP solver
 cvxpy finds installed (``SCIP``, ``GUROBI``, ``CBC``...). cvxpy is imported here only, and only
-when a program is solved: ``import cvxpy`` costs about a second, which ``validate``, ``--check``
+when a program is solved (:func:`fleetc.infra.lazyimport.import_cvxpy`, without ``scipy.stats``):
+``import cvxpy`` costs about half a second even so, which ``validate``, ``--check``
 and a compile whose placement is given back never pay. The large path keeps HiGHS direct
 (:mod:`fleetc.placement.highs`): its master LP grows by columns and re-optimises from the last
 basis, which cvxpy cannot do.
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from fleetc.errors import InternalError
+from fleetc.infra.lazyimport import import_cvxpy
 from fleetc.placement import highs
 from fleetc.placement.problem import Budget, Problem
 from fleetc.placement.program import (
@@ -138,6 +140,7 @@ def _identity(program: Program, solver: str, *, require_all: bool, integral: boo
 def _solve_program(program: Program, budget: Budget, *, require_all: bool, integral: bool,
                    absolute_gap: float | None) -> Result:
     """:func:`solve_program`, solved."""
+    import_cvxpy()
     import cvxpy as cp
 
     solver, deadline = budget.solver, budget.deadline

@@ -141,13 +141,24 @@ def test_counting_proves_only_what_the_relaxation_proves(spec: Spec, monkeypatch
         assert program.solve_program(built, Budget(None), require_all=True, integral=False).infeasible
 
 
-@pytest.mark.parametrize("gangs", [2, 3])
-def test_counting_finds_the_clusters_their_stages_overfill(gangs: int) -> None:
-    """Gangs of 4 a100 that may run only on an 8-GPU a100 cluster, beside an h100 cluster with
-    room: two fit, three are short of room (12 GPUs on 8), and the LP relaxation agrees."""
+def gangs_beside_roomy_h100(gangs: int) -> program.Program:
+    """The program of ``gangs`` gangs of 4 a100 that may run only on an 8-GPU a100 cluster,
+    and one that may also run on an h100 cluster with room."""
     model = make_fleet((make_cluster("a", gpu_type="a100"), make_cluster("h", gpu_type="h100")),
                        tuple(make_stage(f"train{i}", gpus=4, gpu_type="a100") for i in range(gangs))
                        + (make_stage("tune", gpus=4, gpu_types=("a100", "h100")),))
-    built = program.build_program(_whole(model))
+    return program.build_program(_whole(model))
+
+
+@pytest.mark.parametrize("gangs", [2, 3])
+def test_counting_finds_the_clusters_their_stages_overfill(gangs: int) -> None:
+    """Two a100 gangs fit, three are short of room (12 GPUs on 8), and the LP relaxation agrees."""
+    built = gangs_beside_roomy_h100(gangs)
     relaxed = program.solve_program(built, Budget(None), require_all=True, integral=False)
     assert reach._short_of_room(built) == relaxed.infeasible == (gangs == 3)
+
+
+def test_counting_leaves_a_program_over_its_work_bound_to_the_lp(monkeypatch: pytest.MonkeyPatch) -> None:
+    built = gangs_beside_roomy_h100(3)
+    monkeypatch.setattr(reach, "COUNTING_WORK", len(built.unit_stage) - 1)  # one set of clusters is over it
+    assert not reach._short_of_room(built)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from fleetc.placement.colgen.large import _past
 from fleetc.placement.colgen.room import _fixed_need, _free, _Rounding, _taken
@@ -163,6 +164,12 @@ class _CountingFirst:
         return self.solve(program, budget, require_all=require_all, integral=integral, absolute_gap=absolute_gap)
 
 
+#: Pairs times distinct sets of clusters their stages may use above which :func:`_short_of_room`
+#: does not count (the LP decides): a bound on its work, some milliseconds; the neighbourhoods
+#: of 100 x 2,000 ``--sovereignty`` have 3-6 such sets over 2,000-12,000 pairs.
+COUNTING_WORK = 5_000_000
+
+
 #: How much more than the room counted the stages must need (relative) for
 #: :func:`_short_of_room` to hold: far above HiGHS's feasibility tolerances (1e-7 a row), so
 #: that the LP relaxation it stands in for is infeasible to HiGHS too.
@@ -197,11 +204,14 @@ def _short_of_room(program: Program) -> bool:
     fewest = -program.placement[:, program.z].diagonal()
     fewest[program.d_of] -= program.upper[program.d]
     need_of = least * fewest
-    allowed = np.zeros((stages, clusters), dtype=bool)
-    allowed[program.unit_stage, program.unit_cluster] = True
+    allowed = sp.csr_matrix((np.ones(units), (program.unit_stage, program.unit_cluster)), shape=(stages, clusters))
+    reaches = np.unique(np.packbits(allowed.toarray() > 0, axis=1), axis=0)
+    if len(reaches) * units > COUNTING_WORK:
+        return False
     room_of = room.reshape(resources, clusters)
-    for reach in np.unique(allowed[allowed.any(axis=1)], axis=0):
-        within = ~(allowed & ~reach).any(axis=1)
+    for packed in reaches:
+        reach = np.unpackbits(packed, count=clusters).astype(bool)
+        within = allowed @ ~reach == 0  # stages with no cluster outside it
         need = need_of[:, within].sum(axis=1)
         if np.any(need > room_of[:, reach].sum(axis=1) + SHORT_MARGIN * np.maximum(need, 1.0)):
             return True

@@ -1,8 +1,9 @@
-"""The large path's two shortcuts around its neighbourhood MILPs (colgen/reach.py) hold to
-the MILPs: a neighbourhood proven infeasible by its LP relaxation (``relaxation_first``) gives
-the same placement, stage by stage; the most-valuable MILP skipped where the repair's placement
-already reaches its LP bound (``_at_bound``) gives one as good (objective, bound, stages
-placed). Each small sovereign fleet is placed on the large path with and without them."""
+"""The large path's shortcuts around its neighbourhood MILPs (colgen/reach.py) hold to the
+MILPs: a neighbourhood proven infeasible by its LP relaxation (``relaxation_first``), or by
+counting before that (``_short_of_room``), gives the same placement, stage by stage; the
+most-valuable MILP skipped where the repair's placement already reaches its LP bound
+(``_at_bound``) gives one as good (objective, bound, stages placed). Each small sovereign fleet
+is placed on the large path with and without them."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support.builders import make_cluster, make_fleet, make_stage
 from test_scale import model_of
 
 from bench.generate import Spec
-from fleetc.model import Placement
+from fleetc.model import FleetModel, Placement
 from fleetc.placement import optimize, program
 from fleetc.placement.colgen import reach
 from fleetc.placement.problem import Budget, Part, Problem, multicluster_conflicts
@@ -94,11 +96,14 @@ def test_a_placement_is_the_point_of_its_program_that_places_it() -> None:
 
 
 def whole_program(spec: Spec) -> program.Program:
-    model = model_of(spec)
+    return program.build_program(_whole(model_of(spec)))
+
+
+def _whole(model: FleetModel) -> Problem:
+    """The problem of every stage of ``model`` on every cluster."""
     scores = score_matrix(model)
-    problem = Problem.of(model, scores, multicluster_conflicts(model, scores), np.zeros(scores.allowed.shape),
-                         Part(np.arange(len(model.stages)), np.arange(len(model.clusters))))
-    return program.build_program(problem)
+    return Problem.of(model, scores, multicluster_conflicts(model, scores), np.zeros(scores.allowed.shape),
+                      Part(np.arange(len(model.stages)), np.arange(len(model.clusters))))
 
 
 @pytest.mark.parametrize("spec", [FLEETS[0], Spec(clusters=8, stages=30, load=0.5, seed=0)], ids=["full", "roomy"])
@@ -109,3 +114,51 @@ def test_every_stage_answers_the_same_with_its_relaxation_first(spec: Spec) -> N
     assert (first.infeasible, first.optimal) == (milp.infeasible, milp.optimal)
     assert (first.values is None and milp.values is None) or np.array_equal(first.values, milp.values)
     assert milp.infeasible == (spec is FLEETS[0])
+
+
+@pytest.mark.parametrize("spec", FLEETS, ids=lambda spec: f"{spec.clusters}x{spec.stages}-seed{spec.seed}")
+def test_counting_proves_only_what_the_relaxation_proves(spec: Spec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A neighbourhood counting proves short of room (reach._short_of_room) has an infeasible
+    LP relaxation with every stage placed, and the placement is the one the LP proofs give."""
+    model = model_of(spec)
+    proven: list[program.Program] = []
+    short_of_room = reach._short_of_room
+
+    def recorded(built: program.Program) -> bool:
+        if short_of_room(built):
+            proven.append(built)
+            return True
+        return False
+
+    monkeypatch.setattr(reach, "_short_of_room", recorded)
+    counted = optimize.place(model, allow_unplaced=True, large=0)
+    monkeypatch.setattr(reach, "_short_of_room", lambda _: False)
+    solved = optimize.place(model, allow_unplaced=True, large=0)
+    assert placed(counted) == placed(solved)
+    assert (counted.objective, counted.bound) == (solved.objective, solved.bound)
+    assert proven
+    for built in proven:
+        assert program.solve_program(built, Budget(None), require_all=True, integral=False).infeasible
+
+
+def gangs_beside_roomy_h100(gangs: int) -> program.Program:
+    """The program of ``gangs`` gangs of 4 a100 that may run only on an 8-GPU a100 cluster,
+    and one that may also run on an h100 cluster with room."""
+    model = make_fleet((make_cluster("a", gpu_type="a100"), make_cluster("h", gpu_type="h100")),
+                       tuple(make_stage(f"train{i}", gpus=4, gpu_type="a100") for i in range(gangs))
+                       + (make_stage("tune", gpus=4, gpu_types=("a100", "h100")),))
+    return program.build_program(_whole(model))
+
+
+@pytest.mark.parametrize("gangs", [2, 3])
+def test_counting_finds_the_clusters_their_stages_overfill(gangs: int) -> None:
+    """Two a100 gangs fit, three are short of room (12 GPUs on 8), and the LP relaxation agrees."""
+    built = gangs_beside_roomy_h100(gangs)
+    relaxed = program.solve_program(built, Budget(None), require_all=True, integral=False)
+    assert reach._short_of_room(built) == relaxed.infeasible == (gangs == 3)
+
+
+def test_counting_leaves_a_program_over_its_work_bound_to_the_lp(monkeypatch: pytest.MonkeyPatch) -> None:
+    built = gangs_beside_roomy_h100(3)
+    monkeypatch.setattr(reach, "COUNTING_WORK", len(built.unit_stage) - 1)  # one set of clusters is over it
+    assert not reach._short_of_room(built)

@@ -3,7 +3,7 @@ per GPU first, on its best clusters with room, evicting one level of stages wher
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import numpy as np
 
@@ -27,10 +27,13 @@ def _repair(problem: Problem, large: _Large, replicas_at: np.ndarray) -> None:
     per_replica = large.coefficients / large.replicas
     room = _Room(large.capacity, taken, large.slots, large.unit, large.headroom, per_replica, replicas_at, large.caps)
 
-    def plan_of(s: int, avoid: int = -1) -> dict[int, int]:
-        pairs = np.arange(starts[s], starts[s + 1])
-        by_score = [c for c in large.pair_cluster[pairs[np.argsort(-large.gain[pairs], kind="stable")]].tolist()
-                    if c != avoid]
+    best_first: dict[int, list[int]] = {}  # a stage's clusters, best-scoring first: asked again and again
+
+    def plan_of(s: int, avoid: int = -1, among: Collection[int] | None = None) -> dict[int, int]:
+        if s not in best_first:
+            pairs = np.arange(starts[s], starts[s + 1])
+            best_first[s] = large.pair_cluster[pairs[np.argsort(-large.gain[pairs], kind="stable")]].tolist()
+        by_score = [c for c in best_first[s] if c != avoid and (among is None or c in among)]
         ha = list(problem.ha[s])
         return _greedy_plan(stages[s], s, int(problem.minimum[s]), by_score, ha, room, int(problem.least[s]))
 
@@ -42,7 +45,8 @@ def _repair(problem: Problem, large: _Large, replicas_at: np.ndarray) -> None:
     for s in left:
         plan = plan_of(s)
         if not plan and moves > 0:
-            plan, tried = _evict(s, plan_of, apply, replicas_at, room, large, moves)
+            plan, tried = _evict(s, plan_of, apply, replicas_at, room, large, moves,
+                                 freed_only=bool(problem.gang[s]) and _uncoupled(large, s))
             moves -= tried
         apply(s, plan, 1)
 
@@ -59,12 +63,21 @@ EVICTION_STAGES = 8
 EVICTION_MOVES = 5_000
 
 
+def _uncoupled(large: _Large, s: int) -> bool:
+    """Whether the room for stage ``s`` on a cluster depends on that cluster alone: no failover
+    headroom, no cap over ``s`` (both count what other clusters hold)."""
+    return not len(large.headroom.bound) and not large.caps.rows_of[s]
+
+
 def _evict(s: int, plan_of: Callable[..., dict[int, int]], apply: Callable[[int, dict[int, int], int], None],
-           replicas_at: np.ndarray, room: _Room, large: _Large, budget: int) -> tuple[dict[int, int], int]:
+           replicas_at: np.ndarray, room: _Room, large: _Large, budget: int, *, freed_only: bool
+           ) -> tuple[dict[int, int], int]:
     """Make room for stage ``s`` on one of its best clusters by moving stages there elsewhere
     (a one-level ejection chain: each resident alone, then the first 2, 3, ... together, the
     most movable first), trying at most ``budget`` groups; the plan for ``s`` ({} when nothing
-    changed) and the groups tried."""
+    changed) and the groups tried. ``freed_only``: ``s`` goes whole on one cluster, whose room
+    depends on it alone (a gang, :func:`_uncoupled`), and fits on none now, so only a cluster a
+    group is moved off can take it (:func:`_move_away`)."""
     starts = large.pair_range
     pairs = np.arange(starts[s], starts[s + 1])
     clusters = large.pair_cluster[pairs[np.argsort(-large.gain[pairs], kind="stable")]][:EVICTION_CLUSTERS]
@@ -86,7 +99,7 @@ def _evict(s: int, plan_of: Callable[..., dict[int, int]], apply: Callable[[int,
             tried += 1
             if sharing is not None and not sharing[group].any():
                 continue
-            plan = _move_away(s, c, group, plan_of, apply, replicas_at, room)
+            plan = _move_away(s, c, group, plan_of, apply, replicas_at, room, freed_only=freed_only)
             if plan:
                 return plan, tried
     return {}, tried
@@ -94,9 +107,10 @@ def _evict(s: int, plan_of: Callable[..., dict[int, int]], apply: Callable[[int,
 
 def _move_away(s: int, c: int, group: list[int], plan_of: Callable[..., dict[int, int]],
                apply: Callable[[int, dict[int, int], int], None], replicas_at: np.ndarray,
-               room: _Room) -> dict[int, int]:
-    """Take the ``group`` of stages off (all their clusters), place ``s``, re-place the group
-    avoiding ``c``; the plan for ``s`` when all of that works, else {} with nothing changed."""
+               room: _Room, *, freed_only: bool) -> dict[int, int]:
+    """Take the ``group`` of stages off (all their clusters), place ``s`` (``freed_only``: on
+    the clusters they were on, the only ones whose room grew), re-place the group avoiding
+    ``c``; the plan for ``s`` when all of that works, else {} with nothing changed."""
     saved = room.saved()
     moved = []
     for resident in group:
@@ -105,16 +119,29 @@ def _move_away(s: int, c: int, group: list[int], plan_of: Callable[..., dict[int
             room.take(k, resident, -count)
         apply(resident, old, -1)
         moved.append((resident, old))
-    plan = plan_of(s)
-    replaced = [(resident, plan_of(resident, avoid=c)) for resident, _ in moved] if plan else []
-    if plan and all(new for _, new in replaced):
-        for resident, new in replaced:
+    plan = plan_of(s, among={k for _, old in moved for k in old} if freed_only else None)
+    replaced = _replaced(group, c, plan_of) if plan else None
+    if replaced is not None:
+        for resident, new in zip(group, replaced, strict=True):
             apply(resident, new, 1)
         return plan
     room.restore(saved)
     for resident, old in moved:
         apply(resident, old, 1)
     return {}
+
+
+def _replaced(group: list[int], c: int, plan_of: Callable[..., dict[int, int]]) -> list[dict[int, int]] | None:
+    """The plans that re-place each stage of ``group`` off cluster ``c`` (taken from the room
+    in turn), or None at the first that has none: the caller then restores the room whole, so
+    the stages after it need not be tried."""
+    plans = []
+    for resident in group:
+        plan = plan_of(resident, avoid=c)
+        if not plan:
+            return None
+        plans.append(plan)
+    return plans
 
 
 def _greedy_plan(stage: Stage, s: int, minimum: int, by_score: list[int], ha: list[int], room: _Room,

@@ -47,11 +47,9 @@ JOINT_COMPONENT_PAIRS = LARGE
 
 
 def admits(stage: Stage, cluster: Cluster) -> bool:
-    """Whether no rule keeps ``stage`` off ``cluster`` (``rules.exclusions`` is empty); a
-    cluster outside the stage's jurisdiction, most of them on a sovereign platform, is answered
-    without wording every rule (the fix lines ask this of each stage left out and each cluster:
-    100 x 2,000 ``--sovereignty``, 71,200 times)."""
-    return not rules.outside_jurisdiction(stage, cluster) and not rules.exclusions(stage, cluster)
+    """Whether no rule keeps ``stage`` off ``cluster`` (``rules.exclusions`` is empty), read
+    without wording any rule (:func:`rules.excluded`)."""
+    return not rules.excluded(stage, cluster)
 
 
 class NewCluster:
@@ -102,7 +100,7 @@ class NewCluster:
         more (a serving stage with ``placed`` replicas, running short), within the caps: then
         the verifier refuses (:func:`rules.room_left`; every other cluster had none)."""
         more = rules.min_replicas_per_cluster(short)
-        if placed + more > short.replicas or rules.exclusions(short, new):
+        if placed + more > short.replicas or rules.excluded(short, new):
             return False
         on = [*there, (rules.on_cluster(short, new), more)]
         if rules.overuse(self.model, new, rules.usage(self.model, on)) or rules.unpacked(self.model, new, on):

@@ -79,9 +79,11 @@ def fixes(model: FleetModel, placed: Mapping[str, Mapping[str, int]], stage_keys
     checks = local.NewCluster(model, _placement(model, _placed(on)))
     by_name = {c.name: c for c in model.clusters}
     capped = rules.caps_used(model, ((s, by_name[name], n) for name, there in on.items() for s, n in there))
-    found = [Fix(s.key, f"{s.key}: {_fix(model, s, on, used, capped, checks)}") for s in model.stages
-             if s.key in wanted]
-    return found + _joint_fixes(model, local.Checker(model, placed), on, [s for s in model.stages if s.key in wanted])
+    checker = local.Checker(model, placed)
+    left_out = [s for s in model.stages if s.key in wanted]
+    found = [Fix(s.key, f"{s.key}: {_fix(model, s, on, used, capped, checks, checker.may_run(s))}")
+             for s in left_out]
+    return found + _joint_fixes(model, checker, on, left_out)
 
 
 def _joint_fixes(model: FleetModel, checker: local.Checker, on: Mapping[str, list[tuple[Stage, int]]],
@@ -151,7 +153,8 @@ def _joint_growth(model: FleetModel, checker: local.Checker, on: Mapping[str, li
     together = _sized(model, fresh, [(rules.on_cluster(s, fresh), s.replicas) for s in stages])
     if together is None:
         return []
-    admitting = [c for c in model.clusters if c.gpus and all(local.admits(s, c) for s in stages)]
+    admitting = [c for c in checker.may_run(stages[0])
+                 if c.gpus and all(c.name in checker.may_run_on(s) for s in stages)]
     free = {c.name: rules.usable_capacity(model, c)[0] - rules.taken(model, c, rules.usage(model, on[c.name]))[0]
             for c in admitting}
     found: list[tuple[int, str]] = []
@@ -214,7 +217,8 @@ def _least(low: int, high: int, holds: Callable[[int], bool]) -> int:
 
 def _fix(model: FleetModel, stage: Stage, on: Mapping[str, list[tuple[Stage, int]]],
          used: Mapping[str, rules.Usage], capped: list[tuple[rules.Cap, rules.CapUsage]],
-         checks: local.NewCluster) -> str:
+         checks: local.NewCluster, admitting: tuple[Cluster, ...]) -> str:
+    """The fix line of ``stage``, left out; ``admitting``: the clusters of the fleet it may run on."""
     clusters = {c.name: c for c in model.clusters}
     ha = rules.ha_clusters(model, stage)
     minimum = rules.min_replicas_per_cluster(stage)
@@ -222,8 +226,8 @@ def _fix(model: FleetModel, stage: Stage, on: Mapping[str, list[tuple[Stage, int
     if binding:
         return binding
     options = []
-    capacity = _capacity_option(model, stage, ha, minimum, clusters, on, used, checks)
-    cap = _cap_binding(model, stage, capped)
+    capacity = _capacity_option(model, stage, ha, minimum, clusters, on, used, checks, admitting)
+    cap = _cap_binding(model, stage, capped, admitting)
     if cap:
         return cap if capacity.startswith("it fits") or not capacity else f"{cap}, and {capacity}"
     if capacity:
@@ -255,23 +259,24 @@ def _ha_binding(model: FleetModel, stage: Stage, ha: tuple[str, ...], minimum: i
     return ""
 
 
-def _cap_binding(model: FleetModel, stage: Stage, used: list[tuple[rules.Cap, rules.CapUsage]]) -> str:
+def _cap_binding(model: FleetModel, stage: Stage, used: list[tuple[rules.Cap, rules.CapUsage]],
+                 admitting: tuple[Cluster, ...]) -> str:
     """A team quota or cost cap as the binding rule: on every cluster the rules admit the stage
     to, a cap over its pipeline leaves too little for it (its replicas, or a serving stage's
     minimum); the smallest raise that admits it somewhere (``raise team research's h100 quota
     by 8 (policies/platform.yaml spec.teams[0].gpuQuota)``). '' when some cluster is within
     every cap. A stage the HA set places (:func:`rules.ha_clusters`) must serve on each of its
     clusters, so there a cap binds when it leaves any of them too little. ``used``: each cap
-    with what the placement takes of it (:func:`rules.caps_used`), read once for every stage."""
-    clusters = {c.name: c for c in model.clusters}
-    if not any(stage.pipeline in cap.pipelines for cap, _ in used):
+    with what the placement takes of it (:func:`rules.caps_used`), read once for every stage;
+    ``admitting``: the clusters the rules admit the stage to."""
+    used = [(cap, usage) for cap, usage in used if stage.pipeline in cap.pipelines]  # the others never bind
+    if not used:
         return ""
+    clusters = {c.name: c for c in model.clusters}
     per_gpu = rules.slots_per_gpu(model)
     ha = [clusters[name] for name in rules.ha_clusters(model, stage) if name in clusters]
     raises: list[tuple[int, int, int, str]] = []  # (limits raised, GPUs, cost micros, what)
-    for cluster in ha or model.clusters:
-        if not local.admits(stage, cluster):
-            continue
+    for cluster in [c for c in ha if c.name in {a.name for a in admitting}] if ha else admitting:
         short = [_cap_raise(model, found, per_gpu) for found in rules.cap_shortfalls(model, used, stage, cluster)]
         if short:
             raises.append(_raises_together(short, f" (for {cluster.name})" if ha else ""))
@@ -308,13 +313,11 @@ def _candidates(stage: Stage, ha: tuple[str, ...], minimum: int, where: str) -> 
 
 def _capacity_option(model: FleetModel, stage: Stage, ha: tuple[str, ...], minimum: int,
                      clusters: Mapping[str, Cluster], on: Mapping[str, list[tuple[Stage, int]]],
-                     used: Mapping[str, rules.Usage], checks: local.NewCluster) -> str:
-    """The fewest resources to add on one cluster the rules admit the stage to (GPUs first),
-    and a new cluster in its jurisdiction when the stage may run off its HA set."""
+                     used: Mapping[str, rules.Usage], checks: local.NewCluster, admitting: tuple[Cluster, ...]) -> str:
+    """The fewest resources to add on one cluster the rules admit the stage to (``admitting``;
+    GPUs first), and a new cluster in its jurisdiction when the stage may run off its HA set."""
     best: tuple[tuple[int, ...], str, dict[str, tuple[int, int, int]]] | None = None
-    for cluster in model.clusters:
-        if not local.admits(stage, cluster):
-            continue
+    for cluster in admitting:
         adds: dict[str, tuple[int, int, int]] = {}
         for name, replicas in _candidates(stage, ha, minimum, cluster.name).items():
             there = used[name] + rules.replica_usage(model, rules.on_cluster(stage, clusters[name]), replicas)

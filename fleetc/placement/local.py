@@ -26,7 +26,7 @@ from the placement now, so these checks read those alone:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from fleetc.errors import InternalError, PlacementError
@@ -128,21 +128,48 @@ class Checker:
         self.placed = {key: there for key, there in self.placed.items() if there}
         self.spent = 0
         self.budget = JOINT_BUDGET_PAIRS
-        self._admitting: dict[str, frozenset[str]] = {}  # stage key -> the clusters of the fleet it may run on
+        self._stages = [(s.key, s) for s in model.stages]
+        self._by_key = dict(self._stages)
+        self._clusters = {c.name: c for c in model.clusters}
+        self._may_run: dict[str, tuple[Cluster, ...]] = {}  # stage key -> the clusters of the fleet it may run on
+        self._admitting: dict[str, frozenset[str]] = {}  # the same, by name
+        self._needs: dict[str, dict[str, tuple[int, int, int] | None]] = {}  # stage key -> cluster -> replica_need
         self._on: dict[str, set[str]] = {}  # cluster -> the keys of the stages placed there
         for key, there in self.placed.items():
             for name in there:
                 self._on.setdefault(name, set()).add(key)
         counts = {key: sum(there.values()) for key, there in self.placed.items()}
         #: the stages left out or short of their replicas
-        self._short = [s for s in model.stages if counts.get(s.key, 0) < s.replicas]
+        self._short = [(key, s) for key, s in self._stages if counts.get(key, 0) < s.replicas]
+        self._short_on: dict[str, set[str]] | None = None  # cluster -> the keys of the short stages it admits
+
+    def may_run(self, stage: Stage) -> tuple[Cluster, ...]:
+        """The clusters of the fleet that ``stage`` may run on (:func:`admits`), in fleet order:
+        the rules are read once per stage, for every fix line and check that asks."""
+        found = self._may_run.get(stage.key)
+        if found is None:
+            found = self._may_run[stage.key] = tuple(c for c in self.model.clusters if admits(stage, c))
+            self._admitting[stage.key] = frozenset(c.name for c in found)
+        return found
+
+    def may_run_on(self, stage: Stage) -> frozenset[str]:
+        """The names of :meth:`may_run`."""
+        self.may_run(stage)
+        return self._admitting[stage.key]
 
     def admitting(self, stage: Stage, cluster: Cluster) -> frozenset[str]:
         """The clusters of the fleet grown by ``cluster`` that ``stage`` may run on."""
-        if stage.key not in self._admitting:
-            self._admitting[stage.key] = frozenset(c.name for c in self.model.clusters if admits(stage, c))
-        found = self._admitting[stage.key] - {cluster.name}
+        found = self.may_run_on(stage) - {cluster.name}
         return found | {cluster.name} if admits(stage, cluster) else found
+
+    def need(self, stage: Stage, cluster: Cluster) -> tuple[int, int, int] | None:
+        """:func:`replica_need` of ``stage`` on ``cluster``, read once for a cluster of the fleet."""
+        if self._clusters.get(cluster.name) is not cluster:  # added or grown: read each time
+            return replica_need(self.model, stage, cluster)
+        needs = self._needs.setdefault(stage.key, {})
+        if cluster.name not in needs:
+            needs[cluster.name] = replica_need(self.model, stage, cluster)
+        return needs[cluster.name]
 
     def grown(self, cluster: Cluster) -> FleetModel:
         """The fleet with ``cluster`` added, or in place of its namesake."""
@@ -159,38 +186,41 @@ class Checker:
         names = {cluster.name}.union(*(self.admitting(s, cluster) for s in stages))
         names, keys = self._closure(grown, names, keys, cluster)
         part = replace(grown, clusters=tuple(c for c in grown.clusters if c.name in names),
-                       stages=tuple(s for s in grown.stages if s.key in keys))
+                       stages=tuple(s for key, s in self._stages if key in keys))
         return part, keys
 
-    def _wants(self, stage: Stage, cluster: Cluster, names: set[str], admitted: dict[str, bool]) -> bool:
-        """Whether ``stage`` (left out or short) may run on one of ``names`` (which hold
-        ``cluster``) in the fleet grown by ``cluster``: ``admitting(stage, cluster) & names``,
-        the rules read for ``cluster`` only when no other of ``names`` admits it, once
-        (``admitted``: stage key -> whether ``cluster`` admits it)."""
-        if stage.key not in self._admitting:
-            self.admitting(stage, cluster)
-        if (self._admitting[stage.key] - {cluster.name}) & names:
-            return True
-        if stage.key not in admitted:
-            admitted[stage.key] = admits(stage, cluster)
-        return admitted[stage.key]
+    def _short_wanting(self, names: set[str], cluster: Cluster) -> set[str]:
+        """The keys of the stages left out or short that a cluster of the fleet among ``names``,
+        other than ``cluster``, admits."""
+        if self._short_on is None:
+            self._short_on = {}
+            for key, stage in self._short:
+                for c in self.may_run(stage):
+                    self._short_on.setdefault(c.name, set()).add(key)
+        return set().union(*(self._short_on.get(n, ()) for n in names if n != cluster.name))
 
     def _closure(self, grown: FleetModel, names: set[str], keys: set[str],
                  cluster: Cluster) -> tuple[set[str], set[str]]:
         """``names`` (clusters, ``cluster`` among them) and ``keys`` (stages) grown until
         closed: the stages placed on the clusters or left out or short that may run there, and
-        the clusters those stages are placed on or their HA set names."""
-        by_name = {c.name: c for c in grown.clusters}
-        by_key = {s.key: s for s in grown.stages}
+        the clusters those stages are placed on or their HA set names (read once a stage)."""
+        in_grown = self._clusters.keys() | {cluster.name}
+        admitted: dict[str, bool] = {}  # stage key -> whether ``cluster`` admits it
+        read: set[str] = set()  # the keys whose clusters are among names
         size = (-1, -1)
-        admitted: dict[str, bool] = {}
         while size != (len(names), len(keys)):
             size = (len(names), len(keys))
             keys = keys.union(*(self._on.get(n, ()) for n in names))
-            keys |= {s.key for s in self._short if s.key not in keys and self._wants(s, cluster, names, admitted)}
-            for key in keys:
-                names |= {n for n in self.placed.get(key, {}) if n in by_name}
-                names |= {n for n in rules.ha_clusters(grown, by_key[key]) if n in by_name}
+            keys |= self._short_wanting(names, cluster)
+            for key, stage in self._short:
+                if key not in keys and key not in admitted:
+                    admitted[key] = admits(stage, cluster)
+                if admitted.get(key):
+                    keys.add(key)
+            for key in keys - read:
+                names |= {n for n in self.placed.get(key, {}) if n in in_grown}
+                names |= {n for n in rules.ha_clusters(grown, self._by_key[key]) if n in in_grown}
+            read |= keys
         return names, keys
 
     def places_all(self, stages: list[Stage], cluster: Cluster) -> bool:
@@ -202,7 +232,7 @@ class Checker:
         self.spent += len(part.stages) * len(part.clusters)
         previous = {key: there for key, there in self.placed.items() if key in keys}
         must = {s.key for s in stages} | set(previous)
-        if too_little_room(part, must) or self._caps_leave_too_little(part, keys, must):
+        if too_little_room(part, must, self.need) or self._caps_leave_too_little(part, keys, must):
             return False  # no placement the verifier accepts places them all: nor can the re-solve
         try:
             solved = place(part, previous=previous, allow_unplaced=True)
@@ -226,12 +256,11 @@ class Checker:
         found = rules.caps(self.model)
         if not found:
             return False
-        stages = {s.key: s for s in self.model.stages}
-        clusters = {c.name: c for c in self.model.clusters}
+        stages, clusters = self._by_key, self._clusters
         rest = [(stages[key], clusters[name], n) for key, there in self.placed.items()
                 if key not in keys and key in stages for name, n in there.items() if name in clusters]
         placed = [s for s in part.stages if s.key in must]
-        where = {s.key: [c for c in part.clusters if admits(rules.on_cluster(s, c), c)] for s in placed}
+        where = {s.key: [c for c in part.clusters if self.need(s, c) is not None] for s in placed}
         return any(cap_too_little(part, cap, rules.cap_usage(self.model, cap, rest), placed, where) for cap in found)
 
     def _caps_broken(self, part: FleetModel, solved: Placement, keys: set[str]) -> bool:
@@ -249,7 +278,8 @@ class Checker:
                    for cap in found)
 
 
-def too_little_room(part: FleetModel, keys: set[str]) -> bool:
+def too_little_room(part: FleetModel, keys: set[str],
+                    need: Callable[[Stage, Cluster], tuple[int, int, int] | None] | None = None) -> bool:
     """Whether no placement of ``part`` that the verifier accepts places every stage of ``keys``,
     by counting: then :meth:`Checker.places_all` is False without solving.
 
@@ -262,27 +292,37 @@ def too_little_room(part: FleetModel, keys: set[str]) -> bool:
     may run only on ``T`` need, each, at least its least replicas times its smallest need on
     any cluster it may run on, and together no more than ``T`` has. Checked for each set of
     clusters some stage may run on, and for all of them; GPUs counted in time-sliced slots
-    (``rules.slots_per_gpu`` to a GPU), so every count is a whole number."""
+    (``rules.slots_per_gpu`` to a GPU), so every count is a whole number. ``need``: what one
+    replica takes of a cluster, as :func:`replica_need` counts it (:meth:`Checker.need` reads it
+    once a pair)."""
     per_gpu = rules.slots_per_gpu(part)
     room = {c.name: _scaled(rules.usable_capacity(part, c), per_gpu) for c in part.clusters}
     needs: dict[frozenset[str], list[int]] = {}  # clusters the stages may run on -> what they need together
     for stage in part.stages:
         if stage.key not in keys:
             continue
-        on = {c.name: rules.on_cluster(stage, c) for c in part.clusters if not rules.outside_jurisdiction(stage, c)}
-        where = [c for c in part.clusters if c.name in on and admits(on[c.name], c)]
-        if not where:
+        per_replica = {c.name: each for c in part.clusters
+                       if (each := need(stage, c) if need else replica_need(part, stage, c)) is not None}
+        if not per_replica:
             return True
         least = rules.least_replicas(part, stage)
-        per_replica = [_replica_need(part, on[c.name], c, per_gpu) for c in where]
-        need = [least * min(each[r] for each in per_replica) for r in range(3)]
-        names = frozenset(c.name for c in where)
-        needs[names] = [a + b for a, b in zip(needs.get(names, [0, 0, 0]), need, strict=True)]
+        together = [least * min(each[r] for each in per_replica.values()) for r in range(3)]
+        names = frozenset(per_replica)
+        needs[names] = [a + b for a, b in zip(needs.get(names, [0, 0, 0]), together, strict=True)]
     for clusters in {*needs, frozenset().union(*needs)}:
-        need = [sum(n[r] for inside, n in needs.items() if inside <= clusters) for r in range(3)]
-        if any(need[r] > sum(room[name][r] for name in clusters) for r in range(3)):
+        inside_need = [sum(n[r] for inside, n in needs.items() if inside <= clusters) for r in range(3)]
+        if any(inside_need[r] > sum(room[name][r] for name in clusters) for r in range(3)):
             return True
     return False
+
+
+def replica_need(model: FleetModel, stage: Stage, cluster: Cluster) -> tuple[int, int, int] | None:
+    """What one replica of ``stage`` takes of ``cluster`` at least, as it runs there
+    (:func:`_replica_need`); None where a rule keeps it off."""
+    here = rules.on_cluster(stage, cluster)
+    if not admits(here, cluster):
+        return None
+    return _replica_need(model, here, cluster, rules.slots_per_gpu(model))
 
 
 def _scaled(capacity: tuple[int, int, int], per_gpu: int) -> tuple[int, int, int]:

@@ -62,6 +62,7 @@ def _unplaced_reason(
     (a ``multiCluster`` conflict is reported by
     :func:`fleetc.placement.problem.multicluster_conflicts` instead)."""
     stage = model.stages[s]
+    capped = [(cap, used) for cap, used in capped if stage.pipeline in cap.pipelines]  # the others never bind it
     why = [
         _capacity_reason(model, stage, cluster, used[c], _cap_reason(model, stage, cluster, capped), placed[c])
         if scores.allowed[s, c]

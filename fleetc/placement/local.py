@@ -21,13 +21,17 @@ from the placement now, so these checks read those alone:
   fleet (:func:`cap_too_little`), is answered without solving: no placement the verifier
   accepts places them all, so the re-solve could not either. The count is a relaxation, so it
   changes no answer, only which checks are solved (the budget charges both alike, so which
-  groups are re-solved stays as it was).
+  groups are re-solved stays as it was). A check whose component's program places every stage
+  at the first step of an exact solve (HiGHS direct, without cvxpy), as the verifier and the
+  caps accept, is answered yes without the full re-solve (:meth:`Checker.places_all`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+
+import numpy as np
 
 from fleetc.errors import InternalError, PlacementError
 from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
@@ -234,6 +238,8 @@ class Checker:
         must = {s.key for s in stages} | set(previous)
         if too_little_room(part, must, self.need) or self._caps_leave_too_little(part, keys, must):
             return False  # no placement the verifier accepts places them all: nor can the re-solve
+        if self._every_stage_placed(part, previous, must, keys):
+            return True
         try:
             solved = place(part, previous=previous, allow_unplaced=True)
         except PlacementError:  # the large path's search ran out: not shown to place them
@@ -248,6 +254,33 @@ class Checker:
         if not ({s.key for s in stages} | set(previous)) <= done:
             return False
         return not self._caps_broken(part, solved, keys)
+
+    def _every_stage_placed(self, part: FleetModel, previous: Mapping[str, Mapping[str, int]], must: set[str],
+                            keys: set[str]) -> bool:
+        """Whether the first step of an exact solve answers: the component's program (HiGHS
+        direct, sticky to ``previous`` as the re-solve is) with every stage of ``must`` placed
+        and the others as they can finds a placement the verifier accepts (nodes, churn rule),
+        within the caps beside the rest of the fleet; then the full re-solve places them all too
+        (``tests/test_fixes_local.py`` holds the two together). False sends the check to the
+        full re-solve: a program that cannot place them all, or a placement the verifier or a
+        cap refuses."""
+        from fleetc.placement import program as programs  # the solver: imported when a joint fix is asked for
+        from fleetc.placement.problem import Budget, Part, Problem, multicluster_conflicts, previous_matrix
+        from fleetc.placement.scoring import score_matrix
+
+        scores = score_matrix(part)
+        problem = Problem.of(part, scores, multicluster_conflicts(part, scores), previous_matrix(part, previous),
+                             Part(np.arange(len(part.stages)), np.arange(len(part.clusters))))
+        program = programs.build_program(problem)
+        result = programs.every_stage(program, Budget(), programs.HighsDirect())
+        if result.values is None:
+            return False
+        placement = _placement_of(part, programs.replicas_of(program, result.values))
+        if not must <= {p.stage for p in placement.stages if p.assignments}:
+            return False
+        if verify(part, placement, allow_unplaced=True, previous=previous, total=scores.total):
+            return False
+        return not self._caps_broken(part, placement, keys)
 
     def _caps_leave_too_little(self, part: FleetModel, keys: set[str], must: set[str]) -> bool:
         """Whether a cap, beside what the rest of the fleet (the stages placed outside the
@@ -276,6 +309,14 @@ class Checker:
         inside = [(stages[p.stage], clusters[a.cluster], a.replicas) for p in solved.stages for a in p.assignments]
         return any(rules.cap_overuse(self.model, cap, rules.cap_usage(self.model, cap, rest + inside))
                    for cap in found)
+
+
+def _placement_of(part: FleetModel, replicas_at: np.ndarray) -> Placement:
+    """The placement of ``replicas_at`` (stages by clusters of ``part``), as the verifier reads it."""
+    return Placement(stages=tuple(StagePlacement(stage.key, tuple(
+        Assignment(cluster.name, int(n), int(n) * rules.on_cluster(stage, cluster).gpus)
+        for cluster, n in zip(part.clusters, row.tolist(), strict=True) if n > 0), 0.0)
+        for stage, row in zip(part.stages, replicas_at, strict=True)), objective=0.0, bound=0.0, method="milp")
 
 
 def too_little_room(part: FleetModel, keys: set[str],

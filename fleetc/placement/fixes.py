@@ -515,13 +515,12 @@ def _rule_options(model: FleetModel, stage: Stage, ha: tuple[str, ...],
     """One option per single rule whose relaxation admits the stage to a cluster where it then
     fits beside what is placed (off its HA set only when it has none)."""
     admits: dict[str, list[str]] = {}
-    for cluster in model.clusters:
+    replicas = rules.min_replicas_per_cluster(stage) if ha else stage.replicas
+    for cluster in [c for c in model.clusters if c.name in ha] if ha else model.clusters:
         rule = _single_rule(stage, cluster)
-        if not rule or (ha and cluster.name not in ha):
+        if not rule:
             continue
-        there = used[cluster.name] + rules.replica_usage(model, rules.on_cluster(stage, cluster),
-                                                         stage.replicas if not ha else
-                                                         rules.min_replicas_per_cluster(stage))
+        there = used[cluster.name] + rules.replica_usage(model, rules.on_cluster(stage, cluster), replicas)
         if not rules.overuse(model, cluster, there):
             admits.setdefault(rule, []).append(cluster.name)
     return [f"{rule} (it fits on {_names(names)})" for rule, names in sorted(admits.items(), key=_rule_order)]
@@ -529,22 +528,23 @@ def _rule_options(model: FleetModel, stage: Stage, ha: tuple[str, ...],
 
 def _single_rule(stage: Stage, cluster: Cluster) -> str:
     """The one rule that keeps ``stage`` off ``cluster``, worded as its relaxation; '' when none
-    or more than one does."""
-    rules_found = []
-    if cluster.cordoned:
-        rules_found.append(f"stop draining {cluster.name}" if cluster.drained else f"uncordon {cluster.name}")
-    if rules.outside_jurisdiction(stage, cluster):
-        rules_found.append(f"allow {stage.key} outside {stage.jurisdiction}")
+    or more than one does (none is worded before it is known to be the one)."""
     if rules.lacks_gpus(stage, cluster):
         return ""
-    if rules.lacks_gpu_type(stage, cluster):
-        rules_found.append(f"ask for {cluster.gpu_type} instead of {stage.gpu_types[0]} (gpuType)"
-                           if len(stage.gpu_types) == 1 else f"add {cluster.gpu_type} to its gpuType alternatives")
+    outside = rules.outside_jurisdiction(stage, cluster)
+    other_type = rules.lacks_gpu_type(stage, cluster)
     taints = rules.repelling_taints(stage, cluster)
-    if len(taints) > 1:
+    if cluster.cordoned + outside + other_type + len(taints) != 1:
         return ""
-    rules_found += [f"tolerate the taint {t.key}={t.value}:{t.effect}" for t in taints]
-    return rules_found[0] if len(rules_found) == 1 else ""
+    if cluster.cordoned:
+        return f"stop draining {cluster.name}" if cluster.drained else f"uncordon {cluster.name}"
+    if outside:
+        return f"allow {stage.key} outside {stage.jurisdiction}"
+    if other_type:
+        return (f"ask for {cluster.gpu_type} instead of {stage.gpu_types[0]} (gpuType)"
+                if len(stage.gpu_types) == 1 else f"add {cluster.gpu_type} to its gpuType alternatives")
+    taint = taints[0]
+    return f"tolerate the taint {taint.key}={taint.value}:{taint.effect}"
 
 
 def _rule_order(item: tuple[str, list[str]]) -> tuple[int, str]:

@@ -266,3 +266,22 @@ def test_a_cap_leaves_too_little_by_its_quota_per_gpu_type_or_its_cost() -> None
     assert not too_little((serve, (l4,)), used=rules.CapUsage((), 3_280_000))
     assert too_little((serve, (l4,)), used=rules.CapUsage((), 3_280_001))
     assert too_little((x, ()))  # no cluster takes it
+
+
+def test_a_first_step_the_solver_fails_leaves_the_check_to_the_full_re_solve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HiGHS direct failing in the first step (local.Checker._every_stage_placed) changes no fix
+    line: the full re-solve answers the check."""
+    from fleetc.placement import program
+
+    model = make_fleet((make_cluster("a", gpus=8),), tuple(make_stage(n, gpus=8, gpu_type="a100")
+                                                            for n in ("x", "y", "z")))
+    placed = {"llm/x": {"a": 1}}
+    found = [f.text for f in fixes.fixes(model, placed, ["llm/y", "llm/z"])]
+
+    def fails(*args: Any, **kwargs: Any) -> program.Result:
+        raise InternalError("the HiGHS solver failed")
+
+    monkeypatch.setattr(program.HighsDirect, "__call__", fails)
+    assert [f.text for f in fixes.fixes(model, placed, ["llm/y", "llm/z"])] == found
+    assert found[-1] == "llm/y, llm/z together: add 16 a100 to a, or a new cluster with 16 a100 (re-solved: each " \
+                        "places them all)"

@@ -262,8 +262,8 @@ class Checker:
         and the others as they can finds a placement the verifier accepts (nodes, churn rule),
         within the caps beside the rest of the fleet; then the full re-solve places them all too
         (``tests/test_fixes_local.py`` holds the two together). False sends the check to the
-        full re-solve: a program that cannot place them all, or a placement the verifier or a
-        cap refuses."""
+        full re-solve: a program that cannot place them all, a placement the verifier or a cap
+        refuses, or a solver that fails."""
         from fleetc.placement import program as programs  # the solver: imported when a joint fix is asked for
         from fleetc.placement.problem import Budget, Part, Problem, multicluster_conflicts, previous_matrix
         from fleetc.placement.scoring import score_matrix
@@ -272,7 +272,10 @@ class Checker:
         problem = Problem.of(part, scores, multicluster_conflicts(part, scores), previous_matrix(part, previous),
                              Part(np.arange(len(part.stages)), np.arange(len(part.clusters))))
         program = programs.build_program(problem)
-        result = programs.every_stage(program, Budget(), programs.HighsDirect())
+        try:
+            result = programs.every_stage(program, Budget(), programs.HighsDirect())
+        except InternalError:  # HiGHS failed: the full re-solve answers (and says why where it fails too)
+            return False
         if result.values is None:
             return False
         placement = _placement_of(part, programs.replicas_of(program, result.values))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,6 +38,9 @@ from fleetc.errors import InternalError, PlacementError
 from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
 from fleetc.placement import LARGE, rules
 from fleetc.placement.verify import verify
+
+if TYPE_CHECKING:
+    from fleetc.placement.program import Program
 
 #: Stage-cluster pairs all the joint fixes of one compile may re-solve together (each re-solve of
 #: a component is charged its pairs): it bounds their cost whatever the fleet.
@@ -257,15 +261,15 @@ class Checker:
 
     def _every_stage_placed(self, part: FleetModel, previous: Mapping[str, Mapping[str, int]], must: set[str],
                             keys: set[str]) -> bool:
-        """Whether the first step of an exact solve answers: the component's program (HiGHS
-        direct, sticky to ``previous`` as the re-solve is) with every stage of ``must`` placed
-        and the others as they can finds a placement the verifier accepts (nodes, churn rule),
-        within the caps beside the rest of the fleet; then the full re-solve places them all too
-        (``tests/test_fixes_local.py`` holds the two together). False sends the check to the
-        full re-solve: a program that cannot place them all, a placement the verifier or a cap
-        refuses, or a solver that fails."""
+        """Whether the first step of an exact solve answers: the component's program (sticky to
+        ``previous`` as the re-solve is) with every one of its stages placed has a solution
+        (:func:`_every_stage_values`) that places ``must``, as the verifier accepts (nodes,
+        churn rule), within the caps beside the rest of the fleet. Then the full re-solve's
+        first step places every stage too (``tests/test_fixes_local.py`` holds the two
+        together). False sends the check to the full re-solve: a program that cannot place
+        them all, a placement the verifier or a cap refuses, or a solver that fails."""
         from fleetc.placement import program as programs  # the solver: imported when a joint fix is asked for
-        from fleetc.placement.problem import Budget, Part, Problem, multicluster_conflicts, previous_matrix
+        from fleetc.placement.problem import Part, Problem, multicluster_conflicts, previous_matrix
         from fleetc.placement.scoring import score_matrix
 
         scores = score_matrix(part)
@@ -273,12 +277,12 @@ class Checker:
                              Part(np.arange(len(part.stages)), np.arange(len(part.clusters))))
         program = programs.build_program(problem)
         try:
-            result = programs.every_stage(program, Budget(), programs.HighsDirect())
+            values = _every_stage_values(program)
         except InternalError:  # HiGHS failed: the full re-solve answers (and says why where it fails too)
             return False
-        if result.values is None:
+        if values is None:
             return False
-        placement = _placement_of(part, programs.replicas_of(program, result.values))
+        placement = _placement_of(part, programs.replicas_of(program, values))
         if not must <= {p.stage for p in placement.stages if p.assignments}:
             return False
         if verify(part, placement, allow_unplaced=True, previous=previous, total=scores.total):
@@ -312,6 +316,26 @@ class Checker:
         inside = [(stages[p.stage], clusters[a.cluster], a.replicas) for p in solved.stages for a in p.assignments]
         return any(rules.cap_overuse(self.model, cap, rules.cap_usage(self.model, cap, rest + inside))
                    for cap in found)
+
+
+def _every_stage_values(program: Program) -> np.ndarray | None:
+    """A solution of ``program`` with every stage placed (HiGHS direct): its LP relaxation's
+    where that is whole (a vertex of it often is, at a third of the MILP's time), else the
+    MILP's (:func:`fleetc.placement.program.every_stage`); None where there is none (the LP
+    proves it for the MILP)."""
+    from fleetc.placement import program as programs
+    from fleetc.placement.problem import Budget
+
+    relaxed = programs.solve_program(program, Budget(), require_all=True, integral=False)
+    if relaxed.infeasible:
+        return None
+    if relaxed.values is not None:
+        whole: np.ndarray = np.rint(relaxed.values)
+        lower = program.lower.copy()
+        lower[program.z] = 1.0
+        if np.all(np.abs(relaxed.values - whole) <= 1e-6) and programs.is_feasible(program, whole, lower):
+            return whole
+    return programs.every_stage(program, Budget(), programs.HighsDirect()).values
 
 
 def _placement_of(part: FleetModel, replicas_at: np.ndarray) -> Placement:

@@ -138,6 +138,8 @@ class Checker:
         self.budget = JOINT_BUDGET_PAIRS
         self._stages = [(s.key, s) for s in model.stages]
         self._by_key = dict(self._stages)
+        self._order = {key: i for i, (key, _) in enumerate(self._stages)}  # stage key -> its place in the fleet
+        self._placed_order = {key: i for i, key in enumerate(self.placed)}
         self._clusters = {c.name: c for c in model.clusters}
         self._may_run: dict[str, tuple[Cluster, ...]] = {}  # stage key -> the clusters of the fleet it may run on
         self._admitting: dict[str, frozenset[str]] = {}  # the same, by name
@@ -194,7 +196,7 @@ class Checker:
         names = {cluster.name}.union(*(self.admitting(s, cluster) for s in stages))
         names, keys = self._closure(grown, names, keys, cluster)
         part = replace(grown, clusters=tuple(c for c in grown.clusters if c.name in names),
-                       stages=tuple(s for key, s in self._stages if key in keys))
+                       stages=tuple(self._by_key[key] for key in sorted(keys, key=self._order.__getitem__)))
         return part, keys
 
     def _short_wanting(self, names: set[str], cluster: Cluster) -> set[str]:
@@ -213,18 +215,13 @@ class Checker:
         closed: the stages placed on the clusters or left out or short that may run there, and
         the clusters those stages are placed on or their HA set names (read once a stage)."""
         in_grown = self._clusters.keys() | {cluster.name}
-        admitted: dict[str, bool] = {}  # stage key -> whether ``cluster`` admits it
+        keys = keys | {key for key, stage in self._short if key not in keys and admits(stage, cluster)}
         read: set[str] = set()  # the keys whose clusters are among names
         size = (-1, -1)
         while size != (len(names), len(keys)):
             size = (len(names), len(keys))
             keys = keys.union(*(self._on.get(n, ()) for n in names))
             keys |= self._short_wanting(names, cluster)
-            for key, stage in self._short:
-                if key not in keys and key not in admitted:
-                    admitted[key] = admits(stage, cluster)
-                if admitted.get(key):
-                    keys.add(key)
             for key in keys - read:
                 names |= {n for n in self.placed.get(key, {}) if n in in_grown}
                 names |= {n for n in rules.ha_clusters(grown, self._by_key[key]) if n in in_grown}
@@ -238,7 +235,8 @@ class Checker:
 
         part, keys = self.component(stages, cluster)
         self.spent += len(part.stages) * len(part.clusters)
-        previous = {key: there for key, there in self.placed.items() if key in keys}
+        previous = {key: self.placed[key]  # in the placement's order, as the re-solve always read it
+                    for key in sorted(keys & self.placed.keys(), key=self._placed_order.__getitem__)}
         must = {s.key for s in stages} | set(previous)
         if too_little_room(part, must, self.need) or self._caps_leave_too_little(part, keys, must):
             return False  # no placement the verifier accepts places them all: nor can the re-solve

@@ -70,14 +70,14 @@ def fixes(model: FleetModel, placed: Mapping[str, Mapping[str, int]], stage_keys
     cluster -> replicas of the stages that are placed."""
     wanted = set(stage_keys)
     stages = {s.key: s for s in model.stages}
+    by_name = {c.name: c for c in model.clusters}
     on: dict[str, list[tuple[Stage, int]]] = {c.name: [] for c in model.clusters}
     for key, clusters in sorted(placed.items()):
         for name, replicas in sorted(clusters.items()):
             if key in stages and name in on and replicas > 0:
-                on[name].append((rules.on_cluster(stages[key], model.cluster(name)), replicas))
+                on[name].append((rules.on_cluster(stages[key], by_name[name]), replicas))
     used = {name: rules.usage(model, there) for name, there in on.items()}
     checks = local.NewCluster(model, _placement(model, _placed(on)))
-    by_name = {c.name: c for c in model.clusters}
     capped = rules.caps_used(model, ((s, by_name[name], n) for name, there in on.items() for s, n in there))
     checker = local.Checker(model, placed)
     left_out = [s for s in model.stages if s.key in wanted]

@@ -125,9 +125,10 @@ def _joint_fixes(model: FleetModel, checker: local.Checker, on: Mapping[str, lis
 def _not_re_solved(model: FleetModel, checker: local.Checker, stages: list[Stage], jurisdiction: str | None,
                    gpu_type: str) -> str:
     """Why the joint fix of ``stages`` is not re-solved ('' when it is): the part of the fleet a
-    new cluster for them touches is too large, or the re-solves so far left the budget too little
-    for :data:`local.JOINT_SOLVES` re-solves of it. The part is measured with a new cluster of all but unbounded
-    capacity, which admits every stage any of their candidates could."""
+    new cluster for them touches is too large, for one re-solve or for :data:`local.JOINT_SOLVES`
+    of them within the whole budget, or the re-solves so far left the budget too little for them.
+    The part is measured with a new cluster of all but unbounded capacity, which admits every
+    stage any of their candidates could."""
     fresh = _fresh(model, jurisdiction, gpu_type)
     unbounded = replace(fresh, gpus=10**6, cpu_millis=10**12, memory_bytes=10**18, cpu_per_node=None,
                         memory_per_node=None)
@@ -136,6 +137,10 @@ def _not_re_solved(model: FleetModel, checker: local.Checker, stages: list[Stage
     if pairs > local.JOINT_COMPONENT_PAIRS:
         return (f"the stages and clusters they compete for make {pairs} stage-cluster pairs, more than the "
                 f"{local.JOINT_COMPONENT_PAIRS} fleetc re-solves for a joint fix")
+    if local.JOINT_SOLVES * pairs > checker.budget:  # too large for the budget, whatever came before
+        return (f"the stages and clusters they compete for make {pairs} stage-cluster pairs: the "
+                f"{local.JOINT_SOLVES} re-solves of a joint fix would take {local.JOINT_SOLVES * pairs}, more than "
+                f"the {checker.budget} fleetc re-solves for the joint fixes of one compile")
     if checker.spent + local.JOINT_SOLVES * pairs > checker.budget:
         return (f"the joint fixes above left too little of the {checker.budget} stage-cluster pairs fleetc "
                 f"re-solves for the joint fixes of one compile")

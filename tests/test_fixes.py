@@ -165,6 +165,22 @@ def test_a_joint_fix_names_the_part_too_large_to_re_solve(monkeypatch: pytest.Mo
         "pairs, more than the 5 fleetc re-solves for a joint fix")
 
 
+def test_a_joint_fix_too_large_for_the_whole_budget_says_so_though_none_came_before(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The part of 6 pairs (a, the new cluster, x, y, z) re-solved twice takes 12 of a budget of
+    10: the first group is refused for its size, not for joint fixes above it (there are none)."""
+    from fleetc.placement import local
+
+    monkeypatch.setattr(local, "JOINT_BUDGET_PAIRS", 10)
+    monkeypatch.setattr(local, "JOINT_SOLVES", 2)
+    model = make_fleet((make_cluster("a", gpus=8),), tuple(make_stage(n, gpus=8, gpu_type="a100")
+                                                            for n in ("x", "y", "z")))
+    assert fixes(model, {"llm/x": {"a": 1}}, ["llm/y", "llm/z"])[-1].text == (
+        "llm/y, llm/z together: not re-solved: the stages and clusters they compete for make 6 stage-cluster "
+        "pairs: the 2 re-solves of a joint fix would take 12, more than the 10 fleetc re-solves for the joint "
+        "fixes of one compile")
+
+
 def test_the_joint_fixes_share_a_budget_of_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two groups (a100 and h100), each on a part of 6 pairs (its cluster, the new one, and its
     three stages); the first group's re-solves take the budget, so the second is not re-solved,

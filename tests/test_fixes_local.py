@@ -187,7 +187,7 @@ def test_a_check_the_count_rules_out_is_not_solved_and_a_full_re_placement_agree
         checks.append(True)
         before = len(solves)
         answer = places_all(checker, stages, cluster)
-        if len(solves) == before:
+        if len(solves) == before and not answer:  # a check the first step answers is solved, though not placed
             ruled.append((checker, stages, cluster))
         return answer
 
@@ -201,6 +201,40 @@ def test_a_check_the_count_rules_out_is_not_solved_and_a_full_re_placement_agree
     monkeypatch.setattr(optimize, "place", place)
     assert ruled and len(solves) < len(checks)
     assert not any(re_placed(checker, stages, cluster) for checker, stages, cluster in ruled)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", FLEETS[:3], ids=lambda spec: f"seed{spec.seed}")  # the quotas fleet's never answer
+def test_a_check_the_first_step_of_the_exact_solve_answers_is_one_a_full_re_placement_places(
+        spec: Spec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every check the first step answers (the component's program with every stage placed,
+    HiGHS direct, its placement verified: local.Checker._every_stage_placed) is answered the
+    same by the full re-solve of the component (optimize.place, as every check was before),
+    and such checks are met."""
+    model = model_of(spec)
+    placed, left_out = placed_and_left_out(model)
+    first_step, places_all = local.Checker._every_stage_placed, local.Checker.places_all
+    answers: list[tuple[bool, bool]] = []
+
+    def both(checker: local.Checker, stages: list[Stage], cluster: Cluster) -> bool:
+        stepped: list[bool] = []
+
+        def recorded(*args: Any) -> bool:
+            stepped.append(first_step(*args))
+            return stepped[-1]
+
+        monkeypatch.setattr(local.Checker, "_every_stage_placed", recorded)
+        answer = places_all(checker, stages, cluster)
+        if stepped and stepped[0]:
+            spent = checker.spent
+            monkeypatch.setattr(local.Checker, "_every_stage_placed", lambda *args: False)
+            answers.append((answer, places_all(checker, stages, cluster)))
+            checker.spent = spent  # the budget as the fixes alone spend it
+        return answer
+
+    monkeypatch.setattr(local.Checker, "places_all", both)
+    fixes.fixes(model, placed, left_out)
+    assert answers and all(first and full for first, full in answers)
 
 
 def test_a_cap_leaves_too_little_by_its_quota_per_gpu_type_or_its_cost() -> None:
@@ -232,3 +266,22 @@ def test_a_cap_leaves_too_little_by_its_quota_per_gpu_type_or_its_cost() -> None
     assert not too_little((serve, (l4,)), used=rules.CapUsage((), 3_280_000))
     assert too_little((serve, (l4,)), used=rules.CapUsage((), 3_280_001))
     assert too_little((x, ()))  # no cluster takes it
+
+
+def test_a_first_step_the_solver_fails_leaves_the_check_to_the_full_re_solve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HiGHS direct failing in the first step (local.Checker._every_stage_placed) changes no fix
+    line: the full re-solve answers the check."""
+    from fleetc.placement import program
+
+    model = make_fleet((make_cluster("a", gpus=8),), tuple(make_stage(n, gpus=8, gpu_type="a100")
+                                                            for n in ("x", "y", "z")))
+    placed = {"llm/x": {"a": 1}}
+    found = [f.text for f in fixes.fixes(model, placed, ["llm/y", "llm/z"])]
+
+    def fails(*args: Any, **kwargs: Any) -> program.Result:
+        raise InternalError("the HiGHS solver failed")
+
+    monkeypatch.setattr(program.HighsDirect, "__call__", fails)
+    assert [f.text for f in fixes.fixes(model, placed, ["llm/y", "llm/z"])] == found
+    assert found[-1] == "llm/y, llm/z together: add 16 a100 to a, or a new cluster with 16 a100 (re-solved: each " \
+                        "places them all)"

@@ -371,3 +371,14 @@ def test_the_repair_counts_time_sliced_gpus_on_the_other_ha_clusters_in_whole_un
     ledger = rules.Ledger(model, [(stages[0], "h1", 2), (stages[0], "h2", 2), (stages[2], "h2", 1)])
     assert ledger.room_for(stages[1], "h1", 12) and not ledger.room_for(stages[1], "h1", 13)
     _assert_repair_room_follows_the_rules(model, problem, placed)
+
+
+@settings(max_examples=100, deadline=None)
+@given(fleets())
+def test_excluded_is_whether_any_rule_keeps_the_stage_off(model: FleetModel) -> None:
+    """:func:`rules.excluded` (the first rule that keeps a stage off, unworded) answers as the
+    worded list (:func:`rules.exclusions`) is non-empty, on every stage and cluster (cordons,
+    sovereignty, GPUs and their type, throughput, node fit, taints)."""
+    for stage in model.stages:
+        for cluster in model.clusters:
+            assert rules.excluded(stage, cluster) == bool(rules.exclusions(stage, cluster))

@@ -70,18 +70,20 @@ def fixes(model: FleetModel, placed: Mapping[str, Mapping[str, int]], stage_keys
     cluster -> replicas of the stages that are placed."""
     wanted = set(stage_keys)
     stages = {s.key: s for s in model.stages}
+    by_name = {c.name: c for c in model.clusters}
     on: dict[str, list[tuple[Stage, int]]] = {c.name: [] for c in model.clusters}
     for key, clusters in sorted(placed.items()):
         for name, replicas in sorted(clusters.items()):
             if key in stages and name in on and replicas > 0:
-                on[name].append((rules.on_cluster(stages[key], model.cluster(name)), replicas))
+                on[name].append((rules.on_cluster(stages[key], by_name[name]), replicas))
     used = {name: rules.usage(model, there) for name, there in on.items()}
     checks = local.NewCluster(model, _placement(model, _placed(on)))
-    by_name = {c.name: c for c in model.clusters}
     capped = rules.caps_used(model, ((s, by_name[name], n) for name, there in on.items() for s, n in there))
-    found = [Fix(s.key, f"{s.key}: {_fix(model, s, on, used, capped, checks)}") for s in model.stages
-             if s.key in wanted]
-    return found + _joint_fixes(model, local.Checker(model, placed), on, [s for s in model.stages if s.key in wanted])
+    checker = local.Checker(model, placed)
+    left_out = [s for s in model.stages if s.key in wanted]
+    found = [Fix(s.key, f"{s.key}: {_fix(model, s, on, used, capped, checks, checker.may_run(s))}")
+             for s in left_out]
+    return found + _joint_fixes(model, checker, on, left_out)
 
 
 def _joint_fixes(model: FleetModel, checker: local.Checker, on: Mapping[str, list[tuple[Stage, int]]],
@@ -123,9 +125,10 @@ def _joint_fixes(model: FleetModel, checker: local.Checker, on: Mapping[str, lis
 def _not_re_solved(model: FleetModel, checker: local.Checker, stages: list[Stage], jurisdiction: str | None,
                    gpu_type: str) -> str:
     """Why the joint fix of ``stages`` is not re-solved ('' when it is): the part of the fleet a
-    new cluster for them touches is too large, or the re-solves so far left the budget too little
-    for :data:`local.JOINT_SOLVES` re-solves of it. The part is measured with a new cluster of all but unbounded
-    capacity, which admits every stage any of their candidates could."""
+    new cluster for them touches is too large, for one re-solve or for :data:`local.JOINT_SOLVES`
+    of them within the whole budget, or the re-solves so far left the budget too little for them.
+    The part is measured with a new cluster of all but unbounded capacity, which admits every
+    stage any of their candidates could."""
     fresh = _fresh(model, jurisdiction, gpu_type)
     unbounded = replace(fresh, gpus=10**6, cpu_millis=10**12, memory_bytes=10**18, cpu_per_node=None,
                         memory_per_node=None)
@@ -134,6 +137,10 @@ def _not_re_solved(model: FleetModel, checker: local.Checker, stages: list[Stage
     if pairs > local.JOINT_COMPONENT_PAIRS:
         return (f"the stages and clusters they compete for make {pairs} stage-cluster pairs, more than the "
                 f"{local.JOINT_COMPONENT_PAIRS} fleetc re-solves for a joint fix")
+    if local.JOINT_SOLVES * pairs > checker.budget:  # too large for the budget, whatever came before
+        return (f"the stages and clusters they compete for make {pairs} stage-cluster pairs: the "
+                f"{local.JOINT_SOLVES} re-solves of a joint fix would take {local.JOINT_SOLVES * pairs}, more than "
+                f"the {checker.budget} fleetc re-solves for the joint fixes of one compile")
     if checker.spent + local.JOINT_SOLVES * pairs > checker.budget:
         return (f"the joint fixes above left too little of the {checker.budget} stage-cluster pairs fleetc "
                 f"re-solves for the joint fixes of one compile")
@@ -151,7 +158,8 @@ def _joint_growth(model: FleetModel, checker: local.Checker, on: Mapping[str, li
     together = _sized(model, fresh, [(rules.on_cluster(s, fresh), s.replicas) for s in stages])
     if together is None:
         return []
-    admitting = [c for c in model.clusters if c.gpus and all(local.admits(s, c) for s in stages)]
+    admitting = [c for c in checker.may_run(stages[0])
+                 if c.gpus and all(c.name in checker.may_run_on(s) for s in stages)]
     free = {c.name: rules.usable_capacity(model, c)[0] - rules.taken(model, c, rules.usage(model, on[c.name]))[0]
             for c in admitting}
     found: list[tuple[int, str]] = []
@@ -214,7 +222,8 @@ def _least(low: int, high: int, holds: Callable[[int], bool]) -> int:
 
 def _fix(model: FleetModel, stage: Stage, on: Mapping[str, list[tuple[Stage, int]]],
          used: Mapping[str, rules.Usage], capped: list[tuple[rules.Cap, rules.CapUsage]],
-         checks: local.NewCluster) -> str:
+         checks: local.NewCluster, admitting: tuple[Cluster, ...]) -> str:
+    """The fix line of ``stage``, left out; ``admitting``: the clusters of the fleet it may run on."""
     clusters = {c.name: c for c in model.clusters}
     ha = rules.ha_clusters(model, stage)
     minimum = rules.min_replicas_per_cluster(stage)
@@ -222,8 +231,8 @@ def _fix(model: FleetModel, stage: Stage, on: Mapping[str, list[tuple[Stage, int
     if binding:
         return binding
     options = []
-    capacity = _capacity_option(model, stage, ha, minimum, clusters, on, used, checks)
-    cap = _cap_binding(model, stage, capped)
+    capacity = _capacity_option(model, stage, ha, minimum, clusters, on, used, checks, admitting)
+    cap = _cap_binding(model, stage, capped, admitting)
     if cap:
         return cap if capacity.startswith("it fits") or not capacity else f"{cap}, and {capacity}"
     if capacity:
@@ -255,23 +264,24 @@ def _ha_binding(model: FleetModel, stage: Stage, ha: tuple[str, ...], minimum: i
     return ""
 
 
-def _cap_binding(model: FleetModel, stage: Stage, used: list[tuple[rules.Cap, rules.CapUsage]]) -> str:
+def _cap_binding(model: FleetModel, stage: Stage, used: list[tuple[rules.Cap, rules.CapUsage]],
+                 admitting: tuple[Cluster, ...]) -> str:
     """A team quota or cost cap as the binding rule: on every cluster the rules admit the stage
     to, a cap over its pipeline leaves too little for it (its replicas, or a serving stage's
     minimum); the smallest raise that admits it somewhere (``raise team research's h100 quota
     by 8 (policies/platform.yaml spec.teams[0].gpuQuota)``). '' when some cluster is within
     every cap. A stage the HA set places (:func:`rules.ha_clusters`) must serve on each of its
     clusters, so there a cap binds when it leaves any of them too little. ``used``: each cap
-    with what the placement takes of it (:func:`rules.caps_used`), read once for every stage."""
-    clusters = {c.name: c for c in model.clusters}
-    if not any(stage.pipeline in cap.pipelines for cap, _ in used):
+    with what the placement takes of it (:func:`rules.caps_used`), read once for every stage;
+    ``admitting``: the clusters the rules admit the stage to."""
+    used = [(cap, usage) for cap, usage in used if stage.pipeline in cap.pipelines]  # the others never bind
+    if not used:
         return ""
+    clusters = {c.name: c for c in model.clusters}
     per_gpu = rules.slots_per_gpu(model)
     ha = [clusters[name] for name in rules.ha_clusters(model, stage) if name in clusters]
     raises: list[tuple[int, int, int, str]] = []  # (limits raised, GPUs, cost micros, what)
-    for cluster in ha or model.clusters:
-        if not local.admits(stage, cluster):
-            continue
+    for cluster in [c for c in ha if c.name in {a.name for a in admitting}] if ha else admitting:
         short = [_cap_raise(model, found, per_gpu) for found in rules.cap_shortfalls(model, used, stage, cluster)]
         if short:
             raises.append(_raises_together(short, f" (for {cluster.name})" if ha else ""))
@@ -308,13 +318,11 @@ def _candidates(stage: Stage, ha: tuple[str, ...], minimum: int, where: str) -> 
 
 def _capacity_option(model: FleetModel, stage: Stage, ha: tuple[str, ...], minimum: int,
                      clusters: Mapping[str, Cluster], on: Mapping[str, list[tuple[Stage, int]]],
-                     used: Mapping[str, rules.Usage], checks: local.NewCluster) -> str:
-    """The fewest resources to add on one cluster the rules admit the stage to (GPUs first),
-    and a new cluster in its jurisdiction when the stage may run off its HA set."""
+                     used: Mapping[str, rules.Usage], checks: local.NewCluster, admitting: tuple[Cluster, ...]) -> str:
+    """The fewest resources to add on one cluster the rules admit the stage to (``admitting``;
+    GPUs first), and a new cluster in its jurisdiction when the stage may run off its HA set."""
     best: tuple[tuple[int, ...], str, dict[str, tuple[int, int, int]]] | None = None
-    for cluster in model.clusters:
-        if not local.admits(stage, cluster):
-            continue
+    for cluster in admitting:
         adds: dict[str, tuple[int, int, int]] = {}
         for name, replicas in _candidates(stage, ha, minimum, cluster.name).items():
             there = used[name] + rules.replica_usage(model, rules.on_cluster(stage, clusters[name]), replicas)
@@ -512,13 +520,12 @@ def _rule_options(model: FleetModel, stage: Stage, ha: tuple[str, ...],
     """One option per single rule whose relaxation admits the stage to a cluster where it then
     fits beside what is placed (off its HA set only when it has none)."""
     admits: dict[str, list[str]] = {}
-    for cluster in model.clusters:
+    replicas = rules.min_replicas_per_cluster(stage) if ha else stage.replicas
+    for cluster in [c for c in model.clusters if c.name in ha] if ha else model.clusters:
         rule = _single_rule(stage, cluster)
-        if not rule or (ha and cluster.name not in ha):
+        if not rule:
             continue
-        there = used[cluster.name] + rules.replica_usage(model, rules.on_cluster(stage, cluster),
-                                                         stage.replicas if not ha else
-                                                         rules.min_replicas_per_cluster(stage))
+        there = used[cluster.name] + rules.replica_usage(model, rules.on_cluster(stage, cluster), replicas)
         if not rules.overuse(model, cluster, there):
             admits.setdefault(rule, []).append(cluster.name)
     return [f"{rule} (it fits on {_names(names)})" for rule, names in sorted(admits.items(), key=_rule_order)]
@@ -526,22 +533,23 @@ def _rule_options(model: FleetModel, stage: Stage, ha: tuple[str, ...],
 
 def _single_rule(stage: Stage, cluster: Cluster) -> str:
     """The one rule that keeps ``stage`` off ``cluster``, worded as its relaxation; '' when none
-    or more than one does."""
-    rules_found = []
-    if cluster.cordoned:
-        rules_found.append(f"stop draining {cluster.name}" if cluster.drained else f"uncordon {cluster.name}")
-    if rules.outside_jurisdiction(stage, cluster):
-        rules_found.append(f"allow {stage.key} outside {stage.jurisdiction}")
+    or more than one does (none is worded before it is known to be the one)."""
     if rules.lacks_gpus(stage, cluster):
         return ""
-    if rules.lacks_gpu_type(stage, cluster):
-        rules_found.append(f"ask for {cluster.gpu_type} instead of {stage.gpu_types[0]} (gpuType)"
-                           if len(stage.gpu_types) == 1 else f"add {cluster.gpu_type} to its gpuType alternatives")
+    outside = rules.outside_jurisdiction(stage, cluster)
+    other_type = rules.lacks_gpu_type(stage, cluster)
     taints = rules.repelling_taints(stage, cluster)
-    if len(taints) > 1:
+    if cluster.cordoned + outside + other_type + len(taints) != 1:
         return ""
-    rules_found += [f"tolerate the taint {t.key}={t.value}:{t.effect}" for t in taints]
-    return rules_found[0] if len(rules_found) == 1 else ""
+    if cluster.cordoned:
+        return f"stop draining {cluster.name}" if cluster.drained else f"uncordon {cluster.name}"
+    if outside:
+        return f"allow {stage.key} outside {stage.jurisdiction}"
+    if other_type:
+        return (f"ask for {cluster.gpu_type} instead of {stage.gpu_types[0]} (gpuType)"
+                if len(stage.gpu_types) == 1 else f"add {cluster.gpu_type} to its gpuType alternatives")
+    taint = taints[0]
+    return f"tolerate the taint {taint.key}={taint.value}:{taint.effect}"
 
 
 def _rule_order(item: tuple[str, list[str]]) -> tuple[int, str]:

@@ -21,18 +21,26 @@ from the placement now, so these checks read those alone:
   fleet (:func:`cap_too_little`), is answered without solving: no placement the verifier
   accepts places them all, so the re-solve could not either. The count is a relaxation, so it
   changes no answer, only which checks are solved (the budget charges both alike, so which
-  groups are re-solved stays as it was).
+  groups are re-solved stays as it was). A check whose component's program places every stage
+  at the first step of an exact solve (HiGHS direct, without cvxpy), as the verifier and the
+  caps accept, is answered yes without the full re-solve (:meth:`Checker.places_all`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from fleetc.errors import InternalError, PlacementError
 from fleetc.model import Assignment, Cluster, FleetModel, Placement, Stage, StagePlacement
 from fleetc.placement import LARGE, rules
 from fleetc.placement.verify import verify
+
+if TYPE_CHECKING:
+    from fleetc.placement.program import Program
 
 #: Stage-cluster pairs all the joint fixes of one compile may re-solve together (each re-solve of
 #: a component is charged its pairs): it bounds their cost whatever the fleet.
@@ -47,11 +55,9 @@ JOINT_COMPONENT_PAIRS = LARGE
 
 
 def admits(stage: Stage, cluster: Cluster) -> bool:
-    """Whether no rule keeps ``stage`` off ``cluster`` (``rules.exclusions`` is empty); a
-    cluster outside the stage's jurisdiction, most of them on a sovereign platform, is answered
-    without wording every rule (the fix lines ask this of each stage left out and each cluster:
-    100 x 2,000 ``--sovereignty``, 71,200 times)."""
-    return not rules.outside_jurisdiction(stage, cluster) and not rules.exclusions(stage, cluster)
+    """Whether no rule keeps ``stage`` off ``cluster`` (``rules.exclusions`` is empty), read
+    without wording any rule (:func:`rules.excluded`)."""
+    return not rules.excluded(stage, cluster)
 
 
 class NewCluster:
@@ -102,7 +108,7 @@ class NewCluster:
         more (a serving stage with ``placed`` replicas, running short), within the caps: then
         the verifier refuses (:func:`rules.room_left`; every other cluster had none)."""
         more = rules.min_replicas_per_cluster(short)
-        if placed + more > short.replicas or rules.exclusions(short, new):
+        if placed + more > short.replicas or rules.excluded(short, new):
             return False
         on = [*there, (rules.on_cluster(short, new), more)]
         if rules.overuse(self.model, new, rules.usage(self.model, on)) or rules.unpacked(self.model, new, on):
@@ -130,21 +136,50 @@ class Checker:
         self.placed = {key: there for key, there in self.placed.items() if there}
         self.spent = 0
         self.budget = JOINT_BUDGET_PAIRS
-        self._admitting: dict[str, frozenset[str]] = {}  # stage key -> the clusters of the fleet it may run on
+        self._stages = [(s.key, s) for s in model.stages]
+        self._by_key = dict(self._stages)
+        self._order = {key: i for i, (key, _) in enumerate(self._stages)}  # stage key -> its place in the fleet
+        self._placed_order = {key: i for i, key in enumerate(self.placed)}
+        self._clusters = {c.name: c for c in model.clusters}
+        self._may_run: dict[str, tuple[Cluster, ...]] = {}  # stage key -> the clusters of the fleet it may run on
+        self._admitting: dict[str, frozenset[str]] = {}  # the same, by name
+        self._needs: dict[str, dict[str, tuple[int, int, int] | None]] = {}  # stage key -> cluster -> replica_need
         self._on: dict[str, set[str]] = {}  # cluster -> the keys of the stages placed there
         for key, there in self.placed.items():
             for name in there:
                 self._on.setdefault(name, set()).add(key)
         counts = {key: sum(there.values()) for key, there in self.placed.items()}
         #: the stages left out or short of their replicas
-        self._short = [s for s in model.stages if counts.get(s.key, 0) < s.replicas]
+        self._short = [(key, s) for key, s in self._stages if counts.get(key, 0) < s.replicas]
+        self._short_on: dict[str, set[str]] | None = None  # cluster -> the keys of the short stages it admits
+
+    def may_run(self, stage: Stage) -> tuple[Cluster, ...]:
+        """The clusters of the fleet that ``stage`` may run on (:func:`admits`), in fleet order:
+        the rules are read once per stage, for every fix line and check that asks."""
+        found = self._may_run.get(stage.key)
+        if found is None:
+            found = self._may_run[stage.key] = tuple(c for c in self.model.clusters if admits(stage, c))
+            self._admitting[stage.key] = frozenset(c.name for c in found)
+        return found
+
+    def may_run_on(self, stage: Stage) -> frozenset[str]:
+        """The names of :meth:`may_run`."""
+        self.may_run(stage)
+        return self._admitting[stage.key]
 
     def admitting(self, stage: Stage, cluster: Cluster) -> frozenset[str]:
         """The clusters of the fleet grown by ``cluster`` that ``stage`` may run on."""
-        if stage.key not in self._admitting:
-            self._admitting[stage.key] = frozenset(c.name for c in self.model.clusters if admits(stage, c))
-        found = self._admitting[stage.key] - {cluster.name}
+        found = self.may_run_on(stage) - {cluster.name}
         return found | {cluster.name} if admits(stage, cluster) else found
+
+    def need(self, stage: Stage, cluster: Cluster) -> tuple[int, int, int] | None:
+        """:func:`replica_need` of ``stage`` on ``cluster``, read once for a cluster of the fleet."""
+        if self._clusters.get(cluster.name) is not cluster:  # added or grown: read each time
+            return replica_need(self.model, stage, cluster)
+        needs = self._needs.setdefault(stage.key, {})
+        if cluster.name not in needs:
+            needs[cluster.name] = replica_need(self.model, stage, cluster)
+        return needs[cluster.name]
 
     def grown(self, cluster: Cluster) -> FleetModel:
         """The fleet with ``cluster`` added, or in place of its namesake."""
@@ -161,38 +196,36 @@ class Checker:
         names = {cluster.name}.union(*(self.admitting(s, cluster) for s in stages))
         names, keys = self._closure(grown, names, keys, cluster)
         part = replace(grown, clusters=tuple(c for c in grown.clusters if c.name in names),
-                       stages=tuple(s for s in grown.stages if s.key in keys))
+                       stages=tuple(self._by_key[key] for key in sorted(keys, key=self._order.__getitem__)))
         return part, keys
 
-    def _wants(self, stage: Stage, cluster: Cluster, names: set[str], admitted: dict[str, bool]) -> bool:
-        """Whether ``stage`` (left out or short) may run on one of ``names`` (which hold
-        ``cluster``) in the fleet grown by ``cluster``: ``admitting(stage, cluster) & names``,
-        the rules read for ``cluster`` only when no other of ``names`` admits it, once
-        (``admitted``: stage key -> whether ``cluster`` admits it)."""
-        if stage.key not in self._admitting:
-            self.admitting(stage, cluster)
-        if (self._admitting[stage.key] - {cluster.name}) & names:
-            return True
-        if stage.key not in admitted:
-            admitted[stage.key] = admits(stage, cluster)
-        return admitted[stage.key]
+    def _short_wanting(self, names: set[str], cluster: Cluster) -> set[str]:
+        """The keys of the stages left out or short that a cluster of the fleet among ``names``,
+        other than ``cluster``, admits."""
+        if self._short_on is None:
+            self._short_on = {}
+            for key, stage in self._short:
+                for c in self.may_run(stage):
+                    self._short_on.setdefault(c.name, set()).add(key)
+        return set().union(*(self._short_on.get(n, ()) for n in names if n != cluster.name))
 
     def _closure(self, grown: FleetModel, names: set[str], keys: set[str],
                  cluster: Cluster) -> tuple[set[str], set[str]]:
         """``names`` (clusters, ``cluster`` among them) and ``keys`` (stages) grown until
         closed: the stages placed on the clusters or left out or short that may run there, and
-        the clusters those stages are placed on or their HA set names."""
-        by_name = {c.name: c for c in grown.clusters}
-        by_key = {s.key: s for s in grown.stages}
+        the clusters those stages are placed on or their HA set names (read once a stage)."""
+        in_grown = self._clusters.keys() | {cluster.name}
+        keys = keys | {key for key, stage in self._short if key not in keys and admits(stage, cluster)}
+        read: set[str] = set()  # the keys whose clusters are among names
         size = (-1, -1)
-        admitted: dict[str, bool] = {}
         while size != (len(names), len(keys)):
             size = (len(names), len(keys))
             keys = keys.union(*(self._on.get(n, ()) for n in names))
-            keys |= {s.key for s in self._short if s.key not in keys and self._wants(s, cluster, names, admitted)}
-            for key in keys:
-                names |= {n for n in self.placed.get(key, {}) if n in by_name}
-                names |= {n for n in rules.ha_clusters(grown, by_key[key]) if n in by_name}
+            keys |= self._short_wanting(names, cluster)
+            for key in keys - read:
+                names |= {n for n in self.placed.get(key, {}) if n in in_grown}
+                names |= {n for n in rules.ha_clusters(grown, self._by_key[key]) if n in in_grown}
+            read |= keys
         return names, keys
 
     def places_all(self, stages: list[Stage], cluster: Cluster) -> bool:
@@ -202,10 +235,13 @@ class Checker:
 
         part, keys = self.component(stages, cluster)
         self.spent += len(part.stages) * len(part.clusters)
-        previous = {key: there for key, there in self.placed.items() if key in keys}
+        previous = {key: self.placed[key]  # in the placement's order, as the re-solve always read it
+                    for key in sorted(keys & self.placed.keys(), key=self._placed_order.__getitem__)}
         must = {s.key for s in stages} | set(previous)
-        if too_little_room(part, must) or self._caps_leave_too_little(part, keys, must):
+        if too_little_room(part, must, self.need) or self._caps_leave_too_little(part, keys, must):
             return False  # no placement the verifier accepts places them all: nor can the re-solve
+        if self._every_stage_placed(part, previous, must, keys):
+            return True
         try:
             solved = place(part, previous=previous, allow_unplaced=True)
         except PlacementError:  # the large path's search ran out: not shown to place them
@@ -221,6 +257,36 @@ class Checker:
             return False
         return not self._caps_broken(part, solved, keys)
 
+    def _every_stage_placed(self, part: FleetModel, previous: Mapping[str, Mapping[str, int]], must: set[str],
+                            keys: set[str]) -> bool:
+        """Whether the first step of an exact solve answers: the component's program (sticky to
+        ``previous`` as the re-solve is) with every one of its stages placed has a solution
+        (:func:`_every_stage_values`) that places ``must``, as the verifier accepts (nodes,
+        churn rule), within the caps beside the rest of the fleet. Then the full re-solve's
+        first step places every stage too (``tests/test_fixes_local.py`` holds the two
+        together). False sends the check to the full re-solve: a program that cannot place
+        them all, a placement the verifier or a cap refuses, or a solver that fails."""
+        from fleetc.placement import program as programs  # the solver: imported when a joint fix is asked for
+        from fleetc.placement.problem import Part, Problem, multicluster_conflicts, previous_matrix
+        from fleetc.placement.scoring import score_matrix
+
+        scores = score_matrix(part)
+        problem = Problem.of(part, scores, multicluster_conflicts(part, scores), previous_matrix(part, previous),
+                             Part(np.arange(len(part.stages)), np.arange(len(part.clusters))))
+        program = programs.build_program(problem)
+        try:
+            values = _every_stage_values(program)
+        except InternalError:  # HiGHS failed: the full re-solve answers (and says why where it fails too)
+            return False
+        if values is None:
+            return False
+        placement = _placement_of(part, programs.replicas_of(program, values))
+        if not must <= {p.stage for p in placement.stages if p.assignments}:
+            return False
+        if verify(part, placement, allow_unplaced=True, previous=previous, total=scores.total):
+            return False
+        return not self._caps_broken(part, placement, keys)
+
     def _caps_leave_too_little(self, part: FleetModel, keys: set[str], must: set[str]) -> bool:
         """Whether a cap, beside what the rest of the fleet (the stages placed outside the
         component ``part`` of ``keys``) takes of it, leaves too little for the stages of
@@ -228,12 +294,11 @@ class Checker:
         found = rules.caps(self.model)
         if not found:
             return False
-        stages = {s.key: s for s in self.model.stages}
-        clusters = {c.name: c for c in self.model.clusters}
+        stages, clusters = self._by_key, self._clusters
         rest = [(stages[key], clusters[name], n) for key, there in self.placed.items()
                 if key not in keys and key in stages for name, n in there.items() if name in clusters]
         placed = [s for s in part.stages if s.key in must]
-        where = {s.key: [c for c in part.clusters if admits(rules.on_cluster(s, c), c)] for s in placed}
+        where = {s.key: [c for c in part.clusters if self.need(s, c) is not None] for s in placed}
         return any(cap_too_little(part, cap, rules.cap_usage(self.model, cap, rest), placed, where) for cap in found)
 
     def _caps_broken(self, part: FleetModel, solved: Placement, keys: set[str]) -> bool:
@@ -251,7 +316,36 @@ class Checker:
                    for cap in found)
 
 
-def too_little_room(part: FleetModel, keys: set[str]) -> bool:
+def _every_stage_values(program: Program) -> np.ndarray | None:
+    """A solution of ``program`` with every stage placed (HiGHS direct): its LP relaxation's
+    where that is whole (a vertex of it often is, at a third of the MILP's time), else the
+    MILP's (:func:`fleetc.placement.program.every_stage`); None where there is none (the LP
+    proves it for the MILP)."""
+    from fleetc.placement import program as programs
+    from fleetc.placement.problem import Budget
+
+    relaxed = programs.solve_program(program, Budget(), require_all=True, integral=False)
+    if relaxed.infeasible:
+        return None
+    if relaxed.values is not None:
+        whole: np.ndarray = np.rint(relaxed.values)
+        lower = program.lower.copy()
+        lower[program.z] = 1.0
+        if np.all(np.abs(relaxed.values - whole) <= 1e-6) and programs.is_feasible(program, whole, lower):
+            return whole
+    return programs.every_stage(program, Budget(), programs.HighsDirect()).values
+
+
+def _placement_of(part: FleetModel, replicas_at: np.ndarray) -> Placement:
+    """The placement of ``replicas_at`` (stages by clusters of ``part``), as the verifier reads it."""
+    return Placement(stages=tuple(StagePlacement(stage.key, tuple(
+        Assignment(cluster.name, int(n), int(n) * rules.on_cluster(stage, cluster).gpus)
+        for cluster, n in zip(part.clusters, row.tolist(), strict=True) if n > 0), 0.0)
+        for stage, row in zip(part.stages, replicas_at, strict=True)), objective=0.0, bound=0.0, method="milp")
+
+
+def too_little_room(part: FleetModel, keys: set[str],
+                    need: Callable[[Stage, Cluster], tuple[int, int, int] | None] | None = None) -> bool:
     """Whether no placement of ``part`` that the verifier accepts places every stage of ``keys``,
     by counting: then :meth:`Checker.places_all` is False without solving.
 
@@ -264,27 +358,37 @@ def too_little_room(part: FleetModel, keys: set[str]) -> bool:
     may run only on ``T`` need, each, at least its least replicas times its smallest need on
     any cluster it may run on, and together no more than ``T`` has. Checked for each set of
     clusters some stage may run on, and for all of them; GPUs counted in time-sliced slots
-    (``rules.slots_per_gpu`` to a GPU), so every count is a whole number."""
+    (``rules.slots_per_gpu`` to a GPU), so every count is a whole number. ``need``: what one
+    replica takes of a cluster, as :func:`replica_need` counts it (:meth:`Checker.need` reads it
+    once a pair)."""
     per_gpu = rules.slots_per_gpu(part)
     room = {c.name: _scaled(rules.usable_capacity(part, c), per_gpu) for c in part.clusters}
     needs: dict[frozenset[str], list[int]] = {}  # clusters the stages may run on -> what they need together
     for stage in part.stages:
         if stage.key not in keys:
             continue
-        on = {c.name: rules.on_cluster(stage, c) for c in part.clusters if not rules.outside_jurisdiction(stage, c)}
-        where = [c for c in part.clusters if c.name in on and admits(on[c.name], c)]
-        if not where:
+        per_replica = {c.name: each for c in part.clusters
+                       if (each := need(stage, c) if need else replica_need(part, stage, c)) is not None}
+        if not per_replica:
             return True
         least = rules.least_replicas(part, stage)
-        per_replica = [_replica_need(part, on[c.name], c, per_gpu) for c in where]
-        need = [least * min(each[r] for each in per_replica) for r in range(3)]
-        names = frozenset(c.name for c in where)
-        needs[names] = [a + b for a, b in zip(needs.get(names, [0, 0, 0]), need, strict=True)]
+        together = [least * min(each[r] for each in per_replica.values()) for r in range(3)]
+        names = frozenset(per_replica)
+        needs[names] = [a + b for a, b in zip(needs.get(names, [0, 0, 0]), together, strict=True)]
     for clusters in {*needs, frozenset().union(*needs)}:
-        need = [sum(n[r] for inside, n in needs.items() if inside <= clusters) for r in range(3)]
-        if any(need[r] > sum(room[name][r] for name in clusters) for r in range(3)):
+        inside_need = [sum(n[r] for inside, n in needs.items() if inside <= clusters) for r in range(3)]
+        if any(inside_need[r] > sum(room[name][r] for name in clusters) for r in range(3)):
             return True
     return False
+
+
+def replica_need(model: FleetModel, stage: Stage, cluster: Cluster) -> tuple[int, int, int] | None:
+    """What one replica of ``stage`` takes of ``cluster`` at least, as it runs there
+    (:func:`_replica_need`); None where a rule keeps it off."""
+    here = rules.on_cluster(stage, cluster)
+    if not admits(here, cluster):
+        return None
+    return _replica_need(model, here, cluster, rules.slots_per_gpu(model))
 
 
 def _scaled(capacity: tuple[int, int, int], per_gpu: int) -> tuple[int, int, int]:

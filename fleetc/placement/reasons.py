@@ -62,8 +62,9 @@ def _unplaced_reason(
     (a ``multiCluster`` conflict is reported by
     :func:`fleetc.placement.problem.multicluster_conflicts` instead)."""
     stage = model.stages[s]
+    capped = [(cap, used) for cap, used in capped if stage.pipeline in cap.pipelines]  # the others never bind it
     why = [
-        _capacity_reason(model, stage, cluster, used[c], _cap_reason(model, stage, cluster, capped), placed[c])
+        _capacity_reason(model, stage, cluster, used[c], capped, placed[c])
         if scores.allowed[s, c]
         else scores.reasons[(s, c)]
         for c, cluster in enumerate(model.clusters)
@@ -80,20 +81,21 @@ def _counted(count: int, reason: str) -> str:
     return f"{count} {singular if count == 1 else plural} {reason}"
 
 
-def _capacity_reason(model: FleetModel, stage: Stage, cluster: Cluster, used: rules.Usage, over_cap: str = "",
+def _capacity_reason(model: FleetModel, stage: Stage, cluster: Cluster, used: rules.Usage,
+                     capped: list[tuple[rules.Cap, rules.CapUsage]] | None = None,
                      placed: list[tuple[Stage, int]] | None = None) -> str:
     """What ``cluster`` lacks for ``stage`` beside ``used`` (what is placed there, ``placed``),
     counted as the rules count it (:func:`rules.overuse`: time-sliced slots in whole time-sliced
-    units, :func:`rules.taken`), or when it has the room, ``over_cap``: the cap that leaves too
-    little (:func:`_cap_reason`), or that its pods pack onto no assignment to the nodes beside
-    the pods placed there (:func:`rules.unpacked`).
+    units, :func:`rules.taken`), or when it has the room, the cap of ``capped`` that leaves too
+    little (:func:`_cap_reason`, read only then), or that its pods pack onto no assignment to
+    the nodes beside the pods placed there (:func:`rules.unpacked`).
 
     A gang needs all its replicas at once; a Deployment needs its per-cluster minimum here and
     is short overall when the clusters together have room for fewer replicas than it has.
     Free GPUs are told in whole time-sliced units for a stage on time-sliced slots.
     """
     need = rules.least_on_cluster(stage)
-    stage = rules.on_cluster(stage, cluster)
+    asked, stage = stage, rules.on_cluster(stage, cluster)
     over = rules.overuse(model, cluster, used + rules.replica_usage(model, stage, need))
     if over:
         resource = rules.RESOURCES.index(over[0][0])
@@ -103,6 +105,7 @@ def _capacity_reason(model: FleetModel, stage: Stage, cluster: Cluster, used: ru
         if resource > 0 or unit == 1:
             return _free_of(resource, free, usable, cluster)
         return f"{_free_of(resource, free - free % unit, usable, cluster)} (whole nodes of {unit}, as time-sliced)"
+    over_cap = _cap_reason(model, asked, cluster, capped) if capped else ""
     if over_cap:
         return over_cap
     if placed is not None and rules.unpacked(model, cluster, [*placed, (stage, need)]):

@@ -57,6 +57,7 @@ from fleetc.placement.rules.churn import (
     untouched_moves,
 )
 from fleetc.placement.rules.filters import (
+    excluded,
     exclusions,
     fits_no_node,
     gpu_types_named,
@@ -132,6 +133,7 @@ __all__ = [
     "cap_usage",
     "caps",
     "caps_used",
+    "excluded",
     "exclusions",
     "failover_groups",
     "failover_shortfalls",

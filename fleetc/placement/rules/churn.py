@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from fleetc.model import FleetModel, Stage
-from fleetc.placement.rules.filters import exclusions
+from fleetc.placement.rules.filters import excluded
 from fleetc.placement.rules.ledger import Ledger
 from fleetc.placement.rules.replicas import below_minimum, ha_clusters, min_replicas_per_cluster, replicas_sound
 from fleetc.placement.rules.units import ROUNDING
@@ -39,7 +39,7 @@ def may_stay(model: FleetModel, stage: Stage, before: Mapping[str, int]) -> bool
     if any(name not in clusters for name in before) or sum(before.values()) != stage.replicas:
         return False
     if replicas_sound(stage, list(before.values())) or any(
-            below_minimum(stage, n) or exclusions(stage, clusters[name]) for name, n in before.items()):
+            below_minimum(stage, n) or excluded(stage, clusters[name]) for name, n in before.items()):
         return False
     minimum = min_replicas_per_cluster(stage)
     return all(before.get(name, 0) >= minimum for name in ha_clusters(model, stage))

@@ -101,6 +101,15 @@ def repelling_taints(stage: Stage, cluster: Cluster) -> tuple[Taint, ...]:
     return () if cluster.taints_derived else untolerated(cluster.taints, stage.tolerations)
 
 
+def excluded(stage: Stage, cluster: Cluster) -> bool:
+    """Whether any rule keeps ``stage`` off ``cluster`` (``bool(exclusions(stage, cluster))``),
+    answered at the first rule that does, without wording any: the fixes and the checks ask it of
+    every stage left out and every cluster (100 x 2,000 ``--sovereignty``: some 70,000 pairs)."""
+    return (cluster.cordoned or outside_jurisdiction(stage, cluster) or lacks_gpus(stage, cluster)
+            or lacks_gpu_type(stage, cluster) or fits_no_node(stage, cluster)
+            or bool(repelling_taints(stage, cluster)))
+
+
 def exclusions(stage: Stage, cluster: Cluster) -> list[str]:
     """Every rule that keeps ``stage`` off ``cluster`` whatever else is placed, as a short
     phrase ([] when it may run there); the filters (:func:`fleetc.placement.scoring.filter_reason`)

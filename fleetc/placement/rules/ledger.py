@@ -22,7 +22,7 @@ from fleetc.placement.rules.capacity import (
     unpacked,
     uses_shared_slots,
 )
-from fleetc.placement.rules.filters import exclusions, on_cluster
+from fleetc.placement.rules.filters import excluded, on_cluster
 from fleetc.placement.rules.quotas import CapUsage, cap_overuse, cap_usage, caps
 from fleetc.placement.rules.replicas import min_replicas_per_cluster
 from fleetc.placement.rules.units import MIB
@@ -116,7 +116,7 @@ def room_left(model: FleetModel, stage: Stage, here: dict[str, int], ledger: Led
     found = []
     for cluster in model.clusters:
         more = 1 if here.get(cluster.name) else min_replicas_per_cluster(stage)
-        if placed + more <= stage.replicas and not exclusions(stage, cluster) \
+        if placed + more <= stage.replicas and not excluded(stage, cluster) \
                 and ledger.room_for(stage, cluster.name, more):
             found.append((cluster.name, more))
     return found

@@ -370,18 +370,35 @@ class _Caps:
         return rows
 
     def per_replica(self, row: int, s: int, c: int) -> float:
-        """:meth:`coefficients` of one pair (the same operations on scalars), for the repair."""
+        """:meth:`coefficients` of one pair (:meth:`Problem.cost_at` and :meth:`Problem.quota_at`'s
+        operations on scalars: the same floats), for the repair."""
         if not (self.members[row, s] and self.on[row, c]):
             return 0.0
         if self.problem.counts_per_pair:  # throughput or whole GPUs by cluster: each pair's own count
             known = self._per_pair.get((row, s, c))
             if known is None:  # the repair asks for the same pairs thousands of times
-                known = self._per_pair[row, s, c] = float(self.coefficients(row, np.array([s]), np.array([c]))[0])
+                known = self._per_pair[row, s, c] = self._pair_count(row, s, c)
             return known
         if not self.cost[row]:
             return float(self.problem.quota_unit[s])
+        return self._micros(s, c, float(self.problem.billed[0, s]))
+
+    def _pair_count(self, row: int, s: int, c: int) -> float:
+        """Row ``row``'s use per replica of (``s``, ``c``) on a row that covers it, where a
+        replica's GPUs depend on its cluster (:attr:`Problem.counts_per_pair`)."""
+        problem = self.problem
+        gpus = float(problem.type_gpus[s, problem.cluster_type[c]])
+        shared, slots = bool(problem.shared[s]), float(problem.slots[c])
+        if self.cost[row]:
+            return self._micros(s, c, gpus / slots if shared else gpus)
+        whole = rules.slots_per_gpu(problem.model)
+        return gpus * (whole / slots if shared else float(whole))
+
+    def _micros(self, s: int, c: int, gpus: float) -> float:
+        """The hourly cost in micros of a replica of stage ``s`` on ``c`` billed ``gpus`` GPUs."""
         b, p = self.problem.billed, self.problem.prices
-        return float(round(rules.MICROS * (b[0, s] * p[0, c] + b[1, s] * p[1, c] + b[2, s] * p[2, c])))
+        per_hour = gpus * float(p[0, c]) + float(b[1, s]) * float(p[1, c]) + float(b[2, s]) * float(p[2, c])
+        return float(round(rules.MICROS * per_hour))
 
     @cached_property
     def _per_pair(self) -> dict[tuple[int, int, int], float]:

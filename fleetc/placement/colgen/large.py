@@ -355,10 +355,12 @@ class _Caps:
         return scale
 
     def coefficients(self, row: int, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
-        """Row ``row``'s use per replica of each (``stage``, ``cluster``) pair."""
-        hit = self.members[row, stage] & self.on[row, cluster]
-        per_replica = self.problem.cost_at(stage, cluster) if self.cost[row] else self.problem.quota_at(stage, cluster)
-        coefficient: np.ndarray = np.where(hit, per_replica, 0.0)
+        """Row ``row``'s use per replica of each (``stage``, ``cluster``) pair: counted only on the
+        pairs the row covers (a team's or a pipeline's few of the LP's ~100,000), 0 elsewhere."""
+        hit = np.flatnonzero(self.members[row, stage] & self.on[row, cluster])
+        count = self.problem.cost_at if self.cost[row] else self.problem.quota_at
+        coefficient = np.zeros(len(stage))
+        coefficient[hit] = count(stage[hit], cluster[hit])
         return coefficient
 
     @cached_property

@@ -4,6 +4,7 @@ and the caps (:class:`_Room`), as the rounding, the repair and the neighbourhood
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,9 +89,16 @@ class _Room:
         count = replicas_at[stage, cluster]
         self.used = np.array([self._headroom_of(row, stage, cluster) @ count for row in range(len(headroom.bound))])
         self.caps = caps
-        self.capped = caps.used(replicas_at)
+        self.capped: list[float] = caps.used(replicas_at).tolist()
         self.lost_slots = np.array([self._lost_slots_of(row, stage, cluster) @ count
                                     for row in range(len(headroom.bound))])
+        # The numbers fits() reads, as Python numbers: a repair asks tens of thousands of pairs,
+        # and numpy's reads of one element at a time were most of its time.
+        self._demand: list[list[float]] = per_replica.T.tolist()  # per stage
+        self._capacity: list[list[float]] = capacity.T.tolist()  # per cluster
+        self._per_gpu: list[int] = [int(x) for x in slots.tolist()]
+        self._unit: list[int] = [int(x) for x in unit.tolist()]
+        self._cap_bound: list[float] = caps.bound.tolist()
 
     def _lost_slots_of(self, row: int, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
         """Slots per replica a serving stage on row ``row``'s lost cluster needs back (GPU rows)."""
@@ -106,16 +114,15 @@ class _Room:
     def _headroom_of(self, row: int, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
         return self.headroom.coefficients(row, stage, cluster, self.per_replica, self.slots, shared_on_others=True)
 
-    def saved(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        return self.taken.copy(), self.used.copy(), self.capped.copy(), self.lost_slots.copy()
+    def saved(self) -> tuple[np.ndarray, np.ndarray, list[float], np.ndarray]:
+        return self.taken.copy(), self.used.copy(), list(self.capped), self.lost_slots.copy()
 
-    def restore(self, saved: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
+    def restore(self, saved: tuple[np.ndarray, np.ndarray, list[float], np.ndarray]) -> None:
         self.taken, self.used, self.capped, self.lost_slots = saved
 
     def fits(self, c: int, s: int) -> int:
-        """Replicas of stage ``s`` that fit ``c``: its capacity, and the failover headroom."""
-        demand = self.per_replica[:, s]
-        limits = [self.capacity_fits(c, demand)]
+        """Replicas of stage ``s`` that fit ``c``: its capacity, the failover headroom and the caps."""
+        fitting = self.capacity_fits(c, self._demand[s])
         gpu_rows = []
         for row in range(len(self.headroom.bound)):
             coefficient = float(self._headroom_of(row, np.array([s]), np.array([c]))[0])
@@ -124,12 +131,12 @@ class _Room:
             if self.headroom.resource[row] == 0:
                 gpu_rows.append(row)
             else:
-                limits.append(math.floor((self.headroom.bound[row] - self.used[row]) / coefficient + 1e-9))
+                fitting = min(fitting, math.floor((self.headroom.bound[row] - self.used[row]) / coefficient + 1e-9))
         for row in self.caps.rows_of[s]:  # whole numbers: integer division is exact
             coefficient = self.caps.per_replica(row, s, c)
             if coefficient > 0:
-                limits.append(int((self.caps.bound[row] - self.capped[row]) // coefficient))
-        fitting = max(0, min(limits))
+                fitting = min(fitting, int((self._cap_bound[row] - self.capped[row]) // coefficient))
+        fitting = max(0, fitting)
         for row in gpu_rows:
             while fitting > 0 and not self._gpu_headroom_holds(row, c, s, fitting):
                 fitting -= 1
@@ -151,20 +158,21 @@ class _Room:
             free += (round(self.capacity[0, o]) - busy) * scale
         return need <= free + 1e-9
 
-    def capacity_fits(self, c: int, demand: np.ndarray) -> int:
+    def capacity_fits(self, c: int, demand: Sequence[float]) -> int:
         """Replicas of per-replica ``demand`` (exclusive GPUs, cores, GiB, slots) ``c`` has room for."""
-        excl, cores, gib, slots = self.taken[:, c]
+        excl, cores, gib, slots = self.taken[:, c].tolist()
+        capacity = self._capacity[c]
         limits = []
-        unit, per_gpu = int(self.unit[c]), int(self.slots[c])
+        unit, per_gpu = self._unit[c], self._per_gpu[c]
         if demand[0] > 0:
-            free = self.capacity[0, c] - excl - time_sliced_gpus(round(slots), per_gpu, unit)
+            free = capacity[0] - excl - time_sliced_gpus(round(slots), per_gpu, unit)
             limits.append(math.floor(free / demand[0] + 1e-9))
         if demand[3] > 0:
-            free_slots = (self.capacity[0, c] - excl) // unit * unit * per_gpu - slots
+            free_slots = (capacity[0] - excl) // unit * unit * per_gpu - slots
             limits.append(math.floor(free_slots / demand[3] + 1e-9))
         for r, used in ((1, cores), (2, gib)):
             if demand[r] > 0:
-                limits.append(math.floor((self.capacity[r, c] - used) / demand[r] + 1e-9))
+                limits.append(math.floor((capacity[r] - used) / demand[r] + 1e-9))
         return max(0, min(limits, default=1 << 30))
 
     def take(self, c: int, s: int, count: int) -> None:
@@ -179,5 +187,5 @@ class _Room:
         """Whether a cap of stage ``s`` leaves no room for one replica on each of ``clusters``."""
         def short(row: int, c: int) -> bool:
             per_replica = self.caps.per_replica(row, s, c)
-            return per_replica > 0 and per_replica > self.caps.bound[row] - self.capped[row]
+            return per_replica > 0 and per_replica > self._cap_bound[row] - self.capped[row]
         return all(any(short(row, c) for row in self.caps.rows_of[s]) for c in clusters.tolist())

@@ -405,12 +405,16 @@ def test_what_a_cap_leaves_is_what_the_ledger_admits(fleet: tuple[FleetModel, li
 
 
 def assert_the_repair_reads_the_programs_bits(problem: Problem) -> None:
-    """:meth:`_Caps.per_replica` of every pair of ``problem``, asked once and again, is bit for
-    bit :meth:`_Caps.coefficients` of all the pairs at once (the program's coefficients)."""
+    """:meth:`_Caps.coefficients` of all the pairs of ``problem`` at once (the master LP's, each
+    cap's rows counted only on the pairs they cover) and :meth:`_Caps.per_replica` of each pair,
+    asked once and again (the repair's), are bit for bit the problem's count of every pair where
+    the row covers it, 0 elsewhere."""
     caps = colgen.large._Caps.of(problem)
     s, c = (a.ravel() for a in np.indices((len(problem.stages), len(problem.clusters))))
     for row in range(len(caps.bound)):
-        expected = caps.coefficients(row, s, c)
+        count = problem.cost_at(s, c) if caps.cost[row] else problem.quota_at(s, c)
+        expected = np.where(caps.members[row, s] & caps.on[row, c], count, 0.0)
+        assert caps.coefficients(row, s, c).view(np.uint64).tolist() == expected.view(np.uint64).tolist(), row
         for again in range(2):
             one_by_one = np.array([caps.per_replica(row, i, j) for i, j in zip(s.tolist(), c.tolist(), strict=True)])
             assert one_by_one.view(np.uint64).tolist() == expected.view(np.uint64).tolist(), (row, again)

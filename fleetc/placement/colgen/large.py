@@ -5,6 +5,7 @@ headroom's (:class:`_Headroom`) among them."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -131,12 +132,13 @@ class _Large:
             rows.append(np.full(int(nonzero.sum()), self.headroom_rows + row))
             data.append(coefficient[nonzero])
             index.append(cols[nonzero])
-        for row in range(len(self.caps.bound)):
-            coefficient = self.caps.coefficients(row, stage, cluster) * self.replicas[stage] * self.caps.scale[row]
+        scale = self.caps.scale
+        for row, hit, per_replica in self.caps.covered(range(len(self.caps.bound)), stage, cluster):
+            coefficient = per_replica * self.replicas[stage[hit]] * scale[row]
             nonzero = coefficient != 0
             rows.append(np.full(int(nonzero.sum()), self.cap_rows + row))
             data.append(coefficient[nonzero])
-            index.append(cols[nonzero])
+            index.append(cols[hit[nonzero]])
         is_floored = self.pair_lower[pairs] > 0
         if is_floored.any():
             rows.append(self.relaxed_rows + np.searchsorted(self.floored, pairs[is_floored]))
@@ -206,10 +208,10 @@ class _Large:
         every = np.arange(len(self.pair_stage))
         for row in np.flatnonzero(row_dual[self.headroom_rows: self.cap_rows]):
             reduced -= self.headroom_coefficients(int(row), every) * row_dual[self.headroom_rows + row]
-        for row in np.flatnonzero(row_dual[self.cap_rows: self.relaxed_rows]):
-            coefficient = self.caps.coefficients(int(row), self.pair_stage, self.pair_cluster)
-            price = self.caps.scale[row] * row_dual[self.cap_rows + row]
-            reduced -= coefficient * self.replicas[self.pair_stage] * price
+        priced = np.flatnonzero(row_dual[self.cap_rows: self.relaxed_rows]).tolist()
+        for cap_row, hit, per_replica in self.caps.covered(priced, self.pair_stage, self.pair_cluster):
+            price = self.caps.scale[cap_row] * row_dual[self.cap_rows + cap_row]
+            reduced[hit] -= per_replica * self.replicas[self.pair_stage[hit]] * price
         return reduced
 
 
@@ -355,13 +357,37 @@ class _Caps:
         return scale
 
     def coefficients(self, row: int, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
-        """Row ``row``'s use per replica of each (``stage``, ``cluster``) pair: counted only on the
-        pairs the row covers (a team's or a pipeline's few of the LP's ~100,000), 0 elsewhere."""
-        hit = np.flatnonzero(self.members[row, stage] & self.on[row, cluster])
-        count = self.problem.cost_at if self.cost[row] else self.problem.quota_at
+        """Row ``row``'s use per replica of each (``stage``, ``cluster``) pair (0 where it does
+        not cover the pair)."""
         coefficient = np.zeros(len(stage))
-        coefficient[hit] = count(stage[hit], cluster[hit])
+        for _, hit, per_replica in self.covered([row], stage, cluster):
+            coefficient[hit] = per_replica
         return coefficient
+
+    def covered(self, rows: Iterable[int], stage: np.ndarray, cluster: np.ndarray
+                ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """Per row of ``rows`` (a cap's rows together), the (``stage``, ``cluster``) pairs it
+        covers (indices, ascending) and its use per replica of each: :meth:`coefficients` where
+        it is not 0 by coverage. Each cap's stages are looked up once for all its rows (its GPU
+        types' and its cost's), and the use counted only on the pairs covered: a team's share of
+        the master LP's ~100,000 pairs, for each of ~100 rows."""
+        first, mine = -1, np.zeros(0, dtype=np.int64)
+        for row in rows:
+            if self._first_alike[row] != first:
+                first = int(self._first_alike[row])
+                mine = np.flatnonzero(self.members[first, stage])
+            hit = mine[self.on[row, cluster[mine]]]
+            count = self.problem.cost_at if self.cost[row] else self.problem.quota_at
+            yield row, hit, count(stage[hit], cluster[hit])
+
+    @cached_property
+    def _first_alike(self) -> np.ndarray:
+        """(K,) per row, the first of the rows before it with the same members (one cap's)."""
+        first = np.arange(len(self.bound))
+        for row in range(1, len(first)):
+            if np.array_equal(self.members[row], self.members[row - 1]):
+                first[row] = first[row - 1]
+        return first
 
     @cached_property
     def rows_of(self) -> list[list[int]]:

@@ -445,6 +445,34 @@ def test_the_repair_reads_the_programs_bits_where_each_pair_counts_its_own() -> 
 
 @settings(max_examples=60, deadline=None)
 @given(capped_fleets())
+def test_the_repairs_room_counts_the_caps_as_the_program_does(
+        fleet: tuple[FleetModel, list[tuple[int, int, int]]]) -> None:
+    """What the repair's room lets fit (:meth:`_Room.fits`: the caps first, each pair's cap
+    rows remembered) is what the capacity and every cap row leave, counted from the program's
+    coefficients of the pair and what the placed replicas take of each row, beside any placement
+    (caps already exceeded included)."""
+    model, where = fleet
+    for problem in problems(model, score_matrix(model), {})[0]:
+        large = colgen.large._large(problem)
+        replicas_at = np.zeros((len(problem.stages), len(problem.clusters)), dtype=int)
+        for s, c, n in where:
+            if s < len(problem.stages) and c < len(problem.clusters):
+                replicas_at[s, c] += n
+        per_replica = large.coefficients / large.replicas
+        room = colgen.room._Room(large.capacity, colgen.room._taken(large, replicas_at), large.slots, large.unit,
+                                 large.headroom, per_replica, replicas_at, large.caps)
+        caps, capped = large.caps, large.caps.used(replicas_at)
+        for s, c in itertools.product(range(len(problem.stages)), range(len(problem.clusters))):
+            limits = [room.capacity_fits(c, per_replica[:, s])]
+            for row in range(len(caps.bound)):
+                use = float(caps.coefficients(row, np.array([s]), np.array([c]))[0])
+                if use > 0:
+                    limits.append(int((caps.bound[row] - capped[row]) // use))
+            assert room.fits(c, s) == max(0, min(limits)), (s, c)
+
+
+@settings(max_examples=60, deadline=None)
+@given(capped_fleets())
 def test_the_repair_skips_only_moves_that_cannot_free_a_cap(
         fleet: tuple[FleetModel, list[tuple[int, int, int]]]) -> None:
     """Where a cap keeps a left-out stage off every cluster, the eviction repair tries only the

@@ -99,6 +99,7 @@ class _Room:
         self._per_gpu: list[int] = [int(x) for x in slots.tolist()]
         self._unit: list[int] = [int(x) for x in unit.tolist()]
         self._cap_bound: list[float] = caps.bound.tolist()
+        self._cap_use: dict[int, list[tuple[int, float]]] = {}
 
     def _lost_slots_of(self, row: int, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
         """Slots per replica a serving stage on row ``row``'s lost cluster needs back (GPU rows)."""
@@ -121,8 +122,13 @@ class _Room:
         self.taken, self.used, self.capped, self.lost_slots = saved
 
     def fits(self, c: int, s: int) -> int:
-        """Replicas of stage ``s`` that fit ``c``: its capacity, the failover headroom and the caps."""
-        fitting = self.capacity_fits(c, self._demand[s])
+        """Replicas of stage ``s`` that fit ``c``: its capacity, the failover headroom and the caps.
+        The caps first: where one leaves no room (4 of 5 asks in a repair under tight quotas),
+        nothing else needs counting."""
+        fitting = self._caps_fit(c, s)
+        if fitting <= 0:
+            return 0
+        fitting = min(fitting, self.capacity_fits(c, self._demand[s]))
         gpu_rows = []
         for row in range(len(self.headroom.bound)):
             coefficient = float(self._headroom_of(row, np.array([s]), np.array([c]))[0])
@@ -132,15 +138,30 @@ class _Room:
                 gpu_rows.append(row)
             else:
                 fitting = min(fitting, math.floor((self.headroom.bound[row] - self.used[row]) / coefficient + 1e-9))
-        for row in self.caps.rows_of[s]:  # whole numbers: integer division is exact
-            coefficient = self.caps.per_replica(row, s, c)
-            if coefficient > 0:
-                fitting = min(fitting, int((self._cap_bound[row] - self.capped[row]) // coefficient))
         fitting = max(0, fitting)
         for row in gpu_rows:
             while fitting > 0 and not self._gpu_headroom_holds(row, c, s, fitting):
                 fitting -= 1
         return fitting
+
+    def _caps_fit(self, c: int, s: int) -> int:
+        """Replicas of stage ``s`` the caps leave room for on ``c`` (``1 << 30`` when none counts
+        them there)."""
+        fitting = 1 << 30
+        for row, use in self._caps_of(s, c):  # whole numbers: integer division is exact
+            fitting = min(fitting, int((self._cap_bound[row] - self.capped[row]) // use))
+        return fitting
+
+    def _caps_of(self, s: int, c: int) -> list[tuple[int, float]]:
+        """The cap rows a replica of stage ``s`` on ``c`` counts against, with what it counts
+        there (more than 0: the rows it does not count against change nothing), remembered:
+        the repair asks for the same pairs thousands of times."""
+        key = s * len(self._capacity) + c
+        known = self._cap_use.get(key)
+        if known is None:
+            known = self._cap_use[key] = [(row, use) for row in self.caps.rows_of[s]
+                                          if (use := self.caps.per_replica(row, s, c)) > 0]
+        return known
 
     def _gpu_headroom_holds(self, row: int, c: int, s: int, replicas: int) -> bool:
         """Whether GPU headroom row ``row`` holds with ``replicas`` more of stage ``s`` on ``c``:
@@ -180,12 +201,10 @@ class _Room:
         for row in range(len(self.headroom.bound)):
             self.used[row] += float(self._headroom_of(row, np.array([s]), np.array([c]))[0]) * count
             self.lost_slots[row] += float(self._lost_slots_of(row, np.array([s]), np.array([c]))[0]) * count
-        for row in self.caps.rows_of[s]:
-            self.capped[row] += self.caps.per_replica(row, s, c) * count
+        for row, use in self._caps_of(s, c):
+            self.capped[row] += use * count
 
     def capped_everywhere(self, s: int, clusters: np.ndarray) -> bool:
         """Whether a cap of stage ``s`` leaves no room for one replica on each of ``clusters``."""
-        def short(row: int, c: int) -> bool:
-            per_replica = self.caps.per_replica(row, s, c)
-            return per_replica > 0 and per_replica > self._cap_bound[row] - self.capped[row]
-        return all(any(short(row, c) for row in self.caps.rows_of[s]) for c in clusters.tolist())
+        return all(any(use > self._cap_bound[row] - self.capped[row] for row, use in self._caps_of(s, c))
+                   for c in clusters.tolist())

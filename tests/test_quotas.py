@@ -406,27 +406,25 @@ def test_what_a_cap_leaves_is_what_the_ledger_admits(fleet: tuple[FleetModel, li
 
 def assert_the_repair_reads_the_programs_bits(problem: Problem) -> None:
     """:meth:`_Caps.coefficients` of all the pairs of ``problem`` at once (the master LP's, each
-    cap's rows counted only on the pairs they cover) and :meth:`_Caps.per_replica` of each pair,
-    asked once and again (the repair's), are bit for bit the problem's count of every pair where
-    the row covers it, 0 elsewhere."""
+    cap's rows counted only on the pairs they cover) and :meth:`_Caps.per_replica` of each pair
+    (the repair's) are bit for bit the problem's count of every pair where the row covers it,
+    0 elsewhere."""
     caps = colgen.large._Caps.of(problem)
     s, c = (a.ravel() for a in np.indices((len(problem.stages), len(problem.clusters))))
     for row in range(len(caps.bound)):
         count = problem.cost_at(s, c) if caps.cost[row] else problem.quota_at(s, c)
         expected = np.where(caps.members[row, s] & caps.on[row, c], count, 0.0)
         assert caps.coefficients(row, s, c).view(np.uint64).tolist() == expected.view(np.uint64).tolist(), row
-        for again in range(2):
-            one_by_one = np.array([caps.per_replica(row, i, j) for i, j in zip(s.tolist(), c.tolist(), strict=True)])
-            assert one_by_one.view(np.uint64).tolist() == expected.view(np.uint64).tolist(), (row, again)
+        one_by_one = np.array([caps.per_replica(row, i, j) for i, j in zip(s.tolist(), c.tolist(), strict=True)])
+        assert one_by_one.view(np.uint64).tolist() == expected.view(np.uint64).tolist(), row
 
 
 @settings(max_examples=60, deadline=None)
 @given(capped_fleets())
 def test_the_repair_counts_each_pair_as_the_program_does(fleet: tuple[FleetModel, list[tuple[int, int, int]]]) -> None:
-    """The large path's repair reads a pair's cap use one at a time (:meth:`_Caps.per_replica`,
-    remembered per row and pair): it is the program's coefficient for that row, quota slots and
-    cost micros alike, whether the cluster matters (throughput, whole GPUs where the plugin does
-    not slice) or not."""
+    """The large path's repair reads a pair's cap use one at a time (:meth:`_Caps.per_replica`):
+    it is the program's coefficient for that row, quota slots and cost micros alike, whether
+    the cluster matters (throughput, whole GPUs where the plugin does not slice) or not."""
     model, _ = fleet
     for problem in problems(model, score_matrix(model), {})[0]:
         assert_the_repair_reads_the_programs_bits(problem)

@@ -403,10 +403,7 @@ class _Caps:
         if not (self.members[row, s] and self.on[row, c]):
             return 0.0
         if self.problem.counts_per_pair:  # throughput or whole GPUs by cluster: each pair's own count
-            known = self._per_pair.get((row, s, c))
-            if known is None:  # the repair asks for the same pairs thousands of times
-                known = self._per_pair[row, s, c] = self._pair_count(row, s, c)
-            return known
+            return self._pair_count(row, s, c)
         if not self.cost[row]:
             return float(self.problem.quota_unit[s])
         return self._micros(s, c, float(self.problem.billed[0, s]))
@@ -427,12 +424,6 @@ class _Caps:
         b, p = self.problem.billed, self.problem.prices
         per_hour = gpus * float(p[0, c]) + float(b[1, s]) * float(p[1, c]) + float(b[2, s]) * float(p[2, c])
         return float(round(rules.MICROS * per_hour))
-
-    @cached_property
-    def _per_pair(self) -> dict[tuple[int, int, int], float]:
-        """:meth:`per_replica` of the (row, stage, cluster) triples asked so far, where it
-        depends on the pair (:attr:`Problem.counts_per_pair`)."""
-        return {}
 
     def used(self, replicas_at: np.ndarray) -> np.ndarray:
         """(K,) what ``replicas_at`` takes of each row."""

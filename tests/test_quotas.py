@@ -32,7 +32,7 @@ from fleetc.placement.explain import explain
 from fleetc.placement.explain import format_text as format_explanation
 from fleetc.placement.fixes import fixes
 from fleetc.placement.optimize import place
-from fleetc.placement.problem import components, problems
+from fleetc.placement.problem import Problem, components, problems
 from fleetc.placement.scoring import score_matrix
 from fleetc.placement.verify import verify
 from fleetc.report import as_json, compare, format_markdown, format_text, snapshot
@@ -404,19 +404,69 @@ def test_what_a_cap_leaves_is_what_the_ledger_admits(fleet: tuple[FleetModel, li
         ledger.add(stage, cluster.name, -replicas)
 
 
+def assert_the_repair_reads_the_programs_bits(problem: Problem) -> None:
+    """:meth:`_Caps.coefficients` of all the pairs of ``problem`` at once (the master LP's, each
+    cap's rows counted only on the pairs they cover) and :meth:`_Caps.per_replica` of each pair
+    (the repair's) are bit for bit the problem's count of every pair where the row covers it,
+    0 elsewhere."""
+    caps = colgen.large._Caps.of(problem)
+    s, c = (a.ravel() for a in np.indices((len(problem.stages), len(problem.clusters))))
+    for row in range(len(caps.bound)):
+        count = problem.cost_at(s, c) if caps.cost[row] else problem.quota_at(s, c)
+        expected = np.where(caps.members[row, s] & caps.on[row, c], count, 0.0)
+        assert caps.coefficients(row, s, c).view(np.uint64).tolist() == expected.view(np.uint64).tolist(), row
+        one_by_one = np.array([caps.per_replica(row, i, j) for i, j in zip(s.tolist(), c.tolist(), strict=True)])
+        assert one_by_one.view(np.uint64).tolist() == expected.view(np.uint64).tolist(), row
+
+
 @settings(max_examples=60, deadline=None)
 @given(capped_fleets())
 def test_the_repair_counts_each_pair_as_the_program_does(fleet: tuple[FleetModel, list[tuple[int, int, int]]]) -> None:
-    """The large path's repair reads a pair's cap use one at a time (:meth:`_Caps.per_replica`,
-    remembered per row and pair where the cluster matters): asked once or again, it is the
-    program's coefficient for that row, quota slots and cost micros alike."""
+    """The large path's repair reads a pair's cap use one at a time (:meth:`_Caps.per_replica`):
+    it is the program's coefficient for that row, quota slots and cost micros alike, whether
+    the cluster matters (throughput, whole GPUs where the plugin does not slice) or not."""
     model, _ = fleet
     for problem in problems(model, score_matrix(model), {})[0]:
-        caps = colgen.large._Caps.of(problem)
-        for row, s, c in itertools.product(range(len(caps.bound)), range(len(problem.stages)),
-                                           range(len(problem.clusters))):
-            expected = float(caps.coefficients(row, np.array([s]), np.array([c]))[0])
-            assert caps.per_replica(row, s, c) == caps.per_replica(row, s, c) == expected, (row, s, c)
+        assert_the_repair_reads_the_programs_bits(problem)
+
+
+def test_the_repair_reads_the_programs_bits_where_each_pair_counts_its_own() -> None:
+    """The same on a generated fleet under team quotas and cost caps, whose throughput stages
+    count their GPUs on each cluster's type (:attr:`Problem.counts_per_pair`): the repair's
+    scalar arithmetic there is the program's vectorised one."""
+    spec = Spec(clusters=8, stages=60, load=0.9, seed=2, platform=True, quotas=0.8, budget=1.1)
+    model = model_of(generate(spec).files)
+    (problem,), _ = problems(model, score_matrix(model), {})
+    assert problem.counts_per_pair and problem.caps
+    assert_the_repair_reads_the_programs_bits(problem)
+
+
+@settings(max_examples=60, deadline=None)
+@given(capped_fleets())
+def test_the_repairs_room_counts_the_caps_as_the_program_does(
+        fleet: tuple[FleetModel, list[tuple[int, int, int]]]) -> None:
+    """What the repair's room lets fit (:meth:`_Room.fits`: the caps first, each pair's cap
+    rows remembered) is what the capacity and every cap row leave, counted from the program's
+    coefficients of the pair and what the placed replicas take of each row, beside any placement
+    (caps already exceeded included)."""
+    model, where = fleet
+    for problem in problems(model, score_matrix(model), {})[0]:
+        large = colgen.large._large(problem)
+        replicas_at = np.zeros((len(problem.stages), len(problem.clusters)), dtype=int)
+        for s, c, n in where:
+            if s < len(problem.stages) and c < len(problem.clusters):
+                replicas_at[s, c] += n
+        per_replica = large.coefficients / large.replicas
+        room = colgen.room._Room(large.capacity, colgen.room._taken(large, replicas_at), large.slots, large.unit,
+                                 large.headroom, per_replica, replicas_at, large.caps)
+        caps, capped = large.caps, large.caps.used(replicas_at)
+        for s, c in itertools.product(range(len(problem.stages)), range(len(problem.clusters))):
+            limits = [room.capacity_fits(c, per_replica[:, s])]
+            for row in range(len(caps.bound)):
+                use = float(caps.coefficients(row, np.array([s]), np.array([c]))[0])
+                if use > 0:
+                    limits.append(int((caps.bound[row] - capped[row]) // use))
+            assert room.fits(c, s) == max(0, min(limits)), (s, c)
 
 
 @settings(max_examples=60, deadline=None)

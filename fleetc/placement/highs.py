@@ -92,24 +92,17 @@ def _new(options: dict[str, OptionValue]) -> highspy.Highs:
 def _pass(solver: highspy.Highs, cost: np.ndarray, lower: np.ndarray, upper: np.ndarray,
           matrix: sp.csc_matrix, row_lower: np.ndarray, row_upper: np.ndarray,
           integrality: np.ndarray | None = None) -> None:
-    lp = highspy.HighsLp()
-    lp.num_col_ = len(cost)
-    lp.num_row_ = len(row_lower)
-    lp.col_cost_ = np.asarray(cost, dtype=float)
-    lp.col_lower_ = np.asarray(lower, dtype=float)
-    lp.col_upper_ = np.asarray(upper, dtype=float)
-    lp.row_lower_ = np.asarray(row_lower, dtype=float)
-    lp.row_upper_ = np.asarray(row_upper, dtype=float)
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = matrix.indptr.astype(np.int32)
-    lp.a_matrix_.index_ = matrix.indices.astype(np.int32)
-    lp.a_matrix_.value_ = matrix.data.astype(float)
-    lp.a_matrix_.num_col_ = len(cost)
-    lp.a_matrix_.num_row_ = len(row_lower)
-    if integrality is not None:
-        lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
-                           for i in integrality]
-    status = solver.passModel(lp)
+    """Hand HiGHS the model as arrays, which it copies as they are: a ``HighsLp`` filled field by
+    field converts each array element by element (70-120 ms for the 107,729 columns and 512,974
+    nonzeros of the master LP at quotas 100 x 2,000, against 5-14 ms). ``integrality`` None: every
+    column continuous (an LP)."""
+    n_col = len(cost)
+    kinds = np.zeros(n_col, dtype=np.int32) if integrality is None else np.asarray(integrality, dtype=np.int32)
+    status = solver.passModel(
+        n_col, len(row_lower), matrix.nnz, int(highspy.MatrixFormat.kColwise), int(highspy.ObjSense.kMinimize), 0.0,
+        np.asarray(cost, dtype=float), np.asarray(lower, dtype=float), np.asarray(upper, dtype=float),
+        np.asarray(row_lower, dtype=float), np.asarray(row_upper, dtype=float),
+        matrix.indptr[:-1].astype(np.int32), matrix.indices.astype(np.int32), matrix.data.astype(float), kinds)
     if status == highspy.HighsStatus.kError:
         raise InternalError("HiGHS rejected the model")
 

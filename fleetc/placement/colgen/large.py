@@ -5,6 +5,7 @@ headroom's (:class:`_Headroom`) among them."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -131,12 +132,13 @@ class _Large:
             rows.append(np.full(int(nonzero.sum()), self.headroom_rows + row))
             data.append(coefficient[nonzero])
             index.append(cols[nonzero])
-        for row in range(len(self.caps.bound)):
-            coefficient = self.caps.coefficients(row, stage, cluster) * self.replicas[stage] * self.caps.scale[row]
+        scale = self.caps.scale
+        for row, hit, per_replica in self.caps.covered(range(len(self.caps.bound)), stage, cluster):
+            coefficient = per_replica * self.replicas[stage[hit]] * scale[row]
             nonzero = coefficient != 0
             rows.append(np.full(int(nonzero.sum()), self.cap_rows + row))
             data.append(coefficient[nonzero])
-            index.append(cols[nonzero])
+            index.append(cols[hit[nonzero]])
         is_floored = self.pair_lower[pairs] > 0
         if is_floored.any():
             rows.append(self.relaxed_rows + np.searchsorted(self.floored, pairs[is_floored]))
@@ -206,10 +208,10 @@ class _Large:
         every = np.arange(len(self.pair_stage))
         for row in np.flatnonzero(row_dual[self.headroom_rows: self.cap_rows]):
             reduced -= self.headroom_coefficients(int(row), every) * row_dual[self.headroom_rows + row]
-        for row in np.flatnonzero(row_dual[self.cap_rows: self.relaxed_rows]):
-            coefficient = self.caps.coefficients(int(row), self.pair_stage, self.pair_cluster)
-            price = self.caps.scale[row] * row_dual[self.cap_rows + row]
-            reduced -= coefficient * self.replicas[self.pair_stage] * price
+        priced = np.flatnonzero(row_dual[self.cap_rows: self.relaxed_rows]).tolist()
+        for cap_row, hit, per_replica in self.caps.covered(priced, self.pair_stage, self.pair_cluster):
+            price = self.caps.scale[cap_row] * row_dual[self.cap_rows + cap_row]
+            reduced[hit] -= per_replica * self.replicas[self.pair_stage[hit]] * price
         return reduced
 
 
@@ -355,11 +357,37 @@ class _Caps:
         return scale
 
     def coefficients(self, row: int, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
-        """Row ``row``'s use per replica of each (``stage``, ``cluster``) pair."""
-        hit = self.members[row, stage] & self.on[row, cluster]
-        per_replica = self.problem.cost_at(stage, cluster) if self.cost[row] else self.problem.quota_at(stage, cluster)
-        coefficient: np.ndarray = np.where(hit, per_replica, 0.0)
+        """Row ``row``'s use per replica of each (``stage``, ``cluster``) pair (0 where it does
+        not cover the pair)."""
+        coefficient = np.zeros(len(stage))
+        for _, hit, per_replica in self.covered([row], stage, cluster):
+            coefficient[hit] = per_replica
         return coefficient
+
+    def covered(self, rows: Iterable[int], stage: np.ndarray, cluster: np.ndarray
+                ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """Per row of ``rows`` (a cap's rows together), the (``stage``, ``cluster``) pairs it
+        covers (indices, ascending) and its use per replica of each: :meth:`coefficients` where
+        it is not 0 by coverage. Each cap's stages are looked up once for all its rows (its GPU
+        types' and its cost's), and the use counted only on the pairs covered: a team's share of
+        the master LP's ~100,000 pairs, for each of ~100 rows."""
+        first, mine = -1, np.zeros(0, dtype=np.int64)
+        for row in rows:
+            if self._first_alike[row] != first:
+                first = int(self._first_alike[row])
+                mine = np.flatnonzero(self.members[first, stage])
+            hit = mine[self.on[row, cluster[mine]]]
+            count = self.problem.cost_at if self.cost[row] else self.problem.quota_at
+            yield row, hit, count(stage[hit], cluster[hit])
+
+    @cached_property
+    def _first_alike(self) -> np.ndarray:
+        """(K,) per row, the first of the rows before it with the same members (one cap's)."""
+        first = np.arange(len(self.bound))
+        for row in range(1, len(first)):
+            if np.array_equal(self.members[row], self.members[row - 1]):
+                first[row] = first[row - 1]
+        return first
 
     @cached_property
     def rows_of(self) -> list[list[int]]:
@@ -370,24 +398,32 @@ class _Caps:
         return rows
 
     def per_replica(self, row: int, s: int, c: int) -> float:
-        """:meth:`coefficients` of one pair (the same operations on scalars), for the repair."""
+        """:meth:`coefficients` of one pair (:meth:`Problem.cost_at` and :meth:`Problem.quota_at`'s
+        operations on scalars: the same floats), for the repair."""
         if not (self.members[row, s] and self.on[row, c]):
             return 0.0
         if self.problem.counts_per_pair:  # throughput or whole GPUs by cluster: each pair's own count
-            known = self._per_pair.get((row, s, c))
-            if known is None:  # the repair asks for the same pairs thousands of times
-                known = self._per_pair[row, s, c] = float(self.coefficients(row, np.array([s]), np.array([c]))[0])
-            return known
+            return self._pair_count(row, s, c)
         if not self.cost[row]:
             return float(self.problem.quota_unit[s])
-        b, p = self.problem.billed, self.problem.prices
-        return float(round(rules.MICROS * (b[0, s] * p[0, c] + b[1, s] * p[1, c] + b[2, s] * p[2, c])))
+        return self._micros(s, c, float(self.problem.billed[0, s]))
 
-    @cached_property
-    def _per_pair(self) -> dict[tuple[int, int, int], float]:
-        """:meth:`per_replica` of the (row, stage, cluster) triples asked so far, where it
-        depends on the pair (:attr:`Problem.counts_per_pair`)."""
-        return {}
+    def _pair_count(self, row: int, s: int, c: int) -> float:
+        """Row ``row``'s use per replica of (``s``, ``c``) on a row that covers it, where a
+        replica's GPUs depend on its cluster (:attr:`Problem.counts_per_pair`)."""
+        problem = self.problem
+        gpus = float(problem.type_gpus[s, problem.cluster_type[c]])
+        shared, slots = bool(problem.shared[s]), float(problem.slots[c])
+        if self.cost[row]:
+            return self._micros(s, c, gpus / slots if shared else gpus)
+        whole = rules.slots_per_gpu(problem.model)
+        return gpus * (whole / slots if shared else float(whole))
+
+    def _micros(self, s: int, c: int, gpus: float) -> float:
+        """The hourly cost in micros of a replica of stage ``s`` on ``c`` billed ``gpus`` GPUs."""
+        b, p = self.problem.billed, self.problem.prices
+        per_hour = gpus * float(p[0, c]) + float(b[1, s]) * float(p[1, c]) + float(b[2, s]) * float(p[2, c])
+        return float(round(rules.MICROS * per_hour))
 
     def used(self, replicas_at: np.ndarray) -> np.ndarray:
         """(K,) what ``replicas_at`` takes of each row."""

@@ -4,6 +4,7 @@ and the caps (:class:`_Room`), as the rounding, the repair and the neighbourhood
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,9 +89,17 @@ class _Room:
         count = replicas_at[stage, cluster]
         self.used = np.array([self._headroom_of(row, stage, cluster) @ count for row in range(len(headroom.bound))])
         self.caps = caps
-        self.capped = caps.used(replicas_at)
+        self.capped: list[float] = caps.used(replicas_at).tolist()
         self.lost_slots = np.array([self._lost_slots_of(row, stage, cluster) @ count
                                     for row in range(len(headroom.bound))])
+        # The numbers fits() reads, as Python numbers: a repair asks tens of thousands of pairs,
+        # and numpy's reads of one element at a time were most of its time.
+        self._demand: list[list[float]] = per_replica.T.tolist()  # per stage
+        self._capacity: list[list[float]] = capacity.T.tolist()  # per cluster
+        self._per_gpu: list[int] = [int(x) for x in slots.tolist()]
+        self._unit: list[int] = [int(x) for x in unit.tolist()]
+        self._cap_bound: list[float] = caps.bound.tolist()
+        self._cap_use: dict[int, list[tuple[int, float]]] = {}
 
     def _lost_slots_of(self, row: int, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
         """Slots per replica a serving stage on row ``row``'s lost cluster needs back (GPU rows)."""
@@ -106,16 +115,20 @@ class _Room:
     def _headroom_of(self, row: int, stage: np.ndarray, cluster: np.ndarray) -> np.ndarray:
         return self.headroom.coefficients(row, stage, cluster, self.per_replica, self.slots, shared_on_others=True)
 
-    def saved(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        return self.taken.copy(), self.used.copy(), self.capped.copy(), self.lost_slots.copy()
+    def saved(self) -> tuple[np.ndarray, np.ndarray, list[float], np.ndarray]:
+        return self.taken.copy(), self.used.copy(), list(self.capped), self.lost_slots.copy()
 
-    def restore(self, saved: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
+    def restore(self, saved: tuple[np.ndarray, np.ndarray, list[float], np.ndarray]) -> None:
         self.taken, self.used, self.capped, self.lost_slots = saved
 
     def fits(self, c: int, s: int) -> int:
-        """Replicas of stage ``s`` that fit ``c``: its capacity, and the failover headroom."""
-        demand = self.per_replica[:, s]
-        limits = [self.capacity_fits(c, demand)]
+        """Replicas of stage ``s`` that fit ``c``: its capacity, the failover headroom and the caps.
+        The caps first: where one leaves no room (4 of 5 asks in a repair under tight quotas),
+        nothing else needs counting."""
+        fitting = self._caps_fit(c, s)
+        if fitting <= 0:
+            return 0
+        fitting = min(fitting, self.capacity_fits(c, self._demand[s]))
         gpu_rows = []
         for row in range(len(self.headroom.bound)):
             coefficient = float(self._headroom_of(row, np.array([s]), np.array([c]))[0])
@@ -124,16 +137,31 @@ class _Room:
             if self.headroom.resource[row] == 0:
                 gpu_rows.append(row)
             else:
-                limits.append(math.floor((self.headroom.bound[row] - self.used[row]) / coefficient + 1e-9))
-        for row in self.caps.rows_of[s]:  # whole numbers: integer division is exact
-            coefficient = self.caps.per_replica(row, s, c)
-            if coefficient > 0:
-                limits.append(int((self.caps.bound[row] - self.capped[row]) // coefficient))
-        fitting = max(0, min(limits))
+                fitting = min(fitting, math.floor((self.headroom.bound[row] - self.used[row]) / coefficient + 1e-9))
+        fitting = max(0, fitting)
         for row in gpu_rows:
             while fitting > 0 and not self._gpu_headroom_holds(row, c, s, fitting):
                 fitting -= 1
         return fitting
+
+    def _caps_fit(self, c: int, s: int) -> int:
+        """Replicas of stage ``s`` the caps leave room for on ``c`` (``1 << 30`` when none counts
+        them there)."""
+        fitting = 1 << 30
+        for row, use in self._caps_of(s, c):  # whole numbers: integer division is exact
+            fitting = min(fitting, int((self._cap_bound[row] - self.capped[row]) // use))
+        return fitting
+
+    def _caps_of(self, s: int, c: int) -> list[tuple[int, float]]:
+        """The cap rows a replica of stage ``s`` on ``c`` counts against, with what it counts
+        there (more than 0: the rows it does not count against change nothing), remembered:
+        the repair asks for the same pairs thousands of times."""
+        key = s * len(self._capacity) + c
+        known = self._cap_use.get(key)
+        if known is None:
+            known = self._cap_use[key] = [(row, use) for row in self.caps.rows_of[s]
+                                          if (use := self.caps.per_replica(row, s, c)) > 0]
+        return known
 
     def _gpu_headroom_holds(self, row: int, c: int, s: int, replicas: int) -> bool:
         """Whether GPU headroom row ``row`` holds with ``replicas`` more of stage ``s`` on ``c``:
@@ -151,20 +179,21 @@ class _Room:
             free += (round(self.capacity[0, o]) - busy) * scale
         return need <= free + 1e-9
 
-    def capacity_fits(self, c: int, demand: np.ndarray) -> int:
+    def capacity_fits(self, c: int, demand: Sequence[float]) -> int:
         """Replicas of per-replica ``demand`` (exclusive GPUs, cores, GiB, slots) ``c`` has room for."""
-        excl, cores, gib, slots = self.taken[:, c]
+        excl, cores, gib, slots = self.taken[:, c].tolist()
+        capacity = self._capacity[c]
         limits = []
-        unit, per_gpu = int(self.unit[c]), int(self.slots[c])
+        unit, per_gpu = self._unit[c], self._per_gpu[c]
         if demand[0] > 0:
-            free = self.capacity[0, c] - excl - time_sliced_gpus(round(slots), per_gpu, unit)
+            free = capacity[0] - excl - time_sliced_gpus(round(slots), per_gpu, unit)
             limits.append(math.floor(free / demand[0] + 1e-9))
         if demand[3] > 0:
-            free_slots = (self.capacity[0, c] - excl) // unit * unit * per_gpu - slots
+            free_slots = (capacity[0] - excl) // unit * unit * per_gpu - slots
             limits.append(math.floor(free_slots / demand[3] + 1e-9))
         for r, used in ((1, cores), (2, gib)):
             if demand[r] > 0:
-                limits.append(math.floor((self.capacity[r, c] - used) / demand[r] + 1e-9))
+                limits.append(math.floor((capacity[r] - used) / demand[r] + 1e-9))
         return max(0, min(limits, default=1 << 30))
 
     def take(self, c: int, s: int, count: int) -> None:
@@ -172,12 +201,10 @@ class _Room:
         for row in range(len(self.headroom.bound)):
             self.used[row] += float(self._headroom_of(row, np.array([s]), np.array([c]))[0]) * count
             self.lost_slots[row] += float(self._lost_slots_of(row, np.array([s]), np.array([c]))[0]) * count
-        for row in self.caps.rows_of[s]:
-            self.capped[row] += self.caps.per_replica(row, s, c) * count
+        for row, use in self._caps_of(s, c):
+            self.capped[row] += use * count
 
     def capped_everywhere(self, s: int, clusters: np.ndarray) -> bool:
         """Whether a cap of stage ``s`` leaves no room for one replica on each of ``clusters``."""
-        def short(row: int, c: int) -> bool:
-            per_replica = self.caps.per_replica(row, s, c)
-            return per_replica > 0 and per_replica > self.caps.bound[row] - self.capped[row]
-        return all(any(short(row, c) for row in self.caps.rows_of[s]) for c in clusters.tolist())
+        return all(any(use > self._cap_bound[row] - self.capped[row] for row, use in self._caps_of(s, c))
+                   for c in clusters.tolist())

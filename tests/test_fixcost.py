@@ -30,3 +30,12 @@ def test_fixcost_measures_a_compile_in_cpu_seconds(tmp_path: Path) -> None:
     cpu, summary = fixcost.compile_cpu(policies, tmp_path / "out")
     assert cpu > 0.1 and summary.startswith("placed ")
     assert (tmp_path / "out" / "placement.yaml").is_file()
+
+
+@pytest.mark.slow
+def test_fixcost_writes_its_instances_and_outputs_where_it_is_told_and_removes_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fixcost.main(["--sizes", "4x12", "--repeat", "1", "--write-to", str(tmp_path)])
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert [row.split()[1] for row in rows] == list(fixcost.VARIANTS)
+    assert list(tmp_path.iterdir()) == []

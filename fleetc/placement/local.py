@@ -267,6 +267,7 @@ class Checker:
         together). False sends the check to the full re-solve: a program that cannot place
         them all, a placement the verifier or a cap refuses, or a solver that fails."""
         from fleetc.placement import program as programs  # the solver: imported when a joint fix is asked for
+        from fleetc.placement.optimize import stage_placements
         from fleetc.placement.problem import Part, Problem, multicluster_conflicts, previous_matrix
         from fleetc.placement.scoring import score_matrix
 
@@ -280,7 +281,8 @@ class Checker:
             return False
         if values is None:
             return False
-        placement = _placement_of(part, programs.replicas_of(program, values))
+        placement = Placement(stage_placements(part, programs.replicas_of(program, values), scores.total, {}),
+                              objective=0.0, bound=0.0, method="milp")
         if not must <= {p.stage for p in placement.stages if p.assignments}:
             return False
         if verify(part, placement, allow_unplaced=True, previous=previous, total=scores.total):
@@ -334,14 +336,6 @@ def _every_stage_values(program: Program) -> np.ndarray | None:
         if np.all(np.abs(relaxed.values - whole) <= 1e-6) and programs.is_feasible(program, whole, lower):
             return whole
     return programs.every_stage(program, Budget(), programs.HighsDirect()).values
-
-
-def _placement_of(part: FleetModel, replicas_at: np.ndarray) -> Placement:
-    """The placement of ``replicas_at`` (stages by clusters of ``part``), as the verifier reads it."""
-    return Placement(stages=tuple(StagePlacement(stage.key, tuple(
-        Assignment(cluster.name, int(n), int(n) * rules.on_cluster(stage, cluster).gpus)
-        for cluster, n in zip(part.clusters, row.tolist(), strict=True) if n > 0), 0.0)
-        for stage, row in zip(part.stages, replicas_at, strict=True)), objective=0.0, bound=0.0, method="milp")
 
 
 def too_little_room(part: FleetModel, keys: set[str],

@@ -226,7 +226,7 @@ def _placement(model: FleetModel, scores: Scores, solution: _Solution, unplaced:
     methods = solution.methods
     objective = round(solution.objective, 6)
     return Placement(
-        stages=_stage_placements(model, solution.replicas_at, scores.total, unplaced),
+        stages=stage_placements(model, solution.replicas_at, scores.total, unplaced),
         objective=objective,
         bound=round(max(solution.bound, solution.objective), 6),
         method=next((m for m in ("incremental", "colgen-lp-round") if m in methods), "milp"),
@@ -265,7 +265,7 @@ def _ran_out(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() >= deadline
 
 
-def _stage_placements(model: FleetModel, replicas_at: np.ndarray, total: np.ndarray, unplaced: Mapping[int, str]
+def stage_placements(model: FleetModel, replicas_at: np.ndarray, total: np.ndarray, unplaced: Mapping[int, str]
                       ) -> tuple[StagePlacement, ...]:
     """Each stage's placement (:func:`_stage_placement`) from one pass over ``replicas_at``:
     a stage on one cluster (most of them) is read from that pair alone, with the same

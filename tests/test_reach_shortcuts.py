@@ -76,6 +76,27 @@ def test_some_fleet_takes_the_bound_shortcut(monkeypatch: pytest.MonkeyPatch) ->
     assert any(taken) and not all(taken)
 
 
+def test_the_most_valuable_milp_is_solved_only_up_to_its_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above ``MOST_VALUABLE_PAIRS`` the repair's placement of a closed neighbourhood stands
+    (no node limit bounds that MILP's work at its root): the MILP is not solved, the stages it
+    could not place stay out, and the placement is still one the verifier accepts
+    (optimize.place checks)."""
+    model = model_of(FLEETS[3])
+    solved: list[int] = []
+    most_valuable = reach.most_valuable
+    monkeypatch.setattr(reach, "_at_bound", lambda *args: False)
+    monkeypatch.setattr(reach, "most_valuable",
+                        lambda solving, *args: solved.append(len(solving.unit_stage)) or most_valuable(solving, *args))
+    with_milp = optimize.place(model, allow_unplaced=True, large=0)
+    assert solved and max(solved) <= reach.MOST_VALUABLE_PAIRS
+    solved.clear()
+    monkeypatch.setattr(reach, "MOST_VALUABLE_PAIRS", 0)
+    without = optimize.place(model, allow_unplaced=True, large=0)
+    assert not solved
+    assert sum(1 for p in without.stages if p.assignments) <= sum(1 for p in with_milp.stages if p.assignments)
+    assert any(not p.assignments for p in without.stages)
+
+
 def test_a_placement_is_the_point_of_its_program_that_places_it() -> None:
     """program.values_of inverts replicas_of: the point it gives is feasible, places the same
     replicas and scores the same objective, time-sliced units (w) included; a placement that

@@ -29,7 +29,9 @@ one back (previous)."""
 #: 16: pods without GPUs pack onto the cores and memory the GPU pods leave on each of the
 #: cluster's nodes (a CPU-only cluster stating its node's cores or memory has several nodes);
 #: where only they do not pack, the packing repair moves them first.
-PLACEMENT_VERSION = "16"
+#: 17: the large path's most-valuable MILP of a closed neighbourhood is solved up to
+#: MOST_VALUABLE_PAIRS pairs; above, the repair's placement stands (quota fleets of 50 x 1,000).
+PLACEMENT_VERSION = "17"
 
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,
 #: unless :func:`fleetc.placement.optimize.place` is given another threshold (the CLI's

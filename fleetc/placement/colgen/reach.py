@@ -37,6 +37,19 @@ REACH_WORK = 2 * REACH_PAIRS
 REACH_NODES = 1_000
 
 
+#: Pairs above which :func:`_place_most` keeps the repair's placement of a closed neighbourhood
+#: instead of solving its most-valuable MILP. A count, not seconds: every machine places the
+#: same. Node limits do not bound that MILP, whose work is at its root (cuts, sub-MIPs): with
+#: team quotas and cost caps over the whole fleet (``bench.generate --clusters 50 --stages
+#: 1000 --load 0.9 --platform --quotas 0.9 --budget 0.9``, seeds 0-4) the neighbourhood is the
+#: fleet, 26,000-29,000 pairs, and its MILP took 11-34 s of CPU (the compile 16-41 s; without
+#: it 4.8-5.7 s, the plain fleets 2.7-3.5 s) to raise the objective by 0-0.22% and place at
+#: most one more stage; the strong greedy places 557-600 of those 1,000 stages where the repair
+#: places 827-841. Below it, the sovereign fleets of 100 x 2,000 (seeds 0-4: 800-14,700 pairs,
+#: 0.01-3.6 s each) keep theirs, which placed up to 6 more stages.
+MOST_VALUABLE_PAIRS = 20_000
+
+
 def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> bool:
     """Place the stages the repair left out (in place) by an exact MILP over a neighbourhood:
     them and every stage on a cluster they may use, each free to go to any cluster it may use,
@@ -81,7 +94,7 @@ def _reach(r: _Rounding, replicas_at: np.ndarray, is_blocked: np.ndarray) -> boo
             return True
         replicas_at[stages] = before
         closed = not np.any(replicas_at[:, columns], axis=1)[~grown].any()  # np.any: an array to mypy too
-        if closed and result.infeasible:
+        if closed and result.infeasible and pairs <= MOST_VALUABLE_PAIRS:
             _place_most(r, program, stages, columns, replicas_at)
         if not result.infeasible or closed:
             return result.infeasible and closed

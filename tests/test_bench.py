@@ -528,9 +528,12 @@ def test_fixcost_compiles_every_variant_and_prints_its_ratio_to_the_plain_fleet(
     stages out, so their fix lines (the joint ones included) are computed."""
     out = subprocess.run([sys.executable, "-m", "bench.fixcost", "--sizes", "8x60", "--repeat", "1"], cwd=ROOT,
                          capture_output=True, text=True, check=True, timeout=600)
-    rows = {line.split()[1]: line.split() for line in out.stdout.splitlines()[1:]}
-    assert list(rows) == ["plain", "sovereign", "ha", "quotas", "diverse"]
-    assert all(row[0] == "8x60" and float(row[2]) > 0 and float(row[3]) > 0 for row in rows.values())
+    lines = out.stdout.splitlines()[1:]
+    rows = {line.split()[2]: line.split()[1:] for line in lines if not line.startswith("worst")}
+    worst = {line.split()[3]: float(line.split()[4]) for line in lines if line.startswith("worst")}
+    assert list(rows) == list(worst) == ["plain", "sovereign", "ha", "quotas", "diverse"]
+    assert all(row[0] == "0" and float(row[2]) > 0 and float(row[3]) > 0 for row in rows.values())
     assert rows["plain"][3] == "1.00"
     assert float(rows["sovereign"][2]) / float(rows["plain"][2]) == pytest.approx(float(rows["sovereign"][3]), abs=0.01)
+    assert worst["sovereign"] == float(rows["sovereign"][3])  # one seed: its ratio is the worst
     assert int(rows["sovereign"][4]) > 0 and int(rows["quotas"][4]) > 0

@@ -57,13 +57,18 @@ def compile_cpu(policies: Path, out: Path) -> tuple[float, str]:
 
 
 def measure(clusters: int, stages: int, seed: int, repeat: int, folder: Path) -> list[tuple[str, float, str, float]]:
-    """(variant, least CPU seconds, stages left out, load average before) for each variant."""
+    """(variant, least CPU seconds, stages left out, load average before) for each variant.
+
+    Every instance and output folder is named by its seed too: a second seed compiled into the
+    first's output would read the first's placement as the previous one and refuse to leave out
+    what it placed."""
     rows = []
     for name, fields in VARIANTS.items():
         spec = Spec(clusters=clusters, stages=stages, load=0.9, seed=seed, **fields)  # type: ignore[arg-type]
-        policies = generate(spec).write(folder / f"{name}-{clusters}x{stages}")
+        instance = f"{name}-{clusters}x{stages}-seed{seed}"
+        policies = generate(spec).write(folder / instance)
         load = os.getloadavg()[0]
-        runs = [compile_cpu(policies, folder / f"out-{name}-{clusters}x{stages}-{i}") for i in range(repeat)]
+        runs = [compile_cpu(policies, folder / f"out-{instance}-{i}") for i in range(repeat)]
         cpu = min(c for c, _ in runs)
         left = re.search(r"(\d+) left out", runs[0][1])
         rows.append((name, cpu, left.group(1) if left else "0", load))

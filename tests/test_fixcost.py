@@ -41,3 +41,16 @@ def test_fixcost_writes_its_instances_and_outputs_where_it_is_told_and_removes_t
     assert [row.split()[2] for row in rows] == list(fixcost.VARIANTS)
     assert [line.split()[3] for line in lines if line.startswith("worst")] == list(fixcost.VARIANTS)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_fixcost_compiles_each_seed_into_a_fresh_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    outs: list[Path] = []
+
+    def compile_cpu(policies: Path, out: Path) -> tuple[float, str]:
+        assert not out.exists() and policies.is_dir()
+        outs.append(out)
+        return 1.0, "placed 12 stages"
+
+    monkeypatch.setattr(fixcost, "compile_cpu", compile_cpu)
+    fixcost.main(["--sizes", "4x12", "--repeat", "1", "--seeds", "0", "1", "--write-to", str(tmp_path)])
+    assert len(outs) == len(set(outs)) == 2 * len(fixcost.VARIANTS)

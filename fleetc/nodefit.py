@@ -28,6 +28,7 @@ stage takes on a cluster never depends on another cluster's nodes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -153,17 +154,20 @@ def _search(pods: Sequence[Shape], nodes: Sequence[Shape], limit: int) -> list[i
     for i in range(len(pods) - 1, -1, -1):
         later = smallest[i + 1] if i + 1 < len(pods) else [pods[i].gpus, pods[i].millis, pods[i].memory]
         smallest[i] = [min(later[0], pods[i].gpus), min(later[1], pods[i].millis), min(later[2], pods[i].memory)]
+    usable = _Usable(pods)
     where = [0] * len(pods)
     steps = 0
 
     def room_for(i: int) -> bool:
-        """Whether the nodes' free resources could hold pods i.. by their totals, and by count:
-        a node holds at most ``free // smallest`` of them in each resource they all ask for
-        (36 pods of 16 cores have 576 cores on 8 nodes of 72 free, but 4 a node)."""
+        """Whether the nodes' free resources could hold pods i.. by their totals, by count (a
+        node holds at most ``free // smallest`` of them in each resource they all ask for: 36
+        pods of 16 cores have 576 cores on 8 nodes of 72 free, but 4 a node), and by what each
+        node can use of each resource (:class:`_Usable`), checked when the pods' shape changes."""
         if any(left[i][r] > total[r] for r in range(3)):
             return False
-        return all(sum(f[r] // least for f in free) >= len(pods) - i
-                   for r, least in enumerate(smallest[i]) if least > 0)
+        return (all(sum(f[r] // least for f in free) >= len(pods) - i
+                    for r, least in enumerate(smallest[i]) if least > 0)
+                and ((i > 0 and pods[i] == pods[i - 1]) or usable.holds(i, free, left[i])))
 
     def place(i: int) -> bool:
         nonlocal steps
@@ -197,6 +201,55 @@ def _search(pods: Sequence[Shape], nodes: Sequence[Shape], limit: int) -> list[i
         return False
 
     return where if place(0) else None
+
+
+class _Usable:
+    """How much of each resource a node's free room can give pods i.. (sorted largest first),
+    at most: no more than it has free, than its free room in another resource allows at the
+    most any of them asks per unit of that one (a node with 1 GPU free gives pods of 4 cores a
+    GPU at most 4 cores, whatever its cores), rounded down to the greatest common divisor of
+    what they ask (pods of 4, 8 and 16 cores use 28 of a node's 30). A relaxation: when the
+    nodes can give less than the pods ask in some resource, no packing of them exists. It proves
+    at once what the search would take its whole budget to fail (107 pods of 4, 2 and 1 GPUs at
+    4 cores a GPU onto 17 nodes of 8 GPUs and 30 cores and one of 1 GPU: the 8 GPUs of a node
+    hold 7 at most)."""
+
+    def __init__(self, pods: Sequence[Shape]) -> None:
+        count = len(pods)
+        self.gcd = [[0, 0, 0] for _ in range(count + 1)]
+        #: [i][r][s]: the most pods i.. ask of resource r per unit of s, as (numerator,
+        #: denominator); None where one asks r but none of s (no bound from s).
+        self.ratio: list[list[list[tuple[int, int] | None]]] = [
+            [[(0, 1)] * 3 for _ in range(3)] for _ in range(count + 1)]
+        for i in range(count - 1, -1, -1):
+            ask = (pods[i].gpus, pods[i].millis, pods[i].memory)
+            self.gcd[i] = [math.gcd(self.gcd[i + 1][r], ask[r]) for r in range(3)]
+            for r in range(3):
+                for s in range(3):
+                    self.ratio[i][r][s] = _most(self.ratio[i + 1][r][s], ask[r], ask[s])
+
+    def holds(self, i: int, free: Sequence[Sequence[int]], need: Sequence[int]) -> bool:
+        """Whether ``free`` nodes can give pods i.. what they ``need`` of each resource."""
+        return all(sum(self._of(i, f, r) for f in free) >= need[r] for r in range(3) if need[r] > 0)
+
+    def _of(self, i: int, f: Sequence[int], r: int) -> int:
+        most = f[r]
+        for s in range(3):
+            ratio = self.ratio[i][r][s]
+            if s != r and ratio is not None:
+                most = min(most, f[s] * ratio[0] // ratio[1])
+        step = self.gcd[i][r]
+        return most - most % step if step else most
+
+
+def _most(ratio: tuple[int, int] | None, asked: int, per: int) -> tuple[int, int] | None:
+    """The larger of ``ratio`` and ``asked / per`` (None: unbounded, where ``per`` is 0 and
+    ``asked`` is not)."""
+    if ratio is None or (per == 0 and asked > 0):
+        return None
+    if per == 0 or asked * ratio[1] <= ratio[0] * per:
+        return ratio
+    return (asked, per)
 
 
 #: The largest node (in GPUs, or time-sliced slots) whose patterns :func:`pattern_weights`

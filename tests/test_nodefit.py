@@ -393,6 +393,36 @@ def test_pack_finds_a_packing_exactly_when_one_exists(pods: list[Shape], nodes: 
             assert sum(p.memory for p in mine) <= node.memory
 
 
+@settings(derandomize=True, max_examples=300, deadline=None)
+@given(pods_strategy, nodes_strategy)
+def test_what_nodes_can_give_never_refuses_pods_that_pack(pods: list[Shape], nodes: list[Shape]) -> None:
+    """The search's bound on what each node can give (``nodefit._Usable``) is a relaxation: where
+    some assignment packs the pods (tried one by one), it holds for them, sorted as the search
+    sorts them."""
+    ordered = sorted(pods, key=lambda p: (p.gpus, p.millis, p.memory), reverse=True)
+    need = [sum(p.gpus for p in pods), sum(p.millis for p in pods), sum(p.memory for p in pods)]
+    if brute_force(pods, nodes):
+        assert nodefit._Usable(ordered).holds(0, [[n.gpus, n.millis, n.memory] for n in nodes], need)
+
+
+def test_pods_no_node_can_give_their_cores_are_refused_before_the_search_runs_out() -> None:
+    """Met on a sovereign fleet's fix line (bench.generate --platform --sovereignty, 100 x 2,000,
+    seed 4): 107 pods of 4, 2 and 1 GPUs at 4 cores and 32 GiB a GPU onto 17 nodes of 8 GPUs,
+    30 cores, 240 GiB and one of 1 GPU. The totals fit (126 GPUs of 137, 504 cores of 540), but
+    a node's 30 cores give such pods 28 at most and the 1-GPU node 4: 480 of the 504 asked. The
+    search took its whole budget (50,000 steps, 0.4 s) to fail, 13 times in one compile; the
+    bound answers at the root, so even a budget of one step proves it."""
+    pods = [Shape(4, 16_000, 128 << 30)] * 3 + [Shape(2, 8_000, 64 << 30)] * 10 + [Shape(1, 4_000, 32 << 30)] * 94
+    nodes = [Shape(8, 30_000, 240 << 30)] * 17 + [Shape(1, 30_000, 240 << 30)]
+    free = [[n.gpus, n.millis, n.memory] for n in nodes]
+    need = [sum(p.gpus for p in pods), sum(p.millis for p in pods), sum(p.memory for p in pods)]
+    assert not nodefit._Usable(pods).holds(0, free, need)
+    assert pack(pods, nodes) is None
+    fewer = pods[:-24]  # 480 cores: what the nodes can give
+    assert nodefit._Usable(fewer).holds(0, free, [need[0] - 24, need[1] - 24 * 4_000, need[2] - (24 * 32 << 30)])
+    assert pack(fewer, nodes) is not None
+
+
 def test_pack_searches_where_first_fit_decreasing_fails() -> None:
     """Two nodes of 10, pods 4 4 3 3 3 3: first fit decreasing gives 4+4 | 3+3+3 and a 3 left;
     the search finds 4+3+3 | 4+3+3."""

@@ -31,7 +31,10 @@ one back (previous)."""
 #: where only they do not pack, the packing repair moves them first.
 #: 17: the large path's most-valuable MILP of a closed neighbourhood is solved up to
 #: MOST_VALUABLE_PAIRS pairs; above, the repair's placement stands (quota fleets of 50 x 1,000).
-PLACEMENT_VERSION = "17"
+#: 18: nor where the repair's placement is within that MILP's gap of its LP bound (half the
+#: smallest stage value); and node packing's search bounds what each node can give, so a
+#: search that ran out of steps may now find a packing.
+PLACEMENT_VERSION = "18"
 
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,
 #: unless :func:`fleetc.placement.optimize.place` is given another threshold (the CLI's

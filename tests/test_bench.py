@@ -521,13 +521,16 @@ def test_where_a_full_packing_exists_at_scale_the_large_path_places_every_stage(
 
 
 @pytest.mark.slow
-def test_fixcost_compiles_every_variant_and_prints_its_ratio_to_the_plain_fleet() -> None:
+def test_fixcost_compiles_every_variant_and_prints_its_ratio_to_the_plain_fleet(tmp_path: Path) -> None:
     """bench.fixcost at a small size, in a fresh process (the CI smoke run of issue 30's item 4
     figure): one row per variant with its CPU seconds, the ratio to the plain fleet (1.00 for
     plain itself), the stages left out and the load; the sovereign and quotas fleets leave
-    stages out, so their fix lines (the joint ones included) are computed."""
-    out = subprocess.run([sys.executable, "-m", "bench.fixcost", "--sizes", "8x60", "--repeat", "1"], cwd=ROOT,
-                         capture_output=True, text=True, check=True, timeout=600)
+    stages out, so their fix lines (the joint ones included) are computed. Its instances and
+    outputs go where ``--write-to`` says, and are removed."""
+    out = subprocess.run([sys.executable, "-m", "bench.fixcost", "--sizes", "8x60", "--repeat", "1",
+                          "--write-to", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, check=True,
+                         timeout=600)
+    assert list(tmp_path.iterdir()) == []
     lines = out.stdout.splitlines()[1:]
     rows = {line.split()[2]: line.split()[1:] for line in lines if not line.startswith("worst")}
     worst = {line.split()[3]: float(line.split()[4]) for line in lines if line.startswith("worst")}

@@ -32,17 +32,6 @@ def test_fixcost_measures_a_compile_in_cpu_seconds(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "placement.yaml").is_file()
 
 
-@pytest.mark.slow
-def test_fixcost_writes_its_instances_and_outputs_where_it_is_told_and_removes_them(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    fixcost.main(["--sizes", "4x12", "--repeat", "1", "--write-to", str(tmp_path)])
-    lines = capsys.readouterr().out.splitlines()
-    rows = [line for line in lines[1:] if not line.startswith("worst")]
-    assert [row.split()[2] for row in rows] == list(fixcost.VARIANTS)
-    assert [line.split()[3] for line in lines if line.startswith("worst")] == list(fixcost.VARIANTS)
-    assert list(tmp_path.iterdir()) == []
-
-
 def test_fixcost_compiles_each_seed_into_a_fresh_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     outs: list[Path] = []
 

@@ -26,6 +26,20 @@ settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("FLEETC_HYPOTHESIS", "deterministic"))
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m "not slow"`` deselects by the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test marked ``first_row_fast`` runs its first parametrized row in the fast tier and
+    the others in the whole suite only (marked ``slow``): for rows that each run the real
+    program or a full compile, where one row shows the path works and the rest its cases."""
+    seen: set[tuple[str, str]] = set()
+    for item in items:
+        if isinstance(item, pytest.Function) and item.get_closest_marker("first_row_fast"):
+            test = (item.nodeid.split("::")[0], item.originalname)
+            if test in seen:
+                item.add_marker(pytest.mark.slow)
+            seen.add(test)
+
+
 class NetworkBlocked(OSError):
     """Raised instead of connecting: tests run offline."""
 

@@ -304,6 +304,7 @@ RESERVED = ("is reserved for Kubernetes and the controllers fleetc's output runs
             "  hint: give the pipeline a namespace of its own in metadata.namespace\n1 error in 1 file\n")
 
 
+@pytest.mark.first_row_fast
 @pytest.mark.parametrize("namespace", ["kube-system", "kube-public", "default", "argocd", "flux-system",
                                        "gpu-operator", "volcano-system", "fluid-system"])
 def test_a_reserved_namespace_is_refused(project: Path, namespace: str) -> None:
@@ -403,6 +404,7 @@ def test_a_cluster_name_with_a_newline_never_reaches_out(project: Path) -> None:
 # --- 11. values that reach templated or path fields; YAML tags; --time-limit -------------------
 
 
+@pytest.mark.first_row_fast
 @pytest.mark.parametrize(("field", "value", "message"), [
     ("branch", "'{{ .values.branch }}'",
      "spec.gitops.branch: expected a git branch name, got '{{ .values.branch }}'\n"
@@ -431,6 +433,7 @@ def test_gitops_values_are_what_their_fields_accept(project: Path, field: str, v
     assert not (project / "out").exists()
 
 
+@pytest.mark.first_row_fast
 @pytest.mark.parametrize("tag", ["!!python/object/apply:os.system", "!!set", "!custom", "!!map"])
 def test_a_tag_on_a_mapping_is_refused(project: Path, tag: str) -> None:
     policy = project / "policies" / "gpu-optimization.yaml"

@@ -31,6 +31,7 @@ def placed(placement: Placement) -> list[tuple[str, tuple[tuple[str, int], ...]]
     return [(p.stage, tuple((a.cluster, a.replicas) for a in p.assignments)) for p in placement.stages]
 
 
+@pytest.mark.first_row_fast
 @pytest.mark.parametrize("spec", FLEETS, ids=lambda spec: f"{spec.clusters}x{spec.stages}-seed{spec.seed}")
 def test_a_relaxation_proof_places_as_the_milp_proof_does(spec: Spec, monkeypatch: pytest.MonkeyPatch) -> None:
     model = model_of(spec)
@@ -42,6 +43,7 @@ def test_a_relaxation_proof_places_as_the_milp_proof_does(spec: Spec, monkeypatc
     assert any(not p.assignments for p in slow.stages)  # the neighbourhoods ran
 
 
+@pytest.mark.first_row_fast
 @pytest.mark.parametrize("spec", FLEETS, ids=lambda spec: f"{spec.clusters}x{spec.stages}-seed{spec.seed}")
 def test_the_repair_at_its_bound_places_as_many_scoring_as_much_as_the_milp(
         spec: Spec, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -158,6 +160,7 @@ def test_every_stage_answers_the_same_with_its_relaxation_first(spec: Spec) -> N
     assert milp.infeasible == (spec is FLEETS[0])
 
 
+@pytest.mark.first_row_fast
 @pytest.mark.parametrize("spec", FLEETS, ids=lambda spec: f"{spec.clusters}x{spec.stages}-seed{spec.seed}")
 def test_counting_proves_only_what_the_relaxation_proves(spec: Spec, monkeypatch: pytest.MonkeyPatch) -> None:
     """A neighbourhood counting proves short of room (reach._short_of_room) has an infeasible

@@ -192,6 +192,7 @@ def two_cluster() -> dict[str, str]:
     return dict(compiled_in(CASES / "two-cluster-pipeline").files)
 
 
+@pytest.mark.first_row_fast
 @pytest.mark.parametrize("shell", SHELLS)
 def test_mark_then_wait_complete_through_the_same_marker(shell: str, two_cluster: dict[str, str],
                                                          tmp_path: Path) -> None:
@@ -214,6 +215,7 @@ def test_mark_then_wait_complete_through_the_same_marker(shell: str, two_cluster
     assert "not found" not in done.stdout  # "not there yet" is not an error
 
 
+@pytest.mark.first_row_fast
 @pytest.mark.parametrize("shell", SHELLS)
 def test_a_wait_logs_every_error_but_not_found_naming_the_stage(shell: str, two_cluster: dict[str, str],
                                                                 tmp_path: Path) -> None:
@@ -229,6 +231,7 @@ def test_a_wait_logs_every_error_but_not_found_naming_the_stage(shell: str, two_
         "fleetc: gave up after 86400s waiting for llm/train to complete (:s3:models/llm/v2/_SUCCESS*)")
 
 
+@pytest.mark.first_row_fast
 @pytest.mark.parametrize("shell", SHELLS)
 def test_a_final_failure_is_marked_and_stops_its_dependants_naming_it(shell: str, two_cluster: dict[str, str],
                                                                       tmp_path: Path) -> None:
@@ -534,6 +537,7 @@ def test_the_release_creates_the_held_jobs_local_queue_owned_by_its_job(shell: s
     assert body["spec"] == release.local_queue()["spec"]  # what the suite's model takes it to create
 
 
+@pytest.mark.first_row_fast
 @pytest.mark.parametrize("shell", SHELLS)
 def test_a_release_whose_queue_exists_ends_and_one_refused_says_why_and_fails(shell: str, tmp_path: Path,
                                                                               kueue_case: dict[str, str]) -> None:
@@ -640,6 +644,7 @@ def test_the_release_ungates_every_pod_again_after_a_restart_until_the_job_ended
         f"https://kubernetes.default.svc/api/v1/namespaces/ml/pods/{pod}" for pod in ungate.pods}
 
 
+@pytest.mark.first_row_fast
 @pytest.mark.parametrize("shell", SHELLS)
 def test_a_release_refused_says_why_and_goes_on_and_a_pod_with_another_gate_first_is_left(
         shell: str, tmp_path: Path, volcano_case: dict[str, str]) -> None:
@@ -725,6 +730,7 @@ def _releaser(box: Sandbox, files: Mapping[str, str], rounds: int) -> tuple[dict
     return env, argv, releaser_of(cluster, deployment), serving
 
 
+@pytest.mark.first_row_fast
 @pytest.mark.parametrize("shell", SHELLS)
 def test_the_releaser_lets_go_the_pods_of_its_run_also_those_a_scale_up_creates(
         shell: str, tmp_path: Path, volcano_case: dict[str, str]) -> None:
@@ -751,6 +757,7 @@ def test_the_releaser_lets_go_the_pods_of_its_run_also_those_a_scale_up_creates(
     assert sum(call[call.index("-X") + 1] == "GET" for call in calls) == 3
 
 
+@pytest.mark.first_row_fast
 @pytest.mark.parametrize("shell", SHELLS)
 def test_a_releaser_refused_says_why_and_goes_on(shell: str, tmp_path: Path, volcano_case: dict[str, str]) -> None:
     """A refused patch (403) is logged with the API server's answer and tried again at the next

@@ -476,7 +476,7 @@ def test_workflow_pins_actions_and_keeps_permissions_minimal() -> None:
     assert any('fleetc diff --base "origin/${BASE_REF}" "$@" --format markdown' in r for r in runs)  # test_what_if
     assert jobs["diff"]["steps"][0]["with"]["fetch-depth"] == 0
     tests = {step.get("name"): step for step in jobs["test"]["steps"]}
-    assert tests["Test"]["env"] == {"CI": "false"}
+    assert tests["Test"]["env"] == {"CI": "false"} and tests["Test"]["run"] == readme_test_command()
     assert [tests[name]["run"] for name in ("Lint (ruff, with a complexity cap)", "Type check (mypy strict)")] == \
         [LINT, TYPE_CHECK]
 
@@ -486,9 +486,17 @@ def test_workflow_pins_actions_and_keeps_permissions_minimal() -> None:
 LINT, TYPE_CHECK = "ruff check fleetc tests bench", "mypy"
 
 
+def readme_test_command() -> str:
+    """The last step of the README's set-up command that installs and runs the tests."""
+    line = next(line for line in (ROOT / "README.md").read_text().splitlines()
+                if line.startswith("python3 -m venv") and "pytest" in line)
+    return line.split(" && ")[-1]
+
+
 def test_ci_and_pre_commit_run_the_code_habit_gates() -> None:
     ci = (ROOT / ".ci/run").read_text().splitlines()
-    assert ci.index(LINT) < ci.index(TYPE_CHECK) < ci.index("python -m pytest")
+    assert ci.index(LINT) < ci.index(TYPE_CHECK) < ci.index(readme_test_command())
+    assert readme_test_command().startswith("python -m pytest")
     config = load_yaml(ROOT / ".pre-commit-config.yaml")
     assert isinstance(config, dict)
     entries = {hook["id"]: hook["entry"] for repo in config["repos"] for hook in repo["hooks"]}

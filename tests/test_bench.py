@@ -395,6 +395,33 @@ def test_cliphases_profiles_the_compile_by_part(tmp_path: Path) -> None:
     assert (tmp_path / "o" / "placement.yaml").is_file()
 
 
+@pytest.mark.slow
+def test_treefloor_times_each_touch_of_every_recorded_file_and_leaves_the_output_as_it_was(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import treefloor
+
+    shutil.copytree(ROOT / "policies", tmp_path / "policies")
+    subprocess.run([sys.executable, "-m", "fleetc", "compile"], cwd=tmp_path, capture_output=True, check=True,
+                   timeout=300)
+    out = tmp_path / "out"
+
+    def tree() -> dict[str, bytes]:
+        return {str(p.relative_to(tmp_path)): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+
+    before = tree()
+    assert treefloor.main([str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    recorded = (out / ".fleetc" / "files").read_text().splitlines()
+    assert lines[0].startswith(f"{len(recorded)} files of {out}; load ")
+    assert [line.split(" s CPU  ", 1)[1] for line in lines[1:5]] == [
+        "check as a compile does (read, mark, digest)", "check by stat and mark only (no read)",
+        "hard-link into a new tree", "remove that tree"]
+    assert all(line.endswith(" after") for line in lines[5:])
+    assert tree() == before  # nothing written under out/ nor left beside it
+    with pytest.raises(SystemExit):
+        treefloor.main([str(tmp_path / "policies")])
+
+
 def test_fit_exponent_recovers_a_power_law() -> None:
     assert fit_exponent([100, 200, 400, 800], [3 * n**1.5 for n in (100, 200, 400, 800)]) == \
         pytest.approx(1.5)

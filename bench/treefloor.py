@@ -1,0 +1,110 @@
+"""What touching every file of a compiled output costs, once per way a recompile touches it.
+
+    python -m bench.treefloor OUT
+
+A recompile that writes (``fleetc compile`` into an ``OUT`` it compiled before) builds a whole
+new tree and swaps it in (:mod:`fleetc.emit`), so even a one-line change touches every file
+of ``OUT`` at least three times: the check of the folders it keeps (read, mark, digest:
+:func:`fleetc.emit.reusable_folders`), a hard link into the new tree, and the removal of the
+old tree after the swap. This times each of those over the files fleetc's record lists, in
+this process, CPU seconds beside the load, plus what the cheapest check imaginable costs (a
+``stat`` and the mark's ``getxattr`` per file, no read): the floor under any recompile of this
+design, whatever else it does. The new tree is made beside ``OUT`` (hard links need the same
+filesystem) and removed; ``OUT`` is not changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from bench.clock import load_average, load_words
+from fleetc.emit import owned_files, reusable_folders
+from fleetc.infra.marks import MARK
+
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def by_folder(out: Path) -> dict[str, list[str]]:
+    """The files fleetc's record lists in ``out``, by folder (relative), names sorted."""
+    folders: dict[str, list[str]] = defaultdict(list)
+    for rel in sorted(owned_files(out)):
+        folder, _, name = rel.rpartition("/")
+        folders[folder].append(name)
+    return folders
+
+
+def stat_and_mark(out: Path, folders: dict[str, list[str]]) -> None:
+    """A ``stat`` and the mark's ``getxattr`` of every file, nothing read."""
+    for folder, names in folders.items():
+        fd = os.open(out / folder, _FOLDER)
+        # getxattr takes no folder descriptor: the path through it where Linux gives one
+        at = f"/proc/self/fd/{fd}/" if os.path.isdir("/proc/self/fd") else f"{out / folder}/"
+        try:
+            for name in names:
+                os.stat(name, dir_fd=fd, follow_symlinks=False)
+                try:
+                    os.getxattr(at + name, MARK, follow_symlinks=False)
+                except OSError:
+                    pass
+        finally:
+            os.close(fd)
+
+
+def link_tree(out: Path, new: Path, folders: dict[str, list[str]]) -> None:
+    """Hard-link every file into the tree ``new``, folder by folder, as the writer keeps them."""
+    for folder, names in folders.items():
+        (new / folder).mkdir(parents=True, exist_ok=True)
+        source, target = os.open(out / folder, _FOLDER), os.open(new / folder, _FOLDER)
+        try:
+            for name in names:
+                os.link(name, name, src_dir_fd=source, dst_dir_fd=target, follow_symlinks=False)
+        finally:
+            os.close(source)
+            os.close(target)
+
+
+def timed(work: Callable[[], object]) -> float:
+    """CPU seconds (user + system) of ``work`` in this process."""
+    start = time.process_time()
+    work()
+    return time.process_time() - start
+
+
+def measure(out: Path) -> list[tuple[str, float]]:
+    """Each way of touching every file of ``out``, with its CPU seconds."""
+    folders = by_folder(out)
+    new = Path(tempfile.mkdtemp(prefix=".treefloor-", dir=out.parent))
+    try:
+        return [
+            ("check as a compile does (read, mark, digest)", timed(lambda: reusable_folders(out))),
+            ("check by stat and mark only (no read)", timed(lambda: stat_and_mark(out, folders))),
+            ("hard-link into a new tree", timed(lambda: link_tree(out, new, folders))),
+            ("remove that tree", timed(lambda: shutil.rmtree(new))),
+        ]
+    finally:
+        shutil.rmtree(new, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="an output folder fleetc compiled")
+    args = parser.parse_args(argv)
+    files = sum(len(names) for names in by_folder(args.out).values())
+    if not files:
+        parser.error(f"{args.out}: no files in fleetc's record (compile into it first)")
+    print(f"{files} files of {args.out}; {load_words(load_average())}")
+    for what, seconds in measure(args.out):
+        print(f"{seconds:7.2f} s CPU  {what}")
+    print(f"{load_words(load_average())} after")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -395,7 +395,7 @@ def _rules(kueue: bool, gated: list[Obj], serving: bool) -> list[Obj]:
 def release_access(ctx: Context, namespace: str, rules: list[Obj]) -> list[Obj]:
     """The release pods' ServiceAccount, and a Role that allows ``rules`` in ``namespace`` and
     nothing else, bound to it."""
-    source = ctx.pipeline_sources[sorted(ctx.namespace_pipelines[namespace])[0]]
+    source = ctx.pipeline_sources[min(ctx.namespace_pipelines[namespace])]  # the first by name
     field = "metadata.namespace"
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": metadata(RELEASE_ACCOUNT, namespace, source, field), "rules": rules}

@@ -82,15 +82,16 @@ def refuse_disowning(out_dir: Path, named: Path | None = None) -> None:
             f"{named / RECORD}) or remove that line")
 
 
-def refuse_unproven_deletions(out_dir: Path, files: Mapping[str, str], kept: Kept | None, named: Path) -> None:
-    """Refuse to write when the files fleetc would delete (its record lists them, this compile
-    renders and keeps them no more) hold one fleetc cannot show is its own: neither marked
-    (:mod:`fleetc.infra.marks`) nor committed to git as it is. The record is only a list anyone
-    can write (a planted one would make any folder fleetc's), so it names what may be deleted,
-    never proves it. Symlinks and special files are never fleetc's data: not carrying one over
-    loses nothing."""
+def refuse_unproven_deletions(out_dir: Path, files: Mapping[str, str], kept: Kept | None, named: Path,
+                              owned: set[str]) -> None:
+    """Refuse to write when the files fleetc would delete (of ``owned``, what its record lists,
+    :func:`owned_files`, those this compile renders and keeps no more) hold one fleetc cannot
+    show is its own: neither marked (:mod:`fleetc.infra.marks`) nor committed to git as it is.
+    The record is only a list anyone can write (a planted one would make any folder fleetc's),
+    so it names what may be deleted, never proves it. Symlinks and special files are never
+    fleetc's data: not carrying one over loses nothing."""
     staying = set(files) | set(kept.paths if kept is not None else ()) | {RECORD}
-    doomed = [rel for rel in sorted(owned_files(out_dir)) if rel not in staying and _is_regular(out_dir / rel)]
+    doomed = [rel for rel in sorted(owned) if rel not in staying and _is_regular(out_dir / rel)]
     unproven = [rel for rel in doomed if read_file(out_dir / rel, marked=True) is None]
     unproven = sorted(set(unproven) - marks.committed_as_is(out_dir, unproven))
     if unproven:

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from ruamel.yaml import YAML
 from support.k8s import kustomize_build, require_upstream_schemas, validate_tree
+from support.yamlread import read
 
 from fleetc.compiler import compile_policies, load_policies
 from fleetc.emit import RECORD, changes
@@ -64,11 +64,10 @@ def test_kustomize_builds_every_cluster(tree: Path) -> None:
 
 @pytest.mark.parametrize("tree", RENDERED_TREES, ids=tree_id)
 def test_every_object_carries_the_fleetc_labels(tree: Path) -> None:
-    yaml = YAML(typ="safe", pure=True)
     for path in sorted((tree / "clusters").rglob("*.yaml")):
         if path.name == "kustomization.yaml":
             continue
-        obj = yaml.load(path.read_text(encoding="utf-8"))
+        obj = read(path.read_text(encoding="utf-8"))
         labels = obj["metadata"].get("labels", {})
         assert labels.get("app.kubernetes.io/managed-by") == "fleetc", path
         if obj["kind"] in ("Job", "Deployment", "Service"):

@@ -30,6 +30,7 @@ from support.engines import (
     kurator_targets,
     kustomize_build,
 )
+from support.yamlread import read
 
 from bench.generate import Spec, generate
 
@@ -44,14 +45,14 @@ def clusters(files: Files) -> list[str]:
 
 
 def flux_kustomizations(files: Files, cluster: str) -> list[dict]:
-    docs = [_YAML.load(text) for path, text in files.items()
+    docs = [read(text) for path, text in files.items()
             if path.startswith(f"flux/{cluster}/") and not path.endswith("/kustomization.yaml")]
     return [doc for doc in docs if doc["kind"] == "Kustomization"]
 
 
 def repository_folder(files: Files) -> str:
     """The output folder inside the repository, as the Flux Kustomizations' paths name it."""
-    appset = _YAML.load(files["argocd/applicationset-argocd-fleetc.yaml"])
+    appset = read(files["argocd/applicationset-argocd-fleetc.yaml"])
     return appset["spec"]["template"]["spec"]["source"]["path"].removesuffix("clusters/{{.cluster}}").rstrip("/") or "."
 
 
@@ -106,7 +107,7 @@ def case_output(case: str, entry: str) -> dict[str, str]:
 
 
 def kurator_application(files: Files) -> dict:
-    return next(_YAML.load(text) for path, text in files.items()
+    return next(read(text) for path, text in files.items()
                 if path.startswith("kurator/application-"))
 
 
@@ -574,7 +575,7 @@ def test_cluster_removed_from_the_fleet_keeps_its_workloads_on_both_engines(entr
     assert live.uids() == before
     with pytest.raises(FileNotFoundError):
         kustomize_build(removed, f"clusters/{cluster}")  # Argo CD: ComparisonError, no sync
-    appset = _YAML.load(files["argocd/applicationset-argocd-fleetc.yaml"])
+    appset = read(files["argocd/applicationset-argocd-fleetc.yaml"])
     assert appset["spec"]["syncPolicy"] == {"applicationsSync": "create-update",
                                             "preserveResourcesOnDeletion": True}
     for kustomization in flux_kustomizations(files, cluster):
@@ -583,6 +584,6 @@ def test_cluster_removed_from_the_fleet_keeps_its_workloads_on_both_engines(entr
 
 def test_argo_retries_failed_syncs_with_bounded_backoff() -> None:
     files = compile_texts(read_policies(ROOT / "policies"))
-    policy = _YAML.load(files["argocd/applicationset-argocd-fleetc.yaml"])["spec"]["template"]["spec"]["syncPolicy"]
+    policy = read(files["argocd/applicationset-argocd-fleetc.yaml"])["spec"]["template"]["spec"]["syncPolicy"]
     assert policy["automated"] == {"prune": True, "selfHeal": True}
     assert policy["retry"] == {"limit": 5, "backoff": {"duration": "10s", "factor": 2, "maxDuration": "5m"}}

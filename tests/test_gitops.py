@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 from support.k8s import kustomize_build, require_upstream_schemas, validate_tree
-from test_render import SAFE, fleet, write
+from support.yamlread import read
+from test_render import fleet, write
 
 from fleetc.emit import changes, write_tree
 from fleetc.model import GitOps, Placement
@@ -145,7 +146,7 @@ def test_flux_objects_exact_text() -> None:
     assert files["flux/gpu-west/gitrepository-flux-system-fleetc.yaml"] == GIT_REPOSITORY
     for layer, text in FLUX_KUSTOMIZATIONS.items():
         assert files[f"flux/gpu-west/kustomization-flux-system-fleetc-{layer}.yaml"] == text
-    assert SAFE.load(files["flux/gpu-west/kustomization.yaml"])["resources"] == [
+    assert read(files["flux/gpu-west/kustomization.yaml"])["resources"] == [
         "gitrepository-flux-system-fleetc.yaml", "kustomization-flux-system-fleetc-infra.yaml",
         "kustomization-flux-system-fleetc-local.yaml", "kustomization-flux-system-fleetc-workloads.yaml"]
 

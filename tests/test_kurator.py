@@ -13,9 +13,10 @@ import pytest
 from support.corpus import ROOT, compile_texts, read_policies
 from support.engines import KURATOR_FLEET_LABEL, Member, kurator_kustomizations
 from support.k8s import validate_object, validate_tree
+from support.yamlread import read
 from test_engines import CLUSTER_LABEL, Fleet, kurator_application, with_entry_points
 from test_gitops import CUSTOM
-from test_render import SAFE, fleet, write
+from test_render import fleet, write
 
 from fleetc.delivery import kustomization_name
 from fleetc.emit import Change, changes, write_tree
@@ -83,13 +84,13 @@ spec:
 def test_application_exact_text() -> None:
     files = files_with(Delivery(("kurator",), (("gpu-east", "Cluster"),)))
     assert files[APPLICATION] == APPLICATION_TEXT
-    assert SAFE.load(files["kurator/kustomization.yaml"])["resources"] == ["application-fleetc-system-fleetc.yaml"]
+    assert read(files["kurator/kustomization.yaml"])["resources"] == ["application-fleetc-system-fleetc.yaml"]
 
 
 def test_application_is_valid_against_kurators_crd(tmp_path: Path) -> None:
     write(files_with(Delivery(("kurator",))), tmp_path)
     assert validate_tree(tmp_path / "kurator") == []
-    application = SAFE.load((tmp_path / APPLICATION).read_text())
+    application = read((tmp_path / APPLICATION).read_text())
     application["spec"]["syncPolicies"][0]["kustomization"]["wait"] = True  # Flux's, not Kurator's
     assert validate_object(application) == ["spec/syncPolicies/0/kustomization: Additional properties "
                                             "are not allowed ('wait' was unexpected)"]

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ruamel.yaml import YAML
 from support.k8s import kustomize_build, require_upstream_schemas, validate_tree
 from support.tree import by_logical_path
+from support.yamlread import read, read_all
 
 from fleetc.errors import InternalError
 from fleetc.model import (
@@ -37,7 +37,6 @@ from fleetc.render.release import UNGATE_SCRIPT
 
 GI = 1024**3
 MI = 1024**2
-SAFE = YAML(typ="safe", pure=True)
 
 
 def cluster(name: str, gpu_type: str | None, gpus: int, **kw: Any) -> Cluster:
@@ -114,15 +113,11 @@ def rendered(model: FleetModel, placement: Placement) -> dict[str, str]:
     return dict(render(model, placement).files)
 
 
-def load(text: str) -> Any:
-    return SAFE.load(text)
-
-
 def objects(files: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """Every rendered Kubernetes object keyed by its logical path (``clusters/<c>/<file>``,
     :mod:`support.tree`), not the kustomizations or the report."""
     return {
-        path: load(text)
+        path: read(text)
         for path, text in by_logical_path(files).items()
         if path.startswith("clusters/") and not path.endswith("/kustomization.yaml")
     }
@@ -143,10 +138,10 @@ def test_rendered_tree_is_valid_and_builds(tmp_path: Path) -> None:
     folders = sorted(p.name for p in (tmp_path / "clusters").iterdir())
     assert folders == ["cpu-only", "gpu-east", "gpu-west"]  # cpu-only runs nothing: an empty folder
     for name in folders:
-        built = list(SAFE.load_all(kustomize_build(tmp_path / "clusters" / name)))
+        built = read_all(kustomize_build(tmp_path / "clusters" / name))
         folder = tmp_path / "clusters" / name
         listed = [entry for layer in ("infra", "workloads")
-                  for entry in load((folder / layer / "kustomization.yaml").read_text())["resources"]]
+                  for entry in read((folder / layer / "kustomization.yaml").read_text())["resources"]]
         # gpu-east and gpu-west each with a gated training and its release: Job, ServiceAccount, Role, RoleBinding
         assert len(built) == len(listed) == {"cpu-only": 0, "gpu-east": 14, "gpu-west": 13}[name]
 
@@ -586,10 +581,10 @@ def test_sample_job_exact_text() -> None:
     waits for prep, so its pods are scheduling-gated and its release Job has the wait."""
     files = by_logical_path(rendered(*fleet()))
     text = files["clusters/gpu-east/job-ml-llm-train.yaml"]
-    job = YAML(typ="safe").load(text)
+    job = read(text)
     spec = job["spec"]["tasks"][0]["template"]["spec"]
     assert [c["command"][2] for c in spec["containers"]] == [RUN_SCRIPT, MARK_SCRIPT]
-    release = YAML(typ="safe").load(files["clusters/gpu-east/job-ml-llm-train-release.yaml"])
+    release = read(files["clusters/gpu-east/job-ml-llm-train-release.yaml"])
     pod = release["spec"]["template"]["spec"]
     assert [c["command"][2] for c in pod["initContainers"] + pod["containers"]] == [WAIT_SCRIPT, UNGATE_SCRIPT]
     assert pod["containers"][0]["command"][3:] == ["fleetc-release", f"{job['metadata']['name']}-worker-0"]

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from support.k8s import kustomize_build, require_upstream_schemas, validate_tree
-from test_render import SAFE, fleet, load, objects, write
+from support.yamlread import read, read_all
+from test_render import fleet, objects, write
 
 from fleetc.errors import Diagnostic
 from fleetc.model import Assignment, DataPolicy, FleetModel, GitOps, GPUPolicy, Placement, Platform, Source
@@ -67,9 +68,9 @@ def test_every_object_validates_and_builds(tmp_path: Path) -> None:
     write(dict(render(*governed(data_policies=(data,))).files), tmp_path)
     assert validate_tree(tmp_path) == []
     for folder in sorted((tmp_path / "clusters").iterdir()):
-        built = list(SAFE.load_all(kustomize_build(folder)))
+        built = read_all(kustomize_build(folder))
         listed = [entry for layer in ("infra", "workloads")
-                  for entry in load((folder / layer / "kustomization.yaml").read_text())["resources"]]
+                  for entry in read((folder / layer / "kustomization.yaml").read_text())["resources"]]
         assert len(built) == len(listed)
         assert all(obj["kind"] != "Secret" for obj in built)
 
@@ -94,7 +95,7 @@ def strings(node: Any) -> list[str]:
 def test_no_credential_like_string_is_rendered() -> None:
     data = DataPolicy("data", 8, True, True, "LRU", 1024**3, True, 0, Source("policies/data.yaml", "spec"))
     files = render(*governed(data_policies=(data,))).files
-    found = [(path, s) for path, text in files.items() for s in strings(SAFE.load(text))
+    found = [(path, s) for path, text in files.items() for s in strings(read(text))
              if any(p.search(s) for p in CREDENTIALS)]
     assert found == []
 
@@ -308,9 +309,9 @@ data:
 def test_device_plugin_config_exact_text() -> None:
     files = render(*governed()).files
     assert files["clusters/gpu-east/infra/configmap-gpu-operator-fleetc-device-plugin-config.yaml"] == CONFIG_MAP
-    config = SAFE.load(SAFE.load(CONFIG_MAP)["data"]["time-sliced"])
+    config = read(read(CONFIG_MAP)["data"]["time-sliced"])
     assert config["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": 2}]
-    assert SAFE.load(SAFE.load(CONFIG_MAP)["data"]["exclusive"]) == {"version": "v1", "flags": {"migStrategy": "none"}}
+    assert read(read(CONFIG_MAP)["data"]["exclusive"]) == {"version": "v1", "flags": {"migStrategy": "none"}}
 
 
 def test_slots_follow_time_slicing_without_a_sharer_cap() -> None:

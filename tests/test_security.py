@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from ruamel.yaml import YAML
+from support.yamlread import read_all
 
 from fleetc.cli import cli
 from fleetc.compiler import compile_policies, load_policies
@@ -172,8 +172,7 @@ def test_the_bundled_example_and_the_seed_have_no_credentials() -> None:
 def test_no_secret_object_is_ever_rendered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     compiled = compile_policies(load_policies(["policies"]))
-    yaml = YAML(typ="safe", pure=True)
-    kinds = {doc.get("kind") for text in compiled.files.values() for doc in yaml.load_all(text)
+    kinds = {doc.get("kind") for text in compiled.files.values() for doc in read_all(text)
              if isinstance(doc, dict)}
     assert "Deployment" in kinds  # the check reads real objects
     assert "Secret" not in kinds

@@ -11,11 +11,9 @@ from __future__ import annotations
 import posixpath
 
 import pytest
-from ruamel.yaml import YAML
 from support.corpus import ROOT, compile_texts, read_policies
 from support.engines import applicationset_applications
-
-_YAML = YAML(typ="safe", pure=True)
+from support.yamlread import read
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +34,7 @@ def folders(paths: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("planted", ["in-cluster", "gpu-cluster-huawei-copy", "x"])
 def test_a_folder_added_by_hand_under_clusters_gets_no_application(files: dict[str, str], planted: str) -> None:
-    appset = _YAML.load(files["argocd/applicationset-argocd-fleetc.yaml"])
+    appset = read(files["argocd/applicationset-argocd-fleetc.yaml"])
     repository = [f"out/{path}" for path in files] + [f"out/clusters/{planted}/clusterrolebinding.yaml"]
     applications = applicationset_applications(appset, folders(repository))
     fleet = sorted({path.split("/")[1] for path in files if path.startswith("clusters/")})
@@ -56,7 +54,7 @@ def test_the_model_of_the_git_directory_generator_takes_every_folder() -> None:
 
 
 def test_flux_reads_only_the_fleets_folders(files: dict[str, str]) -> None:
-    paths = sorted(_YAML.load(text)["spec"]["path"] for path, text in files.items()
+    paths = sorted(read(text)["spec"]["path"] for path, text in files.items()
                    if path.startswith("flux/") and "kustomization-flux-system" in path)
     fleet = sorted({path.split("/")[1] for path in files if path.startswith("clusters/")})
     assert paths == sorted(f"./out/{folder}" for name in fleet

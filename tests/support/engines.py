@@ -62,14 +62,13 @@ from __future__ import annotations
 
 import copy
 import fnmatch
-import functools
 import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ruamel.yaml import YAML
+from .yamlread import manifest
 
 Obj = dict[str, Any]
 #: (apiVersion group, kind, namespace or "", name)
@@ -112,13 +111,9 @@ ARGO_KIND_ORDER = (
     "HorizontalPodAutoscaler", "StatefulSet", "Job", "CronJob", "Ingress", "APIService",
 )
 
-_YAML = YAML(typ="safe")
-
-
-@functools.cache
 def load(text: str) -> Any:
     """One parsed YAML document per distinct text (trees are parsed many times; never mutated)."""
-    return _YAML.load(text)
+    return manifest(text)
 
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

@@ -32,6 +32,7 @@ from fleetc.report.escape import words
 CASE = CASES / "gpu-alternatives" / "policies"
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(
     order=st.sampled_from([("h100", "a100"), ("a100", "h100")]),
@@ -131,6 +132,7 @@ def test_throughput_takes_the_count_of_the_type_it_runs_on() -> None:
     assert verify(model, placement) == []
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(
     room=st.tuples(st.sampled_from([2, 4, 8]), st.sampled_from([2, 4, 8])),

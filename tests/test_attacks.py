@@ -73,6 +73,7 @@ def project(tmp_path: Path) -> Path:
 # --- 1. nothing under a policy root is dropped silently -----------------------------------------
 
 
+@pytest.mark.slow
 def test_an_unreadable_policy_folder_is_an_error(project: Path) -> None:
     needs_dropped_capabilities()
     hidden = project / "policies" / "team-b"
@@ -113,6 +114,7 @@ def test_a_linked_folder_outside_the_policy_root_is_an_error(project: Path) -> N
                              "1 error in 1 file\n")
 
 
+@pytest.mark.slow
 def test_a_symlink_loop_is_an_error(project: Path) -> None:
     (project / "policies" / "loop").symlink_to("loop")
     result = fleetc(project, "validate")
@@ -262,6 +264,7 @@ def test_a_long_chain_written_in_reverse_order_compiles(project: Path) -> None:
     assert result.stdout.startswith("placed 1207 stages")
 
 
+@pytest.mark.slow
 def test_a_long_cycle_is_a_policy_error(project: Path) -> None:
     (project / "policies" / "cycle.yaml").write_text(chain_pipeline("c", 1500, cycle=True))
     result = fleetc(project, "validate")
@@ -389,6 +392,7 @@ def test_a_trailing_newline_is_refused_in_every_name_like_field() -> None:
     assert ("spec", "stages", 0, "image") in tried
 
 
+@pytest.mark.slow
 def test_a_cluster_name_with_a_newline_never_reaches_out(project: Path) -> None:
     fleet = project / "policies" / "fleet.yaml"
     fleet.write_text(fleet.read_text().replace("- name: edge-cluster-factory", '- name: "edge-cluster-factory\\n"'))
@@ -460,6 +464,7 @@ def test_a_time_limit_that_is_not_a_finite_number_is_a_usage_error(project: Path
 # --- 12. object and file name collisions ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_stages_that_would_share_a_name_are_reported_at_both(project: Path) -> None:
     (project / "policies" / "b.yaml").write_text(
         "apiVersion: aigc.kurator.dev/v1alpha1\nkind: AIGCPipeline\nmetadata: {name: b, namespace: team}\n"
@@ -509,6 +514,7 @@ def test_a_malformed_previous_placement_is_ignored_with_a_warning(compiled: Path
     assert fleetc(compiled, "compile", "--check").returncode == 0  # the compile wrote a good one
 
 
+@pytest.mark.slow
 def test_diff_in_a_shallow_clone_is_a_usage_error(tmp_path: Path) -> None:
     source = tmp_path / "source"
     shutil.copytree(ROOT / "policies", source / "policies")
@@ -544,6 +550,7 @@ def test_output_that_cannot_be_written_is_an_error(project: Path) -> None:
     assert (result.returncode, result.stderr) == (1, "error: cannot write the output: No space left on device\n")
 
 
+@pytest.mark.slow
 def test_a_step_summary_in_a_missing_folder_is_a_warning(project: Path) -> None:
     (project / "policies" / "bad.yaml").write_text("a: [\n")
     summary = project / "missing" / "summary.md"

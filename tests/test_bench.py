@@ -74,6 +74,7 @@ def test_generated_instances_are_valid_and_ask_for_the_load(load: float) -> None
     assert {c.gpu_type for c in model.clusters} >= {"a100", "h100", "t4", "l4"}
 
 
+@pytest.mark.slow
 def test_the_load_holds_per_gpu_type() -> None:
     """Every GPU type's stages ask for at most ``load`` of its usable GPUs (those that may run on
     one type only; the rest may run anywhere). Failed before: at 200 x 4,000 and load 0.9 the

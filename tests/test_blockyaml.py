@@ -90,6 +90,7 @@ _DATA = st.recursive(_SCALARS, lambda inner: st.one_of(
     st.lists(inner, max_size=3), st.dictionaries(_KEYS, inner, max_size=3)), max_leaves=12)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.dictionaries(_KEYS, _DATA, min_size=1, max_size=4))
 def test_what_yamlout_writes_reads_as_ruamel_reads_it(data: dict[str, Any]) -> None:
@@ -177,6 +178,7 @@ def test_a_document_that_may_hold_too_many_values_is_declined() -> None:
     assert blockyaml.block_stream(text, _scalar, load.MAX_DEPTH, 505) is None
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(st.none(), st.dictionaries(_KEYS, _DATA, min_size=1, max_size=3)), min_size=1, max_size=4),
        st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 2), st.sampled_from(["---\n", "\n---", "- ", " "])),

@@ -52,6 +52,7 @@ def test_the_digest_depends_on_the_policies_and_the_drain_not_on_file_names(file
     assert inputs_digest(changed.policies, Options()) != digest
 
 
+@pytest.mark.slow
 def test_the_digest_does_not_depend_on_the_order_of_the_fleets_clusters(files: dict[str, str]) -> None:
     """The optimizer sorts clusters by name, so their order in the Fleet places nothing
     differently: reordering them keeps the digest (and the placement given back, the same
@@ -92,6 +93,7 @@ def test_the_digest_changes_with_the_placement_version(files: dict[str, str], mo
     assert inputs_digest(policies, Options()) != before
 
 
+@pytest.mark.slow
 def test_compiling_again_from_the_same_inputs_gives_the_same_bytes_without_solving(
     files: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -116,6 +118,7 @@ def test_a_previous_placement_from_other_inputs_is_only_a_starting_point(files: 
     assert recompile(loaded, again) == again  # and what that solve gives is a fixed point
 
 
+@pytest.mark.slow
 def test_a_previous_placement_that_breaks_a_rule_is_solved_again(
     files: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -207,6 +210,7 @@ def test_a_placement_the_time_limit_cut_short_is_searched_again_unless_the_limit
     assert dict(again.files) == dict(unlimited.files)
 
 
+@pytest.mark.slow
 def test_a_compile_the_large_path_places_never_imports_cvxpy() -> None:
     """The default solver is checked without cvxpy (about a second of every large compile's
     time), and the large path places on HiGHS directly: nothing imports cvxpy."""

@@ -297,6 +297,7 @@ def test_the_fast_schema_check_never_passes_what_jsonschema_rejects() -> None:
     assert checked > 100 and rejected > checked / 2
 
 
+@pytest.mark.slow
 def test_the_fast_schema_check_accepts_valid_policies() -> None:
     from fleetc.policy.schemacheck import _schema_valid
 

@@ -440,6 +440,7 @@ def test_a_tiny_time_limit_gives_a_verified_placement_or_a_clear_error(project: 
         assert_untouched(project, result, before)
 
 
+@pytest.mark.slow
 def test_a_real_process_reports_hostile_input_without_a_traceback(project: Path) -> None:
     """The same refusals from ``python -m fleetc``: exit status 1, messages only, out/ intact."""
     before = snapshot(project / "out")

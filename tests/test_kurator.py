@@ -87,6 +87,7 @@ def test_application_exact_text() -> None:
     assert read(files["kurator/kustomization.yaml"])["resources"] == ["application-fleetc-system-fleetc.yaml"]
 
 
+@pytest.mark.slow
 def test_application_is_valid_against_kurators_crd(tmp_path: Path) -> None:
     write(files_with(Delivery(("kurator",))), tmp_path)
     assert validate_tree(tmp_path / "kurator") == []
@@ -170,6 +171,7 @@ def test_a_cluster_of_kind_cluster_converges() -> None:
     Fleet("kurator", {"gpu-cluster-huawei": "Cluster"}).sync(files)
 
 
+@pytest.mark.slow
 def test_check_covers_every_file_the_application_reads(tmp_path: Path) -> None:
     """Every file under a path a sync policy names, and the Application itself, is compared by
     ``--check`` (the user's ``local/`` folder is the user's, as for Flux: only its first

@@ -106,6 +106,7 @@ KNOWN_CIRCLES = frozenset({
 })
 
 
+@pytest.mark.slow
 def test_no_import_circles() -> None:
     """No two modules import each other, however indirectly (imports inside functions and under
     ``TYPE_CHECKING`` count too: a circle is a circle whenever it closes), but for

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 
 def run_fresh(code: str) -> str:
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, check=False)
@@ -29,6 +31,7 @@ def test_cvxpy_is_imported_without_scipy_stats_and_solves() -> None:
     assert out.split() == ["False", "7", "False"]
 
 
+@pytest.mark.slow
 def test_what_cvxpy_took_from_scipy_stats_is_the_real_thing_when_used() -> None:
     out = run_fresh("""
         import sys
@@ -43,6 +46,7 @@ def test_what_cvxpy_took_from_scipy_stats_is_the_real_thing_when_used() -> None:
     assert out.split() == ["True", "module", "0.5"]
 
 
+@pytest.mark.slow
 def test_the_stand_in_gives_any_other_name_from_the_real_module() -> None:
     out = run_fresh("""
         import sys
@@ -55,6 +59,7 @@ def test_the_stand_in_gives_any_other_name_from_the_real_module() -> None:
     assert out.split() == ["True", "True", "False"]
 
 
+@pytest.mark.slow
 def test_an_interpreter_that_has_scipy_stats_imports_cvxpy_plainly() -> None:
     out = run_fresh("""
         import sys

@@ -181,6 +181,7 @@ def test_byte_order_mark_is_accepted_by_parse() -> None:
     assert doc.values[("a",)] == (1, 4)
 
 
+@pytest.mark.slow
 def test_alias_bomb_is_bounded() -> None:
     lines = ['l0: &l0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
     for i in range(1, 9):

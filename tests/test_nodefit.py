@@ -378,6 +378,7 @@ nodes_strategy = st.lists(st.builds(Shape, st.integers(1, 8), st.integers(1, 6),
                           min_size=1, max_size=3)
 
 
+@pytest.mark.slow
 @settings(derandomize=True, max_examples=300, deadline=None)
 @given(pods_strategy, nodes_strategy)
 def test_pack_finds_a_packing_exactly_when_one_exists(pods: list[Shape], nodes: list[Shape]) -> None:
@@ -393,6 +394,7 @@ def test_pack_finds_a_packing_exactly_when_one_exists(pods: list[Shape], nodes: 
             assert sum(p.memory for p in mine) <= node.memory
 
 
+@pytest.mark.slow
 @settings(derandomize=True, max_examples=300, deadline=None)
 @given(pods_strategy, nodes_strategy)
 def test_what_nodes_can_give_never_refuses_pods_that_pack(pods: list[Shape], nodes: list[Shape]) -> None:

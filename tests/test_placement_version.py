@@ -17,6 +17,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from test_scale import model_of
 
 from bench.generate import Spec
@@ -64,6 +65,7 @@ def fingerprints() -> dict[str, str]:
     return found
 
 
+@pytest.mark.slow
 def test_placements_change_only_with_a_new_placement_version() -> None:
     found = fingerprints()
     recorded = json.loads(RECORD.read_text(encoding="utf-8")) if RECORD.exists() else {}

@@ -156,6 +156,7 @@ def exact_packings(draw: st.DrawFn) -> FleetModel:
     return make_fleet(tuple(clusters), tuple(order))
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(exact_packings())
 def test_known_full_packings_are_fully_placed(model: FleetModel) -> None:
@@ -211,6 +212,7 @@ def brute_force_feasible(model: FleetModel) -> bool:
     return False
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(small_gang_fleets())
 def test_a_placement_is_found_whenever_one_exists(model: FleetModel) -> None:

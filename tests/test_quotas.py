@@ -383,6 +383,7 @@ def capped_fleets(draw: st.DrawFn) -> tuple[FleetModel, list[tuple[int, int, int
     return model, where
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(capped_fleets())
 def test_what_a_cap_leaves_is_what_the_ledger_admits(fleet: tuple[FleetModel, list[tuple[int, int, int]]]) -> None:
@@ -469,6 +470,7 @@ def test_the_repairs_room_counts_the_caps_as_the_program_does(
             assert room.fits(c, s) == max(0, min(limits)), (s, c)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(capped_fleets())
 def test_the_repair_skips_only_moves_that_cannot_free_a_cap(

@@ -69,6 +69,7 @@ def test_the_repair_at_its_bound_places_as_many_scoring_as_much_as_the_milp(
     assert answers  # the most-valuable step was reached
 
 
+@pytest.mark.slow
 def test_the_bound_shortcut_is_taken_within_the_milps_own_gap_and_only_there(monkeypatch: pytest.MonkeyPatch) -> None:
     """``_at_bound`` says yes where the repair's placement is within half the smallest stage value
     of its LP bound, where the most-valuable MILP stops too (its absolute gap): on every
@@ -99,6 +100,7 @@ def test_the_bound_shortcut_is_taken_within_the_milps_own_gap_and_only_there(mon
     assert any(below) and not all(answer for answer, _, _ in calls)
 
 
+@pytest.mark.slow
 def test_the_most_valuable_milp_is_solved_only_up_to_its_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Above ``MOST_VALUABLE_PAIRS`` the repair's placement of a closed neighbourhood stands
     (no node limit bounds that MILP's work at its root): the MILP is not solved, the stages it

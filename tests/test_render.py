@@ -716,6 +716,7 @@ spec:
 """
 
 
+@pytest.mark.first_row_fast
 @pytest.mark.parametrize("generated", [False, True], ids=["bundled", "generated"])
 def test_rendering_on_every_core_gives_the_one_process_bytes(generated: bool, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:

@@ -110,6 +110,7 @@ def case_folder(name: str, tmp_path: Path) -> tuple[Path, tuple[str, ...]]:
 
 # The golden cases in the whole suite only (CI's): their 19 recompiles, a second each, were a
 # tenth of the fast tier's time; the bundled example stays in it.
+@pytest.mark.slow
 @pytest.mark.first_row_fast
 @pytest.mark.parametrize("name", ["bundled", *GOLDEN])
 def test_an_edited_leaf_recompiles_to_what_rendering_everything_writes(name: str, tmp_path: Path) -> None:
@@ -210,6 +211,7 @@ def generated(tmp_path: Path) -> tuple[Path, dict[Path, list[Document]]]:
     return tmp_path, found
 
 
+@pytest.mark.slow
 @pytest.mark.first_row_fast
 @pytest.mark.parametrize("edit", sorted(CROSS_EDITS))
 def test_an_edit_reaching_other_clusters_recompiles_to_what_rendering_everything_writes(

@@ -18,6 +18,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from support.corpus import CASES, GOLDEN, ROOT
 from test_placement_version import fingerprint
 
@@ -46,6 +47,7 @@ def fingerprints(tmp_path: Path) -> dict[str, list[str]]:
     return found
 
 
+@pytest.mark.slow
 def test_rendered_folders_change_only_with_a_new_render_version(tmp_path: Path) -> None:
     found = fingerprints(tmp_path)
     recorded = json.loads(RECORD.read_text(encoding="utf-8")) if RECORD.exists() else {}

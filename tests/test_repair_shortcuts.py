@@ -32,6 +32,7 @@ def _every_plan(group: list[int], c: int, plan_of: Any) -> list[dict[int, int]] 
     return plans if all(plans) else None
 
 
+@pytest.mark.first_row_fast
 @pytest.mark.parametrize(("spec", "gang_shortcut"), FLEETS, ids=[f"fleet{i}" for i in range(len(FLEETS))])
 def test_the_repair_shortcuts_place_as_its_general_path(spec: Spec, gang_shortcut: bool,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -373,6 +373,7 @@ def test_the_repair_counts_time_sliced_gpus_on_the_other_ha_clusters_in_whole_un
     _assert_repair_room_follows_the_rules(model, problem, placed)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(fleets())
 def test_excluded_is_whether_any_rule_keeps_the_stage_off(model: FleetModel) -> None:

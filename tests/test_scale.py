@@ -97,6 +97,7 @@ def test_room_stranded_behind_stages_outside_the_neighbourhood_is_reached() -> N
     assert placement.objective >= 2088.6545 * (1 - 5e-4)
 
 
+@pytest.mark.slow
 def test_a_search_that_leaves_stages_out_unproven_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(colgen.reach, "REACH_WORK", 0)  # round and repair only: one stage stays out
     model = model_of(FULL)
@@ -138,6 +139,7 @@ def test_column_generation_reports_a_narrowing_gap_each_round(large: None, monke
     assert gaps[-1] <= 1e-4 and placement.gap <= 0.01
 
 
+@pytest.mark.slow
 def test_column_generation_finds_the_bound_of_the_lp_over_every_pair(
     large: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -206,6 +208,7 @@ def test_stages_alike_but_for_cores_and_memory_bound_the_lp_at_their_least(monke
     assert lp_optimum * (1 - 1e-9) <= bound <= lp_optimum * 1.005  # a relaxation: never below the LP optimum
 
 
+@pytest.mark.slow
 def test_stages_that_all_differ_are_placed_from_the_relaxation_better_than_the_strong_greedy(
         large: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where stages all differ and their LP is large (``KINDS_PAIRS``, forced here), the large
@@ -238,6 +241,7 @@ def test_stages_that_all_differ_are_placed_from_the_relaxation_better_than_the_s
     assert np.array_equal(stopped, before)
 
 
+@pytest.mark.slow
 def test_the_large_path_is_deterministic(large: None) -> None:
     model = model_of(Spec(clusters=20, stages=300, load=1.0, seed=1))
     first = optimize.place(model, allow_unplaced=True)

@@ -192,6 +192,7 @@ def two_cluster() -> dict[str, str]:
     return dict(compiled_in(CASES / "two-cluster-pipeline").files)
 
 
+@pytest.mark.slow
 @pytest.mark.first_row_fast
 @pytest.mark.parametrize("shell", SHELLS)
 def test_mark_then_wait_complete_through_the_same_marker(shell: str, two_cluster: dict[str, str],
@@ -231,6 +232,7 @@ def test_a_wait_logs_every_error_but_not_found_naming_the_stage(shell: str, two_
         "fleetc: gave up after 86400s waiting for llm/train to complete (:s3:models/llm/v2/_SUCCESS*)")
 
 
+@pytest.mark.slow
 @pytest.mark.first_row_fast
 @pytest.mark.parametrize("shell", SHELLS)
 def test_a_final_failure_is_marked_and_stops_its_dependants_naming_it(shell: str, two_cluster: dict[str, str],
@@ -537,6 +539,7 @@ def test_the_release_creates_the_held_jobs_local_queue_owned_by_its_job(shell: s
     assert body["spec"] == release.local_queue()["spec"]  # what the suite's model takes it to create
 
 
+@pytest.mark.slow
 @pytest.mark.first_row_fast
 @pytest.mark.parametrize("shell", SHELLS)
 def test_a_release_whose_queue_exists_ends_and_one_refused_says_why_and_fails(shell: str, tmp_path: Path,
@@ -644,6 +647,7 @@ def test_the_release_ungates_every_pod_again_after_a_restart_until_the_job_ended
         f"https://kubernetes.default.svc/api/v1/namespaces/ml/pods/{pod}" for pod in ungate.pods}
 
 
+@pytest.mark.slow
 @pytest.mark.first_row_fast
 @pytest.mark.parametrize("shell", SHELLS)
 def test_a_release_refused_says_why_and_goes_on_and_a_pod_with_another_gate_first_is_left(
@@ -730,6 +734,7 @@ def _releaser(box: Sandbox, files: Mapping[str, str], rounds: int) -> tuple[dict
     return env, argv, releaser_of(cluster, deployment), serving
 
 
+@pytest.mark.slow
 @pytest.mark.first_row_fast
 @pytest.mark.parametrize("shell", SHELLS)
 def test_the_releaser_lets_go_the_pods_of_its_run_also_those_a_scale_up_creates(
@@ -757,6 +762,7 @@ def test_the_releaser_lets_go_the_pods_of_its_run_also_those_a_scale_up_creates(
     assert sum(call[call.index("-X") + 1] == "GET" for call in calls) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.first_row_fast
 @pytest.mark.parametrize("shell", SHELLS)
 def test_a_releaser_refused_says_why_and_goes_on(shell: str, tmp_path: Path, volcano_case: dict[str, str]) -> None:

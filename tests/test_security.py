@@ -187,6 +187,7 @@ RENAMED = ["gpu-cluster-huawei", "inference-cluster-aliyun", "edge-cluster-facto
            "llm-chinese-training", "aigc-prod", "model-training", "model-deployment"]
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(names=st.lists(DNS_LABEL, min_size=len(RENAMED), max_size=len(RENAMED), unique=True))

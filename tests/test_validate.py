@@ -614,6 +614,7 @@ _DOCUMENTS = st.recursive(_VALUES, lambda inner: st.one_of(
     st.lists(inner, max_size=3), st.dictionaries(_KEYS, inner, max_size=3)), max_leaves=6)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.dictionaries(_KEYS, _DOCUMENTS, max_size=4))
 def test_the_credential_probe_never_skips_a_refused_value(data: dict) -> None:

@@ -219,6 +219,7 @@ def test_plain_strings_resolve_to_str_in_every_version(text: str) -> None:
     assert all(got == text for got in readers(out)), out
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.lists(_json, max_size=4))
 def test_dump_all_round_trip(docs: list[Any]) -> None:

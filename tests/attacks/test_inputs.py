@@ -198,6 +198,7 @@ def test_two_pipelines_without_namespace_may_name_one_url_with_two_secrets(proje
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_a_pipeline_without_namespace_is_keyed_by_the_one_it_renders_into(project: Path) -> None:
     """Before: the pipeline without a namespace was keyed 'default', so another pipeline in the
     namespace it renders into named the same URL with another Secret unseen (one Dataset)."""
@@ -339,6 +340,7 @@ ATTACKS += [
 ]
 
 
+@pytest.mark.slow
 def test_an_hf_token_in_a_command_never_reaches_out(project: Path) -> None:
     """Before: the Hugging Face token was rendered into the stage's Job in out/."""
     token = next(iter(TOKENS))
@@ -439,6 +441,7 @@ ATTACKS += [
 ]
 
 
+@pytest.mark.slow
 def test_a_pipeline_in_yaml_upper_case_at_the_base_is_read(project: Path) -> None:
     """Before: the revision's walk skipped pipeline.YAML as the working tree's did."""
     renamed("pipeline.YAML")(project)
@@ -566,6 +569,7 @@ def test_a_placement_linked_to_pagemap_is_named_never_an_errno(project: Path, co
                                  "a symlink or other special file (fleetc writes it as a regular file)\n")
 
 
+@pytest.mark.slow
 def test_a_policy_named_pagemap_is_a_read_error(project: Path) -> None:
     result = fleetc(project, "validate", "/proc/self/pagemap")
     assert result.returncode == 1

@@ -43,3 +43,16 @@ def test_fixcost_compiles_each_seed_into_a_fresh_folder(tmp_path: Path, monkeypa
     monkeypatch.setattr(fixcost, "compile_cpu", compile_cpu)
     fixcost.main(["--sizes", "4x12", "--repeat", "1", "--seeds", "0", "1", "--write-to", str(tmp_path)])
     assert len(outs) == len(set(outs)) == 2 * len(fixcost.VARIANTS)
+
+
+def test_fixcost_compiles_the_variants_in_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each round compiles every variant once: a host whose speed drifts slows them alike."""
+    order: list[str] = []
+
+    def compile_cpu(policies: Path, out: Path) -> tuple[float, str]:
+        order.append(policies.name.split("-")[0])
+        return 1.0, "placed 12 stages"
+
+    monkeypatch.setattr(fixcost, "compile_cpu", compile_cpu)
+    fixcost.main(["--sizes", "4x12", "--repeat", "2", "--seeds", "0", "--write-to", str(tmp_path)])
+    assert order == [*fixcost.VARIANTS] * 2

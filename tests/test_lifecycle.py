@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 from support.corpus import CASES, ROOT, compiled_in
-from support.engines import load
 from support.lifecycle import pod_phase, run_batch_job, run_volcano_job, script_outcome
+from support.yamlread import manifest
 
 
 def _jobs(files: dict[str, str], api: str) -> dict[str, dict[str, Any]]:
-    return {path: load(text) for path, text in sorted(files.items())
+    return {path: manifest(text) for path, text in sorted(files.items())
             if "/workloads/job-" in path and f"apiVersion: {api}" in text}
 
 
@@ -62,12 +62,12 @@ def test_a_permanently_failing_kueue_job_ends_failed() -> None:
 def test_the_serving_service_exposes_every_port_the_server_listens_on() -> None:
     """Triton listens on http, grpc and metrics: the Service must reach all three."""
     files = dict(compiled_in(ROOT).files)
-    deployments = {p: load(t) for p, t in files.items() if "/workloads/deployment-" in p}
+    deployments = {p: manifest(t) for p, t in files.items() if "/workloads/deployment-" in p}
     assert deployments
     for path, deployment in deployments.items():
         if deployment["spec"]["template"]["metadata"]["labels"].get("fleetc.dev/role") == "release":
             continue  # a held Deployment's releaser: no Service, no port
         container = deployment["spec"]["template"]["spec"]["containers"][0]
-        service = load(files[path.replace("/deployment-", "/service-")])
+        service = manifest(files[path.replace("/deployment-", "/service-")])
         exposed = {port["targetPort"] for port in service["spec"]["ports"]}
         assert exposed == {port["name"] for port in container["ports"]}, path

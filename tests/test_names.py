@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from support.corpus import CASES, GOLDEN, ROOT, compile_texts, read_policies, read_tree
-from support.engines import load
 from support.k8s import require_upstream_schemas, validate_tree
+from support.yamlread import manifest
 from test_engines import Fleet
 
 from bench.generate import Spec, generate
@@ -72,7 +72,7 @@ LONGEST = {"policies/fleet.yaml": FLEET, "policies/pipeline.yaml": PIPELINE, "po
 def objects(files: Mapping[str, str]) -> Iterator[tuple[str, dict[str, Any]]]:
     for path, text in sorted(files.items()):
         if path.startswith("clusters/") and not path.endswith("kustomization.yaml"):
-            yield path, load(text)
+            yield path, manifest(text)
 
 
 def label_values(obj: dict[str, Any]) -> Iterator[str]:
@@ -278,5 +278,5 @@ def test_changing_a_stages_gpus_renames_exactly_that_job_and_the_jobs_that_wait_
         "clusters/inference-cluster-aliyun/workloads/deployment-aigc-prod-llm-chinese-training-model-deployment.yaml",
         "placement.yaml"]
     [training] = [p for p in added if "model-training" in p and "-release-" not in p]
-    assert load(after[training])["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"]["limits"][
+    assert manifest(after[training])["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"]["limits"][
         "nvidia.com/gpu"] == "4"

@@ -111,11 +111,6 @@ ARGO_KIND_ORDER = (
     "HorizontalPodAutoscaler", "StatefulSet", "Job", "CronJob", "Ingress", "APIService",
 )
 
-def load(text: str) -> Any:
-    """One parsed YAML document per distinct text (trees are parsed many times; never mutated)."""
-    return manifest(text)
-
-
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
@@ -431,12 +426,12 @@ def kustomize_build(files: Mapping[str, str], folder: str) -> list[Obj]:
     if index not in files:
         raise FileNotFoundError(f"{folder}: no kustomization.yaml")
     objects: list[Obj] = []
-    for resource in load(files[index])["resources"]:
+    for resource in manifest(files[index])["resources"]:
         path = posixpath.normpath(f"{folder}/{resource}")
         if f"{path}/kustomization.yaml" in files:
             objects += kustomize_build(files, path)
         elif path in files:
-            objects.append(load(files[path]))
+            objects.append(manifest(files[path]))
         else:
             raise FileNotFoundError(f"{folder}: resource {resource} not found")
     return objects

@@ -69,6 +69,24 @@ def test_a_compile_killed_between_the_fallback_renames_is_recovered(tmp_path: Pa
     assert leftovers(tmp_path) == []
 
 
+def test_the_record_of_a_recovered_tree_is_checked_before_it_is_trusted(tmp_path: Path) -> None:
+    """A record put back with a stranded tree (above) is the one the write then reads: a line
+    naming a file fleetc does not write refuses the write there too, nothing changed."""
+    out = tmp_path / "out"
+    write_tree(out, OLD)
+    (out / "local").mkdir()
+    (out / "local" / "notes.yaml").write_text("mine\n")
+    with (out / RECORD).open("a") as record:
+        record.write("local/notes.yaml\n")
+    stranded = tmp_path / ".out.fleetc-old-k1ll3d00"
+    stranded.mkdir()
+    os.rename(out, stranded / "tree")
+    with pytest.raises(FleetcError, match="local/notes.yaml, which fleetc does not write"):
+        write_tree(out, NEW)
+    assert read_tree_bytes(out)["local/notes.yaml"] == b"mine\n"
+    assert read_tree_bytes(out)["clusters/b/y.yaml"] == b"b\n"
+
+
 KILL_AT = """\
 import os, signal, sys
 from pathlib import Path

@@ -112,11 +112,10 @@ def write_tree(out_dir: Path, files: Mapping[str, str], policy_roots: Sequence[P
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         with _locked(out_dir):
             _refuse_foreign(out_dir)  # again under the lock: it may have changed since
-            refuse_disowning(out_dir, named)  # under the lock only: it reads the whole record
-            remove_stale_staging(out_dir)
+            remove_stale_staging(out_dir)  # first: a tree it puts back brings its own record
             if kept is not None:
                 check_kept(out_dir, kept)
-            owned = owned_files(out_dir)
+            owned = refuse_disowning(out_dir, named)  # under the lock only: it reads the whole record
             refuse_unproven_deletions(out_dir, files, kept, named, owned)
             return _stage_and_swap(out_dir, files, then, kept, owned)
     except FleetcError:

@@ -64,13 +64,16 @@ def could_be_fleetcs(rel: str) -> bool:
     return rel == RENDER_RECORD
 
 
-def refuse_disowning(out_dir: Path, named: Path | None = None) -> None:
+def refuse_disowning(out_dir: Path, named: Path | None = None) -> set[str]:
     """Refuse to write when fleetc's record names a file there that fleetc could not have
     written (a line added by hand, or a record planted in a folder that is not fleetc's
-    output): it is not fleetc's to delete or reset, and the record is not to be trusted."""
-    foreign = sorted(rel for rel in _recorded(out_dir)
-                     if rel and not could_be_fleetcs(rel) and os.path.lexists(out_dir / rel)
-                     and _is_safe_relative(rel))
+    output): it is not fleetc's to delete or reset, and the record is not to be trusted.
+    Else :func:`owned_files`, from the same read of the record (172,057 lines at 1,000 x
+    20,000: each read and check of them is about 0.3 s of CPU)."""
+    lines = _recorded(out_dir)
+    owned = {rel for rel in lines if could_be_fleetcs(rel)}
+    foreign = sorted(rel for rel in lines - owned
+                     if rel and os.path.lexists(out_dir / rel) and _is_safe_relative(rel))
     if foreign:
         named = named or out_dir
         raise FleetcError(
@@ -80,6 +83,7 @@ def refuse_disowning(out_dir: Path, named: Path | None = None) -> None:
             "refusing to delete it; nothing was written\n"
             f"  hint: the record was edited by hand or is not fleetc's: restore it (git checkout "
             f"{named / RECORD}) or remove that line")
+    return owned
 
 
 def refuse_unproven_deletions(out_dir: Path, files: Mapping[str, str], kept: Kept | None, named: Path,

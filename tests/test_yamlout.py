@@ -51,6 +51,14 @@ def test_tricky_strings_stay_strings(text: str) -> None:
         assert all(got == doc for got in readers(out)), (doc, out)
 
 
+@pytest.mark.parametrize("text", ["y", "Y", "n", "N"])
+def test_what_only_go_yaml_v2_reads_as_a_boolean_is_quoted(text: str) -> None:
+    """The clusters' reader, go-yaml v2 (kubernetes-sigs/yaml ``goyaml.v2/resolve.go`` at commit
+    742f5e6f, ``resolveMapList``), reads these plain as booleans; PyYAML and ruamel read them
+    as strings, so :func:`readers` cannot tell whether they were quoted."""
+    assert dump({"k": text, text: 1}) == f'k: "{text}"\n"{text}": 1\n'
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [

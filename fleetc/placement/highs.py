@@ -160,6 +160,16 @@ class MasterLP:
         return _solution(self._solver, duals=True)
 
 
+#: Options of a MILP solved within an absolute gap: the most-valuable MILP
+#: (:func:`fleetc.placement.program.most_valuable`), whose placement its root LP's sub-MIPs find.
+#: HiGHS's feasibility jump, run before that LP for a first placement, took 0.08-0.92 s of the
+#: 1.0-4.0 s the large ones of ``bench.generate --clusters 100 --stages 2000 --load 0.9 --platform
+#: --sovereignty`` take, and no run ended with a better placement for it (seeds 0-4,
+#: bench/RESULTS.md). A HiGHS before 1.11 (the heuristic came with ERGO-Code/HiGHS#2298) has no
+#: such option: ``setOptionValue`` refuses it, which :func:`_new` does not read.
+_MOST_VALUABLE: dict[str, OptionValue] = {"mip_heuristic_run_feasibility_jump": False}
+
+
 def solve(cost: np.ndarray, lower: np.ndarray, upper: np.ndarray, matrix: sp.spmatrix,
           row_lower: np.ndarray, row_upper: np.ndarray, integrality: np.ndarray,
           seconds: float | None, absolute_gap: float | None = None, nodes: int | None = None) -> Solution:
@@ -175,7 +185,7 @@ def solve(cost: np.ndarray, lower: np.ndarray, upper: np.ndarray, matrix: sp.spm
     if nodes is not None:
         options["mip_max_nodes"] = nodes
     if absolute_gap is not None:
-        options.update(mip_rel_gap=0.0, mip_abs_gap=absolute_gap)
+        options.update(mip_rel_gap=0.0, mip_abs_gap=absolute_gap, **_MOST_VALUABLE)
     solver = _new(options)
     _pass(solver, cost, lower, upper, sp.csc_matrix(matrix), row_lower, row_upper,
           integrality if integrality.any() else None)

@@ -34,7 +34,9 @@ one back (previous)."""
 #: 18: nor where the repair's placement is within that MILP's gap of its LP bound (half the
 #: smallest stage value); and node packing's search bounds what each node can give, so a
 #: search that ran out of steps may now find a packing.
-PLACEMENT_VERSION = "18"
+#: 19: the most-valuable MILP runs without HiGHS's feasibility jump, the rounding MILPs without
+#: its root reduced-cost heuristic: the same objectives or better, some ties placed elsewhere.
+PLACEMENT_VERSION = "19"
 
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,
 #: unless :func:`fleetc.placement.optimize.place` is given another threshold (the CLI's

@@ -17,6 +17,7 @@ import functools
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import highspy
@@ -172,21 +173,23 @@ _MOST_VALUABLE: dict[str, OptionValue] = {"mip_heuristic_run_feasibility_jump": 
 
 def solve(cost: np.ndarray, lower: np.ndarray, upper: np.ndarray, matrix: sp.spmatrix,
           row_lower: np.ndarray, row_upper: np.ndarray, integrality: np.ndarray,
-          seconds: float | None, absolute_gap: float | None = None, nodes: int | None = None) -> Solution:
+          seconds: float | None, absolute_gap: float | None = None, nodes: int | None = None,
+          options: Mapping[str, OptionValue] | None = None) -> Solution:
     """Minimise ``cost @ v`` over ``row_lower <= matrix @ v <= row_upper``, bounds and
     integrality (an LP when none is integral), within ``seconds`` (HiGHS's own limit; a solve
     interrupted by it returns its best feasible point, with ``optimal`` False). A MILP stops
     within a relative 1e-4 of optimal, or within ``absolute_gap``, or after ``nodes``
-    branch-and-bound nodes (like the time limit, but the same on every machine). Integral
-    values come back rounded."""
-    options: dict[str, OptionValue] = {"mip_rel_gap": 1e-4}
+    branch-and-bound nodes (like the time limit, but the same on every machine). ``options``:
+    more HiGHS options, those a kind of MILP was measured to solve faster with. Integral values
+    come back rounded."""
+    chosen: dict[str, OptionValue] = {"mip_rel_gap": 1e-4, **(options or {})}
     if seconds is not None:
-        options["time_limit"] = max(0.01, seconds)
+        chosen["time_limit"] = max(0.01, seconds)
     if nodes is not None:
-        options["mip_max_nodes"] = nodes
+        chosen["mip_max_nodes"] = nodes
     if absolute_gap is not None:
-        options.update(mip_rel_gap=0.0, mip_abs_gap=absolute_gap, **_MOST_VALUABLE)
-    solver = _new(options)
+        chosen.update(mip_rel_gap=0.0, mip_abs_gap=absolute_gap, **_MOST_VALUABLE)
+    solver = _new(chosen)
     _pass(solver, cost, lower, upper, sp.csc_matrix(matrix), row_lower, row_upper,
           integrality if integrality.any() else None)
     _run(solver)

@@ -507,6 +507,7 @@ class Result:
 def solve_program(
     program: Program, budget: Budget, *, require_all: bool, integral: bool,
     absolute_gap: float | None = None, nodes: int | None = None, relaxation_first: bool = False,
+    options: Mapping[str, highs.OptionValue] | None = None,
 ) -> Result:
     """Solve the MILP (or its LP relaxation) with HiGHS direct within ``budget.deadline``;
     ``require_all`` fixes every stage's ``z`` to 1. ``budget.solver`` is not read: it names the
@@ -517,6 +518,7 @@ def solve_program(
     ``nodes`` branch-and-bound nodes (None: no limit). With ``relaxation_first``, a MILP whose LP
     relaxation is infeasible is infeasible without being solved (the relaxation's proof holds
     for it; at 100 x 2,000 ``--sovereignty`` the LP proves it in a fifth of the MILP's time).
+    ``options``: more HiGHS options for the MILP (:func:`fleetc.placement.highs.solve`).
     Integral values are rounded to the integers HiGHS found them within tolerance of.
     """
     deadline = budget.deadline
@@ -537,6 +539,7 @@ def solve_program(
         -program.objective, lower, program.upper, matrix, row_lower, row_upper,
         np.full(program.size, integral), None if deadline is None else deadline - time.monotonic(),
         absolute_gap=absolute_gap if integral else None, nodes=nodes if integral else None,
+        options=options if integral else None,
     )
     if solution.infeasible:
         return Result(values=None, optimal=False, infeasible=True)

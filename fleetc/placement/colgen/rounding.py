@@ -11,12 +11,22 @@ from fleetc.placement.colgen.reach import _reach
 from fleetc.placement.colgen.repair import _repair
 from fleetc.placement.colgen.room import _fixed_need, _free, _room, _Rounding, _take_plan, _taken
 from fleetc.placement.colgen.shift import _shift
+from fleetc.placement.highs import OptionValue
 from fleetc.placement.problem import Budget
 from fleetc.placement.program import build_program, replicas_of, solve_program
 
 #: Branch-and-bound nodes each rounding MILP may explore: a count, not seconds, so that every
 #: machine rounds the same way (the ones measured, up to 400 x 8,000, closed at the root node).
 ROUNDING_NODES = 1_000
+
+
+#: HiGHS options of each rounding MILP. Its root reduced-cost heuristic (a sub-MIP over the
+#: columns the root LP's reduced costs leave free) took a third of their time on the quota fleets
+#: and found nothing their other heuristics did not: the 17 rounding MILPs of over 0.3 s in
+#: ``bench.generate --clusters 100 --stages 2000 --load 0.9 --platform --quotas 0.9 --budget
+#: 0.9``, seeds 0-9, took 29.3 s with it and 20.6 s without, with the same objective on 16 and a
+#: better one on the 17th (bench/RESULTS.md).
+ROUNDING_OPTIONS: dict[str, OptionValue] = {"mip_heuristic_run_root_reduced_cost": False}
 
 
 #: How close to an integer an LP share must be to count as placed in whole units.
@@ -144,7 +154,7 @@ def _place_what_fits(r: _Rounding, stages: np.ndarray, replicas_at: np.ndarray) 
                                 taken=taken[:, columns], fixed_need=_fixed_need(r, replicas_at),
                                 cap_taken=large.caps.used(replicas_at))
         result = solve_program(program, Budget(r.deadline), require_all=False, integral=True,
-                               nodes=ROUNDING_NODES)
+                               nodes=ROUNDING_NODES, options=ROUNDING_OPTIONS)
         if result.values is not None:
             after = np.zeros_like(before)
             after[:, columns] = replicas_of(program, result.values)

@@ -9,7 +9,9 @@ of ``OUT`` at least three times: the check of the folders it keeps (read, mark, 
 old tree after the swap. This times each of those over the files fleetc's record lists, in
 this process, CPU seconds beside the load, plus what the cheapest check imaginable costs (a
 ``stat`` and the mark's ``getxattr`` per file, no read): the floor under any recompile of this
-design, whatever else it does. The new tree is made beside ``OUT`` (hard links need the same
+design, whatever else it does. And what a compile from scratch must do at the least: write
+every file anew, as the writer does (:func:`fleetc.emit._write_files`: create, write, mark),
+into a tree of its own. The new trees are made beside ``OUT`` (hard links need the same
 filesystem) and removed; ``OUT`` is not changed.
 """
 
@@ -25,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench.clock import load_average, load_words
-from fleetc.emit import owned_files, reusable_folders
+from fleetc.emit import _write_files, owned_files, reusable_folders
 from fleetc.infra.marks import MARK
 
 _FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -82,7 +84,10 @@ def measure(out: Path) -> list[tuple[str, float]]:
     says how many files it would keep: those of folders it cannot keep (no render record, a
     file changed by hand or without fleetc's mark) it stops reading at the first such file."""
     folders = by_folder(out)
+    texts = {f"{folder}/{name}": (out / folder / name).read_text(encoding="utf-8")
+             for folder, names in folders.items() for name in names}
     new = Path(tempfile.mkdtemp(prefix=".treefloor-", dir=out.parent))
+    fresh = Path(tempfile.mkdtemp(prefix=".treefloor-", dir=out.parent))
     checked: list[int] = []
     try:
         seconds = timed(lambda: checked.append(sum(map(len, reusable_folders(out).paths.values()))))
@@ -91,9 +96,12 @@ def measure(out: Path) -> list[tuple[str, float]]:
             ("check by stat and mark only (no read)", timed(lambda: stat_and_mark(out, folders))),
             ("hard-link into a new tree", timed(lambda: link_tree(out, new, folders))),
             ("remove that tree", timed(lambda: shutil.rmtree(new))),
+            ("write every file anew, as a compile from scratch (create, write, mark)",
+             timed(lambda: _write_files(fresh, texts, None))),
         ]
     finally:
         shutil.rmtree(new, ignore_errors=True)
+        shutil.rmtree(fresh, ignore_errors=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -416,11 +416,12 @@ def test_treefloor_times_each_touch_of_every_recorded_file_and_leaves_the_output
     assert lines[0].startswith(f"{len(recorded)} files of {out}; load ")
     layers = sorted(rel for rel in recorded if rel.startswith("clusters/") and rel.count("/") == 3)  # kept files
     kept = len(layers)
-    assert [line.split(" s CPU  ", 1)[1] for line in lines[1:5]] == [
+    assert [line.split(" s CPU  ", 1)[1] for line in lines[1:6]] == [
         f"check as a compile does (read, mark, digest): it would keep {kept} files",
         "check by stat and mark only (no read)",
-        "hard-link into a new tree", "remove that tree"]
-    assert all(line.endswith(" after") for line in lines[5:])
+        "hard-link into a new tree", "remove that tree",
+        "write every file anew, as a compile from scratch (create, write, mark)"]
+    assert all(line.endswith(" after") for line in lines[6:])
     assert tree() == before  # nothing written under out/ nor left beside it
     edited = out / layers[0]
     edited.write_text(edited.read_text() + "# by hand\n")  # its folder is no longer kept

@@ -35,7 +35,8 @@ one back (previous)."""
 #: smallest stage value); and node packing's search bounds what each node can give, so a
 #: search that ran out of steps may now find a packing.
 #: 19: the most-valuable MILP runs without HiGHS's feasibility jump, the rounding MILPs without
-#: its root reduced-cost heuristic: the same objectives or better, some ties placed elsewhere.
+#: its root reduced-cost heuristic: each MILP within its gap as before, some placements moved
+#: within it (ties, or objectives a few thousandths apart).
 PLACEMENT_VERSION = "19"
 
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,

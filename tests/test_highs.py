@@ -30,3 +30,55 @@ def test_the_model_reaches_highs_as_given(integrality: np.ndarray | None) -> Non
     assert integer == ([False] * 3 if integrality is None else integrality.tolist())
     highs._run(solver)
     assert solver.getSolution().dual_valid == (integrality is None)  # an LP's solve has duals, a MILP's none
+
+
+def test_each_kind_of_milp_runs_with_its_heuristics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MILP gets HiGHS's heuristics but those measured to cost time for nothing there: the
+    most-valuable MILP (solved within an absolute gap) runs without the feasibility jump, a
+    MILP given ``options`` (the rounding's) with them, any other with HiGHS's own."""
+    made: list[highspy.Highs] = []
+    real = highs._new
+
+    def recording(options: dict[str, highs.OptionValue]) -> highspy.Highs:
+        made.append(real(options))
+        return made[-1]
+
+    monkeypatch.setattr(highs, "_new", recording)
+    cost, lower, upper = np.array([-1.0, -2.0]), np.zeros(2), np.ones(2)
+    matrix, row_lower, row_upper = sp.csc_matrix(np.array([[1.0, 1.0]])), np.array([-highs.INF]), np.array([1.0])
+    integral = np.array([True, True])
+    highs.solve(cost, lower, upper, matrix, row_lower, row_upper, integral, None)
+    highs.solve(cost, lower, upper, matrix, row_lower, row_upper, integral, None, absolute_gap=0.5)
+    highs.solve(cost, lower, upper, matrix, row_lower, row_upper, integral, None,
+                options={"mip_heuristic_run_root_reduced_cost": False})
+
+    def runs(solver: highspy.Highs, heuristic: str) -> bool:
+        status, value = solver.getOptionValue(f"mip_heuristic_run_{heuristic}")
+        assert status == highspy.HighsStatus.kOk
+        return bool(value)
+
+    assert [(runs(s, "feasibility_jump"), runs(s, "root_reduced_cost")) for s in made] == [
+        (True, True), (False, True), (True, False)]
+
+
+@pytest.mark.slow
+def test_the_rounding_milps_reach_highs_with_the_rounding_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The large path's rounding MILPs (:func:`~fleetc.placement.colgen.rounding._place_what_fits`)
+    pass :data:`~fleetc.placement.colgen.rounding.ROUNDING_OPTIONS`; no other solve does."""
+    from test_scale import model_of
+
+    from bench.generate import Spec
+    from fleetc.placement import optimize
+    from fleetc.placement.colgen import rounding
+
+    given: list[object] = []
+    real = highs.solve
+
+    def recording(*args: object, **kwargs: object) -> highs.Solution:
+        given.append(kwargs.get("options"))
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(highs, "solve", recording)
+    optimize.place(model_of(Spec(clusters=20, stages=200, load=1.0, seed=1)), large=0, allow_unplaced=True)
+    assert rounding.ROUNDING_OPTIONS in given
+    assert {id(options) for options in given} <= {id(None), id(rounding.ROUNDING_OPTIONS)}

@@ -165,8 +165,8 @@ class MasterLP:
 #: (:func:`fleetc.placement.program.most_valuable`), whose placement its root LP's sub-MIPs find.
 #: HiGHS's feasibility jump, run before that LP for a first placement, took 0.08-0.92 s of the
 #: 1.0-4.0 s the large ones of ``bench.generate --clusters 100 --stages 2000 --load 0.9 --platform
-#: --sovereignty`` take, and no run ended with a better placement for it (seeds 0-4,
-#: bench/RESULTS.md). A HiGHS before 1.11 (the heuristic came with ERGO-Code/HiGHS#2298) has no
+#: --sovereignty`` take, and none of them ended with a better placement for running it (seeds
+#: 0-4, bench/RESULTS.md). A HiGHS before 1.11 (the heuristic came with ERGO-Code/HiGHS#2298) has no
 #: such option: ``setOptionValue`` refuses it, which :func:`_new` does not read.
 _MOST_VALUABLE: dict[str, OptionValue] = {"mip_heuristic_run_feasibility_jump": False}
 

@@ -166,8 +166,8 @@ class MasterLP:
 #: HiGHS's feasibility jump, run before that LP for a first placement, took 0.08-0.92 s of the
 #: 1.0-4.0 s the large ones of ``bench.generate --clusters 100 --stages 2000 --load 0.9 --platform
 #: --sovereignty`` take, and none of them ended with a better placement for running it (seeds
-#: 0-4, bench/RESULTS.md). A HiGHS before 1.11 (the heuristic came with ERGO-Code/HiGHS#2298) has no
-#: such option: ``setOptionValue`` refuses it, which :func:`_new` does not read.
+#: 0-4, bench/RESULTS.md). HiGHS 1.10 and older have no such heuristic (it came in 1.11, with
+#: ERGO-Code/HiGHS#2298): they refuse the option, which :func:`_new` does not read.
 _MOST_VALUABLE: dict[str, OptionValue] = {"mip_heuristic_run_feasibility_jump": False}
 
 

@@ -27,7 +27,8 @@ ROUNDING_NODES = 1_000
 #: MILP still stops within its 1e-4 of optimal, and the placements moved by no more: seed 0's
 #: objective rose by 0.006, seed 6's fell by 0.054 of 1888 (its second MILP's gap is 0.053), the
 #: other eight and every plain, sovereign, HA and ``--diverse`` fleet of seeds 0-4 placed the
-#: same (bench/RESULTS.md).
+#: same (bench/RESULTS.md). HiGHS 1.10 and older have no such option (1.11 has): they refuse
+#: it, which :func:`fleetc.placement.highs._new` does not read, and round as before.
 ROUNDING_OPTIONS: dict[str, OptionValue] = {"mip_heuristic_run_root_reduced_cost": False}
 
 

@@ -44,10 +44,15 @@ def test_a_compile_that_fails_leaves_nothing_frozen(tmp_path: Path, unfrozen: No
 
 
 def test_a_freeze_made_before_a_front_door_is_kept(unfrozen: None) -> None:
+    """An object frozen before the call is still frozen after it: unfrozen, it would be back
+    among the collector's generations (``gc.get_objects``). The freeze count is no such check:
+    it falls whenever a frozen object is freed, as the xdist worker's own thread may do
+    meanwhile (seen once in CI: 226,522 frozen before, 226,510 after)."""
+    marker: list[object] = [[]]
     gc.freeze()
-    frozen = gc.get_freeze_count()
+    assert not any(held is marker for held in gc.get_objects())
     assert collector.freezes_undone(lambda: 7)() == 7
-    assert gc.get_freeze_count() == frozen
+    assert not any(held is marker for held in gc.get_objects())
 
 
 def test_the_collector_runs_again_after_a_paused_stage() -> None:

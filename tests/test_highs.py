@@ -8,6 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from fleetc.placement import highs
+from fleetc.placement.colgen import rounding
 
 
 @pytest.mark.parametrize("integrality", [None, np.array([True, False, True])])
@@ -33,9 +34,11 @@ def test_the_model_reaches_highs_as_given(integrality: np.ndarray | None) -> Non
 
 
 def test_each_kind_of_milp_runs_with_its_heuristics(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A MILP gets HiGHS's heuristics but those measured to cost time for nothing there: the
-    most-valuable MILP (solved within an absolute gap) runs without the feasibility jump, a
-    MILP given ``options`` (the rounding's) with them, any other with HiGHS's own."""
+    """A MILP gets HiGHS's heuristics but those measured to cost time for nothing there, and its
+    gap: the most-valuable MILP (solved within an absolute gap) runs without the feasibility
+    jump, a rounding MILP (given :data:`~fleetc.placement.colgen.rounding.ROUNDING_OPTIONS`)
+    without the root reduced-cost heuristic and within a relative 5e-4, any other with HiGHS's
+    own heuristics within a relative 1e-4."""
     if highs._new({}).getOptionValue("mip_heuristic_run_feasibility_jump")[0] != highspy.HighsStatus.kOk:
         pytest.skip("HiGHS before 1.11 has neither heuristic: the options are refused and change nothing")
     made: list[highspy.Highs] = []
@@ -51,16 +54,15 @@ def test_each_kind_of_milp_runs_with_its_heuristics(monkeypatch: pytest.MonkeyPa
     integral = np.array([True, True])
     highs.solve(cost, lower, upper, matrix, row_lower, row_upper, integral, None)
     highs.solve(cost, lower, upper, matrix, row_lower, row_upper, integral, None, absolute_gap=0.5)
-    highs.solve(cost, lower, upper, matrix, row_lower, row_upper, integral, None,
-                options={"mip_heuristic_run_root_reduced_cost": False})
+    highs.solve(cost, lower, upper, matrix, row_lower, row_upper, integral, None, options=rounding.ROUNDING_OPTIONS)
 
-    def runs(solver: highspy.Highs, heuristic: str) -> bool:
-        status, value = solver.getOptionValue(f"mip_heuristic_run_{heuristic}")
+    def option(solver: highspy.Highs, name: str) -> object:
+        status, value = solver.getOptionValue(name)
         assert status == highspy.HighsStatus.kOk
-        return bool(value)
+        return value
 
-    assert [(runs(s, "feasibility_jump"), runs(s, "root_reduced_cost")) for s in made] == [
-        (True, True), (False, True), (True, False)]
+    assert [(option(s, "mip_heuristic_run_feasibility_jump"), option(s, "mip_heuristic_run_root_reduced_cost"),
+             option(s, "mip_rel_gap")) for s in made] == [(True, True, 1e-4), (False, True, 0.0), (True, False, 5e-4)]
 
 
 @pytest.mark.slow
@@ -71,7 +73,6 @@ def test_the_rounding_milps_reach_highs_with_the_rounding_options(monkeypatch: p
 
     from bench.generate import Spec
     from fleetc.placement import optimize
-    from fleetc.placement.colgen import rounding
 
     given: list[object] = []
     real = highs.solve

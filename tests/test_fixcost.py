@@ -33,11 +33,16 @@ def test_fixcost_measures_a_compile_in_cpu_seconds(tmp_path: Path) -> None:
 
 
 def test_fixcost_compiles_each_seed_into_a_fresh_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each compile gets a folder of its own, and the one before is removed once measured: the
+    outputs of a long run do not pile up on the folder's file system."""
     outs: list[Path] = []
 
     def compile_cpu(policies: Path, out: Path) -> tuple[float, str]:
         assert not out.exists() and policies.is_dir()
+        assert not any(earlier.exists() for earlier in outs)
         outs.append(out)
+        (out / "clusters").mkdir(parents=True)
+        (out / "placement.yaml").write_text("stages: []\n")
         return 1.0, "placed 12 stages"
 
     monkeypatch.setattr(fixcost, "compile_cpu", compile_cpu)

@@ -174,7 +174,9 @@ def _placement_warnings(compiled: Any, allow_unplaced: bool, output_format: str)
         for hint in _taint_hints(compiled):
             click.echo(printable(f"  hint: {hint}", lines=True), err=True)
         if output_format == "text":
-            for fix in _fixes(compiled):
+            from fleetc.compiler import fix_lines
+
+            for fix in fix_lines(compiled):
                 click.echo(printable(f"  fix: {fix}", lines=True), err=True)
 
 
@@ -228,20 +230,11 @@ def _taint_hints(compiled: Any) -> list[str]:
     return taint_hints(compiled.model, [p.stage for p in compiled.placement.stages if not p.assignments])
 
 
-def _fixes(compiled: Any) -> list[str]:
-    """The smallest change that places each stage left out (:mod:`fleetc.placement.fixes`)."""
-    from fleetc.compiler import placed_clusters
-    from fleetc.placement.fixes import fixes
-
-    left_out = [p.stage for p in compiled.placement.stages if not p.assignments]
-    if not left_out:
-        return []
-    return [fix.text for fix in fixes(compiled.model, placed_clusters(compiled.placement), left_out)]
-
-
 def _summary(compiled: Any, out: Path) -> dict[str, Any]:
+    from fleetc.compiler import fix_lines
+
     placement = compiled.placement
-    fixes = _fixes(compiled)
+    fixes = fix_lines(compiled)
     return {
         **({"fixes": fixes} if fixes else {}),
         "out": out.as_posix(),

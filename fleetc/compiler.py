@@ -274,6 +274,18 @@ def drain_words(drained: Sequence[str]) -> str:
     return f"with{drain_flags(drained)}" if drained else "without --drain"
 
 
+def fix_lines(compiled: Compiled) -> list[str]:
+    """The smallest change that places each stage ``compiled`` leaves out, a line each
+    (:mod:`fleetc.placement.fixes`; joint fixes after the stages' own), as ``fleetc compile
+    --allow-unplaced`` prints them."""
+    from fleetc.placement.fixes import fixes
+
+    left_out = [p.stage for p in compiled.placement.stages if not p.assignments]
+    if not left_out:
+        return []
+    return [fix.text for fix in fixes(compiled.model, placed_clusters(compiled.placement), left_out)]
+
+
 def placed_clusters(placement: Placement) -> dict[str, dict[str, int]]:
     """Stage key -> cluster -> replicas of the stages ``placement`` places."""
     return {p.stage: {a.cluster: a.replicas for a in p.assignments} for p in placement.stages if p.assignments}

@@ -576,3 +576,18 @@ def test_fixcost_compiles_every_variant_and_prints_its_ratio_to_the_plain_fleet(
     assert float(rows["sovereign"][2]) / float(rows["plain"][2]) == pytest.approx(float(rows["sovereign"][3]), abs=0.01)
     assert worst["sovereign"] == float(rows["sovereign"][3])  # one seed: its ratio is the worst
     assert int(rows["sovereign"][4]) > 0 and int(rows["quotas"][4]) > 0
+
+
+def test_cliphases_times_the_fix_lines_fleetc_compile_prints(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """bench.cliphases with --allow-unplaced on a fleet that leaves stages out: the fix lines
+    ``fleetc compile`` prints for them are a phase of their own, so the phases add up to what
+    the CLI spends."""
+    from bench import cliphases
+
+    generate(Spec(clusters=4, stages=12, load=0.9, platform=True, sovereignty=True)).write(tmp_path / "p")
+    assert cliphases.main([str(tmp_path / "p"), "--out", str(tmp_path / "o"), "--allow-unplaced"]) == 0
+    printed = capsys.readouterr().out
+    phases = [line.split()[0] for line in printed.splitlines()[2:] if line and line.split()[0].isalpha()]
+    assert phases[phases.index("write") + 1] == "fixes"
+    assert " of 12 stages placed" in printed and not printed.count("12 of 12 stages placed")

@@ -155,7 +155,7 @@ def _profiled(policies: Sequence[str], out: str, allow_unplaced: bool, top: int)
 
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    from fleetc.compiler import Options, compile_fleet
+    from fleetc.compiler import Options, compile_fleet, fix_lines
     from fleetc.emit import write_tree
 
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -165,6 +165,8 @@ def _profiled(policies: Sequence[str], out: str, allow_unplaced: bool, top: int)
     profiler.enable()
     compiled = compile_fleet(options)
     write_tree(Path(out), compiled.files, kept=compiled.kept)
+    if allow_unplaced:
+        fix_lines(compiled)
     profiler.disable()
     cpu = time.process_time() - cpu
     stats = pstats.Stats(profiler)

@@ -571,11 +571,13 @@ def test_fixcost_compiles_every_variant_and_prints_its_ratio_to_the_plain_fleet(
     rows = {line.split()[2]: line.split()[1:] for line in lines if not line.startswith("worst")}
     worst = {line.split()[3]: float(line.split()[4]) for line in lines if line.startswith("worst")}
     assert list(rows) == list(worst) == ["plain", "sovereign", "ha", "quotas", "diverse"]
-    assert all(row[0] == "0" and float(row[2]) > 0 and float(row[3]) > 0 for row in rows.values())
-    assert rows["plain"][3] == "1.00"
-    assert float(rows["sovereign"][2]) / float(rows["plain"][2]) == pytest.approx(float(rows["sovereign"][3]), abs=0.01)
-    assert worst["sovereign"] == float(rows["sovereign"][3])  # one seed: its ratio is the worst
-    assert int(rows["sovereign"][4]) > 0 and int(rows["quotas"][4]) > 0
+    # seed, least CPU, most CPU, wall, x plain, left out, load
+    assert all(row[0] == "0" and float(row[2]) == float(row[3]) > 0 and float(row[4]) > 0 and float(row[5]) > 0
+               for row in rows.values())  # one repeat: its least CPU is its most
+    assert rows["plain"][5] == "1.00"
+    assert float(rows["sovereign"][2]) / float(rows["plain"][2]) == pytest.approx(float(rows["sovereign"][5]), abs=0.01)
+    assert worst["sovereign"] == float(rows["sovereign"][5])  # one seed: its ratio is the worst
+    assert int(rows["sovereign"][6]) > 0 and int(rows["quotas"][6]) > 0
 
 
 def test_cliphases_times_the_fix_lines_fleetc_compile_prints(tmp_path: Path,

@@ -93,6 +93,7 @@ def test_an_unreadable_policy_folder_is_an_error(project: Path) -> None:
         hidden.chmod(0o755)
 
 
+@pytest.mark.slow
 def test_an_unreadable_policy_file_is_an_error(project: Path) -> None:
     needs_dropped_capabilities()
     (project / "policies" / "fleet.yaml").chmod(0)
@@ -129,6 +130,7 @@ def test_a_symlink_loop_is_an_error(project: Path) -> None:
 # --- 8. no hangs, no unbounded reads ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_fifo_among_the_policies_is_an_error_not_a_hang(project: Path) -> None:
     os.mkfifo(project / "policies" / "pipe.yaml")
     result = fleetc(project, "compile", timeout=60)

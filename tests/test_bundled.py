@@ -48,7 +48,8 @@ def test_bundled_scenario_uses_every_cluster_and_class(bundled_files: dict[str, 
                       "queue-fleetc-finetuning.yaml"}
 
 
-@pytest.mark.parametrize("tree", RENDERED_TREES, ids=tree_id)
+@pytest.mark.parametrize("tree", [pytest.param(tree, marks=[pytest.mark.slow] if tree == ROOT / "out" else [])
+                                  for tree in RENDERED_TREES], ids=tree_id)  # the bundled out/: 3 s
 def test_rendered_objects_validate_strictly(tree: Path) -> None:
     require_upstream_schemas()
     assert validate_tree(tree) == []

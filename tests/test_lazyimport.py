@@ -16,6 +16,7 @@ def run_fresh(code: str) -> str:
     return done.stdout.strip().splitlines()[-1]  # HiGHS may print its banner first
 
 
+@pytest.mark.slow
 def test_cvxpy_is_imported_without_scipy_stats_and_solves() -> None:
     out = run_fresh("""
         import sys

@@ -133,6 +133,7 @@ def test_generated_fleet_names_fit() -> None:
     assert name_problems(compile_texts(generate(Spec(clusters=20, stages=120, platform=True)).files)) == []
 
 
+@pytest.mark.slow
 def test_names_at_their_longest_fit_and_converge(tmp_path: Path) -> None:
     files = compile_texts(LONGEST)
     assert name_problems(files) == []

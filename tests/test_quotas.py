@@ -420,6 +420,7 @@ def assert_the_repair_reads_the_programs_bits(problem: Problem) -> None:
         assert one_by_one.view(np.uint64).tolist() == expected.view(np.uint64).tolist(), row
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(capped_fleets())
 def test_the_repair_counts_each_pair_as_the_program_does(fleet: tuple[FleetModel, list[tuple[int, int, int]]]) -> None:

@@ -494,6 +494,7 @@ def test_the_model_sees_gpus_held_and_kueue_evictions_while_a_dependant_waits_in
     assert pods_ready_evictions(old, {"llm/tokenize": 240, "llm/train": 60}) == []
 
 
+@pytest.mark.slow
 def test_a_kueue_dependant_takes_no_gpu_while_it_waits() -> None:
     """Issue 25 item 4: on Kueue, the training that waits for tokenize is held (a LocalQueue of
     its own that only its release Job creates, after the wait): 0 GPU-seconds reserved while

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench.generate import Spec, generate
+from bench.generate import Spec, fleet_size, generate
 
 
 def model_of(spec: Spec) -> Any:
@@ -97,16 +97,15 @@ def report(result: dict[str, Any]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--instance", nargs="+", default=["20x200", "50x1000"],
-                        help="CLUSTERSxSTAGES, one or more")
+    parser.add_argument("--instance", nargs="+", type=fleet_size, default=[(20, 200), (50, 1000)],
+                        help="CLUSTERSxSTAGES, one or more (default 20x200 50x1000)")
     parser.add_argument("--load", type=float, default=0.9)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--time-limit", type=float, default=None, help="per solve (s)")
     parser.add_argument("--solver", default="HIGHS", help="the MILP solver cvxpy runs on (SCIP, ...)")
     args = parser.parse_args(argv)
     print(f"import cvxpy: {import_cvxpy_seconds():.2f}s (once, before the solves)")
-    for instance in args.instance:
-        clusters, stages = (int(n) for n in instance.lower().split("x"))
+    for clusters, stages in args.instance:
         result = side_by_side(Spec(clusters, stages, args.load, args.seed), args.time_limit, args.solver)
         print("\n".join(report(result)))
     return 0

@@ -50,7 +50,7 @@ from typing import Any
 
 from bench.clock import cpu_seconds, load_average, load_words
 from bench.exact import model_of
-from bench.generate import Spec, node_sizes
+from bench.generate import Spec, fleet_size, node_sizes
 from bench.nodepack import Shape, add_node_rows, cluster_nodes, packing
 
 
@@ -384,7 +384,8 @@ def _exact_lines(exact: dict[str, Any]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--instance", nargs="+", default=["50x1000"], help="CLUSTERSxSTAGES, one or more")
+    parser.add_argument("--instance", nargs="+", type=fleet_size, default=[(50, 1000)],
+                        help="CLUSTERSxSTAGES, one or more (default 50x1000)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--load", type=float, default=1.0)
     parser.add_argument("--nodes", nargs="+", default=["default", "6,8,8"],
@@ -396,15 +397,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lazy", action="store_true",
                         help="pack pods per node only on the clusters where SCIP's answer does not pack, re-solving")
     args = parser.parse_args(argv)
-    for instance, nodes, seed in itertools.product(args.instance, args.nodes, args.seeds):
-        clusters, stages = (int(n) for n in instance.lower().split("x"))
+    for (clusters, stages), nodes, seed in itertools.product(args.instance, args.nodes, args.seeds):
         shapes = () if nodes == "default" else node_sizes(nodes)
         spec = Spec(clusters, stages, args.load, seed, node_gpus=shapes, diverse=args.diverse)
         result = check(spec, None if args.no_exact else args.time_limit, lazy=args.lazy)
         print("\n".join(report(result)), flush=True)
         if args.save:
             args.save.mkdir(parents=True, exist_ok=True)
-            name = f"{instance}-load{args.load:g}-nodes{nodes}-seed{seed}.json"
+            name = f"{clusters}x{stages}-load{args.load:g}-nodes{nodes}-seed{seed}.json"
             (args.save / name).write_text(json.dumps(result, indent=1, sort_keys=True), encoding="utf-8")
     return 0
 

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from bench.generate import Spec, generate
+from bench.generate import Spec, fleet_sizes, generate
 
 #: The variants, as bench.generate's Spec fields beside the size.
 VARIANTS: dict[str, dict[str, object]] = {
@@ -109,7 +109,8 @@ def measure(clusters: int, stages: int, seed: int, repeat: int, folder: Path) ->
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="20x200,100x2000", help="clusters x stages, comma-separated")
+    parser.add_argument("--sizes", type=fleet_sizes, default=((20, 200), (100, 2000)),
+                        help="CLUSTERSxSTAGES, comma-separated (default 20x200,100x2000)")
     parser.add_argument("--repeat", type=int, default=3, help="compiles per variant; the least CPU is kept")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="bench.generate seeds, each its own fleet")
     parser.add_argument("--write-to", type=Path, help="folder for instances and outputs (default: a temporary one)")
@@ -118,8 +119,8 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"{'left out':>8} {'load':>5}")
     worst: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="fleetc-fixcost-", dir=args.write_to) as tmp:
-        for size in args.sizes.split(","):
-            clusters, stages = (int(n) for n in size.split("x"))
+        for clusters, stages in args.sizes:
+            size = f"{clusters}x{stages}"
             for seed in args.seeds:
                 rows = measure(clusters, stages, seed, args.repeat, Path(tmp))
                 plain = rows[0].cpu

@@ -566,6 +566,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def fleet_size(text: str) -> tuple[int, int]:
+    """``50x1000`` -> (50, 1000): clusters and stages, both positive (an argparse type: a
+    usage error, not a traceback, names what it cannot read)."""
+    try:
+        clusters, stages = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected CLUSTERSxSTAGES such as 50x1000, got {text!r}") from None
+    if clusters < 1 or stages < 1:
+        raise argparse.ArgumentTypeError(f"expected positive clusters and stages, got {text!r}")
+    return clusters, stages
+
+
+def fleet_sizes(text: str) -> tuple[tuple[int, int], ...]:
+    """``20x200,100x2000`` -> ((20, 200), (100, 2000)): :func:`fleet_size`, comma-separated."""
+    return tuple(fleet_size(part) for part in text.split(","))
+
+
 def node_sizes(text: str) -> tuple[int, ...]:
     """``6,8,8`` -> (6, 8, 8): positive GPUs per node."""
     try:

@@ -9,7 +9,7 @@ import pytest
 from test_scale import model_of
 
 from bench import fixcost
-from bench.generate import Spec, generate, spec_of
+from bench.generate import Spec, fleet_size, fleet_sizes, generate, spec_of
 from bench.generate import _parser as generate_parser
 
 
@@ -84,3 +84,21 @@ def test_fixcost_prints_each_variants_least_and_most_cpu_and_the_least_ones_wall
     assert rows["sovereign"] == ["9.00", "12.00", "9.50", "3.00", "2"]
     assert rows["quotas"] == ["7.00", "8.00", "7.50", "2.33", "2"]
     assert "worst x plain  sovereign    3.00" in lines
+
+
+@pytest.mark.parametrize("text", ["8by60", "8x", "0x60", "8x60x2", ""])
+def test_a_size_the_benches_cannot_read_is_a_usage_error(text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """bench.fixcost --sizes, bench.exact and bench.exactcheck --instance read CLUSTERSxSTAGES
+    alike; what they cannot read is argparse's usage error (exit 2) naming it, not a traceback."""
+    from bench import exact, exactcheck
+
+    for main, flag in ((fixcost.main, "--sizes"), (exact.main, "--instance"), (exactcheck.main, "--instance")):
+        with pytest.raises(SystemExit) as exited:
+            main([flag, text])
+        assert exited.value.code == 2
+        assert f"argument {flag}: expected " in capsys.readouterr().err
+
+
+def test_sizes_read_as_clusters_and_stages() -> None:
+    assert fleet_size("50X1000") == (50, 1000)
+    assert fleet_sizes("20x200,100x2000") == ((20, 200), (100, 2000))

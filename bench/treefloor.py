@@ -7,7 +7,7 @@ new tree and swaps it in (:mod:`fleetc.emit`), so even a one-line change touches
 of ``OUT`` at least three times: the check of the folders it keeps (read, mark, digest:
 :func:`fleetc.emit.reusable_folders`), a hard link into the new tree, and the removal of the
 old tree after the swap. This times each of those over the files fleetc's record lists, in
-this process, CPU seconds beside the load, plus what the cheapest check imaginable costs (a
+this process, CPU and wall seconds beside the load, plus what the cheapest check imaginable costs (a
 ``stat`` and the mark's ``getxattr`` per file, no read): the floor under any recompile of this
 design, whatever else it does. And what a compile from scratch must do at the least: write
 every file anew, as the writer does (:func:`fleetc.emit._write_files`: create, write, mark),
@@ -72,15 +72,15 @@ def link_tree(out: Path, new: Path, folders: dict[str, list[str]]) -> None:
             os.close(target)
 
 
-def timed(work: Callable[[], object]) -> float:
-    """CPU seconds (user + system) of ``work`` in this process."""
-    start = time.process_time()
+def timed(work: Callable[[], object]) -> tuple[float, float]:
+    """CPU seconds (user + system) of ``work`` in this process, and its wall seconds."""
+    cpu, wall = time.process_time(), time.perf_counter()
     work()
-    return time.process_time() - start
+    return time.process_time() - cpu, time.perf_counter() - wall
 
 
-def measure(out: Path) -> list[tuple[str, float]]:
-    """Each way of touching every file of ``out``, with its CPU seconds. The compile's check
+def measure(out: Path) -> list[tuple[str, tuple[float, float]]]:
+    """Each way of touching every file of ``out``, with its CPU and wall seconds. The compile's check
     says how many files it would keep: those of folders it cannot keep (no render record, a
     file changed by hand or without fleetc's mark) it stops reading at the first such file."""
     folders = by_folder(out)
@@ -112,8 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not files:
         parser.error(f"{args.out}: no files in fleetc's record (compile into it first)")
     print(f"{files} files of {args.out}; {load_words(load_average())}")
-    for what, seconds in measure(args.out):
-        print(f"{seconds:7.2f} s CPU  {what}")
+    for what, (cpu, wall) in measure(args.out):
+        print(f"{cpu:7.2f} s CPU {wall:7.2f} s wall  {what}")
     print(f"{load_words(load_average())} after")
     return 0
 

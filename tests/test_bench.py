@@ -416,7 +416,9 @@ def test_treefloor_times_each_touch_of_every_recorded_file_and_leaves_the_output
     assert lines[0].startswith(f"{len(recorded)} files of {out}; load ")
     layers = sorted(rel for rel in recorded if rel.startswith("clusters/") and rel.count("/") == 3)  # kept files
     kept = len(layers)
-    assert [line.split(" s CPU  ", 1)[1] for line in lines[1:6]] == [
+    assert all(float(line.split()[0]) >= 0 and line.split()[1:3] == ["s", "CPU"] and float(line.split()[3]) >= 0
+               and line.split()[4:6] == ["s", "wall"] for line in lines[1:6])
+    assert [line.split(" s wall  ", 1)[1] for line in lines[1:6]] == [
         f"check as a compile does (read, mark, digest): it would keep {kept} files",
         "check by stat and mark only (no read)",
         "hard-link into a new tree", "remove that tree",

@@ -7,9 +7,9 @@ new tree and swaps it in (:mod:`fleetc.emit`), so even a one-line change touches
 of ``OUT`` at least three times: the check of the folders it keeps (read, mark, digest:
 :func:`fleetc.emit.reusable_folders`), a hard link into the new tree, and the removal of the
 old tree after the swap. This times each of those over the files fleetc's record lists, in
-this process, CPU and wall seconds beside the load, plus what the cheapest check imaginable costs (a
-``stat`` and the mark's ``getxattr`` per file, no read): the floor under any recompile of this
-design, whatever else it does. And what a compile from scratch must do at the least: write
+this process, CPU and wall seconds beside the load, plus what the cheapest check imaginable
+costs (a ``stat`` and the mark's ``getxattr`` per file, no read): the floor under any
+recompile of this design, whatever else it does. And what a compile from scratch must do at the least: write
 every file anew, as the writer does (:func:`fleetc.emit._write_files`: create, write, mark),
 into a tree of its own. The new trees are made beside ``OUT`` (hard links need the same
 filesystem) and removed; ``OUT`` is not changed.
@@ -80,9 +80,9 @@ def timed(work: Callable[[], object]) -> tuple[float, float]:
 
 
 def measure(out: Path) -> list[tuple[str, tuple[float, float]]]:
-    """Each way of touching every file of ``out``, with its CPU and wall seconds. The compile's check
-    says how many files it would keep: those of folders it cannot keep (no render record, a
-    file changed by hand or without fleetc's mark) it stops reading at the first such file."""
+    """Each way of touching every file of ``out``, with its CPU and wall seconds. The compile's
+    check says how many files it would keep: those of folders it cannot keep (no render record,
+    a file changed by hand or without fleetc's mark) it stops reading at the first such file."""
     folders = by_folder(out)
     texts = {f"{folder}/{name}": (out / folder / name).read_text(encoding="utf-8")
              for folder, names in folders.items() for name in names}

@@ -100,9 +100,9 @@ def measure(clusters: int, stages: int, seed: int, repeat: int, folder: Path) ->
             shutil.rmtree(out, ignore_errors=True)
     rows = []
     for name, done in runs.items():
-        least = min(done)
-        left = re.search(r"(\d+) left out", least[2])
-        rows.append(Row(name, least[0], max(cpu for cpu, _, _ in done), least[1], left.group(1) if left else "0",
+        cpu, wall, summary = min(done)
+        left = re.search(r"(\d+) left out", summary)
+        rows.append(Row(name, cpu, max(most for most, _, _ in done), wall, left.group(1) if left else "0",
                         loads[name]))
     return rows
 

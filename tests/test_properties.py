@@ -287,7 +287,10 @@ class SubPrograms:
 
     def __init__(self, model: FleetModel) -> None:
         self.model = model
-        self.built: dict[int, Problem] = {}  # id(program) -> the restricted problem it is the program of
+        #: id(program.placement) -> the restricted problem it is the program of; a program
+        #: derived by ``dataclasses.replace`` (other bounds: the reach's neighbourhood of
+        #: ``_most_valuable_near``) shares its matrices, so it maps to the same problem
+        self.built: dict[int, Problem] = {}
         self.component: tuple[Problem, np.ndarray] | None = None  # the component's problem, replicas
         self.bounds: list[float] = []  # what colgen.solve._bound returned, in order
         self.checked = 0
@@ -351,7 +354,7 @@ class SubPrograms:
     def _build(self, original: Callable[..., Program]) -> Callable[..., Program]:
         def build(problem: Problem, *args: object, **kwargs: object) -> Program:
             program = original(problem, *args, **kwargs)
-            self.built[id(program)] = problem
+            self.built[id(program.placement)] = problem
             return program
         return build
 
@@ -366,7 +369,7 @@ class SubPrograms:
     def _check(self, program: Program, values: np.ndarray) -> None:
         assert self.component is not None
         component, replicas_at = self.component
-        sub = self.built[id(program)]
+        sub = self.built[id(program.placement)]
         position = {int(s): i for i, s in enumerate(component.part.stages)}
         mine = [position[int(s)] for s in sub.part.stages]
         fixed = replicas_at.copy()

@@ -39,7 +39,9 @@ one back (previous)."""
 #: within it (ties, or objectives a few thousandths apart).
 #: 20: the rounding MILPs stop within a relative 5e-4 of optimal, not 1e-4 (the fleets measured
 #: placed the same, sooner).
-PLACEMENT_VERSION = "20"
+#: 21: the large path's most-valuable MILP of a closed neighbourhood is solved over the
+#: neighbourhood its LP relaxation induces around the repair's placement (RINS), not whole.
+PLACEMENT_VERSION = "21"
 
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,
 #: unless :func:`fleetc.placement.optimize.place` is given another threshold (the CLI's

@@ -604,6 +604,19 @@ def most_valuable(program: Program, budget: Budget, solve: ProgramSolver) -> Res
     return solve(program, budget, require_all=False, integral=True, absolute_gap=0.5 * program.smallest_value)
 
 
+def column_stages(program: Program) -> np.ndarray:
+    """The stage (index in the part) each column of ``program`` belongs to: ``x``, ``y``, ``u``,
+    ``z``, ``k`` and ``d`` each a stage's; -1 for ``w`` (a cluster's time-sliced units)."""
+    stage = np.full(program.size, -1)
+    units = len(program.unit_stage)
+    stage[:units] = program.unit_stage
+    stage[units: 2 * units - program.gangs] = program.unit_stage[program.gangs:]  # u: one per y
+    stage[program.z] = np.arange(len(program.z))
+    stage[program.k] = program.unit_stage[program.k_of]
+    stage[program.d] = program.d_of
+    return stage
+
+
 def every_stage_else_most(program: Program, budget: Budget, solve: ProgramSolver) -> tuple[Result, bool]:
     """:func:`every_stage`, else (proven impossible) :func:`most_valuable`: the result, and
     whether it is the first step's (every stage placed)."""

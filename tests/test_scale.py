@@ -176,7 +176,7 @@ def test_alike_stages_spread_the_kinds_lp_over_whole_stages_first() -> None:
     assert len(representatives) < problem.replicas.size / 2 and type_of[representatives].tolist() == list(
         range(len(representatives)))
     kinds = colgen.large._large(problem.restrict(representatives), np.bincount(type_of))
-    relaxed = colgen.columns._generate_columns(kinds, colgen.columns._start_master(kinds), kinds.gain, None)
+    relaxed = colgen.columns._generate_columns(kinds, colgen.columns._start_master(kinds, whole=True), kinds.gain, None)
     spread = colgen.solve._spread(large, kinds, relaxed, type_of)
     per_stage = np.bincount(large.pair_stage[spread.pairs], weights=spread.shares, minlength=large.stages)
     assert per_stage.max() <= 1 + 1e-9  # no stage takes more than itself
@@ -195,7 +195,8 @@ def test_stages_alike_but_for_cores_and_memory_bound_the_lp_at_their_least(monke
     scores = optimize.score_matrix(model)
     (problem,), _ = optimize.problems(model, scores, {})
     large = colgen.large._large(problem)
-    whole = colgen.columns._generate_columns(large, colgen.columns._start_master(large), large.gain, None)  # every pair
+    master = colgen.columns._start_master(large, whole=True)  # every pair
+    whole = colgen.columns._generate_columns(large, master, large.gain, None)
     assert whole.converged
     lp_optimum = whole.upper / (1.0 - colgen.large.TIE_BREAK)
     assert colgen.solve._least_demand_bound(problem, large, False, None) == math.inf  # kinds: more than half the stages

@@ -41,7 +41,9 @@ one back (previous)."""
 #: placed the same, sooner).
 #: 21: the large path's most-valuable MILP of a closed neighbourhood is solved over the
 #: neighbourhood its LP relaxation induces around the repair's placement (RINS), not whole.
-PLACEMENT_VERSION = "21"
+#: 22: an LP over stages without caps takes column generation whatever its size, not the
+#: whole LP up to WHOLE_LP_PAIRS (``--diverse`` fleets).
+PLACEMENT_VERSION = "22"
 
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,
 #: unless :func:`fleetc.placement.optimize.place` is given another threshold (the CLI's

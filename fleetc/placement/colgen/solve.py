@@ -54,7 +54,7 @@ def solve_large(problem: Problem, budget: Budget) -> Solved:
     else:
         type_of, representatives = alike
         lp = _large(problem.restrict(representatives), np.bincount(type_of))
-    master = _start_master(lp)
+    master = _start_master(lp, whole=alike is not None or bool(problem.caps))
     relaxed = _generate_columns(lp, master, lp.gain + lp.move, budget.deadline, budget.on_gap)
     stage_relaxed = relaxed if alike is None else _spread(large, lp, relaxed, alike[0])
     replicas_at, proven = _round(_Rounding(problem, large, stage_relaxed, budget.deadline))
@@ -157,7 +157,7 @@ def _relaxation(problem: Problem, coefficients: np.ndarray, kinds: tuple[np.ndar
         least[r] = np.inf
         np.minimum.at(least[r], type_of, coefficients[r])
     lp = replace(lp, coefficients=least)
-    master = _start_master(lp)
+    master = _start_master(lp, whole=True)
     return lp, master, _generate_columns(lp, master, lp.gain + lp.move, deadline, on_gap)
 
 

@@ -1,11 +1,11 @@
 """The large path's shortcuts around its neighbourhood MILPs (colgen/reach.py) hold to the
 MILPs: a neighbourhood proven infeasible by its LP relaxation (``relaxation_first``), or by
 counting before that (``_short_of_room``), gives the same placement, stage by stage; the
-most-valuable MILP over the neighbourhood the LP relaxation induces
-around the repair's placement (``_most_valuable_near``), and none where that placement is
-within the MILP's own gap of its LP bound, gives one within that gap of the whole MILP's for
-each neighbourhood, and on these fleets as many stages placed. Each small sovereign fleet
-is placed on the large path with and without them."""
+most-valuable MILP over the neighbourhood the LP relaxation induces around the repair's
+placement (``_most_valuable_near``), and none where that placement is within the MILP's own
+gap of its LP bound, gives one within that gap of the whole MILP's for each neighbourhood, and
+on these fleets as many stages placed. Each small sovereign fleet is placed on the large path
+with and without them."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def test_the_neighbourhood_leaves_out_no_stage_that_fits_the_room_left(monkeypat
     - else answers a point of the whole program (the fixed columns leave it feasible) that
       scores at least the repair's less that gap, and leaves out no stage that fits the room
       it leaves on one of its clusters: the guarantee of the whole MILP's gap, which the
-      neighbourhood keeps by leaving the columns of the stages the repair left out free."""
+      neighbourhood keeps by leaving every column free of each stage it may leave out."""
     calls: list[tuple[program.Result | None, program.Program, np.ndarray]] = []
     near = reach._most_valuable_near
 

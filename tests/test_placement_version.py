@@ -30,14 +30,16 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORD = Path(__file__).parent / "placement_fingerprints.json"
 UPDATE = os.environ.get("FLEETC_UPDATE_GOLDEN") == "1"
 
-#: Generated fleets: the exact path, the large path (forced and natural), full, platform and
-#: sovereign fleets.
+#: Generated fleets: the exact path, the large path (forced and natural), full, platform,
+#: ``--diverse`` and sovereign fleets.
 GENERATED = {
     "generated-10x60": (Spec(clusters=10, stages=60, load=0.9), None),
     "generated-12x80-full": (Spec(clusters=12, stages=80, load=1.0, seed=2), None),
     "generated-10x60-platform": (Spec(clusters=10, stages=60, load=0.8, platform=True, seed=1), None),
     "generated-20x300-large": (Spec(clusters=20, stages=300, load=0.9), 0),
     "generated-20x200-full-large": (Spec(clusters=20, stages=200, load=1.0, seed=1), 0),
+    # stages that all differ: the LP over stages by column generation
+    "generated-20x300-diverse-large": (Spec(clusters=20, stages=300, load=0.9, diverse=True), 0),
     # a sovereign platform: closed neighbourhoods and their most-valuable MILPs
     "generated-30x400-sovereign-large": (Spec(clusters=30, stages=400, load=1.0, platform=True, sovereignty=True,
                                               seed=2), 0),

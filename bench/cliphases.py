@@ -11,10 +11,10 @@ policies into DIR first to time a recompile), and with ``--allow-unplaced`` the 
 the stages left out (phase ``fixes``: 0.6-2.5 s of a sovereign 100 x 2,000's CPU). Each phase
 the compile reports (:class:`fleetc.progress.Reporter`) gets its wall time and its CPU time,
 this process's and its forked children's (loading and rendering fork on large inputs);
-``other`` is what falls between phases. The peak resident memory is this process's or its largest child's
-(``ru_maxrss``), with this process's resident memory as each phase ends (Linux), and the
-machine's load average is printed beside, since a shared machine inflates wall times but not
-CPU times.
+``other`` is what falls between phases. The peak resident memory is this process's or its
+largest child's (``ru_maxrss``), with this process's resident memory as each phase ends
+(Linux), and the machine's load average is printed beside, since a shared machine inflates
+wall times but not CPU times.
 
 With ``--profile N`` the compile runs on one core (its affinity narrowed, so that loading and
 rendering run in this process instead of forked children, which a profiler does not see)

@@ -11,8 +11,8 @@ this process, CPU and wall seconds beside the load, plus what the cheapest check
 costs (a ``stat`` and the mark's ``getxattr`` per file, no read): the floor under any
 recompile of this design, whatever else it does. And what a compile from scratch must do at
 the least: write every file anew, as the writer does (:func:`fleetc.emit._write_files`:
-create, write, mark), into a tree of its own. The new trees are made beside ``OUT`` (hard links need the same
-filesystem) and removed; ``OUT`` is not changed.
+create, write, mark), into a tree of its own. The new trees are made beside ``OUT`` (hard
+links need the same filesystem) and removed; ``OUT`` is not changed.
 """
 
 from __future__ import annotations

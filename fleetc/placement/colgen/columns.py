@@ -43,10 +43,10 @@ COLUMN_WORK = 60_000_000
 #: holds every pair from the start when there are at most this many: the LP is then solved
 #: whole in one round (the LP of alike stages, :func:`_alike`, usually is). An LP over stages
 #: without caps takes column generation whatever its size: ``bench.generate --clusters 100
-#: --stages 2000 --load 0.9 --diverse`` (seeds 0-4, 112,000 pairs) took 2.9-4.2 s to place
-#: whole and 0.8-2.5 s so, every stage placed, the objectives 0.02% apart or closer either
-#: way. With caps, column generation placed fewer stages or scored less on 9 of 10 quota
-#: fleets (bench/RESULTS.md), so those stay whole.
+#: --stages 2000 --load 0.9 --diverse`` (seeds 0-4, 112,000 pairs) took 2.9-5.2 s to place
+#: whole and 1.8-4.5 s so (``bench.cliphases``' place phase), every stage placed, the
+#: objectives 0.02% apart or closer either way. With caps, column generation placed fewer
+#: stages or scored less on 9 of 10 quota fleets (bench/RESULTS.md), so those stay whole.
 WHOLE_LP_PAIRS = 300_000
 
 

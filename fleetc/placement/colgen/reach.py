@@ -158,12 +158,12 @@ def _most_valuable_near(program: Program, replicas_at: np.ndarray, budget: Budge
     On the sovereign fleets of 100 x 2,000 (``bench.generate --load 0.9 --platform
     --sovereignty``, seeds 0-4) the whole MILP of the five largest neighbourhoods (9,329-14,381
     columns) took 0.7-3.7 s of CPU, its work at the root (presolve, cuts, sub-MIPs); with the
-    neighbourhood's instead, ``place()`` took 1.6-2.9 s against 2.3-7.2 s, each objective within
-    0.03 of the whole MILP's (its gap there is 0.05), as many stages placed or more (seed 4:
-    1,709 against 1,703; bench/RESULTS.md). None, no MILP solved, where the repair's placement
-    is within that gap of the LP's bound already (the MILP could answer with it) or the LP
-    found no optimum (the deadline); the whole MILP where the repair's placement is no point
-    of the program."""
+    neighbourhood's instead, the place phase took 2.2-3.4 s against 3.0-6.7 s
+    (``bench.cliphases``), each objective within 0.03 of the whole MILP's (its gap there is
+    0.05), as many stages placed or more (seed 4: 1,709 against 1,703; bench/RESULTS.md).
+    None, no MILP solved, where the repair's placement is within that gap of the LP's bound
+    already (the MILP could answer with it) or the LP found no optimum (the deadline); the
+    whole MILP where the repair's placement is no point of the program."""
     start = values_of(program, replicas_at)
     solve = HighsDirect(REACH_NODES)
     if start is None:

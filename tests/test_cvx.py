@@ -18,6 +18,7 @@ from test_scale import model_of
 from bench.generate import Spec
 from fleetc.cli import cli
 from fleetc.compiler import Options, inputs_digest, load_policies
+from fleetc.infra.lazyimport import import_cvxpy
 from fleetc.placement import cvx, optimize
 from fleetc.placement.problem import Budget, problems
 from fleetc.placement.program import Program, Result, build_program, solve_program
@@ -155,3 +156,39 @@ def test_a_program_solved_before_under_the_budget_is_given_back_not_solved_again
     cut = Budget()
     cvx.solve_program(program, cut, require_all=False, integral=True)
     assert cut.solved == {}
+
+
+@pytest.mark.parametrize("spec", [Spec(clusters=10, stages=60, load=1.2, platform=True, seed=1),
+                                  Spec(clusters=10, stages=60, load=0.5)], ids=["short-of-room", "roomy"])
+def test_a_milp_whose_relaxation_is_infeasible_is_answered_without_the_milp_solver(
+        spec: Spec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first step of an exact solve (every stage placed) through cvxpy answers as the MILP
+    solver does, and runs no MILP solver where HiGHS direct finds its LP relaxation infeasible:
+    cvxpy solves once per program whose relaxation is feasible."""
+    import_cvxpy()
+    import cvxpy
+
+    solves: list[bool] = []
+    solve = cvxpy.Problem.solve
+
+    def counted(self: cvxpy.Problem, *args: object, **kwargs: object) -> object:
+        solves.append(True)
+        return solve(self, *args, **kwargs)
+
+    monkeypatch.setattr(cvxpy.Problem, "solve", counted)
+    found = programs(spec)
+    first = [cvx._solve_program(program, Budget(), require_all=True, integral=True, absolute_gap=None)
+             for program in found]
+    relaxed = sum(not solve_program(program, Budget(), require_all=True, integral=False).infeasible
+                  for program in found)
+    assert len(solves) == relaxed
+    monkeypatch.setattr(cvx, "_relaxation_infeasible", lambda *args: False)
+    milp = [cvx._solve_program(program, Budget(), require_all=True, integral=True, absolute_gap=None)
+            for program in found]
+    assert len(solves) == relaxed + len(found)
+    assert [r.infeasible for r in first] == [r.infeasible for r in milp]
+    for with_relaxation, without in zip(first, milp, strict=True):
+        assert (with_relaxation.values is None) == (without.values is None)
+        if without.values is not None:
+            assert with_relaxation.values is not None and (with_relaxation.values == without.values).all()
+    assert any(r.infeasible for r in first) == (spec.load > 1)

@@ -46,6 +46,7 @@ from typing import Any
 
 import git
 
+from bench import made_folder
 from bench.clock import cpu_seconds, load_words
 from bench.generate import Spec, generate
 from bench.run import _run_measured
@@ -305,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="recompile each change into an out/ compiled here (a working copy: its folders "
                              "are kept), not into a committed copy (a fresh checkout: every folder is rendered)")
     parser.add_argument("--timeout", type=float, default=None, help="kill a compile after this (s)")
-    parser.add_argument("--write-to", type=Path, help="folder for the instance and outputs")
+    parser.add_argument("--write-to", type=made_folder, help="folder for the instance and outputs")
     args = parser.parse_args(argv)
     result = churn(Spec(args.clusters, args.stages, args.load, args.seed), args.changes,
                    scratch=args.scratch, in_place=args.in_place, write_to=args.write_to, timeout=args.timeout)

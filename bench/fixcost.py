@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from bench import made_folder
 from bench.generate import Spec, fleet_sizes, generate
 
 #: The variants, as bench.generate's Spec fields beside the size.
@@ -113,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="CLUSTERSxSTAGES, comma-separated (default 20x200,100x2000)")
     parser.add_argument("--repeat", type=int, default=3, help="compiles per variant; the least CPU is kept")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="bench.generate seeds, each its own fleet")
-    parser.add_argument("--write-to", type=Path, help="folder for instances and outputs (default: a temporary one)")
+    parser.add_argument("--write-to", type=made_folder,
+                        help="folder for instances and outputs (default: a temporary one)")
     args = parser.parse_args(argv)
     print(f"{'size':>9} {'seed':>4} {'variant':>10} {'CPU s':>7} {'CPU max':>7} {'wall s':>7} {'x plain':>7} "
           f"{'left out':>8} {'load':>5}")

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import made_folder
 from bench.clock import children_cpu_seconds, cpu_seconds, load_average, load_words
 from bench.generate import Spec, generate, node_sizes
 
@@ -314,7 +315,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--fit", type=int, nargs="+", metavar="STAGES",
                         help="fit the cost exponent over these stage counts")
     parser.add_argument("--json", type=Path, help="also write every result to this file")
-    parser.add_argument("--write-to", type=Path,
+    parser.add_argument("--write-to", type=made_folder,
                         help="folder to write the output under (e.g. /dev/shm to leave the "
                              "disk out of the write time); default: the temporary folder")
     parser.add_argument("--child", help=argparse.SUPPRESS)

@@ -193,7 +193,10 @@ def _relaxation_infeasible(program: Program, budget: Budget, require_all: bool) 
     :attr:`Budget.solved`), every one LP-infeasible; through cvxpy they took 0.44 s of CPU, with
     this check 0.06 s (bench/RESULTS.md). Where the relaxation is feasible, its LP adds about 2 ms
     to a MILP of at most :data:`fleetc.placement.LARGE` pairs."""
-    return HighsDirect()(program, budget, require_all=require_all, integral=False).infeasible
+    try:
+        return HighsDirect()(program, budget, require_all=require_all, integral=False).infeasible
+    except InternalError:  # HiGHS direct failed: the MILP solver answers (and says so where it fails too)
+        return False
 
 
 #: Per solver: its fixed settings (one thread, seed 0, quiet), its names for the MILP's relative

@@ -39,12 +39,21 @@ if TYPE_CHECKING:
 
 DEFAULT_GPUS_PER_NODE = 8
 
-#: The most steps (pods placed) :func:`pack`'s exact search takes before it gives up (about 0.1 s).
-#: Pods of one shape are placed in node order and nodes left alike are tried once, so a
-#: cluster's few dozen pods are decided in far fewer steps; a search that runs out answers "no
-#: packing" (the optimizer then leaves a stage out and says it did not prove that none fits: an
-#: unpacked node is never rendered).
-SEARCH_LIMIT = 50_000
+#: The most steps (pods placed) :func:`pack`'s search takes before the packing MILP
+#: (:func:`_exact`) decides instead. Pods of one shape are placed in node order and nodes left
+#: alike are tried once, so a cluster's few dozen pods are mostly decided in far fewer steps.
+#: Where they are not, the search is no proof: at 2,000 steps it answered "no packing" for the
+#: GPU and CPU pods of ``bench.generate --clusters 100 --stages 2000 --load 0.9 --diverse``
+#: (seed 1) on clusters they pack onto, and at 50,000 it took 0.34-0.46 s to give up on two
+#: clusters they do not (the MILP: 13-143 ms and 10-16 ms; bench/RESULTS.md).
+SEARCH_LIMIT = 2_000
+
+
+#: Branch-and-bound nodes the packing MILP (:func:`_exact`) may explore: a count, not seconds,
+#: so that every machine answers alike. One that ends without a packing answers "no packing" (the
+#: optimizer then leaves a stage out and says it did not prove that none fits: an unpacked node
+#: is never rendered). The packings measured were found at the root, or proven impossible there.
+PACKING_NODES = 1_000
 
 
 @dataclass(frozen=True)
@@ -98,18 +107,20 @@ def pods_per_replica(gpus: int, node: int) -> int:
     return next(k for k in range(-(-gpus // node), gpus + 1) if gpus % k == 0)
 
 
-def pack(pods: Sequence[Shape], nodes: Sequence[Shape], limit: int = SEARCH_LIMIT) -> tuple[int, ...] | None:
+def pack(pods: Sequence[Shape], nodes: Sequence[Shape]) -> tuple[int, ...] | None:
     """A packing of ``pods`` onto ``nodes``: the index of the node each pod runs on (in the
     order of ``pods``), no node giving out more GPUs, cores or memory than it offers; None when
-    there is none (or the exact search passed ``limit`` steps without finding one).
+    there is none (or the MILP passed :data:`PACKING_NODES` without finding one).
 
     First fit decreasing first (largest pods first, each on the first node with room), which
     packs what the optimizer places almost always; where it fails, an exact depth-first search
     over the pods, largest first, that tries a node only when no node tried before for that
     pod is left alike, places pods of one shape in node order, and stops a branch whose pods
-    left need more of a resource than the nodes have free."""
+    left need more of a resource than the nodes have free; where that runs past
+    :data:`SEARCH_LIMIT` steps, a MILP of how many pods of each shape each node runs
+    (:func:`_exact`)."""
     order = sorted(range(len(pods)), key=lambda i: (pods[i].gpus, pods[i].millis, pods[i].memory), reverse=True)
-    found = _sorted_packing(tuple(pods[i] for i in order), tuple(nodes), limit)
+    found = _sorted_packing(tuple(pods[i] for i in order), tuple(nodes))
     if found is None:
         return None
     where = [0] * len(pods)
@@ -119,12 +130,15 @@ def pack(pods: Sequence[Shape], nodes: Sequence[Shape], limit: int = SEARCH_LIMI
 
 
 @lru_cache(maxsize=2048)
-def _sorted_packing(pods: tuple[Shape, ...], nodes: tuple[Shape, ...], limit: int) -> tuple[int, ...] | None:
+def _sorted_packing(pods: tuple[Shape, ...], nodes: tuple[Shape, ...]) -> tuple[int, ...] | None:
     """:func:`pack` of ``pods`` sorted largest first (remembered: the repair and the ledger ask
     about the same pods again)."""
     found = _first_fit(pods, nodes)
     if found is None:
-        found = _search(pods, nodes, limit)
+        try:
+            found = _search(pods, nodes)
+        except _RanOut:
+            found = _exact(pods, nodes)
     return None if found is None else tuple(found)
 
 
@@ -143,8 +157,9 @@ def _first_fit(pods: Sequence[Shape], nodes: Sequence[Shape]) -> list[int] | Non
     return found
 
 
-def _search(pods: Sequence[Shape], nodes: Sequence[Shape], limit: int) -> list[int] | None:
-    """The exact search of :func:`pack` over ``pods`` sorted largest first."""
+def _search(pods: Sequence[Shape], nodes: Sequence[Shape]) -> list[int] | None:
+    """The exact search of :func:`pack` over ``pods`` sorted largest first; :class:`_RanOut`
+    past :data:`SEARCH_LIMIT` steps."""
     free = [[n.gpus, n.millis, n.memory] for n in nodes]
     left = [[0, 0, 0] for _ in range(len(pods) + 1)]  # what pods i.. ask for together
     for i in range(len(pods) - 1, -1, -1):
@@ -156,7 +171,7 @@ def _search(pods: Sequence[Shape], nodes: Sequence[Shape], limit: int) -> list[i
         smallest[i] = [min(later[0], pods[i].gpus), min(later[1], pods[i].millis), min(later[2], pods[i].memory)]
     usable = _Usable(pods)
     where = [0] * len(pods)
-    steps = 0
+    steps = _Steps()
 
     def room_for(i: int) -> bool:
         """Whether the nodes' free resources could hold pods i.. by their totals, by count (a
@@ -170,11 +185,10 @@ def _search(pods: Sequence[Shape], nodes: Sequence[Shape], limit: int) -> list[i
                 and ((i > 0 and pods[i] == pods[i - 1]) or usable.holds(i, free, left[i])))
 
     def place(i: int) -> bool:
-        nonlocal steps
         if i == len(pods):
             return True
-        steps += 1
-        if steps > limit or not room_for(i):
+        steps.take()
+        if not room_for(i):
             return False
         pod = pods[i]
         start = where[i - 1] if i and pods[i - 1] == pod else 0
@@ -201,6 +215,64 @@ def _search(pods: Sequence[Shape], nodes: Sequence[Shape], limit: int) -> list[i
         return False
 
     return where if place(0) else None
+
+
+class _RanOut(Exception):
+    """:func:`_search` passed :data:`SEARCH_LIMIT` steps: its answer would be no proof."""
+
+
+class _Steps:
+    """The steps :func:`_search` has taken; :meth:`take` raises :class:`_RanOut` past
+    :data:`SEARCH_LIMIT`."""
+
+    def __init__(self) -> None:
+        self.taken = 0
+
+    def take(self) -> None:
+        self.taken += 1
+        if self.taken > SEARCH_LIMIT:
+            raise _RanOut
+
+
+def _exact(pods: Sequence[Shape], nodes: Sequence[Shape]) -> list[int] | None:
+    """:func:`pack` as a MILP (HiGHS through ``scipy.optimize.milp``, within
+    :data:`PACKING_NODES` nodes): an integer count of each shape of ``pods`` (sorted largest
+    first) on each node, every pod placed, no node over its GPUs, cores or memory; the pods then
+    go to the nodes in order. Each resource is counted in the greatest common divisor of what
+    the pods ask of it, the nodes' room rounded down to it (the same packings, in numbers HiGHS
+    holds exactly)."""
+    import numpy as np  # only where the search ran out: validation never packs
+    import scipy.sparse as sp
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    shapes = list(dict.fromkeys(pods))
+    wanted = np.array([pods.count(shape) for shape in shapes])
+    asks = np.array([[shape.gpus, shape.millis, shape.memory] for shape in shapes], dtype=np.int64)
+    room = np.array([[node.gpus, node.millis, node.memory] for node in nodes], dtype=np.int64)
+    each_placed = sp.hstack([sp.identity(len(shapes), format="csr")] * len(nodes), format="csr")  # x[node, shape]
+    rows = [LinearConstraint(each_placed, wanted, wanted)]
+    most = np.broadcast_to(wanted, (len(nodes), len(shapes))).copy()
+    for r in range(3):
+        unit = math.gcd(*asks[:, r].tolist())
+        if unit:
+            per_node = sp.block_diag([sp.csr_matrix(asks[None, :, r] // unit)] * len(nodes), format="csr")
+            rows.append(LinearConstraint(per_node, -np.inf, room[:, r] // unit))
+            asking = asks[:, r] > 0
+            most[:, asking] = np.minimum(most[:, asking], room[:, r, None] // asks[None, asking, r])
+    found = milp(np.zeros(most.size), constraints=rows, integrality=np.ones(most.size, dtype=np.int64),
+                 bounds=Bounds(0, most.ravel()), options={"node_limit": PACKING_NODES, "disp": False})
+    if found.x is None:
+        return None
+    counts = np.rint(found.x).astype(np.int64).reshape(most.shape)
+    if (counts < 0).any() or (counts.sum(axis=0) != wanted).any() or (counts @ asks > room).any():
+        return None  # not a packing in integers (never seen: HiGHS's tolerances are far below a unit)
+    where = []
+    for shape in pods:
+        k = shapes.index(shape)
+        j = int(np.flatnonzero(counts[:, k])[0])
+        counts[j, k] -= 1
+        where.append(j)
+    return where
 
 
 class _Usable:

@@ -425,6 +425,45 @@ def test_pods_no_node_can_give_their_cores_are_refused_before_the_search_runs_ou
     assert pack(fewer, nodes) is not None
 
 
+#: (GPUs, cores, GiB, pods) of the GPU and CPU pods of one cluster of ``bench.generate --clusters
+#: 100 --stages 2000 --load 0.9 --diverse`` (seed 1), packed together onto its 8 nodes of 8 GPUs,
+#: 128 cores and 1 TiB: first fit decreasing fails, and the search ran out of its steps (2,000
+#: steps then, and 50,000 as well, 0.7 s) without the packing that exists.
+SEARCH_RUNS_OUT = [
+    (8, 16, 384, 1), (4, 20, 192, 1), (4, 8, 128, 1), (4, 8, 96, 1), (2, 10, 96, 1), (2, 10, 48, 1), (2, 8, 96, 1),
+    (2, 6, 96, 1), (2, 6, 64, 2), (2, 6, 32, 1), (2, 4, 48, 1), (2, 4, 32, 1), (1, 6, 48, 1), (1, 6, 24, 3),
+    (1, 5, 16, 4), (1, 4, 48, 1), (1, 4, 16, 2), (1, 3, 48, 3), (1, 3, 16, 2), (1, 2, 48, 4), (1, 2, 32, 1),
+    (1, 2, 16, 1), (0, 16, 64, 37), (0, 8, 32, 28), (0, 4, 16, 1),
+]
+
+
+def test_where_the_search_runs_out_the_packing_milp_decides() -> None:
+    """The search is no proof once it passes its steps: there the MILP of how many pods of each
+    shape each node runs finds the packing (checked here node by node), where the search alone
+    answered "no packing" and fleetc took a stage off a cluster it packs onto."""
+    pods = [Shape(gpus, cores * 1000, gib << 30) for gpus, cores, gib, count in SEARCH_RUNS_OUT for _ in range(count)]
+    nodes = [Shape(8, 128_000, 1 << 40)] * 8
+    ordered = tuple(sorted(pods, key=lambda p: (p.gpus, p.millis, p.memory), reverse=True))
+    assert nodefit._first_fit(ordered, nodes) is None
+    with pytest.raises(nodefit._RanOut):
+        nodefit._search(ordered, nodes)
+    found = pack(pods, nodes)
+    assert found is not None
+    for j, node in enumerate(nodes):
+        mine = [pod for pod, k in zip(pods, found, strict=True) if k == j]
+        assert sum(p.gpus for p in mine) <= node.gpus
+        assert sum(p.millis for p in mine) <= node.millis
+        assert sum(p.memory for p in mine) <= node.memory
+
+
+def test_the_packing_milp_refuses_what_fits_the_totals_but_no_node() -> None:
+    """Three pods of 6 GPUs onto two nodes of 9: 18 GPUs of 18, but no node holds two of them;
+    one node of 12 more holds them. The MILP counts per node, not in total."""
+    pods = [Shape(6, 1_000, 1 << 30)] * 3
+    assert nodefit._exact(pods, [Shape(9, 64_000, 1 << 40)] * 2) is None
+    assert nodefit._exact(pods, [Shape(9, 64_000, 1 << 40), Shape(12, 64_000, 1 << 40)]) == [0, 1, 1]
+
+
 def test_pack_searches_where_first_fit_decreasing_fails() -> None:
     """Two nodes of 10, pods 4 4 3 3 3 3: first fit decreasing gives 4+4 | 3+3+3 and a 3 left;
     the search finds 4+3+3 | 4+3+3."""

@@ -40,6 +40,8 @@ GENERATED = {
     "generated-20x200-full-large": (Spec(clusters=20, stages=200, load=1.0, seed=1), 0),
     # stages that all differ: the LP over stages by column generation
     "generated-20x300-diverse-large": (Spec(clusters=20, stages=300, load=0.9, diverse=True), 0),
+    # GPU and CPU pods packed together where the search runs out: the packing MILP decides
+    "generated-50x800-diverse-large": (Spec(clusters=50, stages=800, load=0.9, diverse=True), 0),
     # a sovereign platform: closed neighbourhoods and their most-valuable MILPs
     "generated-30x400-sovereign-large": (Spec(clusters=30, stages=400, load=1.0, platform=True, sovereignty=True,
                                               seed=2), 0),

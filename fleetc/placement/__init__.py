@@ -43,7 +43,9 @@ one back (previous)."""
 #: neighbourhood its LP relaxation induces around the repair's placement (RINS), not whole.
 #: 22: an LP over stages without caps takes column generation whatever its size, not the
 #: whole LP up to WHOLE_LP_PAIRS (``--diverse`` fleets).
-PLACEMENT_VERSION = "22"
+#: 23: where node packing's search runs out of steps, a MILP decides whether the pods pack (it
+#: answered "no packing" before, also where they do).
+PLACEMENT_VERSION = "23"
 
 #: Allowed pairs in one component above which the exact MILP gives way to column generation,
 #: unless :func:`fleetc.placement.optimize.place` is given another threshold (the CLI's

@@ -172,15 +172,6 @@ class Packing:
     found: tuple[int, ...] | None
 
 
-#: The steps the search of a cluster's GPU and CPU pods packed together may take
-#: (:func:`packing`; the search of :func:`fleetc.nodefit.pack` otherwise takes up to
-#: :data:`~fleetc.nodefit.SEARCH_LIMIT`). It runs only where the CPU pods do not fit beside
-#: the GPU pods' own packing, mostly on clusters that are full, where many alike pods would make
-#: a long search end in "no packing" anyway: an answer it does not find in time is "no packing",
-#: never an unpacked node rendered.
-JOINT_SEARCH_LIMIT = 2_000
-
-
 def packing(model: FleetModel, cluster: Cluster, placed: Iterable[tuple[Stage, int]]) -> Packing:
     """Whether the pods of the ``(stage, replicas)`` placed on ``cluster`` (each stage as it
     runs there, :func:`on_cluster`) pack onto its nodes (:func:`fleetc.nodefit.pack`).
@@ -220,7 +211,7 @@ def packing(model: FleetModel, cluster: Cluster, placed: Iterable[tuple[Stage, i
     nodes = _cpu_nodes(cluster, [*exclusive, *sliced])
     both = _cpu_packing([*whole, *shared], found, cpu, nodes)
     if both is None and not shared:  # another assignment of the GPU pods may leave the room the others need
-        both = nodefit.pack([*whole, *cpu], nodes, JOINT_SEARCH_LIMIT)
+        both = nodefit.pack([*whole, *cpu], nodes)
     return Packing((*whole, *shared, *cpu), tuple(nodes), both)
 
 

@@ -45,7 +45,8 @@ DEFAULT_GPUS_PER_NODE = 8
 #: Where they are not, the search is no proof: at 2,000 steps it answered "no packing" for the
 #: GPU and CPU pods of ``bench.generate --clusters 100 --stages 2000 --load 0.9 --diverse``
 #: (seed 1) on clusters they pack onto, and at 50,000 it took 0.34-0.46 s to give up on two
-#: clusters they do not (the MILP: 13-143 ms and 10-16 ms; bench/RESULTS.md).
+#: clusters they do not (the search to 2,000 steps and then the MILP: 45-213 ms and 41-43 ms;
+#: bench/RESULTS.md).
 SEARCH_LIMIT = 2_000
 
 

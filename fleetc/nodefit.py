@@ -57,6 +57,12 @@ SEARCH_LIMIT = 2_000
 PACKING_NODES = 1_000
 
 
+#: The most pods :func:`_search` takes on: it recurses once per pod placed, and Python stops a
+#: recursion about a thousand deep (a cluster's 1,200 pods raised ``RecursionError`` there);
+#: more pods go to the MILP (:func:`_exact`) at once.
+SEARCH_PODS = 500
+
+
 @dataclass(frozen=True)
 class Shape:
     """What one pod asks for, or one node offers: GPUs (time-sliced slots on a time-sliced
@@ -136,11 +142,21 @@ def _sorted_packing(pods: tuple[Shape, ...], nodes: tuple[Shape, ...]) -> tuple[
     about the same pods again)."""
     found = _first_fit(pods, nodes)
     if found is None:
-        try:
-            found = _search(pods, nodes)
-        except _RanOut:
-            found = _exact(pods, nodes)
+        found = _searched(pods, nodes)
     return None if found is None else tuple(found)
+
+
+def _searched(pods: tuple[Shape, ...], nodes: tuple[Shape, ...]) -> list[int] | None:
+    """The search's answer (:func:`_search`) where it settles one, else the MILP's
+    (:func:`_exact`): past :data:`SEARCH_LIMIT` steps, or for more than :data:`SEARCH_PODS`
+    pods."""
+    if len(pods) <= SEARCH_PODS:
+        try:
+            return _search(pods, nodes)
+        except _RanOut:
+            pass
+    return _exact(pods, nodes)
+
 
 
 def _first_fit(pods: Sequence[Shape], nodes: Sequence[Shape]) -> list[int] | None:

@@ -464,6 +464,20 @@ def test_the_packing_milp_refuses_what_fits_the_totals_but_no_node() -> None:
     assert nodefit._exact(pods, [Shape(9, 64_000, 1 << 40), Shape(12, 64_000, 1 << 40)]) == [0, 1, 1]
 
 
+def test_a_cluster_of_more_pods_than_python_recurses_is_packed_by_the_milp() -> None:
+    """400 nodes of 10 GPUs, 400 pods of 4 and 800 of 3: first fit decreasing leaves 200 pods
+    of 3 over (4 + 4 on half the nodes, 3 + 3 + 3 on the rest); 4 + 3 + 3 on every node packs.
+    The search recursed once per pod and raised RecursionError here; the MILP packs them."""
+    pods = [Shape(4, 1_000, 1 << 30)] * 400 + [Shape(3, 1_000, 1 << 30)] * 800
+    nodes = [Shape(10, 64_000, 1 << 40)] * 400
+    found = pack(pods, nodes)
+    assert found is not None
+    per_node = [0] * len(nodes)
+    for pod, j in zip(pods, found, strict=True):
+        per_node[j] += pod.gpus
+    assert max(per_node) <= 10
+
+
 def test_pack_searches_where_first_fit_decreasing_fails() -> None:
     """Two nodes of 10, pods 4 4 3 3 3 3: first fit decreasing gives 4+4 | 3+3+3 and a 3 left;
     the search finds 4+3+3 | 4+3+3."""

@@ -457,8 +457,8 @@ def test_where_the_search_runs_out_the_packing_milp_decides() -> None:
 
 
 def test_the_packing_milp_refuses_what_fits_the_totals_but_no_node() -> None:
-    """Three pods of 6 GPUs onto two nodes of 9: 18 GPUs of 18, but no node holds two of them;
-    one node of 12 more holds them. The MILP counts per node, not in total."""
+    """Three pods of 6 GPUs onto two nodes of 9: 18 GPUs of 18, but no node holds two of them.
+    Onto nodes of 9 and 12 they pack, two on the 12. The MILP counts per node, not in total."""
     pods = [Shape(6, 1_000, 1 << 30)] * 3
     assert nodefit._exact(pods, [Shape(9, 64_000, 1 << 40)] * 2) is None
     assert nodefit._exact(pods, [Shape(9, 64_000, 1 << 40), Shape(12, 64_000, 1 << 40)]) == [0, 1, 1]

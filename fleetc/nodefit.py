@@ -158,7 +158,6 @@ def _searched(pods: tuple[Shape, ...], nodes: tuple[Shape, ...]) -> list[int] | 
     return _exact(pods, nodes)
 
 
-
 def _first_fit(pods: Sequence[Shape], nodes: Sequence[Shape]) -> list[int] | None:
     free = [[n.gpus, n.millis, n.memory] for n in nodes]
     found = []
@@ -257,18 +256,19 @@ def _exact(pods: Sequence[Shape], nodes: Sequence[Shape]) -> list[int] | None:
     first) on each node, every pod placed, no node over its GPUs, cores or memory; the pods then
     go to the nodes in order. Each resource is counted in the greatest common divisor of what
     the pods ask of it, the nodes' room rounded down to it (the same packings, in numbers HiGHS
-    holds exactly)."""
+    holds exactly). scipy's HiGHS, not :mod:`fleetc.placement.highs`: node fit sits below the
+    placement, which it may not import (``tests/test_layers.py``)."""
     import numpy as np  # only where the search ran out: validation never packs
     import scipy.sparse as sp
     from scipy.optimize import Bounds, LinearConstraint, milp
 
-    shapes = list(dict.fromkeys(pods))
-    wanted = np.array([pods.count(shape) for shape in shapes])
-    asks = np.array([[shape.gpus, shape.millis, shape.memory] for shape in shapes], dtype=np.int64)
+    index = {shape: k for k, shape in enumerate(dict.fromkeys(pods))}  # shapes, largest first
+    wanted = np.bincount([index[pod] for pod in pods], minlength=len(index))
+    asks = np.array([[shape.gpus, shape.millis, shape.memory] for shape in index], dtype=np.int64)
     room = np.array([[node.gpus, node.millis, node.memory] for node in nodes], dtype=np.int64)
-    each_placed = sp.hstack([sp.identity(len(shapes), format="csr")] * len(nodes), format="csr")  # x[node, shape]
+    each_placed = sp.hstack([sp.identity(len(index), format="csr")] * len(nodes), format="csr")  # x[node, shape]
     rows = [LinearConstraint(each_placed, wanted, wanted)]
-    most = np.broadcast_to(wanted, (len(nodes), len(shapes))).copy()
+    most = np.broadcast_to(wanted, (len(nodes), len(index))).copy()
     for r in range(3):
         unit = math.gcd(*asks[:, r].tolist())
         if unit:
@@ -285,7 +285,7 @@ def _exact(pods: Sequence[Shape], nodes: Sequence[Shape]) -> list[int] | None:
         return None  # not a packing in integers (never seen: HiGHS's tolerances are far below a unit)
     where = []
     for shape in pods:
-        k = shapes.index(shape)
+        k = index[shape]
         j = int(np.flatnonzero(counts[:, k])[0])
         counts[j, k] -= 1
         where.append(j)

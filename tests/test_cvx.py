@@ -182,7 +182,7 @@ def test_a_milp_whose_relaxation_is_infeasible_is_answered_without_the_milp_solv
     relaxed = sum(not solve_program(program, Budget(), require_all=True, integral=False).infeasible
                   for program in found)
     assert len(solves) == relaxed
-    monkeypatch.setattr(cvx, "_relaxation_infeasible", lambda *args: False)
+    monkeypatch.setattr(cvx, "_every_stage_relaxation_infeasible", lambda *args: False)
     milp = [cvx._solve_program(program, Budget(), require_all=True, integral=True, absolute_gap=None)
             for program in found]
     assert len(solves) == relaxed + len(found)

@@ -140,9 +140,10 @@ def _identity(program: Program, solver: str, *, require_all: bool, integral: boo
 
 def _solve_program(program: Program, budget: Budget, *, require_all: bool, integral: bool,
                    absolute_gap: float | None) -> Result:
-    """:func:`solve_program`, solved; a MILP whose LP relaxation HiGHS direct finds infeasible
-    is infeasible without a MILP solver (:func:`_relaxation_infeasible`)."""
-    if integral and _relaxation_infeasible(program, budget, require_all):
+    """:func:`solve_program`, solved. The MILP placing every stage is infeasible without a MILP
+    solver where its LP relaxation is (:func:`_every_stage_relaxation_infeasible`); the most
+    valuable placement, which may leave every stage out, is not checked."""
+    if integral and require_all and _every_stage_relaxation_infeasible(program, budget):
         return Result(values=None, optimal=False, infeasible=True)
     import_cvxpy()
     import cvxpy as cp
@@ -182,9 +183,9 @@ def _solve_program(program: Program, budget: Budget, *, require_all: bool, integ
     return Result(values=values, optimal=problem.status == cp.OPTIMAL)
 
 
-def _relaxation_infeasible(program: Program, budget: Budget, require_all: bool) -> bool:
-    """Whether the LP relaxation of ``program`` (every stage placed when ``require_all``) is
-    infeasible, solved by HiGHS direct whatever ``budget.solver`` is: then so is the MILP, on
+def _every_stage_relaxation_infeasible(program: Program, budget: Budget) -> bool:
+    """Whether the LP relaxation of ``program`` with every stage placed is infeasible, solved
+    by HiGHS direct whatever ``budget.solver`` is: then so is the MILP, on
     every solver (:class:`fleetc.placement.program.HighsDirect` with ``relaxation_first`` asks
     the same). The first step of an exact solve (:func:`every_stage_else_most`) is infeasible
     wherever a component cannot place every stage, and its relaxation says so: in a compile of
@@ -194,7 +195,7 @@ def _relaxation_infeasible(program: Program, budget: Budget, require_all: bool) 
     this check 0.06 s (bench/RESULTS.md). Where the relaxation is feasible, its LP adds about 2 ms
     to a MILP of at most :data:`fleetc.placement.LARGE` pairs."""
     try:
-        return HighsDirect()(program, budget, require_all=require_all, integral=False).infeasible
+        return HighsDirect()(program, budget, require_all=True, integral=False).infeasible
     except InternalError:  # HiGHS direct failed: the MILP solver answers (and says so where it fails too)
         return False
 
